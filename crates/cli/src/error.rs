@@ -1,0 +1,32 @@
+//! The CLI's error type and its exit codes: 2 for bad input or usage, 1 for everything else.
+
+use std::fmt;
+
+/// A failure to report on stderr, with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    /// Process exit code.
+    pub code: u8,
+    /// The message, already naming the file/field and the fix.
+    pub message: String,
+}
+
+impl CliError {
+    /// Invalid input or usage: exit 2.
+    pub fn input(message: impl fmt::Display) -> Self {
+        CliError {
+            code: 2,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<fp8_policy::PolicyError> for CliError {
+    /// Loading errors are the user's input (a missing or malformed policy): exit 2.
+    fn from(e: fp8_policy::PolicyError) -> Self {
+        CliError::input(e)
+    }
+}
+
+/// Result alias for commands.
+pub type CliResult<T = ()> = Result<T, CliError>;

@@ -1,0 +1,45 @@
+//! `fp8sel`: adaptive FP8 for Transformer Engine trainers.
+//!
+//! Thin front end over the workspace's libraries: argument parsing, output formatting and exit
+//! codes live here; every decision lives in `fp8-policy` and `fp8-engine`.
+
+mod cmd;
+mod error;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Adaptive (selective) FP8 for Transformer Engine trainers.
+///
+/// Measures where FP8 beats BF16 module by module, writes that down as a policy file, and
+/// answers "FP8 or BF16 for this module?" the way the trainer will at build time.
+///
+/// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
+#[derive(Debug, Parser)]
+#[command(name = "fp8sel", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Validate(cmd::validate::Args),
+    Decide(cmd::decide::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Validate(a) => cmd::validate::run(a),
+        Command::Decide(a) => cmd::decide::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Answering "FP8 or BF16?" for one module, with the reason.
+
+use std::fmt;
+
+use crate::kind::{DenseKind, GroupedKind};
+use crate::policy::{DenseRule, GroupedRule, Policy, RuleKey};
+
+/// What a module looks up: the seed's key for its kind family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// A dense module: `(kind, ub_name, tp)`. `ub_name` is the TE tp-comm buffer name; a
+    /// module without one can never match a rule.
+    Dense {
+        /// Module kind.
+        kind: DenseKind,
+        /// TE tp-comm buffer name (`qkv`, `proj`, `fc1`, `fc2`, ...).
+        ub_name: Option<&'a str>,
+        /// Tensor-parallel size.
+        tp: u32,
+    },
+    /// An MoE expert module: `(kind, etp, num_gemms)`. There is deliberately no default for
+    /// `num_gemms`: the reference defaulted it to 1, so expert rules never matched.
+    Grouped {
+        /// Module kind.
+        kind: GroupedKind,
+        /// Expert tensor-parallel size.
+        etp: u32,
+        /// Experts per rank (`num_experts / ep`).
+        num_gemms: u32,
+    },
+}
+
+/// The rule a lookup found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MatchedRule {
+    /// A dense rule.
+    Dense(DenseRule),
+    /// A grouped rule.
+    Grouped(GroupedRule),
+}
+
+impl MatchedRule {
+    /// The rule's token threshold.
+    pub fn min_tokens(&self) -> u64 {
+        match self {
+            MatchedRule::Dense(r) => r.min_tokens,
+            MatchedRule::Grouped(r) => r.min_tokens,
+        }
+    }
+
+    /// The speedup recorded with the rule, if any.
+    pub fn measured_speedup(&self) -> Option<f64> {
+        match self {
+            MatchedRule::Dense(r) => r.measured_speedup,
+            MatchedRule::Grouped(r) => r.measured_speedup,
+        }
+    }
+
+    /// The rule as the JSON object the policy file holds.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        // Both rule types serialize to plain objects of integers and finite floats.
+        match self {
+            MatchedRule::Dense(r) => serde_json::to_value(r),
+            MatchedRule::Grouped(r) => serde_json::to_value(r),
+        }
+        .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Why a module got the precision it got.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// A rule matched and the tokens reach its `min_tokens`.
+    AtOrAboveThreshold {
+        /// The matched rule.
+        rule: MatchedRule,
+        /// The token count that was compared.
+        num_tokens: u64,
+    },
+    /// A rule matched but the tokens are below its `min_tokens`.
+    BelowThreshold {
+        /// The matched rule.
+        rule: MatchedRule,
+        /// The token count that was compared.
+        num_tokens: u64,
+    },
+    /// The policy has no rule for this key: conservative BF16.
+    NoRule {
+        /// The key that was looked up.
+        key: RuleKey,
+    },
+    /// A dense module without a `ub_name` cannot match any rule.
+    NoUbName {
+        /// The module kind.
+        kind: DenseKind,
+        /// Tensor-parallel size.
+        tp: u32,
+    },
+}
+
+/// A precision decision for one module.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// True when the module should run FP8.
+    pub use_fp8: bool,
+    /// Why.
+    pub reason: Reason,
+}
+
+impl Decision {
+    /// The matched rule, when there was one.
+    pub fn rule(&self) -> Option<&MatchedRule> {
+        match &self.reason {
+            Reason::AtOrAboveThreshold { rule, .. } | Reason::BelowThreshold { rule, .. } => {
+                Some(rule)
+            }
+            Reason::NoRule { .. } | Reason::NoUbName { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let speed = |r: &MatchedRule| match r.measured_speedup() {
+            Some(s) => format!(", measured speedup {s}"),
+            None => String::new(),
+        };
+        match self {
+            Reason::AtOrAboveThreshold { rule, num_tokens } => write!(
+                f,
+                "tokens {num_tokens} >= min_tokens {}{}",
+                rule.min_tokens(),
+                speed(rule)
+            ),
+            Reason::BelowThreshold { rule, num_tokens } => write!(
+                f,
+                "tokens {num_tokens} < min_tokens {}{}",
+                rule.min_tokens(),
+                speed(rule)
+            ),
+            Reason::NoRule { key } => write!(f, "no rule for {key}: BF16 by default"),
+            Reason::NoUbName { kind, tp } => write!(
+                f,
+                "module has no ub_name, so no {kind} rule at tp={tp} can match: BF16 by default"
+            ),
+        }
+    }
+}
+
+impl Policy {
+    /// Decides one module: FP8 iff a rule matches its key and `num_tokens >= min_tokens`.
+    ///
+    /// `num_tokens` is the count the seed compares: `seq_length * micro_batch_size` (or the
+    /// `fp8_dynamic_num_tokens` override) for dense modules, times `moe_router_topk` for experts.
+    pub fn decide(&self, lookup: Lookup<'_>, num_tokens: u64) -> Decision {
+        let rule = match lookup {
+            Lookup::Dense { kind, ub_name, tp } => {
+                let Some(ub) = ub_name else {
+                    return Decision {
+                        use_fp8: false,
+                        reason: Reason::NoUbName { kind, tp },
+                    };
+                };
+                self.dense_rules(kind)
+                    .get(ub)
+                    .and_then(|rules| rules.iter().find(|r| r.tp == tp))
+                    .map(|r| MatchedRule::Dense(*r))
+                    .ok_or_else(|| RuleKey::Dense {
+                        kind,
+                        ub_name: ub.to_owned(),
+                        tp,
+                    })
+            }
+            Lookup::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            } => self
+                .grouped_rules(kind)
+                .iter()
+                .find(|r| r.etp == etp && r.num_gemms == num_gemms)
+                .map(|r| MatchedRule::Grouped(*r))
+                .ok_or(RuleKey::Grouped {
+                    kind,
+                    etp,
+                    num_gemms,
+                }),
+        };
+        match rule {
+            Ok(rule) if num_tokens >= rule.min_tokens() => Decision {
+                use_fp8: true,
+                reason: Reason::AtOrAboveThreshold { rule, num_tokens },
+            },
+            Ok(rule) => Decision {
+                use_fp8: false,
+                reason: Reason::BelowThreshold { rule, num_tokens },
+            },
+            Err(key) => Decision {
+                use_fp8: false,
+                reason: Reason::NoRule { key },
+            },
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The in-memory policy and its rules.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::error::{PolicyError, Problem};
+use crate::kind::{DenseKind, GroupedKind};
+
+/// The only policy format version this library reads and writes.
+pub const POLICY_VERSION: u32 = 1;
+
+/// A dense-kind rule: for `(kind, ub_name, tp)`, FP8 from `min_tokens` up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseRule {
+    /// Tensor-parallel size the rule applies to.
+    pub tp: u32,
+    /// Smallest token count (`seq_length * micro_batch_size`, or the override) that runs FP8.
+    pub min_tokens: u64,
+    /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
+    pub measured_speedup: Option<f64>,
+}
+
+/// A grouped-kind rule: for `(kind, etp, num_gemms)`, FP8 from `min_tokens` up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupedRule {
+    /// Expert tensor-parallel size.
+    pub etp: u32,
+    /// Experts per rank (`num_experts / ep`).
+    pub num_gemms: u32,
+    /// Smallest routed token count (tokens x topk) that runs FP8.
+    pub min_tokens: u64,
+    /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
+    pub measured_speedup: Option<f64>,
+}
+
+/// The lookup key of one rule, used in messages and duplicate detection.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RuleKey {
+    /// A dense rule's key.
+    Dense {
+        /// Module kind.
+        kind: DenseKind,
+        /// TE tp-comm buffer name.
+        ub_name: String,
+        /// Tensor-parallel size.
+        tp: u32,
+    },
+    /// A grouped rule's key.
+    Grouped {
+        /// Module kind.
+        kind: GroupedKind,
+        /// Expert tensor-parallel size.
+        etp: u32,
+        /// Experts per rank.
+        num_gemms: u32,
+    },
+}
+
+impl fmt::Display for RuleKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleKey::Dense { kind, ub_name, tp } => {
+                write!(f, "(kind={kind}, ub_name={ub_name}, tp={tp})")
+            }
+            RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            } => write!(f, "(kind={kind}, etp={etp}, num_gemms={num_gemms})"),
+        }
+    }
+}
+
+/// An adaptive-FP8 policy (format version 1).
+///
+/// Rules are kept sorted (dense by `ub_name` then `tp`, grouped by `etp` then `num_gemms`), so
+/// two policies with the same rules compare equal and serialize to the same bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub(crate) speedup_threshold: f64,
+    pub(crate) dense: [BTreeMap<String, Vec<DenseRule>>; 4],
+    pub(crate) grouped: [Vec<GroupedRule>; 2],
+    /// Top-level keys other than `version`, `speedup_threshold` and `rules` (provenance and the
+    /// like). The seed's loader ignores them; we keep them on a round trip.
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl Policy {
+    /// An empty policy (every module runs BF16) with the given threshold.
+    ///
+    /// Fails when the threshold is not a finite number above zero.
+    pub fn new(speedup_threshold: f64) -> Result<Self, PolicyError> {
+        check_ratio(speedup_threshold).map_err(|p| in_memory("speedup_threshold", p))?;
+        Ok(Policy {
+            speedup_threshold,
+            dense: Default::default(),
+            grouped: Default::default(),
+            extra: BTreeMap::new(),
+        })
+    }
+
+    /// Speedup a module had to reach for FP8 to be enabled when the policy was built.
+    pub fn speedup_threshold(&self) -> f64 {
+        self.speedup_threshold
+    }
+
+    /// Adds a dense rule. Fails on a zero `tp`, a bad speedup, an empty `ub_name`, or a rule
+    /// whose `(kind, ub_name, tp)` is already present.
+    pub fn add_dense_rule(
+        &mut self,
+        kind: DenseKind,
+        ub_name: &str,
+        rule: DenseRule,
+    ) -> Result<(), PolicyError> {
+        let path = format!("rules.{kind}.{ub_name}");
+        if ub_name.is_empty() {
+            return Err(in_memory(&path, Problem::EmptyUbName));
+        }
+        if rule.tp == 0 {
+            return Err(in_memory(&format!("{path}.tp"), Problem::Zero));
+        }
+        if let Some(s) = rule.measured_speedup {
+            check_ratio(s).map_err(|p| in_memory(&format!("{path}.measured_speedup"), p))?;
+        }
+        let list = self.dense[kind.index()]
+            .entry(ub_name.to_owned())
+            .or_default();
+        match list.binary_search_by_key(&rule.tp, |r| r.tp) {
+            Ok(_) => Err(in_memory(
+                &path,
+                Problem::Duplicate {
+                    key: RuleKey::Dense {
+                        kind,
+                        ub_name: ub_name.to_owned(),
+                        tp: rule.tp,
+                    }
+                    .to_string(),
+                    first: path.clone(),
+                },
+            )),
+            Err(at) => {
+                list.insert(at, rule);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds a grouped rule. Fails on a zero `etp`/`num_gemms`, a bad speedup, or a rule whose
+    /// `(kind, etp, num_gemms)` is already present.
+    pub fn add_grouped_rule(
+        &mut self,
+        kind: GroupedKind,
+        rule: GroupedRule,
+    ) -> Result<(), PolicyError> {
+        let path = format!("rules.{kind}");
+        if rule.etp == 0 {
+            return Err(in_memory(&format!("{path}.etp"), Problem::Zero));
+        }
+        if rule.num_gemms == 0 {
+            return Err(in_memory(&format!("{path}.num_gemms"), Problem::Zero));
+        }
+        if let Some(s) = rule.measured_speedup {
+            check_ratio(s).map_err(|p| in_memory(&format!("{path}.measured_speedup"), p))?;
+        }
+        let list = &mut self.grouped[kind.index()];
+        match list.binary_search_by_key(&(rule.etp, rule.num_gemms), |r| (r.etp, r.num_gemms)) {
+            Ok(_) => Err(in_memory(
+                &path,
+                Problem::Duplicate {
+                    key: RuleKey::Grouped {
+                        kind,
+                        etp: rule.etp,
+                        num_gemms: rule.num_gemms,
+                    }
+                    .to_string(),
+                    first: path.clone(),
+                },
+            )),
+            Err(at) => {
+                list.insert(at, rule);
+                Ok(())
+            }
+        }
+    }
+
+    /// The dense rules of one kind, by `ub_name`, each list sorted by `tp`.
+    pub fn dense_rules(&self, kind: DenseKind) -> &BTreeMap<String, Vec<DenseRule>> {
+        &self.dense[kind.index()]
+    }
+
+    /// The grouped rules of one kind, sorted by `(etp, num_gemms)`.
+    pub fn grouped_rules(&self, kind: GroupedKind) -> &[GroupedRule] {
+        &self.grouped[kind.index()]
+    }
+
+    /// Total number of rules.
+    pub fn rule_count(&self) -> usize {
+        let dense: usize = self
+            .dense
+            .iter()
+            .flat_map(|m| m.values())
+            .map(Vec::len)
+            .sum();
+        dense + self.grouped.iter().map(Vec::len).sum::<usize>()
+    }
+
+    /// Every rule's key, in canonical order.
+    pub fn rule_keys(&self) -> Vec<RuleKey> {
+        let mut keys = Vec::with_capacity(self.rule_count());
+        for kind in DenseKind::ALL {
+            for (ub, rules) in self.dense_rules(kind) {
+                keys.extend(rules.iter().map(|r| RuleKey::Dense {
+                    kind,
+                    ub_name: ub.clone(),
+                    tp: r.tp,
+                }));
+            }
+        }
+        for kind in GroupedKind::ALL {
+            keys.extend(self.grouped_rules(kind).iter().map(|r| RuleKey::Grouped {
+                kind,
+                etp: r.etp,
+                num_gemms: r.num_gemms,
+            }));
+        }
+        keys
+    }
+}
+
+pub(crate) fn check_ratio(x: f64) -> Result<(), Problem> {
+    if x.is_finite() && x > 0.0 {
+        Ok(())
+    } else {
+        Err(Problem::BadRatio(x.to_string()))
+    }
+}
+
+fn in_memory(path: &str, problem: Problem) -> PolicyError {
+    PolicyError::Invalid {
+        file: "<memory>".into(),
+        path: path.to_owned(),
+        problem,
+    }
+}

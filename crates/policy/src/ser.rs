@@ -1,0 +1,86 @@
+//! Deterministic serialization.
+//!
+//! Key order is fixed (`version`, `speedup_threshold`, `rules`, then extra keys sorted), kinds
+//! come in canonical order, `ub_name`s sorted, rules sorted by their key. The same policy
+//! therefore always gives the same bytes, which keeps `policies/` diffs reviewable.
+
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Serialize, Serializer};
+
+use crate::kind::{DenseKind, GroupedKind};
+use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
+
+impl Serialize for Policy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3 + self.extra.len()))?;
+        m.serialize_entry("version", &POLICY_VERSION)?;
+        m.serialize_entry("speedup_threshold", &self.speedup_threshold)?;
+        m.serialize_entry("rules", &RulesView(self))?;
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+struct RulesView<'a>(&'a Policy);
+
+impl Serialize for RulesView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut m = s.serialize_map(None)?;
+        for kind in DenseKind::ALL {
+            let by_ub = p.dense_rules(kind);
+            if !by_ub.is_empty() {
+                m.serialize_entry(kind.to_string().as_str(), by_ub)?;
+            }
+        }
+        for kind in GroupedKind::ALL {
+            let rules = p.grouped_rules(kind);
+            if !rules.is_empty() {
+                m.serialize_entry(kind.to_string().as_str(), rules)?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl Serialize for DenseRule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = 2 + usize::from(self.measured_speedup.is_some());
+        let mut st = s.serialize_struct("DenseRule", n)?;
+        st.serialize_field("tp", &self.tp)?;
+        st.serialize_field("min_tokens", &self.min_tokens)?;
+        if let Some(x) = self.measured_speedup {
+            st.serialize_field("measured_speedup", &x)?;
+        }
+        st.end()
+    }
+}
+
+impl Serialize for GroupedRule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = 3 + usize::from(self.measured_speedup.is_some());
+        let mut st = s.serialize_struct("GroupedRule", n)?;
+        st.serialize_field("etp", &self.etp)?;
+        st.serialize_field("num_gemms", &self.num_gemms)?;
+        st.serialize_field("min_tokens", &self.min_tokens)?;
+        if let Some(x) = self.measured_speedup {
+            st.serialize_field("measured_speedup", &x)?;
+        }
+        st.end()
+    }
+}
+
+impl Policy {
+    /// The policy as pretty JSON (two-space indent) with a trailing newline.
+    pub fn to_json(&self) -> String {
+        // Cannot fail: every float in a Policy is finite (checked on insert) and every map key
+        // is a string.
+        let mut out = serde_json::to_string_pretty(self).unwrap_or_else(|e| {
+            unreachable!("policy serialization is infallible: {e}");
+        });
+        out.push('\n');
+        out
+    }
+}
