@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     Validate(cmd::validate::Args),
     Decide(cmd::decide::Args),
+    Explain(cmd::explain::ExplainArgs),
+    Check(cmd::explain::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(a) => cmd::validate::run(a),
         Command::Decide(a) => cmd::decide::run(a),
+        Command::Explain(a) => cmd::explain::explain(a),
+        Command::Check(a) => cmd::explain::check(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

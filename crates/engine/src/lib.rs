@@ -12,7 +12,16 @@
 //! format and `fp8-merge` builds policies from measurements.
 
 pub mod classify;
+pub mod config;
+pub mod inventory;
+pub mod model;
+pub mod plan;
+pub mod render;
 pub mod tokens;
 
 pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
+pub use config::{ConfigError, load_model};
+pub use inventory::{LayoutError, ModuleSpec, Parallel, inventory};
+pub use model::{Arch, Component, ModelDesc, Role};
+pub use plan::{ModuleDecision, Plan, PlanConfig, PlanError, PlannedModule, Summary, decide, plan};
 pub use tokens::{TokenConfig, TokenSource};

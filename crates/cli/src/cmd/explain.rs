@@ -1,0 +1,128 @@
+//! `fp8sel explain` and `fp8sel check`: the plan for a whole model.
+
+use fp8_engine::{Plan, plan, render};
+use serde_json::json;
+
+use super::model_args::{ModelArgs, PolicyArgs, plan_config};
+use crate::error::{CliError, CliResult};
+
+/// Show, module by module, which TE modules of a model run FP8 and why.
+///
+/// One row per module group (identical layers are counted together): name, TE class, kind,
+/// ub_name, per-rank shapes, tokens compared, precision, reason. A summary follows: the share
+/// of modules and of GEMM FLOPs that run FP8, and every rule the policy is missing.
+///
+/// Examples:
+///   fp8sel explain --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json \
+///       --tp 4 --seq-length 4096 --micro-batch-size 1
+///   fp8sel explain --model fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml --json
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Check that the policy has a rule for every module under this layout.
+///
+/// Exits 0 when every module matched a rule, and 1 listing the gaps otherwise: the seed's
+/// troubleshooting case "the policy has no rule for the current TP/EP". Re-run the benchmark
+/// at that layout and merge it into the policy to close a gap.
+///
+/// Example:
+///   fp8sel check --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json \
+///       --tp 8 --ep 32 --etp 1 --seq-length 32768
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<Plan> {
+    let r = model.resolve()?;
+    let policies = policy.load(&r.model)?;
+    plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)
+}
+
+fn plan_json(p: &Plan) -> serde_json::Value {
+    let modules: Vec<_> = p
+        .modules
+        .iter()
+        .map(|m| {
+            let s = &m.spec;
+            json!({
+                "name": s.name, "component": s.component, "layers": s.layers, "te_class": s.te_class,
+                "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
+                "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
+                "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "reason": m.reason,
+            })
+        })
+        .collect();
+    json!({ "modules": modules, "summary": p.summary })
+}
+
+/// Runs `explain`.
+pub fn explain(args: &ExplainArgs) -> CliResult {
+    let p = make_plan(&args.model, &args.policy)?;
+    if args.json {
+        println!("{:#}", plan_json(&p));
+    } else {
+        print!("{}", render::table(&p));
+    }
+    Ok(())
+}
+
+/// Runs `check`; returns exit code 1 (as an error) when a rule is missing.
+pub fn check(args: &CheckArgs) -> CliResult {
+    let p = make_plan(&args.model, &args.policy)?;
+    let s = &p.summary;
+    let ok = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
+    if args.json {
+        println!(
+            "{:#}",
+            json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy})
+        );
+    } else if ok {
+        println!(
+            "ok: every module has a rule ({} module instances, {} run FP8)",
+            s.modules, s.fp8_modules
+        );
+    } else {
+        for role in &s.components_without_policy {
+            println!(
+                "no policy for the {role} component (pass --policy/--vit-policy or set fp8_dynamic_policy_path)"
+            );
+        }
+        for m in &s.missing_rules {
+            println!(
+                "missing rule {} {}: {}",
+                m.component,
+                m.key,
+                m.modules.join(", ")
+            );
+        }
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError {
+            code: 1,
+            message: format!(
+                "{} missing rule(s), {} component(s) without a policy: re-run the benchmark at this layout and merge it into the policy",
+                s.missing_rules.len(),
+                s.components_without_policy.len()
+            ),
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! Arguments shared by the commands that work on a whole model: explain, check (and bench).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fp8_engine::{ModelDesc, Parallel, PlanConfig, Role, TokenConfig, load_model};
+use fp8_policy::Policy;
+
+use crate::error::{CliError, CliResult};
+
+/// A model, a layout and the token settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// Model config: Megatron/LoongForge YAML (Hydra defaults resolved relative to it) or a
+    /// HuggingFace config.json.
+    #[arg(long, value_name = "CONFIG")]
+    pub model: PathBuf,
+    /// Tensor-parallel size [default: the config's tensor_model_parallel_size, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub tp: Option<u32>,
+    /// Expert-parallel size [default: the config's, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ep: Option<u32>,
+    /// Expert tensor-parallel size [default: the config's, else --tp as in Megatron].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub etp: Option<u32>,
+    /// Context-parallel size: divides the tokens each rank's GEMMs see [default: config, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cp: Option<u32>,
+    /// Turn sequence parallelism off (it is on by default whenever TP > 1).
+    #[arg(long)]
+    pub no_sequence_parallel: bool,
+    /// Sequence length [default: the config's seq_length].
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq_length: Option<u64>,
+    /// Micro-batch size [default: the config's micro_batch_size, else 1].
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u64).range(1..))]
+    pub micro_batch_size: Option<u64>,
+    /// Token override for the LLM (fp8_dynamic_num_tokens) [default: the config's].
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
+    pub num_tokens: Option<u64>,
+    /// Token override for the ViT of a VLM [default: the config's image_encoder value].
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
+    pub vit_num_tokens: Option<u64>,
+    /// moe_router_topk override [default: the config's].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub topk: Option<u64>,
+}
+
+/// Policy selection for the components.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PolicyArgs {
+    /// Policy for the LLM (or the only component). Default: the config's
+    /// fp8_dynamic_policy_path when selective_fp8 is true.
+    #[arg(long, value_name = "P")]
+    pub policy: Option<PathBuf>,
+    /// Policy for the ViT of a VLM. Default: the image_encoder's fp8_dynamic_policy_path.
+    #[arg(long, value_name = "P")]
+    pub vit_policy: Option<PathBuf>,
+    /// Project root that relative fp8_dynamic_policy_path values resolve against.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub root: PathBuf,
+}
+
+/// The model with its resolved layout and tokens.
+pub struct Resolved {
+    /// The model.
+    pub model: ModelDesc,
+    /// The layout.
+    pub parallel: Parallel,
+    /// Tokens per component.
+    pub tokens: BTreeMap<Role, TokenConfig>,
+}
+
+impl ModelArgs {
+    /// Loads the model and fills every unset value from the config.
+    pub fn resolve(&self) -> CliResult<Resolved> {
+        let model = load_model(&self.model).map_err(CliError::input)?;
+        let llm = model.component(Role::Llm).or(model.components.first());
+        let rec = llm.map(|c| c.recommended.clone()).unwrap_or_default();
+        let tp = self.tp.or(rec.tp).unwrap_or(1);
+        let parallel = Parallel {
+            tp,
+            ep: self.ep.or(rec.ep).unwrap_or(1),
+            etp: self.etp.or(rec.etp).unwrap_or(tp),
+            cp: self.cp.or(rec.cp).unwrap_or(1),
+            sequence_parallel: !self.no_sequence_parallel && tp > 1,
+        };
+        let mut tokens = BTreeMap::new();
+        for c in &model.components {
+            let seq = self
+                .seq_length
+                .or(c.recommended.seq_length)
+                .or(rec.seq_length);
+            let mbs = self
+                .micro_batch_size
+                .or(c.recommended.micro_batch_size)
+                .or(rec.micro_batch_size)
+                .unwrap_or(1);
+            let override_ = match c.role {
+                Role::Llm => self.num_tokens,
+                Role::Vit => self.vit_num_tokens,
+            }
+            .or(c.fp8.num_tokens);
+            if seq.is_none() && override_.is_none() {
+                return Err(CliError::input(format!(
+                    "{}: no sequence length for the {} component; fix: pass --seq-length \
+                     (or --num-tokens / --vit-num-tokens), or set seq_length in the config",
+                    self.model.display(),
+                    c.role
+                )));
+            }
+            tokens.insert(
+                c.role,
+                TokenConfig {
+                    seq_length: seq.unwrap_or(0),
+                    micro_batch_size: mbs,
+                    context_parallel_size: u64::from(parallel.cp),
+                    fp8_dynamic_num_tokens: override_,
+                },
+            );
+        }
+        Ok(Resolved {
+            model,
+            parallel,
+            tokens,
+        })
+    }
+}
+
+impl PolicyArgs {
+    /// Loads the policy of each component: the flag, else the config's path when
+    /// selective_fp8 is on. A component with neither has none (and runs BF16).
+    pub fn load(&self, model: &ModelDesc) -> CliResult<BTreeMap<Role, Policy>> {
+        let mut out = BTreeMap::new();
+        for c in &model.components {
+            let flag = match c.role {
+                Role::Llm => self.policy.as_ref(),
+                Role::Vit => self.vit_policy.as_ref(),
+            };
+            match (flag, &c.fp8.policy_path) {
+                (Some(p), _) => {
+                    out.insert(c.role, Policy::load(p)?);
+                }
+                (None, Some(p)) if c.fp8.selective_fp8 => {
+                    let path = resolve(&self.root, p);
+                    let policy = Policy::load(&path).map_err(|e| {
+                        CliError::input(format!(
+                            "{e}\n  (the {} policy comes from fp8_dynamic_policy_path `{p}` in the model config, \
+                             resolved against --root {}; pass --root or --policy to change it)",
+                            c.role,
+                            self.root.display()
+                        ))
+                    })?;
+                    out.insert(c.role, policy);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn resolve(root: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    }
+}
+
+/// Builds the plan configuration.
+pub fn plan_config<'a>(
+    r: &Resolved,
+    policies: &'a BTreeMap<Role, Policy>,
+    topk: Option<u64>,
+) -> PlanConfig<'a> {
+    PlanConfig {
+        parallel: r.parallel,
+        tokens: r.tokens.clone(),
+        topk,
+        policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
+    }
+}

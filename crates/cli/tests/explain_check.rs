@@ -1,0 +1,228 @@
+//! `fp8sel explain` and `fp8sel check` end to end.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn explain_table_and_summary() {
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "fixtures/policies/test_mixed.json",
+        "--tp",
+        "8",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("module "), "{out}");
+    assert!(
+        out.contains("decoder.layers.mlp.linear_fc2") && out.contains("3696 x 8192"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tokens (llm): 4096 (seq 4096 x mbs 1)"),
+        "{out}"
+    );
+    assert!(out.contains("fp8: 80 of 320 module instances"), "{out}");
+}
+
+#[test]
+fn explain_json_has_every_field() {
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/deepseek_v3.yaml",
+        "--policy",
+        "fixtures/policies/test_mixed.json",
+        "--tp",
+        "8",
+        "--ep",
+        "32",
+        "--etp",
+        "1",
+        "--seq-length",
+        "8192",
+        "--micro-batch-size",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let modules = v["modules"].as_array().unwrap();
+    assert_eq!(modules.len(), 11);
+    for m in modules {
+        for k in [
+            "name",
+            "component",
+            "layers",
+            "te_class",
+            "module_kind",
+            "ub_name",
+            "in_features",
+            "out_features",
+            "num_gemms",
+            "num_tokens",
+            "use_fp8",
+            "reason",
+        ] {
+            assert!(m.get(k).is_some(), "missing {k} in {m}");
+        }
+    }
+    let experts = modules
+        .iter()
+        .find(|m| m["module_kind"] == "column_grouped")
+        .unwrap();
+    assert_eq!(experts["num_gemms"], 8);
+    assert_eq!(experts["num_tokens"], 65536);
+    assert_eq!(experts["use_fp8"], true);
+    assert!(v["summary"]["fp8_flop_share"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn config_policy_paths_resolve_against_root() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::copy(
+        root().join("fixtures/policies/test_mixed.json"),
+        dir.path().join("policies/qwen3_vl_235b_a22b.llm.json"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("fixtures/policies/test_vit.json"),
+        dir.path().join("policies/qwen3_vl_235b_a22b.vit.json"),
+    )
+    .unwrap();
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml",
+        "--root",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let vit_fc1 = v["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["component"] == "vit" && m["ub_name"] == "fc1")
+        .unwrap();
+    // fp8_dynamic_num_tokens: 16384 from the config's image_encoder section.
+    assert_eq!(vit_fc1["num_tokens"], 16384);
+    assert_eq!(vit_fc1["use_fp8"], true);
+    assert!(
+        v["summary"]["components_without_policy"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // A wrong root names the field the path came from.
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml",
+        "--root",
+        "/nonexistent",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("fp8_dynamic_policy_path"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn check_exits_1_and_lists_gaps() {
+    let ok = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "fixtures/policies/test_mixed.json",
+        "--tp",
+        "1",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stdout));
+    assert!(text(&ok.stdout).starts_with("ok: every module has a rule"));
+    let gap = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "fixtures/policies/test_mixed.json",
+        "--tp",
+        "4",
+    ]);
+    assert_eq!(gap.status.code(), Some(1));
+    let out = text(&gap.stdout);
+    assert!(
+        out.contains("missing rule llm (kind=row, ub_name=fc2, tp=4)"),
+        "{out}"
+    );
+    // No policy at all is a gap too.
+    let none = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--tp",
+        "1",
+    ]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(text(&none.stdout).contains("no policy for the llm component"));
+}
+
+#[test]
+fn bad_model_inputs_exit_2() {
+    for args in [
+        vec![
+            "explain",
+            "--model",
+            "/no/such.yaml",
+            "--tp",
+            "1",
+            "--seq-length",
+            "4",
+        ],
+        vec![
+            "explain",
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
+            "--tp",
+            "3",
+        ],
+        vec!["explain", "--model", "fixtures/models/parts/qwen3_vit.yaml"],
+        vec![
+            "check",
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
+            "--policy",
+            "fixtures/models/qwen2_5_72b.yaml",
+        ],
+    ] {
+        let o = fp8sel(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("panicked"));
+    }
+}

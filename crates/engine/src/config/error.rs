@@ -1,0 +1,39 @@
+//! Config errors: the file, the field, and what to do.
+
+use std::path::PathBuf;
+
+/// Why a model config could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid YAML/JSON.
+    #[error("{file}: not valid {format}: {message}")]
+    Syntax {
+        /// The file.
+        file: PathBuf,
+        /// `YAML` or `JSON`.
+        format: &'static str,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field is missing, has the wrong type, or an unsupported value.
+    #[error("{file}: field `{field}`: {problem}; fix: {fix}")]
+    Field {
+        /// The file.
+        file: PathBuf,
+        /// Dotted path of the field.
+        field: String,
+        /// What is wrong.
+        problem: String,
+        /// What to do.
+        fix: String,
+    },
+}

@@ -1,0 +1,204 @@
+//! HuggingFace `config.json` -> components.
+//!
+//! Supported `model_type`s: llama, mistral, qwen2, qwen3 (dense); qwen2_moe, qwen3_moe, mixtral
+//! (MoE); deepseek_v3 / deepseek_v2 (MLA, shared experts, first dense layers); qwen3_vl_moe and
+//! qwen3_vl (LLM from `text_config`, ViT from `vision_config`).
+
+use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun, Role};
+
+use super::error::ConfigError;
+use super::fields::Fields;
+
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, \
+                         deepseek_v3, qwen3_vl, qwen3_vl_moe";
+
+pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
+    let model_type = f.opt_str(&["model_type"])?.ok_or_else(|| {
+        f.err(
+            "model_type",
+            "missing",
+            format!("add the HF model_type (one of {SUPPORTED})"),
+        )
+    })?;
+    match model_type {
+        "llama" | "mistral" | "qwen2" | "qwen3" => Ok(vec![text(f, Family::Dense)?]),
+        "qwen2_moe" | "qwen3_moe" => Ok(vec![text(f, Family::QwenMoe)?]),
+        "mixtral" => Ok(vec![text(f, Family::Mixtral)?]),
+        "deepseek_v3" | "deepseek_v2" => Ok(vec![text(f, Family::DeepSeek)?]),
+        "qwen3_vl_moe" | "qwen3_vl" => {
+            let t = f.sub("text_config", "text_config")?.ok_or_else(|| {
+                f.err(
+                    "text_config",
+                    "missing",
+                    "a Qwen3-VL config carries the LLM under text_config",
+                )
+            })?;
+            let family = if model_type == "qwen3_vl_moe" {
+                Family::QwenMoe
+            } else {
+                Family::Dense
+            };
+            let v = f.sub("vision_config", "vision_config")?.ok_or_else(|| {
+                f.err(
+                    "vision_config",
+                    "missing",
+                    "a Qwen3-VL config carries the ViT under vision_config",
+                )
+            })?;
+            Ok(vec![text(t, family)?, vision(v)?])
+        }
+        other => Err(f.err(
+            "model_type",
+            format!("unsupported model_type `{other}`"),
+            format!("use a Megatron YAML config, or one of {SUPPORTED}"),
+        )),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Family {
+    Dense,
+    QwenMoe,
+    Mixtral,
+    DeepSeek,
+}
+
+fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
+    let mut defaults = Vec::new();
+    let num_layers = f.req_pos(&["num_hidden_layers"], "number of transformer layers")?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
+    let ffn = f.req_pos(&["intermediate_size"], "MLP hidden size")?;
+    let groups = match f.opt_u64(&["num_key_value_heads"])? {
+        Some(g) if g > 0 => g,
+        _ => {
+            defaults.push(format!("num_key_value_heads absent: MHA, groups = {heads}"));
+            heads
+        }
+    };
+    if !heads.is_multiple_of(groups) {
+        return Err(f.err(
+            "num_key_value_heads",
+            format!("{groups} does not divide {heads} heads"),
+            "fix the head counts",
+        ));
+    }
+    let head_dim = match f.opt_u64(&["head_dim"])? {
+        Some(d) => d,
+        None => {
+            defaults.push(format!(
+                "head_dim absent: hidden_size / num_attention_heads = {}",
+                hidden / heads
+            ));
+            hidden / heads
+        }
+    };
+    let act = f.opt_str(&["hidden_act"])?.unwrap_or("silu");
+    // Every supported text family uses a gated MLP (SwiGLU with silu).
+    let gated = matches!(act, "silu" | "swish" | "gelu" | "gelu_pytorch_tanh");
+    let mut mla = None;
+    let mut moe = None;
+    match family {
+        Family::Dense => {}
+        Family::QwenMoe => {
+            let num_experts = f.req_pos(&["num_experts"], "routed experts")?;
+            let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
+            let topk = f.req_pos(&["num_experts_per_tok"], "router top-k")?;
+            let step = f.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
+            let mlp_only = f
+                .map
+                .get("mlp_only_layers")
+                .and_then(|v| v.as_array())
+                .map_or(0, |a| a.len() as u64);
+            let sparse = (0..num_layers).filter(|i| (i + 1).is_multiple_of(step)).count() as u64;
+            let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
+            moe = Some(Moe {
+                num_experts,
+                moe_ffn_hidden_size: moe_ffn,
+                router_topk: topk,
+                shared_expert_ffn_hidden_size: f
+                    .opt_u64(&["shared_expert_intermediate_size"])?
+                    .filter(|s| *s > 0),
+                dense_layers,
+            });
+        }
+        Family::Mixtral => {
+            moe = Some(Moe {
+                num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
+                moe_ffn_hidden_size: ffn,
+                router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
+                shared_expert_ffn_hidden_size: None,
+                dense_layers: 0,
+            });
+        }
+        Family::DeepSeek => {
+            let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
+            let shared = f.opt_u64(&["n_shared_experts"])?.unwrap_or(0);
+            moe = Some(Moe {
+                num_experts: f.req_pos(&["n_routed_experts"], "routed experts")?,
+                moe_ffn_hidden_size: moe_ffn,
+                router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
+                shared_expert_ffn_hidden_size: (shared > 0).then_some(shared * moe_ffn),
+                dense_layers: f
+                    .opt_u64(&["first_k_dense_replace"])?
+                    .unwrap_or(0)
+                    .min(num_layers),
+            });
+            mla = Some(Mla {
+                q_lora_rank: f.opt_u64(&["q_lora_rank"])?.filter(|r| *r > 0),
+                kv_lora_rank: f.req_pos(&["kv_lora_rank"], "MLA key/value rank")?,
+                qk_head_dim: f.req_pos(&["qk_nope_head_dim"], "MLA per-head q/k dim")?,
+                qk_pos_emb_head_dim: f.req_u64(&["qk_rope_head_dim"], "MLA rotary dim")?,
+                v_head_dim: f.req_pos(&["v_head_dim"], "MLA value dim")?,
+            });
+        }
+    }
+    Ok(Component {
+        role: Role::Llm,
+        arch: Arch {
+            num_layers,
+            hidden_size: hidden,
+            ffn_hidden_size: ffn,
+            num_attention_heads: heads,
+            num_query_groups: groups,
+            head_dim,
+            gated_mlp: gated,
+            norm: Norm::RmsNorm,
+            mla,
+            moe,
+        },
+        fp8: Fp8Settings::default(),
+        recommended: RecommendedRun::default(),
+        defaults_applied: defaults,
+    })
+}
+
+fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
+    let mut defaults = Vec::new();
+    let num_layers = f.req_pos(&["depth", "num_hidden_layers"], "ViT blocks")?;
+    let hidden = f.req_pos(&["hidden_size"], "ViT width")?;
+    let heads = f.req_pos(&["num_heads", "num_attention_heads"], "ViT heads")?;
+    let ffn = f.req_pos(&["intermediate_size"], "ViT MLP size")?;
+    let act = f.opt_str(&["hidden_act"])?.unwrap_or("gelu_pytorch_tanh");
+    if !f.has("hidden_act") {
+        defaults.push("vision hidden_act absent: gelu_pytorch_tanh (ungated)".to_owned());
+    }
+    Ok(Component {
+        role: Role::Vit,
+        arch: Arch {
+            num_layers,
+            hidden_size: hidden,
+            ffn_hidden_size: ffn,
+            num_attention_heads: heads,
+            num_query_groups: heads,
+            head_dim: hidden / heads,
+            gated_mlp: act == "silu",
+            norm: Norm::LayerNorm,
+            mla: None,
+            moe: None,
+        },
+        fp8: Fp8Settings::default(),
+        recommended: RecommendedRun::default(),
+        defaults_applied: defaults,
+    })
+}

@@ -1,0 +1,276 @@
+//! Megatron/LoongForge field names -> one [`Component`].
+
+use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun, Role};
+
+use super::error::ConfigError;
+use super::fields::Fields;
+
+pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
+    let mut defaults = Vec::new();
+    let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
+    let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
+        Some(v) => v,
+        None => {
+            defaults.push(format!(
+                "ffn_hidden_size absent: 4 x hidden_size = {}",
+                4 * hidden
+            ));
+            4 * hidden
+        }
+    };
+    let gqa_off = f.opt_bool(&["group_query_attention"])? == Some(false);
+    let groups = match f.opt_u64(&["num_query_groups"])? {
+        Some(g) if !gqa_off => g,
+        _ => {
+            defaults.push(format!(
+                "num_query_groups absent: MHA, groups = num_attention_heads = {heads}"
+            ));
+            heads
+        }
+    };
+    if groups == 0 || !heads.is_multiple_of(groups) {
+        return Err(f.err(
+            "num_query_groups",
+            format!("{groups} does not divide num_attention_heads {heads}"),
+            "use a divisor of num_attention_heads",
+        ));
+    }
+    let head_dim = match f.opt_u64(&["kv_channels"])? {
+        Some(v) => v,
+        None => {
+            defaults.push(format!(
+                "kv_channels absent: head_dim = hidden_size / num_attention_heads = {}",
+                hidden / heads
+            ));
+            hidden / heads
+        }
+    };
+    let act = f.opt_str(&["activation_func", "hidden_act"])?.unwrap_or("");
+    let gated = match f.opt_bool(&["swiglu", "gated_linear_unit"])? {
+        Some(g) => g,
+        None if act.contains("glu") => true,
+        None => {
+            defaults.push("swiglu / gated_linear_unit absent: plain (ungated) MLP".to_owned());
+            false
+        }
+    };
+    let norm = match f.opt_str(&["normalization"])? {
+        Some("RMSNorm" | "rmsnorm" | "RMSnorm") => Norm::RmsNorm,
+        Some("LayerNorm" | "layernorm") => Norm::LayerNorm,
+        Some(other) => {
+            return Err(f.err(
+                "normalization",
+                format!("unknown normalization `{other}`"),
+                "use RMSNorm or LayerNorm",
+            ));
+        }
+        None => {
+            defaults.push("normalization absent: LayerNorm (Megatron's default)".to_owned());
+            Norm::LayerNorm
+        }
+    };
+    let mla = if f.opt_bool(&["multi_latent_attention"])? == Some(true) {
+        Some(mla(f, &mut defaults)?)
+    } else {
+        None
+    };
+    let moe = moe(f, num_layers, ffn, &mut defaults)?;
+    let fp8 = Fp8Settings {
+        selective_fp8: f.opt_bool(&["selective_fp8"])?.unwrap_or(false),
+        policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
+        num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
+        recipe: f.opt_str(&["fp8_recipe"])?.map(str::to_owned),
+    };
+    let small = |keys: &[&'static str]| -> Result<Option<u32>, ConfigError> {
+        f.opt_u64(keys)?
+            .map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    f.err(
+                        keys[0],
+                        format!("{v} is too large"),
+                        "use a realistic parallel size",
+                    )
+                })
+            })
+            .transpose()
+    };
+    let recommended = RecommendedRun {
+        seq_length: f.opt_u64(&["seq_length"])?,
+        micro_batch_size: f.opt_u64(&["micro_batch_size"])?,
+        tp: small(&["tensor_model_parallel_size"])?,
+        ep: small(&["expert_model_parallel_size"])?,
+        etp: small(&["expert_tensor_parallel_size"])?,
+        cp: small(&["context_parallel_size"])?,
+    };
+    Ok(Component {
+        role,
+        arch: Arch {
+            num_layers,
+            hidden_size: hidden,
+            ffn_hidden_size: ffn,
+            num_attention_heads: heads,
+            num_query_groups: groups,
+            head_dim,
+            gated_mlp: gated,
+            norm,
+            mla,
+            moe,
+        },
+        fp8,
+        recommended,
+        defaults_applied: defaults,
+    })
+}
+
+fn mla(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Mla, ConfigError> {
+    let dflt = |keys: &[&'static str], v: u64, d: &mut Vec<String>| -> Result<u64, ConfigError> {
+        Ok(match f.opt_u64(keys)? {
+            Some(x) => x,
+            None => {
+                d.push(format!("{} absent: {v} (Megatron's default)", keys[0]));
+                v
+            }
+        })
+    };
+    Ok(Mla {
+        q_lora_rank: f.opt_u64(&["q_lora_rank"])?,
+        kv_lora_rank: f.req_pos(&["kv_lora_rank"], "MLA key/value down-projection rank")?,
+        qk_head_dim: dflt(&["qk_head_dim"], 128, defaults)?,
+        qk_pos_emb_head_dim: dflt(&["qk_pos_emb_head_dim"], 64, defaults)?,
+        v_head_dim: dflt(&["v_head_dim"], 128, defaults)?,
+    })
+}
+
+fn moe(
+    f: Fields<'_>,
+    num_layers: u64,
+    ffn: u64,
+    defaults: &mut Vec<String>,
+) -> Result<Option<Moe>, ConfigError> {
+    let Some(num_experts) = f
+        .opt_u64(&["num_moe_experts", "num_experts"])?
+        .filter(|n| *n > 0)
+    else {
+        return Ok(None);
+    };
+    let moe_ffn = match f.opt_u64(&["moe_ffn_hidden_size"])? {
+        Some(v) => v,
+        None => {
+            defaults.push(format!(
+                "moe_ffn_hidden_size absent: ffn_hidden_size = {ffn}"
+            ));
+            ffn
+        }
+    };
+    let topk = match f.opt_u64(&["moe_router_topk"])? {
+        Some(0) => {
+            return Err(f.err(
+                "moe_router_topk",
+                "must be at least 1",
+                "set the router's top-k",
+            ));
+        }
+        Some(k) => k,
+        None => {
+            defaults.push("moe_router_topk absent: 2 (Megatron's default)".to_owned());
+            2
+        }
+    };
+    let dense_layers = dense_layer_count(f, num_layers)?;
+    Ok(Some(Moe {
+        num_experts,
+        moe_ffn_hidden_size: moe_ffn,
+        router_topk: topk,
+        shared_expert_ffn_hidden_size: f
+            .opt_u64(&["moe_shared_expert_intermediate_size"])?
+            .filter(|s| *s > 0),
+        dense_layers,
+    }))
+}
+
+/// Counts layers with a dense MLP from `moe_layer_freq` (an int, a 0/1 list, or the
+/// `([0]*3+[1]*58)` expression LoongForge configs use) or `first_k_dense_replace`.
+fn dense_layer_count(f: Fields<'_>, num_layers: u64) -> Result<u64, ConfigError> {
+    if let Some(k) = f.opt_u64(&["first_k_dense_replace"])? {
+        return Ok(k.min(num_layers));
+    }
+    let Some(v) = f.map.get("moe_layer_freq").filter(|v| !v.is_null()) else {
+        return Ok(0);
+    };
+    let bad = |why: &str| {
+        f.err(
+            "moe_layer_freq",
+            format!("{why} (found {v})"),
+            "write an integer, a list of 0/1 per layer, or an expression like ([0]*3+[1]*58)",
+        )
+    };
+    let pattern: Vec<u64> = match v {
+        serde_json::Value::Number(n) => {
+            let k = n
+                .as_u64()
+                .filter(|k| *k > 0)
+                .ok_or_else(|| bad("not a positive integer"))?;
+            (0..num_layers).map(|i| u64::from(i.is_multiple_of(k))).collect()
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_u64().filter(|b| *b <= 1))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("list entries must be 0 or 1"))?,
+        serde_json::Value::String(s) => {
+            parse_layer_expr(s).ok_or_else(|| bad("cannot parse expression"))?
+        }
+        _ => return Err(bad("unsupported type")),
+    };
+    if pattern.len() as u64 != num_layers {
+        return Err(bad(&format!(
+            "describes {} layers but num_layers is {num_layers}",
+            pattern.len()
+        )));
+    }
+    Ok(pattern.iter().filter(|b| **b == 0).count() as u64)
+}
+
+fn parse_layer_expr(s: &str) -> Option<Vec<u64>> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let s = s
+        .strip_prefix('(')
+        .and_then(|x| x.strip_suffix(')'))
+        .unwrap_or(&s);
+    let mut out = Vec::new();
+    for term in s.split('+') {
+        let (list, times) = match term.split_once('*') {
+            Some((l, n)) => (l, n.parse::<usize>().ok()?),
+            None => (term, 1),
+        };
+        let inner = list.strip_prefix('[')?.strip_suffix(']')?;
+        let items: Vec<u64> = inner
+            .split(',')
+            .map(|x| x.parse::<u64>().ok().filter(|b| *b <= 1))
+            .collect::<Option<_>>()?;
+        if times > 1_000_000 {
+            return None;
+        }
+        for _ in 0..times {
+            out.extend_from_slice(&items);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_layer_expr;
+
+    #[test]
+    fn layer_expressions() {
+        let p = parse_layer_expr("([0]*3+[1]*58)").unwrap();
+        assert_eq!(p.len(), 61);
+        assert_eq!(p.iter().filter(|b| **b == 0).count(), 3);
+        assert_eq!(parse_layer_expr("[1,0]*2"), Some(vec![1, 0, 1, 0]));
+        assert_eq!(parse_layer_expr("[2]*3"), None);
+        assert_eq!(parse_layer_expr("nonsense"), None);
+    }
+}

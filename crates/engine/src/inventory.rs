@@ -1,0 +1,394 @@
+//! Every TE linear module a component builds, with its per-rank shapes.
+//!
+//! The names and classes follow Megatron-Core's TE layer specs: `linear_qkv` is a
+//! `TELayerNormColumnParallelLinear` with `ub_name` `qkv`, MoE experts are `TEGroupedMLP`
+//! (`TEColumnParallelGroupedLinear` / `TERowParallelGroupedLinear`), shared experts and the MLA
+//! up projections are column/row parallel, and the MLA down projections are unsplit `TELinear`s.
+//! Identical layers are grouped with a count, so a 94-layer model has a handful of entries.
+
+use std::fmt;
+
+use fp8_policy::{KindFamily, Lookup, ModuleKind};
+use serde::Serialize;
+
+use crate::classify::{TeClass, promote_expert};
+use crate::model::{Component, Norm, Role};
+
+/// The parallel layout a rank runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Parallel {
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Expert-parallel size.
+    pub ep: u32,
+    /// Expert tensor-parallel size.
+    pub etp: u32,
+    /// Context-parallel size.
+    pub cp: u32,
+    /// Sequence parallelism (Megatron requires it for MoE with TP > 1; on by default).
+    pub sequence_parallel: bool,
+}
+
+impl Parallel {
+    /// TP only; EP = ETP = CP = 1.
+    pub const fn tp(tp: u32) -> Self {
+        Parallel {
+            tp,
+            ep: 1,
+            etp: 1,
+            cp: 1,
+            sequence_parallel: true,
+        }
+    }
+}
+
+impl fmt::Display for Parallel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tp{} ep{} etp{} cp{}",
+            self.tp, self.ep, self.etp, self.cp
+        )
+    }
+}
+
+/// One TE linear module (or a group of identical ones across layers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleSpec {
+    /// Megatron module path without the layer index, e.g. `decoder.layers.mlp.linear_fc1`.
+    pub name: String,
+    /// LLM or ViT.
+    pub component: Role,
+    /// How many layers have this module.
+    pub layers: u64,
+    /// The TE class Megatron instantiates.
+    pub te_class: TeClass,
+    /// The kind the policy is looked up with (experts promoted).
+    pub module_kind: ModuleKind,
+    /// TE tp-comm buffer name.
+    pub ub_name: Option<String>,
+    /// Whether the module is a routed MoE expert.
+    pub is_expert: bool,
+    /// Input features one rank's GEMM sees.
+    pub in_features: u64,
+    /// Output features one rank's GEMM sees.
+    pub out_features: u64,
+    /// GEMMs per module (local experts for grouped kinds, else 1).
+    pub num_gemms: u32,
+    /// The norm fused into a `layernorm_column` module.
+    pub norm: Option<Norm>,
+    /// TP size of the lookup key.
+    pub tp: u32,
+    /// Expert TP size of the lookup key.
+    pub etp: u32,
+    /// Rows divisor for unsplit (`duplicated`) modules under sequence parallelism: they run on
+    /// the rank's sequence shard before the all-gather.
+    pub row_divisor: u32,
+}
+
+impl ModuleSpec {
+    /// The policy lookup key of this module.
+    pub fn lookup(&self) -> Lookup<'_> {
+        match self.module_kind.family() {
+            KindFamily::Dense(kind) => Lookup::Dense {
+                kind,
+                ub_name: self.ub_name.as_deref(),
+                tp: self.tp,
+            },
+            KindFamily::Grouped(kind) => Lookup::Grouped {
+                kind,
+                etp: self.etp,
+                num_gemms: self.num_gemms,
+            },
+        }
+    }
+
+    /// Rows of this rank's GEMM (all experts together for grouped kinds), given the token count
+    /// the decision compares.
+    pub fn gemm_rows(&self, decision_tokens: u64) -> u64 {
+        decision_tokens.div_ceil(u64::from(self.row_divisor.max(1)))
+    }
+
+    /// Forward + backward GEMM FLOPs of one layer's module at `decision_tokens`: three GEMMs
+    /// (fprop, dgrad, wgrad) of `2 * rows * in * out` each.
+    pub fn step_flops(&self, decision_tokens: u64) -> f64 {
+        6.0 * self.gemm_rows(decision_tokens) as f64
+            * self.in_features as f64
+            * self.out_features as f64
+    }
+}
+
+/// A layout the model cannot be split into.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{component}: {what} = {value} is not divisible by {by_name} = {by}; fix: choose {by_name} that divides {what}"
+)]
+pub struct LayoutError {
+    /// Component.
+    pub component: Role,
+    /// The dimension being split.
+    pub what: &'static str,
+    /// Its value.
+    pub value: u64,
+    /// The parallel size's name.
+    pub by_name: &'static str,
+    /// The parallel size.
+    pub by: u64,
+}
+
+struct Builder<'a> {
+    c: &'a Component,
+    p: Parallel,
+    out: Vec<ModuleSpec>,
+}
+
+impl Builder<'_> {
+    fn split(
+        &self,
+        what: &'static str,
+        value: u64,
+        by_name: &'static str,
+        by: u32,
+    ) -> Result<u64, LayoutError> {
+        let by = u64::from(by.max(1));
+        if !value.is_multiple_of(by) {
+            return Err(LayoutError {
+                component: self.c.role,
+                what,
+                value,
+                by_name,
+                by,
+            });
+        }
+        Ok(value / by)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        name: &str,
+        layers: u64,
+        class: TeClass,
+        ub: &str,
+        expert: bool,
+        in_f: u64,
+        out_f: u64,
+        num_gemms: u32,
+    ) {
+        if layers == 0 {
+            return;
+        }
+        let base = class.kind();
+        let kind = if expert { promote_expert(base) } else { base };
+        let prefix = match self.c.role {
+            Role::Llm => "decoder.layers",
+            Role::Vit => "image_encoder.layers",
+        };
+        let duplicated_sp =
+            kind == ModuleKind::Duplicated && self.p.sequence_parallel && self.p.tp > 1;
+        self.out.push(ModuleSpec {
+            name: format!("{prefix}.{name}"),
+            component: self.c.role,
+            layers,
+            te_class: class,
+            module_kind: kind,
+            ub_name: Some(ub.to_owned()),
+            is_expert: expert,
+            in_features: in_f,
+            out_features: out_f,
+            num_gemms,
+            norm: (class == TeClass::LayerNormColumnParallelLinear).then_some(self.c.arch.norm),
+            tp: self.p.tp,
+            etp: self.p.etp,
+            row_divisor: if duplicated_sp { self.p.tp } else { 1 },
+        });
+    }
+}
+
+/// Lists every TE linear module the component builds on one rank under `parallel`.
+pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, LayoutError> {
+    use TeClass::*;
+    let a = &c.arch;
+    let mut b = Builder {
+        c,
+        p: parallel,
+        out: Vec::new(),
+    };
+    let tp = parallel.tp;
+    let n = a.num_layers;
+    let g = if a.gated_mlp { 2 } else { 1 };
+    let h = a.hidden_size;
+    // Attention.
+    match a.mla {
+        None => {
+            let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
+            let groups = b.split("num_query_groups", a.num_query_groups, "tp", tp)?;
+            b.push(
+                "self_attention.linear_qkv",
+                n,
+                LayerNormColumnParallelLinear,
+                "qkv",
+                false,
+                h,
+                a.head_dim * (heads + 2 * groups),
+                1,
+            );
+            b.push(
+                "self_attention.linear_proj",
+                n,
+                RowParallelLinear,
+                "proj",
+                false,
+                a.head_dim * heads,
+                h,
+                1,
+            );
+        }
+        Some(m) => {
+            let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
+            let q_head = m.qk_head_dim + m.qk_pos_emb_head_dim;
+            match m.q_lora_rank {
+                Some(r) => {
+                    b.push(
+                        "self_attention.linear_q_down_proj",
+                        n,
+                        Linear,
+                        "q_down_proj",
+                        false,
+                        h,
+                        r,
+                        1,
+                    );
+                    b.push(
+                        "self_attention.linear_q_up_proj",
+                        n,
+                        LayerNormColumnParallelLinear,
+                        "q_up_proj",
+                        false,
+                        r,
+                        heads * q_head,
+                        1,
+                    );
+                }
+                None => b.push(
+                    "self_attention.linear_q_proj",
+                    n,
+                    ColumnParallelLinear,
+                    "q_proj",
+                    false,
+                    h,
+                    heads * q_head,
+                    1,
+                ),
+            }
+            b.push(
+                "self_attention.linear_kv_down_proj",
+                n,
+                Linear,
+                "kv_down_proj",
+                false,
+                h,
+                m.kv_lora_rank + m.qk_pos_emb_head_dim,
+                1,
+            );
+            b.push(
+                "self_attention.linear_kv_up_proj",
+                n,
+                LayerNormColumnParallelLinear,
+                "kv_up_proj",
+                false,
+                m.kv_lora_rank,
+                heads * (m.qk_head_dim + m.v_head_dim),
+                1,
+            );
+            b.push(
+                "self_attention.linear_proj",
+                n,
+                RowParallelLinear,
+                "proj",
+                false,
+                heads * m.v_head_dim,
+                h,
+                1,
+            );
+        }
+    }
+    // MLP.
+    let dense_layers = a.moe.map_or(n, |m| m.dense_layers.min(n));
+    let ffn = b.split("ffn_hidden_size", a.ffn_hidden_size, "tp", tp)?;
+    b.push(
+        "mlp.linear_fc1",
+        dense_layers,
+        LayerNormColumnParallelLinear,
+        "fc1",
+        false,
+        h,
+        g * ffn,
+        1,
+    );
+    b.push(
+        "mlp.linear_fc2",
+        dense_layers,
+        RowParallelLinear,
+        "fc2",
+        false,
+        ffn,
+        h,
+        1,
+    );
+    if let Some(m) = a.moe {
+        let moe_layers = n - dense_layers;
+        let local = b.split("num_experts", m.num_experts, "ep", parallel.ep)?;
+        let num_gemms = u32::try_from(local).unwrap_or(u32::MAX);
+        let eff = b.split(
+            "moe_ffn_hidden_size",
+            m.moe_ffn_hidden_size,
+            "etp",
+            parallel.etp,
+        )?;
+        b.push(
+            "mlp.experts.linear_fc1",
+            moe_layers,
+            ColumnParallelGroupedLinear,
+            "fc1",
+            true,
+            h,
+            g * eff,
+            num_gemms,
+        );
+        b.push(
+            "mlp.experts.linear_fc2",
+            moe_layers,
+            RowParallelGroupedLinear,
+            "fc2",
+            true,
+            eff,
+            h,
+            num_gemms,
+        );
+        if let Some(s) = m.shared_expert_ffn_hidden_size {
+            let sff = b.split("moe_shared_expert_intermediate_size", s, "tp", tp)?;
+            b.push(
+                "mlp.shared_experts.linear_fc1",
+                moe_layers,
+                ColumnParallelLinear,
+                "fc1",
+                false,
+                h,
+                g * sff,
+                1,
+            );
+            b.push(
+                "mlp.shared_experts.linear_fc2",
+                moe_layers,
+                RowParallelLinear,
+                "fc2",
+                false,
+                sff,
+                h,
+                1,
+            );
+        }
+    }
+    Ok(b.out)
+}

@@ -1,0 +1,168 @@
+//! The model description every config reader produces.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// Which part of a (possibly multimodal) model a component is. Components never share a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The language model (the `foundation` of a VLM).
+    Llm,
+    /// The vision encoder (the `image_encoder` of a VLM).
+    Vit,
+}
+
+impl Role {
+    /// `llm` or `vit`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Llm => "llm",
+            Role::Vit => "vit",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "llm" | "foundation" => Ok(Role::Llm),
+            "vit" | "image_encoder" => Ok(Role::Vit),
+            other => Err(format!("unknown component `{other}`; expected llm or vit")),
+        }
+    }
+}
+
+/// The norm fused into `layernorm_column` modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Norm {
+    /// RMSNorm.
+    RmsNorm,
+    /// LayerNorm (with bias).
+    LayerNorm,
+}
+
+/// Multi-latent attention dimensions (DeepSeek-V2/V3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mla {
+    /// Rank of the query down projection; `None` means a direct `q_proj`.
+    pub q_lora_rank: Option<u64>,
+    /// Rank of the key/value down projection.
+    pub kv_lora_rank: u64,
+    /// Per-head query/key dimension without the rotary part.
+    pub qk_head_dim: u64,
+    /// Per-head rotary dimension.
+    pub qk_pos_emb_head_dim: u64,
+    /// Per-head value dimension.
+    pub v_head_dim: u64,
+}
+
+/// Mixture-of-experts dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Moe {
+    /// Routed experts in the model.
+    pub num_experts: u64,
+    /// Hidden size of one expert's FFN.
+    pub moe_ffn_hidden_size: u64,
+    /// Experts each token is routed to.
+    pub router_topk: u64,
+    /// Hidden size of the shared expert(s) FFN, if any (all shared experts together).
+    pub shared_expert_ffn_hidden_size: Option<u64>,
+    /// Layers that use a dense MLP instead of experts (DeepSeek-V3's first three, or the
+    /// dense layers of an interleaved `moe_layer_freq`).
+    pub dense_layers: u64,
+}
+
+/// The architecture of one component, as the inventory needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Arch {
+    /// Transformer layers.
+    pub num_layers: u64,
+    /// Model width.
+    pub hidden_size: u64,
+    /// Dense MLP hidden size (also the first dense layers' of an MoE model).
+    pub ffn_hidden_size: u64,
+    /// Attention heads.
+    pub num_attention_heads: u64,
+    /// Key/value groups (GQA); equal to heads for MHA.
+    pub num_query_groups: u64,
+    /// Per-head dimension (`kv_channels`).
+    pub head_dim: u64,
+    /// Gated MLP (SwiGLU / GeGLU): FC1 produces twice the FFN width.
+    pub gated_mlp: bool,
+    /// The norm type.
+    pub norm: Norm,
+    /// MLA, when the model uses it.
+    pub mla: Option<Mla>,
+    /// MoE, when the model has experts.
+    pub moe: Option<Moe>,
+}
+
+/// Per-component FP8 settings from a Megatron/LoongForge YAML.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Fp8Settings {
+    /// `selective_fp8`.
+    pub selective_fp8: bool,
+    /// `fp8_dynamic_policy_path`, as written (relative to the project root unless absolute).
+    pub policy_path: Option<String>,
+    /// `fp8_dynamic_num_tokens`, when > 0.
+    pub num_tokens: Option<u64>,
+    /// `fp8_recipe`, when given.
+    pub recipe: Option<String>,
+}
+
+/// A training layout a config recommends (the seed's example runs). Every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecommendedRun {
+    /// `seq_length`.
+    pub seq_length: Option<u64>,
+    /// `micro_batch_size`.
+    pub micro_batch_size: Option<u64>,
+    /// `tensor_model_parallel_size`.
+    pub tp: Option<u32>,
+    /// `expert_model_parallel_size`.
+    pub ep: Option<u32>,
+    /// `expert_tensor_parallel_size`.
+    pub etp: Option<u32>,
+    /// `context_parallel_size`.
+    pub cp: Option<u32>,
+}
+
+/// One component of a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Component {
+    /// LLM or ViT.
+    pub role: Role,
+    /// Dimensions.
+    pub arch: Arch,
+    /// FP8 settings from the config.
+    pub fp8: Fp8Settings,
+    /// Layout the config recommends.
+    pub recommended: RecommendedRun,
+    /// Defaults that were applied because a field was absent, in words, for explanations.
+    pub defaults_applied: Vec<String>,
+}
+
+/// A model: one component, or an LLM and a ViT.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelDesc {
+    /// A short name (the config's file stem unless the config names it).
+    pub name: String,
+    /// The components, LLM first.
+    pub components: Vec<Component>,
+}
+
+impl ModelDesc {
+    /// The component with the given role.
+    pub fn component(&self, role: Role) -> Option<&Component> {
+        self.components.iter().find(|c| c.role == role)
+    }
+}

@@ -1,0 +1,236 @@
+//! Deciding every module of a model: the plan, its summary, and the rules it is missing.
+
+use std::collections::BTreeMap;
+
+use fp8_policy::{Decision, Policy, Reason, RuleKey};
+use serde::Serialize;
+
+use crate::inventory::{LayoutError, ModuleSpec, Parallel, inventory};
+use crate::model::{ModelDesc, Role};
+use crate::tokens::{TokenConfig, TokenSource};
+
+/// A module's precision decision, with the token count it compared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleDecision {
+    /// Tokens compared against `min_tokens` (x topk for experts).
+    pub num_tokens: u64,
+    /// The policy's answer; `None` when the component has no policy (BF16).
+    pub decision: Option<Decision>,
+}
+
+impl ModuleDecision {
+    /// True when the module runs FP8.
+    pub fn use_fp8(&self) -> bool {
+        self.decision.as_ref().is_some_and(|d| d.use_fp8)
+    }
+
+    /// The reason in words.
+    pub fn reason(&self) -> String {
+        match &self.decision {
+            Some(d) => d.reason.to_string(),
+            None => "no policy for this component: BF16".to_owned(),
+        }
+    }
+}
+
+/// Decides one module: the seed's rule, with tokens from `tokens` (x `topk` for experts).
+pub fn decide(
+    module: &ModuleSpec,
+    tokens: &TokenConfig,
+    topk: u64,
+    policy: Option<&Policy>,
+) -> ModuleDecision {
+    let num_tokens = if module.is_expert || module.module_kind.is_grouped() {
+        tokens.expert_tokens(topk)
+    } else {
+        tokens.dense_tokens().0
+    };
+    ModuleDecision {
+        num_tokens,
+        decision: policy.map(|p| p.decide(module.lookup(), num_tokens)),
+    }
+}
+
+/// Everything a plan needs besides the model.
+#[derive(Debug, Clone)]
+pub struct PlanConfig<'a> {
+    /// The parallel layout.
+    pub parallel: Parallel,
+    /// Token settings per component (a VLM's ViT and LLM see different counts).
+    pub tokens: BTreeMap<Role, TokenConfig>,
+    /// `moe_router_topk` override; the model's value otherwise.
+    pub topk: Option<u64>,
+    /// Policy per component. A component without one runs BF16 throughout.
+    pub policies: BTreeMap<Role, &'a Policy>,
+}
+
+/// One planned module (group).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedModule {
+    /// The module.
+    #[serde(flatten)]
+    pub spec: ModuleSpec,
+    /// Tokens the decision compared.
+    pub num_tokens: u64,
+    /// Rows of this rank's GEMM.
+    pub gemm_rows: u64,
+    /// The answer.
+    pub use_fp8: bool,
+    /// Why, in words.
+    pub reason: String,
+    /// The missing rule's key, when the answer is "no rule".
+    #[serde(skip)]
+    pub missing_key: Option<RuleKey>,
+    /// Forward+backward GEMM FLOPs of all its layers in one step.
+    pub step_flops: f64,
+}
+
+/// A missing rule and the modules that fell back to BF16 because of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MissingRule {
+    /// Component.
+    pub component: Role,
+    /// The key, in words: `(kind=row, ub_name=fc2, tp=8)`.
+    pub key: String,
+    /// The modules that needed it.
+    pub modules: Vec<String>,
+}
+
+/// Totals over a plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Module instances (module groups x layers).
+    pub modules: u64,
+    /// Module instances that run FP8.
+    pub fp8_modules: u64,
+    /// Share of forward+backward GEMM FLOPs that run FP8.
+    pub fp8_flop_share: f64,
+    /// Rules the policy lacks for this layout.
+    pub missing_rules: Vec<MissingRule>,
+    /// Components planned without any policy.
+    pub components_without_policy: Vec<Role>,
+    /// Token counts per component and how they were derived.
+    pub tokens: BTreeMap<Role, String>,
+    /// Defaults applied while reading the config.
+    pub defaults_applied: Vec<String>,
+}
+
+/// A decision for every module of a model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// The modules, LLM first, in build order.
+    pub modules: Vec<PlannedModule>,
+    /// Totals.
+    pub summary: Summary,
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// The layout does not divide the model.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// No token settings for a component.
+    #[error(
+        "no token settings for the {0} component; fix: give --seq-length/--micro-batch-size or a token override for it"
+    )]
+    NoTokens(Role),
+}
+
+/// Plans every module of `model` under `cfg`.
+pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> {
+    let mut modules = Vec::new();
+    let mut token_words = BTreeMap::new();
+    let mut defaults = Vec::new();
+    let mut without = Vec::new();
+    for c in &model.components {
+        let tokens = cfg.tokens.get(&c.role).ok_or(PlanError::NoTokens(c.role))?;
+        let (n, src) = tokens.dense_tokens();
+        let topk = cfg.topk.or(c.arch.moe.map(|m| m.router_topk)).unwrap_or(1);
+        token_words.insert(c.role, describe_tokens(n, src, c.arch.moe.map(|_| topk)));
+        defaults.extend(
+            c.defaults_applied
+                .iter()
+                .map(|d| format!("{}: {d}", c.role)),
+        );
+        let policy = cfg.policies.get(&c.role).copied();
+        if policy.is_none() {
+            without.push(c.role);
+        }
+        for spec in inventory(c, cfg.parallel)? {
+            let d = decide(&spec, tokens, topk, policy);
+            let missing_key = match &d.decision {
+                Some(Decision {
+                    reason: Reason::NoRule { key },
+                    ..
+                }) => Some(key.clone()),
+                _ => None,
+            };
+            let step_flops = spec.step_flops(d.num_tokens) * spec.layers as f64;
+            modules.push(PlannedModule {
+                gemm_rows: spec.gemm_rows(d.num_tokens),
+                num_tokens: d.num_tokens,
+                use_fp8: d.use_fp8(),
+                reason: d.reason(),
+                missing_key,
+                step_flops,
+                spec,
+            });
+        }
+    }
+    let summary = summarize(&modules, without, token_words, defaults);
+    Ok(Plan { modules, summary })
+}
+
+fn describe_tokens(n: u64, src: TokenSource, topk: Option<u64>) -> String {
+    match topk {
+        Some(k) => format!("{n} ({src}); experts {} (x topk {k})", n.saturating_mul(k)),
+        None => format!("{n} ({src})"),
+    }
+}
+
+fn summarize(
+    modules: &[PlannedModule],
+    components_without_policy: Vec<Role>,
+    tokens: BTreeMap<Role, String>,
+    defaults_applied: Vec<String>,
+) -> Summary {
+    let total: u64 = modules.iter().map(|m| m.spec.layers).sum();
+    let fp8: u64 = modules
+        .iter()
+        .filter(|m| m.use_fp8)
+        .map(|m| m.spec.layers)
+        .sum();
+    // fold from +0.0: an empty f64 `sum()` is -0.0, which prints as "-0.0%".
+    let flops = modules.iter().map(|m| m.step_flops).fold(0.0, |a, b| a + b);
+    let fp8_flops = modules
+        .iter()
+        .filter(|m| m.use_fp8)
+        .map(|m| m.step_flops)
+        .fold(0.0, |a, b| a + b);
+    let mut missing: BTreeMap<(Role, RuleKey), Vec<String>> = BTreeMap::new();
+    for m in modules {
+        if let Some(k) = &m.missing_key {
+            missing
+                .entry((m.spec.component, k.clone()))
+                .or_default()
+                .push(m.spec.name.clone());
+        }
+    }
+    Summary {
+        modules: total,
+        fp8_modules: fp8,
+        fp8_flop_share: if flops > 0.0 { fp8_flops / flops } else { 0.0 },
+        missing_rules: missing
+            .into_iter()
+            .map(|((component, key), modules)| MissingRule {
+                component,
+                key: key.to_string(),
+                modules,
+            })
+            .collect(),
+        components_without_policy,
+        tokens,
+        defaults_applied,
+    }
+}

@@ -1,0 +1,85 @@
+//! Plain-text rendering of a plan: the table `fp8sel explain` prints.
+
+use std::fmt::Write;
+
+use crate::plan::Plan;
+
+/// Renders the plan as an aligned table followed by the summary.
+pub fn table(plan: &Plan) -> String {
+    let header = [
+        "module", "comp", "layers", "te_class", "kind", "ub_name", "in x out", "gemms", "tokens",
+        "prec", "reason",
+    ];
+    let rows: Vec<[String; 11]> = plan
+        .modules
+        .iter()
+        .map(|m| {
+            let s = &m.spec;
+            [
+                s.name.clone(),
+                s.component.to_string(),
+                s.layers.to_string(),
+                s.te_class.to_string(),
+                s.module_kind.to_string(),
+                s.ub_name.clone().unwrap_or_else(|| "-".into()),
+                format!("{} x {}", s.in_features, s.out_features),
+                s.num_gemms.to_string(),
+                m.num_tokens.to_string(),
+                if m.use_fp8 { "fp8" } else { "bf16" }.to_owned(),
+                m.reason.clone(),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ", w = width[i]);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, &header);
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(&mut out, &cells);
+    }
+    let s = &plan.summary;
+    let _ = writeln!(out);
+    for (role, t) in &s.tokens {
+        let _ = writeln!(out, "tokens ({role}): {t}");
+    }
+    let _ = writeln!(
+        out,
+        "fp8: {} of {} module instances, {:.1}% of GEMM FLOPs",
+        s.fp8_modules,
+        s.modules,
+        100.0 * s.fp8_flop_share
+    );
+    for role in &s.components_without_policy {
+        let _ = writeln!(out, "no policy for {role}: all of its modules run BF16");
+    }
+    if !s.missing_rules.is_empty() {
+        let _ = writeln!(out, "missing rules (modules fell back to BF16):");
+        for m in &s.missing_rules {
+            let _ = writeln!(out, "  {} {}: {}", m.component, m.key, m.modules.join(", "));
+        }
+    }
+    if !s.defaults_applied.is_empty() {
+        let _ = writeln!(out, "defaults applied:");
+        for d in &s.defaults_applied {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
+    out
+}

@@ -1,0 +1,295 @@
+//! Config readers: every fixture loads, YAML and HF forms agree, and bad configs name the field.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+
+use fp8_engine::model::{Moe, Norm};
+use fp8_engine::{ConfigError, Role, load_model};
+
+fn fixture(p: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/models"
+    ))
+    .join(p)
+}
+
+#[test]
+fn qwen2_5_72b_yaml() {
+    let m = load_model(fixture("qwen2_5_72b.yaml")).unwrap();
+    assert_eq!(m.name, "qwen2_5_72b");
+    let c = &m.components[0];
+    assert_eq!(c.role, Role::Llm);
+    let a = &c.arch;
+    assert_eq!(
+        (a.num_layers, a.hidden_size, a.ffn_hidden_size),
+        (80, 8192, 29568)
+    );
+    assert_eq!(
+        (a.num_attention_heads, a.num_query_groups, a.head_dim),
+        (64, 8, 128)
+    );
+    assert!(a.gated_mlp);
+    assert_eq!(a.norm, Norm::RmsNorm);
+    assert!(a.moe.is_none() && a.mla.is_none());
+    assert_eq!(c.recommended.tp, Some(4));
+    assert_eq!(c.recommended.seq_length, Some(4096));
+}
+
+#[test]
+fn deepseek_v3_yaml_moe_and_mla() {
+    let m = load_model(fixture("deepseek_v3.yaml")).unwrap();
+    let a = &m.components[0].arch;
+    assert_eq!(
+        a.moe,
+        Some(Moe {
+            num_experts: 256,
+            moe_ffn_hidden_size: 2048,
+            router_topk: 8,
+            shared_expert_ffn_hidden_size: Some(2048),
+            dense_layers: 3
+        })
+    );
+    let mla = a.mla.unwrap();
+    assert_eq!(
+        (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_pos_emb_head_dim),
+        (Some(1536), 512, 64)
+    );
+    // kv_channels is absent: the default is applied and listed.
+    assert_eq!(a.head_dim, 7168 / 128);
+    assert!(
+        m.components[0]
+            .defaults_applied
+            .iter()
+            .any(|d| d.contains("kv_channels"))
+    );
+}
+
+#[test]
+fn vlm_yaml_resolves_hydra_defaults_per_component() {
+    let m = load_model(fixture("qwen3_vl_235b_a22b.yaml")).unwrap();
+    assert_eq!(m.components.len(), 2);
+    let llm = m.component(Role::Llm).unwrap();
+    let vit = m.component(Role::Vit).unwrap();
+    assert_eq!(llm.arch.num_layers, 94);
+    assert_eq!(llm.arch.moe.unwrap().num_experts, 128);
+    assert_eq!(llm.recommended.ep, Some(8));
+    assert_eq!(vit.arch.num_layers, 27);
+    assert_eq!((vit.arch.hidden_size, vit.arch.head_dim), (1152, 72));
+    assert!(!vit.arch.gated_mlp);
+    assert_eq!(vit.arch.norm, Norm::LayerNorm);
+}
+
+#[test]
+fn selective_fp8_settings_per_component() {
+    let m = load_model(fixture("sel/qwen3_vl_235b_a22b_fp8_sel.yaml")).unwrap();
+    let llm = m.component(Role::Llm).unwrap();
+    let vit = m.component(Role::Vit).unwrap();
+    assert!(llm.fp8.selective_fp8 && vit.fp8.selective_fp8);
+    assert_eq!(
+        llm.fp8.policy_path.as_deref(),
+        Some("policies/qwen3_vl_235b_a22b.llm.json")
+    );
+    assert_eq!(
+        vit.fp8.policy_path.as_deref(),
+        Some("policies/qwen3_vl_235b_a22b.vit.json")
+    );
+    assert_eq!(
+        (llm.fp8.num_tokens, vit.fp8.num_tokens),
+        (None, Some(16384))
+    );
+    // Inherited through two levels of defaults.
+    assert_eq!(llm.arch.num_layers, 94);
+    let d = load_model(fixture("sel/deepseek_v3_fp8_sel.yaml")).unwrap();
+    assert_eq!(d.name, "deepseek_v3");
+    assert_eq!(d.components[0].fp8.recipe.as_deref(), Some("blockwise"));
+    assert_eq!(d.components[0].arch.moe.unwrap().dense_layers, 3);
+}
+
+#[test]
+fn yaml_and_hf_forms_describe_the_same_architecture() {
+    for (yaml, hf) in [
+        ("qwen2_5_72b.yaml", "hf/qwen2_5_72b.json"),
+        ("deepseek_v3.yaml", "hf/deepseek_v3.json"),
+        ("qwen3_vl_235b_a22b.yaml", "hf/qwen3_vl_235b_a22b.json"),
+        ("llama3_2_1b.yaml", "hf/llama3_2_1b.json"),
+    ] {
+        let y = load_model(fixture(yaml)).unwrap();
+        let h = load_model(fixture(hf)).unwrap();
+        assert_eq!(y.name, h.name, "{yaml}");
+        assert_eq!(y.components.len(), h.components.len(), "{yaml}");
+        for (a, b) in y.components.iter().zip(&h.components) {
+            assert_eq!(a.role, b.role);
+            assert_eq!(a.arch, b.arch, "{yaml} vs {hf} ({})", a.role);
+        }
+    }
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn field_error(e: ConfigError) -> (String, String) {
+    match e {
+        ConfigError::Field { field, problem, .. } => (field, problem),
+        other => panic!("expected a field error, got {other}"),
+    }
+}
+
+#[test]
+fn malformed_configs_name_the_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "a.yaml", "num_layers: 2\nnum_attention_heads: 4\n");
+    let e = load_model(&p).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("a.yaml") && msg.contains("hidden_size") && msg.contains("fix:"),
+        "{msg}"
+    );
+    let p = write(
+        &dir,
+        "b.yaml",
+        "num_layers: two\nhidden_size: 8\nnum_attention_heads: 2\n",
+    );
+    assert_eq!(field_error(load_model(&p).unwrap_err()).0, "num_layers");
+    let p = write(
+        &dir,
+        "c.yaml",
+        "num_layers: 2\nhidden_size: 8\nnum_attention_heads: 4\nnum_query_groups: 3\n",
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "num_query_groups"
+    );
+    let p = write(
+        &dir,
+        "d.yaml",
+        "num_layers: 2\nhidden_size: 8\nnum_attention_heads: 2\nnormalization: BatchNorm\n",
+    );
+    assert_eq!(field_error(load_model(&p).unwrap_err()).0, "normalization");
+    let p = write(
+        &dir,
+        "e.yaml",
+        "num_layers: 4\nhidden_size: 8\nnum_attention_heads: 2\nnum_moe_experts: 4\nmoe_layer_freq: \"[0]*3\"\n",
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert_eq!(f, "moe_layer_freq");
+    assert!(problem.contains("3 layers"), "{problem}");
+    let p = write(
+        &dir,
+        "f.yaml",
+        "model:\n  foundation:\n    num_layers: 2\n    hidden_size: 0\n    num_attention_heads: 2\n",
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "model.foundation.hidden_size"
+    );
+    let p = write(&dir, "g.yaml", "num_layers: [2\n");
+    assert!(matches!(
+        load_model(&p).unwrap_err(),
+        ConfigError::Syntax { format: "YAML", .. }
+    ));
+    let p = write(&dir, "h.yaml", "- 1\n- 2\n");
+    assert!(load_model(&p).unwrap_err().to_string().contains("mapping"));
+    assert!(matches!(
+        load_model(dir.path().join("nope.yaml")).unwrap_err(),
+        ConfigError::Io { .. }
+    ));
+}
+
+#[test]
+fn hf_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "x.json",
+        r#"{"model_type": "gpt_neox", "architectures": []}"#,
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert_eq!(f, "model_type");
+    assert!(problem.contains("gpt_neox"));
+    let p = write(
+        &dir,
+        "y.json",
+        r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "intermediate_size"
+    );
+    let p = write(
+        &dir,
+        "z.json",
+        r#"{"model_type": "qwen3_vl_moe", "text_config": {}, "vision_config": {}}"#,
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "text_config.num_hidden_layers"
+    );
+    let p = write(&dir, "w.json", "{not json");
+    assert!(matches!(
+        load_model(&p).unwrap_err(),
+        ConfigError::Syntax { format: "JSON", .. }
+    ));
+    // Mixtral: experts use intermediate_size.
+    let p = write(
+        &dir,
+        "mixtral.json",
+        r#"{"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_local_experts": 8, "num_experts_per_tok": 2}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let moe = m.components[0].arch.moe.unwrap();
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.router_topk,
+            moe.dense_layers
+        ),
+        (8, 14336, 2, 0)
+    );
+}
+
+#[test]
+fn hydra_defaults_errors_and_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "a.yaml",
+        "defaults:\n  - missing_part\nnum_layers: 2\n",
+    );
+    let e = load_model(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("defaults[0]") && e.contains("missing_part"),
+        "{e}"
+    );
+    write(&dir, "loop1.yaml", "defaults:\n  - loop2\n");
+    let p = write(&dir, "loop2.yaml", "defaults:\n  - loop1\n");
+    assert!(load_model(&p).unwrap_err().to_string().contains("circular"));
+    // Group form and self ordering: own values before _self_ are overridden by later entries.
+    write(
+        &dir,
+        "arch/small.yaml",
+        "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n",
+    );
+    let p = write(
+        &dir,
+        "m.yaml",
+        "defaults:\n  - _self_\n  - arch: small\nnum_layers: 99\n",
+    );
+    assert_eq!(load_model(&p).unwrap().components[0].arch.num_layers, 2);
+    let p = write(
+        &dir,
+        "n.yaml",
+        "defaults:\n  - arch: small\n  - _self_\nnum_layers: 99\n",
+    );
+    assert_eq!(load_model(&p).unwrap().components[0].arch.num_layers, 99);
+}
