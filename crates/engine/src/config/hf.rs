@@ -110,7 +110,9 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
                 .get("mlp_only_layers")
                 .and_then(|v| v.as_array())
                 .map_or(0, |a| a.len() as u64);
-            let sparse = (0..num_layers).filter(|i| (i + 1).is_multiple_of(step)).count() as u64;
+            let sparse = (0..num_layers)
+                .filter(|i| (i + 1).is_multiple_of(step))
+                .count() as u64;
             let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
             moe = Some(Moe {
                 num_experts,

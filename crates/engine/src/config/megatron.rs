@@ -212,7 +212,9 @@ fn dense_layer_count(f: Fields<'_>, num_layers: u64) -> Result<u64, ConfigError>
                 .as_u64()
                 .filter(|k| *k > 0)
                 .ok_or_else(|| bad("not a positive integer"))?;
-            (0..num_layers).map(|i| u64::from(i.is_multiple_of(k))).collect()
+            (0..num_layers)
+                .map(|i| u64::from(i.is_multiple_of(k)))
+                .collect()
         }
         serde_json::Value::Array(a) => a
             .iter()
