@@ -29,6 +29,8 @@ enum Command {
     Decide(cmd::decide::Args),
     Explain(cmd::explain::ExplainArgs),
     Check(cmd::explain::CheckArgs),
+    Bench(cmd::bench::Args),
+    BenchKernels(cmd::bench_kernels::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,8 @@ fn main() -> ExitCode {
         Command::Decide(a) => cmd::decide::run(a),
         Command::Explain(a) => cmd::explain::explain(a),
         Command::Check(a) => cmd::explain::check(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::BenchKernels(a) => cmd::bench_kernels::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod bench_kernels;
 pub mod decide;
 pub mod explain;
 pub mod model_args;

@@ -1,0 +1,193 @@
+//! Host-side correctness checks on sampled entries, in f64.
+//!
+//! A full FP64 reference of a 16k x 8k x 59k GEMM is hours of CPU; a random sample of output
+//! entries, each recomputed exactly from the (dequantized) operands, catches every layout or
+//! stride error we know of (they corrupt whole blocks) in milliseconds.
+
+use cudarc::driver::{CudaStream, sys};
+
+use crate::error::BenchError;
+use crate::layout::{blk128_scale_index, vec128_scale_index};
+
+/// Decodes an E4M3 byte.
+pub fn e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
+    let exp = ((b >> 3) & 0x0f) as i32;
+    let man = (b & 0x07) as f32;
+    if exp == 0x0f && (b & 0x07) == 0x07 {
+        return f32::NAN;
+    }
+    if exp == 0 {
+        sign * man / 8.0 * 2f32.powi(-6)
+    } else {
+        sign * (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+    }
+}
+
+/// The dequantization scale the kernels compute for a block with absolute maximum `amax`.
+pub fn expected_scale(amax: f32, pow2: bool) -> f32 {
+    if !(amax > 0.0) || amax.is_infinite() {
+        return 1.0;
+    }
+    let s = amax / 448.0;
+    if pow2 { 2f32.powi(s.log2().ceil() as i32) } else { s }
+}
+
+fn bf16_to_f32(bits: u16) -> f32 {
+    half::bf16::from_bits(bits).to_f32()
+}
+
+/// Reads `len` bf16 values of a row-major matrix's column `col` (`cols` columns) from row `row0`.
+pub fn read_bf16_column(stream: &CudaStream, base: u64, cols: u64, col: u64, row0: u64, len: u64) -> Result<Vec<f32>, BenchError> {
+    let mut host = vec![0u16; len as usize];
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    stream.synchronize().map_err(BenchError::driver)?;
+    // Every field spelled out: the enums have no zero variant, so `mem::zeroed` is invalid.
+    let d = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: base + (row0 * cols + col) * 2,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: (cols * 2) as usize,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        dstHost: host.as_mut_ptr().cast(),
+        dstDevice: 0,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: 2,
+        WidthInBytes: 2,
+        Height: len as usize,
+    };
+    // SAFETY: source rows lie inside the caller's buffer; destination has `len` slots.
+    let r = unsafe { sys::cuMemcpy2D_v2(&d) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(BenchError::Driver(format!("cuMemcpy2D: {r:?}")));
+    }
+    Ok(host.into_iter().map(bf16_to_f32).collect())
+}
+
+/// Reads `len` contiguous bf16 values at `addr`.
+pub fn read_bf16(stream: &CudaStream, addr: u64, len: u64) -> Result<Vec<f32>, BenchError> {
+    let mut host = vec![0u16; len as usize];
+    read_raw(stream, addr, &mut host)?;
+    Ok(host.into_iter().map(bf16_to_f32).collect())
+}
+
+/// Reads raw values at a device address.
+pub fn read_raw<T: Copy>(stream: &CudaStream, addr: u64, out: &mut [T]) -> Result<(), BenchError> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    stream.synchronize().map_err(BenchError::driver)?;
+    // SAFETY: the caller passes an address inside a live allocation with room for `out`.
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(out, addr) }.map_err(BenchError::driver)
+}
+
+/// A row-major FP8 operand `[rows, cols]` quantized along `cols`, with its scales on the host.
+pub struct Fp8Rows<'a> {
+    /// Device address of the data.
+    pub data: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Columns (the contraction dimension).
+    pub cols: u64,
+    /// Scales (whole tensor, host copy).
+    pub scales: &'a [f32],
+    /// 128x128 blocks (weights) instead of 1x128.
+    pub blk: bool,
+}
+
+impl Fp8Rows<'_> {
+    /// Row `r` dequantized.
+    pub fn row(&self, stream: &CudaStream, r: u64) -> Result<Vec<f64>, BenchError> {
+        let mut raw = vec![0u8; self.cols as usize];
+        read_raw(stream, self.data + r * self.cols, &mut raw)?;
+        raw.iter()
+            .enumerate()
+            .map(|(c, &b)| {
+                let c = c as u64;
+                let si = if self.blk {
+                    blk128_scale_index(self.cols, r, c)
+                } else {
+                    vec128_scale_index(self.rows, r, c)
+                };
+                let s = *self.scales.get(si as usize).ok_or_else(|| BenchError::Internal(format!("scale index {si} out of range")))?;
+                Ok(f64::from(e4m3_to_f32(b)) * f64::from(s))
+            })
+            .collect()
+    }
+}
+
+/// Relative Frobenius error of `got` against `want`.
+pub fn rel_err(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum();
+    if den == 0.0 {
+        if num == 0.0 { 0.0 } else { f64::INFINITY }
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Dot product in f64.
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A small deterministic generator for sample positions.
+pub struct Sampler(u64);
+
+impl Sampler {
+    /// Seeded.
+    pub fn new(seed: u64) -> Self {
+        Sampler(seed ^ 0xd1b5_4a32_d192_ed03)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4m3_decoding() {
+        assert_eq!(e4m3_to_f32(0x00), 0.0);
+        assert_eq!(e4m3_to_f32(0x38), 1.0);
+        assert_eq!(e4m3_to_f32(0xb8), -1.0);
+        assert_eq!(e4m3_to_f32(0x7e), 448.0);
+        assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
+        assert!(e4m3_to_f32(0x7f).is_nan());
+    }
+
+    #[test]
+    fn scales() {
+        assert_eq!(expected_scale(448.0, true), 1.0);
+        assert_eq!(expected_scale(449.0, true), 2.0);
+        assert_eq!(expected_scale(224.0, true), 0.5);
+        assert_eq!(expected_scale(0.0, true), 1.0);
+        assert!((expected_scale(100.0, false) - 100.0 / 448.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(rel_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!((rel_err(&[1.1], &[1.0]) - 0.1).abs() < 1e-12);
+        assert_eq!(rel_err(&[0.0], &[0.0]), 0.0);
+        assert!(rel_err(&[1.0], &[0.0]).is_infinite());
+        let mut s = Sampler::new(1);
+        assert!((0..100).all(|_| s.below(7) < 7));
+    }
+}

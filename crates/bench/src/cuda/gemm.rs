@@ -1,0 +1,308 @@
+//! cuBLASLt GEMMs: BF16 and FP8 blockwise (VEC128_32F / BLK128x128_32F scales), with autotuning
+//! over the heuristic's candidates.
+//!
+//! Every product is expressed for cuBLASLt's column-major convention from row-major buffers:
+//! a row-major `[r, c]` matrix is a column-major `c x r` matrix with leading dimension `c`.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::CudaStream;
+
+use super::buffer::DevBuf;
+use crate::error::BenchError;
+
+const WORKSPACE_BYTES: u64 = 64 << 20;
+
+/// Element type of an operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dt {
+    /// bfloat16.
+    Bf16,
+    /// FP8 E4M3.
+    E4m3,
+}
+
+/// Scale mode of an FP8 operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScaleMode {
+    /// 1x128 blocks along the contraction dimension.
+    Vec128,
+    /// 128x128 blocks.
+    Blk128,
+}
+
+/// One GEMM's shape: `D (m x n, col-major, ld = m) = op(A) (m x k) * op(B) (k x n)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// Rows of D.
+    pub m: u64,
+    /// Columns of D.
+    pub n: u64,
+    /// Contraction.
+    pub k: u64,
+    /// A is transposed (stored k x m, ld = k).
+    pub ta: bool,
+    /// B is transposed (stored n x k, ld = n).
+    pub tb: bool,
+    /// Operand type.
+    pub dt: Dt,
+    /// Scale modes of A and B (FP8 only).
+    pub scales: Option<(ScaleMode, ScaleMode)>,
+}
+
+/// A cuBLASLt handle with a workspace and a cache of tuned algorithms.
+pub struct Lt {
+    handle: lt::cublasLtHandle_t,
+    workspace: Option<DevBuf>,
+    pref: lt::cublasLtMatmulPreference_t,
+    tuned: HashMap<Shape, lt::cublasLtMatmulAlgo_t>,
+    stream: Arc<CudaStream>,
+}
+
+fn ck(s: lt::cublasStatus_t, what: &str) -> Result<(), BenchError> {
+    if s == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(BenchError::Cublas(format!("{what}: {s:?}")))
+    }
+}
+
+/// Descriptors of one GEMM, created per call site and destroyed on drop.
+pub struct Plan {
+    desc: lt::cublasLtMatmulDesc_t,
+    a: lt::cublasLtMatrixLayout_t,
+    b: lt::cublasLtMatrixLayout_t,
+    d: lt::cublasLtMatrixLayout_t,
+    shape: Shape,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: created in `Lt::plan`, destroyed once.
+        unsafe {
+            lt::cublasLtMatmulDescDestroy(self.desc);
+            lt::cublasLtMatrixLayoutDestroy(self.a);
+            lt::cublasLtMatrixLayoutDestroy(self.b);
+            lt::cublasLtMatrixLayoutDestroy(self.d);
+        }
+    }
+}
+
+/// Operand addresses of one call.
+#[derive(Debug, Clone, Copy)]
+pub struct Ptrs {
+    /// A data.
+    pub a: u64,
+    /// B data.
+    pub b: u64,
+    /// D (bf16 output).
+    pub d: u64,
+    /// A scales (FP8).
+    pub sa: u64,
+    /// B scales (FP8).
+    pub sb: u64,
+}
+
+impl Lt {
+    pub(crate) fn new(stream: &Arc<CudaStream>) -> Result<Lt, BenchError> {
+        let mut handle = MaybeUninit::uninit();
+        // SAFETY: out-parameter creation calls.
+        unsafe {
+            ck(lt::cublasLtCreate(handle.as_mut_ptr()), "cublasLtCreate")?;
+        }
+        let mut pref = MaybeUninit::uninit();
+        unsafe {
+            ck(lt::cublasLtMatmulPreferenceCreate(pref.as_mut_ptr()), "cublasLtMatmulPreferenceCreate")?;
+        }
+        // SAFETY: initialized by the successful calls above.
+        let (handle, pref) = unsafe { (handle.assume_init(), pref.assume_init()) };
+        let ws = WORKSPACE_BYTES;
+        unsafe {
+            ck(
+                lt::cublasLtMatmulPreferenceSetAttribute(
+                    pref,
+                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    (&ws as *const u64).cast(),
+                    8,
+                ),
+                "set workspace preference",
+            )?;
+        }
+        let workspace = Some(DevBuf::new(stream.context(), WORKSPACE_BYTES)?);
+        Ok(Lt {
+            handle,
+            workspace,
+            pref,
+            tuned: HashMap::new(),
+            stream: stream.clone(),
+        })
+    }
+
+    /// cuBLASLt's version, e.g. `13.1.0`.
+    pub fn version_string(&self) -> String {
+        // SAFETY: no arguments.
+        let v = unsafe { lt::cublasLtGetVersion() };
+        format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
+    }
+
+    /// Creates the descriptors for a shape.
+    pub fn plan(&self, shape: Shape) -> Result<Plan, BenchError> {
+        let (ty, compute) = match shape.dt {
+            Dt::Bf16 => (lt::cudaDataType::CUDA_R_16BF, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            Dt::E4m3 => (lt::cudaDataType::CUDA_R_8F_E4M3, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        };
+        let mut desc = MaybeUninit::uninit();
+        // SAFETY: descriptor creation and attribute setting with correctly sized values.
+        unsafe {
+            ck(lt::cublasLtMatmulDescCreate(desc.as_mut_ptr(), compute, lt::cudaDataType::CUDA_R_32F), "cublasLtMatmulDescCreate")?;
+        }
+        let desc = unsafe { desc.assume_init() };
+        // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (the cuBLASLt bindings do not carry
+        // the cuBLAS enum; the attribute is an int32).
+        let op = |t: bool| -> i32 { i32::from(t) };
+        let set = |attr: lt::cublasLtMatmulDescAttributes_t, v: *const c_void, size: usize, what: &str| {
+            // SAFETY: `v` points at `size` valid bytes for the attribute.
+            ck(unsafe { lt::cublasLtMatmulDescSetAttribute(desc, attr, v, size) }, what)
+        };
+        let ta = op(shape.ta);
+        let tb = op(shape.tb);
+        set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, (&ta as *const i32).cast(), 4, "TRANSA")?;
+        set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, (&tb as *const i32).cast(), 4, "TRANSB")?;
+        if let Some((sa, sb)) = shape.scales {
+            let mode = |m: ScaleMode| match m {
+                ScaleMode::Vec128 => lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                ScaleMode::Blk128 => lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+            };
+            let (ma, mb) = (mode(sa), mode(sb));
+            set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, (&ma as *const lt::cublasLtMatmulMatrixScale_t).cast(), 4, "A_SCALE_MODE")?;
+            set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, (&mb as *const lt::cublasLtMatmulMatrixScale_t).cast(), 4, "B_SCALE_MODE")?;
+        }
+        let layout = |t: lt::cudaDataType, rows: u64, cols: u64| -> Result<lt::cublasLtMatrixLayout_t, BenchError> {
+            let mut l = MaybeUninit::uninit();
+            // SAFETY: out-parameter creation.
+            unsafe {
+                ck(lt::cublasLtMatrixLayoutCreate(l.as_mut_ptr(), t, rows, cols, rows as i64), "cublasLtMatrixLayoutCreate")?;
+                Ok(l.assume_init())
+            }
+        };
+        let (ar, ac) = if shape.ta { (shape.k, shape.m) } else { (shape.m, shape.k) };
+        let (br, bc) = if shape.tb { (shape.n, shape.k) } else { (shape.k, shape.n) };
+        Ok(Plan {
+            desc,
+            a: layout(ty, ar, ac)?,
+            b: layout(ty, br, bc)?,
+            d: layout(lt::cudaDataType::CUDA_R_16BF, shape.m, shape.n)?,
+            shape,
+        })
+    }
+
+    fn set_scales(plan: &Plan, p: &Ptrs) -> Result<(), BenchError> {
+        if plan.shape.scales.is_some() {
+            for (attr, v) in [
+                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.sa),
+                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.sb),
+            ] {
+                // SAFETY: a device pointer value, 8 bytes.
+                ck(unsafe { lt::cublasLtMatmulDescSetAttribute(plan.desc, attr, (&v as *const u64).cast(), 8) }, "SCALE_POINTER")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn heuristics(&self, plan: &Plan, want: usize) -> Result<Vec<lt::cublasLtMatmulAlgo_t>, BenchError> {
+        let mut results: Vec<MaybeUninit<lt::cublasLtMatmulHeuristicResult_t>> = (0..want).map(|_| MaybeUninit::uninit()).collect();
+        let mut count = 0;
+        // SAFETY: `results` has room for `want` entries.
+        unsafe {
+            ck(
+                lt::cublasLtMatmulAlgoGetHeuristic(
+                    self.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, self.pref, want as i32,
+                    results.as_mut_ptr().cast(), &mut count,
+                ),
+                "cublasLtMatmulAlgoGetHeuristic",
+            )?;
+        }
+        let mut out = Vec::new();
+        for r in results.iter().take(count.max(0) as usize) {
+            // SAFETY: the first `count` entries were written.
+            let r = unsafe { r.assume_init_ref() };
+            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize <= WORKSPACE_BYTES as usize {
+                out.push(r.algo);
+            }
+        }
+        if out.is_empty() {
+            return Err(BenchError::Unsupported(format!("cuBLASLt has no algorithm for {:?}", plan.shape)));
+        }
+        Ok(out)
+    }
+
+    fn launch(&self, plan: &Plan, p: &Ptrs, algo: &lt::cublasLtMatmulAlgo_t) -> Result<(), BenchError> {
+        let alpha = 1.0f32;
+        let beta = 0.0f32;
+        let ws = self.workspace.as_ref().map_or(0, DevBuf::ptr);
+        // SAFETY: all descriptors are live, pointers are device addresses sized by the caller.
+        ck(
+            unsafe {
+                lt::cublasLtMatmul(
+                    self.handle, plan.desc,
+                    (&alpha as *const f32).cast(), p.a as *const c_void, plan.a, p.b as *const c_void, plan.b,
+                    (&beta as *const f32).cast(), p.d as *const c_void, plan.d, p.d as *mut c_void, plan.d,
+                    algo, ws as *mut c_void, WORKSPACE_BYTES as usize, self.stream.cu_stream() as lt::cudaStream_t,
+                )
+            },
+            "cublasLtMatmul",
+        )
+    }
+
+    /// Runs one GEMM with the tuned algorithm for its shape (tuning it first if needed: the
+    /// heuristic's top `candidates`, each timed, the fastest kept).
+    pub fn run(&mut self, plan: &Plan, p: &Ptrs, candidates: usize) -> Result<(), BenchError> {
+        Self::set_scales(plan, p)?;
+        if let Some(algo) = self.tuned.get(&plan.shape) {
+            return self.launch(plan, p, algo);
+        }
+        let algos = self.heuristics(plan, candidates.max(1))?;
+        let best = if algos.len() == 1 {
+            algos[0]
+        } else {
+            let ctx = self.stream.context().clone();
+            let ev = |_: ()| ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(BenchError::driver);
+            let (start, end) = (ev(())?, ev(())?);
+            let mut best: Option<(f32, lt::cublasLtMatmulAlgo_t)> = None;
+            for algo in &algos {
+                // An algorithm the heuristic offered can still refuse at launch; skip it.
+                if self.launch(plan, p, algo).is_err() {
+                    continue;
+                }
+                start.record(&self.stream).map_err(BenchError::driver)?;
+                for _ in 0..5 {
+                    self.launch(plan, p, algo)?;
+                }
+                end.record(&self.stream).map_err(BenchError::driver)?;
+                let ms = start.elapsed_ms(&end).map_err(BenchError::driver)?;
+                if best.is_none_or(|(b, _)| ms < b) {
+                    best = Some((ms, *algo));
+                }
+            }
+            best.map(|(_, a)| a)
+                .ok_or_else(|| BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape)))?
+        };
+        self.tuned.insert(plan.shape, best);
+        self.launch(plan, p, &best)
+    }
+}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        self.workspace = None;
+        // SAFETY: created in `new`, destroyed once.
+        unsafe {
+            lt::cublasLtMatmulPreferenceDestroy(self.pref);
+            lt::cublasLtDestroy(self.handle);
+        }
+    }
+}

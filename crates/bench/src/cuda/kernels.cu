@@ -1,0 +1,404 @@
+// Quantization and helper kernels for the FP8 blockwise recipe (TE's Float8BlockScaling):
+// activations and gradients in 1x128 blocks, weights in 128x128 blocks, E4M3, FP32 scales.
+// Compiled at run time with NVRTC for the device's arch. No headers: NVRTC has no CUDA include
+// path by default, so bf16 and fp8 conversions are done by hand on the raw bits.
+//
+// Scale layouts (the cuBLASLt "GEMM-ready" forms TE uses):
+//   1x128 (VEC128_32F) for a row-major operand [R, C] quantized along C:
+//       scale(r, cb) at cb * ld + r,  ld = round_up(R, 4)
+//   128x128 (BLK128x128_32F) for a row-major operand [R, C]:
+//       scale(rb, cb) at rb * ld + cb, ld = round_up(ceil(C / 128), 4)
+// The scale stored is the dequantization factor (amax / 448, optionally rounded up to a power of
+// two, as TE's default), which is what cuBLASLt multiplies by.
+
+typedef unsigned short bf16_t;
+typedef unsigned char fp8_t;
+typedef unsigned long long u64;
+
+#define FP8_MAX 448.0f
+
+__device__ __forceinline__ float bf16_to_f(bf16_t v) {
+    return __uint_as_float(((unsigned int)v) << 16);
+}
+
+__device__ __forceinline__ bf16_t f_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)0x7fc0;  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                              // round to nearest even
+    return (bf16_t)(u >> 16);
+}
+
+// float -> E4M3 (saturating, round to nearest even). Hardware cvt on sm_89+.
+__device__ __forceinline__ fp8_t f_to_e4m3(float f) {
+    unsigned short r;
+    asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; mov.b16 %0, t; }"
+        : "=h"(r) : "f"(0.0f), "f"(f));
+    return (fp8_t)(r & 0xff);
+}
+
+// Dequantization scale for a block with absolute maximum `amax`.
+__device__ __forceinline__ float dequant_scale(float amax, int pow2) {
+    if (!(amax > 0.0f) || isinf(amax)) return 1.0f;
+    float s = amax / FP8_MAX;
+    if (pow2) {
+        // Round the dequant factor up to a power of two (the quant factor down), like TE.
+        int e;
+        float m = frexpf(s, &e);  // s = m * 2^e, m in [0.5, 1)
+        s = (m == 0.5f) ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
+    }
+    return s;
+}
+
+__device__ __forceinline__ float warp_max(float v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random normal bf16 data: a counter-based hash + Box-Muller, so buffers of any size are filled
+// on the device with no host transfer. Never zeros.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned int hash32(unsigned int x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+    return x;
+}
+
+extern "C" __global__ void fill_normal_bf16(bf16_t* out, u64 n, unsigned int seed, float stddev) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u64 stride = (u64)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        unsigned int a = hash32((unsigned int)i ^ hash32(seed ^ (unsigned int)(i >> 32)));
+        unsigned int b = hash32(a ^ 0x9e3779b9U);
+        float u1 = ((a >> 8) + 1.0f) * (1.0f / 16777217.0f);
+        float u2 = (b >> 8) * (1.0f / 16777216.0f);
+        float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        out[i] = f_to_bf16(z * stddev);
+    }
+}
+
+// Counts non-finite bf16 values (poisoned outputs that were never written stay NaN).
+extern "C" __global__ void count_nonfinite_bf16(const bf16_t* x, u64 n, unsigned int* count) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u64 stride = (u64)gridDim.x * blockDim.x;
+    unsigned int c = 0;
+    for (; i < n; i += stride) c += ((x[i] & 0x7f80u) == 0x7f80u);
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if ((threadIdx.x & 31) == 0 && c) atomicAdd(count, c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1x128 quantization of activations / gradients, rowwise and/or columnwise, in 128x128 tiles.
+//
+// One CTA (256 threads) quantizes one 128x128 tile of a row-major bf16 [rows, cols] segment.
+// Rowwise: each tile row is exactly one 1x128 block. Columnwise: each tile column (128 rows) is
+// one block of the transposed [cols, rows] output. Grouped GEMMs (MoE experts) are several
+// segments; `seg` describes each tile's segment so one launch covers all experts and no block
+// crosses an expert boundary.
+//
+// Per-tile descriptor (u64 x 6): row0 (first row of the segment in x), seg_rows, tile_m (tile's
+// first row inside the segment), tile_c (first column), rowwise scale offset, columnwise data
+// offset, columnwise scale offset (packed: offsets in elements).
+// ---------------------------------------------------------------------------------------------
+#define TILE 128
+#define SMW 65   // 32-bit words per smem row: 64 words of data + 1 pad, so column reads are conflict-free
+
+struct TileDesc {
+    u64 row0;       // first row of the segment in x / q
+    u64 seg_rows;   // rows of the segment (padded to the FP8 multiple)
+    u64 tile_m;     // first row of this tile inside the segment
+    u64 tile_c;     // first column of this tile
+    u64 srow_off;   // rowwise scale base for the segment (floats)
+    u64 qcol_off;   // columnwise data base for the segment (bytes)
+    u64 scol_off;   // columnwise scale base for the segment (floats)
+};
+
+// Loads a 128x128 bf16 tile into registers: thread t holds 8 vectors of 8 elements, rows
+// (t >> 4) + 16 i, columns (t & 15) * 8 .. +8. Out-of-range elements are zero.
+__device__ __forceinline__ void load_tile(const bf16_t* __restrict__ base, u64 ld, u64 rows_here, u64 cols_here, int tid, uint4 v[8]) {
+    const int c8 = (tid & 15) * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = (tid >> 4) + 16 * i;
+        v[i] = make_uint4(0, 0, 0, 0);
+        if (r < rows_here) {
+            const bf16_t* src = base + (u64)r * ld + c8;
+            if (c8 + 8 <= cols_here) {
+                v[i] = __ldg(reinterpret_cast<const uint4*>(src));
+            } else {
+                unsigned int w[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (c8 + j < cols_here) w[j >> 1] |= ((unsigned int)src[j]) << (16 * (j & 1));
+                v[i] = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float lo16(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi16(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float amax8(uint4 v) {
+    float a = 0.0f;
+    unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a = fmaxf(a, fmaxf(fabsf(lo16(w[j])), fabsf(hi16(w[j]))));
+    return a;
+}
+
+__device__ __forceinline__ unsigned short cvt2(float a, float b) {
+    unsigned short r;
+    // Packs b into the low byte and a into the high byte.
+    asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; mov.b16 %0, t; }" : "=h"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+__device__ __forceinline__ uint2 quant8(uint4 v, float inv) {
+    unsigned int w[4] = {v.x, v.y, v.z, v.w};
+    unsigned int p[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[j] = cvt2(hi16(w[j]) * inv, lo16(w[j]) * inv);
+    return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
+}
+
+// Stores the register tile into shared memory as 32-bit words, row stride SMW.
+__device__ __forceinline__ void stash_tile(unsigned int (*sm)[SMW], int tid, const uint4 v[8]) {
+    const int w0 = (tid & 15) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = (tid >> 4) + 16 * i;
+        sm[r][w0] = v[i].x; sm[r][w0 + 1] = v[i].y; sm[r][w0 + 2] = v[i].z; sm[r][w0 + 3] = v[i].w;
+    }
+}
+
+__device__ __forceinline__ float sm_elem(unsigned int (*sm)[SMW], int r, int c) {
+    unsigned int w = sm[r][c >> 1];
+    return (c & 1) ? hi16(w) : lo16(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1x128 quantization of activations / gradients, rowwise and/or columnwise, in 128x128 tiles.
+//
+// One CTA (256 threads) quantizes one 128x128 tile of a row-major bf16 [rows, cols] segment.
+// Rowwise: each tile row is one 1x128 block, quantized straight from registers (16 threads per
+// block, 16-lane shuffle for the amax). Columnwise: each tile column (128 rows) is one block of the
+// transposed [cols, rows] output; the tile goes through shared memory with an odd word stride so
+// that a warp reading one column touches 32 banks, and lanes write 32 consecutive bytes.
+// Grouped GEMMs (MoE experts) are several segments; `tiles` describes each tile's segment so one
+// launch covers all experts and no block crosses an expert boundary.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256)
+quant_1x128(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles,
+            int do_row, int do_col, int pow2,
+            fp8_t* __restrict__ q_row, float* __restrict__ s_row,
+            fp8_t* __restrict__ q_col, float* __restrict__ s_col) {
+    __shared__ unsigned int sm[TILE][SMW];
+    const TileDesc t = tiles[blockIdx.x];
+    const int tid = threadIdx.x;
+    const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
+    const u64 cols_here = min((u64)TILE, cols - t.tile_c);
+    uint4 v[8];
+    load_tile(x + (t.row0 + t.tile_m) * cols + t.tile_c, cols, rows_here, cols_here, tid, v);
+    if (do_col) stash_tile(sm, tid, v);
+    if (do_row) {
+        const u64 ld_row = (t.seg_rows + 3) & ~3ull;
+        const int c8 = (tid & 15) * 8;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = (tid >> 4) + 16 * i;
+            float amax = warp_max(amax8(v[i]), 16);
+            if (r < rows_here) {
+                const float s = dequant_scale(amax, pow2);
+                const u64 row = t.row0 + t.tile_m + r;
+                uint2 q = quant8(v[i], 1.0f / s);
+                if (c8 + 8 <= cols_here) {
+                    *reinterpret_cast<uint2*>(q_row + row * cols + t.tile_c + c8) = q;
+                } else {
+                    unsigned long long qq = ((unsigned long long)q.y << 32) | q.x;
+                    for (int j = 0; j < 8 && c8 + j < cols_here; ++j) q_row[row * cols + t.tile_c + c8 + j] = (fp8_t)(qq >> (8 * j));
+                }
+                if ((tid & 15) == 0) s_row[t.srow_off + (t.tile_c / TILE) * ld_row + t.tile_m + r] = s;
+            }
+        }
+    }
+    if (do_col) {
+        __syncthreads();
+        const int warp = tid >> 5, lane = tid & 31;
+        const u64 ld_col = (cols + 3) & ~3ull;
+#pragma unroll 4
+        for (int cc = 0; cc < 16; ++cc) {
+            const int c = warp * 16 + cc;
+            float e[4];
+            float amax = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) { e[j] = sm_elem(sm, lane + 32 * j, c); amax = fmaxf(amax, fabsf(e[j])); }
+            amax = warp_max(amax, 32);
+            if (c < cols_here) {
+                const float s = dequant_scale(amax, pow2);
+                const float inv = 1.0f / s;
+                const u64 col = t.tile_c + c;
+                fp8_t* dst = q_col + t.qcol_off + col * t.seg_rows + t.tile_m;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int r = lane + 32 * j;
+                    if (r < rows_here) dst[r] = (fp8_t)(cvt2(0.0f, e[j] * inv) & 0xff);
+                }
+                if (lane == 0) s_col[t.scol_off + (t.tile_m / TILE) * ld_col + col] = s;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 128x128 weight quantization with its transposed copy (for dgrad): one CTA per 128x128 block.
+//   q  [N, K] row-major, scale s  (rb=N/128, cb=K/128), ld = round_up(ceil(K/128), 4)
+//   qT [K, N] row-major, scale sT (rb=K/128, cb=N/128), ld = round_up(ceil(N/128), 4)
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256)
+quant_128x128(const bf16_t* __restrict__ w, u64 n, u64 k, int pow2,
+              fp8_t* __restrict__ q, float* __restrict__ s,
+              fp8_t* __restrict__ qt, float* __restrict__ st) {
+    __shared__ unsigned int sm[TILE][SMW];
+    __shared__ float red[8];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const u64 n0 = (u64)blockIdx.y * TILE, k0 = (u64)blockIdx.x * TILE;
+    const u64 nh = min((u64)TILE, n - n0), kh = min((u64)TILE, k - k0);
+    uint4 v[8];
+    load_tile(w + n0 * k + k0, k, nh, kh, tid, v);
+    stash_tile(sm, tid, v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, amax8(v[i]));
+    amax = warp_max(amax, 32);
+    if (lane == 0) red[warp] = amax;
+    __syncthreads();
+    amax = red[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) amax = fmaxf(amax, red[i]);
+    const float sc = dequant_scale(amax, pow2);
+    const float inv = 1.0f / sc;
+    // Row-major copy straight from registers.
+    const int c8 = (tid & 15) * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = (tid >> 4) + 16 * i;
+        if (r < nh) {
+            uint2 qq = quant8(v[i], inv);
+            if (c8 + 8 <= kh) {
+                *reinterpret_cast<uint2*>(q + (n0 + r) * k + k0 + c8) = qq;
+            } else {
+                unsigned long long b = ((unsigned long long)qq.y << 32) | qq.x;
+                for (int j = 0; j < 8 && c8 + j < kh; ++j) q[(n0 + r) * k + k0 + c8 + j] = (fp8_t)(b >> (8 * j));
+            }
+        }
+    }
+    // Transposed copy from shared memory: lane j of a warp handles rows j, j+32, j+64, j+96.
+#pragma unroll 4
+    for (int cc = 0; cc < 16; ++cc) {
+        const int c = warp * 16 + cc;
+        if (c >= kh) break;
+        fp8_t* dst = qt + (k0 + c) * n + n0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = lane + 32 * j;
+            if (r < nh) dst[r] = (fp8_t)(cvt2(0.0f, sm_elem(sm, r, c) * inv) & 0xff);
+        }
+    }
+    if (tid == 0) {
+        const u64 ld = ((k + TILE - 1) / TILE + 3) & ~3ull;
+        const u64 ldt = ((n + TILE - 1) / TILE + 3) & ~3ull;
+        s[blockIdx.y * ld + blockIdx.x] = sc;
+        st[blockIdx.x * ldt + blockIdx.y] = sc;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Norm (RMSNorm or LayerNorm) over rows of [rows, k], one CTA of 256 threads per row, each
+// thread holding up to 8 vectors of 8 elements (k <= 16384). Writes the bf16 output and, when
+// q != 0, the 1x128 rowwise FP8 quantization of it in the same pass (TE fuses the norm with the
+// cast). A 128-element block is 16 consecutive threads' vectors: a 16-lane shuffle finds its amax.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256)
+norm_fwd(const bf16_t* __restrict__ x, const bf16_t* __restrict__ gamma, const bf16_t* __restrict__ beta,
+         u64 rows, u64 k, int layernorm, float eps, bf16_t* __restrict__ y,
+         fp8_t* __restrict__ q, float* __restrict__ s_row, u64 ld_srow, int pow2) {
+    const u64 row = blockIdx.x;
+    if (row >= rows) return;
+    const int tid = threadIdx.x;
+    __shared__ float red[8];
+    float v[8][8];
+    float sum = 0.0f, sumsq = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        u64 col = (u64)c * 2048 + tid * 8;
+        if (col < k) {
+            uint4 raw = *reinterpret_cast<const uint4*>(x + row * k + col);
+            const bf16_t* e = reinterpret_cast<const bf16_t*>(&raw);
+            for (int j = 0; j < 8; ++j) { v[c][j] = bf16_to_f(e[j]); sum += v[c][j]; sumsq += v[c][j] * v[c][j]; }
+        }
+    }
+    const int warp = tid >> 5, lane = tid & 31;
+    float mean = 0.0f;
+    if (layernorm) {
+        float ws = warp_sum(sum);
+        if (lane == 0) red[warp] = ws;
+        __syncthreads();
+        float tot = 0.0f;
+        for (int i = 0; i < 8; ++i) tot += red[i];
+        mean = tot / (float)k;
+        __syncthreads();
+        sumsq = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            u64 col = (u64)c * 2048 + tid * 8;
+            if (col < k) for (int j = 0; j < 8; ++j) { float d = v[c][j] - mean; sumsq += d * d; }
+        }
+    }
+    float wq = warp_sum(sumsq);
+    if (lane == 0) red[warp] = wq;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int i = 0; i < 8; ++i) tot += red[i];
+    const float rstd = rsqrtf(tot / (float)k + eps);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        u64 col = (u64)c * 2048 + tid * 8;
+        bool live = col < k;
+        float o[8];
+        float amax = 0.0f;
+        if (live) {
+            uint4 graw = *reinterpret_cast<const uint4*>(gamma + col);
+            const bf16_t* g = reinterpret_cast<const bf16_t*>(&graw);
+            uint4 braw = make_uint4(0, 0, 0, 0);
+            if (layernorm) braw = *reinterpret_cast<const uint4*>(beta + col);
+            const bf16_t* b = reinterpret_cast<const bf16_t*>(&braw);
+            uint4 outraw;
+            bf16_t* outv = reinterpret_cast<bf16_t*>(&outraw);
+            for (int j = 0; j < 8; ++j) {
+                float t = (v[c][j] - mean) * rstd * bf16_to_f(g[j]) + (layernorm ? bf16_to_f(b[j]) : 0.0f);
+                outv[j] = f_to_bf16(t);
+                o[j] = bf16_to_f(outv[j]);
+                amax = fmaxf(amax, fabsf(o[j]));
+            }
+            *reinterpret_cast<uint4*>(y + row * k + col) = outraw;
+        }
+        if (q) {
+            // Blocks of 128 columns = 16 consecutive lanes; all lanes of the warp take part.
+            amax = warp_max(amax, 16);
+            if (live) {
+                float sc = dequant_scale(amax, pow2);
+                float inv = 1.0f / sc;
+                unsigned int lo = 0, hi = 0;
+                for (int j = 0; j < 4; ++j) lo |= ((unsigned int)f_to_e4m3(o[j] * inv)) << (8 * j);
+                for (int j = 0; j < 4; ++j) hi |= ((unsigned int)f_to_e4m3(o[4 + j] * inv)) << (8 * j);
+                *reinterpret_cast<uint2*>(q + row * k + col) = make_uint2(lo, hi);
+                if ((tid & 15) == 0) s_row[(col / 128) * ld_srow + row] = sc;
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The CUDA backend: device probe, buffers, NVRTC kernels and cuBLASLt GEMMs.
+//!
+//! Everything here is behind [`Gpu::open`], which first checks that the CUDA driver, cuBLASLt
+//! and NVRTC libraries can be loaded (cudarc panics on a missing library otherwise) and returns a
+//! typed [`BenchError`] when they cannot.
+
+mod buffer;
+mod check;
+mod gemm;
+mod measure;
+pub mod perf;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+use fp8_merge::report::DeviceInfo;
+
+pub use buffer::DevBuf;
+pub use gemm::Lt;
+pub use measure::{MeasureOptions, measure_point};
+
+use crate::error::BenchError;
+
+const KERNELS: &str = include_str!("kernels.cu");
+
+/// A CUDA device ready to benchmark: context, stream, kernels and a cuBLASLt handle.
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    pub(crate) k: Kernels,
+    pub(crate) lt: Lt,
+    /// Facts about the device for the report.
+    pub info: DeviceInfo,
+    /// L2 cache size in bytes (for sizing rotation sets).
+    pub l2_bytes: u64,
+}
+
+pub(crate) struct Kernels {
+    pub fill_normal: CudaFunction,
+    pub count_nonfinite: CudaFunction,
+    pub quant_1x128: CudaFunction,
+    pub quant_128x128: CudaFunction,
+    pub norm_fwd: CudaFunction,
+}
+
+/// Checks that the CUDA libraries load and a device exists, without panicking.
+pub fn probe() -> Result<(), BenchError> {
+    // SAFETY: these only try to dlopen the libraries.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(BenchError::NoDevice("libcuda.so could not be loaded (no NVIDIA driver)".into()));
+    }
+    if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+        return Err(BenchError::MissingLibrary("libcublasLt (CUDA 13 cuBLASLt)"));
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(BenchError::MissingLibrary("libnvrtc (CUDA 13 NVRTC)"));
+    }
+    cudarc::driver::result::init().map_err(|e| BenchError::NoDevice(format!("cuInit failed: {e:?}")))?;
+    let n = cudarc::driver::result::device::get_count().map_err(|e| BenchError::NoDevice(format!("{e:?}")))?;
+    if n < 1 {
+        return Err(BenchError::NoDevice("the driver reports 0 CUDA devices".into()));
+    }
+    Ok(())
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: probes, creates the context and stream, compiles the kernels for
+    /// the device's arch and creates the cuBLASLt handle.
+    pub fn open(ordinal: usize) -> Result<Gpu, BenchError> {
+        probe()?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| BenchError::NoDevice(format!("device {ordinal}: {e:?}")))?;
+        // One stream, no cross-stream tracking: events would only add work to every launch.
+        // SAFETY: all work of this tool runs on the single stream below.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx.compute_capability().map_err(BenchError::driver)?;
+        if major < 9 {
+            return Err(BenchError::Unsupported(format!(
+                "compute capability {major}.{minor}: the FP8 blockwise recipe needs 9.0 (Hopper)"
+            )));
+        }
+        let arch: &'static str = match (major, minor) {
+            (9, 0) => "sm_90",
+            (10, 0) => "sm_100",
+            (12, 0) => "sm_120",
+            _ => "sm_90",
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            KERNELS,
+            cudarc::nvrtc::CompileOptions {
+                arch: Some(arch),
+                options: vec!["-std=c++17".into()],
+                ..Default::default()
+            },
+        )
+        .map_err(|e| BenchError::Nvrtc(format!("{e:?}")))?;
+        let module = ctx.load_module(ptx).map_err(BenchError::driver)?;
+        let f = |name: &str| module.load_function(name).map_err(BenchError::driver);
+        let k = Kernels {
+            fill_normal: f("fill_normal_bf16")?,
+            count_nonfinite: f("count_nonfinite_bf16")?,
+            quant_1x128: f("quant_1x128")?,
+            quant_128x128: f("quant_128x128")?,
+            norm_fwd: f("norm_fwd")?,
+        };
+        let lt = Lt::new(&stream)?;
+        let attr = |a| ctx.attribute(a).map_err(BenchError::driver);
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let l2_bytes = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
+        let mut driver = 0;
+        // SAFETY: plain out-parameter call.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
+        let (mut nv_major, mut nv_minor) = (0, 0);
+        // SAFETY: plain out-parameter call.
+        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut nv_major, &mut nv_minor) };
+        let info = DeviceInfo {
+            name: ctx.name().map_err(BenchError::driver)?,
+            compute_capability: format!("{major}.{minor}"),
+            driver: format!("{}.{}", driver / 1000, (driver % 1000) / 10),
+            cublaslt: lt.version_string(),
+            nvrtc: format!("{nv_major}.{nv_minor}"),
+            sm_count,
+        };
+        Ok(Gpu {
+            ctx,
+            stream,
+            _module: module,
+            k,
+            lt,
+            info,
+            l2_bytes,
+        })
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(u64, u64), BenchError> {
+        self.ctx.bind_to_thread().map_err(BenchError::driver)?;
+        let (free, total) = cudarc::driver::result::mem_get_info().map_err(BenchError::driver)?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Allocates `bytes` of device memory.
+    pub fn alloc(&self, bytes: u64) -> Result<DevBuf, BenchError> {
+        DevBuf::new(&self.ctx, bytes)
+    }
+
+    /// Waits for all queued work.
+    pub fn sync(&self) -> Result<(), BenchError> {
+        self.stream.synchronize().map_err(BenchError::driver)
+    }
+
+    /// Fills `n` bf16 values at `ptr` with N(0, stddev^2) noise from `seed`.
+    pub fn fill_normal(&self, ptr: u64, n: u64, seed: u32, stddev: f32) -> Result<(), BenchError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let blocks = n.div_ceil(256).min(65_535 * 4) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.k.fill_normal);
+        b.arg(&ptr).arg(&n).arg(&seed).arg(&stddev);
+        // SAFETY: ptr points at n bf16 values allocated by us; the kernel is bounds-checked.
+        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+        Ok(())
+    }
+
+    /// Counts NaN/Inf among `n` bf16 values at `ptr` (synchronizes).
+    pub fn count_nonfinite(&self, ptr: u64, n: u64, scratch: &DevBuf) -> Result<u32, BenchError> {
+        scratch.zero(&self.stream)?;
+        if n > 0 {
+            let blocks = n.div_ceil(256).min(65_535 * 4) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.k.count_nonfinite);
+            let out = scratch.ptr();
+            b.arg(&ptr).arg(&n).arg(&out);
+            // SAFETY: reads n bf16 at ptr, atomically adds into a 4-byte scratch buffer.
+            unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+        }
+        let mut c = [0u32; 1];
+        scratch.read_into(&self.stream, &mut c)?;
+        Ok(c[0])
+    }
+}

@@ -1,0 +1,167 @@
+//! Buffer and scale layouts of the blockwise recipe, and the padding TE applies.
+//!
+//! Pure arithmetic, tested on the CPU. The CUDA kernels and the cuBLASLt calls use exactly these
+//! numbers; a wrong stride here is the "silent garbage, relative error 10^3" failure the
+//! correctness check exists for.
+
+/// Block length of the recipe: 1x128 for activations and gradients, 128x128 for weights.
+pub const BLOCK: u64 = 128;
+
+/// Rounds `x` up to a multiple of `m` (`m > 0`).
+pub const fn round_up(x: u64, m: u64) -> u64 {
+    x.div_ceil(m) * m
+}
+
+/// Scale floats of a 1x128 (VEC128_32F) quantization of a row-major `[rows, cols]` operand along
+/// `cols`: `ceil(cols / 128)` blocks per row, stored block-major with the row index fastest and
+/// the row count padded to 4 (16 bytes), as TE lays them out for cuBLASLt.
+pub const fn vec128_scale_len(rows: u64, cols: u64) -> u64 {
+    cols.div_ceil(BLOCK) * round_up(rows, 4)
+}
+
+/// Index of the scale of element `(r, c)` in a VEC128 scale tensor of an operand with `rows`
+/// rows.
+pub const fn vec128_scale_index(rows: u64, r: u64, c: u64) -> u64 {
+    (c / BLOCK) * round_up(rows, 4) + r
+}
+
+/// Scale floats of a 128x128 (BLK128x128_32F) quantization of a row-major `[rows, cols]`
+/// operand: row blocks outer, column blocks inner, the inner count padded to 4.
+pub const fn blk128_scale_len(rows: u64, cols: u64) -> u64 {
+    rows.div_ceil(BLOCK) * round_up(cols.div_ceil(BLOCK), 4)
+}
+
+/// Index of the scale of element `(r, c)` in a BLK128x128 scale tensor.
+pub const fn blk128_scale_index(cols: u64, r: u64, c: u64) -> u64 {
+    (r / BLOCK) * round_up(cols.div_ceil(BLOCK), 4) + c / BLOCK
+}
+
+/// A grouped operand: experts stacked by rows, each padded for FP8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segments {
+    /// Logical rows per segment (expert).
+    pub rows: Vec<u64>,
+    /// Padded rows per segment.
+    pub padded: Vec<u64>,
+    /// First padded row of each segment.
+    pub offsets: Vec<u64>,
+}
+
+impl Segments {
+    /// Segments for the given logical splits, each padded to a multiple of `pad`.
+    pub fn new(splits: &[u64], pad: u64) -> Self {
+        let padded: Vec<u64> = splits.iter().map(|&r| round_up(r, pad.max(1))).collect();
+        let mut offsets = Vec::with_capacity(padded.len());
+        let mut at = 0;
+        for p in &padded {
+            offsets.push(at);
+            at += p;
+        }
+        Segments {
+            rows: splits.to_vec(),
+            padded,
+            offsets,
+        }
+    }
+
+    /// Total padded rows.
+    pub fn total_padded(&self) -> u64 {
+        self.padded.iter().sum()
+    }
+
+    /// Total logical rows.
+    pub fn total_rows(&self) -> u64 {
+        self.rows.iter().sum()
+    }
+
+    /// Offsets (in floats) of each segment's rowwise scale tensor for `cols` columns.
+    pub fn rowwise_scale_offsets(&self, cols: u64) -> (Vec<u64>, u64) {
+        prefix(self.padded.iter().map(|&p| vec128_scale_len(p, cols)))
+    }
+
+    /// Offsets (in floats) of each segment's columnwise scale tensor: the transposed operand is
+    /// `[cols, padded]` quantized along `padded`.
+    pub fn colwise_scale_offsets(&self, cols: u64) -> (Vec<u64>, u64) {
+        prefix(self.padded.iter().map(|&p| vec128_scale_len(cols, p)))
+    }
+
+    /// Offsets (in bytes) of each segment's transposed FP8 data `[cols, padded]`.
+    pub fn colwise_data_offsets(&self, cols: u64) -> (Vec<u64>, u64) {
+        prefix(self.padded.iter().map(|&p| cols * p))
+    }
+
+    /// The tile descriptors the `quant_1x128` kernel takes: one per 128x128 tile of each
+    /// segment, as 7 u64s `[row0, seg_rows, tile_m, tile_c, srow_off, qcol_off, scol_off]`.
+    pub fn tiles(&self, cols: u64) -> Vec<[u64; 7]> {
+        let (srow, _) = self.rowwise_scale_offsets(cols);
+        let (qcol, _) = self.colwise_data_offsets(cols);
+        let (scol, _) = self.colwise_scale_offsets(cols);
+        let mut out = Vec::new();
+        for (i, &p) in self.padded.iter().enumerate() {
+            let mut m = 0;
+            while m < p {
+                let mut c = 0;
+                while c < cols {
+                    out.push([self.offsets[i], p, m, c, srow[i], qcol[i], scol[i]]);
+                    c += BLOCK;
+                }
+                m += BLOCK;
+            }
+        }
+        out
+    }
+}
+
+fn prefix(sizes: impl Iterator<Item = u64>) -> (Vec<u64>, u64) {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for s in sizes {
+        // 16-byte alignment for every scale tensor (4 floats) and data block.
+        out.push(at);
+        at += round_up(s, 16);
+    }
+    (out, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_lengths_cover_every_block() {
+        assert_eq!(vec128_scale_len(16, 128), 16);
+        assert_eq!(vec128_scale_len(17, 129), 2 * 20);
+        assert_eq!(blk128_scale_len(128, 128), 4);
+        assert_eq!(blk128_scale_len(1280, 8192), 10 * 64);
+        assert_eq!(blk128_scale_len(3696, 8192), 29 * 64);
+        // Non-multiples of 128 ceil-divide and pad the inner count to 4 floats (16 bytes).
+        assert_eq!(blk128_scale_len(8192, 3696), 64 * 32);
+        assert_eq!(blk128_scale_len(100, 300), 4);
+    }
+
+    #[test]
+    fn indices_stay_inside_their_tensors() {
+        for (rows, cols) in [(16u64, 128u64), (1008, 3696), (4096, 1152), (130, 260)] {
+            let len = vec128_scale_len(rows, cols);
+            assert!(vec128_scale_index(rows, rows - 1, cols - 1) < len);
+            let len = blk128_scale_len(rows, cols);
+            assert!(blk128_scale_index(cols, rows - 1, cols - 1) < len);
+        }
+    }
+
+    #[test]
+    fn segments_pad_and_align() {
+        let s = Segments::new(&[0, 5, 128, 300], 16);
+        assert_eq!(s.padded, vec![0, 16, 128, 304]);
+        assert_eq!(s.offsets, vec![0, 0, 16, 144]);
+        assert_eq!(s.total_padded(), 448);
+        assert_eq!(s.total_rows(), 433);
+        let (off, total) = s.rowwise_scale_offsets(256);
+        assert!(off.iter().all(|o| o % 16 == 0));
+        assert!(total >= 448 * 2);
+        // Tiles: 0 for the empty expert, 1x2 + 1x2 + 3x2.
+        let tiles = s.tiles(256);
+        assert_eq!(tiles.len(), 2 + 2 + 6);
+        assert!(tiles.iter().all(|t| t[2] < t[1] && t[3] < 256));
+    }
+}

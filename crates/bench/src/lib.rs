@@ -1,0 +1,21 @@
+//! `fp8-bench` measures what one Transformer Engine linear module's training step costs on the
+//! GPU in BF16 and in FP8 with TE's blockwise recipe (1x128 activations and gradients, 128x128
+//! weights, FP32 scales): three cuBLASLt GEMMs per step plus every cast the recipe needs, checked
+//! for correctness before anything is timed.
+//!
+//! Key design choice: the GPU is reached only through a runtime probe ([`cuda::probe`],
+//! [`cuda::Gpu::open`]) that returns a typed error, so the crate builds and its pure logic
+//! (shapes, splits, padding, scale layouts, the cost model, env parsing) tests on machines with
+//! no CUDA at all. Kernels are CUDA C compiled by NVRTC at run time; nothing CUDA is needed at
+//! build time.
+//!
+//! It does not decide or merge: reports go to `fp8-merge`, decisions to `fp8-engine`. TP/EP
+//! communication is not timed (see docs/BENCHMARK.md).
+
+pub mod cuda;
+pub mod error;
+pub mod layout;
+pub mod runner;
+pub mod sweep;
+
+pub use error::BenchError;

@@ -1,0 +1,218 @@
+//! What a sweep measures: module x token count, with expert splits and FP8 padding.
+
+use fp8_engine::{ModuleSpec, TokenConfig};
+
+use crate::layout::{Segments, round_up};
+
+/// How routed tokens are split across a rank's experts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SplitMode {
+    /// Equal shares.
+    Uniform,
+    /// Zipf-distributed shares with the given skew (1.2 in the reference), fixed seed.
+    Zipf(f64),
+}
+
+impl SplitMode {
+    /// Name recorded in reports.
+    pub fn name(&self) -> String {
+        match self {
+            SplitMode::Uniform => "uniform".to_owned(),
+            SplitMode::Zipf(s) => format!("zipf{s}"),
+        }
+    }
+}
+
+/// One measurement to make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchPoint {
+    /// The module (per-rank shapes).
+    pub spec: ModuleSpec,
+    /// Logical tokens the decision compares (x topk for experts).
+    pub tokens: u64,
+    /// Logical rows per GEMM (one entry for dense modules, one per expert for grouped).
+    pub splits: Vec<u64>,
+    /// Expert split mode (grouped modules only).
+    pub split_mode: Option<SplitMode>,
+}
+
+impl BenchPoint {
+    /// The FP8 segments: each split padded to `pad`.
+    pub fn segments(&self, pad: u64) -> Segments {
+        Segments::new(&self.splits, pad)
+    }
+
+    /// Logical rows over all GEMMs.
+    pub fn rows(&self) -> u64 {
+        self.splits.iter().sum()
+    }
+}
+
+/// The default dense token counts: powers of two from 256 to `max_tokens`, plus the configured
+/// run's count, sorted and deduplicated.
+pub fn default_token_counts(max_tokens: u64, run_tokens: Option<u64>) -> Vec<u64> {
+    let mut v: Vec<u64> = std::iter::successors(Some(256u64), |t| t.checked_mul(2))
+        .take_while(|t| *t <= max_tokens.max(256))
+        .collect();
+    if let Some(t) = run_tokens.filter(|t| *t > 0) {
+        v.push(t);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Parses the seed's `TE_LAYER_PERF_SHAPE_SWEEP` form, `1024x1,4096x2` (seq x mbs), into token
+/// counts.
+pub fn parse_shape_sweep(s: &str) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let (seq, mbs) = item.split_once(['x', 'X']).unwrap_or((item, "1"));
+        let parse = |v: &str, what: &str| {
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("`{item}`: {what} `{v}` is not a positive integer (form: 1024x1,4096x2)"))
+        };
+        let t = parse(seq, "sequence length")?
+            .checked_mul(parse(mbs, "micro-batch size")?)
+            .ok_or_else(|| format!("`{item}`: token count overflows"))?;
+        out.push(t);
+    }
+    if out.is_empty() {
+        return Err("empty shape sweep (form: 1024x1,4096x2)".to_owned());
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Splits `total` rows over `n` experts.
+pub fn split_rows(total: u64, n: u32, mode: SplitMode, seed: u64) -> Vec<u64> {
+    let n = n.max(1) as usize;
+    let weights: Vec<f64> = match mode {
+        SplitMode::Uniform => vec![1.0; n],
+        SplitMode::Zipf(skew) => {
+            // Rank r gets 1/r^skew; a seeded shuffle decides which expert holds which rank.
+            let mut ranks: Vec<usize> = (1..=n).collect();
+            let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+            for i in (1..n).rev() {
+                state = splitmix(state);
+                ranks.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            ranks.iter().map(|&r| 1.0 / (r as f64).powf(skew)).collect()
+        }
+    };
+    let sum: f64 = weights.iter().sum();
+    let mut out: Vec<u64> = weights.iter().map(|w| (total as f64 * w / sum).floor() as u64).collect();
+    // Hand the remainder out by largest fractional part, then by index: deterministic and exact.
+    let mut rest = total - out.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| {
+        let fa = total as f64 * weights[a] / sum - out[a] as f64;
+        let fb = total as f64 * weights[b] / sum - out[b] as f64;
+        fb.total_cmp(&fa).then(a.cmp(&b))
+    });
+    for &i in order.iter().cycle() {
+        if rest == 0 {
+            break;
+        }
+        out[i] += 1;
+        rest -= 1;
+    }
+    out
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Builds the points of a sweep: every module at every dense token count. Grouped modules are
+/// measured with both split modes; their token count is the routed count (x `topk`).
+pub fn build_points(modules: &[ModuleSpec], dense_tokens: &[u64], topk: u64, splits: &[SplitMode]) -> Vec<BenchPoint> {
+    let mut out = Vec::new();
+    for spec in modules {
+        for &t in dense_tokens {
+            // `t` is already the per-rank decision count (seq x mbs / cp).
+            let tokens_cfg = TokenConfig::new(t, 1);
+            if spec.module_kind.is_grouped() {
+                let tokens = tokens_cfg.expert_tokens(topk);
+                let rows = spec.gemm_rows(tokens);
+                for (i, &mode) in splits.iter().enumerate() {
+                    out.push(BenchPoint {
+                        spec: spec.clone(),
+                        tokens,
+                        splits: split_rows(rows, spec.num_gemms, mode, 1234 + i as u64),
+                        split_mode: Some(mode),
+                    });
+                }
+            } else {
+                let tokens = tokens_cfg.dense_tokens().0;
+                out.push(BenchPoint {
+                    spec: spec.clone(),
+                    tokens,
+                    splits: vec![spec.gemm_rows(tokens)],
+                    split_mode: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Bytes of device memory one point needs (both precisions, one rotation set), for sizing
+/// sweeps against free memory.
+pub fn point_bytes(p: &BenchPoint, pad: u64) -> u64 {
+    let k = p.spec.in_features;
+    let n = p.spec.out_features;
+    let g = u64::from(p.spec.num_gemms);
+    let m = round_up(p.segments(pad).total_padded().max(p.rows()), 16);
+    let bf16 = 2 * (m * k + m * n) * 2 + 2 * 2 * g * n * k; // x, y, dy, dx; w, dw
+    let fp8 = 2 * (m * k + m * n) + 2 * g * n * k; // row + col copies of x and dy; w and w^T
+    bf16 + fp8 + (m * k + m * n) / 16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_counts() {
+        assert_eq!(default_token_counts(4096, Some(3000)), vec![256, 512, 1024, 2048, 3000, 4096]);
+        assert_eq!(default_token_counts(100, None), vec![256]);
+        assert_eq!(default_token_counts(1024, Some(1024)), vec![256, 512, 1024]);
+    }
+
+    #[test]
+    fn shape_sweep_parsing() {
+        assert_eq!(parse_shape_sweep("1024x1,4096x2"), Ok(vec![1024, 8192]));
+        assert_eq!(parse_shape_sweep(" 424x1 , 2048 "), Ok(vec![424, 2048]));
+        assert!(parse_shape_sweep("").is_err());
+        assert!(parse_shape_sweep("1024x0").is_err());
+        assert!(parse_shape_sweep("axb").unwrap_err().contains("axb"));
+        assert!(parse_shape_sweep("18446744073709551615x2").is_err());
+    }
+
+    #[test]
+    fn splits_sum_exactly_and_are_deterministic() {
+        for total in [0u64, 1, 7, 1000, 65536, 262_144] {
+            for n in [1u32, 3, 8, 32, 64] {
+                for mode in [SplitMode::Uniform, SplitMode::Zipf(1.2)] {
+                    let s = split_rows(total, n, mode, 7);
+                    assert_eq!(s.len(), n as usize);
+                    assert_eq!(s.iter().sum::<u64>(), total);
+                    assert_eq!(s, split_rows(total, n, mode, 7));
+                }
+            }
+        }
+        let z = split_rows(10_000, 8, SplitMode::Zipf(1.2), 7);
+        let max = *z.iter().max().unwrap_or(&0);
+        let min = *z.iter().min().unwrap_or(&0);
+        assert!(max > 4 * min, "zipf should be skewed: {z:?}");
+        assert_eq!(split_rows(10, 4, SplitMode::Uniform, 0), vec![3, 3, 2, 2]);
+    }
+}

@@ -1,0 +1,80 @@
+//! `fp8sel bench-kernels`: device ceilings and kernel rates for docs/PERFORMANCE.md.
+
+use std::path::PathBuf;
+
+use fp8_bench::cuda::Gpu;
+use fp8_bench::cuda::perf::{Figure, copy_bandwidth, gemm_throughput, quant_bandwidth};
+
+use crate::error::{CliError, CliResult};
+
+/// Measure the device's copy bandwidth, BF16 vs FP8-blockwise GEMM throughput on the anchor
+/// shapes, and the cast kernels' bandwidth as a share of the copy bandwidth.
+///
+/// Example:
+///   fp8sel bench-kernels --json out/kernels.json
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Also write the figures as JSON here.
+    #[arg(long, value_name = "OUT.json")]
+    pub json: Option<PathBuf>,
+    /// GEMM shapes as MxKxN, comma separated [default: the H200 anchor shapes].
+    #[arg(long, value_name = "LIST")]
+    pub shapes: Option<String>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
+const ANCHORS: &[(u64, u64, u64)] = &[
+    (256, 8192, 8192), (1024, 8192, 8192), (2048, 8192, 8192), (4096, 8192, 8192), (16384, 8192, 8192),
+    (16384, 8192, 10240), (4096, 8192, 1280), (16384, 8192, 1280), (4096, 1024, 8192), (4096, 2048, 7168),
+    (4096, 7168, 4096), (1024, 7168, 4096), (256, 7168, 4096), (4096, 2048, 2048),
+];
+
+/// Runs the command.
+pub fn run(args: &Args) -> CliResult {
+    let mut gpu = Gpu::open(args.device).map_err(CliError::input)?;
+    let shapes: Vec<(u64, u64, u64)> = match &args.shapes {
+        None => ANCHORS.to_vec(),
+        Some(s) => s
+            .split(',')
+            .map(|t| {
+                let v: Vec<u64> = t.split('x').filter_map(|x| x.trim().parse().ok()).collect();
+                match v[..] {
+                    [m, k, n] if m > 0 && k > 0 && n > 0 => Ok((m, k, n)),
+                    _ => Err(CliError::input(format!("--shapes: `{t}` is not MxKxN"))),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let err = |e: fp8_bench::BenchError| CliError { code: 1, message: e.to_string() };
+    let mut figs: Vec<Figure> = Vec::new();
+    let copy = copy_bandwidth(&gpu).map_err(err)?;
+    let copy_tbs = copy.rate;
+    figs.push(copy);
+    for &(m, k, n) in &shapes {
+        figs.extend(gemm_throughput(&mut gpu, m, k, n).map_err(err)?);
+    }
+    for &(m, k) in &[(16384u64, 8192u64), (8192, 7168), (4096, 2048)] {
+        figs.extend(quant_bandwidth(&gpu, m, k, copy_tbs).map_err(err)?);
+    }
+    println!("device: {} (cc {}, driver {}, cuBLASLt {}, NVRTC {})", gpu.info.name, gpu.info.compute_capability, gpu.info.driver, gpu.info.cublaslt, gpu.info.nvrtc);
+    println!("{:<52} {:>10} {:>12} {:>10}", "figure", "ms", "rate", "relative");
+    for f in &figs {
+        println!(
+            "{:<52} {:>10.4} {:>8.1} {:<3} {:>10}",
+            f.name,
+            f.ms,
+            f.rate * if f.unit == "TB/s" { 1.0 } else { 1.0 },
+            f.unit,
+            f.relative.map_or_else(String::new, |r| format!("{r:.3}"))
+        );
+    }
+    if let Some(p) = &args.json {
+        let v = serde_json::json!({"device": gpu.info, "figures": figs});
+        let text = format!("{v:#}\n");
+        fp8_policy::write_atomic(p, text.as_bytes()).map_err(|e| CliError { code: 1, message: e.to_string() })?;
+    }
+    Ok(())
+}
