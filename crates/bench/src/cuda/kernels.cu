@@ -36,15 +36,16 @@ __device__ __forceinline__ fp8_t f_to_e4m3(float f) {
     return (fp8_t)(r & 0xff);
 }
 
-// Dequantization scale for a block with absolute maximum `amax`.
+// Dequantization scale for a block with absolute maximum `amax`: amax / 448, or with `pow2` that
+// value rounded up to a power of two (TE's default: the quantization factor is rounded down).
+// Bit arithmetic instead of frexpf/ldexpf, which are slow library calls.
 __device__ __forceinline__ float dequant_scale(float amax, int pow2) {
     if (!(amax > 0.0f) || isinf(amax)) return 1.0f;
     float s = amax / FP8_MAX;
     if (pow2) {
-        // Round the dequant factor up to a power of two (the quant factor down), like TE.
-        int e;
-        float m = frexpf(s, &e);  // s = m * 2^e, m in [0.5, 1)
-        s = (m == 0.5f) ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
+        unsigned int u = __float_as_uint(s);
+        if (u & 0x007fffffu) u = (u & 0xff800000u) + 0x00800000u;
+        s = __uint_as_float(u);
     }
     return s;
 }
@@ -198,6 +199,9 @@ quant_1x128(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__
             fp8_t* __restrict__ q_row, float* __restrict__ s_row,
             fp8_t* __restrict__ q_col, float* __restrict__ s_col) {
     __shared__ unsigned int sm[TILE][SMW];
+    __shared__ __align__(16) fp8_t stage[64][TILE + 16];
+    __shared__ float colmax[8][TILE];
+    __shared__ float colinv[TILE];
     const TileDesc t = tiles[blockIdx.x];
     const int tid = threadIdx.x;
     const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
@@ -227,29 +231,66 @@ quant_1x128(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__
         }
     }
     if (do_col) {
-        __syncthreads();
         const int warp = tid >> 5, lane = tid & 31;
-        const u64 ld_col = (cols + 3) & ~3ull;
-#pragma unroll 4
-        for (int cc = 0; cc < 16; ++cc) {
-            const int c = warp * 16 + cc;
-            float e[4];
-            float amax = 0.0f;
+        // Column amax from registers: each thread has 8 rows x 8 columns; combine the two row
+        // groups of a warp with one shuffle per column, then the 8 warps through shared memory.
+        float cm[8];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) { e[j] = sm_elem(sm, lane + 32 * j, c); amax = fmaxf(amax, fabsf(e[j])); }
-            amax = warp_max(amax, 32);
-            if (c < cols_here) {
-                const float s = dequant_scale(amax, pow2);
-                const float inv = 1.0f / s;
-                const u64 col = t.tile_c + c;
-                fp8_t* dst = q_col + t.qcol_off + col * t.seg_rows + t.tile_m;
+        for (int j = 0; j < 8; ++j) cm[j] = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int r = lane + 32 * j;
-                    if (r < rows_here) dst[r] = (fp8_t)(cvt2(0.0f, e[j] * inv) & 0xff);
-                }
-                if (lane == 0) s_col[t.scol_off + (t.tile_m / TILE) * ld_col + col] = s;
+        for (int i = 0; i < 8; ++i) {
+            const unsigned int w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                cm[2 * j] = fmaxf(cm[2 * j], fabsf(lo16(w[j])));
+                cm[2 * j + 1] = fmaxf(cm[2 * j + 1], fabsf(hi16(w[j])));
             }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) cm[j] = fmaxf(cm[j], __shfl_xor_sync(0xffffffffu, cm[j], 16));
+        if (lane < 16) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) colmax[warp][lane * 8 + j] = cm[j];
+        }
+        __syncthreads();
+        if (tid < TILE) {
+            float a = colmax[0][tid];
+#pragma unroll
+            for (int q = 1; q < 8; ++q) a = fmaxf(a, colmax[q][tid]);
+            const float sc = dequant_scale(a, pow2);
+            colinv[tid] = 1.0f / sc;
+            if (tid < cols_here) s_col[t.scol_off + (t.tile_m / TILE) * ((cols + 3) & ~3ull) + t.tile_c + tid] = sc;
+        }
+        __syncthreads();
+        // Two halves of 64 columns: each warp quantizes 8 columns into the byte staging tile
+        // (lane j takes rows j, j+32, j+64, j+96: 32 banks per read), then the CTA writes the
+        // transposed rows out as 16-byte vectors (128 contiguous bytes per column).
+#pragma unroll 1
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) {
+                const int cl = warp * 8 + cc;
+                const int c = half * 64 + cl;
+                const float inv = colinv[c];
+                const unsigned short p01 = cvt2(sm_elem(sm, lane + 32, c) * inv, sm_elem(sm, lane, c) * inv);
+                const unsigned short p23 = cvt2(sm_elem(sm, lane + 96, c) * inv, sm_elem(sm, lane + 64, c) * inv);
+                stage[cl][lane] = (fp8_t)(p01 & 0xff);
+                stage[cl][lane + 32] = (fp8_t)(p01 >> 8);
+                stage[cl][lane + 64] = (fp8_t)(p23 & 0xff);
+                stage[cl][lane + 96] = (fp8_t)(p23 >> 8);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int it = 0; it < 2; ++it) {
+                const int item = tid + 256 * it;        // 64 columns x 8 chunks of 16 rows
+                const int cl = item >> 3, chunk = item & 7;
+                const int c = half * 64 + cl;
+                if (c < cols_here && chunk * 16 < rows_here) {
+                    fp8_t* dst = q_col + t.qcol_off + (t.tile_c + c) * t.seg_rows + t.tile_m + chunk * 16;
+                    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&stage[cl][chunk * 16]);
+                }
+            }
+            if (half == 0) __syncthreads();
         }
     }
 }
@@ -264,6 +305,7 @@ quant_128x128(const bf16_t* __restrict__ w, u64 n, u64 k, int pow2,
               fp8_t* __restrict__ q, float* __restrict__ s,
               fp8_t* __restrict__ qt, float* __restrict__ st) {
     __shared__ unsigned int sm[TILE][SMW];
+    __shared__ __align__(16) fp8_t stage[64][TILE + 16];
     __shared__ float red[8];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u64 n0 = (u64)blockIdx.y * TILE, k0 = (u64)blockIdx.x * TILE;
@@ -297,17 +339,28 @@ quant_128x128(const bf16_t* __restrict__ w, u64 n, u64 k, int pow2,
             }
         }
     }
-    // Transposed copy from shared memory: lane j of a warp handles rows j, j+32, j+64, j+96.
+    // Transposed copy: quantize from shared memory (lane j handles rows j, j+32, j+64, j+96 of a
+    // column, so a warp touches 32 banks), stage the bytes, write 16-byte vectors.
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
 #pragma unroll 4
-    for (int cc = 0; cc < 16; ++cc) {
-        const int c = warp * 16 + cc;
-        if (c >= kh) break;
-        fp8_t* dst = qt + (k0 + c) * n + n0;
+        for (int cc = 0; cc < 8; ++cc) {
+            const int cl = warp * 8 + cc;
+            const int c = half * 64 + cl;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int r = lane + 32 * j;
-            if (r < nh) dst[r] = (fp8_t)(cvt2(0.0f, sm_elem(sm, r, c) * inv) & 0xff);
+            for (int j = 0; j < 4; ++j) stage[cl][lane + 32 * j] = (fp8_t)(cvt2(0.0f, sm_elem(sm, lane + 32 * j, c) * inv) & 0xff);
         }
+        __syncthreads();
+#pragma unroll
+        for (int it = 0; it < 2; ++it) {
+            const int item = tid + 256 * it;
+            const int cl = item >> 3, chunk = item & 7;
+            const int c = half * 64 + cl;
+            if (c < kh && chunk * 16 < nh) {
+                *reinterpret_cast<uint4*>(qt + (k0 + c) * n + n0 + chunk * 16) = *reinterpret_cast<const uint4*>(&stage[cl][chunk * 16]);
+            }
+        }
+        __syncthreads();
     }
     if (tid == 0) {
         const u64 ld = ((k + TILE - 1) / TILE + 3) & ~3ull;

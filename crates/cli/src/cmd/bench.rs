@@ -92,7 +92,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// cuBLASLt candidates timed per GEMM shape.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 8)]
     pub candidates: usize,
     /// No progress bar.
     #[arg(long)]
