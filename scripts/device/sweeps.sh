@@ -18,14 +18,14 @@ bench() {
   local t0=$(date +%s.%N)
   timeout 280 "$B" bench $COMMON "$@" --report "$R/$name.json" > "$R/$name.txt" 2>&1
   local rc=$?
-  log "$name rc=$rc $(tail -n 1 "$R/$name.txt") $(echo "$(date +%s.%N) - $t0" | bc)s"
+  log "$name rc=$rc $(tail -n 1 "$R/$name.txt") $(awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN{printf \"%.1f\", a-b}")s"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$R/gpu.txt"
 case "${1:-a}" in
 a)
   t0=$(date +%s.%N)
   for tp in 1 2 4 8; do bench qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp; done
-  log "qwen2_5_72b full sweep TP1,2,4,8: $(echo "$(date +%s.%N) - $t0" | bc)s"
+  log "qwen2_5_72b full sweep TP1,2,4,8: $(awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN{printf \"%.1f\", a-b}")s"
   for tp in 1 2 4 8; do bench heldout_qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp --shape-sweep $HELD; done
   for tp in 1 2; do
     bench llama3_2_1b_tp$tp --model fixtures/models/llama3_2_1b.yaml --tp $tp
