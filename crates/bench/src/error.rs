@@ -7,7 +7,9 @@ pub enum BenchError {
     #[error("no CUDA device: {0}")]
     NoDevice(String),
     /// A CUDA library could not be loaded.
-    #[error("missing CUDA library: {0}; fix: install the CUDA 13 runtime libraries or add them to LD_LIBRARY_PATH")]
+    #[error(
+        "missing CUDA library: {0}; fix: install the CUDA 13 runtime libraries or add them to LD_LIBRARY_PATH"
+    )]
     MissingLibrary(&'static str),
     /// A CUDA driver call failed.
     #[error("CUDA driver: {0}")]
@@ -47,6 +49,9 @@ impl BenchError {
 
     /// True when the error concerns the machine (no device, missing library) rather than a point.
     pub fn is_environment(&self) -> bool {
-        matches!(self, BenchError::NoDevice(_) | BenchError::MissingLibrary(_))
+        matches!(
+            self,
+            BenchError::NoDevice(_) | BenchError::MissingLibrary(_)
+        )
     }
 }

@@ -73,7 +73,11 @@ pub fn parse_shape_sweep(s: &str) -> Result<Vec<u64>, String> {
                 .parse::<u64>()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("`{item}`: {what} `{v}` is not a positive integer (form: 1024x1,4096x2)"))
+                .ok_or_else(|| {
+                    format!(
+                        "`{item}`: {what} `{v}` is not a positive integer (form: 1024x1,4096x2)"
+                    )
+                })
         };
         let t = parse(seq, "sequence length")?
             .checked_mul(parse(mbs, "micro-batch size")?)
@@ -105,7 +109,10 @@ pub fn split_rows(total: u64, n: u32, mode: SplitMode, seed: u64) -> Vec<u64> {
         }
     };
     let sum: f64 = weights.iter().sum();
-    let mut out: Vec<u64> = weights.iter().map(|w| (total as f64 * w / sum).floor() as u64).collect();
+    let mut out: Vec<u64> = weights
+        .iter()
+        .map(|w| (total as f64 * w / sum).floor() as u64)
+        .collect();
     // Hand the remainder out by largest fractional part, then by index: deterministic and exact.
     let mut rest = total - out.iter().sum::<u64>();
     let mut order: Vec<usize> = (0..n).collect();
@@ -133,7 +140,12 @@ fn splitmix(mut z: u64) -> u64 {
 
 /// Builds the points of a sweep: every module at every dense token count. Grouped modules are
 /// measured with both split modes; their token count is the routed count (x `topk`).
-pub fn build_points(modules: &[ModuleSpec], dense_tokens: &[u64], topk: u64, splits: &[SplitMode]) -> Vec<BenchPoint> {
+pub fn build_points(
+    modules: &[ModuleSpec],
+    dense_tokens: &[u64],
+    topk: u64,
+    splits: &[SplitMode],
+) -> Vec<BenchPoint> {
     let mut out = Vec::new();
     for spec in modules {
         for &t in dense_tokens {
@@ -182,7 +194,10 @@ mod tests {
 
     #[test]
     fn token_counts() {
-        assert_eq!(default_token_counts(4096, Some(3000)), vec![256, 512, 1024, 2048, 3000, 4096]);
+        assert_eq!(
+            default_token_counts(4096, Some(3000)),
+            vec![256, 512, 1024, 2048, 3000, 4096]
+        );
         assert_eq!(default_token_counts(100, None), vec![256]);
         assert_eq!(default_token_counts(1024, Some(1024)), vec![256, 512, 1024]);
     }

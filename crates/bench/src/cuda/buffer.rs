@@ -20,10 +20,11 @@ impl DevBuf {
         // Never allocate 0 bytes: keep a valid, distinct pointer for empty tensors.
         let size = bytes.max(256);
         // SAFETY: plain allocation; freed in Drop.
-        let ptr = unsafe { result::malloc_sync(size as usize) }.map_err(|e| BenchError::OutOfMemory {
-            bytes: size,
-            detail: format!("{e:?}"),
-        })?;
+        let ptr =
+            unsafe { result::malloc_sync(size as usize) }.map_err(|e| BenchError::OutOfMemory {
+                bytes: size,
+                detail: format!("{e:?}"),
+            })?;
         Ok(DevBuf {
             ptr,
             bytes: size,
@@ -64,10 +65,18 @@ impl DevBuf {
     }
 
     /// Copies `out.len()` values starting `offset` bytes in (synchronizes).
-    pub fn read_at<T: Copy>(&self, stream: &CudaStream, offset: u64, out: &mut [T]) -> Result<(), BenchError> {
+    pub fn read_at<T: Copy>(
+        &self,
+        stream: &CudaStream,
+        offset: u64,
+        out: &mut [T],
+    ) -> Result<(), BenchError> {
         let len = std::mem::size_of_val(out) as u64;
         if offset + len > self.bytes {
-            return Err(BenchError::Internal(format!("read of {len} bytes at {offset} past a {}-byte buffer", self.bytes)));
+            return Err(BenchError::Internal(format!(
+                "read of {len} bytes at {offset} past a {}-byte buffer",
+                self.bytes
+            )));
         }
         stream.synchronize().map_err(BenchError::driver)?;
         // SAFETY: bounds checked above; the stream is idle.
@@ -75,10 +84,18 @@ impl DevBuf {
     }
 
     /// Copies `data` to `offset` bytes in (synchronous).
-    pub fn write_at<T: Copy>(&self, stream: &CudaStream, offset: u64, data: &[T]) -> Result<(), BenchError> {
+    pub fn write_at<T: Copy>(
+        &self,
+        stream: &CudaStream,
+        offset: u64,
+        data: &[T],
+    ) -> Result<(), BenchError> {
         let len = std::mem::size_of_val(data) as u64;
         if offset + len > self.bytes {
-            return Err(BenchError::Internal(format!("write of {len} bytes at {offset} past a {}-byte buffer", self.bytes)));
+            return Err(BenchError::Internal(format!(
+                "write of {len} bytes at {offset} past a {}-byte buffer",
+                self.bytes
+            )));
         }
         stream.synchronize().map_err(BenchError::driver)?;
         // SAFETY: bounds checked above; the stream is idle.

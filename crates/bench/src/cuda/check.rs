@@ -26,11 +26,15 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
 
 /// The dequantization scale the kernels compute for a block with absolute maximum `amax`.
 pub fn expected_scale(amax: f32, pow2: bool) -> f32 {
-    if !(amax > 0.0) || amax.is_infinite() {
+    if amax.is_nan() || amax <= 0.0 || amax.is_infinite() {
         return 1.0;
     }
     let s = amax / 448.0;
-    if pow2 { 2f32.powi(s.log2().ceil() as i32) } else { s }
+    if pow2 {
+        2f32.powi(s.log2().ceil() as i32)
+    } else {
+        s
+    }
 }
 
 fn bf16_to_f32(bits: u16) -> f32 {
@@ -38,7 +42,14 @@ fn bf16_to_f32(bits: u16) -> f32 {
 }
 
 /// Reads `len` bf16 values of a row-major matrix's column `col` (`cols` columns) from row `row0`.
-pub fn read_bf16_column(stream: &CudaStream, base: u64, cols: u64, col: u64, row0: u64, len: u64) -> Result<Vec<f32>, BenchError> {
+pub fn read_bf16_column(
+    stream: &CudaStream,
+    base: u64,
+    cols: u64,
+    col: u64,
+    row0: u64,
+    len: u64,
+) -> Result<Vec<f32>, BenchError> {
     let mut host = vec![0u16; len as usize];
     if len == 0 {
         return Ok(Vec::new());
@@ -116,7 +127,9 @@ impl Fp8Rows<'_> {
                 } else {
                     vec128_scale_index(self.rows, r, c)
                 };
-                let s = *self.scales.get(si as usize).ok_or_else(|| BenchError::Internal(format!("scale index {si} out of range")))?;
+                let s = *self.scales.get(si as usize).ok_or_else(|| {
+                    BenchError::Internal(format!("scale index {si} out of range"))
+                })?;
                 Ok(f64::from(e4m3_to_f32(b)) * f64::from(s))
             })
             .collect()

@@ -116,7 +116,10 @@ impl Lt {
         }
         let mut pref = MaybeUninit::uninit();
         unsafe {
-            ck(lt::cublasLtMatmulPreferenceCreate(pref.as_mut_ptr()), "cublasLtMatmulPreferenceCreate")?;
+            ck(
+                lt::cublasLtMatmulPreferenceCreate(pref.as_mut_ptr()),
+                "cublasLtMatmulPreferenceCreate",
+            )?;
         }
         // SAFETY: initialized by the successful calls above.
         let (handle, pref) = unsafe { (handle.assume_init(), pref.assume_init()) };
@@ -152,45 +155,102 @@ impl Lt {
     /// Creates the descriptors for a shape.
     pub fn plan(&self, shape: Shape) -> Result<Plan, BenchError> {
         let (ty, compute) = match shape.dt {
-            Dt::Bf16 => (lt::cudaDataType::CUDA_R_16BF, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F),
-            Dt::E4m3 => (lt::cudaDataType::CUDA_R_8F_E4M3, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            Dt::Bf16 => (
+                lt::cudaDataType::CUDA_R_16BF,
+                lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            Dt::E4m3 => (
+                lt::cudaDataType::CUDA_R_8F_E4M3,
+                lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
         };
         let mut desc = MaybeUninit::uninit();
         // SAFETY: descriptor creation and attribute setting with correctly sized values.
         unsafe {
-            ck(lt::cublasLtMatmulDescCreate(desc.as_mut_ptr(), compute, lt::cudaDataType::CUDA_R_32F), "cublasLtMatmulDescCreate")?;
+            ck(
+                lt::cublasLtMatmulDescCreate(
+                    desc.as_mut_ptr(),
+                    compute,
+                    lt::cudaDataType::CUDA_R_32F,
+                ),
+                "cublasLtMatmulDescCreate",
+            )?;
         }
         let desc = unsafe { desc.assume_init() };
         // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (the cuBLASLt bindings do not carry
         // the cuBLAS enum; the attribute is an int32).
         let op = |t: bool| -> i32 { i32::from(t) };
-        let set = |attr: lt::cublasLtMatmulDescAttributes_t, v: *const c_void, size: usize, what: &str| {
+        let set = |attr: lt::cublasLtMatmulDescAttributes_t,
+                   v: *const c_void,
+                   size: usize,
+                   what: &str| {
             // SAFETY: `v` points at `size` valid bytes for the attribute.
-            ck(unsafe { lt::cublasLtMatmulDescSetAttribute(desc, attr, v, size) }, what)
+            ck(
+                unsafe { lt::cublasLtMatmulDescSetAttribute(desc, attr, v, size) },
+                what,
+            )
         };
         let ta = op(shape.ta);
         let tb = op(shape.tb);
-        set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, (&ta as *const i32).cast(), 4, "TRANSA")?;
-        set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, (&tb as *const i32).cast(), 4, "TRANSB")?;
+        set(
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+            (&ta as *const i32).cast(),
+            4,
+            "TRANSA",
+        )?;
+        set(
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+            (&tb as *const i32).cast(),
+            4,
+            "TRANSB",
+        )?;
         if let Some((sa, sb)) = shape.scales {
             let mode = |m: ScaleMode| match m {
-                ScaleMode::Vec128 => lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                ScaleMode::Blk128 => lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                ScaleMode::Vec128 => {
+                    lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                }
+                ScaleMode::Blk128 => {
+                    lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                }
             };
             let (ma, mb) = (mode(sa), mode(sb));
-            set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, (&ma as *const lt::cublasLtMatmulMatrixScale_t).cast(), 4, "A_SCALE_MODE")?;
-            set(lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, (&mb as *const lt::cublasLtMatmulMatrixScale_t).cast(), 4, "B_SCALE_MODE")?;
+            set(
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                (&ma as *const lt::cublasLtMatmulMatrixScale_t).cast(),
+                4,
+                "A_SCALE_MODE",
+            )?;
+            set(
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                (&mb as *const lt::cublasLtMatmulMatrixScale_t).cast(),
+                4,
+                "B_SCALE_MODE",
+            )?;
         }
-        let layout = |t: lt::cudaDataType, rows: u64, cols: u64| -> Result<lt::cublasLtMatrixLayout_t, BenchError> {
+        let layout = |t: lt::cudaDataType,
+                      rows: u64,
+                      cols: u64|
+         -> Result<lt::cublasLtMatrixLayout_t, BenchError> {
             let mut l = MaybeUninit::uninit();
             // SAFETY: out-parameter creation.
             unsafe {
-                ck(lt::cublasLtMatrixLayoutCreate(l.as_mut_ptr(), t, rows, cols, rows as i64), "cublasLtMatrixLayoutCreate")?;
+                ck(
+                    lt::cublasLtMatrixLayoutCreate(l.as_mut_ptr(), t, rows, cols, rows as i64),
+                    "cublasLtMatrixLayoutCreate",
+                )?;
                 Ok(l.assume_init())
             }
         };
-        let (ar, ac) = if shape.ta { (shape.k, shape.m) } else { (shape.m, shape.k) };
-        let (br, bc) = if shape.tb { (shape.n, shape.k) } else { (shape.k, shape.n) };
+        let (ar, ac) = if shape.ta {
+            (shape.k, shape.m)
+        } else {
+            (shape.m, shape.k)
+        };
+        let (br, bc) = if shape.tb {
+            (shape.n, shape.k)
+        } else {
+            (shape.k, shape.n)
+        };
         Ok(Plan {
             desc,
             a: layout(ty, ar, ac)?,
@@ -203,25 +263,54 @@ impl Lt {
     fn set_scales(plan: &Plan, p: &Ptrs) -> Result<(), BenchError> {
         if plan.shape.scales.is_some() {
             for (attr, v) in [
-                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.sa),
-                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.sb),
+                (
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                    p.sa,
+                ),
+                (
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                    p.sb,
+                ),
             ] {
                 // SAFETY: a device pointer value, 8 bytes.
-                ck(unsafe { lt::cublasLtMatmulDescSetAttribute(plan.desc, attr, (&v as *const u64).cast(), 8) }, "SCALE_POINTER")?;
+                ck(
+                    unsafe {
+                        lt::cublasLtMatmulDescSetAttribute(
+                            plan.desc,
+                            attr,
+                            (&v as *const u64).cast(),
+                            8,
+                        )
+                    },
+                    "SCALE_POINTER",
+                )?;
             }
         }
         Ok(())
     }
 
-    fn heuristics(&self, plan: &Plan, want: usize) -> Result<Vec<lt::cublasLtMatmulAlgo_t>, BenchError> {
-        let mut results: Vec<MaybeUninit<lt::cublasLtMatmulHeuristicResult_t>> = (0..want).map(|_| MaybeUninit::uninit()).collect();
+    fn heuristics(
+        &self,
+        plan: &Plan,
+        want: usize,
+    ) -> Result<Vec<lt::cublasLtMatmulAlgo_t>, BenchError> {
+        let mut results: Vec<MaybeUninit<lt::cublasLtMatmulHeuristicResult_t>> =
+            (0..want).map(|_| MaybeUninit::uninit()).collect();
         let mut count = 0;
         // SAFETY: `results` has room for `want` entries.
         unsafe {
             ck(
                 lt::cublasLtMatmulAlgoGetHeuristic(
-                    self.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, self.pref, want as i32,
-                    results.as_mut_ptr().cast(), &mut count,
+                    self.handle,
+                    plan.desc,
+                    plan.a,
+                    plan.b,
+                    plan.d,
+                    plan.d,
+                    self.pref,
+                    want as i32,
+                    results.as_mut_ptr().cast(),
+                    &mut count,
                 ),
                 "cublasLtMatmulAlgoGetHeuristic",
             )?;
@@ -230,17 +319,27 @@ impl Lt {
         for r in results.iter().take(count.max(0) as usize) {
             // SAFETY: the first `count` entries were written.
             let r = unsafe { r.assume_init_ref() };
-            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize <= WORKSPACE_BYTES as usize {
+            if r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                && r.workspaceSize <= WORKSPACE_BYTES as usize
+            {
                 out.push(r.algo);
             }
         }
         if out.is_empty() {
-            return Err(BenchError::Unsupported(format!("cuBLASLt has no algorithm for {:?}", plan.shape)));
+            return Err(BenchError::Unsupported(format!(
+                "cuBLASLt has no algorithm for {:?}",
+                plan.shape
+            )));
         }
         Ok(out)
     }
 
-    fn launch(&self, plan: &Plan, p: &Ptrs, algo: &lt::cublasLtMatmulAlgo_t) -> Result<(), BenchError> {
+    fn launch(
+        &self,
+        plan: &Plan,
+        p: &Ptrs,
+        algo: &lt::cublasLtMatmulAlgo_t,
+    ) -> Result<(), BenchError> {
         let alpha = 1.0f32;
         let beta = 0.0f32;
         let ws = self.workspace.as_ref().map_or(0, DevBuf::ptr);
@@ -248,10 +347,22 @@ impl Lt {
         ck(
             unsafe {
                 lt::cublasLtMatmul(
-                    self.handle, plan.desc,
-                    (&alpha as *const f32).cast(), p.a as *const c_void, plan.a, p.b as *const c_void, plan.b,
-                    (&beta as *const f32).cast(), p.d as *const c_void, plan.d, p.d as *mut c_void, plan.d,
-                    algo, ws as *mut c_void, WORKSPACE_BYTES as usize, self.stream.cu_stream() as lt::cudaStream_t,
+                    self.handle,
+                    plan.desc,
+                    (&alpha as *const f32).cast(),
+                    p.a as *const c_void,
+                    plan.a,
+                    p.b as *const c_void,
+                    plan.b,
+                    (&beta as *const f32).cast(),
+                    p.d as *const c_void,
+                    plan.d,
+                    p.d as *mut c_void,
+                    plan.d,
+                    algo,
+                    ws as *mut c_void,
+                    WORKSPACE_BYTES as usize,
+                    self.stream.cu_stream() as lt::cudaStream_t,
                 )
             },
             "cublasLtMatmul",
@@ -270,7 +381,10 @@ impl Lt {
             algos[0]
         } else {
             let ctx = self.stream.context().clone();
-            let ev = |_: ()| ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(BenchError::driver);
+            let ev = |_: ()| {
+                ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(BenchError::driver)
+            };
             let (start, end) = (ev(())?, ev(())?);
             let mut best: Option<(f32, lt::cublasLtMatmulAlgo_t)> = None;
             // Large GEMMs need one timed run per candidate; small ones several, so that launch
@@ -294,8 +408,9 @@ impl Lt {
                     best = Some((ms, *algo));
                 }
             }
-            best.map(|(_, a)| a)
-                .ok_or_else(|| BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape)))?
+            best.map(|(_, a)| a).ok_or_else(|| {
+                BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape))
+            })?
         };
         self.tuned.insert(plan.shape, best);
         self.launch(plan, p, &best)

@@ -10,7 +10,10 @@ use fp8_policy::ModuleKind;
 
 use super::Gpu;
 use super::buffer::DevBuf;
-use super::check::{Fp8Rows, Sampler, dot, e4m3_to_f32, expected_scale, read_bf16, read_bf16_column, read_raw, rel_err};
+use super::check::{
+    Fp8Rows, Sampler, dot, e4m3_to_f32, expected_scale, read_bf16, read_bf16_column, read_raw,
+    rel_err,
+};
 use super::gemm::{Dt, Plan, Ptrs, ScaleMode, Shape};
 use crate::error::BenchError;
 use crate::layout::{Segments, blk128_scale_len, round_up, vec128_scale_len};
@@ -97,7 +100,11 @@ fn base_point(bp: &BenchPoint, seg: &Segments) -> Point {
         tokens: bp.tokens,
         gemm_rows: bp.rows(),
         padded_rows: seg.total_padded(),
-        splits: if s.module_kind.is_grouped() { bp.splits.clone() } else { Vec::new() },
+        splits: if s.module_kind.is_grouped() {
+            bp.splits.clone()
+        } else {
+            Vec::new()
+        },
         split_mode: bp.split_mode.map(|m| m.name()),
         in_features: s.in_features,
         out_features: s.out_features,
@@ -163,12 +170,24 @@ struct Dims {
     norm: Option<Norm>,
 }
 
-fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, point: &mut Point) -> Result<(), BenchError> {
+fn run(
+    gpu: &mut Gpu,
+    bp: &BenchPoint,
+    seg: &Segments,
+    opt: &MeasureOptions,
+    point: &mut Point,
+) -> Result<(), BenchError> {
     let s = &bp.spec;
     let (k, n, g) = (s.in_features, s.out_features, u64::from(s.num_gemms));
-    let norm = if s.module_kind == ModuleKind::LayernormColumn { s.norm.or(Some(Norm::RmsNorm)) } else { None };
+    let norm = if s.module_kind == ModuleKind::LayernormColumn {
+        s.norm.or(Some(Norm::RmsNorm))
+    } else {
+        None
+    };
     if norm.is_some() && !k.is_multiple_of(8) {
-        return Err(BenchError::Unsupported(format!("norm over {k} features: needs a multiple of 8")));
+        return Err(BenchError::Unsupported(format!(
+            "norm over {k} features: needs a multiple of 8"
+        )));
     }
     let fp8_ok = k.is_multiple_of(16) && n.is_multiple_of(16);
     if opt.fp8 && !fp8_ok {
@@ -182,15 +201,31 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
         offsets.push(at);
         at += r;
     }
-    let d = Dims { k, n, g, rows: bp.rows(), splits: bp.splits.clone(), offsets, norm };
+    let d = Dims {
+        k,
+        n,
+        g,
+        rows: bp.rows(),
+        splits: bp.splits.clone(),
+        offsets,
+        norm,
+    };
     let p_rows = seg.total_padded();
     // Rotation sets: enough that the inputs of one step are not in L2 when it runs again.
-    let set_bytes = 2 * (d.rows * k + d.rows * n + g * n * k) + if opt.fp8 { 2 * (p_rows * k + p_rows * n) + 2 * g * n * k } else { 0 };
+    let set_bytes = 2 * (d.rows * k + d.rows * n + g * n * k)
+        + if opt.fp8 {
+            2 * (p_rows * k + p_rows * n) + 2 * g * n * k
+        } else {
+            0
+        };
     let sets = ((3 * gpu.l2_bytes).div_ceil(set_bytes.max(1))).clamp(1, 8) as usize;
     let (free, _) = gpu.mem_info()?;
     let need = crate::sweep::point_bytes(bp, opt.pad) + (sets as u64 - 1) * set_bytes;
     if need > free.saturating_sub(1 << 30) {
-        return Err(BenchError::OutOfMemory { bytes: need, detail: format!("{free} bytes free") });
+        return Err(BenchError::OutOfMemory {
+            bytes: need,
+            detail: format!("{free} bytes free"),
+        });
     }
     // Allocate and fill.
     let mut rot = Vec::with_capacity(sets);
@@ -216,13 +251,21 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
         y: gpu.alloc(2 * d.rows * n)?,
         dx: gpu.alloc(2 * d.rows * k)?,
         dw: gpu.alloc(2 * g * n * k)?,
-        xn: if norm.is_some() { Some(gpu.alloc(2 * d.rows * k)?) } else { None },
+        xn: if norm.is_some() {
+            Some(gpu.alloc(2 * d.rows * k)?)
+        } else {
+            None
+        },
         gamma: gpu.alloc(2 * k)?,
         beta: gpu.alloc(2 * k)?,
     };
     gpu.fill_normal(outs.gamma.ptr(), k, opt.seed ^ 0x77, 1.0)?;
     gpu.fill_normal(outs.beta.ptr(), k, opt.seed ^ 0x78, 0.1)?;
-    let fp8 = if opt.fp8 { Some(setup_fp8(gpu, &mut rot, &d, seg, opt)?) } else { None };
+    let fp8 = if opt.fp8 {
+        Some(setup_fp8(gpu, &mut rot, &d, seg, opt)?)
+    } else {
+        None
+    };
 
     // Plans (one per distinct shape).
     let mut plans: HashMap<Shape, Plan> = HashMap::new();
@@ -238,9 +281,42 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
             None
         } else {
             Some((
-                plan_for(gpu, Shape { m: n, n: r, k, ta: true, tb: false, dt: Dt::Bf16, scales: None })?,
-                plan_for(gpu, Shape { m: k, n: r, k: n, ta: false, tb: false, dt: Dt::Bf16, scales: None })?,
-                plan_for(gpu, Shape { m: k, n, k: r, ta: false, tb: true, dt: Dt::Bf16, scales: None })?,
+                plan_for(
+                    gpu,
+                    Shape {
+                        m: n,
+                        n: r,
+                        k,
+                        ta: true,
+                        tb: false,
+                        dt: Dt::Bf16,
+                        scales: None,
+                    },
+                )?,
+                plan_for(
+                    gpu,
+                    Shape {
+                        m: k,
+                        n: r,
+                        k: n,
+                        ta: false,
+                        tb: false,
+                        dt: Dt::Bf16,
+                        scales: None,
+                    },
+                )?,
+                plan_for(
+                    gpu,
+                    Shape {
+                        m: k,
+                        n,
+                        k: r,
+                        ta: false,
+                        tb: true,
+                        dt: Dt::Bf16,
+                        scales: None,
+                    },
+                )?,
             ))
         });
     }
@@ -252,14 +328,56 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
                 None
             } else {
                 Some((
-                    plan_for(gpu, Shape { m: n, n: p, k, ta: true, tb: false, dt: Dt::E4m3, scales: sc(ScaleMode::Blk128, ScaleMode::Vec128) })?,
-                    plan_for(gpu, Shape { m: k, n: p, k: n, ta: true, tb: false, dt: Dt::E4m3, scales: sc(ScaleMode::Blk128, ScaleMode::Vec128) })?,
-                    plan_for(gpu, Shape { m: k, n, k: p, ta: true, tb: false, dt: Dt::E4m3, scales: sc(ScaleMode::Vec128, ScaleMode::Vec128) })?,
+                    plan_for(
+                        gpu,
+                        Shape {
+                            m: n,
+                            n: p,
+                            k,
+                            ta: true,
+                            tb: false,
+                            dt: Dt::E4m3,
+                            scales: sc(ScaleMode::Blk128, ScaleMode::Vec128),
+                        },
+                    )?,
+                    plan_for(
+                        gpu,
+                        Shape {
+                            m: k,
+                            n: p,
+                            k: n,
+                            ta: true,
+                            tb: false,
+                            dt: Dt::E4m3,
+                            scales: sc(ScaleMode::Blk128, ScaleMode::Vec128),
+                        },
+                    )?,
+                    plan_for(
+                        gpu,
+                        Shape {
+                            m: k,
+                            n,
+                            k: p,
+                            ta: true,
+                            tb: false,
+                            dt: Dt::E4m3,
+                            scales: sc(ScaleMode::Vec128, ScaleMode::Vec128),
+                        },
+                    )?,
                 ))
             });
         }
     }
-    let ctx = Ctx { d: &d, seg, opt, outs: &outs, fp8: fp8.as_ref(), plans: &plans, bf16_shapes: &bf16_shapes, fp8_shapes: &fp8_shapes };
+    let ctx = Ctx {
+        d: &d,
+        seg,
+        opt,
+        outs: &outs,
+        fp8: fp8.as_ref(),
+        plans: &plans,
+        bf16_shapes: &bf16_shapes,
+        fp8_shapes: &fp8_shapes,
+    };
 
     // Correctness first: poison the outputs, run one step of each precision, check.
     let scratch = gpu.alloc(4)?;
@@ -268,7 +386,15 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
             b.fill_bytes(&gpu.stream, 0xff)?;
         }
         bf16_step(gpu, &ctx, &rot[0], &mut NoMarks)?;
-        check_nonfinite(gpu, &scratch, &[(&outs.y, d.rows * n, "bf16 fprop"), (&outs.dx, d.rows * k, "bf16 dgrad"), (&outs.dw, g * n * k, "bf16 wgrad")])?;
+        check_nonfinite(
+            gpu,
+            &scratch,
+            &[
+                (&outs.y, d.rows * n, "bf16 fprop"),
+                (&outs.dx, d.rows * k, "bf16 dgrad"),
+                (&outs.dw, g * n * k, "bf16 wgrad"),
+            ],
+        )?;
         check_bf16(gpu, &ctx, &rot[0], point)?;
     }
     if let Some(f) = &fp8 {
@@ -276,7 +402,15 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
             b.fill_bytes(&gpu.stream, 0xff)?;
         }
         fp8_step(gpu, &ctx, &rot[0], &mut NoMarks)?;
-        check_nonfinite(gpu, &scratch, &[(&f.y, p_rows * n, "fp8 fprop"), (&f.dx, p_rows * k, "fp8 dgrad"), (&f.dw, g * n * k, "fp8 wgrad")])?;
+        check_nonfinite(
+            gpu,
+            &scratch,
+            &[
+                (&f.y, p_rows * n, "fp8 fprop"),
+                (&f.dx, p_rows * k, "fp8 dgrad"),
+                (&f.dw, g * n * k, "fp8 wgrad"),
+            ],
+        )?;
         check_fp8(gpu, &ctx, &rot[0], point)?;
     }
 
@@ -293,7 +427,13 @@ fn run(gpu: &mut Gpu, bp: &BenchPoint, seg: &Segments, opt: &MeasureOptions, poi
     Ok(())
 }
 
-fn setup_fp8(gpu: &Gpu, rot: &mut [Set], d: &Dims, seg: &Segments, opt: &MeasureOptions) -> Result<Fp8Outs, BenchError> {
+fn setup_fp8(
+    gpu: &Gpu,
+    rot: &mut [Set],
+    d: &Dims,
+    seg: &Segments,
+    opt: &MeasureOptions,
+) -> Result<Fp8Outs, BenchError> {
     let (k, n, g) = (d.k, d.n, d.g);
     let p = seg.total_padded();
     let (_, sxr_len) = seg.rowwise_scale_offsets(k);
@@ -313,8 +453,18 @@ fn setup_fp8(gpu: &Gpu, rot: &mut [Set], d: &Dims, seg: &Segments, opt: &Measure
         dyp.zero(&gpu.stream)?;
         let mut src_row = 0;
         for (e, &r) in seg.rows.iter().enumerate() {
-            copy_d2d(gpu, xp.at(2 * seg.offsets[e] * k), set.x.at(2 * src_row * k), 2 * r * k)?;
-            copy_d2d(gpu, dyp.at(2 * seg.offsets[e] * n), set.dy.at(2 * src_row * n), 2 * r * n)?;
+            copy_d2d(
+                gpu,
+                xp.at(2 * seg.offsets[e] * k),
+                set.x.at(2 * src_row * k),
+                2 * r * k,
+            )?;
+            copy_d2d(
+                gpu,
+                dyp.at(2 * seg.offsets[e] * n),
+                set.dy.at(2 * src_row * n),
+                2 * r * n,
+            )?;
             src_row += r;
         }
         let wq = gpu.alloc(g * n * k)?;
@@ -352,7 +502,11 @@ fn setup_fp8(gpu: &Gpu, rot: &mut [Set], d: &Dims, seg: &Segments, opt: &Measure
         y: gpu.alloc(2 * p * n)?,
         dx: gpu.alloc(2 * p * k)?,
         dw: gpu.alloc(2 * g * n * k)?,
-        xn: if d.norm.is_some() { Some(gpu.alloc(2 * p * k)?) } else { None },
+        xn: if d.norm.is_some() {
+            Some(gpu.alloc(2 * p * k)?)
+        } else {
+            None
+        },
         tiles_x,
         n_tiles_x,
         tiles_dy,
@@ -365,7 +519,10 @@ fn copy_d2d(gpu: &Gpu, dst: u64, src: u64, bytes: u64) -> Result<(), BenchError>
         return Ok(());
     }
     // SAFETY: both ranges lie inside live allocations of this point.
-    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes as usize, gpu.stream.cu_stream()) }.map_err(BenchError::driver)
+    unsafe {
+        cudarc::driver::result::memcpy_dtod_async(dst, src, bytes as usize, gpu.stream.cu_stream())
+    }
+    .map_err(BenchError::driver)
 }
 
 fn quant_weights(gpu: &Gpu, set: &Set, d: &Dims, pow2: bool) -> Result<u32, BenchError> {
@@ -375,12 +532,29 @@ fn quant_weights(gpu: &Gpu, set: &Set, d: &Dims, pow2: bool) -> Result<u32, Benc
     let (Some(wq), Some(sw), Some(wqt), Some(swt)) = (&set.wq, &set.sw, &set.wqt, &set.swt) else {
         return Err(BenchError::Internal("FP8 weights not allocated".into()));
     };
-    let cfg = LaunchConfig { grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let p2 = i32::from(pow2);
     for e in 0..d.g {
-        let (w, q, s, qt, st) = (set.w.at(2 * e * n * k), wq.at(e * n * k), sw.at(4 * e * sw_len), wqt.at(e * n * k), swt.at(4 * e * swt_len));
+        let (w, q, s, qt, st) = (
+            set.w.at(2 * e * n * k),
+            wq.at(e * n * k),
+            sw.at(4 * e * sw_len),
+            wqt.at(e * n * k),
+            swt.at(4 * e * swt_len),
+        );
         let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-        b.arg(&w).arg(&n).arg(&k).arg(&p2).arg(&q).arg(&s).arg(&qt).arg(&st);
+        b.arg(&w)
+            .arg(&n)
+            .arg(&k)
+            .arg(&p2)
+            .arg(&q)
+            .arg(&s)
+            .arg(&qt)
+            .arg(&st);
         // SAFETY: every pointer addresses this expert's slice of a buffer sized above.
         unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     }
@@ -420,44 +594,102 @@ impl Marks for EventMarks<'_> {
 }
 
 fn gemm(gpu: &mut Gpu, ctx: &Ctx<'_>, sh: Shape, p: Ptrs) -> Result<(), BenchError> {
-    let plan = ctx.plans.get(&sh).ok_or_else(|| BenchError::Internal(format!("no plan for {sh:?}")))?;
+    let plan = ctx
+        .plans
+        .get(&sh)
+        .ok_or_else(|| BenchError::Internal(format!("no plan for {sh:?}")))?;
     gpu.lt.run(plan, &p, ctx.opt.candidates)
 }
 
-fn norm(gpu: &Gpu, ctx: &Ctx<'_>, x: u64, rows: u64, y: u64, q: u64, s_row: u64, ld_srow: u64) -> Result<(), BenchError> {
-    let Some(kind) = ctx.d.norm else { return Ok(()) };
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    gpu: &Gpu,
+    ctx: &Ctx<'_>,
+    x: u64,
+    rows: u64,
+    y: u64,
+    q: u64,
+    s_row: u64,
+    ld_srow: u64,
+) -> Result<(), BenchError> {
+    let Some(kind) = ctx.d.norm else {
+        return Ok(());
+    };
     let k = ctx.d.k;
     if rows == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let ln = i32::from(kind == Norm::LayerNorm);
     let eps = 1e-5f32;
     let p2 = i32::from(ctx.opt.pow2_scales);
     let (gamma, beta) = (ctx.outs.gamma.ptr(), ctx.outs.beta.ptr());
     let mut b = gpu.stream.launch_builder(&gpu.k.norm_fwd);
-    b.arg(&x).arg(&gamma).arg(&beta).arg(&rows).arg(&k).arg(&ln).arg(&eps).arg(&y).arg(&q).arg(&s_row).arg(&ld_srow).arg(&p2);
+    b.arg(&x)
+        .arg(&gamma)
+        .arg(&beta)
+        .arg(&rows)
+        .arg(&k)
+        .arg(&ln)
+        .arg(&eps)
+        .arg(&y)
+        .arg(&q)
+        .arg(&s_row)
+        .arg(&ld_srow)
+        .arg(&p2);
     // SAFETY: x/y are [rows, k] bf16, q is [rows, k] fp8 or null, scales sized by the caller.
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
-fn quant(gpu: &Gpu, src: u64, cols: u64, tiles: &DevBuf, n_tiles: u32, row: bool, col: bool, pow2: bool, out: [u64; 4]) -> Result<(), BenchError> {
+fn quant(
+    gpu: &Gpu,
+    src: u64,
+    cols: u64,
+    tiles: &DevBuf,
+    n_tiles: u32,
+    row: bool,
+    col: bool,
+    pow2: bool,
+    out: [u64; 4],
+) -> Result<(), BenchError> {
     if n_tiles == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig { grid_dim: (n_tiles, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (n_tiles, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (r, c, p2) = (i32::from(row), i32::from(col), i32::from(pow2));
     let t = tiles.ptr();
     let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-    b.arg(&src).arg(&cols).arg(&t).arg(&r).arg(&c).arg(&p2).arg(&out[0]).arg(&out[1]).arg(&out[2]).arg(&out[3]);
+    b.arg(&src)
+        .arg(&cols)
+        .arg(&t)
+        .arg(&r)
+        .arg(&c)
+        .arg(&p2)
+        .arg(&out[0])
+        .arg(&out[1])
+        .arg(&out[2])
+        .arg(&out[3]);
     // SAFETY: the tile table was built from the same segments the buffers were sized from.
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     Ok(())
 }
 
-fn bf16_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> Result<u32, BenchError> {
+fn bf16_step(
+    gpu: &mut Gpu,
+    ctx: &Ctx<'_>,
+    set: &Set,
+    marks: &mut dyn Marks,
+) -> Result<u32, BenchError> {
     let d = ctx.d;
     let (k, n) = (d.k, d.n);
     let mut launches = 0;
@@ -474,7 +706,18 @@ fn bf16_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> 
     for (e, sh) in ctx.bf16_shapes.iter().enumerate() {
         let Some((f, _, _)) = sh else { continue };
         let (r0, e) = (d.offsets[e], e as u64);
-        gemm(gpu, ctx, *f, Ptrs { a: set.w.at(2 * e * n * k), b: x + 2 * r0 * k, d: ctx.outs.y.at(2 * r0 * n), sa: 0, sb: 0 })?;
+        gemm(
+            gpu,
+            ctx,
+            *f,
+            Ptrs {
+                a: set.w.at(2 * e * n * k),
+                b: x + 2 * r0 * k,
+                d: ctx.outs.y.at(2 * r0 * n),
+                sa: 0,
+                sb: 0,
+            },
+        )?;
         launches += 1;
     }
     marks.mark(gpu, 2)?;
@@ -482,18 +725,49 @@ fn bf16_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> 
     for (e, sh) in ctx.bf16_shapes.iter().enumerate() {
         let Some((_, dg, wg)) = sh else { continue };
         let (r0, e) = (d.offsets[e], e as u64);
-        gemm(gpu, ctx, *dg, Ptrs { a: set.w.at(2 * e * n * k), b: set.dy.at(2 * r0 * n), d: ctx.outs.dx.at(2 * r0 * k), sa: 0, sb: 0 })?;
-        gemm(gpu, ctx, *wg, Ptrs { a: x + 2 * r0 * k, b: set.dy.at(2 * r0 * n), d: ctx.outs.dw.at(2 * e * n * k), sa: 0, sb: 0 })?;
+        gemm(
+            gpu,
+            ctx,
+            *dg,
+            Ptrs {
+                a: set.w.at(2 * e * n * k),
+                b: set.dy.at(2 * r0 * n),
+                d: ctx.outs.dx.at(2 * r0 * k),
+                sa: 0,
+                sb: 0,
+            },
+        )?;
+        gemm(
+            gpu,
+            ctx,
+            *wg,
+            Ptrs {
+                a: x + 2 * r0 * k,
+                b: set.dy.at(2 * r0 * n),
+                d: ctx.outs.dw.at(2 * e * n * k),
+                sa: 0,
+                sb: 0,
+            },
+        )?;
         launches += 2;
     }
     marks.mark(gpu, 4)?;
     Ok(launches)
 }
 
-fn fp8_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> Result<u32, BenchError> {
+fn fp8_step(
+    gpu: &mut Gpu,
+    ctx: &Ctx<'_>,
+    set: &Set,
+    marks: &mut dyn Marks,
+) -> Result<u32, BenchError> {
     let (d, seg, opt) = (ctx.d, ctx.seg, ctx.opt);
-    let f = ctx.fp8.ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
-    let (Some(xp), Some(dyp), Some(wq), Some(sw), Some(wqt), Some(swt)) = (&set.xp, &set.dyp, &set.wq, &set.sw, &set.wqt, &set.swt) else {
+    let f = ctx
+        .fp8
+        .ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
+    let (Some(xp), Some(dyp), Some(wq), Some(sw), Some(wqt), Some(swt)) =
+        (&set.xp, &set.dyp, &set.wq, &set.sw, &set.wqt, &set.swt)
+    else {
         return Err(BenchError::Internal("fp8 set incomplete".into()));
     };
     let (k, n) = (d.k, d.n);
@@ -503,12 +777,46 @@ fn fp8_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> R
     match &f.xn {
         Some(xn) => {
             // Fused norm + rowwise cast, then the columnwise cast of the normalized input.
-            norm(gpu, ctx, xp.ptr(), p, xn.ptr(), f.xq_row.ptr(), f.sx_row.ptr(), round_up(p, 4))?;
-            quant(gpu, xn.ptr(), k, &f.tiles_x, f.n_tiles_x, false, true, opt.pow2_scales, [0, 0, f.xq_col.ptr(), f.sx_col.ptr()])?;
+            norm(
+                gpu,
+                ctx,
+                xp.ptr(),
+                p,
+                xn.ptr(),
+                f.xq_row.ptr(),
+                f.sx_row.ptr(),
+                round_up(p, 4),
+            )?;
+            quant(
+                gpu,
+                xn.ptr(),
+                k,
+                &f.tiles_x,
+                f.n_tiles_x,
+                false,
+                true,
+                opt.pow2_scales,
+                [0, 0, f.xq_col.ptr(), f.sx_col.ptr()],
+            )?;
             launches += 2;
         }
         None => {
-            quant(gpu, xp.ptr(), k, &f.tiles_x, f.n_tiles_x, true, true, opt.pow2_scales, [f.xq_row.ptr(), f.sx_row.ptr(), f.xq_col.ptr(), f.sx_col.ptr()])?;
+            quant(
+                gpu,
+                xp.ptr(),
+                k,
+                &f.tiles_x,
+                f.n_tiles_x,
+                true,
+                true,
+                opt.pow2_scales,
+                [
+                    f.xq_row.ptr(),
+                    f.sx_row.ptr(),
+                    f.xq_col.ptr(),
+                    f.sx_col.ptr(),
+                ],
+            )?;
             launches += 1;
         }
     }
@@ -527,18 +835,66 @@ fn fp8_step(gpu: &mut Gpu, ctx: &Ctx<'_>, set: &Set, marks: &mut dyn Marks) -> R
     for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
         let Some((fp, _, _)) = sh else { continue };
         let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(gpu, ctx, *fp, Ptrs { a: wq.at(eu * n * k), b: f.xq_row.at(r0 * k), d: f.y.at(2 * r0 * n), sa: sw.at(4 * eu * sw_len), sb: f.sx_row.at(4 * srow_x[e]) })?;
+        gemm(
+            gpu,
+            ctx,
+            *fp,
+            Ptrs {
+                a: wq.at(eu * n * k),
+                b: f.xq_row.at(r0 * k),
+                d: f.y.at(2 * r0 * n),
+                sa: sw.at(4 * eu * sw_len),
+                sb: f.sx_row.at(4 * srow_x[e]),
+            },
+        )?;
         launches += 1;
     }
     marks.mark(gpu, 2)?;
-    quant(gpu, dyp.ptr(), n, &f.tiles_dy, f.n_tiles_dy, true, true, opt.pow2_scales, [f.dyq_row.ptr(), f.sdy_row.ptr(), f.dyq_col.ptr(), f.sdy_col.ptr()])?;
+    quant(
+        gpu,
+        dyp.ptr(),
+        n,
+        &f.tiles_dy,
+        f.n_tiles_dy,
+        true,
+        true,
+        opt.pow2_scales,
+        [
+            f.dyq_row.ptr(),
+            f.sdy_row.ptr(),
+            f.dyq_col.ptr(),
+            f.sdy_col.ptr(),
+        ],
+    )?;
     launches += 1;
     marks.mark(gpu, 3)?;
     for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
         let Some((_, dg, wg)) = sh else { continue };
         let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(gpu, ctx, *dg, Ptrs { a: wqt.at(eu * n * k), b: f.dyq_row.at(r0 * n), d: f.dx.at(2 * r0 * k), sa: swt.at(4 * eu * swt_len), sb: f.sdy_row.at(4 * srow_dy[e]) })?;
-        gemm(gpu, ctx, *wg, Ptrs { a: f.xq_col.at(qcol_x[e]), b: f.dyq_col.at(qcol_dy[e]), d: f.dw.at(2 * eu * n * k), sa: f.sx_col.at(4 * scol_x[e]), sb: f.sdy_col.at(4 * scol_dy[e]) })?;
+        gemm(
+            gpu,
+            ctx,
+            *dg,
+            Ptrs {
+                a: wqt.at(eu * n * k),
+                b: f.dyq_row.at(r0 * n),
+                d: f.dx.at(2 * r0 * k),
+                sa: swt.at(4 * eu * swt_len),
+                sb: f.sdy_row.at(4 * srow_dy[e]),
+            },
+        )?;
+        gemm(
+            gpu,
+            ctx,
+            *wg,
+            Ptrs {
+                a: f.xq_col.at(qcol_x[e]),
+                b: f.dyq_col.at(qcol_dy[e]),
+                d: f.dw.at(2 * eu * n * k),
+                sa: f.sx_col.at(4 * scol_x[e]),
+                sb: f.sdy_col.at(4 * scol_dy[e]),
+            },
+        )?;
         launches += 2;
     }
     marks.mark(gpu, 4)?;
@@ -555,10 +911,19 @@ fn time(gpu: &mut Gpu, ctx: &Ctx<'_>, rot: &[Set], step: StepFn) -> Result<Timin
     }
     let iters = opt.iters.max(1) as usize;
     let events: Vec<CudaEvent> = (0..5 * iters)
-        .map(|_| gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(BenchError::driver))
+        .map(|_| {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(BenchError::driver)
+        })
         .collect::<Result<_, _>>()?;
     for i in 0..iters {
-        launches = step(gpu, ctx, &rot[i % rot.len()], &mut EventMarks(&events[5 * i..5 * i + 5]))?;
+        launches = step(
+            gpu,
+            ctx,
+            &rot[i % rot.len()],
+            &mut EventMarks(&events[5 * i..5 * i + 5]),
+        )?;
     }
     gpu.sync()?;
     let mut fwd = Vec::new();
@@ -567,21 +932,37 @@ fn time(gpu: &mut Gpu, ctx: &Ctx<'_>, rot: &[Set], step: StepFn) -> Result<Timin
     let mut cast = Vec::new();
     for i in 0..iters {
         let e = &events[5 * i..5 * i + 5];
-        let el = |a: usize, b: usize| e[a].elapsed_ms(&e[b]).map(f64::from).map_err(BenchError::driver);
+        let el = |a: usize, b: usize| {
+            e[a].elapsed_ms(&e[b])
+                .map(f64::from)
+                .map_err(BenchError::driver)
+        };
         fwd.push(el(0, 2)?);
         bwd.push(el(2, 4)?);
         total.push(el(0, 4)?);
         cast.push(el(0, 1)? + el(2, 3)?);
     }
     let st = |v: &[f64]| Stat::of(v).unwrap_or_default();
-    Ok(Timing { fwd_ms: st(&fwd), bwd_ms: st(&bwd), total_ms: st(&total), cast_ms: st(&cast), launches })
+    Ok(Timing {
+        fwd_ms: st(&fwd),
+        bwd_ms: st(&bwd),
+        total_ms: st(&total),
+        cast_ms: st(&cast),
+        launches,
+    })
 }
 
-fn check_nonfinite(gpu: &Gpu, scratch: &DevBuf, outs: &[(&DevBuf, u64, &str)]) -> Result<(), BenchError> {
+fn check_nonfinite(
+    gpu: &Gpu,
+    scratch: &DevBuf,
+    outs: &[(&DevBuf, u64, &str)],
+) -> Result<(), BenchError> {
     for (b, len, what) in outs {
         let c = gpu.count_nonfinite(b.ptr(), *len, scratch)?;
         if c > 0 {
-            return Err(BenchError::Check(format!("{what}: {c} non-finite or unwritten outputs")));
+            return Err(BenchError::Check(format!(
+                "{what}: {c} non-finite or unwritten outputs"
+            )));
         }
     }
     Ok(())
@@ -592,7 +973,9 @@ fn record(point: &mut Point, name: &str, err: f64, tol: f64) -> Result<(), Bench
     if err.is_finite() && err <= tol {
         Ok(())
     } else {
-        Err(BenchError::Check(format!("{name}: relative error {err:.3e} above the bound {tol:.0e}")))
+        Err(BenchError::Check(format!(
+            "{name}: relative error {err:.3e} above the bound {tol:.0e}"
+        )))
     }
 }
 
@@ -617,26 +1000,52 @@ fn check_bf16(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<
     let (mut gd, mut wd) = (vec![], vec![]);
     let (mut gw, mut ww) = (vec![], vec![]);
     for _ in 0..ctx.opt.samples {
-        let Some((e, row, local)) = pick_row(&mut s, &d.splits, &d.offsets) else { break };
+        let Some((e, row, local)) = pick_row(&mut s, &d.splits, &d.offsets) else {
+            break;
+        };
         let eu = e as u64;
         let j = s.below(n);
-        let xr: Vec<f64> = read_bf16(st, x + 2 * row * k, k)?.into_iter().map(f64::from).collect();
-        let wr: Vec<f64> = read_bf16(st, set.w.at(2 * (eu * n + j) * k), k)?.into_iter().map(f64::from).collect();
+        let xr: Vec<f64> = read_bf16(st, x + 2 * row * k, k)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let wr: Vec<f64> = read_bf16(st, set.w.at(2 * (eu * n + j) * k), k)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         want.push(dot(&xr, &wr));
-        got.push(f64::from(read_bf16(st, ctx.outs.y.at(2 * (row * n + j)), 1)?[0]));
+        got.push(f64::from(
+            read_bf16(st, ctx.outs.y.at(2 * (row * n + j)), 1)?[0],
+        ));
         // dgrad: dX[row][c] = dY[row] . W[:, c]
         let c = s.below(k);
-        let dyr: Vec<f64> = read_bf16(st, set.dy.at(2 * row * n), n)?.into_iter().map(f64::from).collect();
-        let wc: Vec<f64> = read_bf16_column(st, set.w.at(2 * eu * n * k), k, c, 0, n)?.into_iter().map(f64::from).collect();
+        let dyr: Vec<f64> = read_bf16(st, set.dy.at(2 * row * n), n)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let wc: Vec<f64> = read_bf16_column(st, set.w.at(2 * eu * n * k), k, c, 0, n)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         wd.push(dot(&dyr, &wc));
-        gd.push(f64::from(read_bf16(st, ctx.outs.dx.at(2 * (row * k + c)), 1)?[0]));
+        gd.push(f64::from(
+            read_bf16(st, ctx.outs.dx.at(2 * (row * k + c)), 1)?[0],
+        ));
         // wgrad: dW[j][c] = dY[:, j] . X[:, c] over the expert's rows
         let r0 = d.offsets[e];
         let rows = d.splits[e];
-        let dyc: Vec<f64> = read_bf16_column(st, set.dy.ptr(), n, j, r0, rows)?.into_iter().map(f64::from).collect();
-        let xc: Vec<f64> = read_bf16_column(st, x, k, c, r0, rows)?.into_iter().map(f64::from).collect();
+        let dyc: Vec<f64> = read_bf16_column(st, set.dy.ptr(), n, j, r0, rows)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let xc: Vec<f64> = read_bf16_column(st, x, k, c, r0, rows)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         ww.push(dot(&dyc, &xc));
-        gw.push(f64::from(read_bf16(st, ctx.outs.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0]));
+        gw.push(f64::from(
+            read_bf16(st, ctx.outs.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],
+        ));
         let _ = local;
     }
     record(point, "bf16_fprop", rel_err(&got, &want), GEMM_TOL)?;
@@ -652,14 +1061,23 @@ fn read_f32s(gpu: &Gpu, b: &DevBuf) -> Result<Vec<f32>, BenchError> {
 
 fn check_fp8(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<(), BenchError> {
     let (d, seg, opt) = (ctx.d, ctx.seg, ctx.opt);
-    let f = ctx.fp8.ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
-    let (Some(xp), Some(dyp), Some(wq), Some(sw), Some(wqt), Some(swt)) = (&set.xp, &set.dyp, &set.wq, &set.sw, &set.wqt, &set.swt) else {
+    let f = ctx
+        .fp8
+        .ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
+    let (Some(xp), Some(dyp), Some(wq), Some(sw), Some(wqt), Some(swt)) =
+        (&set.xp, &set.dyp, &set.wq, &set.sw, &set.wqt, &set.swt)
+    else {
         return Err(BenchError::Internal("fp8 set incomplete".into()));
     };
     let st = &gpu.stream;
     let (k, n) = (d.k, d.n);
     let x_src = f.xn.as_ref().map_or(xp.ptr(), DevBuf::ptr);
-    let (sx_row, sx_col, sdy_row, sdy_col) = (read_f32s(gpu, &f.sx_row)?, read_f32s(gpu, &f.sx_col)?, read_f32s(gpu, &f.sdy_row)?, read_f32s(gpu, &f.sdy_col)?);
+    let (sx_row, sx_col, sdy_row, sdy_col) = (
+        read_f32s(gpu, &f.sx_row)?,
+        read_f32s(gpu, &f.sx_col)?,
+        read_f32s(gpu, &f.sdy_row)?,
+        read_f32s(gpu, &f.sdy_col)?,
+    );
     let (sw_h, swt_h) = (read_f32s(gpu, sw)?, read_f32s(gpu, swt)?);
     let sw_len = round_up(blk128_scale_len(n, k), 4) as usize;
     let swt_len = round_up(blk128_scale_len(k, n), 4) as usize;
@@ -670,63 +1088,151 @@ fn check_fp8(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<(
     let (scol_dy, _) = seg.colwise_scale_offsets(n);
     let (qcol_dy, _) = seg.colwise_data_offsets(n);
     let mut s = Sampler::new(u64::from(opt.seed) ^ 0xf8);
-    let mut q = [(vec![], vec![]), (vec![], vec![]), (vec![], vec![]), (vec![], vec![])];
+    let mut q = [
+        (vec![], vec![]),
+        (vec![], vec![]),
+        (vec![], vec![]),
+        (vec![], vec![]),
+    ];
     let mut gm = [(vec![], vec![]), (vec![], vec![]), (vec![], vec![])];
     let mut scale_bad = 0usize;
     for _ in 0..opt.samples {
-        let Some((e, prow, local)) = pick_row(&mut s, &seg.rows, &seg.offsets) else { break };
+        let Some((e, prow, local)) = pick_row(&mut s, &seg.rows, &seg.offsets) else {
+            break;
+        };
         let (eu, p_e) = (e as u64, seg.padded[e]);
         let seg_sx = &sx_row[srow_x[e] as usize..];
         let seg_sdy = &sdy_row[srow_dy[e] as usize..];
-        let xq = Fp8Rows { data: f.xq_row.at(prow * k), rows: p_e, cols: k, scales: seg_sx, blk: false };
+        let xq = Fp8Rows {
+            data: f.xq_row.at(prow * k),
+            rows: p_e,
+            cols: k,
+            scales: seg_sx,
+            blk: false,
+        };
         // Rows of the segment: index the scale with the local row.
         let xrow = row_local(st, &xq, local, k)?;
-        let xsrc: Vec<f64> = read_bf16(st, x_src + 2 * prow * k, k)?.into_iter().map(f64::from).collect();
+        let xsrc: Vec<f64> = read_bf16(st, x_src + 2 * prow * k, k)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         push(&mut q[0], &xrow, &xsrc);
         // Scale exactness on the first block of the row.
         let amax = xsrc.iter().take(128).fold(0.0f64, |a, v| a.max(v.abs())) as f32;
-        if (expected_scale(amax, opt.pow2_scales) - seg_sx[local as usize]).abs() > expected_scale(amax, opt.pow2_scales) * 1e-6 {
+        if (expected_scale(amax, opt.pow2_scales) - seg_sx[local as usize]).abs()
+            > expected_scale(amax, opt.pow2_scales) * 1e-6
+        {
             scale_bad += 1;
         }
         let j = s.below(n);
-        let wrow = Fp8Rows { data: wq.at(eu * n * k), rows: n, cols: k, scales: &sw_h[e * sw_len..], blk: true }.row(st, j)?;
-        let wsrc: Vec<f64> = read_bf16(st, set.w.at(2 * (eu * n + j) * k), k)?.into_iter().map(f64::from).collect();
+        let wrow = Fp8Rows {
+            data: wq.at(eu * n * k),
+            rows: n,
+            cols: k,
+            scales: &sw_h[e * sw_len..],
+            blk: true,
+        }
+        .row(st, j)?;
+        let wsrc: Vec<f64> = read_bf16(st, set.w.at(2 * (eu * n + j) * k), k)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         push(&mut q[1], &wrow, &wsrc);
-        gm[0].0.push(f64::from(read_bf16(st, f.y.at(2 * (prow * n + j)), 1)?[0]));
+        gm[0]
+            .0
+            .push(f64::from(read_bf16(st, f.y.at(2 * (prow * n + j)), 1)?[0]));
         gm[0].1.push(dot(&xrow, &wrow));
         // dgrad
         let c = s.below(k);
-        let dyq = Fp8Rows { data: f.dyq_row.at(prow * n), rows: p_e, cols: n, scales: seg_sdy, blk: false };
+        let dyq = Fp8Rows {
+            data: f.dyq_row.at(prow * n),
+            rows: p_e,
+            cols: n,
+            scales: seg_sdy,
+            blk: false,
+        };
         let dyrow = row_local(st, &dyq, local, n)?;
-        let dysrc: Vec<f64> = read_bf16(st, dyp.at(2 * prow * n), n)?.into_iter().map(f64::from).collect();
+        let dysrc: Vec<f64> = read_bf16(st, dyp.at(2 * prow * n), n)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         push(&mut q[2], &dyrow, &dysrc);
-        let wtrow = Fp8Rows { data: wqt.at(eu * n * k), rows: k, cols: n, scales: &swt_h[e * swt_len..], blk: true }.row(st, c)?;
-        gm[1].0.push(f64::from(read_bf16(st, f.dx.at(2 * (prow * k + c)), 1)?[0]));
+        let wtrow = Fp8Rows {
+            data: wqt.at(eu * n * k),
+            rows: k,
+            cols: n,
+            scales: &swt_h[e * swt_len..],
+            blk: true,
+        }
+        .row(st, c)?;
+        gm[1]
+            .0
+            .push(f64::from(read_bf16(st, f.dx.at(2 * (prow * k + c)), 1)?[0]));
         gm[1].1.push(dot(&dyrow, &wtrow));
         // wgrad over the padded segment: rows of the transposed operands.
-        let xcol = Fp8Rows { data: f.xq_col.at(qcol_x[e]), rows: k, cols: p_e, scales: &sx_col[scol_x[e] as usize..], blk: false }.row(st, c)?;
-        let dycol = Fp8Rows { data: f.dyq_col.at(qcol_dy[e]), rows: n, cols: p_e, scales: &sdy_col[scol_dy[e] as usize..], blk: false }.row(st, j)?;
-        let xcsrc: Vec<f64> = read_bf16_column(st, x_src, k, c, seg.offsets[e], p_e)?.into_iter().map(f64::from).collect();
+        let xcol = Fp8Rows {
+            data: f.xq_col.at(qcol_x[e]),
+            rows: k,
+            cols: p_e,
+            scales: &sx_col[scol_x[e] as usize..],
+            blk: false,
+        }
+        .row(st, c)?;
+        let dycol = Fp8Rows {
+            data: f.dyq_col.at(qcol_dy[e]),
+            rows: n,
+            cols: p_e,
+            scales: &sdy_col[scol_dy[e] as usize..],
+            blk: false,
+        }
+        .row(st, j)?;
+        let xcsrc: Vec<f64> = read_bf16_column(st, x_src, k, c, seg.offsets[e], p_e)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
         push(&mut q[3], &xcol, &xcsrc);
-        gm[2].0.push(f64::from(read_bf16(st, f.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0]));
+        gm[2].0.push(f64::from(
+            read_bf16(st, f.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],
+        ));
         gm[2].1.push(dot(&dycol, &xcol));
     }
-    for (i, name) in ["fp8_quant_x_rowwise", "fp8_quant_w_128x128", "fp8_quant_dy_rowwise", "fp8_quant_x_colwise"].iter().enumerate() {
+    for (i, name) in [
+        "fp8_quant_x_rowwise",
+        "fp8_quant_w_128x128",
+        "fp8_quant_dy_rowwise",
+        "fp8_quant_x_colwise",
+    ]
+    .iter()
+    .enumerate()
+    {
         record(point, name, rel_err(&q[i].0, &q[i].1), QUANT_TOL)?;
     }
     for (i, name) in ["fp8_fprop", "fp8_dgrad", "fp8_wgrad"].iter().enumerate() {
         record(point, name, rel_err(&gm[i].0, &gm[i].1), GEMM_TOL)?;
     }
     if scale_bad > 0 {
-        return Err(BenchError::Check(format!("{scale_bad} rowwise scales differ from amax/448 rounding")));
+        return Err(BenchError::Check(format!(
+            "{scale_bad} rowwise scales differ from amax/448 rounding"
+        )));
     }
     let _ = e4m3_to_f32;
     Ok(())
 }
 
 /// Row `local` of a segment operand whose `data` already points at that row.
-fn row_local(st: &cudarc::driver::CudaStream, op: &Fp8Rows<'_>, local: u64, cols: u64) -> Result<Vec<f64>, BenchError> {
-    let whole = Fp8Rows { data: op.data - local * cols, rows: op.rows, cols, scales: op.scales, blk: false };
+fn row_local(
+    st: &cudarc::driver::CudaStream,
+    op: &Fp8Rows<'_>,
+    local: u64,
+    cols: u64,
+) -> Result<Vec<f64>, BenchError> {
+    let whole = Fp8Rows {
+        data: op.data - local * cols,
+        rows: op.rows,
+        cols,
+        scales: op.scales,
+        blk: false,
+    };
     whole.row(st, local)
 }
 

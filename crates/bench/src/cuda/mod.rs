@@ -12,7 +12,9 @@ pub mod perf;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+};
 use fp8_merge::report::DeviceInfo;
 
 pub use buffer::DevBuf;
@@ -48,7 +50,9 @@ pub(crate) struct Kernels {
 pub fn probe() -> Result<(), BenchError> {
     // SAFETY: these only try to dlopen the libraries.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(BenchError::NoDevice("libcuda.so could not be loaded (no NVIDIA driver)".into()));
+        return Err(BenchError::NoDevice(
+            "libcuda.so could not be loaded (no NVIDIA driver)".into(),
+        ));
     }
     if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
         return Err(BenchError::MissingLibrary("libcublasLt (CUDA 13 cuBLASLt)"));
@@ -56,10 +60,14 @@ pub fn probe() -> Result<(), BenchError> {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(BenchError::MissingLibrary("libnvrtc (CUDA 13 NVRTC)"));
     }
-    cudarc::driver::result::init().map_err(|e| BenchError::NoDevice(format!("cuInit failed: {e:?}")))?;
-    let n = cudarc::driver::result::device::get_count().map_err(|e| BenchError::NoDevice(format!("{e:?}")))?;
+    cudarc::driver::result::init()
+        .map_err(|e| BenchError::NoDevice(format!("cuInit failed: {e:?}")))?;
+    let n = cudarc::driver::result::device::get_count()
+        .map_err(|e| BenchError::NoDevice(format!("{e:?}")))?;
     if n < 1 {
-        return Err(BenchError::NoDevice("the driver reports 0 CUDA devices".into()));
+        return Err(BenchError::NoDevice(
+            "the driver reports 0 CUDA devices".into(),
+        ));
     }
     Ok(())
 }
@@ -69,7 +77,8 @@ impl Gpu {
     /// the device's arch and creates the cuBLASLt handle.
     pub fn open(ordinal: usize) -> Result<Gpu, BenchError> {
         probe()?;
-        let ctx = CudaContext::new(ordinal).map_err(|e| BenchError::NoDevice(format!("device {ordinal}: {e:?}")))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| BenchError::NoDevice(format!("device {ordinal}: {e:?}")))?;
         // One stream, no cross-stream tracking: events would only add work to every launch.
         // SAFETY: all work of this tool runs on the single stream below.
         unsafe { ctx.disable_event_tracking() };

@@ -30,7 +30,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Times `f` (`reps` runs after 3 warmups) with events; median ms.
-fn time_ms(gpu: &Gpu, reps: usize, f: impl FnMut() -> Result<(), BenchError>) -> Result<f64, BenchError> {
+fn time_ms(
+    gpu: &Gpu,
+    reps: usize,
+    f: impl FnMut() -> Result<(), BenchError>,
+) -> Result<f64, BenchError> {
     time_on(&gpu.ctx, &gpu.stream, reps, f)
 }
 
@@ -44,7 +48,10 @@ fn time_on(
         f()?;
     }
     let mut v = Vec::with_capacity(reps);
-    let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(BenchError::driver);
+    let ev = || {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(BenchError::driver)
+    };
     for _ in 0..reps {
         let (a, b) = (ev()?, ev()?);
         a.record(stream).map_err(BenchError::driver)?;
@@ -62,10 +69,23 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
     gpu.fill_normal(a.ptr(), bytes / 2, 1, 1.0)?;
     let ms = time_ms(gpu, 10, || {
         // SAFETY: both buffers are `bytes` long.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(b.ptr(), a.ptr(), bytes as usize, gpu.stream.cu_stream()) }
-            .map_err(BenchError::driver)
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                b.ptr(),
+                a.ptr(),
+                bytes as usize,
+                gpu.stream.cu_stream(),
+            )
+        }
+        .map_err(BenchError::driver)
     })?;
-    Ok(Figure { name: "device-to-device copy 4 GiB".into(), ms, rate: 2.0 * bytes as f64 / ms / 1e9, unit: "TB/s", relative: None })
+    Ok(Figure {
+        name: "device-to-device copy 4 GiB".into(),
+        ms,
+        rate: 2.0 * bytes as f64 / ms / 1e9,
+        unit: "TB/s",
+        relative: None,
+    })
 }
 
 /// GEMM-only throughput of `Y[M,N] = X[M,K] W[N,K]^T` in BF16 and FP8 blockwise.
@@ -76,8 +96,22 @@ pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64) -> Result<[Figure;
     gpu.fill_normal(x.ptr(), m * k, 11, 1.0)?;
     gpu.fill_normal(w.ptr(), n * k, 12, 0.05)?;
     let flops = 2.0 * (m * k * n) as f64;
-    let bf = gpu.lt.plan(Shape { m: n, n: m, k, ta: true, tb: false, dt: Dt::Bf16, scales: None })?;
-    let p = Ptrs { a: w.ptr(), b: x.ptr(), d: y.ptr(), sa: 0, sb: 0 };
+    let bf = gpu.lt.plan(Shape {
+        m: n,
+        n: m,
+        k,
+        ta: true,
+        tb: false,
+        dt: Dt::Bf16,
+        scales: None,
+    })?;
+    let p = Ptrs {
+        a: w.ptr(),
+        b: x.ptr(),
+        d: y.ptr(),
+        sa: 0,
+        sb: 0,
+    };
     gpu.lt.run(&bf, &p, 16)?;
     let (ctx, stream) = (gpu.ctx.clone(), gpu.stream.clone());
     let bf_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&bf, &p, 16))?;
@@ -86,50 +120,140 @@ pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64) -> Result<[Figure;
     let tiles: Vec<u64> = seg.tiles(k).iter().flatten().copied().collect();
     let tb = gpu.alloc(8 * tiles.len() as u64)?;
     tb.write_at(&gpu.stream, 0, &tiles)?;
-    let (xq, sx) = (gpu.alloc(m * k)?, gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?);
-    let (wq, sw, wqt, swt) = (gpu.alloc(n * k)?, gpu.alloc(4 * round_up(blk128_scale_len(n, k), 4))?, gpu.alloc(n * k)?, gpu.alloc(4 * round_up(blk128_scale_len(k, n), 4))?);
-    let cfg = LaunchConfig { grid_dim: ((tiles.len() / 7) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (xq, sx) = (
+        gpu.alloc(m * k)?,
+        gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?,
+    );
+    let (wq, sw, wqt, swt) = (
+        gpu.alloc(n * k)?,
+        gpu.alloc(4 * round_up(blk128_scale_len(n, k), 4))?,
+        gpu.alloc(n * k)?,
+        gpu.alloc(4 * round_up(blk128_scale_len(k, n), 4))?,
+    );
+    let cfg = LaunchConfig {
+        grid_dim: ((tiles.len() / 7) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (src, cols, t, one, zero, zp) = (x.ptr(), k, tb.ptr(), 1i32, 0i32, 0u64);
     let (xqp, sxp) = (xq.ptr(), sx.ptr());
     let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-    b.arg(&src).arg(&cols).arg(&t).arg(&one).arg(&zero).arg(&one).arg(&xqp).arg(&sxp).arg(&zp).arg(&zp);
+    b.arg(&src)
+        .arg(&cols)
+        .arg(&t)
+        .arg(&one)
+        .arg(&zero)
+        .arg(&one)
+        .arg(&xqp)
+        .arg(&sxp)
+        .arg(&zp)
+        .arg(&zp);
     // SAFETY: tile table and buffers sized from the same segments.
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
-    let wcfg = LaunchConfig { grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let wcfg = LaunchConfig {
+        grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (wp, wqp, swp, wqtp, swtp) = (w.ptr(), wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr());
     let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-    b.arg(&wp).arg(&n).arg(&k).arg(&one).arg(&wqp).arg(&swp).arg(&wqtp).arg(&swtp);
+    b.arg(&wp)
+        .arg(&n)
+        .arg(&k)
+        .arg(&one)
+        .arg(&wqp)
+        .arg(&swp)
+        .arg(&wqtp)
+        .arg(&swtp);
     // SAFETY: as above.
     unsafe { b.launch(wcfg) }.map_err(BenchError::driver)?;
-    let f8 = gpu.lt.plan(Shape { m: n, n: m, k, ta: true, tb: false, dt: Dt::E4m3, scales: Some((ScaleMode::Blk128, ScaleMode::Vec128)) })?;
-    let p8 = Ptrs { a: wq.ptr(), b: xq.ptr(), d: y.ptr(), sa: sw.ptr(), sb: sx.ptr() };
+    let f8 = gpu.lt.plan(Shape {
+        m: n,
+        n: m,
+        k,
+        ta: true,
+        tb: false,
+        dt: Dt::E4m3,
+        scales: Some((ScaleMode::Blk128, ScaleMode::Vec128)),
+    })?;
+    let p8 = Ptrs {
+        a: wq.ptr(),
+        b: xq.ptr(),
+        d: y.ptr(),
+        sa: sw.ptr(),
+        sb: sx.ptr(),
+    };
     gpu.lt.run(&f8, &p8, 16)?;
     let f8_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&f8, &p8, 16))?;
     let name = |p: &str| format!("{p} GEMM M={m} K={k} N={n}");
     let bf_rate = flops / bf_ms / 1e9;
     let f8_rate = flops / f8_ms / 1e9;
     Ok([
-        Figure { name: name("bf16"), ms: bf_ms, rate: bf_rate, unit: "TFLOP/s", relative: None },
-        Figure { name: name("fp8 blockwise"), ms: f8_ms, rate: f8_rate, unit: "TFLOP/s", relative: Some(f8_rate / bf_rate) },
+        Figure {
+            name: name("bf16"),
+            ms: bf_ms,
+            rate: bf_rate,
+            unit: "TFLOP/s",
+            relative: None,
+        },
+        Figure {
+            name: name("fp8 blockwise"),
+            ms: f8_ms,
+            rate: f8_rate,
+            unit: "TFLOP/s",
+            relative: Some(f8_rate / bf_rate),
+        },
     ])
 }
 
 /// Achieved bandwidth of the casts on a `[m, k]` activation and an `[n, k]` weight.
-pub fn quant_bandwidth(gpu: &Gpu, m: u64, k: u64, copy_tbs: f64) -> Result<Vec<Figure>, BenchError> {
+pub fn quant_bandwidth(
+    gpu: &Gpu,
+    m: u64,
+    k: u64,
+    copy_tbs: f64,
+) -> Result<Vec<Figure>, BenchError> {
     let x = gpu.alloc(2 * m * k)?;
     gpu.fill_normal(x.ptr(), m * k, 21, 1.0)?;
     let seg = Segments::new(&[m], 16);
     let tiles: Vec<u64> = seg.tiles(k).iter().flatten().copied().collect();
     let tb = gpu.alloc(8 * tiles.len() as u64)?;
     tb.write_at(&gpu.stream, 0, &tiles)?;
-    let (xq, sx) = (gpu.alloc(m * k)?, gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?);
-    let (xc, sc) = (gpu.alloc(seg.colwise_data_offsets(k).1)?, gpu.alloc(4 * seg.colwise_scale_offsets(k).1)?);
+    let (xq, sx) = (
+        gpu.alloc(m * k)?,
+        gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?,
+    );
+    let (xc, sc) = (
+        gpu.alloc(seg.colwise_data_offsets(k).1)?,
+        gpu.alloc(4 * seg.colwise_scale_offsets(k).1)?,
+    );
     let n_tiles = (tiles.len() / 7) as u32;
     let launch = |row: i32, col: i32| -> Result<(), BenchError> {
-        let cfg = LaunchConfig { grid_dim: (n_tiles, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let (src, t, one, a, b2, c, d) = (x.ptr(), tb.ptr(), 1i32, xq.ptr(), sx.ptr(), xc.ptr(), sc.ptr());
+        let cfg = LaunchConfig {
+            grid_dim: (n_tiles, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (src, t, one, a, b2, c, d) = (
+            x.ptr(),
+            tb.ptr(),
+            1i32,
+            xq.ptr(),
+            sx.ptr(),
+            xc.ptr(),
+            sc.ptr(),
+        );
         let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-        b.arg(&src).arg(&k).arg(&t).arg(&row).arg(&col).arg(&one).arg(&a).arg(&b2).arg(&c).arg(&d);
+        b.arg(&src)
+            .arg(&k)
+            .arg(&t)
+            .arg(&row)
+            .arg(&col)
+            .arg(&one)
+            .arg(&a)
+            .arg(&b2)
+            .arg(&c)
+            .arg(&d);
         // SAFETY: sized from the same segments.
         unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
         Ok(())
@@ -138,25 +262,63 @@ pub fn quant_bandwidth(gpu: &Gpu, m: u64, k: u64, copy_tbs: f64) -> Result<Vec<F
     let elems = (m * k) as f64;
     let scale_bytes = 4.0 * elems / 128.0;
     for (name, row, col, bytes) in [
-        ("1x128 rowwise + columnwise", 1, 1, 2.0 * elems + 2.0 * elems + 2.0 * scale_bytes),
-        ("1x128 rowwise only", 1, 0, 2.0 * elems + elems + scale_bytes),
+        (
+            "1x128 rowwise + columnwise",
+            1,
+            1,
+            2.0 * elems + 2.0 * elems + 2.0 * scale_bytes,
+        ),
+        (
+            "1x128 rowwise only",
+            1,
+            0,
+            2.0 * elems + elems + scale_bytes,
+        ),
     ] {
         let ms = time_ms(gpu, 20, || launch(row, col))?;
         let tbs = bytes / ms / 1e9;
-        out.push(Figure { name: format!("cast {name} [{m}x{k}]"), ms, rate: tbs, unit: "TB/s", relative: Some(tbs / copy_tbs) });
+        out.push(Figure {
+            name: format!("cast {name} [{m}x{k}]"),
+            ms,
+            rate: tbs,
+            unit: "TB/s",
+            relative: Some(tbs / copy_tbs),
+        });
     }
     // 128x128 weight cast with its transpose on [m, k] viewed as a weight.
-    let (wq, sw, wqt, swt) = (gpu.alloc(m * k)?, gpu.alloc(4 * round_up(blk128_scale_len(m, k), 4))?, gpu.alloc(m * k)?, gpu.alloc(4 * round_up(blk128_scale_len(k, m), 4))?);
-    let wcfg = LaunchConfig { grid_dim: (k.div_ceil(128) as u32, m.div_ceil(128) as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (wq, sw, wqt, swt) = (
+        gpu.alloc(m * k)?,
+        gpu.alloc(4 * round_up(blk128_scale_len(m, k), 4))?,
+        gpu.alloc(m * k)?,
+        gpu.alloc(4 * round_up(blk128_scale_len(k, m), 4))?,
+    );
+    let wcfg = LaunchConfig {
+        grid_dim: (k.div_ceil(128) as u32, m.div_ceil(128) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let ms = time_ms(gpu, 20, || {
         let (wp, one, a, b2, c, d) = (x.ptr(), 1i32, wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr());
         let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-        b.arg(&wp).arg(&m).arg(&k).arg(&one).arg(&a).arg(&b2).arg(&c).arg(&d);
+        b.arg(&wp)
+            .arg(&m)
+            .arg(&k)
+            .arg(&one)
+            .arg(&a)
+            .arg(&b2)
+            .arg(&c)
+            .arg(&d);
         // SAFETY: sized above.
         unsafe { b.launch(wcfg) }.map_err(BenchError::driver)?;
         Ok(())
     })?;
     let tbs = (2.0 * elems + 2.0 * elems) / ms / 1e9;
-    out.push(Figure { name: format!("cast 128x128 + transpose [{m}x{k}]"), ms, rate: tbs, unit: "TB/s", relative: Some(tbs / copy_tbs) });
+    out.push(Figure {
+        name: format!("cast 128x128 + transpose [{m}x{k}]"),
+        ms,
+        rate: tbs,
+        unit: "TB/s",
+        relative: Some(tbs / copy_tbs),
+    });
     Ok(out)
 }

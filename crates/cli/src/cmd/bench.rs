@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use fp8_bench::cuda::{Gpu, MeasureOptions};
 use fp8_bench::runner::{Backend, CudaBackend, run_sweep, status_counts};
-use fp8_bench::sweep::{SplitMode, build_points, default_token_counts, parse_shape_sweep, point_bytes};
+use fp8_bench::sweep::{
+    SplitMode, build_points, default_token_counts, parse_shape_sweep, point_bytes,
+};
 use fp8_engine::{Parallel, Role, inventory, load_model};
 use fp8_merge::report::{ParallelInfo, Provenance, Report, Status};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -46,7 +48,12 @@ pub struct Args {
     #[arg(long, env = "TE_LAYER_PERF_ETP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
     pub etp: Option<u32>,
     /// Precisions to measure.
-    #[arg(long, env = "TE_LAYER_PERF_PRECISIONS", default_value = "bf16,fp8", value_name = "LIST")]
+    #[arg(
+        long,
+        env = "TE_LAYER_PERF_PRECISIONS",
+        default_value = "bf16,fp8",
+        value_name = "LIST"
+    )]
     pub precisions: String,
     /// FP8 recipe; only `blockwise` (TE's Float8BlockScaling) is implemented.
     #[arg(long, env = "TE_LAYER_PERF_FP8_RECIPE", default_value = "blockwise")]
@@ -109,8 +116,15 @@ pub fn run(args: &Args) -> CliResult {
     }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
     let model = load_model(&args.model).map_err(CliError::input)?;
-    let first = model.components.first().ok_or_else(|| CliError::input("the model has no components"))?;
-    let rec = model.component(Role::Llm).unwrap_or(first).recommended.clone();
+    let first = model
+        .components
+        .first()
+        .ok_or_else(|| CliError::input("the model has no components"))?;
+    let rec = model
+        .component(Role::Llm)
+        .unwrap_or(first)
+        .recommended
+        .clone();
     let tp = args.tp.or(rec.tp).unwrap_or(1);
     let parallel = Parallel {
         tp,
@@ -129,9 +143,17 @@ pub fn run(args: &Args) -> CliResult {
             .seq_length
             .or(c.recommended.seq_length)
             .or(rec.seq_length)
-            .map(|s| s * args.micro_batch_size.or(c.recommended.micro_batch_size).unwrap_or(1) / u64::from(parallel.cp));
+            .map(|s| {
+                s * args
+                    .micro_batch_size
+                    .or(c.recommended.micro_batch_size)
+                    .unwrap_or(1)
+                    / u64::from(parallel.cp)
+            });
         let tokens = match &args.shape_sweep {
-            Some(s) => parse_shape_sweep(s).map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?,
+            Some(s) => {
+                parse_shape_sweep(s).map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?
+            }
             None => default_token_counts(args.max_tokens, c.fp8.num_tokens.or(run_tokens)),
         };
         let mut modules = inventory(c, parallel).map_err(CliError::input)?;
@@ -142,7 +164,9 @@ pub fn run(args: &Args) -> CliResult {
         points.extend(build_points(&modules, &tokens, topk, &splits));
     }
     if points.is_empty() {
-        return Err(CliError::input("nothing to measure: no module matched --modules/--component"));
+        return Err(CliError::input(
+            "nothing to measure: no module matched --modules/--component",
+        ));
     }
     let opt = MeasureOptions {
         warmup: args.warmup,
@@ -172,8 +196,17 @@ pub fn run(args: &Args) -> CliResult {
         iters: opt.iters,
         model: model.name.clone(),
         model_config: args.model.display().to_string(),
-        parallel: ParallelInfo { tp: parallel.tp, ep: parallel.ep, etp: parallel.etp, cp: parallel.cp },
-        expert_split: splits.iter().map(SplitMode::name).collect::<Vec<_>>().join(","),
+        parallel: ParallelInfo {
+            tp: parallel.tp,
+            ep: parallel.ep,
+            etp: parallel.etp,
+            cp: parallel.cp,
+        },
+        expert_split: splits
+            .iter()
+            .map(SplitMode::name)
+            .collect::<Vec<_>>()
+            .join(","),
         ..Provenance::default()
     };
     let report = sweep(&mut backend, &points, &opt, provenance, args.quiet);
@@ -184,16 +217,33 @@ pub fn run(args: &Args) -> CliResult {
 }
 
 /// Runs the sweep with a progress bar on stderr.
-pub fn sweep(backend: &mut dyn Backend, points: &[fp8_bench::sweep::BenchPoint], opt: &MeasureOptions, provenance: Provenance, quiet: bool) -> Report {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(points.len() as u64) };
+pub fn sweep(
+    backend: &mut dyn Backend,
+    points: &[fp8_bench::sweep::BenchPoint],
+    opt: &MeasureOptions,
+    provenance: Provenance,
+    quiet: bool,
+) -> Report {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(points.len() as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
     let report = run_sweep(backend, points, opt, provenance, &mut |_, p, r| {
-        let sp = r.speedup.map_or_else(|| format!("{:?}", r.status).to_lowercase(), |s| format!("{s:.3}x"));
-        bar.set_message(format!("{} @ {} tokens: {sp}", p.spec.name.rsplit('.').next().unwrap_or(""), p.tokens));
+        let sp = r.speedup.map_or_else(
+            || format!("{:?}", r.status).to_lowercase(),
+            |s| format!("{s:.3}x"),
+        );
+        bar.set_message(format!(
+            "{} @ {} tokens: {sp}",
+            p.spec.name.rsplit('.').next().unwrap_or(""),
+            p.tokens
+        ));
         bar.inc(1);
     });
     bar.finish_and_clear();
@@ -203,17 +253,37 @@ pub fn sweep(backend: &mut dyn Backend, points: &[fp8_bench::sweep::BenchPoint],
 /// Writes a report atomically.
 pub fn write_report(report: &Report, path: &std::path::Path) -> CliResult {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError { code: 1, message: format!("{}: {e}", dir.display()) })?;
+        std::fs::create_dir_all(dir).map_err(|e| CliError {
+            code: 1,
+            message: format!("{}: {e}", dir.display()),
+        })?;
     }
-    fp8_policy::write_atomic(path, report.to_json().as_bytes()).map_err(|e| CliError { code: 1, message: e.to_string() })
+    fp8_policy::write_atomic(path, report.to_json().as_bytes()).map_err(|e| CliError {
+        code: 1,
+        message: e.to_string(),
+    })
 }
 
 /// Prints the end-of-sweep table.
 pub fn print_summary(report: &Report) {
-    println!("{:<48} {:>8} {:>8} {:>10} {:>10} {:>8}  status", "module", "gemms", "tokens", "bf16 ms", "fp8 ms", "speedup");
+    println!(
+        "{:<48} {:>8} {:>8} {:>10} {:>10} {:>8}  status",
+        "module", "gemms", "tokens", "bf16 ms", "fp8 ms", "speedup"
+    );
     for p in &report.points {
-        let name = format!("{}{}", p.module.trim_start_matches("decoder.layers.").trim_start_matches("image_encoder.layers."), p.split_mode.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default());
-        let f = |t: Option<fp8_merge::report::Timing>| t.map_or_else(|| "-".to_owned(), |t| format!("{:.3}", t.total_ms.median));
+        let name = format!(
+            "{}{}",
+            p.module
+                .trim_start_matches("decoder.layers.")
+                .trim_start_matches("image_encoder.layers."),
+            p.split_mode
+                .as_deref()
+                .map(|s| format!(" [{s}]"))
+                .unwrap_or_default()
+        );
+        let f = |t: Option<fp8_merge::report::Timing>| {
+            t.map_or_else(|| "-".to_owned(), |t| format!("{:.3}", t.total_ms.median))
+        };
         let status = match p.status {
             Status::Ok => "ok".to_owned(),
             _ => format!("{:?}: {}", p.status, p.reason.clone().unwrap_or_default()).to_lowercase(),
@@ -225,12 +295,16 @@ pub fn print_summary(report: &Report) {
             p.tokens,
             f(p.bf16),
             f(p.fp8),
-            p.speedup.map_or_else(|| "-".to_owned(), |s| format!("{s:.3}")),
+            p.speedup
+                .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}")),
             status
         );
     }
     let (ok, failed, skipped) = status_counts(report);
-    println!("{ok} ok, {failed} failed, {skipped} skipped; device {}", report.provenance.device.name);
+    println!(
+        "{ok} ok, {failed} failed, {skipped} skipped; device {}",
+        report.provenance.device.name
+    );
     if report.estimated {
         println!("warning: these are ESTIMATES from the cost model, not measurements");
     }
@@ -243,7 +317,11 @@ fn parse_precisions(s: &str) -> CliResult<(bool, bool)> {
         match p {
             "bf16" => bf16 = true,
             "fp8" => fp8 = true,
-            other => return Err(CliError::input(format!("--precisions: unknown precision `{other}` (use bf16,fp8)"))),
+            other => {
+                return Err(CliError::input(format!(
+                    "--precisions: unknown precision `{other}` (use bf16,fp8)"
+                )));
+            }
         }
     }
     if !bf16 && !fp8 {
@@ -264,7 +342,11 @@ fn parse_splits(s: &str) -> CliResult<Vec<SplitMode>> {
                 .and_then(|v| v.parse::<f64>().ok())
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .map(SplitMode::Zipf)
-                .ok_or_else(|| CliError::input(format!("--splits: unknown split `{other}` (uniform, zipf, zipf1.5)"))),
+                .ok_or_else(|| {
+                    CliError::input(format!(
+                        "--splits: unknown split `{other}` (uniform, zipf, zipf1.5)"
+                    ))
+                }),
         })
         .collect()
 }

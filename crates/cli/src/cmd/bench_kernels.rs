@@ -27,9 +27,20 @@ pub struct Args {
 }
 
 const ANCHORS: &[(u64, u64, u64)] = &[
-    (256, 8192, 8192), (1024, 8192, 8192), (2048, 8192, 8192), (4096, 8192, 8192), (16384, 8192, 8192),
-    (16384, 8192, 10240), (4096, 8192, 1280), (16384, 8192, 1280), (4096, 1024, 8192), (4096, 2048, 7168),
-    (4096, 7168, 4096), (1024, 7168, 4096), (256, 7168, 4096), (4096, 2048, 2048),
+    (256, 8192, 8192),
+    (1024, 8192, 8192),
+    (2048, 8192, 8192),
+    (4096, 8192, 8192),
+    (16384, 8192, 8192),
+    (16384, 8192, 10240),
+    (4096, 8192, 1280),
+    (16384, 8192, 1280),
+    (4096, 1024, 8192),
+    (4096, 2048, 7168),
+    (4096, 7168, 4096),
+    (1024, 7168, 4096),
+    (256, 7168, 4096),
+    (4096, 2048, 2048),
 ];
 
 /// Runs the command.
@@ -48,7 +59,10 @@ pub fn run(args: &Args) -> CliResult {
             })
             .collect::<Result<_, _>>()?,
     };
-    let err = |e: fp8_bench::BenchError| CliError { code: 1, message: e.to_string() };
+    let err = |e: fp8_bench::BenchError| CliError {
+        code: 1,
+        message: e.to_string(),
+    };
     let mut figs: Vec<Figure> = Vec::new();
     let copy = copy_bandwidth(&gpu).map_err(err)?;
     let copy_tbs = copy.rate;
@@ -59,14 +73,24 @@ pub fn run(args: &Args) -> CliResult {
     for &(m, k) in &[(16384u64, 8192u64), (8192, 7168), (4096, 2048)] {
         figs.extend(quant_bandwidth(&gpu, m, k, copy_tbs).map_err(err)?);
     }
-    println!("device: {} (cc {}, driver {}, cuBLASLt {}, NVRTC {})", gpu.info.name, gpu.info.compute_capability, gpu.info.driver, gpu.info.cublaslt, gpu.info.nvrtc);
-    println!("{:<52} {:>10} {:>12} {:>10}", "figure", "ms", "rate", "relative");
+    println!(
+        "device: {} (cc {}, driver {}, cuBLASLt {}, NVRTC {})",
+        gpu.info.name,
+        gpu.info.compute_capability,
+        gpu.info.driver,
+        gpu.info.cublaslt,
+        gpu.info.nvrtc
+    );
+    println!(
+        "{:<52} {:>10} {:>12} {:>10}",
+        "figure", "ms", "rate", "relative"
+    );
     for f in &figs {
         println!(
             "{:<52} {:>10.4} {:>8.1} {:<3} {:>10}",
             f.name,
             f.ms,
-            f.rate * if f.unit == "TB/s" { 1.0 } else { 1.0 },
+            f.rate,
             f.unit,
             f.relative.map_or_else(String::new, |r| format!("{r:.3}"))
         );
@@ -74,7 +98,10 @@ pub fn run(args: &Args) -> CliResult {
     if let Some(p) = &args.json {
         let v = serde_json::json!({"device": gpu.info, "figures": figs});
         let text = format!("{v:#}\n");
-        fp8_policy::write_atomic(p, text.as_bytes()).map_err(|e| CliError { code: 1, message: e.to_string() })?;
+        fp8_policy::write_atomic(p, text.as_bytes()).map_err(|e| CliError {
+            code: 1,
+            message: e.to_string(),
+        })?;
     }
     Ok(())
 }
