@@ -30,6 +30,7 @@ enum Command {
     Explain(cmd::explain::ExplainArgs),
     Check(cmd::explain::CheckArgs),
     Bench(cmd::bench::Args),
+    MergePolicy(cmd::merge_policy::Args),
     BenchKernels(cmd::bench_kernels::Args),
 }
 
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => cmd::explain::explain(a),
         Command::Check(a) => cmd::explain::check(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::MergePolicy(a) => cmd::merge_policy::run(a),
         Command::BenchKernels(a) => cmd::bench_kernels::run(a),
     };
     match result {

@@ -1,4 +1,19 @@
-//! `fp8-merge` turns benchmark reports into a policy.
+//! `fp8-merge` turns benchmark reports into adaptive-FP8 policies, soundly: a rule says "FP8 from
+//! `min_tokens` up" only when every measured token count from there up clears the threshold plus a
+//! noise margin, for every module that shares the rule's key.
 //!
-//! placeholder until the merge lands
+//! It reads our report format ([`report`]) and the reference Python tool's list of results
+//! (pairing its padded FP8 token counts with the logical BF16 ones), never pools the LLM and ViT
+//! of a VLM, and writes byte-deterministic policies through `fp8-policy`.
+//!
+//! It measures nothing and touches no GPU: `fp8-bench` produces the reports.
+
+pub mod error;
+pub mod load;
+pub mod merge;
+mod reference;
 pub mod report;
+
+pub use error::MergeError;
+pub use load::{GroupKey, Loaded, ParKey, Sample, load, parse};
+pub use merge::{MergeOptions, Merged, RuleOutcome, merge, threshold_of};

@@ -4,5 +4,6 @@ pub mod bench;
 pub mod bench_kernels;
 pub mod decide;
 pub mod explain;
+pub mod merge_policy;
 pub mod model_args;
 pub mod validate;

@@ -1,0 +1,208 @@
+//! `fp8sel merge-policy`: reports in, policy out.
+
+use std::path::{Path, PathBuf};
+
+use fp8_merge::{Loaded, MergeOptions, Merged, load, merge};
+
+use crate::error::{CliError, CliResult};
+
+/// Merge benchmark reports into a policy with sound thresholds.
+///
+/// For each (component, kind, ub_name, tp) or (component, kind, etp, num_gemms), min_tokens is
+/// the smallest measured token count from which EVERY larger measured count clears
+/// threshold + margin (and bf16 p10 / fp8 p90 >= threshold when the report has percentiles), for
+/// every module sharing the key. Where FP8 never wins, no rule is written (BF16). Reports of the
+/// reference Python tool are accepted too; their padded FP8 token counts are paired with the
+/// logical BF16 counts.
+///
+/// Examples:
+///   fp8sel merge-policy --reports out/report_tp1.json out/report_tp2.json \
+///       --output policies/qwen2_5_72b.json --speedup-threshold 1.0
+///   fp8sel merge-policy --reports out/vlm_*.json --output-dir policies --name qwen3_vl_235b_a22b
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Reports to merge (ours or the reference tool's).
+    #[arg(long, num_args = 1.., required = true, value_name = "REPORT")]
+    pub reports: Vec<PathBuf>,
+    /// Output policy (one component).
+    #[arg(
+        long,
+        value_name = "POLICY.json",
+        conflicts_with = "output_dir",
+        required_unless_present = "output_dir"
+    )]
+    pub output: Option<PathBuf>,
+    /// Output directory: `<name>.json`, or `<name>.llm.json` and `<name>.vit.json` for a VLM.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Base name for --output-dir [default: the model name in the reports].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Speedup FP8 must reach.
+    #[arg(long, default_value_t = 1.0, env = "TE_LAYER_PERF_SPEEDUP_THRESHOLD")]
+    pub speedup_threshold: f64,
+    /// Noise margin added to the threshold.
+    #[arg(long, default_value_t = 0.02)]
+    pub margin: f64,
+    /// Merge only this component (llm or vit).
+    #[arg(long)]
+    pub component: Option<String>,
+    /// Allow reports from different devices or recipes.
+    #[arg(long)]
+    pub allow_mixed: bool,
+    /// For host-bound (eager) trainers: per-module host floors "BF16_MS,FP8_MS" (for example
+    /// 0.7,1.15 from TE on an H200); each time becomes max(gpu, floor).
+    #[arg(long, value_name = "BF16,FP8")]
+    pub host_floor_ms: Option<String>,
+    /// Pad multiple of the reference tool's FP8 token counts.
+    #[arg(long, default_value_t = 16)]
+    pub fp8_pad: u64,
+}
+
+/// Loads, merges and writes; returns what was written.
+pub fn merge_reports(
+    reports: &[PathBuf],
+    opt: &MergeOptions,
+    pad: u64,
+) -> CliResult<(Vec<Loaded>, Merged)> {
+    let loaded: Vec<Loaded> = reports
+        .iter()
+        .map(|p| load(p, pad))
+        .collect::<Result<_, _>>()
+        .map_err(CliError::input)?;
+    let merged = merge(&loaded, opt).map_err(CliError::input)?;
+    Ok((loaded, merged))
+}
+
+fn write(policy: &fp8_policy::Policy, path: &Path) -> CliResult {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError {
+            code: 1,
+            message: format!("{}: {e}", dir.display()),
+        })?;
+    }
+    policy.write(path).map_err(|e| CliError {
+        code: 1,
+        message: e.to_string(),
+    })
+}
+
+/// Writes the merged policies where the flags say; returns the written paths.
+pub fn write_outputs(
+    merged: &Merged,
+    output: Option<&Path>,
+    output_dir: Option<&Path>,
+    name: &str,
+) -> CliResult<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    match (output, output_dir) {
+        (Some(out), _) => {
+            if merged.policies.len() > 1 {
+                let comps: Vec<&str> = merged.policies.keys().map(String::as_str).collect();
+                return Err(CliError::input(format!(
+                    "the reports hold {} components ({}); a VLM gets one policy per component: pass --component or --output-dir",
+                    comps.len(),
+                    comps.join(", ")
+                )));
+            }
+            if let Some(p) = merged.policies.values().next() {
+                write(p, out)?;
+                written.push(out.to_path_buf());
+            }
+        }
+        (None, Some(dir)) => {
+            let single = merged.policies.len() == 1;
+            for (comp, p) in &merged.policies {
+                let file = if single {
+                    format!("{name}.json")
+                } else {
+                    format!("{name}.{comp}.json")
+                };
+                let path = dir.join(file);
+                write(p, &path)?;
+                written.push(path);
+            }
+        }
+        (None, None) => return Err(CliError::input("give --output or --output-dir")),
+    }
+    Ok(written)
+}
+
+/// Prints the per-rule summary and the warnings.
+pub fn print_summary(merged: &Merged) {
+    for o in &merged.outcomes {
+        let k = &o.key;
+        let key = match (&k.ub_name, k.par) {
+            (Some(ub), fp8_merge::ParKey::Tp(tp)) => {
+                format!("{} {}/{ub} tp={tp}", k.component, k.kind)
+            }
+            (None, fp8_merge::ParKey::Tp(tp)) => format!("{} {} tp={tp}", k.component, k.kind),
+            (_, fp8_merge::ParKey::Grouped(etp, g)) => {
+                format!("{} {} etp={etp} num_gemms={g}", k.component, k.kind)
+            }
+        };
+        match o.rule {
+            Some((t, s)) => println!("{key:<48} min_tokens {t:>7}  measured_speedup {s:.3}"),
+            None => println!(
+                "{key:<48} no rule: FP8 does not win at {:?} (BF16)",
+                o.counts.last().map_or(0, |c| *c)
+            ),
+        }
+    }
+    for w in &merged.warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
+fn parse_floor(s: &str) -> CliResult<(f64, f64)> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| CliError::input(format!("--host-floor-ms `{s}`: expected BF16_MS,FP8_MS")))?;
+    match v[..] {
+        [b, f] if b >= 0.0 && f >= 0.0 && b.is_finite() && f.is_finite() => Ok((b, f)),
+        _ => Err(CliError::input(format!(
+            "--host-floor-ms `{s}`: expected two non-negative numbers BF16_MS,FP8_MS"
+        ))),
+    }
+}
+
+/// Runs the command.
+pub fn run(args: &Args) -> CliResult {
+    let opt = MergeOptions {
+        threshold: args.speedup_threshold,
+        margin: args.margin,
+        component: args.component.clone(),
+        allow_mixed: args.allow_mixed,
+        host_floor_ms: args.host_floor_ms.as_deref().map(parse_floor).transpose()?,
+    };
+    let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
+    let name = args
+        .name
+        .clone()
+        .or_else(|| {
+            loaded
+                .iter()
+                .map(|l| l.origin.model.clone())
+                .find(|m| !m.is_empty())
+        })
+        .unwrap_or_else(|| "policy".to_owned());
+    let written = write_outputs(
+        &merged,
+        args.output.as_deref(),
+        args.output_dir.as_deref(),
+        &name,
+    )?;
+    print_summary(&merged);
+    if loaded.iter().any(|l| l.origin.estimated) {
+        eprintln!(
+            "warning: these policies come from COST-MODEL ESTIMATES, not measurements; re-run fp8sel bench on the GPU before training with them"
+        );
+    }
+    for w in written {
+        println!("wrote {}", w.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! Merge errors: each names the report file and, where it applies, the point.
+
+use std::path::PathBuf;
+
+/// Why reports could not be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// The report could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The report.
+        file: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not JSON, or neither our format nor the reference tool's.
+    #[error(
+        "{file}: {message}; fix: pass a report written by `fp8sel bench` (format \"fp8sel-report\") or by the reference tool (a JSON list of results)"
+    )]
+    Format {
+        /// The report.
+        file: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A point is unusable.
+    #[error("{file}: point {index} ({what}): {problem}; fix: re-run the benchmark for this point")]
+    Point {
+        /// The report.
+        file: PathBuf,
+        /// Index of the point in the report.
+        index: usize,
+        /// The point, in words.
+        what: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The report has nothing to merge.
+    #[error("{file}: {problem}")]
+    Empty {
+        /// The report.
+        file: PathBuf,
+        /// What is missing.
+        problem: String,
+    },
+    /// Reports from different devices or recipes.
+    #[error(
+        "reports disagree on {what}: {a} ({file_a}) vs {b} ({file_b}); fix: merge reports from one device and recipe, or pass --allow-mixed"
+    )]
+    Mixed {
+        /// `device`, `recipe`, or `estimated`.
+        what: &'static str,
+        /// First value.
+        a: String,
+        /// Its file.
+        file_a: PathBuf,
+        /// Conflicting value.
+        b: String,
+        /// Its file.
+        file_b: PathBuf,
+    },
+    /// Invalid options.
+    #[error("{0}")]
+    Options(String),
+}

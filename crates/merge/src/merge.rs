@@ -1,0 +1,372 @@
+//! The sound merge: measured (tokens, speedup) curves to `min_tokens` thresholds.
+//!
+//! For each rule key, `min_tokens` is the smallest measured count from which every measured count
+//! upwards clears `threshold + margin` (and, where the report has p10/p90, the pessimistic ratio
+//! `bf16 p10 / fp8 p90` clears `threshold`) for every curve that shares the key. The reference
+//! took the first count that beat the threshold and ignored the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy};
+use serde_json::json;
+
+use crate::error::MergeError;
+use crate::load::{GroupKey, Loaded, ParKey, Sample, by_key};
+use crate::report::Stat;
+
+/// Merge settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeOptions {
+    /// Speedup FP8 must reach (the policy's `speedup_threshold`).
+    pub threshold: f64,
+    /// Noise guard added to the threshold.
+    pub margin: f64,
+    /// Merge only this component.
+    pub component: Option<String>,
+    /// Accept reports from different devices or recipes.
+    pub allow_mixed: bool,
+    /// Host-bound trainers: per-module floors (BF16 ms, FP8 ms) applied as `max(gpu, floor)`.
+    pub host_floor_ms: Option<(f64, f64)>,
+}
+
+impl Default for MergeOptions {
+    fn default() -> Self {
+        MergeOptions {
+            threshold: 1.0,
+            margin: 0.02,
+            component: None,
+            allow_mixed: false,
+            host_floor_ms: None,
+        }
+    }
+}
+
+/// One rule that was written, or a key that got none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleOutcome {
+    /// The key.
+    pub key: GroupKey,
+    /// `Some(min_tokens, measured_speedup)` when FP8 wins from some count up.
+    pub rule: Option<(u64, f64)>,
+    /// Measured token counts of the key.
+    pub counts: Vec<u64>,
+}
+
+/// The result of a merge.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    /// One policy per component (`llm`, `vit`).
+    pub policies: BTreeMap<String, Policy>,
+    /// Every key and what it got.
+    pub outcomes: Vec<RuleOutcome>,
+    /// Warnings: duplicates combined, non-monotone curves, unpaired and skipped points.
+    pub warnings: Vec<String>,
+}
+
+fn effective(s: &Stat, floor: Option<f64>) -> Stat {
+    match floor {
+        Some(f) => Stat {
+            median: s.median.max(f),
+            p10: s.p10.max(f),
+            p90: s.p90.max(f),
+        },
+        None => *s,
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Combines duplicate samples (same key, curve and token count) by the median.
+fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
+    let mut by: BTreeMap<(String, u64), Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        by.entry((s.curve.clone(), s.tokens)).or_default().push(s);
+    }
+    by.into_iter()
+        .map(|((curve, tokens), v)| {
+            if v.len() == 1 {
+                return v[0].clone();
+            }
+            warnings.push(format!(
+                "{curve} at {tokens} tokens measured {} times: combined by the median",
+                v.len()
+            ));
+            let med = |f: &dyn Fn(&Sample) -> f64| {
+                median(&mut v.iter().map(|s| f(s)).collect::<Vec<_>>())
+            };
+            Sample {
+                key: v[0].key.clone(),
+                curve,
+                tokens,
+                bf16: Stat {
+                    median: med(&|s| s.bf16.median),
+                    p10: med(&|s| s.bf16.p10),
+                    p90: med(&|s| s.bf16.p90),
+                },
+                fp8: Stat {
+                    median: med(&|s| s.fp8.median),
+                    p10: med(&|s| s.fp8.p10),
+                    p90: med(&|s| s.fp8.p90),
+                },
+                launches: v[0].launches,
+                has_spread: v.iter().all(|s| s.has_spread),
+            }
+        })
+        .collect()
+}
+
+/// Whether one sample clears the bar, and its speedup.
+pub fn clears(s: &Sample, opt: &MergeOptions) -> (bool, f64) {
+    let (fb, ff) = match opt.host_floor_ms {
+        Some((b, f)) => (Some(b), Some(f)),
+        None => (None, None),
+    };
+    let (b, f) = (effective(&s.bf16, fb), effective(&s.fp8, ff));
+    let speedup = b.median / f.median;
+    let mut ok = speedup >= opt.threshold + opt.margin;
+    if s.has_spread {
+        ok &= b.p10 / f.p90 >= opt.threshold;
+    }
+    (ok, speedup)
+}
+
+/// Computes the rule of one key from its (deduplicated) samples: `(min_tokens, speedup at it)`,
+/// and whether the curve is non-monotone (wins somewhere, loses at a larger count).
+pub fn threshold_of(
+    samples: &[Sample],
+    opt: &MergeOptions,
+) -> (Option<(u64, f64)>, bool, Vec<u64>) {
+    let counts: BTreeSet<u64> = samples.iter().map(|s| s.tokens).collect();
+    let counts: Vec<u64> = counts.into_iter().collect();
+    // pass[t]: every curve measured at t clears; speed[t]: the slowest curve's speedup.
+    let mut pass = Vec::with_capacity(counts.len());
+    let mut speed = Vec::with_capacity(counts.len());
+    for &t in &counts {
+        let mut ok = true;
+        let mut worst = f64::INFINITY;
+        for s in samples.iter().filter(|s| s.tokens == t) {
+            let (c, sp) = clears(s, opt);
+            ok &= c;
+            worst = worst.min(sp);
+        }
+        pass.push(ok);
+        speed.push(worst);
+    }
+    // Smallest index from which everything above passes.
+    let mut start = counts.len();
+    while start > 0 && pass[start - 1] {
+        start -= 1;
+    }
+    let non_monotone = pass[..start].iter().any(|p| *p);
+    let rule =
+        (start < counts.len()).then(|| (counts[start], (speed[start] * 1000.0).round() / 1000.0));
+    (rule, non_monotone, counts)
+}
+
+fn describe(k: &GroupKey) -> String {
+    match (&k.ub_name, k.par) {
+        (Some(ub), ParKey::Tp(tp)) => format!("{} {}/{ub} tp={tp}", k.component, k.kind),
+        (None, ParKey::Tp(tp)) => format!("{} {} (no ub_name) tp={tp}", k.component, k.kind),
+        (_, ParKey::Grouped(etp, g)) => {
+            format!("{} {} etp={etp} num_gemms={g}", k.component, k.kind)
+        }
+    }
+}
+
+fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> {
+    if opt.allow_mixed {
+        return Ok(());
+    }
+    let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
+    let mut est: Option<(bool, &PathBuf)> = None;
+    for l in inputs {
+        for (i, (what, v)) in [
+            ("device", l.origin.device.as_str()),
+            ("recipe", l.origin.recipe.as_str()),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if v.is_empty() {
+                continue; // the reference format does not say
+            }
+            match first[i] {
+                None => first[i] = Some((v, &l.file)),
+                Some((a, fa)) if a != v => {
+                    return Err(MergeError::Mixed {
+                        what,
+                        a: a.to_owned(),
+                        file_a: fa.clone(),
+                        b: v.to_owned(),
+                        file_b: l.file.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        match est {
+            None => est = Some((l.origin.estimated, &l.file)),
+            Some((a, fa)) if a != l.origin.estimated => {
+                let word = |e: bool| if e { "estimated" } else { "measured" }.to_owned();
+                return Err(MergeError::Mixed {
+                    what: "estimated",
+                    a: word(a),
+                    file_a: fa.clone(),
+                    b: word(l.origin.estimated),
+                    file_b: l.file.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Merges loaded reports into per-component policies.
+pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError> {
+    if !(opt.threshold.is_finite() && opt.threshold > 0.0) {
+        return Err(MergeError::Options(format!(
+            "--speedup-threshold {} must be a positive number",
+            opt.threshold
+        )));
+    }
+    if !(opt.margin.is_finite() && opt.margin >= 0.0) {
+        return Err(MergeError::Options(format!(
+            "--margin {} must be a non-negative number",
+            opt.margin
+        )));
+    }
+    if inputs.is_empty() {
+        return Err(MergeError::Options("no reports given".into()));
+    }
+    check_mixed(inputs, opt)?;
+    let mut warnings = Vec::new();
+    let mut all = Vec::new();
+    for l in inputs {
+        all.extend(
+            l.samples
+                .iter()
+                .filter(|s| opt.component.as_ref().is_none_or(|c| *c == s.key.component)),
+        );
+        for u in &l.unpaired {
+            warnings.push(format!("{}: unpaired: {u}", l.file.display()));
+        }
+        for n in &l.not_ok {
+            warnings.push(format!("{}: not measured: {n}", l.file.display()));
+        }
+    }
+    if all.is_empty() {
+        return Err(MergeError::Options(match &opt.component {
+            Some(c) => format!("the reports hold no `{c}` points"),
+            None => "the reports hold no usable points".into(),
+        }));
+    }
+    let all_owned: Vec<Sample> = all.into_iter().cloned().collect();
+    let mut outcomes = Vec::new();
+    let mut policies: BTreeMap<String, Policy> = BTreeMap::new();
+    for (key, samples) in by_key(&all_owned) {
+        let samples = dedup(samples, &mut warnings);
+        let (rule, non_monotone, counts) = threshold_of(&samples, opt);
+        if non_monotone {
+            warnings.push(format!(
+                "{}: non-monotone: FP8 wins at some token count and loses at a larger one; the rule starts above the last loss",
+                describe(&key)
+            ));
+        }
+        let policy = match policies.entry(key.component.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                Policy::new(opt.threshold).map_err(|e| MergeError::Options(e.to_string()))?,
+            ),
+        };
+        if let Some((min_tokens, speedup)) = rule {
+            let added = match (key.kind.family(), key.par, &key.ub_name) {
+                (KindFamily::Dense(k), ParKey::Tp(tp), Some(ub)) => policy.add_dense_rule(
+                    k,
+                    ub,
+                    DenseRule {
+                        tp,
+                        min_tokens,
+                        measured_speedup: Some(speedup),
+                    },
+                ),
+                (KindFamily::Grouped(k), ParKey::Grouped(etp, num_gemms), _) => policy
+                    .add_grouped_rule(
+                        k,
+                        GroupedRule {
+                            etp,
+                            num_gemms,
+                            min_tokens,
+                            measured_speedup: Some(speedup),
+                        },
+                    ),
+                _ => {
+                    warnings.push(format!(
+                        "{}: no ub_name, so no rule can be written",
+                        describe(&key)
+                    ));
+                    Ok(())
+                }
+            };
+            added.map_err(|e| MergeError::Options(format!("{}: {e}", describe(&key))))?;
+        }
+        outcomes.push(RuleOutcome { key, rule, counts });
+    }
+    // Provenance, identical whatever the input order.
+    let mut files: Vec<String> = inputs
+        .iter()
+        .map(|l| l.file.display().to_string())
+        .collect();
+    files.sort();
+    files.dedup();
+    let device: BTreeSet<&str> = inputs
+        .iter()
+        .map(|l| l.origin.device.as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let recipe: BTreeSet<&str> = inputs
+        .iter()
+        .map(|l| l.origin.recipe.as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let models: BTreeSet<&str> = inputs
+        .iter()
+        .map(|l| l.origin.model.as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let estimated = inputs.iter().any(|l| l.origin.estimated);
+    for (component, policy) in &mut policies {
+        policy.extra.insert(
+            "provenance".into(),
+            json!({
+                "tool": format!("fp8sel merge-policy {}", env!("CARGO_PKG_VERSION")),
+                "component": component,
+                "models": models,
+                "reports": files,
+                "device": device,
+                "recipe": recipe,
+                "speedup_threshold": opt.threshold,
+                "margin": opt.margin,
+                "host_floor_ms": opt.host_floor_ms.map(|(b, f)| json!({"bf16": b, "fp8": f})),
+                "estimated": estimated,
+                "rule": "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key",
+            }),
+        );
+    }
+    warnings.sort();
+    warnings.dedup();
+    Ok(Merged {
+        policies,
+        outcomes,
+        warnings,
+    })
+}

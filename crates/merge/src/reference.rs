@@ -1,0 +1,196 @@
+//! The reference tool's report: a JSON list of results, one per (case, precision, token count).
+//!
+//! Its FP8 token counts are padded (to 16, and per expert split for grouped GEMMs), so they do not
+//! equal the BF16 counts; the reference paired by equality and never emitted a MoE rule. We pair
+//! each FP8 result with the largest BF16 count of the same case that is not above it, provided the
+//! gap is at most what padding can add (`num_gemms x pad`), and key the pair by the BF16 (logical)
+//! count. Everything left unpaired is reported.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use fp8_policy::ModuleKind;
+use serde_json::Value;
+
+use crate::error::MergeError;
+use crate::load::{GroupKey, Loaded, Origin, ParKey, Sample, check_stat};
+use crate::report::Stat;
+
+struct Row {
+    index: usize,
+    curve: String,
+    key: GroupKey,
+    fp8: bool,
+    tokens: u64,
+    total_ms: f64,
+    num_gemms: u32,
+}
+
+fn field<'a>(o: &'a serde_json::Map<String, Value>, k: &str) -> Option<&'a Value> {
+    o.get(k).filter(|v| !v.is_null())
+}
+
+fn component_of(model: &str, case: &str) -> &'static str {
+    let t = format!("{model} {case}").to_ascii_lowercase();
+    if ["vit", "visual", "vision", "image_encoder"]
+        .iter()
+        .any(|w| t.contains(w))
+    {
+        "vit"
+    } else {
+        "llm"
+    }
+}
+
+pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, MergeError> {
+    if items.is_empty() {
+        return Err(MergeError::Empty {
+            file: path.into(),
+            problem: "the report has no results".into(),
+        });
+    }
+    let mut rows = Vec::new();
+    let mut model = String::new();
+    for (index, item) in items.iter().enumerate() {
+        let bad = |problem: String| MergeError::Point {
+            file: path.into(),
+            index,
+            what: "reference result".into(),
+            problem,
+        };
+        let o = item
+            .as_object()
+            .ok_or_else(|| bad("not an object".into()))?;
+        let s = |k: &str| field(o, k).and_then(Value::as_str).map(str::to_owned);
+        let n = |k: &str| field(o, k).and_then(Value::as_u64);
+        let kind: ModuleKind = s("module_kind")
+            .ok_or_else(|| bad("missing module_kind".into()))?
+            .parse()
+            .map_err(|e| bad(format!("{e}")))?;
+        let precision = s("precision").ok_or_else(|| bad("missing precision".into()))?;
+        let fp8 = match precision.as_str() {
+            "fp8" => true,
+            "bf16" => false,
+            other => return Err(bad(format!("unknown precision `{other}`"))),
+        };
+        let tokens =
+            n("num_tokens").ok_or_else(|| bad("missing or non-integer num_tokens".into()))?;
+        let total_ms = field(o, "total_ms")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad("missing total_ms".into()))?;
+        let model_name = s("model_name").unwrap_or_default();
+        let case = s("case_name").unwrap_or_default();
+        if model.is_empty() {
+            model.clone_from(&model_name);
+        }
+        let tp = n("tp_size").unwrap_or(1) as u32;
+        let etp = n("etp_size").unwrap_or(1) as u32;
+        let num_gemms = n("num_gemms").unwrap_or(1) as u32;
+        let par = if kind.is_grouped() {
+            ParKey::Grouped(etp, num_gemms)
+        } else {
+            ParKey::Tp(tp)
+        };
+        let curve = s("module_name")
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| case.clone());
+        rows.push(Row {
+            index,
+            curve,
+            key: GroupKey {
+                component: component_of(&model_name, &case).to_owned(),
+                kind,
+                ub_name: if kind.is_grouped() {
+                    None
+                } else {
+                    s("ub_name")
+                },
+                par,
+            },
+            fp8,
+            tokens,
+            total_ms,
+            num_gemms,
+        });
+    }
+    let mut by_case: BTreeMap<(GroupKey, String), (Vec<&Row>, Vec<&Row>)> = BTreeMap::new();
+    for r in &rows {
+        let e = by_case.entry((r.key.clone(), r.curve.clone())).or_default();
+        if r.fp8 { e.1.push(r) } else { e.0.push(r) }
+    }
+    let mut samples = Vec::new();
+    let mut unpaired = Vec::new();
+    for ((key, curve), (mut bf, fp)) in by_case {
+        bf.sort_by_key(|r| r.tokens);
+        let mut used = vec![false; bf.len()];
+        for f in fp {
+            let gap = u64::from(f.num_gemms.max(1)) * pad;
+            let best = bf
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, b)| b.tokens <= f.tokens && f.tokens - b.tokens <= gap);
+            match best {
+                Some((i, b)) if !used[i] => {
+                    used[i] = true;
+                    let what = format!("{curve} tokens {}", b.tokens);
+                    let (bs, fs) = (Stat::exact(b.total_ms), Stat::exact(f.total_ms));
+                    check_stat(&bs, path, b.index, &what, "bf16")?;
+                    check_stat(&fs, path, f.index, &what, "fp8")?;
+                    samples.push(Sample {
+                        key: key.clone(),
+                        curve: curve.clone(),
+                        tokens: b.tokens,
+                        bf16: bs,
+                        fp8: fs,
+                        launches: None,
+                        has_spread: false,
+                    });
+                }
+                _ => unpaired.push(format!(
+                    "{curve}: fp8 at {} tokens (result {}) has no bf16 partner within {gap} tokens",
+                    f.tokens, f.index
+                )),
+            }
+        }
+        for (i, b) in bf.iter().enumerate() {
+            if !used[i] {
+                unpaired.push(format!(
+                    "{curve}: bf16 at {} tokens (result {}) has no fp8 partner",
+                    b.tokens, b.index
+                ));
+            }
+        }
+    }
+    if samples.is_empty() {
+        let has_fp8 = rows.iter().any(|r| r.fp8);
+        let has_bf16 = rows.iter().any(|r| !r.fp8);
+        let problem = if !has_fp8 || !has_bf16 {
+            format!(
+                "the report has only {} results; fix: benchmark both precisions",
+                if has_bf16 { "bf16" } else { "fp8" }
+            )
+        } else {
+            format!(
+                "no bf16/fp8 pair could be formed ({} unpaired results)",
+                unpaired.len()
+            )
+        };
+        return Err(MergeError::Empty {
+            file: path.into(),
+            problem,
+        });
+    }
+    Ok(Loaded {
+        file: path.into(),
+        origin: Origin {
+            device: String::new(),
+            recipe: String::new(),
+            estimated: false,
+            model,
+        },
+        samples,
+        unpaired,
+        not_ok: Vec::new(),
+    })
+}
