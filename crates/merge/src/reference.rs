@@ -113,7 +113,9 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             num_gemms,
         });
     }
-    let mut by_case: BTreeMap<(GroupKey, String), (Vec<&Row>, Vec<&Row>)> = BTreeMap::new();
+    // (key, curve) -> (bf16 rows, fp8 rows)
+    type Pairs<'a> = (Vec<&'a Row>, Vec<&'a Row>);
+    let mut by_case: BTreeMap<(GroupKey, String), Pairs<'_>> = BTreeMap::new();
     for r in &rows {
         let e = by_case.entry((r.key.clone(), r.curve.clone())).or_default();
         if r.fp8 { e.1.push(r) } else { e.0.push(r) }
