@@ -439,17 +439,20 @@ fn measured_vlm_reports_give_one_policy_per_component() {
     let out = merge(&reports, &MergeOptions::default()).unwrap();
     assert_eq!(out.policies.keys().collect::<Vec<_>>(), vec!["llm", "vit"]);
     // Every written rule is sound on the data it came from.
+    let mut checked = 0;
     for s in reports.iter().flat_map(|l| &l.samples) {
-        let policy = &out.policies[&s.key.component];
-        if let Some(o) = out.outcomes.iter().find(|o| o.key == s.key) {
-            if let Some((min, _)) = o.rule {
-                if s.tokens >= min {
-                    assert!(s.bf16.median / s.fp8.median >= 1.02, "{s:?}");
-                }
-            }
+        if let Some(o) = out.outcomes.iter().find(|o| o.key == s.key)
+            && let Some((min, _)) = o.rule
+            && s.tokens >= min
+        {
+            assert!(s.bf16.median / s.fp8.median >= 1.02, "{s:?}");
+            checked += 1;
         }
-        let _ = policy;
     }
+    assert!(
+        checked > 0,
+        "the measured VLM reports should produce at least one rule"
+    );
 }
 
 fn arb_samples() -> impl Strategy<Value = Vec<Sample>> {
