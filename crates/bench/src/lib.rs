@@ -12,6 +12,7 @@
 //! It does not decide or merge: reports go to `fp8-merge`, decisions to `fp8-engine`. TP/EP
 //! communication is not timed (see docs/BENCHMARK.md).
 
+pub mod costmodel;
 pub mod cuda;
 pub mod error;
 pub mod layout;

@@ -86,6 +86,11 @@ pub fn measure_point(gpu: &mut Gpu, bp: &BenchPoint, opt: &MeasureOptions) -> Po
     point
 }
 
+/// The report point of `bp` with no timings yet (status ok).
+pub fn base_point_for(bp: &BenchPoint, pad: u64) -> Point {
+    base_point(bp, &bp.segments(pad))
+}
+
 fn base_point(bp: &BenchPoint, seg: &Segments) -> Point {
     let s = &bp.spec;
     Point {

@@ -19,7 +19,7 @@ use fp8_merge::report::DeviceInfo;
 
 pub use buffer::DevBuf;
 pub use gemm::Lt;
-pub use measure::{MeasureOptions, measure_point};
+pub use measure::{MeasureOptions, base_point_for, measure_point};
 
 use crate::error::BenchError;
 

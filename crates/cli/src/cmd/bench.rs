@@ -98,6 +98,24 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// `cuda` measures on the GPU; `model` estimates with the offline cost model (no GPU needed;
+    /// the report is marked estimated).
+    #[arg(long, default_value = "cuda", value_parser = ["cuda", "model"])]
+    pub backend: String,
+    /// Device profile of the cost model: h200 (calibrated on measured H200 reports), h100, b200.
+    #[arg(long, default_value = "h200")]
+    pub device_profile: String,
+    /// Also merge the report into a policy here, as the seed's tool does with
+    /// TE_LAYER_PERF_FP8_POLICY_PATH (a VLM gets `<stem>.llm.json` and `<stem>.vit.json`).
+    #[arg(
+        long,
+        env = "TE_LAYER_PERF_FP8_POLICY_PATH",
+        value_name = "POLICY.json"
+    )]
+    pub policy_out: Option<PathBuf>,
+    /// Speedup threshold for --policy-out.
+    #[arg(long, env = "TE_LAYER_PERF_SPEEDUP_THRESHOLD", default_value_t = 1.0)]
+    pub speedup_threshold: f64,
     /// cuBLASLt candidates timed per GEMM shape.
     #[arg(long, default_value_t = 8)]
     pub candidates: usize,
@@ -179,13 +197,7 @@ pub fn run(args: &Args) -> CliResult {
         fp8,
         ..MeasureOptions::default()
     };
-    let gpu = Gpu::open(args.device).map_err(|e| {
-        CliError::input(format!(
-            "{e}\n  (fp8sel bench needs an NVIDIA Hopper GPU with the CUDA 13 driver, cuBLASLt and NVRTC; \
-             without one, estimate with the cost model: fp8sel bench --backend model)"
-        ))
-    })?;
-    let mut backend = CudaBackend(gpu);
+    let mut backend = open_backend(&args.backend, &args.device_profile, args.device)?;
     let provenance = Provenance {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         recipe: args.recipe.clone(),
@@ -209,11 +221,62 @@ pub fn run(args: &Args) -> CliResult {
             .join(","),
         ..Provenance::default()
     };
-    let report = sweep(&mut backend, &points, &opt, provenance, args.quiet);
+    let report = sweep(backend.as_mut(), &points, &opt, provenance, args.quiet);
     write_report(&report, &args.report)?;
     print_summary(&report);
+    if let Some(out) = &args.policy_out {
+        let opt = fp8_merge::MergeOptions {
+            threshold: args.speedup_threshold,
+            ..Default::default()
+        };
+        let (_, merged) = super::merge_policy::merge_reports(
+            std::slice::from_ref(&args.report),
+            &opt,
+            args.fp8_pad,
+        )?;
+        let written = if merged.policies.len() > 1 {
+            let dir = out.parent().unwrap_or(std::path::Path::new("."));
+            let stem = out
+                .file_stem()
+                .map_or_else(|| model.name.clone(), |s| s.to_string_lossy().into_owned());
+            super::merge_policy::write_outputs(&merged, None, Some(dir), &stem)?
+        } else {
+            super::merge_policy::write_outputs(&merged, Some(out), None, &model.name)?
+        };
+        for w in written {
+            println!("wrote {}", w.display());
+        }
+    }
     let _ = point_bytes;
     Ok(())
+}
+
+/// Opens the measuring backend: the GPU, or the cost model (with a loud warning).
+pub fn open_backend(kind: &str, profile: &str, device: usize) -> CliResult<Box<dyn Backend>> {
+    if kind == "model" {
+        let p = fp8_bench::costmodel::profile(profile).ok_or_else(|| {
+            let names: Vec<&str> = fp8_bench::costmodel::profiles()
+                .iter()
+                .map(|p| p.name)
+                .collect();
+            CliError::input(format!(
+                "--device-profile {profile}: unknown profile; known: {}",
+                names.join(", ")
+            ))
+        })?;
+        eprintln!(
+            "warning: --backend model: these are ESTIMATES from the cost model ({}), not measurements",
+            p.name
+        );
+        return Ok(Box::new(fp8_bench::costmodel::ModelBackend(p)));
+    }
+    let gpu = Gpu::open(device).map_err(|e| {
+        CliError::input(format!(
+            "{e}\n  (fp8sel bench needs an NVIDIA Hopper GPU with the CUDA 13 driver, cuBLASLt and NVRTC; \
+             without one, estimate with the cost model: fp8sel bench --backend model)"
+        ))
+    })?;
+    Ok(Box::new(CudaBackend(gpu)))
 }
 
 /// Runs the sweep with a progress bar on stderr.

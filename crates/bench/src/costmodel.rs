@@ -1,0 +1,309 @@
+//! The offline cost model: an analytic estimate of one module step in BF16 and FP8, for machines
+//! without a GPU.
+//!
+//! GEMM time is FLOPs over an efficiency that depends on the shape (wave quantization of 128x128
+//! output tiles over the SMs, and a pipeline-fill term for short K), floored by the bytes the GEMM
+//! must move; cast time is bytes over a share of the copy bandwidth; every kernel pays a launch
+//! overhead. The H200 profile is calibrated against our measured H200 reports
+//! (`fixtures/reports/h200/`); `tests/costmodel.rs` states and enforces its error there.
+
+use fp8_merge::report::{DeviceInfo, Point, Stat, Status, Timing};
+use fp8_policy::ModuleKind;
+
+use crate::cuda::MeasureOptions;
+use crate::layout::round_up;
+use crate::runner::Backend;
+use crate::sweep::BenchPoint;
+
+/// A device's rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceProfile {
+    /// Name (`h200`).
+    pub name: &'static str,
+    /// Where the numbers come from.
+    pub source: &'static str,
+    /// Dense BF16 tensor-core peak, TFLOP/s.
+    pub bf16_tflops: f64,
+    /// Dense FP8 tensor-core peak, TFLOP/s.
+    pub fp8_tflops: f64,
+    /// Device-to-device copy bandwidth (read + write), TB/s.
+    pub copy_tbs: f64,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Best fraction of the BF16 peak cuBLASLt reaches on large shapes.
+    pub bf16_eff: f64,
+    /// Best fraction of the FP8 peak the blockwise GEMM reaches on large shapes.
+    pub fp8_eff: f64,
+    /// K at which a GEMM reaches half of its K-efficiency (pipeline fill).
+    pub k_half: f64,
+    /// Rows at which a GEMM reaches half of its M-efficiency (small-M tiles are underused).
+    pub m_half: f64,
+    /// Share of the copy bandwidth the casts reach.
+    pub cast_share: f64,
+    /// Per-kernel launch and tail overhead, microseconds.
+    pub launch_us: f64,
+}
+
+/// The built-in profiles.
+pub fn profiles() -> Vec<DeviceProfile> {
+    vec![
+        DeviceProfile {
+            name: "h200",
+            source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on fixtures/reports/h200 (see docs/PERFORMANCE.md)",
+            bf16_tflops: 989.0,
+            fp8_tflops: 1979.0,
+            copy_tbs: 4.27,
+            sm_count: 132,
+            bf16_eff: 0.78,
+            fp8_eff: 0.60,
+            k_half: 48.0,
+            m_half: 24.0,
+            cast_share: 0.55,
+            launch_us: 20.0,
+        },
+        DeviceProfile {
+            name: "h100",
+            source: "H100 SXM: datasheet peaks and 3.35 TB/s HBM3; efficiencies taken from the H200 calibration (same SMs)",
+            bf16_tflops: 989.0,
+            fp8_tflops: 1979.0,
+            copy_tbs: 3.0,
+            sm_count: 132,
+            bf16_eff: 0.78,
+            fp8_eff: 0.60,
+            k_half: 48.0,
+            m_half: 24.0,
+            cast_share: 0.55,
+            launch_us: 20.0,
+        },
+        DeviceProfile {
+            name: "b200",
+            source: "B200: datasheet dense peaks (2.25 PF BF16, 4.5 PF FP8) and 8 TB/s; efficiencies assumed like Hopper (uncalibrated)",
+            bf16_tflops: 2250.0,
+            fp8_tflops: 4500.0,
+            copy_tbs: 7.2,
+            sm_count: 148,
+            bf16_eff: 0.78,
+            fp8_eff: 0.60,
+            k_half: 48.0,
+            m_half: 24.0,
+            cast_share: 0.55,
+            launch_us: 20.0,
+        },
+    ]
+}
+
+/// Looks a profile up by name.
+pub fn profile(name: &str) -> Option<DeviceProfile> {
+    profiles()
+        .into_iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+impl DeviceProfile {
+    /// Estimated time of one GEMM `D[m, n] = A[m, k] B[k, n]` in ms (`m` rows of tokens).
+    pub fn gemm_ms(&self, m: u64, n: u64, k: u64, fp8: bool) -> f64 {
+        if m == 0 || n == 0 || k == 0 {
+            return 0.0;
+        }
+        let (peak, cap, bytes_per) = if fp8 {
+            (self.fp8_tflops, self.fp8_eff, 1.0)
+        } else {
+            (self.bf16_tflops, self.bf16_eff, 2.0)
+        };
+        // Output tiles of 128x128 spread over the SMs: the last wave is partly idle.
+        let tiles = m.div_ceil(128) * n.div_ceil(128);
+        let waves = tiles.div_ceil(u64::from(self.sm_count));
+        let wave_eff = tiles as f64 / (waves * u64::from(self.sm_count)) as f64;
+        let small = |x: u64, half: f64| x as f64 / (x as f64 + half);
+        let eff = cap * wave_eff * small(k, self.k_half) * small(m.min(n), self.m_half);
+        let flops = 2.0 * m as f64 * n as f64 * k as f64;
+        let compute = flops / (peak * 1e9 * eff);
+        let bytes = bytes_per * (m * k + k * n) as f64 + 2.0 * (m * n) as f64;
+        let memory = bytes / (self.copy_tbs * 1e9);
+        compute.max(memory) + self.launch_us * 1e-3
+    }
+
+    /// Estimated time of a memory-bound cast moving `bytes` (read + written), in ms.
+    pub fn cast_ms(&self, bytes: f64) -> f64 {
+        bytes / (self.copy_tbs * 1e9 * self.cast_share) + self.launch_us * 1e-3
+    }
+
+    /// Estimated BF16 and FP8 timings of one point.
+    pub fn estimate(&self, p: &BenchPoint, opt: &MeasureOptions) -> (Timing, Timing) {
+        let s = &p.spec;
+        let (k, n) = (s.in_features, s.out_features);
+        let norm = s.module_kind == ModuleKind::LayernormColumn;
+        let seg = p.segments(opt.pad);
+        let mut b = (0.0, 0.0, 0u32); // fwd, bwd, launches
+        let mut f = (0.0, 0.0, 0.0, 0u32); // fwd, bwd, cast, launches
+        let rows = p.rows() as f64;
+        if norm {
+            b.0 += self.cast_ms(4.0 * rows * k as f64);
+            b.2 += 1;
+        }
+        for &r in &p.splits {
+            if r > 0 {
+                b.0 += self.gemm_ms(r, n, k, false);
+                b.1 += self.gemm_ms(r, k, n, false) + self.gemm_ms(k, n, r, false);
+                b.2 += 3;
+            }
+        }
+        let prow = seg.total_padded() as f64;
+        let x_cast = if norm {
+            // fused norm + rowwise cast (read 2, write bf16 2 + fp8 1), then the columnwise cast
+            self.cast_ms(5.0 * prow * k as f64) + self.cast_ms(3.0 * prow * k as f64)
+        } else {
+            self.cast_ms(4.0 * prow * k as f64)
+        };
+        let w_cast = if opt.fp8_param {
+            0.0
+        } else {
+            s.num_gemms as f64 * self.cast_ms(4.0 * (n * k) as f64)
+        };
+        let dy_cast = self.cast_ms(4.0 * prow * n as f64);
+        f.2 = x_cast + w_cast + dy_cast;
+        f.0 += x_cast + w_cast;
+        f.1 += dy_cast;
+        f.3 += if norm { 3 } else { 2 } + if opt.fp8_param { 0 } else { s.num_gemms };
+        for &pr in &seg.padded {
+            if pr > 0 {
+                f.0 += self.gemm_ms(pr, n, k, true);
+                f.1 += self.gemm_ms(pr, k, n, true) + self.gemm_ms(k, n, round_up(pr, 16), true);
+                f.3 += 3;
+            }
+        }
+        let t = |fwd: f64, bwd: f64, cast: f64, launches: u32| Timing {
+            fwd_ms: Stat::exact(fwd),
+            bwd_ms: Stat::exact(bwd),
+            total_ms: Stat::exact(fwd + bwd),
+            cast_ms: Stat::exact(cast),
+            launches,
+        };
+        (t(b.0, b.1, 0.0, b.2), t(f.0, f.1, f.2, f.3))
+    }
+}
+
+/// The cost-model backend.
+pub struct ModelBackend(pub DeviceProfile);
+
+impl Backend for ModelBackend {
+    fn device(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: format!("model:{}", self.0.name),
+            compute_capability: String::new(),
+            sm_count: self.0.sm_count,
+            ..DeviceInfo::default()
+        }
+    }
+    fn timing(&self) -> &'static str {
+        "model"
+    }
+    fn estimated(&self) -> bool {
+        true
+    }
+    fn measure(&mut self, p: &BenchPoint, opt: &MeasureOptions) -> Point {
+        let mut point = crate::cuda::base_point_for(p, opt.pad);
+        let (k, n) = (p.spec.in_features, p.spec.out_features);
+        if opt.fp8 && !(k.is_multiple_of(16) && n.is_multiple_of(16)) {
+            point.status = Status::Skipped;
+            point.reason = Some(format!(
+                "FP8 needs in/out features that are multiples of 16 ({k} x {n})"
+            ));
+            return point;
+        }
+        let (b, f) = self.0.estimate(p, opt);
+        point.bf16 = opt.bf16.then_some(b);
+        point.fp8 = opt.fp8.then_some(f);
+        if opt.bf16 && opt.fp8 {
+            point.speedup = Some(b.total_ms.median / f.total_ms.median);
+        }
+        point
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_exist_and_are_sane() {
+        for p in profiles() {
+            assert!(p.fp8_tflops >= p.bf16_tflops);
+            assert!(p.bf16_eff > 0.0 && p.bf16_eff <= 1.0);
+        }
+        assert!(profile("H200").is_some());
+        assert!(profile("mi300").is_none());
+    }
+
+    #[test]
+    fn gemm_estimates_scale_and_reflect_waves() {
+        let h = profile("h200").unwrap_or_else(|| unreachable!());
+        let big = h.gemm_ms(16384, 8192, 8192, false);
+        let tf = 2.0 * 16384.0 * 8192.0 * 8192.0 / big / 1e9;
+        assert!((500.0..800.0).contains(&tf), "{tf}");
+        assert!(h.gemm_ms(16384, 8192, 8192, true) < big);
+        // One tile more than a full wave costs a whole extra wave.
+        let full = h.gemm_ms(128 * 132, 128, 4096, false);
+        let over = h.gemm_ms(128 * 133, 128, 4096, false);
+        assert!(over > 1.5 * full - 0.01);
+        assert_eq!(h.gemm_ms(0, 1, 1, false), 0.0);
+    }
+}
+
+/// Rebuilds the bench point of a report point (for re-estimating measured reports).
+pub fn point_from_report(p: &Point) -> Option<BenchPoint> {
+    use fp8_engine::model::Role;
+    let spec = fp8_engine::ModuleSpec {
+        name: p.module.clone(),
+        component: p.component.parse::<Role>().ok()?,
+        layers: 1,
+        te_class: p.te_class.parse().ok()?,
+        module_kind: p.module_kind,
+        ub_name: p.ub_name.clone(),
+        is_expert: p.module_kind.is_grouped(),
+        in_features: p.in_features,
+        out_features: p.out_features,
+        num_gemms: p.num_gemms,
+        norm: None,
+        tp: p.tp,
+        etp: p.etp,
+        row_divisor: 1,
+    };
+    let splits = if p.splits.is_empty() {
+        vec![p.gemm_rows]
+    } else {
+        p.splits.clone()
+    };
+    Some(BenchPoint {
+        spec,
+        tokens: p.tokens,
+        splits,
+        split_mode: None,
+    })
+}
+
+/// Prediction quality of a profile on measured points: (median relative error of the speedup,
+/// share of points where the FP8/BF16 choice agrees, points compared).
+pub fn prediction_error(
+    profile: &DeviceProfile,
+    points: &[Point],
+    opt: &MeasureOptions,
+) -> (f64, f64, usize) {
+    let mut errs = Vec::new();
+    let mut agree = 0usize;
+    for p in points.iter().filter(|p| p.status == Status::Ok) {
+        let (Some(measured), Some(bp)) = (p.speedup, point_from_report(p)) else {
+            continue;
+        };
+        let (b, f) = profile.estimate(&bp, opt);
+        let predicted = b.total_ms.median / f.total_ms.median;
+        errs.push(((predicted - measured) / measured).abs());
+        agree += usize::from((predicted > 1.0) == (measured > 1.0));
+    }
+    if errs.is_empty() {
+        return (f64::NAN, f64::NAN, 0);
+    }
+    errs.sort_by(f64::total_cmp);
+    let n = errs.len();
+    (errs[n / 2], agree as f64 / n as f64, n)
+}
