@@ -221,35 +221,6 @@ impl Backend for ModelBackend {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn profiles_exist_and_are_sane() {
-        for p in profiles() {
-            assert!(p.fp8_tflops >= p.bf16_tflops);
-            assert!(p.bf16_eff > 0.0 && p.bf16_eff <= 1.0);
-        }
-        assert!(profile("H200").is_some());
-        assert!(profile("mi300").is_none());
-    }
-
-    #[test]
-    fn gemm_estimates_scale_and_reflect_waves() {
-        let h = profile("h200").unwrap_or_else(|| unreachable!());
-        let big = h.gemm_ms(16384, 8192, 8192, false);
-        let tf = 2.0 * 16384.0 * 8192.0 * 8192.0 / big / 1e9;
-        assert!((500.0..800.0).contains(&tf), "{tf}");
-        assert!(h.gemm_ms(16384, 8192, 8192, true) < big);
-        // One tile more than a full wave costs a whole extra wave.
-        let full = h.gemm_ms(128 * 132, 128, 4096, false);
-        let over = h.gemm_ms(128 * 133, 128, 4096, false);
-        assert!(over > 1.5 * full - 0.01);
-        assert_eq!(h.gemm_ms(0, 1, 1, false), 0.0);
-    }
-}
-
 /// Rebuilds the bench point of a report point (for re-estimating measured reports).
 pub fn point_from_report(p: &Point) -> Option<BenchPoint> {
     use fp8_engine::model::Role;
@@ -306,4 +277,33 @@ pub fn prediction_error(
     errs.sort_by(f64::total_cmp);
     let n = errs.len();
     (errs[n / 2], agree as f64 / n as f64, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_exist_and_are_sane() {
+        for p in profiles() {
+            assert!(p.fp8_tflops >= p.bf16_tflops);
+            assert!(p.bf16_eff > 0.0 && p.bf16_eff <= 1.0);
+        }
+        assert!(profile("H200").is_some());
+        assert!(profile("mi300").is_none());
+    }
+
+    #[test]
+    fn gemm_estimates_scale_and_reflect_waves() {
+        let h = profile("h200").unwrap_or_else(|| unreachable!());
+        let big = h.gemm_ms(16384, 8192, 8192, false);
+        let tf = 2.0 * 16384.0 * 8192.0 * 8192.0 / big / 1e9;
+        assert!((500.0..800.0).contains(&tf), "{tf}");
+        assert!(h.gemm_ms(16384, 8192, 8192, true) < big);
+        // One tile more than a full wave costs a whole extra wave.
+        let full = h.gemm_ms(128 * 132, 128, 4096, false);
+        let over = h.gemm_ms(128 * 133, 128, 4096, false);
+        assert!(over > 1.5 * full - 0.01);
+        assert_eq!(h.gemm_ms(0, 1, 1, false), 0.0);
+    }
 }
