@@ -15,6 +15,7 @@
 pub mod costmodel;
 pub mod cuda;
 pub mod error;
+pub mod job;
 pub mod layout;
 pub mod runner;
 pub mod sweep;

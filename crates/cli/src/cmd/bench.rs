@@ -4,11 +4,10 @@ use std::path::PathBuf;
 
 use fp8_bench::cuda::{Gpu, MeasureOptions};
 use fp8_bench::runner::{Backend, CudaBackend, run_sweep, status_counts};
-use fp8_bench::sweep::{
-    SplitMode, build_points, default_token_counts, parse_shape_sweep, point_bytes,
-};
-use fp8_engine::{Parallel, Role, inventory, load_model};
-use fp8_merge::report::{ParallelInfo, Provenance, Report, Status};
+use fp8_bench::job::{SweepJob, layout, points, provenance};
+use fp8_bench::sweep::{SplitMode, parse_shape_sweep};
+use fp8_engine::{Role, load_model};
+use fp8_merge::report::{Provenance, Report, Status};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{CliError, CliResult};
@@ -134,57 +133,24 @@ pub fn run(args: &Args) -> CliResult {
     }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
     let model = load_model(&args.model).map_err(CliError::input)?;
-    let first = model
-        .components
-        .first()
-        .ok_or_else(|| CliError::input("the model has no components"))?;
-    let rec = model
-        .component(Role::Llm)
-        .unwrap_or(first)
-        .recommended
-        .clone();
-    let tp = args.tp.or(rec.tp).unwrap_or(1);
-    let parallel = Parallel {
-        tp,
-        ep: args.ep.or(rec.ep).unwrap_or(1),
-        etp: args.etp.or(rec.etp).unwrap_or(tp),
-        cp: rec.cp.unwrap_or(1),
-        sequence_parallel: tp > 1,
+    let job = SweepJob {
+        component: args.component,
+        parallel: layout(&model, args.tp, args.ep, args.etp),
+        tokens: args
+            .shape_sweep
+            .as_deref()
+            .map(parse_shape_sweep)
+            .transpose()
+            .map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?,
+        max_tokens: args.max_tokens,
+        seq_length: args.seq_length,
+        micro_batch_size: args.micro_batch_size,
+        splits: parse_splits(&args.splits)?,
+        modules: args.modules.clone(),
     };
-    let splits = parse_splits(&args.splits)?;
-    let mut points = Vec::new();
-    for c in &model.components {
-        if args.component.is_some_and(|r| r != c.role) {
-            continue;
-        }
-        let run_tokens = args
-            .seq_length
-            .or(c.recommended.seq_length)
-            .or(rec.seq_length)
-            .map(|s| {
-                s * args
-                    .micro_batch_size
-                    .or(c.recommended.micro_batch_size)
-                    .unwrap_or(1)
-                    / u64::from(parallel.cp)
-            });
-        let tokens = match &args.shape_sweep {
-            Some(s) => {
-                parse_shape_sweep(s).map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?
-            }
-            None => default_token_counts(args.max_tokens, c.fp8.num_tokens.or(run_tokens)),
-        };
-        let mut modules = inventory(c, parallel).map_err(CliError::input)?;
-        if let Some(f) = &args.modules {
-            modules.retain(|m| m.name.contains(f.as_str()));
-        }
-        let topk = c.arch.moe.map_or(1, |m| m.router_topk);
-        points.extend(build_points(&modules, &tokens, topk, &splits));
-    }
+    let points = points(&model, &job).map_err(CliError::input)?;
     if points.is_empty() {
-        return Err(CliError::input(
-            "nothing to measure: no module matched --modules/--component",
-        ));
+        return Err(CliError::input("nothing to measure: no module matched --modules/--component"));
     }
     let opt = MeasureOptions {
         warmup: args.warmup,
@@ -198,29 +164,7 @@ pub fn run(args: &Args) -> CliResult {
         ..MeasureOptions::default()
     };
     let mut backend = open_backend(&args.backend, &args.device_profile, args.device)?;
-    let provenance = Provenance {
-        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        recipe: args.recipe.clone(),
-        scale_mode: args.scales.clone(),
-        fp8_param: opt.fp8_param,
-        fp8_pad: args.fp8_pad as u32,
-        warmup: opt.warmup,
-        iters: opt.iters,
-        model: model.name.clone(),
-        model_config: args.model.display().to_string(),
-        parallel: ParallelInfo {
-            tp: parallel.tp,
-            ep: parallel.ep,
-            etp: parallel.etp,
-            cp: parallel.cp,
-        },
-        expert_split: splits
-            .iter()
-            .map(SplitMode::name)
-            .collect::<Vec<_>>()
-            .join(","),
-        ..Provenance::default()
-    };
+    let provenance = provenance(&model, &args.model.display().to_string(), &job, &opt, &args.scales);
     let report = sweep(backend.as_mut(), &points, &opt, provenance, args.quiet);
     write_report(&report, &args.report)?;
     print_summary(&report);
@@ -247,7 +191,6 @@ pub fn run(args: &Args) -> CliResult {
             println!("wrote {}", w.display());
         }
     }
-    let _ = point_bytes;
     Ok(())
 }
 
