@@ -1,20 +1,221 @@
 //! `cargo xtask`: repository automation, run through the alias in `.cargo/config.toml`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use fp8_bench::cuda::MeasureOptions;
+use fp8_engine::load_model;
+use fp8_merge::MergeOptions;
+use xtask::{UPDATE_ENV, check_policies, check_results, generate as gen_mod, root};
+
+/// Repository automation for the adaptive FP8 toolkit.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Generate policies: benchmark every layout of every model (GPU, or the cost model without
+    /// one), merge, and write the policy, plots and a summary per model.
+    ///
+    /// Examples:
+    ///   cargo xtask gen-policy                      # every model in fixtures/models/
+    ///   cargo xtask gen-policy --model fixtures/models/qwen2_5_72b.yaml --tp 1,2,4,8
+    ///   cargo xtask gen-policy --backend model --device-profile h100
+    ///   cargo xtask gen-policy --check              # policies/ up to date with the committed reports?
+    #[command(verbatim_doc_comment)]
+    GenPolicy(GenArgs),
+    /// Regenerate docs/RESULTS.md from the committed H200 reports (or check it with --check).
+    Results {
+        /// Fail when docs/RESULTS.md is stale instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct GenArgs {
+    /// Model configs [default: each model in fixtures/models/].
+    #[arg(long = "model", value_name = "CONFIG")]
+    models: Vec<PathBuf>,
+    /// TP sizes [default: 1,2,4,8, those that divide the model].
+    #[arg(long, value_delimiter = ',')]
+    tp: Option<Vec<u32>>,
+    /// EP sizes [default: the config's for MoE models, else 1].
+    #[arg(long, value_delimiter = ',')]
+    ep: Option<Vec<u32>>,
+    /// ETP sizes [default: 1].
+    #[arg(long, value_delimiter = ',')]
+    etp: Option<Vec<u32>>,
+    /// Speedup threshold.
+    #[arg(long, default_value_t = 1.0)]
+    threshold: f64,
+    /// Noise margin.
+    #[arg(long, default_value_t = 0.02)]
+    margin: f64,
+    /// auto: the GPU when one is present, else the cost model.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model"])]
+    backend: String,
+    /// Cost-model device profile (h200, h100, b200).
+    #[arg(long, default_value = "h200")]
+    device_profile: String,
+    /// Output directory [default: policies/ when measuring; policies/estimated/<profile>/ for
+    /// estimates, so an estimate never overwrites a measured policy].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Timed steps per point.
+    #[arg(long, default_value_t = 10)]
+    iters: u32,
+    /// Untimed steps per point.
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
+    /// Rebuild policies/ from the committed reports and fail if it is stale
+    /// (set FP8_UPDATE_POLICIES=1 to rewrite it).
+    #[arg(long)]
+    check: bool,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("gen-policy") => {
-            eprintln!(
-                "gen-policy: not yet. The bench/merge pipeline lands with the pipeline issue; \
-                 until then use `fp8sel validate` and `fp8sel decide` on an existing policy."
-            );
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::GenPolicy(a) => gen_policy(a),
+        Cmd::Results { check } => results(check),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
-        _ => {
-            eprintln!("usage: cargo xtask gen-policy [--help]");
-            ExitCode::from(2)
-        }
     }
+}
+
+fn update() -> bool {
+    std::env::var_os(UPDATE_ENV).is_some_and(|v| v == "1")
+}
+
+fn results(check: bool) -> Result<(), String> {
+    let root = root();
+    if check && !update() {
+        if check_results(&root, false)? {
+            return Err(format!(
+                "docs/RESULTS.md is stale; run `cargo xtask results` (or set {UPDATE_ENV}=1)"
+            ));
+        }
+        println!("docs/RESULTS.md is up to date");
+    } else {
+        check_results(&root, true)?;
+        println!("wrote docs/RESULTS.md");
+    }
+    Ok(())
+}
+
+fn gen_policy(a: GenArgs) -> Result<(), String> {
+    let root = root();
+    if a.check {
+        let stale = check_policies(&root, update())?;
+        if update() {
+            println!("rewrote policies/ from fixtures/reports/h200");
+            return Ok(());
+        }
+        if stale.is_empty() {
+            println!("policies/ is up to date with fixtures/reports/h200");
+            return Ok(());
+        }
+        return Err(format!(
+            "policies/ is stale:\n  {}\nrun `{UPDATE_ENV}=1 cargo xtask gen-policy --check`",
+            stale.join("\n  ")
+        ));
+    }
+    let models = if a.models.is_empty() {
+        gen_mod::default_models(&root)
+    } else {
+        a.models.clone()
+    };
+    if models.is_empty() {
+        return Err("no model configs (fixtures/models/*.yaml)".into());
+    }
+    let mut chosen = gen_mod::choose(&a.backend, &a.device_profile)?;
+    let estimated = matches!(chosen, gen_mod::Chosen::Model(_));
+    let out = a.out.clone().unwrap_or_else(|| {
+        if estimated {
+            root.join("policies/estimated").join(&a.device_profile)
+        } else {
+            root.join("policies")
+        }
+    });
+    let reports_dir = if estimated {
+        out.join("reports")
+    } else {
+        let name = chosen.backend().device().name.to_lowercase();
+        let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
+        root.join("fixtures/reports").join(slug)
+    };
+    if estimated {
+        eprintln!(
+            "warning: gen-policy is ESTIMATING with the cost model ({}); these are not measurements",
+            a.device_profile
+        );
+    }
+    let opt = MeasureOptions {
+        warmup: a.warmup,
+        iters: a.iters,
+        ..MeasureOptions::default()
+    };
+    for config in &models {
+        let model = load_model(config).map_err(|e| e.to_string())?;
+        let layouts =
+            gen_mod::default_layouts(&model, a.tp.as_deref(), a.ep.as_deref(), a.etp.as_deref());
+        if layouts.is_empty() {
+            return Err(format!(
+                "{}: no requested layout divides the model",
+                config.display()
+            ));
+        }
+        let written = gen_mod::measure(
+            chosen.backend(),
+            config,
+            &model,
+            &layouts,
+            &reports_dir,
+            &opt,
+        )?;
+        println!(
+            "{}: {} report(s) in {}",
+            model.name,
+            written.len(),
+            reports_dir.display()
+        );
+    }
+    let merge = MergeOptions {
+        threshold: a.threshold,
+        margin: a.margin,
+        ..MergeOptions::default()
+    };
+    let files = gen_mod::build_all(&models, &reports_dir, &merge)?;
+    gen_mod::write_files(&out, &files)?;
+    for f in files
+        .keys()
+        .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
+    {
+        println!("wrote {}", out.join(f).display());
+    }
+    println!(
+        "{} plot(s) under {}",
+        files
+            .keys()
+            .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+            .count(),
+        out.join("plots").display()
+    );
+    if estimated {
+        eprintln!(
+            "warning: these policies are ESTIMATES (marked \"estimated\": true in their provenance)"
+        );
+    }
+    Ok(())
 }

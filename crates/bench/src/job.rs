@@ -50,10 +50,22 @@ pub fn layout(model: &ModelDesc, tp: Option<u32>, ep: Option<u32>, etp: Option<u
 /// `fp8_dynamic_num_tokens`.
 pub fn run_tokens(model: &ModelDesc, role: Role, job: &SweepJob) -> Option<u64> {
     let c = model.component(role)?;
-    let llm = model.component(Role::Llm).map(|l| l.recommended.clone()).unwrap_or_default();
-    let seq = job.seq_length.or(c.recommended.seq_length).or(llm.seq_length)?;
-    let mbs = job.micro_batch_size.or(c.recommended.micro_batch_size).or(llm.micro_batch_size).unwrap_or(1);
-    c.fp8.num_tokens.or(Some(seq * mbs / u64::from(job.parallel.cp.max(1))))
+    let llm = model
+        .component(Role::Llm)
+        .map(|l| l.recommended.clone())
+        .unwrap_or_default();
+    let seq = job
+        .seq_length
+        .or(c.recommended.seq_length)
+        .or(llm.seq_length)?;
+    let mbs = job
+        .micro_batch_size
+        .or(c.recommended.micro_batch_size)
+        .or(llm.micro_batch_size)
+        .unwrap_or(1);
+    c.fp8
+        .num_tokens
+        .or(Some(seq * mbs / u64::from(job.parallel.cp.max(1))))
 }
 
 /// Every point of the job.
@@ -78,7 +90,13 @@ pub fn points(model: &ModelDesc, job: &SweepJob) -> Result<Vec<BenchPoint>, Stri
 }
 
 /// The report provenance of a job (device and timing are filled in by the backend).
-pub fn provenance(model: &ModelDesc, config: &str, job: &SweepJob, opt: &MeasureOptions, scale_mode: &str) -> Provenance {
+pub fn provenance(
+    model: &ModelDesc,
+    config: &str,
+    job: &SweepJob,
+    opt: &MeasureOptions,
+    scale_mode: &str,
+) -> Provenance {
     let p = job.parallel;
     Provenance {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -90,8 +108,18 @@ pub fn provenance(model: &ModelDesc, config: &str, job: &SweepJob, opt: &Measure
         iters: opt.iters,
         model: model.name.clone(),
         model_config: config.to_owned(),
-        parallel: ParallelInfo { tp: p.tp, ep: p.ep, etp: p.etp, cp: p.cp },
-        expert_split: job.splits.iter().map(SplitMode::name).collect::<Vec<_>>().join(","),
+        parallel: ParallelInfo {
+            tp: p.tp,
+            ep: p.ep,
+            etp: p.etp,
+            cp: p.cp,
+        },
+        expert_split: job
+            .splits
+            .iter()
+            .map(SplitMode::name)
+            .collect::<Vec<_>>()
+            .join(","),
         ..Provenance::default()
     }
 }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use fp8_bench::cuda::{Gpu, MeasureOptions};
-use fp8_bench::runner::{Backend, CudaBackend, run_sweep, status_counts};
 use fp8_bench::job::{SweepJob, layout, points, provenance};
+use fp8_bench::runner::{Backend, CudaBackend, run_sweep, status_counts};
 use fp8_bench::sweep::{SplitMode, parse_shape_sweep};
 use fp8_engine::{Role, load_model};
 use fp8_merge::report::{Provenance, Report, Status};
@@ -150,7 +150,9 @@ pub fn run(args: &Args) -> CliResult {
     };
     let points = points(&model, &job).map_err(CliError::input)?;
     if points.is_empty() {
-        return Err(CliError::input("nothing to measure: no module matched --modules/--component"));
+        return Err(CliError::input(
+            "nothing to measure: no module matched --modules/--component",
+        ));
     }
     let opt = MeasureOptions {
         warmup: args.warmup,
@@ -164,7 +166,13 @@ pub fn run(args: &Args) -> CliResult {
         ..MeasureOptions::default()
     };
     let mut backend = open_backend(&args.backend, &args.device_profile, args.device)?;
-    let provenance = provenance(&model, &args.model.display().to_string(), &job, &opt, &args.scales);
+    let provenance = provenance(
+        &model,
+        &args.model.display().to_string(),
+        &job,
+        &opt,
+        &args.scales,
+    );
     let report = sweep(backend.as_mut(), &points, &opt, provenance, args.quiet);
     write_report(&report, &args.report)?;
     print_summary(&report);

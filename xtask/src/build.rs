@@ -1,0 +1,276 @@
+//! From reports to `policies/`: policies, plots and a summary per model. Pure: returns the files
+//! it would write, so `--check` can compare them with what is committed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use fp8_engine::{ModelDesc, Parallel, Role};
+use fp8_merge::report::Report;
+use fp8_merge::{Loaded, MergeOptions, ParKey, parse};
+use fp8_policy::Policy;
+
+use crate::eval::{PointIndex, step_times};
+use crate::plot::{Line, speedup_svg};
+
+/// Files to write, relative to the output directory.
+pub type Files = BTreeMap<PathBuf, Vec<u8>>;
+
+/// The reports of a directory (not recursive), sorted by file name, with their parsed content.
+pub fn read_reports(dir: &Path) -> Result<Vec<(PathBuf, Report, Loaded)>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let report: Report = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not an fp8sel report: {e}", f.display()))?;
+        // Provenance names reports relative to the repository, whatever the checkout path.
+        let name = PathBuf::from(rel_name(&f));
+        let loaded = parse(&text, &name, 16).map_err(|e| e.to_string())?;
+        out.push((f, report, loaded));
+    }
+    Ok(out)
+}
+
+fn rel_name(f: &Path) -> String {
+    let parts: Vec<String> = f.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    match parts
+        .iter()
+        .rposition(|p| p == "fixtures" || p == "policies")
+    {
+        Some(i) => parts[i..].join("/"),
+        None => f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// Everything `build` produces for one model.
+pub struct ModelOutput {
+    /// Policies per component.
+    pub policies: BTreeMap<Role, Policy>,
+    /// Files to write.
+    pub files: Files,
+}
+
+fn role(s: &str) -> Role {
+    s.parse().unwrap_or(Role::Llm)
+}
+
+/// Builds policies, plots and the summary of one model from its reports.
+pub fn build_model(
+    model: &ModelDesc,
+    reports: &[&(PathBuf, Report, Loaded)],
+    opt: &MergeOptions,
+) -> Result<ModelOutput, String> {
+    let loaded: Vec<Loaded> = reports.iter().map(|r| r.2.clone()).collect();
+    let merged = fp8_merge::merge(&loaded, opt).map_err(|e| e.to_string())?;
+    let mut files = Files::new();
+    let single = merged.policies.len() == 1;
+    let mut policies = BTreeMap::new();
+    for (comp, p) in &merged.policies {
+        let name = if single {
+            format!("{}.json", model.name)
+        } else {
+            format!("{}.{comp}.json", model.name)
+        };
+        files.insert(PathBuf::from(name), p.to_json().into_bytes());
+        policies.insert(role(comp), p.clone());
+    }
+    // Plots: one per (component, kind, ub_name).
+    let mut groups: BTreeMap<(String, String, String), Vec<Line>> = BTreeMap::new();
+    let samples: Vec<&fp8_merge::Sample> = loaded.iter().flat_map(|l| &l.samples).collect();
+    for o in &merged.outcomes {
+        let k = &o.key;
+        let mut curves: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.key == *k) {
+            curves
+                .entry(s.curve.as_str())
+                .or_default()
+                .push((s.tokens, s.bf16.median / s.fp8.median));
+        }
+        let par = match k.par {
+            ParKey::Tp(tp) => format!("tp={tp}"),
+            ParKey::Grouped(etp, g) => format!("etp={etp} gemms={g}"),
+        };
+        let ub = k.ub_name.clone().unwrap_or_else(|| "experts".into());
+        let multi = curves.len() > 1;
+        for (curve, mut pts) in curves {
+            pts.sort_by_key(|p| p.0);
+            // Several points at one count (duplicates) plot as their mean.
+            let mut merged_pts: Vec<(u64, f64)> = Vec::new();
+            for (t, s) in pts {
+                match merged_pts.last_mut() {
+                    Some(l) if l.0 == t => l.1 = (l.1 + s) / 2.0,
+                    _ => merged_pts.push((t, s)),
+                }
+            }
+            let short = curve
+                .trim_start_matches("decoder.layers.")
+                .trim_start_matches("image_encoder.layers.");
+            let label = if multi {
+                format!("{par} {short}")
+            } else {
+                par.clone()
+            };
+            groups
+                .entry((k.component.clone(), k.kind.to_string(), ub.clone()))
+                .or_default()
+                .push(Line {
+                    label,
+                    points: merged_pts,
+                    min_tokens: o.rule.map(|r| r.0),
+                });
+        }
+    }
+    for ((comp, kind, ub), lines) in &groups {
+        let title = format!("{} {comp}: {kind} / {ub}", model.name);
+        let svg = speedup_svg(&title, opt.threshold, lines)?;
+        files.insert(
+            PathBuf::from(format!("plots/{}/{comp}-{kind}-{ub}.svg", model.name)),
+            svg.into_bytes(),
+        );
+    }
+    files.insert(
+        PathBuf::from(format!("{}.md", model.name)),
+        summary(model, reports, &merged, &policies, opt).into_bytes(),
+    );
+    Ok(ModelOutput { policies, files })
+}
+
+fn summary(
+    model: &ModelDesc,
+    reports: &[&(PathBuf, Report, Loaded)],
+    merged: &fp8_merge::Merged,
+    policies: &BTreeMap<Role, Policy>,
+    opt: &MergeOptions,
+) -> String {
+    let estimated = reports.iter().any(|r| r.1.estimated);
+    let devices: BTreeSet<&str> = reports
+        .iter()
+        .map(|r| r.1.provenance.device.name.as_str())
+        .collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}: adaptive FP8 policy\n", model.name);
+    if estimated {
+        let _ = writeln!(
+            s,
+            "> **ESTIMATED** by the cost model ({}), not measured. Re-run `cargo xtask gen-policy` on a GPU before training with it.\n",
+            devices.iter().copied().collect::<Vec<_>>().join(", ")
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Measured on {} with `fp8sel bench` (GPU time, CUDA events, median of the timed steps).\n",
+            devices.iter().copied().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Threshold {} + margin {}; generated by `cargo xtask gen-policy` from:\n",
+        opt.threshold, opt.margin
+    );
+    for r in reports {
+        let _ = writeln!(s, "- `{}`", rel_name(&r.0));
+    }
+    let _ = writeln!(
+        s,
+        "\n## Rules\n\n| component | kind | key | min_tokens | measured speedup |\n|---|---|---|---|---|"
+    );
+    for o in &merged.outcomes {
+        let k = &o.key;
+        let key = match (&k.ub_name, k.par) {
+            (Some(ub), ParKey::Tp(tp)) => format!("{ub}, tp={tp}"),
+            (None, ParKey::Tp(tp)) => format!("tp={tp}"),
+            (_, ParKey::Grouped(etp, g)) => format!("etp={etp}, num_gemms={g}"),
+        };
+        match o.rule {
+            Some((t, sp)) => {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {key} | {t} | {sp:.3} |",
+                    k.component, k.kind
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {key} | no rule (BF16) | - |",
+                    k.component, k.kind
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n## Step time of the module set (the seed's section 4, for this model)\n\n\
+         Sum over every TE module and layer of fwd+bwd time at the configured run's token count, \
+         per measured layout. Adaptive uses the policy above; these are the points the policy was \
+         fitted on (held-out validation is in docs/RESULTS.md).\n\n\
+         | layout | tokens | all-BF16 ms | all-FP8 ms | adaptive ms | adaptive / BF16 | adaptive / FP8 | FP8 modules |\n|---|---|---|---|---|---|---|---|"
+    );
+    // (tp, ep, etp) -> (components measured, their points)
+    type Layouts<'a> = BTreeMap<(u32, u32, u32), (Vec<Role>, Vec<&'a fp8_merge::report::Point>)>;
+    let mut layouts: Layouts<'_> = BTreeMap::new();
+    for r in reports {
+        let p = r.1.provenance.parallel;
+        let e = layouts.entry((p.tp, p.ep, p.etp)).or_default();
+        for pt in &r.1.points {
+            let rl = role(&pt.component);
+            if !e.0.contains(&rl) {
+                e.0.push(rl);
+            }
+            e.1.push(pt);
+        }
+    }
+    let run = model
+        .component(Role::Llm)
+        .or(model.components.first())
+        .and_then(|c| {
+            c.recommended
+                .seq_length
+                .map(|sq| sq * c.recommended.micro_batch_size.unwrap_or(1))
+        });
+    for ((tp, ep, etp), (roles, pts)) in &layouts {
+        let Some(tokens) = run else { break };
+        let index = PointIndex::new(pts.iter().copied());
+        let par = Parallel {
+            tp: *tp,
+            ep: *ep,
+            etp: *etp,
+            cp: 1,
+            sequence_parallel: *tp > 1,
+        };
+        let st = step_times(model, par, tokens, policies, &index, roles);
+        if st.modules == 0 {
+            continue;
+        }
+        let comps: Vec<String> = roles.iter().map(Role::to_string).collect();
+        let _ = writeln!(
+            s,
+            "| tp{tp} ep{ep} etp{etp} ({}) | {tokens} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {} of {} |",
+            comps.join("+"),
+            st.bf16,
+            st.fp8,
+            st.adaptive,
+            st.adaptive / st.bf16,
+            st.adaptive / st.fp8,
+            st.fp8_modules,
+            st.modules
+        );
+    }
+    if !merged.warnings.is_empty() {
+        let _ = writeln!(s, "\n## Merge warnings\n");
+        for w in &merged.warnings {
+            let _ = writeln!(s, "- {w}");
+        }
+    }
+    s
+}
