@@ -530,6 +530,14 @@ fn copy_d2d(gpu: &Gpu, dst: u64, src: u64, bytes: u64) -> Result<(), BenchError>
     .map_err(BenchError::driver)
 }
 
+fn zero_slice(gpu: &Gpu, addr: u64, bytes: u64) -> Result<(), BenchError> {
+    // SAFETY: the slice lies inside this point's weight-gradient buffer.
+    unsafe {
+        cudarc::driver::result::memset_d8_async(addr, 0, bytes as usize, gpu.stream.cu_stream())
+    }
+    .map_err(BenchError::driver)
+}
+
 fn quant_weights(gpu: &Gpu, set: &Set, d: &Dims, pow2: bool) -> Result<u32, BenchError> {
     let (k, n) = (d.k, d.n);
     let sw_len = round_up(blk128_scale_len(n, k), 4);
@@ -728,7 +736,12 @@ fn bf16_step(
     marks.mark(gpu, 2)?;
     marks.mark(gpu, 3)?;
     for (e, sh) in ctx.bf16_shapes.iter().enumerate() {
-        let Some((_, dg, wg)) = sh else { continue };
+        let Some((_, dg, wg)) = sh else {
+            // An expert that received no tokens still has a weight gradient: zeros.
+            zero_slice(gpu, ctx.outs.dw.at(2 * e as u64 * n * k), 2 * n * k)?;
+            launches += 1;
+            continue;
+        };
         let (r0, e) = (d.offsets[e], e as u64);
         gemm(
             gpu,
@@ -874,7 +887,11 @@ fn fp8_step(
     launches += 1;
     marks.mark(gpu, 3)?;
     for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((_, dg, wg)) = sh else { continue };
+        let Some((_, dg, wg)) = sh else {
+            zero_slice(gpu, f.dw.at(2 * e as u64 * n * k), 2 * n * k)?;
+            launches += 1;
+            continue;
+        };
         let (r0, eu) = (seg.offsets[e], e as u64);
         gemm(
             gpu,
