@@ -157,21 +157,30 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         if policy.is_none() {
             without.push(c.role);
         }
+        let measured_bf16 = policy.map(measured_bf16_keys).unwrap_or_default();
         for spec in inventory(c, cfg.parallel)? {
             let d = decide(&spec, tokens, topk, policy);
-            let missing_key = match &d.decision {
+            let mut missing_key = match &d.decision {
                 Some(Decision {
                     reason: Reason::NoRule { key },
                     ..
                 }) => Some(key.clone()),
                 _ => None,
             };
+            let mut reason = d.reason();
+            if let Some(k) = &missing_key
+                && measured_bf16.contains(&k.to_string())
+            {
+                // Measured, and FP8 never won: an answer, not a gap.
+                reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
+                missing_key = None;
+            }
             let step_flops = spec.step_flops(d.num_tokens) * spec.layers as f64;
             modules.push(PlannedModule {
                 gemm_rows: spec.gemm_rows(d.num_tokens),
                 num_tokens: d.num_tokens,
                 use_fp8: d.use_fp8(),
-                reason: d.reason(),
+                reason,
                 missing_key,
                 step_flops,
                 spec,
@@ -180,6 +189,22 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     }
     let summary = summarize(&modules, without, token_words, defaults);
     Ok(Plan { modules, summary })
+}
+
+/// Keys the policy's provenance records as measured with no FP8 win (`fp8sel merge-policy`
+/// writes them under `provenance.measured_bf16_keys`).
+pub fn measured_bf16_keys(policy: &Policy) -> Vec<String> {
+    policy
+        .extra
+        .get("provenance")
+        .and_then(|p| p.get("measured_bf16_keys"))
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn describe_tokens(n: u64, src: TokenSource, topk: Option<u64>) -> String {

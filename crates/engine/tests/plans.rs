@@ -418,3 +418,41 @@ fn plan_snapshots() {
         insta::assert_snapshot!(snap, render::table(&pl));
     }
 }
+
+#[test]
+fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
+    let m = model("qwen2_5_72b.yaml");
+    let mut pol = Policy::new(1.0).unwrap();
+    pol.extra.insert(
+        "provenance".into(),
+        serde_json::json!({"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}),
+    );
+    let pl = plan(
+        &m,
+        &cfg(
+            Parallel::tp(8),
+            &[(Role::Llm, TokenConfig::new(4096, 1))],
+            &[(Role::Llm, &pol)],
+        ),
+    )
+    .unwrap();
+    let fc2 = pl
+        .modules
+        .iter()
+        .find(|x| x.spec.name.ends_with("linear_fc2"))
+        .unwrap();
+    assert!(!fc2.use_fp8);
+    assert!(
+        fc2.reason.contains("measured, FP8 never won"),
+        "{}",
+        fc2.reason
+    );
+    let keys: Vec<&str> = pl
+        .summary
+        .missing_rules
+        .iter()
+        .map(|r| r.key.as_str())
+        .collect();
+    assert!(!keys.contains(&"(kind=row, ub_name=fc2, tp=8)"), "{keys:?}");
+    assert_eq!(keys.len(), 3, "{keys:?}");
+}

@@ -172,6 +172,25 @@ pub fn threshold_of(
     (rule, non_monotone, counts)
 }
 
+/// The policy lookup key of a group, when it can carry a rule.
+pub fn rule_key(k: &GroupKey) -> Option<fp8_policy::RuleKey> {
+    match (k.kind.family(), k.par, &k.ub_name) {
+        (KindFamily::Dense(kind), ParKey::Tp(tp), Some(ub)) => Some(fp8_policy::RuleKey::Dense {
+            kind,
+            ub_name: ub.clone(),
+            tp,
+        }),
+        (KindFamily::Grouped(kind), ParKey::Grouped(etp, num_gemms), _) => {
+            Some(fp8_policy::RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            })
+        }
+        _ => None,
+    }
+}
+
 fn describe(k: &GroupKey) -> String {
     match (&k.ub_name, k.par) {
         (Some(ub), ParKey::Tp(tp)) => format!("{} {}/{ub} tp={tp}", k.component, k.kind),
@@ -344,6 +363,18 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         .filter(|d| !d.is_empty())
         .collect();
     let estimated = inputs.iter().any(|l| l.origin.estimated);
+    // Keys that were measured and got no rule: FP8 never won there. The format has no way to say
+    // "measured, BF16" in `rules`, so provenance carries it; `fp8sel check` uses it to tell a
+    // measured BF16 answer from a gap in the sweep.
+    let mut bf16_keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.rule.is_none()) {
+        if let Some(k) = rule_key(&o.key) {
+            bf16_keys
+                .entry(o.key.component.clone())
+                .or_default()
+                .push(k.to_string());
+        }
+    }
     for (component, policy) in &mut policies {
         policy.extra.insert(
             "provenance".into(),
@@ -358,6 +389,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
                 "margin": opt.margin,
                 "host_floor_ms": opt.host_floor_ms.map(|(b, f)| json!({"bf16": b, "fp8": f})),
                 "estimated": estimated,
+                "measured_bf16_keys": bf16_keys.get(component).cloned().unwrap_or_default(),
                 "rule": "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key",
             }),
         );

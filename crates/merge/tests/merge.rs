@@ -137,6 +137,11 @@ fn no_rule_where_fp8_never_wins() {
     let out = merge(&[loaded(s, "dev")], &MergeOptions::default()).unwrap();
     assert_eq!(out.policies["llm"].rule_count(), 0);
     assert_eq!(out.outcomes[0].rule, None);
+    // Provenance records that the key was measured, so `check` can tell it from a gap.
+    assert_eq!(
+        out.policies["llm"].extra["provenance"]["measured_bf16_keys"][0],
+        "(kind=row, ub_name=fc2, tp=1)"
+    );
 }
 
 #[test]

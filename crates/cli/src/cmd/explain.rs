@@ -95,7 +95,7 @@ pub fn check(args: &CheckArgs) -> CliResult {
         );
     } else if ok {
         println!(
-            "ok: every module has a rule ({} module instances, {} run FP8)",
+            "ok: the policy covers every module ({} module instances, {} run FP8)",
             s.modules, s.fp8_modules
         );
     } else {
