@@ -1,0 +1,312 @@
+//! `fp8sel bench --backend model` (the seed's environment variables included) and
+//! `fp8sel merge-policy`, end to end on the CPU.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root()).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn seed_environment_variables_drive_the_bench() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report_tp2.json");
+    let policy = dir.path().join("policy_tp2.json");
+    let o = fp8sel(
+        &["bench", "--backend", "model", "--quiet"],
+        &[
+            (
+                "TE_LAYER_PERF_OMNI_CONFIG_PATH",
+                "fixtures/models/qwen2_5_72b.yaml",
+            ),
+            ("TE_LAYER_PERF_TP_SIZE", "2"),
+            ("TE_LAYER_PERF_PRECISIONS", "bf16,fp8"),
+            ("TE_LAYER_PERF_FP8_RECIPE", "blockwise"),
+            ("TE_LAYER_PERF_WARMUP", "3"),
+            ("TE_LAYER_PERF_ITERS", "4"),
+            ("TE_LAYER_PERF_SHAPE_SWEEP", "1024x1,4096x2"),
+            ("TE_LAYER_PERF_REPORT_PATH", report.to_str().unwrap()),
+            ("TE_LAYER_PERF_FP8_POLICY_PATH", policy.to_str().unwrap()),
+            ("TE_LAYER_PERF_SPEEDUP_THRESHOLD", "1.05"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("ESTIMATES"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["estimated"], true);
+    assert_eq!(r["provenance"]["parallel"]["tp"], 2);
+    assert_eq!(r["provenance"]["warmup"], 3);
+    assert_eq!(r["provenance"]["iters"], 4);
+    assert_eq!(r["provenance"]["device"]["name"], "model:h200");
+    let tokens: std::collections::BTreeSet<u64> = r["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tokens.into_iter().collect::<Vec<_>>(), vec![1024, 8192]);
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&policy).unwrap()).unwrap();
+    assert_eq!(p["speedup_threshold"], 1.05);
+    assert_eq!(p["provenance"]["estimated"], true);
+}
+
+#[test]
+fn bench_input_errors_exit_2() {
+    for (args, want) in [
+        (
+            vec![
+                "bench",
+                "--backend",
+                "model",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+                "--report",
+                "/tmp/x.json",
+                "--recipe",
+                "delayed",
+            ],
+            "blockwise",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "model",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+                "--report",
+                "/tmp/x.json",
+                "--precisions",
+                "fp16",
+            ],
+            "fp16",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "model",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+                "--report",
+                "/tmp/x.json",
+                "--shape-sweep",
+                "12xq",
+            ],
+            "shape-sweep",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "model",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+                "--report",
+                "/tmp/x.json",
+                "--device-profile",
+                "mi300",
+            ],
+            "mi300",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "model",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+                "--report",
+                "/tmp/x.json",
+                "--modules",
+                "nothing-matches",
+            ],
+            "nothing to measure",
+        ),
+    ] {
+        let o = fp8sel(&args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(want),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    // Without a GPU, the CUDA backend is a clear input error, never a panic.
+    let o = fp8sel(
+        &[
+            "bench",
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
+            "--report",
+            "/tmp/x.json",
+        ],
+        &[],
+    );
+    if o.status.code() == Some(2) {
+        assert!(
+            text(&o.stderr).contains("--backend model"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    assert!(!text(&o.stderr).contains("panicked"));
+}
+
+#[test]
+fn merge_policy_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q72.json");
+    let o = fp8sel(
+        &[
+            "merge-policy",
+            "--reports",
+            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
+            "fixtures/reports/h200/qwen2_5_72b_tp8.json",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("llm row/fc2 tp=1") && stdout.contains("min_tokens"),
+        "{stdout}"
+    );
+    let v = fp8sel(&["validate", out.to_str().unwrap()], &[]);
+    assert_eq!(text(&v.stdout), "ok: 8 rules\n");
+    // A VLM's reports need one policy per component.
+    let vlm = [
+        "fixtures/reports/h200/qwen3_vl_llm_tp1_ep4.json",
+        "fixtures/reports/h200/qwen3_vl_vit_tp1.json",
+    ];
+    let o = fp8sel(
+        &[
+            &["merge-policy", "--reports"],
+            &vlm[..],
+            &["--output", out.to_str().unwrap()],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("--component or --output-dir"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = fp8sel(
+        &[
+            &["merge-policy", "--reports"],
+            &vlm[..],
+            &[
+                "--output-dir",
+                dir.path().to_str().unwrap(),
+                "--name",
+                "vlm",
+            ],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(dir.path().join("vlm.llm.json").exists() && dir.path().join("vlm.vit.json").exists());
+    let o = fp8sel(
+        &[
+            &["merge-policy", "--reports"],
+            &vlm[..],
+            &["--component", "vit", "--output", out.to_str().unwrap()],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+#[test]
+fn merge_policy_bad_input_exits_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"hello\": 1}").unwrap();
+    let out = dir.path().join("p.json");
+    let o = fp8sel(
+        &[
+            "merge-policy",
+            "--reports",
+            bad.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("bad.json"), "{}", text(&o.stderr));
+    assert!(!out.exists(), "no half-written policy on failure");
+    // Mixed devices.
+    let est = dir.path().join("est.json");
+    let b = fp8sel(
+        &[
+            "bench",
+            "--backend",
+            "model",
+            "--quiet",
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
+            "--tp",
+            "1",
+            "--report",
+            est.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b.stderr));
+    let o = fp8sel(
+        &[
+            "merge-policy",
+            "--reports",
+            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
+            est.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("--allow-mixed"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = fp8sel(
+        &[
+            "merge-policy",
+            "--reports",
+            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
+            "--host-floor-ms",
+            "x",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
