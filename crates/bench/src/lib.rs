@@ -18,6 +18,7 @@ pub mod error;
 pub mod job;
 pub mod layout;
 pub mod runner;
+pub mod shard;
 pub mod sweep;
 
 pub use error::BenchError;

@@ -59,3 +59,65 @@ impl Backend for CudaBackend {
         crate::cuda::measure_point(&mut self.0, point, opt)
     }
 }
+
+/// Runs shards of `points` on several devices at once, one worker thread per device, each with
+/// its own backend (CUDA context and stream) made by `make` inside the thread. A device that
+/// fails to open, or whose worker dies, reports its points as skipped with the reason: they are
+/// never silently dropped. Returns every assigned point index with its result, and the device
+/// info of the first backend that opened.
+pub fn run_parallel(
+    make: &(dyn Fn(usize) -> Result<Box<dyn Backend>, String> + Sync),
+    devices: &[usize],
+    points: &[BenchPoint],
+    shards: &[Vec<usize>],
+    opt: &MeasureOptions,
+    progress: &(dyn Fn(&BenchPoint, &Point) + Sync),
+) -> (Vec<(usize, Point)>, Option<DeviceInfo>) {
+    let results = std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .zip(shards)
+            .map(|(&dev, shard)| {
+                let h = scope.spawn(
+                    move || -> Result<(Vec<(usize, Point)>, DeviceInfo), String> {
+                        let mut backend = make(dev)?;
+                        let info = backend.device();
+                        let mut out = Vec::with_capacity(shard.len());
+                        for &i in shard {
+                            let p = backend.measure(&points[i], opt);
+                            progress(&points[i], &p);
+                            out.push((i, p));
+                        }
+                        Ok((out, info))
+                    },
+                );
+                (dev, shard, h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(dev, shard, h)| (dev, shard, h.join()))
+            .collect::<Vec<_>>()
+    });
+    let mut all = Vec::new();
+    let mut info = None;
+    for (dev, shard, r) in results {
+        let failure = match r {
+            Ok(Ok((pts, i))) => {
+                info.get_or_insert(i);
+                all.extend(pts);
+                continue;
+            }
+            Ok(Err(e)) => format!("device {dev} failed: {e}"),
+            Err(_) => format!("device {dev} failed: its worker panicked"),
+        };
+        for &i in shard {
+            let mut p = crate::cuda::base_point_for(&points[i], opt.pad);
+            p.status = Status::Skipped;
+            p.reason = Some(format!("{failure}; re-run with --resume to measure it"));
+            all.push((i, p));
+        }
+    }
+    all.sort_by_key(|(i, _)| *i);
+    (all, info)
+}

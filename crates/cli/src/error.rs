@@ -12,6 +12,14 @@ pub struct CliError {
 }
 
 impl CliError {
+    /// Any other failure (I/O, device): exit 1.
+    pub fn other(message: impl fmt::Display) -> Self {
+        CliError {
+            code: 1,
+            message: message.to_string(),
+        }
+    }
+
     /// Invalid input or usage: exit 2.
     pub fn input(message: impl fmt::Display) -> Self {
         CliError {

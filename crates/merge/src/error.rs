@@ -60,6 +60,11 @@ pub enum MergeError {
         /// Its file.
         file_b: PathBuf,
     },
+    /// A sharded sweep is incomplete.
+    #[error(
+        "{0}; fix: pass every rank's report, or re-run the missing ranks (fp8sel bench --resume measures only what is missing)"
+    )]
+    Shards(String),
     /// Invalid options.
     #[error("{0}")]
     Options(String),

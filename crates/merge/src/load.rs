@@ -68,6 +68,19 @@ pub struct Origin {
     pub model: String,
 }
 
+/// A partial report of a sharded sweep (one rank of a torchrun/Slurm launch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInfo {
+    /// This report's rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world: usize,
+    /// Identifies the sweep the shards belong to.
+    pub digest: String,
+    /// Points the rank was assigned that its report does not contain.
+    pub absent: Vec<String>,
+}
+
 /// A loaded report.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -81,6 +94,8 @@ pub struct Loaded {
     pub unpaired: Vec<String>,
     /// Points skipped or failed in the sweep, in words.
     pub not_ok: Vec<String>,
+    /// Set when the report is one shard of a sharded sweep.
+    pub shard: Option<ShardInfo>,
 }
 
 /// Reads a report file of either format.
@@ -221,7 +236,9 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             problem: "the report has no points".into(),
         });
     }
-    if !has_fp8 || !has_bf16 {
+    // A report whose every point was skipped (a rank whose device failed) has neither; its
+    // points come back as warnings. Only one precision measured is a mistake.
+    if has_fp8 != has_bf16 {
         let only = if has_bf16 { "BF16" } else { "FP8" };
         return Err(MergeError::Empty {
             file: path.into(),
@@ -230,12 +247,46 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             ),
         });
     }
+    let shard = r.provenance.extra.get("shard").map(|v| {
+        let present: std::collections::BTreeSet<String> = r
+            .points
+            .iter()
+            .map(|p| {
+                // Must match `fp8_bench::shard::point_id`.
+                format!(
+                    "{}/{}/{}/{}/{}x{}x{}",
+                    p.component,
+                    p.module,
+                    p.split_mode.clone().unwrap_or_default(),
+                    p.tokens,
+                    p.in_features,
+                    p.out_features,
+                    p.num_gemms
+                )
+            })
+            .collect();
+        let ids: Vec<String> = v["point_ids"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ShardInfo {
+            rank: v["rank"].as_u64().unwrap_or(0) as usize,
+            world: v["world_size"].as_u64().unwrap_or(1) as usize,
+            digest: v["sweep_digest"].as_str().unwrap_or_default().to_owned(),
+            absent: ids.into_iter().filter(|id| !present.contains(id)).collect(),
+        }
+    });
     Ok(Loaded {
         file: path.into(),
         origin,
         samples,
         unpaired: Vec::new(),
         not_ok,
+        shard,
     })
 }
 

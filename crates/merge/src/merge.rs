@@ -250,6 +250,61 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
     Ok(())
 }
 
+/// Checks that the shards of every sharded sweep are all present and complete.
+fn check_shards(inputs: &[Loaded]) -> Result<(), MergeError> {
+    let mut sweeps: BTreeMap<&str, (usize, BTreeMap<usize, &Loaded>)> = BTreeMap::new();
+    for l in inputs {
+        if let Some(s) = &l.shard {
+            let e = sweeps
+                .entry(s.digest.as_str())
+                .or_insert((s.world, BTreeMap::new()));
+            if e.0 != s.world {
+                return Err(MergeError::Shards(format!(
+                    "{}: world size {} but another shard of the sweep says {}",
+                    l.file.display(),
+                    s.world,
+                    e.0
+                )));
+            }
+            if let Some(prev) = e.1.insert(s.rank, l) {
+                return Err(MergeError::Shards(format!(
+                    "rank {} appears twice: {} and {}",
+                    s.rank,
+                    prev.file.display(),
+                    l.file.display()
+                )));
+            }
+            if !s.absent.is_empty() {
+                return Err(MergeError::Shards(format!(
+                    "{}: rank {} lacks {} of its points (first: {})",
+                    l.file.display(),
+                    s.rank,
+                    s.absent.len(),
+                    s.absent[0]
+                )));
+            }
+        }
+    }
+    for (digest, (world, ranks)) in sweeps {
+        let missing: Vec<String> = (0..world)
+            .filter(|r| !ranks.contains_key(r))
+            .map(|r| r.to_string())
+            .collect();
+        if !missing.is_empty() {
+            let example = ranks
+                .values()
+                .next()
+                .map(|l| l.file.display().to_string())
+                .unwrap_or_default();
+            return Err(MergeError::Shards(format!(
+                "sweep {digest} (e.g. {example}) has {world} ranks but rank(s) {} are missing",
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Merges loaded reports into per-component policies.
 pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError> {
     if !(opt.threshold.is_finite() && opt.threshold > 0.0) {
@@ -268,6 +323,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         return Err(MergeError::Options("no reports given".into()));
     }
     check_mixed(inputs, opt)?;
+    check_shards(inputs)?;
     let mut warnings = Vec::new();
     let mut all = Vec::new();
     for l in inputs {

@@ -194,5 +194,6 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
         samples,
         unpaired,
         not_ok: Vec::new(),
+        shard: None,
     })
 }

@@ -48,6 +48,7 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
         samples,
         unpaired: vec![],
         not_ok: vec![],
+        shard: None,
     }
 }
 

@@ -72,6 +72,14 @@ pub fn probe() -> Result<(), BenchError> {
     Ok(())
 }
 
+/// Number of CUDA devices (after the probe).
+pub fn device_count() -> Result<usize, BenchError> {
+    probe()?;
+    let n = cudarc::driver::result::device::get_count()
+        .map_err(|e| BenchError::NoDevice(format!("{e:?}")))?;
+    Ok(n.max(0) as usize)
+}
+
 impl Gpu {
     /// Opens device `ordinal`: probes, creates the context and stream, compiles the kernels for
     /// the device's arch and creates the cuBLASLt handle.

@@ -3,10 +3,19 @@
 use std::path::PathBuf;
 
 use fp8_bench::cuda::{Gpu, MeasureOptions};
+use std::collections::HashMap;
+use std::path::Path;
+
 use fp8_bench::job::{SweepJob, layout, points, provenance};
-use fp8_bench::runner::{Backend, CudaBackend, run_sweep, status_counts};
+use fp8_bench::runner::run_parallel;
+use fp8_bench::runner::{Backend, CudaBackend, status_counts};
+use fp8_bench::shard::{
+    RankEnv, assign, point_id, rank_report_path, report_point_id, sweep_digest,
+};
+use fp8_bench::sweep::BenchPoint;
 use fp8_bench::sweep::{SplitMode, parse_shape_sweep};
 use fp8_engine::{Role, load_model};
+use fp8_merge::report::Point;
 use fp8_merge::report::{Provenance, Report, Status};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -112,6 +121,16 @@ pub struct Args {
         value_name = "POLICY.json"
     )]
     pub policy_out: Option<PathBuf>,
+    /// Shard the sweep over these GPUs of this node (`all`, or `0,1,...`), one worker per
+    /// device, balanced by estimated cost; one report. Under torchrun/Slurm (RANK/WORLD_SIZE or
+    /// SLURM_PROCID/SLURM_NTASKS set) each process instead measures its share on LOCAL_RANK and
+    /// writes `<report>.rank<N>.json`.
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Keep the points an earlier run already wrote to the report (or rank report) and measure
+    /// only the missing ones (for example those of a device that failed).
+    #[arg(long)]
+    pub resume: bool,
     /// Speedup threshold for --policy-out.
     #[arg(long, env = "TE_LAYER_PERF_SPEEDUP_THRESHOLD", default_value_t = 1.0)]
     pub speedup_threshold: f64,
@@ -165,7 +184,6 @@ pub fn run(args: &Args) -> CliResult {
         fp8,
         ..MeasureOptions::default()
     };
-    let mut backend = open_backend(&args.backend, &args.device_profile, args.device)?;
     let provenance = provenance(
         &model,
         &args.model.display().to_string(),
@@ -173,9 +191,62 @@ pub fn run(args: &Args) -> CliResult {
         &opt,
         &args.scales,
     );
-    let report = sweep(backend.as_mut(), &points, &opt, provenance, args.quiet);
-    write_report(&report, &args.report)?;
+    let rank = RankEnv::detect(|k| std::env::var(k).ok())
+        .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
+    let devices = args.devices.as_deref().map(parse_devices).transpose()?;
+    let (report_path, report) = match (rank, devices) {
+        // One process of a torchrun/Slurm launch: its share of the sweep, on its local device.
+        (Some(r), None) => {
+            let shards = assign(&points, r.world);
+            let path = rank_report_path(&args.report, r.rank);
+            let device = if args.device != 0 {
+                args.device
+            } else {
+                r.local
+            };
+            let mine = &shards[r.rank];
+            eprintln!(
+                "{} rank {} of {}: {} of {} points on device {device}, report {}",
+                r.launcher,
+                r.rank,
+                r.world,
+                mine.len(),
+                points.len(),
+                path.display()
+            );
+            let mut report =
+                measure_indices(args, &points, mine, &opt, provenance, &path, &[device])?;
+            report.provenance.extra.insert(
+                "shard".into(),
+                serde_json::json!({
+                    "rank": r.rank, "world_size": r.world, "launcher": r.launcher,
+                    "sweep_digest": sweep_digest(&points), "sweep_points": points.len(),
+                    "point_ids": mine.iter().map(|&i| point_id(&points[i])).collect::<Vec<_>>(),
+                }),
+            );
+            (path, report)
+        }
+        (_, devices) => {
+            let all: Vec<usize> = (0..points.len()).collect();
+            let devs = devices.unwrap_or_else(|| vec![args.device]);
+            let report =
+                measure_indices(args, &points, &all, &opt, provenance, &args.report, &devs)?;
+            (args.report.clone(), report)
+        }
+    };
+    write_report(&report, &report_path)?;
     print_summary(&report);
+    if rank.is_some() && args.devices.is_none() {
+        println!(
+            "wrote {} (merge all ranks with: fp8sel merge-policy --reports {})",
+            report_path.display(),
+            rank_report_path(&args.report, 0)
+                .display()
+                .to_string()
+                .replace(".rank0.", ".rank*.")
+        );
+        return Ok(());
+    }
     if let Some(out) = &args.policy_out {
         let opt = fp8_merge::MergeOptions {
             threshold: args.speedup_threshold,
@@ -200,6 +271,150 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// Measures the points `indices` of `points` on `devices` (one worker per device, shards
+/// balanced by estimated cost), keeping with `--resume` what `existing` already measured.
+fn measure_indices(
+    args: &Args,
+    points: &[BenchPoint],
+    indices: &[usize],
+    opt: &MeasureOptions,
+    provenance: Provenance,
+    existing: &Path,
+    devices: &[usize],
+) -> CliResult<Report> {
+    // --resume: keep every point the previous run measured (ok or failed), redo the rest.
+    let mut kept: HashMap<String, Point> = HashMap::new();
+    if args.resume && existing.exists() {
+        let text = std::fs::read_to_string(existing)
+            .map_err(|e| CliError::input(format!("{}: {e}", existing.display())))?;
+        let old: Report = serde_json::from_str(&text).map_err(|e| {
+            CliError::input(format!(
+                "--resume: {} is not a report: {e}",
+                existing.display()
+            ))
+        })?;
+        for p in old
+            .points
+            .into_iter()
+            .filter(|p| p.status != Status::Skipped)
+        {
+            kept.insert(report_point_id(&p), p);
+        }
+        eprintln!(
+            "--resume: {} point(s) already measured in {}",
+            kept.len(),
+            existing.display()
+        );
+    }
+    let todo: Vec<usize> = indices
+        .iter()
+        .copied()
+        .filter(|&i| !kept.contains_key(&point_id(&points[i])))
+        .collect();
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let make =
+        |dev: usize| open_backend(&args.backend, &args.device_profile, dev).map_err(|e| e.message);
+    let sub: Vec<BenchPoint> = todo.iter().map(|&i| points[i].clone()).collect();
+    let shards = assign(&sub, devices.len());
+    let progress = |p: &BenchPoint, r: &Point| {
+        let sp = r.speedup.map_or_else(
+            || format!("{:?}", r.status).to_lowercase(),
+            |s| format!("{s:.3}x"),
+        );
+        bar.set_message(format!(
+            "{} @ {} tokens: {sp}",
+            p.spec.name.rsplit('.').next().unwrap_or(""),
+            p.tokens
+        ));
+        bar.inc(1);
+    };
+    let (measured, info) = if devices.len() == 1 {
+        // One device: open it here so that a missing GPU is an error, not a report of skips.
+        let mut backend = make(devices[0]).map_err(CliError::input)?;
+        let info = backend.device();
+        let pts: Vec<(usize, Point)> = (0..sub.len())
+            .map(|i| {
+                let p = backend.measure(&sub[i], opt);
+                progress(&sub[i], &p);
+                (i, p)
+            })
+            .collect();
+        (pts, Some(info))
+    } else {
+        if !args.quiet {
+            let loads = fp8_bench::shard::loads(&sub, &shards);
+            eprintln!(
+                "{} devices, estimated shard loads (ms): {:?}",
+                devices.len(),
+                loads.iter().map(|l| l.round()).collect::<Vec<_>>()
+            );
+        }
+        run_parallel(&make, devices, &sub, &shards, opt, &progress)
+    };
+    bar.finish_and_clear();
+    let mut report = Report::new(provenance, args.backend == "model");
+    report.provenance.timing = if args.backend == "model" {
+        "model"
+    } else {
+        "gpu"
+    }
+    .to_owned();
+    match info {
+        Some(i) => report.provenance.device = i,
+        None if kept.is_empty() => {
+            return Err(CliError::other(
+                "no device could be opened: every point is missing",
+            ));
+        }
+        None => {}
+    }
+    if devices.len() > 1 {
+        report
+            .provenance
+            .extra
+            .insert("devices".into(), serde_json::json!(devices));
+    }
+    let mut fresh: HashMap<usize, Point> =
+        measured.into_iter().map(|(i, p)| (todo[i], p)).collect();
+    for &i in indices {
+        let id = point_id(&points[i]);
+        if let Some(p) = fresh.remove(&i).or_else(|| kept.remove(&id)) {
+            report.points.push(p);
+        }
+    }
+    Ok(report)
+}
+
+fn parse_devices(s: &str) -> CliResult<Vec<usize>> {
+    if s == "all" {
+        let n = fp8_bench::cuda::device_count().map_err(CliError::input)?;
+        return Ok((0..n).collect());
+    }
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|d| {
+            d.trim().parse::<usize>().map_err(|_| {
+                CliError::input(format!(
+                    "--devices `{s}`: expected `all` or a list like 0,1,2"
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if v.is_empty() {
+        return Err(CliError::input("--devices: empty list"));
+    }
+    Ok(v)
 }
 
 /// Opens the measuring backend: the GPU, or the cost model (with a loud warning).
@@ -228,40 +443,6 @@ pub fn open_backend(kind: &str, profile: &str, device: usize) -> CliResult<Box<d
         ))
     })?;
     Ok(Box::new(CudaBackend(gpu)))
-}
-
-/// Runs the sweep with a progress bar on stderr.
-pub fn sweep(
-    backend: &mut dyn Backend,
-    points: &[fp8_bench::sweep::BenchPoint],
-    opt: &MeasureOptions,
-    provenance: Provenance,
-    quiet: bool,
-) -> Report {
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(points.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let report = run_sweep(backend, points, opt, provenance, &mut |_, p, r| {
-        let sp = r.speedup.map_or_else(
-            || format!("{:?}", r.status).to_lowercase(),
-            |s| format!("{s:.3}x"),
-        );
-        bar.set_message(format!(
-            "{} @ {} tokens: {sp}",
-            p.spec.name.rsplit('.').next().unwrap_or(""),
-            p.tokens
-        ));
-        bar.inc(1);
-    });
-    bar.finish_and_clear();
-    report
 }
 
 /// Writes a report atomically.
