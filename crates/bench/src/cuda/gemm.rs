@@ -390,6 +390,7 @@ impl Lt {
             // Large GEMMs need one timed run per candidate; small ones several, so that launch
             // jitter does not pick the winner. Aim at ~1 ms of timing per candidate, at most 5 runs.
             let mut reps = 5u32;
+            let mut times = Vec::with_capacity(algos.len());
             for algo in &algos {
                 // An algorithm the heuristic offered can still refuse at launch; skip it.
                 if self.launch(plan, p, algo).is_err() {
@@ -404,9 +405,13 @@ impl Lt {
                 if best.is_none() {
                     reps = ((1.0 / ms.max(1e-3)).ceil() as u32).clamp(1, 5);
                 }
+                times.push(ms);
                 if best.is_none_or(|(b, _)| ms < b) {
                     best = Some((ms, *algo));
                 }
+            }
+            if std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some() {
+                eprintln!("autotune {:?}: {} candidates, ms {:?}", plan.shape, algos.len(), times);
             }
             best.map(|(_, a)| a).ok_or_else(|| {
                 BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape))

@@ -89,7 +89,7 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
 }
 
 /// GEMM-only throughput of `Y[M,N] = X[M,K] W[N,K]^T` in BF16 and FP8 blockwise.
-pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64) -> Result<[Figure; 2], BenchError> {
+pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64, candidates: usize) -> Result<[Figure; 2], BenchError> {
     let x = gpu.alloc(2 * m * k)?;
     let w = gpu.alloc(2 * n * k)?;
     let y = gpu.alloc(2 * m * n)?;
@@ -112,9 +112,9 @@ pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64) -> Result<[Figure;
         sa: 0,
         sb: 0,
     };
-    gpu.lt.run(&bf, &p, 16)?;
+    gpu.lt.run(&bf, &p, candidates)?;
     let (ctx, stream) = (gpu.ctx.clone(), gpu.stream.clone());
-    let bf_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&bf, &p, 16))?;
+    let bf_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&bf, &p, candidates))?;
     // FP8 operands.
     let seg = Segments::new(&[m], 16);
     let tiles: Vec<u64> = seg.tiles(k).iter().flatten().copied().collect();
@@ -183,8 +183,8 @@ pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64) -> Result<[Figure;
         sa: sw.ptr(),
         sb: sx.ptr(),
     };
-    gpu.lt.run(&f8, &p8, 16)?;
-    let f8_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&f8, &p8, 16))?;
+    gpu.lt.run(&f8, &p8, candidates)?;
+    let f8_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&f8, &p8, candidates))?;
     let name = |p: &str| format!("{p} GEMM M={m} K={k} N={n}");
     let bf_rate = flops / bf_ms / 1e9;
     let f8_rate = flops / f8_ms / 1e9;

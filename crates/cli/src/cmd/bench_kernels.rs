@@ -24,6 +24,12 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// cuBLASLt heuristic candidates timed per GEMM shape.
+    #[arg(long, default_value_t = 16)]
+    pub candidates: usize,
+    /// Only the GEMMs (skip the copy and cast figures).
+    #[arg(long)]
+    pub gemm_only: bool,
 }
 
 const ANCHORS: &[(u64, u64, u64)] = &[
@@ -64,14 +70,21 @@ pub fn run(args: &Args) -> CliResult {
         message: e.to_string(),
     };
     let mut figs: Vec<Figure> = Vec::new();
-    let copy = copy_bandwidth(&gpu).map_err(err)?;
-    let copy_tbs = copy.rate;
-    figs.push(copy);
+    let copy_tbs = if args.gemm_only {
+        0.0
+    } else {
+        let copy = copy_bandwidth(&gpu).map_err(err)?;
+        let r = copy.rate;
+        figs.push(copy);
+        r
+    };
     for &(m, k, n) in &shapes {
-        figs.extend(gemm_throughput(&mut gpu, m, k, n).map_err(err)?);
+        figs.extend(gemm_throughput(&mut gpu, m, k, n, args.candidates.max(1)).map_err(err)?);
     }
-    for &(m, k) in &[(16384u64, 8192u64), (8192, 7168), (4096, 2048)] {
-        figs.extend(quant_bandwidth(&gpu, m, k, copy_tbs).map_err(err)?);
+    if !args.gemm_only {
+        for &(m, k) in &[(16384u64, 8192u64), (8192, 7168), (4096, 2048)] {
+            figs.extend(quant_bandwidth(&gpu, m, k, copy_tbs).map_err(err)?);
+        }
     }
     println!(
         "device: {} (cc {}, driver {}, cuBLASLt {}, NVRTC {})",
