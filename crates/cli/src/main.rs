@@ -35,6 +35,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Behave like other Unix tools when the reader goes away (`fp8sel explain ... | head`):
+    // end quietly instead of panicking on a broken pipe in `println!`.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Validate(a) => cmd::validate::run(a),

@@ -411,7 +411,12 @@ impl Lt {
                 }
             }
             if std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some() {
-                eprintln!("autotune {:?}: {} candidates, ms {:?}", plan.shape, algos.len(), times);
+                eprintln!(
+                    "autotune {:?}: {} candidates, ms {:?}",
+                    plan.shape,
+                    algos.len(),
+                    times
+                );
             }
             best.map(|(_, a)| a).ok_or_else(|| {
                 BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape))

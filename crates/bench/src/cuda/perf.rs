@@ -89,7 +89,13 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
 }
 
 /// GEMM-only throughput of `Y[M,N] = X[M,K] W[N,K]^T` in BF16 and FP8 blockwise.
-pub fn gemm_throughput(gpu: &mut Gpu, m: u64, k: u64, n: u64, candidates: usize) -> Result<[Figure; 2], BenchError> {
+pub fn gemm_throughput(
+    gpu: &mut Gpu,
+    m: u64,
+    k: u64,
+    n: u64,
+    candidates: usize,
+) -> Result<[Figure; 2], BenchError> {
     let x = gpu.alloc(2 * m * k)?;
     let w = gpu.alloc(2 * n * k)?;
     let y = gpu.alloc(2 * m * n)?;
