@@ -44,36 +44,35 @@ pub struct DeviceProfile {
     pub launch_us: f64,
 }
 
-/// The built-in profiles.
+/// The H200 profile: datasheet peaks, and efficiencies and overheads calibrated on our measured
+/// H200 reports (`tests/costmodel.rs`).
+fn h200() -> DeviceProfile {
+    DeviceProfile {
+        name: "h200",
+        source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on fixtures/reports/h200 (see docs/PERFORMANCE.md)",
+        bf16_tflops: 989.0,
+        fp8_tflops: 1979.0,
+        copy_tbs: 4.27,
+        sm_count: 132,
+        bf16_eff: 0.78,
+        fp8_eff: 0.60,
+        k_half: 48.0,
+        m_half: 24.0,
+        cast_share: 0.55,
+        launch_us: 20.0,
+    }
+}
+
+/// The built-in profiles. The H100 and B200 take the H200's calibrated efficiencies (the H100
+/// has the same SMs; the B200 is not calibrated) with their own datasheet peaks.
 pub fn profiles() -> Vec<DeviceProfile> {
     vec![
-        DeviceProfile {
-            name: "h200",
-            source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on fixtures/reports/h200 (see docs/PERFORMANCE.md)",
-            bf16_tflops: 989.0,
-            fp8_tflops: 1979.0,
-            copy_tbs: 4.27,
-            sm_count: 132,
-            bf16_eff: 0.78,
-            fp8_eff: 0.60,
-            k_half: 48.0,
-            m_half: 24.0,
-            cast_share: 0.55,
-            launch_us: 20.0,
-        },
+        h200(),
         DeviceProfile {
             name: "h100",
             source: "H100 SXM: datasheet peaks and 3.35 TB/s HBM3; efficiencies taken from the H200 calibration (same SMs)",
-            bf16_tflops: 989.0,
-            fp8_tflops: 1979.0,
             copy_tbs: 3.0,
-            sm_count: 132,
-            bf16_eff: 0.78,
-            fp8_eff: 0.60,
-            k_half: 48.0,
-            m_half: 24.0,
-            cast_share: 0.55,
-            launch_us: 20.0,
+            ..h200()
         },
         DeviceProfile {
             name: "b200",
@@ -82,12 +81,7 @@ pub fn profiles() -> Vec<DeviceProfile> {
             fp8_tflops: 4500.0,
             copy_tbs: 7.2,
             sm_count: 148,
-            bf16_eff: 0.78,
-            fp8_eff: 0.60,
-            k_half: 48.0,
-            m_half: 24.0,
-            cast_share: 0.55,
-            launch_us: 20.0,
+            ..h200()
         },
     ]
 }

@@ -8,13 +8,13 @@ use fp8_engine::model::Norm;
 use fp8_merge::report::{Point, Stat, Status, Timing};
 use fp8_policy::ModuleKind;
 
-use super::Gpu;
 use super::buffer::DevBuf;
 use super::check::{
     Fp8Rows, Sampler, dot, e4m3_to_f32, expected_scale, read_bf16, read_bf16_column, read_raw,
     rel_err,
 };
 use super::gemm::{Dt, Plan, Ptrs, ScaleMode, Shape};
+use super::{Gpu, launch};
 use crate::error::BenchError;
 use crate::layout::{Segments, blk128_scale_len, round_up, vec128_scale_len};
 use crate::sweep::BenchPoint;
@@ -145,7 +145,57 @@ struct Outs {
     beta: DevBuf,
 }
 
+/// Where each expert's FP8 operands and scales live, computed once per point (the timed steps
+/// reuse it).
+struct Fp8Layout {
+    /// Floats of one expert's 128x128 weight scales, and of its transpose's.
+    sw_len: u64,
+    swt_len: u64,
+    /// Per expert: rowwise scale, columnwise scale and columnwise data offsets of x and dy.
+    srow_x: Vec<u64>,
+    scol_x: Vec<u64>,
+    qcol_x: Vec<u64>,
+    srow_dy: Vec<u64>,
+    scol_dy: Vec<u64>,
+    qcol_dy: Vec<u64>,
+    /// Totals of the same six tensors.
+    sxr_len: u64,
+    sxc_len: u64,
+    xqc_len: u64,
+    sdr_len: u64,
+    sdc_len: u64,
+    dqc_len: u64,
+}
+
+impl Fp8Layout {
+    fn new(seg: &Segments, k: u64, n: u64) -> Self {
+        let (srow_x, sxr_len) = seg.rowwise_scale_offsets(k);
+        let (scol_x, sxc_len) = seg.colwise_scale_offsets(k);
+        let (qcol_x, xqc_len) = seg.colwise_data_offsets(k);
+        let (srow_dy, sdr_len) = seg.rowwise_scale_offsets(n);
+        let (scol_dy, sdc_len) = seg.colwise_scale_offsets(n);
+        let (qcol_dy, dqc_len) = seg.colwise_data_offsets(n);
+        Fp8Layout {
+            sw_len: round_up(blk128_scale_len(n, k), 4),
+            swt_len: round_up(blk128_scale_len(k, n), 4),
+            srow_x,
+            scol_x,
+            qcol_x,
+            srow_dy,
+            scol_dy,
+            qcol_dy,
+            sxr_len,
+            sxc_len,
+            xqc_len,
+            sdr_len,
+            sdc_len,
+            dqc_len,
+        }
+    }
+}
+
 struct Fp8Outs {
+    lay: Fp8Layout,
     xq_row: DevBuf,
     sx_row: DevBuf,
     xq_col: DevBuf,
@@ -441,14 +491,8 @@ fn setup_fp8(
 ) -> Result<Fp8Outs, BenchError> {
     let (k, n, g) = (d.k, d.n, d.g);
     let p = seg.total_padded();
-    let (_, sxr_len) = seg.rowwise_scale_offsets(k);
-    let (_, sxc_len) = seg.colwise_scale_offsets(k);
-    let (_, xqc_len) = seg.colwise_data_offsets(k);
-    let (_, sdr_len) = seg.rowwise_scale_offsets(n);
-    let (_, sdc_len) = seg.colwise_scale_offsets(n);
-    let (_, dqc_len) = seg.colwise_data_offsets(n);
-    let sw_len = round_up(blk128_scale_len(n, k), 4);
-    let swt_len = round_up(blk128_scale_len(k, n), 4);
+    let lay = Fp8Layout::new(seg, k, n);
+    let (sw_len, swt_len) = (lay.sw_len, lay.swt_len);
     for set in rot.iter_mut() {
         // Padded BF16 inputs: the logical rows of each expert at its padded offset, zeros in
         // the pad rows (what the trainer's padding produces).
@@ -497,13 +541,13 @@ fn setup_fp8(
     let (tiles_dy, n_tiles_dy) = upload(seg.tiles(n))?;
     Ok(Fp8Outs {
         xq_row: gpu.alloc(p * k)?,
-        sx_row: gpu.alloc(4 * sxr_len)?,
-        xq_col: gpu.alloc(xqc_len)?,
-        sx_col: gpu.alloc(4 * sxc_len)?,
+        sx_row: gpu.alloc(4 * lay.sxr_len)?,
+        xq_col: gpu.alloc(lay.xqc_len)?,
+        sx_col: gpu.alloc(4 * lay.sxc_len)?,
         dyq_row: gpu.alloc(p * n)?,
-        sdy_row: gpu.alloc(4 * sdr_len)?,
-        dyq_col: gpu.alloc(dqc_len)?,
-        sdy_col: gpu.alloc(4 * sdc_len)?,
+        sdy_row: gpu.alloc(4 * lay.sdr_len)?,
+        dyq_col: gpu.alloc(lay.dqc_len)?,
+        sdy_col: gpu.alloc(4 * lay.sdc_len)?,
         y: gpu.alloc(2 * p * n)?,
         dx: gpu.alloc(2 * p * k)?,
         dw: gpu.alloc(2 * g * n * k)?,
@@ -516,6 +560,7 @@ fn setup_fp8(
         n_tiles_x,
         tiles_dy,
         n_tiles_dy,
+        lay,
     })
 }
 
@@ -545,31 +590,14 @@ fn quant_weights(gpu: &Gpu, set: &Set, d: &Dims, pow2: bool) -> Result<u32, Benc
     let (Some(wq), Some(sw), Some(wqt), Some(swt)) = (&set.wq, &set.sw, &set.wqt, &set.swt) else {
         return Err(BenchError::Internal("FP8 weights not allocated".into()));
     };
-    let cfg = LaunchConfig {
-        grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let p2 = i32::from(pow2);
     for e in 0..d.g {
-        let (w, q, s, qt, st) = (
-            set.w.at(2 * e * n * k),
+        let out = [
             wq.at(e * n * k),
             sw.at(4 * e * sw_len),
             wqt.at(e * n * k),
             swt.at(4 * e * swt_len),
-        );
-        let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-        b.arg(&w)
-            .arg(&n)
-            .arg(&k)
-            .arg(&p2)
-            .arg(&q)
-            .arg(&s)
-            .arg(&qt)
-            .arg(&st);
-        // SAFETY: every pointer addresses this expert's slice of a buffer sized above.
-        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+        ];
+        launch::quant_128x128(gpu, set.w.at(2 * e * n * k), n, k, pow2, out)?;
     }
     Ok(d.g as u32)
 }
@@ -655,44 +683,6 @@ fn norm(
         .arg(&ld_srow)
         .arg(&p2);
     // SAFETY: x/y are [rows, k] bf16, q is [rows, k] fp8 or null, scales sized by the caller.
-    unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn quant(
-    gpu: &Gpu,
-    src: u64,
-    cols: u64,
-    tiles: &DevBuf,
-    n_tiles: u32,
-    row: bool,
-    col: bool,
-    pow2: bool,
-    out: [u64; 4],
-) -> Result<(), BenchError> {
-    if n_tiles == 0 {
-        return Ok(());
-    }
-    let cfg = LaunchConfig {
-        grid_dim: (n_tiles, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let (r, c, p2) = (i32::from(row), i32::from(col), i32::from(pow2));
-    let t = tiles.ptr();
-    let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-    b.arg(&src)
-        .arg(&cols)
-        .arg(&t)
-        .arg(&r)
-        .arg(&c)
-        .arg(&p2)
-        .arg(&out[0])
-        .arg(&out[1])
-        .arg(&out[2])
-        .arg(&out[3]);
-    // SAFETY: the tile table was built from the same segments the buffers were sized from.
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     Ok(())
 }
@@ -805,11 +795,11 @@ fn fp8_step(
                 f.sx_row.ptr(),
                 round_up(p, 4),
             )?;
-            quant(
+            launch::quant_1x128(
                 gpu,
                 xn.ptr(),
                 k,
-                &f.tiles_x,
+                f.tiles_x.ptr(),
                 f.n_tiles_x,
                 false,
                 true,
@@ -819,11 +809,11 @@ fn fp8_step(
             launches += 2;
         }
         None => {
-            quant(
+            launch::quant_1x128(
                 gpu,
                 xp.ptr(),
                 k,
-                &f.tiles_x,
+                f.tiles_x.ptr(),
                 f.n_tiles_x,
                 true,
                 true,
@@ -842,14 +832,18 @@ fn fp8_step(
         launches += quant_weights(gpu, set, d, opt.pow2_scales)?;
     }
     marks.mark(gpu, 1)?;
-    let sw_len = round_up(blk128_scale_len(n, k), 4);
-    let swt_len = round_up(blk128_scale_len(k, n), 4);
-    let (srow_x, _) = seg.rowwise_scale_offsets(k);
-    let (scol_x, _) = seg.colwise_scale_offsets(k);
-    let (qcol_x, _) = seg.colwise_data_offsets(k);
-    let (srow_dy, _) = seg.rowwise_scale_offsets(n);
-    let (scol_dy, _) = seg.colwise_scale_offsets(n);
-    let (qcol_dy, _) = seg.colwise_data_offsets(n);
+    let Fp8Layout {
+        sw_len,
+        swt_len,
+        srow_x,
+        scol_x,
+        qcol_x,
+        srow_dy,
+        scol_dy,
+        qcol_dy,
+        ..
+    } = &f.lay;
+    let (sw_len, swt_len) = (*sw_len, *swt_len);
     for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
         let Some((fp, _, _)) = sh else { continue };
         let (r0, eu) = (seg.offsets[e], e as u64);
@@ -868,11 +862,11 @@ fn fp8_step(
         launches += 1;
     }
     marks.mark(gpu, 2)?;
-    quant(
+    launch::quant_1x128(
         gpu,
         dyp.ptr(),
         n,
-        &f.tiles_dy,
+        f.tiles_dy.ptr(),
         f.n_tiles_dy,
         true,
         true,
@@ -1101,14 +1095,16 @@ fn check_fp8(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<(
         read_f32s(gpu, &f.sdy_col)?,
     );
     let (sw_h, swt_h) = (read_f32s(gpu, sw)?, read_f32s(gpu, swt)?);
-    let sw_len = round_up(blk128_scale_len(n, k), 4) as usize;
-    let swt_len = round_up(blk128_scale_len(k, n), 4) as usize;
-    let (srow_x, _) = seg.rowwise_scale_offsets(k);
-    let (scol_x, _) = seg.colwise_scale_offsets(k);
-    let (qcol_x, _) = seg.colwise_data_offsets(k);
-    let (srow_dy, _) = seg.rowwise_scale_offsets(n);
-    let (scol_dy, _) = seg.colwise_scale_offsets(n);
-    let (qcol_dy, _) = seg.colwise_data_offsets(n);
+    let Fp8Layout {
+        srow_x,
+        scol_x,
+        qcol_x,
+        srow_dy,
+        scol_dy,
+        qcol_dy,
+        ..
+    } = &f.lay;
+    let (sw_len, swt_len) = (f.lay.sw_len as usize, f.lay.swt_len as usize);
     let mut s = Sampler::new(u64::from(opt.seed) ^ 0xf8);
     let mut q = [
         (vec![], vec![]),

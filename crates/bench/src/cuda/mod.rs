@@ -7,6 +7,7 @@
 mod buffer;
 mod check;
 mod gemm;
+mod launch;
 mod measure;
 pub mod perf;
 

@@ -1,11 +1,11 @@
 //! Device microbenchmarks for docs/PERFORMANCE.md: copy bandwidth, GEMM-only throughput on the
 //! anchor shapes, and the quantization kernels' achieved bandwidth.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg, sys::CUevent_flags};
+use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
-use super::Gpu;
 use super::gemm::{Dt, Ptrs, ScaleMode, Shape};
+use super::{Gpu, launch};
 use crate::error::BenchError;
 use crate::layout::{Segments, blk128_scale_len, round_up};
 
@@ -136,43 +136,25 @@ pub fn gemm_throughput(
         gpu.alloc(n * k)?,
         gpu.alloc(4 * round_up(blk128_scale_len(k, n), 4))?,
     );
-    let cfg = LaunchConfig {
-        grid_dim: ((tiles.len() / 7) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let (src, cols, t, one, zero, zp) = (x.ptr(), k, tb.ptr(), 1i32, 0i32, 0u64);
-    let (xqp, sxp) = (xq.ptr(), sx.ptr());
-    let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-    b.arg(&src)
-        .arg(&cols)
-        .arg(&t)
-        .arg(&one)
-        .arg(&zero)
-        .arg(&one)
-        .arg(&xqp)
-        .arg(&sxp)
-        .arg(&zp)
-        .arg(&zp);
-    // SAFETY: tile table and buffers sized from the same segments.
-    unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
-    let wcfg = LaunchConfig {
-        grid_dim: (k.div_ceil(128) as u32, n.div_ceil(128) as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let (wp, wqp, swp, wqtp, swtp) = (w.ptr(), wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr());
-    let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-    b.arg(&wp)
-        .arg(&n)
-        .arg(&k)
-        .arg(&one)
-        .arg(&wqp)
-        .arg(&swp)
-        .arg(&wqtp)
-        .arg(&swtp);
-    // SAFETY: as above.
-    unsafe { b.launch(wcfg) }.map_err(BenchError::driver)?;
+    launch::quant_1x128(
+        gpu,
+        x.ptr(),
+        k,
+        tb.ptr(),
+        (tiles.len() / 7) as u32,
+        true,
+        false,
+        true,
+        [xq.ptr(), sx.ptr(), 0, 0],
+    )?;
+    launch::quant_128x128(
+        gpu,
+        w.ptr(),
+        n,
+        k,
+        true,
+        [wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr()],
+    )?;
     let f8 = gpu.lt.plan(Shape {
         m: n,
         n: m,
@@ -234,35 +216,18 @@ pub fn quant_bandwidth(
         gpu.alloc(4 * seg.colwise_scale_offsets(k).1)?,
     );
     let n_tiles = (tiles.len() / 7) as u32;
-    let launch = |row: i32, col: i32| -> Result<(), BenchError> {
-        let cfg = LaunchConfig {
-            grid_dim: (n_tiles, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (src, t, one, a, b2, c, d) = (
+    let cast = |row: bool, col: bool| {
+        launch::quant_1x128(
+            gpu,
             x.ptr(),
+            k,
             tb.ptr(),
-            1i32,
-            xq.ptr(),
-            sx.ptr(),
-            xc.ptr(),
-            sc.ptr(),
-        );
-        let mut b = gpu.stream.launch_builder(&gpu.k.quant_1x128);
-        b.arg(&src)
-            .arg(&k)
-            .arg(&t)
-            .arg(&row)
-            .arg(&col)
-            .arg(&one)
-            .arg(&a)
-            .arg(&b2)
-            .arg(&c)
-            .arg(&d);
-        // SAFETY: sized from the same segments.
-        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
-        Ok(())
+            n_tiles,
+            row,
+            col,
+            true,
+            [xq.ptr(), sx.ptr(), xc.ptr(), sc.ptr()],
+        )
     };
     let mut out = Vec::new();
     let elems = (m * k) as f64;
@@ -270,18 +235,18 @@ pub fn quant_bandwidth(
     for (name, row, col, bytes) in [
         (
             "1x128 rowwise + columnwise",
-            1,
-            1,
+            true,
+            true,
             2.0 * elems + 2.0 * elems + 2.0 * scale_bytes,
         ),
         (
             "1x128 rowwise only",
-            1,
-            0,
+            true,
+            false,
             2.0 * elems + elems + scale_bytes,
         ),
     ] {
-        let ms = time_ms(gpu, 20, || launch(row, col))?;
+        let ms = time_ms(gpu, 20, || cast(row, col))?;
         let tbs = bytes / ms / 1e9;
         out.push(Figure {
             name: format!("cast {name} [{m}x{k}]"),
@@ -298,25 +263,15 @@ pub fn quant_bandwidth(
         gpu.alloc(m * k)?,
         gpu.alloc(4 * round_up(blk128_scale_len(k, m), 4))?,
     );
-    let wcfg = LaunchConfig {
-        grid_dim: (k.div_ceil(128) as u32, m.div_ceil(128) as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let ms = time_ms(gpu, 20, || {
-        let (wp, one, a, b2, c, d) = (x.ptr(), 1i32, wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr());
-        let mut b = gpu.stream.launch_builder(&gpu.k.quant_128x128);
-        b.arg(&wp)
-            .arg(&m)
-            .arg(&k)
-            .arg(&one)
-            .arg(&a)
-            .arg(&b2)
-            .arg(&c)
-            .arg(&d);
-        // SAFETY: sized above.
-        unsafe { b.launch(wcfg) }.map_err(BenchError::driver)?;
-        Ok(())
+        launch::quant_128x128(
+            gpu,
+            x.ptr(),
+            m,
+            k,
+            true,
+            [wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr()],
+        )
     })?;
     let tbs = (2.0 * elems + 2.0 * elems) / ms / 1e9;
     out.push(Figure {
