@@ -24,6 +24,9 @@ pub struct StepTimes {
     pub fp8_modules: u64,
     /// Modules with no measurement at this count (not counted).
     pub missing: Vec<String>,
+    /// Modules whose choice cost time against the oracle: (ms lost over all layers, module,
+    /// decision tokens, the policy's reason).
+    pub losses: Vec<(f64, String, u64, String)>,
 }
 
 /// (component, module, tokens) -> [(BF16 ms, FP8 ms when FP8 ran)].
@@ -98,9 +101,19 @@ pub fn step_times(
             out.fp8 += layers * f;
             out.adaptive += layers * if fp8_on { f } else { b };
             out.oracle += layers * b.min(f);
+            let chosen = if fp8_on { f } else { b };
+            if chosen > b.min(f) {
+                out.losses.push((
+                    layers * (chosen - b.min(f)),
+                    spec.name.clone(),
+                    d.num_tokens,
+                    d.reason(),
+                ));
+            }
             out.modules += spec.layers;
             out.fp8_modules += if fp8_on { spec.layers } else { 0 };
         }
     }
+    out.losses.sort_by(|a, b| b.0.total_cmp(&a.0));
     out
 }
