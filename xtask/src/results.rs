@@ -224,9 +224,8 @@ pub fn render(root: &Path) -> Result<String, String> {
              threshold + margin and the pessimistic ratio bf16 p10 / fp8 p90 >= threshold. The sweep \
              doubles the token count, so a win that starts between two sweep points is only taken from the \
              next one; and with 10 timed steps a single slow step moves p10 or p90, so a sweep point with a \
-             clear median win (for example DeepSeek-V3's expert FC1 at TP 1 EP 8 and 16384 routed tokens: \
-             median speedups 1.07 and 1.11, but a 14% spread between BF16's p10 and p90) can fail the \
-             pessimistic check and push the rule to the next point. Both err on the BF16 side, which is why \
+             clear median win but a wide spread between its steps can fail the pessimistic \
+             check and push the rule to the next point. Both err on the BF16 side, which is why \
              no row is slower than BF16. A denser sweep and more timed steps (`--iters 30`) narrow the gap; \
              both cost device time proportionally, and were not re-run for this table.\n"
         );
