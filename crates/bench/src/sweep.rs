@@ -48,6 +48,10 @@ impl BenchPoint {
     }
 }
 
+/// Largest token count a sweep accepts (2^32): far beyond any GPU's memory for one module, and
+/// small enough that padding and byte counts stay inside 64 bits.
+pub const MAX_TOKENS: u64 = 1 << 32;
+
 /// The default dense token counts: powers of two from 256 to `max_tokens`, plus the configured
 /// run's count, sorted and deduplicated.
 pub fn default_token_counts(max_tokens: u64, run_tokens: Option<u64>) -> Vec<u64> {
@@ -81,7 +85,8 @@ pub fn parse_shape_sweep(s: &str) -> Result<Vec<u64>, String> {
         };
         let t = parse(seq, "sequence length")?
             .checked_mul(parse(mbs, "micro-batch size")?)
-            .ok_or_else(|| format!("`{item}`: token count overflows"))?;
+            .filter(|t| *t <= MAX_TOKENS)
+            .ok_or_else(|| format!("`{item}`: more than {MAX_TOKENS} tokens"))?;
         out.push(t);
     }
     if out.is_empty() {
@@ -183,9 +188,12 @@ pub fn point_bytes(p: &BenchPoint, pad: u64) -> u64 {
     let n = p.spec.out_features;
     let g = u64::from(p.spec.num_gemms);
     let m = round_up(p.segments(pad).total_padded().max(p.rows()), 16);
-    let bf16 = 2 * (m * k + m * n) * 2 + 2 * 2 * g * n * k; // x, y, dy, dx; w, dw
-    let fp8 = 2 * (m * k + m * n) + 2 * g * n * k; // row + col copies of x and dy; w and w^T
-    bf16 + fp8 + (m * k + m * n) / 16
+    // Saturating: an absurd token count must read as "does not fit", not overflow.
+    let act = m.saturating_mul(k).saturating_add(m.saturating_mul(n));
+    let wgt = g.saturating_mul(n).saturating_mul(k);
+    let bf16 = act.saturating_mul(4).saturating_add(wgt.saturating_mul(4)); // x, y, dy, dx; w, dw
+    let fp8 = act.saturating_mul(2).saturating_add(wgt.saturating_mul(2)); // row + col copies; w, w^T
+    bf16.saturating_add(fp8).saturating_add(act / 16)
 }
 
 #[cfg(test)]

@@ -474,6 +474,23 @@ fn arb_samples() -> impl Strategy<Value = Vec<Sample>> {
 
 proptest! {
     #[test]
+    fn report_parser_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = parse(&String::from_utf8_lossy(&bytes), Path::new("fuzz.json"), 16);
+    }
+
+    #[test]
+    fn report_parser_never_panics_on_result_lists(rows in prop::collection::vec(
+        (prop_oneof![Just("row"), Just("column_grouped"), Just("x")], prop_oneof![Just("bf16"), Just("fp8"), Just("fp4")],
+         any::<u64>(), any::<f64>(), 0u64..4, 0u64..4, 0u64..300), 0..12)) {
+        let list: Vec<serde_json::Value> = rows.into_iter().map(|(k, p, t, ms, tp, etp, g)| serde_json::json!({
+            "module_kind": k, "precision": p, "num_tokens": t, "total_ms": if ms.is_finite() { ms } else { 1.0 },
+            "tp_size": tp, "etp_size": etp, "num_gemms": g, "ub_name": "fc2", "case_name": "c"})).collect();
+        if let Ok(l) = parse(&serde_json::to_string(&list).unwrap(), Path::new("fuzz.json"), 16) {
+            let _ = merge(&[l], &MergeOptions::default());
+        }
+    }
+
+    #[test]
     fn every_count_from_min_tokens_up_clears_the_bar(s in arb_samples(), thr in 0.8f64..1.3, margin in 0.0f64..0.1) {
         let opt = MergeOptions { threshold: thr, margin, ..Default::default() };
         let out = merge(&[loaded(s.clone(), "d")], &opt).unwrap();

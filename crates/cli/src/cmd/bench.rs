@@ -71,13 +71,13 @@ pub struct Args {
     #[arg(long, env = "TE_LAYER_PERF_SHAPE_SWEEP", value_name = "S")]
     pub shape_sweep: Option<String>,
     /// Largest dense token count of the default sweep.
-    #[arg(long, default_value_t = 32768, value_name = "T")]
+    #[arg(long, default_value_t = 32768, value_name = "T", value_parser = clap::value_parser!(u64).range(256..=(1u64 << 32)))]
     pub max_tokens: u64,
     /// Sequence length of the configured run (added to the sweep) [default: the config's].
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 32)))]
     pub seq_length: Option<u64>,
     /// Micro-batch size of the configured run [default: the config's, else 1].
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub micro_batch_size: Option<u64>,
     /// Untimed steps per point.
     #[arg(long, env = "TE_LAYER_PERF_WARMUP", default_value_t = 10)]

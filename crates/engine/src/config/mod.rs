@@ -84,5 +84,53 @@ pub fn model_from_value(
     } else {
         vec![megatron::component(top, Role::Llm)?]
     };
+    for c in &components {
+        check_dims(c, file)?;
+    }
     Ok(ModelDesc { name, components })
+}
+
+/// Largest dimension we accept (16M). Real models are far below it; the bound keeps every
+/// product the inventory forms (two dimensions at most) inside 64 bits.
+pub const MAX_DIM: u64 = 1 << 24;
+
+fn check_dims(c: &crate::model::Component, file: &Path) -> Result<(), ConfigError> {
+    let a = &c.arch;
+    let mut dims = vec![
+        ("num_layers", a.num_layers),
+        ("hidden_size", a.hidden_size),
+        ("ffn_hidden_size", a.ffn_hidden_size),
+        ("num_attention_heads", a.num_attention_heads),
+        ("num_query_groups", a.num_query_groups),
+        ("kv_channels", a.head_dim),
+    ];
+    if let Some(m) = a.mla {
+        dims.extend([
+            ("q_lora_rank", m.q_lora_rank.unwrap_or(0)),
+            ("kv_lora_rank", m.kv_lora_rank),
+            ("qk_head_dim", m.qk_head_dim),
+            ("qk_pos_emb_head_dim", m.qk_pos_emb_head_dim),
+            ("v_head_dim", m.v_head_dim),
+        ]);
+    }
+    if let Some(m) = a.moe {
+        dims.extend([
+            ("num_moe_experts", m.num_experts),
+            ("moe_ffn_hidden_size", m.moe_ffn_hidden_size),
+            ("moe_router_topk", m.router_topk),
+            (
+                "moe_shared_expert_intermediate_size",
+                m.shared_expert_ffn_hidden_size.unwrap_or(0),
+            ),
+        ]);
+    }
+    match dims.into_iter().find(|(_, v)| *v > MAX_DIM) {
+        Some((field, v)) => Err(ConfigError::Field {
+            file: file.into(),
+            field: format!("{}.{field}", c.role),
+            problem: format!("{v} is larger than any model ({MAX_DIM} at most)"),
+            fix: "check the value; dimensions are counts of features, heads or layers".into(),
+        }),
+        None => Ok(()),
+    }
 }
