@@ -125,3 +125,37 @@ fn calibrate() {
     let (e, a, p) = best.unwrap();
     println!("best: err {e:.3} agree {a:.3}: {p:?}");
 }
+
+#[test]
+fn h200_profile_against_the_measured_gemm_ceilings() {
+    // shared/anchors/h200_gemm_ceiling.json (PyTorch on an H200), copied into fixtures/anchors.
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/anchors/h200_gemm_ceiling.json"
+    ));
+    let anchors: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let h = profile("h200").unwrap();
+    let mut errs = Vec::new();
+    for a in &anchors {
+        let (m, k, n) = (
+            a["M"].as_u64().unwrap(),
+            a["K"].as_u64().unwrap(),
+            a["N"].as_u64().unwrap(),
+        );
+        let flops = 2.0 * (m * k * n) as f64;
+        for (fp8, key) in [(false, "bf16_tflops"), (true, "fp8_block_tflops")] {
+            let predicted = flops / h.gemm_ms(m, n, k, fp8) / 1e9;
+            let measured = a[key].as_f64().unwrap();
+            errs.push(((predicted - measured) / measured).abs());
+        }
+    }
+    errs.sort_by(f64::total_cmp);
+    let median = errs[errs.len() / 2];
+    println!(
+        "h200 cost model vs {} anchor GEMMs: median |rel err| of TFLOP/s {median:.3}, max {:.3}",
+        errs.len(),
+        errs[errs.len() - 1]
+    );
+    assert!(median <= 0.15, "median {median}");
+}
