@@ -123,6 +123,7 @@ pub fn measure(
             parallel,
             tokens: None,
             max_tokens: 32768,
+            per_doubling: 1,
             seq_length: None,
             micro_batch_size: None,
             splits: vec![SplitMode::Uniform, SplitMode::Zipf(1.2)],

@@ -238,7 +238,7 @@ pub fn render(root: &Path) -> Result<String, String> {
              next one; and with 10 timed steps a single slow step moves p10 or p90, so a sweep point with a \
              clear median win but a wide spread between its steps can fail the pessimistic \
              check and push the rule to the next point. Both err on the BF16 side, which is why \
-             no row is slower than BF16. A denser sweep and more timed steps (`--iters 30`) narrow the gap; \
+             no row is slower than BF16. A denser sweep (`--points-per-doubling 2`) and more timed steps (`--iters 30`) narrow the gap; \
              both cost device time proportionally, and were not re-run for this table.\n"
         );
     }

@@ -5,7 +5,7 @@ use fp8_engine::{ModelDesc, Parallel, Role, inventory};
 use fp8_merge::report::{ParallelInfo, Provenance};
 
 use crate::cuda::MeasureOptions;
-use crate::sweep::{BenchPoint, SplitMode, build_points, default_token_counts};
+use crate::sweep::{BenchPoint, SplitMode, build_points, token_counts};
 
 /// What to sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,8 @@ pub struct SweepJob {
     pub tokens: Option<Vec<u64>>,
     /// Largest count of the default sweep.
     pub max_tokens: u64,
+    /// Default-sweep points per doubling of the token count (1: powers of two).
+    pub per_doubling: u32,
     /// The configured run's sequence length (added to the default sweep).
     pub seq_length: Option<u64>,
     /// The configured run's micro-batch size.
@@ -77,7 +79,11 @@ pub fn points(model: &ModelDesc, job: &SweepJob) -> Result<Vec<BenchPoint>, Stri
         }
         let tokens = match &job.tokens {
             Some(t) => t.clone(),
-            None => default_token_counts(job.max_tokens, run_tokens(model, c.role, job)),
+            None => token_counts(
+                job.max_tokens,
+                run_tokens(model, c.role, job),
+                job.per_doubling,
+            ),
         };
         let mut modules = inventory(c, job.parallel).map_err(|e| e.to_string())?;
         if let Some(f) = &job.modules {

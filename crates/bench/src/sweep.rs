@@ -55,11 +55,27 @@ pub const MAX_TOKENS: u64 = 1 << 32;
 /// The default dense token counts: powers of two from 256 to `max_tokens`, plus the configured
 /// run's count, sorted and deduplicated.
 pub fn default_token_counts(max_tokens: u64, run_tokens: Option<u64>) -> Vec<u64> {
-    let mut v: Vec<u64> = std::iter::successors(Some(256u64), |t| t.checked_mul(2))
-        .take_while(|t| *t <= max_tokens.max(256))
-        .collect();
-    if let Some(t) = run_tokens.filter(|t| *t > 0) {
+    token_counts(max_tokens, run_tokens, 1)
+}
+
+/// Token counts from 256 to `max_tokens` with `per_doubling` geometric steps per doubling
+/// (1: powers of two; 2: also the points in between at x1.41, ...), each rounded to a multiple of
+/// 16 (the FP8 row multiple), plus the configured run's count. A denser sweep lets a rule start
+/// closer to where FP8 starts to win, for proportionally more device time.
+pub fn token_counts(max_tokens: u64, run_tokens: Option<u64>, per_doubling: u32) -> Vec<u64> {
+    let steps = per_doubling.max(1);
+    let max = max_tokens.clamp(256, MAX_TOKENS);
+    let mut v = Vec::new();
+    for i in 0u32.. {
+        let t = 256.0 * 2f64.powf(f64::from(i) / f64::from(steps));
+        let t = ((t / 16.0).round() as u64) * 16;
+        if t > max {
+            break;
+        }
         v.push(t);
+    }
+    if let Some(t) = run_tokens.filter(|t| *t > 0) {
+        v.push(t.min(MAX_TOKENS));
     }
     v.sort_unstable();
     v.dedup();
@@ -201,13 +217,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn token_counts() {
+    fn default_and_dense_token_counts() {
         assert_eq!(
             default_token_counts(4096, Some(3000)),
             vec![256, 512, 1024, 2048, 3000, 4096]
         );
         assert_eq!(default_token_counts(100, None), vec![256]);
         assert_eq!(default_token_counts(1024, Some(1024)), vec![256, 512, 1024]);
+        assert_eq!(
+            token_counts(2048, None, 2),
+            vec![256, 368, 512, 720, 1024, 1456, 2048]
+        );
+        assert_eq!(token_counts(1024, None, 4).len(), 9);
+        assert!(token_counts(1 << 20, None, 3).iter().all(|t| t % 16 == 0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn sweep(config: &str, tp: u32, ep: u32) -> Vec<fp8_bench::sweep::BenchPoint> {
         parallel: layout(&m, Some(tp), Some(ep), Some(1)),
         tokens: None,
         max_tokens: 32768,
+        per_doubling: 1,
         seq_length: None,
         micro_batch_size: None,
         splits: vec![SplitMode::Uniform, SplitMode::Zipf(1.2)],

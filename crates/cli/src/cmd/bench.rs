@@ -73,6 +73,10 @@ pub struct Args {
     /// Largest dense token count of the default sweep.
     #[arg(long, default_value_t = 32768, value_name = "T", value_parser = clap::value_parser!(u64).range(256..=(1u64 << 32)))]
     pub max_tokens: u64,
+    /// Points per doubling of the token count in the default sweep: 1 is powers of two; 2 adds
+    /// the points in between (x1.41), so rules can start closer to where FP8 starts to win.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub points_per_doubling: u32,
     /// Sequence length of the configured run (added to the sweep) [default: the config's].
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 32)))]
     pub seq_length: Option<u64>,
@@ -162,6 +166,7 @@ pub fn run(args: &Args) -> CliResult {
             .transpose()
             .map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?,
         max_tokens: args.max_tokens,
+        per_doubling: args.points_per_doubling,
         seq_length: args.seq_length,
         micro_batch_size: args.micro_batch_size,
         splits: parse_splits(&args.splits)?,
