@@ -2,6 +2,7 @@
 # The measured H200 sweeps behind policies/ (issue 7), in two parts that each fit one device call.
 #   bash scripts/device/sweeps.sh a   # Qwen2.5-72B TP1-8, Llama-3.2-1B TP1-2, Qwen3-VL ViT TP1-2, kernels
 #   bash scripts/device/sweeps.sh b   # DeepSeek-V3 (TP,EP) = (1,8) (2,16) (4,32) (8,64); Qwen3-VL LLM (1,4) (2,8) (4,16)
+#   bash scripts/device/sweeps.sh c   # the MoE policy sweeps of part b again, 2 points per doubling
 # Every layout is swept twice: the policy sweep (256..32768 tokens, powers of two) and a held-out
 # sweep at token counts that are not sweep points (1008, 2000, 3008, 6000, 12000), used only to
 # validate the policies. Reports land in $OUT/h200_<part>.tar.gz.
@@ -46,6 +47,21 @@ b)
     bench qwen3_vl_llm_tp${tp}_ep$ep --model fixtures/models/qwen3_vl_235b_a22b.yaml --component llm --tp $tp --ep $ep --etp 1
     bench heldout_qwen3_vl_llm_tp${tp}_ep$ep --model fixtures/models/qwen3_vl_235b_a22b.yaml --component llm --tp $tp --ep $ep --etp 1 --shape-sweep $HELD
   done
+  ;;
+c)
+  # The MoE policy sweeps again with two points per doubling (no held-out part: those reports
+  # stay as they are). Reports go straight to $OUT so that a run cut short keeps what finished.
+  for te in 1:8 2:16 4:32 8:64; do
+    tp=${te%:*}; ep=${te#*:}
+    R="$OUT" bench deepseek_v3_tp${tp}_ep$ep --model fixtures/models/deepseek_v3.yaml --tp $tp --ep $ep --etp 1 --points-per-doubling 2
+  done
+  for te in 1:4 2:8 4:16; do
+    tp=${te%:*}; ep=${te#*:}
+    R="$OUT" bench qwen3_vl_llm_tp${tp}_ep$ep --model fixtures/models/qwen3_vl_235b_a22b.yaml --component llm --tp $tp --ep $ep --etp 1 --points-per-doubling 2
+  done
+  rm -f "$OUT"/*.txt
+  cat "$R/log.txt"
+  exit 0
   ;;
 esac
 tar czf "$OUT/h200_${1:-a}.tar.gz" -C "$R" .
