@@ -74,7 +74,8 @@ pub struct Args {
     #[arg(long, default_value_t = 32768, value_name = "T", value_parser = clap::value_parser!(u64).range(256..=(1u64 << 32)))]
     pub max_tokens: u64,
     /// Points per doubling of the token count in the default sweep: 1 is powers of two; 2 adds
-    /// the points in between (x1.41), so rules can start closer to where FP8 starts to win.
+    /// the points in between (x1.41). See docs/BENCHMARK.md before raising it: more points also
+    /// mean more chances for one noisy point to push a rule up.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub points_per_doubling: u32,
     /// Sequence length of the configured run (added to the sweep) [default: the config's].
