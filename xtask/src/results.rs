@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fp8_engine::{Parallel, Role, load_model};
-use fp8_merge::{MergeOptions, ParKey};
+use fp8_merge::MergeOptions;
 
 use crate::build::{build_model, read_reports};
 use crate::eval::{PointIndex, step_times};
@@ -440,7 +440,6 @@ fn stability(root: &Path, s: &mut String) -> Result<(), String> {
          curves that stay within a few percent of the threshold over a wide range of token counts, where \
          either answer costs little.\n"
     );
-    let _ = ParKey::Tp(1);
     Ok(())
 }
 

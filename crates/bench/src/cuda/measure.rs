@@ -10,13 +10,12 @@ use fp8_policy::ModuleKind;
 
 use super::buffer::DevBuf;
 use super::check::{
-    Fp8Rows, Sampler, dot, e4m3_to_f32, expected_scale, read_bf16, read_bf16_column, read_raw,
-    rel_err,
+    Fp8Rows, Sampler, dot, expected_scale, read_bf16, read_bf16_column, read_raw, rel_err,
 };
 use super::gemm::{Dt, Plan, Ptrs, ScaleMode, Shape};
 use super::{Gpu, launch};
 use crate::error::BenchError;
-use crate::layout::{Segments, blk128_scale_len, round_up, vec128_scale_len};
+use crate::layout::{Segments, blk128_scale_len, round_up};
 use crate::sweep::BenchPoint;
 
 /// How to measure.
@@ -1016,7 +1015,7 @@ fn check_bf16(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<
     let (mut gd, mut wd) = (vec![], vec![]);
     let (mut gw, mut ww) = (vec![], vec![]);
     for _ in 0..ctx.opt.samples {
-        let Some((e, row, local)) = pick_row(&mut s, &d.splits, &d.offsets) else {
+        let Some((e, row, _)) = pick_row(&mut s, &d.splits, &d.offsets) else {
             break;
         };
         let eu = e as u64;
@@ -1062,7 +1061,6 @@ fn check_bf16(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<
         gw.push(f64::from(
             read_bf16(st, ctx.outs.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],
         ));
-        let _ = local;
     }
     record(point, "bf16_fprop", rel_err(&got, &want), GEMM_TOL)?;
     record(point, "bf16_dgrad", rel_err(&gd, &wd), GEMM_TOL)?;
@@ -1233,7 +1231,6 @@ fn check_fp8(gpu: &Gpu, ctx: &Ctx<'_>, set: &Set, point: &mut Point) -> Result<(
             "{scale_bad} rowwise scales differ from amax/448 rounding"
         )));
     }
-    let _ = e4m3_to_f32;
     Ok(())
 }
 
@@ -1257,9 +1254,4 @@ fn row_local(
 fn push(acc: &mut (Vec<f64>, Vec<f64>), got: &[f64], want: &[f64]) {
     acc.0.extend_from_slice(got);
     acc.1.extend_from_slice(want);
-}
-
-#[allow(dead_code)]
-fn vec_len(rows: u64, cols: u64) -> u64 {
-    vec128_scale_len(rows, cols)
 }
