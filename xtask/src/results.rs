@@ -250,16 +250,18 @@ pub fn render(root: &Path) -> Result<String, String> {
              shrink the p10-p90 spread, were not tried.\n"
         );
     }
-    density(root, &sweeps, &held, &mut s)?;
-    stability(root, &mut s)?;
+    density(root, &sweeps, &held, &policies_cache, &mut s)?;
+    stability(root, &sweeps, &mut s)?;
     Ok(s)
 }
 
 /// The MoE scenarios again, with policies from the denser sweeps in `dense2/`.
+/// `shipped` holds the policies the main table used, by config.
 fn density(
     root: &Path,
     sweeps: &[Report3],
     held: &[Report3],
+    shipped: &BTreeMap<&str, BTreeMap<Role, fp8_policy::Policy>>,
     s: &mut String,
 ) -> Result<(), String> {
     let dense = read_reports(&root.join("fixtures/reports/h200/dense2"))?;
@@ -297,12 +299,10 @@ fn density(
                     .iter()
                     .all(|p| !covered.contains(p.component.as_str()))
         }));
-        let base_set: Vec<&Report3> = sweeps
-            .iter()
-            .filter(|r| r.1.provenance.model == model.name)
-            .collect();
         let pol_dense = build_model(&model, &dense_set, &opt)?.policies;
-        let pol_base = build_model(&model, &base_set, &opt)?.policies;
+        let pol_base = shipped
+            .get(sc.config)
+            .ok_or_else(|| format!("{}: no policies from the main table", sc.config))?;
         let pts: Vec<&fp8_merge::report::Point> = held
             .iter()
             .filter(|r| sc.heldout.iter().any(|h| r.0.ends_with(h)))
@@ -310,7 +310,7 @@ fn density(
             .collect();
         let index = PointIndex::new(pts.iter().copied());
         for &t in sc.tokens {
-            let a = step_times(&model, sc.parallel, t, &pol_base, &index, sc.roles);
+            let a = step_times(&model, sc.parallel, t, pol_base, &index, sc.roles);
             let b = step_times(&model, sc.parallel, t, &pol_dense, &index, sc.roles);
             let (oa, ob) = (a.oracle / a.adaptive, b.oracle / b.adaptive);
             rows += 1;
@@ -339,13 +339,12 @@ fn density(
     Ok(())
 }
 
-fn stability(root: &Path, s: &mut String) -> Result<(), String> {
-    let h200 = root.join("fixtures/reports/h200");
-    let a: Vec<_> = read_reports(&h200)?
-        .into_iter()
+fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), String> {
+    let a: Vec<&Report3> = sweeps
+        .iter()
         .filter(|r| r.1.provenance.model == "qwen2_5_72b")
         .collect();
-    let b = read_reports(&h200.join("rerun"))?;
+    let b = read_reports(&root.join("fixtures/reports/h200/rerun"))?;
     let model =
         load_model(root.join("fixtures/models/qwen2_5_72b.yaml")).map_err(|e| e.to_string())?;
     let _ = writeln!(
@@ -389,7 +388,7 @@ fn stability(root: &Path, s: &mut String) -> Result<(), String> {
             margin,
             ..MergeOptions::default()
         };
-        let ra = build_model(&model, &a.iter().collect::<Vec<_>>(), &opt)?;
+        let ra = build_model(&model, &a, &opt)?;
         let rb = build_model(&model, &b.iter().collect::<Vec<_>>(), &opt)?;
         let rules = |p: &fp8_policy::Policy| -> BTreeMap<String, u64> {
             let mut m = BTreeMap::new();

@@ -38,19 +38,18 @@ fn points_in(sub: &str) -> Vec<Point> {
 const MAX_MEDIAN_REL_ERR: f64 = 0.10;
 const MIN_CHOICE_AGREEMENT: f64 = 0.85;
 
-#[test]
-fn h200_profile_prediction_error_on_measured_reports() {
-    let points = measured_points();
+/// Prints and enforces the prediction error of the H200 profile on `points`.
+fn check_prediction_error(points: &[Point], what: &str, min_points: usize) {
     let (err, agree, n) = prediction_error(
         &profile("h200").unwrap(),
-        &points,
+        points,
         &MeasureOptions::default(),
     );
     println!(
-        "h200 cost model on {n} measured points: median |rel err| of speedup {err:.3}, FP8/BF16 choice agreement {agree:.3}"
+        "h200 cost model on {n} {what} points: median |rel err| of speedup {err:.3}, FP8/BF16 choice agreement {agree:.3}"
     );
     assert!(
-        n > 500,
+        n > min_points,
         "expected the committed H200 reports, found {n} points"
     );
     assert!(
@@ -64,29 +63,14 @@ fn h200_profile_prediction_error_on_measured_reports() {
 }
 
 #[test]
+fn h200_profile_prediction_error_on_measured_reports() {
+    check_prediction_error(&measured_points(), "measured", 500);
+}
+
+#[test]
 fn h200_profile_prediction_error_on_held_out_token_counts() {
     // The held-out sweeps were not used to calibrate: an out-of-sample check.
-    let points = points_in("heldout");
-    let (err, agree, n) = prediction_error(
-        &profile("h200").unwrap(),
-        &points,
-        &MeasureOptions::default(),
-    );
-    println!(
-        "h200 cost model on {n} held-out points: median |rel err| of speedup {err:.3}, FP8/BF16 choice agreement {agree:.3}"
-    );
-    assert!(
-        n > 300,
-        "expected the committed held-out reports, found {n} points"
-    );
-    assert!(
-        err <= MAX_MEDIAN_REL_ERR,
-        "median relative error {err:.3} above {MAX_MEDIAN_REL_ERR}"
-    );
-    assert!(
-        agree >= MIN_CHOICE_AGREEMENT,
-        "choice agreement {agree:.3} below {MIN_CHOICE_AGREEMENT}"
-    );
+    check_prediction_error(&points_in("heldout"), "held-out", 300);
 }
 
 #[test]

@@ -530,14 +530,8 @@ fn setup_fp8(
             quant_weights(gpu, set, d, opt.pow2_scales)?;
         }
     }
-    let upload = |tiles: Vec<[u64; 7]>| -> Result<(DevBuf, u32), BenchError> {
-        let flat: Vec<u64> = tiles.iter().flatten().copied().collect();
-        let b = gpu.alloc(8 * flat.len() as u64)?;
-        b.write_at(&gpu.stream, 0, &flat)?;
-        Ok((b, tiles.len() as u32))
-    };
-    let (tiles_x, n_tiles_x) = upload(seg.tiles(k))?;
-    let (tiles_dy, n_tiles_dy) = upload(seg.tiles(n))?;
+    let (tiles_x, n_tiles_x) = gpu.upload_tiles(seg, k)?;
+    let (tiles_dy, n_tiles_dy) = gpu.upload_tiles(seg, n)?;
     Ok(Fp8Outs {
         xq_row: gpu.alloc(p * k)?,
         sx_row: gpu.alloc(4 * lay.sxr_len)?,

@@ -164,6 +164,20 @@ impl Gpu {
         DevBuf::new(&self.ctx, bytes)
     }
 
+    /// Uploads the `quant_1x128` tile table of `seg` for a matrix of `cols` columns; returns the
+    /// device table and its tile count.
+    pub(crate) fn upload_tiles(
+        &self,
+        seg: &crate::layout::Segments,
+        cols: u64,
+    ) -> Result<(DevBuf, u32), BenchError> {
+        let tiles = seg.tiles(cols);
+        let flat: Vec<u64> = tiles.iter().flatten().copied().collect();
+        let b = self.alloc(8 * flat.len() as u64)?;
+        b.write_at(&self.stream, 0, &flat)?;
+        Ok((b, tiles.len() as u32))
+    }
+
     /// Waits for all queued work.
     pub fn sync(&self) -> Result<(), BenchError> {
         self.stream.synchronize().map_err(BenchError::driver)

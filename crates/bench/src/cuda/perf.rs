@@ -123,9 +123,7 @@ pub fn gemm_throughput(
     let bf_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&bf, &p, candidates))?;
     // FP8 operands.
     let seg = Segments::new(&[m], 16);
-    let tiles: Vec<u64> = seg.tiles(k).iter().flatten().copied().collect();
-    let tb = gpu.alloc(8 * tiles.len() as u64)?;
-    tb.write_at(&gpu.stream, 0, &tiles)?;
+    let (tb, n_tiles) = gpu.upload_tiles(&seg, k)?;
     let (xq, sx) = (
         gpu.alloc(m * k)?,
         gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?,
@@ -141,7 +139,7 @@ pub fn gemm_throughput(
         x.ptr(),
         k,
         tb.ptr(),
-        (tiles.len() / 7) as u32,
+        n_tiles,
         true,
         false,
         true,
@@ -204,9 +202,7 @@ pub fn quant_bandwidth(
     let x = gpu.alloc(2 * m * k)?;
     gpu.fill_normal(x.ptr(), m * k, 21, 1.0)?;
     let seg = Segments::new(&[m], 16);
-    let tiles: Vec<u64> = seg.tiles(k).iter().flatten().copied().collect();
-    let tb = gpu.alloc(8 * tiles.len() as u64)?;
-    tb.write_at(&gpu.stream, 0, &tiles)?;
+    let (tb, n_tiles) = gpu.upload_tiles(&seg, k)?;
     let (xq, sx) = (
         gpu.alloc(m * k)?,
         gpu.alloc(4 * seg.rowwise_scale_offsets(k).1)?,
@@ -215,7 +211,6 @@ pub fn quant_bandwidth(
         gpu.alloc(seg.colwise_data_offsets(k).1)?,
         gpu.alloc(4 * seg.colwise_scale_offsets(k).1)?,
     );
-    let n_tiles = (tiles.len() / 7) as u32;
     let cast = |row: bool, col: bool| {
         launch::quant_1x128(
             gpu,
