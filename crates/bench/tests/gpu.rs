@@ -187,7 +187,14 @@ fn kernel_rates_are_plausible() {
     let Some(mut g) = gpu() else { return };
     let copy = perf::copy_bandwidth(&g).unwrap();
     assert!(copy.rate > 1.0, "copy {} TB/s", copy.rate);
-    let [bf, f8] = perf::gemm_throughput(&mut g, 4096, 4096, 4096, 16).unwrap();
+    let [bf, f8] = perf::gemm_throughput(
+        &mut g,
+        4096,
+        4096,
+        4096,
+        fp8_bench::cuda::AlgoSearch::Heuristic(16),
+    )
+    .unwrap();
     assert!(
         bf.rate > 100.0 && f8.rate > bf.rate,
         "bf16 {} fp8 {}",

@@ -35,6 +35,37 @@ pub enum ScaleMode {
     Blk128,
 }
 
+/// How the algorithm for a GEMM shape is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AlgoSearch {
+    /// Time the heuristic's top `n` candidates (what TE-style callers see: TE runs the
+    /// heuristic's first choice).
+    Heuristic(usize),
+    /// Enumerate every algorithm id and configuration (tile, stages, CTA swizzle, cluster shape,
+    /// custom option) that `cublasLtMatmulAlgoCheck` accepts, plus the heuristic's candidates;
+    /// time them all. For ceilings (`fp8sel bench-kernels`), not for sweeps: it costs seconds
+    /// per shape.
+    Exhaustive,
+}
+
+/// What tuning one shape found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneInfo {
+    /// Configurations `cublasLtMatmulAlgoCheck` was asked about (0 for heuristic search).
+    pub checked: usize,
+    /// Candidates timed.
+    pub timed: usize,
+    /// Time of the heuristic's first choice (ms per GEMM, tuning runs).
+    pub heuristic_ms: f32,
+    /// Time of the chosen candidate (ms per GEMM, tuning runs).
+    pub best_ms: f32,
+    /// The chosen configuration, e.g. `algo 66 tile 34 stages 0 swizzle 0 cluster 2 custom 0`.
+    pub best: String,
+    /// Relative Frobenius difference between the chosen candidate's output and the heuristic
+    /// choice's output (exhaustive search only; a candidate above 1e-2 is rejected).
+    pub diff_vs_heuristic: Option<f64>,
+}
+
 /// One GEMM's shape: `D (m x n, col-major, ld = m) = op(A) (m x k) * op(B) (k x n)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
@@ -59,7 +90,8 @@ pub struct Lt {
     handle: lt::cublasLtHandle_t,
     workspace: Option<DevBuf>,
     pref: lt::cublasLtMatmulPreference_t,
-    tuned: HashMap<Shape, lt::cublasLtMatmulAlgo_t>,
+    tuned: HashMap<(Shape, AlgoSearch), lt::cublasLtMatmulAlgo_t>,
+    info: HashMap<(Shape, AlgoSearch), TuneInfo>,
     stream: Arc<CudaStream>,
 }
 
@@ -78,6 +110,13 @@ pub struct Plan {
     b: lt::cublasLtMatrixLayout_t,
     d: lt::cublasLtMatrixLayout_t,
     shape: Shape,
+}
+
+impl Plan {
+    /// The shape the plan was made for.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
 }
 
 impl Drop for Plan {
@@ -141,6 +180,7 @@ impl Lt {
             workspace,
             pref,
             tuned: HashMap::new(),
+            info: HashMap::new(),
             stream: stream.clone(),
         })
     }
@@ -154,16 +194,7 @@ impl Lt {
 
     /// Creates the descriptors for a shape.
     pub fn plan(&self, shape: Shape) -> Result<Plan, BenchError> {
-        let (ty, compute) = match shape.dt {
-            Dt::Bf16 => (
-                lt::cudaDataType::CUDA_R_16BF,
-                lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-            Dt::E4m3 => (
-                lt::cudaDataType::CUDA_R_8F_E4M3,
-                lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-        };
+        let (ty, compute) = types(shape.dt);
         let mut desc = MaybeUninit::uninit();
         // SAFETY: descriptor creation and attribute setting with correctly sized values.
         unsafe {
@@ -372,58 +403,425 @@ impl Lt {
     /// Runs one GEMM with the tuned algorithm for its shape (tuning it first if needed: the
     /// heuristic's top `candidates`, each timed, the fastest kept).
     pub fn run(&mut self, plan: &Plan, p: &Ptrs, candidates: usize) -> Result<(), BenchError> {
+        self.run_with(plan, p, AlgoSearch::Heuristic(candidates))
+    }
+
+    /// What tuning found for a shape, once it has run.
+    pub fn tune_info(&self, shape: &Shape, search: AlgoSearch) -> Option<&TuneInfo> {
+        self.info.get(&(*shape, search))
+    }
+
+    /// Runs one GEMM, choosing its algorithm first with `search` if this shape has none yet.
+    pub fn run_with(
+        &mut self,
+        plan: &Plan,
+        p: &Ptrs,
+        search: AlgoSearch,
+    ) -> Result<(), BenchError> {
         Self::set_scales(plan, p)?;
-        if let Some(algo) = self.tuned.get(&plan.shape) {
+        let key = (plan.shape, search);
+        if let Some(algo) = self.tuned.get(&key) {
             return self.launch(plan, p, algo);
         }
-        let algos = self.heuristics(plan, candidates.max(1))?;
-        let best = if algos.len() == 1 {
-            algos[0]
-        } else {
-            let ctx = self.stream.context().clone();
-            let ev = |_: ()| {
-                ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(BenchError::driver)
+        let (algos, checked) = match search {
+            AlgoSearch::Heuristic(n) => (self.heuristics(plan, n.max(1))?, 0),
+            AlgoSearch::Exhaustive => {
+                let mut algos = self.heuristics(plan, 64)?;
+                let (more, checked) = self.enumerate(plan, &algos)?;
+                algos.extend(more);
+                (algos, checked)
+            }
+        };
+        let times = self.time_candidates(plan, p, &algos, search == AlgoSearch::Exhaustive)?;
+        let heuristic_ms = times[0].unwrap_or(f32::INFINITY);
+        let mut best = (heuristic_ms, 0usize);
+        for (i, t) in times.iter().enumerate() {
+            if let Some(t) = *t
+                && t < best.0
+            {
+                best = (t, i);
+            }
+        }
+        if !best.0.is_finite() {
+            return Err(BenchError::Unsupported(format!(
+                "no cuBLASLt candidate ran for {:?}",
+                plan.shape
+            )));
+        }
+        // Exhaustive search reaches configurations the heuristic never offers: the winner must
+        // compute the same product as the heuristic's choice, or it is dropped.
+        let mut diff = None;
+        if search == AlgoSearch::Exhaustive && best.1 != 0 && times[0].is_some() {
+            let d = self.output_diff(plan, p, &algos[0], &algos[best.1])?;
+            diff = Some(d);
+            if d.is_nan() || d > 1e-2 {
+                best = (heuristic_ms, 0);
+            }
+        }
+        let chosen = algos[best.1];
+        let info = TuneInfo {
+            checked,
+            timed: times.iter().filter(|t| t.is_some()).count(),
+            heuristic_ms,
+            best_ms: best.0,
+            best: describe(&chosen),
+            diff_vs_heuristic: diff,
+        };
+        if std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some() {
+            eprintln!(
+                "autotune {:?} {search:?}: {} candidates ({} checked), heuristic {:.4} ms, best {:.4} ms [{}], ms {:?}",
+                plan.shape,
+                algos.len(),
+                checked,
+                info.heuristic_ms,
+                info.best_ms,
+                info.best,
+                times
+            );
+        }
+        self.info.insert(key, info);
+        self.tuned.insert(key, chosen);
+        self.launch(plan, p, &chosen)
+    }
+
+    /// Times each candidate (None: refused at launch). Large GEMMs get one timed run per
+    /// candidate, small ones several, so that launch jitter does not pick the winner.
+    fn time_candidates(
+        &self,
+        plan: &Plan,
+        p: &Ptrs,
+        algos: &[lt::cublasLtMatmulAlgo_t],
+        always: bool,
+    ) -> Result<Vec<Option<f32>>, BenchError> {
+        if algos.len() == 1 && !always {
+            return Ok(vec![Some(0.0)]);
+        }
+        let ctx = self.stream.context().clone();
+        let ev = || {
+            ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(BenchError::driver)
+        };
+        let (start, end) = (ev()?, ev()?);
+        let mut reps: Option<u32> = None;
+        let mut times = Vec::with_capacity(algos.len());
+        for algo in algos {
+            // An algorithm cuBLASLt offered or accepted can still refuse at launch; skip it.
+            if self.launch(plan, p, algo).is_err() {
+                times.push(None);
+                continue;
+            }
+            let n = reps.unwrap_or(5);
+            start.record(&self.stream).map_err(BenchError::driver)?;
+            for _ in 0..n {
+                self.launch(plan, p, algo)?;
+            }
+            end.record(&self.stream).map_err(BenchError::driver)?;
+            let ms = start.elapsed_ms(&end).map_err(BenchError::driver)? / n as f32;
+            // Aim at ~1 ms of timing per candidate, at most 5 runs.
+            reps.get_or_insert(((1.0 / ms.max(1e-3)).ceil() as u32).clamp(1, 5));
+            times.push(Some(ms));
+        }
+        Ok(times)
+    }
+
+    /// Every algorithm id and configuration cuBLASLt accepts for this plan (bounded), and how
+    /// many configurations were checked. First every (tile, stages, custom option) of every id,
+    /// the heuristic's ids first; then the cluster shapes and CTA swizzle on what was accepted.
+    fn enumerate(
+        &self,
+        plan: &Plan,
+        seeds: &[lt::cublasLtMatmulAlgo_t],
+    ) -> Result<(Vec<lt::cublasLtMatmulAlgo_t>, usize), BenchError> {
+        use lt::cublasLtMatmulAlgoCapAttributes_t as Cap;
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as Cfg;
+        const MAX_CHECKS: usize = 400_000;
+        const MAX_VALID: usize = 400;
+        let debug = std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some();
+        let (ty, compute) = types(plan.shape.dt);
+        let bf16 = lt::cudaDataType::CUDA_R_16BF;
+        let f32t = lt::cudaDataType::CUDA_R_32F;
+        let mut ids = vec![0i32; 1024];
+        let mut n_ids = 0;
+        // SAFETY: `ids` has room for 1024 entries.
+        unsafe {
+            ck(
+                lt::cublasLtMatmulAlgoGetIds(
+                    self.handle,
+                    compute,
+                    f32t,
+                    ty,
+                    ty,
+                    bf16,
+                    bf16,
+                    ids.len() as i32,
+                    ids.as_mut_ptr(),
+                    &mut n_ids,
+                ),
+                "cublasLtMatmulAlgoGetIds",
+            )?;
+        }
+        ids.truncate(n_ids.clamp(0, 1024) as usize);
+        let seed_ids: Vec<i32> = seeds
+            .iter()
+            .map(|a| config(a, Cfg::CUBLASLT_ALGO_CONFIG_ID) as i32)
+            .collect();
+        ids.sort_by_key(|id| !seed_ids.contains(id));
+        let mut checked = 0usize;
+        let mut out: Vec<lt::cublasLtMatmulAlgo_t> = Vec::new();
+        let check = |a: &lt::cublasLtMatmulAlgo_t,
+                     out: &mut Vec<lt::cublasLtMatmulAlgo_t>,
+                     checked: &mut usize| {
+            *checked += 1;
+            let mut r = MaybeUninit::<lt::cublasLtMatmulHeuristicResult_t>::uninit();
+            // SAFETY: live descriptors; `r` is an out-parameter.
+            let st = unsafe {
+                lt::cublasLtMatmulAlgoCheck(
+                    self.handle,
+                    plan.desc,
+                    plan.a,
+                    plan.b,
+                    plan.d,
+                    plan.d,
+                    a,
+                    r.as_mut_ptr(),
+                )
             };
-            let (start, end) = (ev(())?, ev(())?);
-            let mut best: Option<(f32, lt::cublasLtMatmulAlgo_t)> = None;
-            // Large GEMMs need one timed run per candidate; small ones several, so that launch
-            // jitter does not pick the winner. Aim at ~1 ms of timing per candidate, at most 5 runs.
-            let mut reps = 5u32;
-            let mut times = Vec::with_capacity(algos.len());
-            for algo in &algos {
-                // An algorithm the heuristic offered can still refuse at launch; skip it.
-                if self.launch(plan, p, algo).is_err() {
-                    continue;
-                }
-                start.record(&self.stream).map_err(BenchError::driver)?;
-                for _ in 0..reps {
-                    self.launch(plan, p, algo)?;
-                }
-                end.record(&self.stream).map_err(BenchError::driver)?;
-                let ms = start.elapsed_ms(&end).map_err(BenchError::driver)? / reps as f32;
-                if best.is_none() {
-                    reps = ((1.0 / ms.max(1e-3)).ceil() as u32).clamp(1, 5);
-                }
-                times.push(ms);
-                if best.is_none_or(|(b, _)| ms < b) {
-                    best = Some((ms, *algo));
+            if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                // SAFETY: written by the successful check.
+                let r = unsafe { r.assume_init() };
+                if r.workspaceSize <= WORKSPACE_BYTES as usize
+                    && !out.contains(a)
+                    && !seeds.contains(a)
+                {
+                    out.push(*a);
                 }
             }
-            if std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some() {
+        };
+        let set = |a: &mut lt::cublasLtMatmulAlgo_t, attr: Cfg, v: u32| {
+            // SAFETY: 4-byte attribute values.
+            let st = unsafe {
+                lt::cublasLtMatmulAlgoConfigSetAttribute(a, attr, (&v as *const u32).cast(), 4)
+            };
+            st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        };
+        'ids: for &id in &ids {
+            let mut algo = MaybeUninit::<lt::cublasLtMatmulAlgo_t>::uninit();
+            // SAFETY: out-parameter initialisation; skipped when it fails.
+            let ok = unsafe {
+                lt::cublasLtMatmulAlgoInit(
+                    self.handle,
+                    compute,
+                    f32t,
+                    ty,
+                    ty,
+                    bf16,
+                    bf16,
+                    id,
+                    algo.as_mut_ptr(),
+                )
+            };
+            if ok != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                continue;
+            }
+            // SAFETY: initialised by the successful call above.
+            let base = unsafe { algo.assume_init() };
+            let or_zero = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
+            let tiles = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_TILE_IDS));
+            let stages = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_STAGES_IDS));
+            let customs = cap_u32(&base, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
+            let before = out.len();
+            for &tile in &tiles {
+                for &stage in &stages {
+                    for custom in 0..=customs {
+                        if checked >= MAX_CHECKS * 3 / 4 || out.len() >= MAX_VALID * 3 / 4 {
+                            break 'ids;
+                        }
+                        let mut a = base;
+                        if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
+                            && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_STAGES_ID, stage)
+                            && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
+                        {
+                            check(&a, &mut out, &mut checked);
+                        }
+                    }
+                }
+            }
+            if debug {
                 eprintln!(
-                    "autotune {:?}: {} candidates, ms {:?}",
-                    plan.shape,
-                    algos.len(),
-                    times
+                    "  algo id {id}: {} tiles, {} stages, custom options 0..={customs}: {} accepted",
+                    tiles.len(),
+                    stages.len(),
+                    out.len() - before
                 );
             }
-            best.map(|(_, a)| a).ok_or_else(|| {
-                BenchError::Unsupported(format!("no cuBLASLt candidate ran for {:?}", plan.shape))
-            })?
+        }
+        // Every tile and custom option with the stages the heuristic chose: block-scaled FP8
+        // advertises stage ids its own choice does not use, so the loop above can find nothing.
+        for seed in seeds {
+            let tiles = cap_list(seed, Cap::CUBLASLT_ALGO_CAP_TILE_IDS);
+            let customs = cap_u32(seed, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
+            for &tile in &tiles {
+                for custom in 0..=customs {
+                    if checked >= MAX_CHECKS || out.len() >= MAX_VALID {
+                        return Ok((out, checked));
+                    }
+                    let mut a = *seed;
+                    if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
+                        && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
+                    {
+                        check(&a, &mut out, &mut checked);
+                    }
+                }
+            }
+        }
+        // Cluster shapes (1x1x1, 2x1x1, 1x2x1, 2x2x1) and the CTA swizzle, around what was
+        // accepted and the heuristic's own choices.
+        let around: Vec<lt::cublasLtMatmulAlgo_t> =
+            seeds.iter().chain(out.iter()).copied().collect();
+        for a0 in around {
+            for cluster in [2u32, 3, 5, 6] {
+                for swizzle in [0u32, 1] {
+                    if checked >= MAX_CHECKS || out.len() >= MAX_VALID {
+                        return Ok((out, checked));
+                    }
+                    let mut a = a0;
+                    if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster)
+                        && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle)
+                    {
+                        check(&a, &mut out, &mut checked);
+                    }
+                }
+            }
+        }
+        Ok((out, checked))
+    }
+
+    /// Relative Frobenius difference between the outputs of two algorithms on the same inputs.
+    fn output_diff(
+        &self,
+        plan: &Plan,
+        p: &Ptrs,
+        a: &lt::cublasLtMatmulAlgo_t,
+        b: &lt::cublasLtMatmulAlgo_t,
+    ) -> Result<f64, BenchError> {
+        let n = (plan.shape.m * plan.shape.n) as usize;
+        let read = |algo: &lt::cublasLtMatmulAlgo_t| -> Result<Vec<u16>, BenchError> {
+            self.launch(plan, p, algo)?;
+            self.stream.synchronize().map_err(BenchError::driver)?;
+            let mut v = vec![0u16; n];
+            // SAFETY: D holds m x n bf16 values; the stream is idle.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, p.d) }
+                .map_err(BenchError::driver)?;
+            Ok(v)
         };
-        self.tuned.insert(plan.shape, best);
-        self.launch(plan, p, &best)
+        let (x, y) = (read(a)?, read(b)?);
+        let f = |u: u16| f64::from(f32::from_bits(u32::from(u) << 16));
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for (u, v) in x.iter().zip(&y) {
+            let (u, v) = (f(*u), f(*v));
+            num += (u - v) * (u - v);
+            den += u * u;
+        }
+        Ok(if den > 0.0 {
+            (num / den).sqrt()
+        } else {
+            f64::INFINITY
+        })
+    }
+}
+
+fn types(dt: Dt) -> (lt::cudaDataType, lt::cublasComputeType_t) {
+    match dt {
+        Dt::Bf16 => (
+            lt::cudaDataType::CUDA_R_16BF,
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        Dt::E4m3 => (
+            lt::cudaDataType::CUDA_R_8F_E4M3,
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+    }
+}
+
+/// A u32 array capability (tile or stage ids); empty when the algorithm has none.
+fn cap_list(
+    algo: &lt::cublasLtMatmulAlgo_t,
+    cap: lt::cublasLtMatmulAlgoCapAttributes_t,
+) -> Vec<u32> {
+    let mut size = 0usize;
+    // SAFETY: a size query (null buffer, zero bytes).
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoCapGetAttribute(algo, cap, std::ptr::null_mut(), 0, &mut size)
+    };
+    if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS || size == 0 {
+        return Vec::new();
+    }
+    let mut v = vec![0u32; size.div_ceil(4)];
+    let mut written = 0usize;
+    // SAFETY: `v` holds at least `size` bytes.
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoCapGetAttribute(
+            algo,
+            cap,
+            v.as_mut_ptr().cast(),
+            4 * v.len(),
+            &mut written,
+        )
+    };
+    if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Vec::new();
+    }
+    v.truncate(written / 4);
+    v
+}
+
+/// A scalar u32 capability (0 when the query fails).
+fn cap_u32(algo: &lt::cublasLtMatmulAlgo_t, cap: lt::cublasLtMatmulAlgoCapAttributes_t) -> u32 {
+    let mut v = 0u32;
+    let mut written = 0usize;
+    // SAFETY: 4-byte buffer.
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoCapGetAttribute(
+            algo,
+            cap,
+            (&mut v as *mut u32).cast(),
+            4,
+            &mut written,
+        )
+    };
+    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        v
+    } else {
+        0
+    }
+}
+
+/// `algo A tile T stages S swizzle W cluster C custom O` of a configured algorithm.
+fn describe(algo: &lt::cublasLtMatmulAlgo_t) -> String {
+    use lt::cublasLtMatmulAlgoConfigAttributes_t as Cfg;
+    format!(
+        "algo {} tile {} stages {} swizzle {} cluster {} custom {}",
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_ID),
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID),
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+        config(algo, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+    )
+}
+
+/// One 4-byte configuration attribute of an algorithm (0 when the query fails).
+fn config(algo: &lt::cublasLtMatmulAlgo_t, attr: lt::cublasLtMatmulAlgoConfigAttributes_t) -> u32 {
+    let mut v = 0u32;
+    let mut w = 0usize;
+    // SAFETY: 4-byte buffer; every attribute read here is 4 bytes.
+    let st = unsafe {
+        lt::cublasLtMatmulAlgoConfigGetAttribute(algo, attr, (&mut v as *mut u32).cast(), 4, &mut w)
+    };
+    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        v
+    } else {
+        0
     }
 }
 

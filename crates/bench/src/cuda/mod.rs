@@ -19,7 +19,7 @@ use cudarc::driver::{
 use fp8_merge::report::DeviceInfo;
 
 pub use buffer::DevBuf;
-pub use gemm::Lt;
+pub use gemm::{AlgoSearch, Lt, TuneInfo};
 pub use measure::{MeasureOptions, base_point_for, measure_point};
 
 use crate::error::BenchError;
@@ -42,9 +42,21 @@ pub struct Gpu {
 pub(crate) struct Kernels {
     pub fill_normal: CudaFunction,
     pub count_nonfinite: CudaFunction,
-    pub quant_1x128: CudaFunction,
+    pub quant_1x128: CastKernel,
+    /// Every 1x128 cast kernel, the one in use first (compared by `perf`).
+    pub cast_variants: Vec<CastKernel>,
     pub quant_128x128: CudaFunction,
     pub norm_fwd: CudaFunction,
+    pub spin: CudaFunction,
+}
+
+/// A 1x128 cast kernel and how it is launched.
+#[derive(Clone)]
+pub(crate) struct CastKernel {
+    pub name: &'static str,
+    pub func: CudaFunction,
+    /// Persistent pipelined kernels: (bytes of dynamic shared memory, CTAs per SM).
+    pub pipe: Option<(u32, u32)>,
 }
 
 /// Checks that the CUDA libraries load and a device exists, without panicking.
@@ -115,12 +127,56 @@ impl Gpu {
         .map_err(|e| BenchError::Nvrtc(format!("{e:?}")))?;
         let module = ctx.load_module(ptx).map_err(BenchError::driver)?;
         let f = |name: &str| module.load_function(name).map_err(BenchError::driver);
+        let mut cast_variants = Vec::new();
+        for name in [
+            "quant_1x128",
+            "quant_1x128_rt2",
+            "quant_1x128_rt3",
+            "quant_1x128_rt4",
+            "quant_1x128_lean4",
+            "quant_1x128_lean3",
+        ] {
+            cast_variants.push(CastKernel {
+                name,
+                func: f(name)?,
+                pipe: None,
+            });
+        }
+        for (name, stages) in [
+            ("quant_1x128_pipe2", 2u32),
+            ("quant_1x128_pipe3", 3),
+            ("quant_1x128_pipe4", 4),
+        ] {
+            let func = f(name)?;
+            let smem = stages * 128 * 128 * 2;
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(BenchError::driver)?;
+            let per_sm = func
+                .occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None)
+                .map_err(BenchError::driver)?;
+            if per_sm > 0 {
+                cast_variants.push(CastKernel {
+                    name,
+                    func,
+                    pipe: Some((smem, per_sm)),
+                });
+            }
+        }
+        let chosen = std::env::var("FP8SEL_CAST_KERNEL").unwrap_or_default();
+        if let Some(i) = cast_variants.iter().position(|c| c.name == chosen) {
+            cast_variants.swap(0, i);
+        }
         let k = Kernels {
             fill_normal: f("fill_normal_bf16")?,
             count_nonfinite: f("count_nonfinite_bf16")?,
-            quant_1x128: f("quant_1x128")?,
+            quant_1x128: cast_variants[0].clone(),
+            cast_variants,
             quant_128x128: f("quant_128x128")?,
             norm_fwd: f("norm_fwd")?,
+            spin: f("spin_ns")?,
         };
         let lt = Lt::new(&stream)?;
         let attr = |a| ctx.attribute(a).map_err(BenchError::driver);

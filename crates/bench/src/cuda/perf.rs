@@ -1,10 +1,11 @@
 //! Device microbenchmarks for docs/PERFORMANCE.md: copy bandwidth, GEMM-only throughput on the
 //! anchor shapes, and the quantization kernels' achieved bandwidth.
 
+use cudarc::driver::PushKernelArg;
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
-use super::gemm::{Dt, Ptrs, ScaleMode, Shape};
+use super::gemm::{AlgoSearch, Dt, Ptrs, ScaleMode, Shape, TuneInfo};
 use super::{Gpu, launch};
 use crate::error::BenchError;
 use crate::layout::{Segments, blk128_scale_len, round_up};
@@ -22,6 +23,9 @@ pub struct Figure {
     pub unit: &'static str,
     /// Rate relative to the copy bandwidth (memory-bound kernels) or BF16 (FP8 GEMMs).
     pub relative: Option<f64>,
+    /// How a GEMM's algorithm was found (candidates timed, the heuristic's time, the winner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<String>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -35,18 +39,25 @@ fn time_ms(
     reps: usize,
     f: impl FnMut() -> Result<(), BenchError>,
 ) -> Result<f64, BenchError> {
-    time_on(&gpu.ctx, &gpu.stream, reps, f)
+    time_on(&gpu.ctx, &gpu.stream, &gpu.k.spin, reps, f)
 }
 
+/// Each timed run is queued behind a spin kernel that outlasts the host's enqueueing of it
+/// (measured in the warmups), so the events bracket GPU work only, as a profiler would see it.
 fn time_on(
     ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    spin: &cudarc::driver::CudaFunction,
     reps: usize,
     mut f: impl FnMut() -> Result<(), BenchError>,
 ) -> Result<f64, BenchError> {
+    let mut host = std::time::Duration::ZERO;
     for _ in 0..3 {
+        let t = std::time::Instant::now();
         f()?;
+        host = host.max(t.elapsed());
     }
+    let spin_ns: u64 = (2 * host.as_nanos() as u64 + 50_000).min(20_000_000);
     let mut v = Vec::with_capacity(reps);
     let ev = || {
         ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -54,6 +65,15 @@ fn time_on(
     };
     for _ in 0..reps {
         let (a, b) = (ev()?, ev()?);
+        let mut l = stream.launch_builder(spin);
+        l.arg(&spin_ns);
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel takes one u64 and touches no memory.
+        unsafe { l.launch(cfg) }.map_err(BenchError::driver)?;
         a.record(stream).map_err(BenchError::driver)?;
         f()?;
         b.record(stream).map_err(BenchError::driver)?;
@@ -85,6 +105,7 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
         rate: 2.0 * bytes as f64 / ms / 1e9,
         unit: "TB/s",
         relative: None,
+        tuning: None,
     })
 }
 
@@ -94,7 +115,7 @@ pub fn gemm_throughput(
     m: u64,
     k: u64,
     n: u64,
-    candidates: usize,
+    search: AlgoSearch,
 ) -> Result<[Figure; 2], BenchError> {
     let x = gpu.alloc(2 * m * k)?;
     let w = gpu.alloc(2 * n * k)?;
@@ -118,9 +139,11 @@ pub fn gemm_throughput(
         sa: 0,
         sb: 0,
     };
-    gpu.lt.run(&bf, &p, candidates)?;
-    let (ctx, stream) = (gpu.ctx.clone(), gpu.stream.clone());
-    let bf_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&bf, &p, candidates))?;
+    gpu.lt.run_with(&bf, &p, search)?;
+    let (ctx, stream, spin) = (gpu.ctx.clone(), gpu.stream.clone(), gpu.k.spin.clone());
+    let bf_ms = time_on(&ctx, &stream, &spin, 20, || {
+        gpu.lt.run_with(&bf, &p, search)
+    })?;
     // FP8 operands.
     let seg = Segments::new(&[m], 16);
     let (tb, n_tiles) = gpu.upload_tiles(&seg, k)?;
@@ -169,8 +192,11 @@ pub fn gemm_throughput(
         sa: sw.ptr(),
         sb: sx.ptr(),
     };
-    gpu.lt.run(&f8, &p8, candidates)?;
-    let f8_ms = time_on(&ctx, &stream, 20, || gpu.lt.run(&f8, &p8, candidates))?;
+    gpu.lt.run_with(&f8, &p8, search)?;
+    let f8_ms = time_on(&ctx, &stream, &spin, 20, || {
+        gpu.lt.run_with(&f8, &p8, search)
+    })?;
+    let tuning = |shape: &Shape| gpu.lt.tune_info(shape, search).map(describe_tuning);
     let name = |p: &str| format!("{p} GEMM M={m} K={k} N={n}");
     let bf_rate = flops / bf_ms / 1e9;
     let f8_rate = flops / f8_ms / 1e9;
@@ -181,6 +207,7 @@ pub fn gemm_throughput(
             rate: bf_rate,
             unit: "TFLOP/s",
             relative: None,
+            tuning: tuning(&bf.shape()),
         },
         Figure {
             name: name("fp8 blockwise"),
@@ -188,8 +215,19 @@ pub fn gemm_throughput(
             rate: f8_rate,
             unit: "TFLOP/s",
             relative: Some(f8_rate / bf_rate),
+            tuning: tuning(&f8.shape()),
         },
     ])
+}
+
+fn describe_tuning(t: &TuneInfo) -> String {
+    let diff = t.diff_vs_heuristic.map_or(String::new(), |d| {
+        format!(", output diff vs heuristic {d:.1e}")
+    });
+    format!(
+        "{} timed ({} configs checked); heuristic {:.4} ms, chosen {:.4} ms: {}{diff}",
+        t.timed, t.checked, t.heuristic_ms, t.best_ms, t.best
+    )
 }
 
 /// Achieved bandwidth of the casts on a `[m, k]` activation and an `[n, k]` weight.
@@ -211,9 +249,11 @@ pub fn quant_bandwidth(
         gpu.alloc(seg.colwise_data_offsets(k).1)?,
         gpu.alloc(4 * seg.colwise_scale_offsets(k).1)?,
     );
-    let cast = |row: bool, col: bool| {
-        launch::quant_1x128(
+    let outs = [&xq, &sx, &xc, &sc];
+    let cast = |kernel: &super::CastKernel, row: bool, col: bool| {
+        launch::quant_1x128_with(
             gpu,
+            kernel,
             x.ptr(),
             k,
             tb.ptr(),
@@ -224,32 +264,63 @@ pub fn quant_bandwidth(
             [xq.ptr(), sx.ptr(), xc.ptr(), sc.ptr()],
         )
     };
+    // Every variant must write the same bytes as the kernel in use (which the per-point checks
+    // verify against the host); outputs are poisoned before each run.
+    let snapshot = |kernel: &super::CastKernel| -> Result<Vec<Vec<u8>>, BenchError> {
+        for b in outs {
+            b.fill_bytes(&gpu.stream, 0xab)?;
+        }
+        cast(kernel, true, true)?;
+        outs.iter()
+            .map(|b| {
+                let mut v = vec![0u8; b.bytes() as usize];
+                b.read_into(&gpu.stream, &mut v)?;
+                Ok(v)
+            })
+            .collect()
+    };
+    let reference = snapshot(&gpu.k.cast_variants[0])?;
     let mut out = Vec::new();
     let elems = (m * k) as f64;
     let scale_bytes = 4.0 * elems / 128.0;
-    for (name, row, col, bytes) in [
-        (
-            "1x128 rowwise + columnwise",
-            true,
-            true,
-            2.0 * elems + 2.0 * elems + 2.0 * scale_bytes,
-        ),
-        (
-            "1x128 rowwise only",
-            true,
-            false,
-            2.0 * elems + elems + scale_bytes,
-        ),
-    ] {
-        let ms = time_ms(gpu, 20, || cast(row, col))?;
-        let tbs = bytes / ms / 1e9;
-        out.push(Figure {
-            name: format!("cast {name} [{m}x{k}]"),
-            ms,
-            rate: tbs,
-            unit: "TB/s",
-            relative: Some(tbs / copy_tbs),
-        });
+    for (vi, kernel) in gpu.k.cast_variants.iter().enumerate() {
+        let kname = kernel.name;
+        if vi > 0 && snapshot(kernel)? != reference {
+            return Err(BenchError::Internal(format!(
+                "cast kernel {kname} writes different bytes than {} on [{m}x{k}]",
+                gpu.k.cast_variants[0].name
+            )));
+        }
+        let tag = if vi == 0 {
+            String::new()
+        } else {
+            format!(" ({kname})")
+        };
+        for (name, row, col, bytes) in [
+            (
+                "1x128 rowwise + columnwise",
+                true,
+                true,
+                2.0 * elems + 2.0 * elems + 2.0 * scale_bytes,
+            ),
+            (
+                "1x128 rowwise only",
+                true,
+                false,
+                2.0 * elems + elems + scale_bytes,
+            ),
+        ] {
+            let ms = time_ms(gpu, 20, || cast(kernel, row, col))?;
+            let tbs = bytes / ms / 1e9;
+            out.push(Figure {
+                name: format!("cast {name}{tag} [{m}x{k}]"),
+                ms,
+                rate: tbs,
+                unit: "TB/s",
+                relative: Some(tbs / copy_tbs),
+                tuning: None,
+            });
+        }
     }
     // 128x128 weight cast with its transpose on [m, k] viewed as a weight.
     let (wq, sw, wqt, swt) = (
@@ -275,6 +346,7 @@ pub fn quant_bandwidth(
         rate: tbs,
         unit: "TB/s",
         relative: Some(tbs / copy_tbs),
+        tuning: None,
     });
     Ok(out)
 }

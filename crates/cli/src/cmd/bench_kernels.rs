@@ -2,16 +2,23 @@
 
 use std::path::PathBuf;
 
-use fp8_bench::cuda::Gpu;
 use fp8_bench::cuda::perf::{Figure, copy_bandwidth, gemm_throughput, quant_bandwidth};
+use fp8_bench::cuda::{AlgoSearch, Gpu};
 
 use crate::error::{CliError, CliResult};
 
 /// Measure the device's copy bandwidth, BF16 vs FP8-blockwise GEMM throughput on the anchor
 /// shapes, and the cast kernels' bandwidth as a share of the copy bandwidth.
 ///
-/// Example:
+/// GEMM algorithms are searched exhaustively by default: every cuBLASLt algorithm id and
+/// configuration (tile, stages, swizzle, cluster shape) that cublasLtMatmulAlgoCheck accepts is
+/// timed, for BF16 and FP8 alike, and a winner that is not the heuristic's choice must reproduce
+/// its output. `--search heuristic` times only the heuristic's top `--candidates`, as
+/// `fp8sel bench` does (TE runs the heuristic's first choice).
+///
+/// Examples:
 ///   fp8sel bench-kernels --json out/kernels.json
+///   fp8sel bench-kernels --gemm-only --shapes 4096x2048x2048 --search heuristic
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -24,7 +31,10 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// cuBLASLt heuristic candidates timed per GEMM shape.
+    /// How GEMM algorithms are chosen: `exhaustive` or `heuristic`.
+    #[arg(long, default_value = "exhaustive", value_parser = ["exhaustive", "heuristic"])]
+    pub search: String,
+    /// cuBLASLt heuristic candidates timed per GEMM shape (with `--search heuristic`).
     #[arg(long, default_value_t = 16)]
     pub candidates: usize,
     /// Only the GEMMs (skip the copy and cast figures).
@@ -78,9 +88,26 @@ pub fn run(args: &Args) -> CliResult {
         figs.push(copy);
         r
     };
+    let search = if args.search == "heuristic" {
+        AlgoSearch::Heuristic(args.candidates.max(1))
+    } else {
+        AlgoSearch::Exhaustive
+    };
+    // Exhaustive tuning takes seconds per shape: show which one is running.
+    let bar = indicatif::ProgressBar::new(shapes.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} GEMM {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
     for &(m, k, n) in &shapes {
-        figs.extend(gemm_throughput(&mut gpu, m, k, n, args.candidates.max(1)).map_err(err)?);
+        bar.set_message(format!("{m}x{k}x{n}"));
+        figs.extend(gemm_throughput(&mut gpu, m, k, n, search).map_err(err)?);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     if !args.gemm_only {
         for &(m, k) in &[(16384u64, 8192u64), (8192, 7168), (4096, 2048)] {
             figs.extend(quant_bandwidth(&gpu, m, k, copy_tbs).map_err(err)?);
@@ -107,6 +134,9 @@ pub fn run(args: &Args) -> CliResult {
             f.unit,
             f.relative.map_or_else(String::new, |r| format!("{r:.3}"))
         );
+        if let Some(t) = &f.tuning {
+            println!("    tuning: {t}");
+        }
     }
     if let Some(p) = &args.json {
         let v = serde_json::json!({"device": gpu.info, "figures": figs});
