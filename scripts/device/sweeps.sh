@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The measured H200 sweeps behind policies/ (issue 7), in two parts that each fit one device call.
-#   bash scripts/device/sweeps.sh a   # Qwen2.5-72B TP1-8, Llama-3.2-1B TP1-2, Qwen3-VL ViT TP1-2, kernels
+#   bash scripts/device/sweeps.sh a   # Qwen2.5-72B TP1-8 (twice), Llama-3.2-1B TP1-2, Qwen3-VL ViT TP1-2
 #   bash scripts/device/sweeps.sh b   # DeepSeek-V3 (TP,EP) = (1,8) (2,16) (4,32) (8,64); Qwen3-VL LLM (1,4) (2,8) (4,16)
 #   bash scripts/device/sweeps.sh c   # the MoE policy sweeps of part b again, 2 points per doubling
 # Every layout is swept twice: the policy sweep (256..32768 tokens, powers of two) and a held-out
 # sweep at token counts that are not sweep points (1008, 2000, 3008, 6000, 12000), used only to
-# validate the policies. Reports land in $OUT/h200_<part>.tar.gz.
+# validate the policies. Reports land in $OUT/h200_<part>.tar.gz. The kernel microbenchmarks are
+# scripts/device/perf_targets.sh.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 B=${B:-./target/release/fp8sel}
@@ -27,6 +28,9 @@ a)
   t0=$(date +%s.%N)
   for tp in 1 2 4 8; do bench qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp; done
   log "qwen2_5_72b full sweep TP1,2,4,8: $(awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN{printf \"%.1f\", a-b}")s"
+  # The same sweep again, for the stability comparison in docs/RESULTS.md.
+  mkdir -p "$R/rerun"
+  for tp in 1 2 4 8; do bench rerun/qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp; done
   for tp in 1 2 4 8; do bench heldout_qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp --shape-sweep $HELD; done
   for tp in 1 2; do
     bench llama3_2_1b_tp$tp --model fixtures/models/llama3_2_1b.yaml --tp $tp
@@ -34,7 +38,6 @@ a)
     bench qwen3_vl_vit_tp$tp --model fixtures/models/qwen3_vl_235b_a22b.yaml --component vit --tp $tp
     bench heldout_qwen3_vl_vit_tp$tp --model fixtures/models/qwen3_vl_235b_a22b.yaml --component vit --tp $tp --shape-sweep $HELD
   done
-  timeout 120 "$B" bench-kernels --json "$R/kernels.json" > "$R/kernels.txt" 2>&1; log "kernels rc=$?"
   ;;
 b)
   for te in 1:8 2:16 4:32 8:64; do

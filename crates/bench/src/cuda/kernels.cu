@@ -109,10 +109,10 @@ extern "C" __global__ void count_nonfinite_bf16(const bf16_t* x, u64 n, unsigned
 // One CTA (256 threads) quantizes one 128x128 tile of a row-major bf16 [rows, cols] segment.
 // Rowwise: each tile row is exactly one 1x128 block. Columnwise: each tile column (128 rows) is
 // one block of the transposed [cols, rows] output. Grouped GEMMs (MoE experts) are several
-// segments; `seg` describes each tile's segment so one launch covers all experts and no block
+// segments; `tiles` describes each tile's segment so one launch covers all experts and no block
 // crosses an expert boundary.
 //
-// Per-tile descriptor (u64 x 6): row0 (first row of the segment in x), seg_rows, tile_m (tile's
+// Per-tile descriptor (u64 x 7): row0 (first row of the segment in x), seg_rows, tile_m (tile's
 // first row inside the segment), tile_c (first column), rowwise scale offset, columnwise data
 // offset, columnwise scale offset (packed: offsets in elements).
 // ---------------------------------------------------------------------------------------------
@@ -194,252 +194,20 @@ __device__ __forceinline__ float sm_elem(unsigned int (*sm)[SMW], int r, int c) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1x128 quantization of activations / gradients, rowwise and/or columnwise, in 128x128 tiles.
+// The 1x128 cast kernel. One CTA (256 threads) casts one 128x128 tile; the transpose happens in
+// registers. Warp w covers 32 rows x 64 columns of the tile (column half h = w & 1, row block
+// rb = w >> 1); lane: column group cg = lane & 7 (8 columns), row group rg = lane >> 3 (8 rows).
+// So a thread holds an 8x8 block, and its 8 bytes of one quantized column are 8 consecutive bytes
+// of the transposed output: 4 lanes write a full 32-byte sector per column, straight from
+// registers. Row and column maxima are partial per warp and cross the warps through 1.5 KB of
+// shared memory at the single barrier.
 //
-// One CTA (256 threads) quantizes one 128x128 tile of a row-major bf16 [rows, cols] segment.
-// Rowwise: each tile row is one 1x128 block, quantized straight from registers (16 threads per
-// block, 16-lane shuffle for the amax). Columnwise: each tile column (128 rows) is one block of the
-// transposed [cols, rows] output; the tile goes through shared memory with an odd word stride so
-// that a warp reading one column touches 32 banks, and lanes write 32 consecutive bytes.
-// Grouped GEMMs (MoE experts) are several segments; `tiles` describes each tile's segment so one
-// launch covers all experts and no block crosses an expert boundary.
-// ---------------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(256)
-quant_1x128(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles,
-            int do_row, int do_col, int pow2,
-            fp8_t* __restrict__ q_row, float* __restrict__ s_row,
-            fp8_t* __restrict__ q_col, float* __restrict__ s_col) {
-    __shared__ unsigned int sm[TILE][SMW];
-    __shared__ __align__(16) fp8_t stage[64][TILE + 16];
-    __shared__ float colmax[8][TILE];
-    __shared__ float colinv[TILE];
-    const TileDesc t = tiles[blockIdx.x];
-    const int tid = threadIdx.x;
-    const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
-    const u64 cols_here = min((u64)TILE, cols - t.tile_c);
-    uint4 v[8];
-    load_tile(x + (t.row0 + t.tile_m) * cols + t.tile_c, cols, rows_here, cols_here, tid, v);
-    if (do_col) stash_tile(sm, tid, v);
-    if (do_row) {
-        const u64 ld_row = (t.seg_rows + 3) & ~3ull;
-        const int c8 = (tid & 15) * 8;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = (tid >> 4) + 16 * i;
-            float amax = warp_max(amax8(v[i]), 16);
-            if (r < rows_here) {
-                const float s = dequant_scale(amax, pow2);
-                const u64 row = t.row0 + t.tile_m + r;
-                uint2 q = quant8(v[i], 1.0f / s);
-                if (c8 + 8 <= cols_here) {
-                    *reinterpret_cast<uint2*>(q_row + row * cols + t.tile_c + c8) = q;
-                } else {
-                    unsigned long long qq = ((unsigned long long)q.y << 32) | q.x;
-                    for (int j = 0; j < 8 && c8 + j < cols_here; ++j) q_row[row * cols + t.tile_c + c8 + j] = (fp8_t)(qq >> (8 * j));
-                }
-                if ((tid & 15) == 0) s_row[t.srow_off + (t.tile_c / TILE) * ld_row + t.tile_m + r] = s;
-            }
-        }
-    }
-    if (do_col) {
-        const int warp = tid >> 5, lane = tid & 31;
-        // Column amax from registers: each thread has 8 rows x 8 columns; combine the two row
-        // groups of a warp with one shuffle per column, then the 8 warps through shared memory.
-        float cm[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) cm[j] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const unsigned int w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                cm[2 * j] = fmaxf(cm[2 * j], fabsf(lo16(w[j])));
-                cm[2 * j + 1] = fmaxf(cm[2 * j + 1], fabsf(hi16(w[j])));
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) cm[j] = fmaxf(cm[j], __shfl_xor_sync(0xffffffffu, cm[j], 16));
-        if (lane < 16) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) colmax[warp][lane * 8 + j] = cm[j];
-        }
-        __syncthreads();
-        if (tid < TILE) {
-            float a = colmax[0][tid];
-#pragma unroll
-            for (int q = 1; q < 8; ++q) a = fmaxf(a, colmax[q][tid]);
-            const float sc = dequant_scale(a, pow2);
-            colinv[tid] = 1.0f / sc;
-            if (tid < cols_here) s_col[t.scol_off + (t.tile_m / TILE) * ((cols + 3) & ~3ull) + t.tile_c + tid] = sc;
-        }
-        __syncthreads();
-        // Two halves of 64 columns: each warp quantizes 8 columns into the byte staging tile
-        // (lane j takes rows j, j+32, j+64, j+96: 32 banks per read), then the CTA writes the
-        // transposed rows out as 16-byte vectors (128 contiguous bytes per column).
-#pragma unroll 1
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int cc = 0; cc < 8; ++cc) {
-                const int cl = warp * 8 + cc;
-                const int c = half * 64 + cl;
-                const float inv = colinv[c];
-                const unsigned short p01 = cvt2(sm_elem(sm, lane + 32, c) * inv, sm_elem(sm, lane, c) * inv);
-                const unsigned short p23 = cvt2(sm_elem(sm, lane + 96, c) * inv, sm_elem(sm, lane + 64, c) * inv);
-                stage[cl][lane] = (fp8_t)(p01 & 0xff);
-                stage[cl][lane + 32] = (fp8_t)(p01 >> 8);
-                stage[cl][lane + 64] = (fp8_t)(p23 & 0xff);
-                stage[cl][lane + 96] = (fp8_t)(p23 >> 8);
-            }
-            __syncthreads();
-#pragma unroll
-            for (int it = 0; it < 2; ++it) {
-                const int item = tid + 256 * it;        // 64 columns x 8 chunks of 16 rows
-                const int cl = item >> 3, chunk = item & 7;
-                const int c = half * 64 + cl;
-                if (c < cols_here && chunk * 16 < rows_here) {
-                    fp8_t* dst = q_col + t.qcol_off + (t.tile_c + c) * t.seg_rows + t.tile_m + chunk * 16;
-                    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&stage[cl][chunk * 16]);
-                }
-            }
-            if (half == 0) __syncthreads();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The same cast with one barrier and no shared tile: the transpose happens in registers.
-//
-// Warp w covers 32 rows x 64 columns of the tile: column half h = w & 1, row block rb = w >> 1.
-// Lane: column group cg = lane & 7 (8 columns), row group rg = lane >> 3 (8 rows). So a thread
-// holds an 8x8 block, and its 8 bytes of one quantized column are 8 consecutive bytes of the
-// transposed output: 4 lanes write one full 32-byte sector per column, straight from registers.
-// Row and column maxima are partial per warp; both cross the warps through 3 KB of shared memory
-// at the single barrier.
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float elem8(uint4 v, int j) {
-    const unsigned int w = (j >> 1) == 0 ? v.x : (j >> 1) == 1 ? v.y : (j >> 1) == 2 ? v.z : v.w;
-    return (j & 1) ? hi16(w) : lo16(w);
-}
-
-__device__ __forceinline__ void quant_1x128_rt_body(
-        const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles,
-        int do_row, int do_col, int pow2,
-        fp8_t* __restrict__ q_row, float* __restrict__ s_row,
-        fp8_t* __restrict__ q_col, float* __restrict__ s_col) {
-    __shared__ float colmax[4][TILE];
-    __shared__ float rowmax[2][TILE];
-    const TileDesc t = tiles[blockIdx.x];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int h = warp & 1, rb = warp >> 1, cg = lane & 7, rg = lane >> 3;
-    const int c8 = h * 64 + cg * 8;       // first column of this thread inside the tile
-    const int r8 = rb * 32 + rg * 8;      // first row
-    const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
-    const u64 cols_here = min((u64)TILE, cols - t.tile_c);
-    const bf16_t* base = x + (t.row0 + t.tile_m) * cols + t.tile_c;
-    uint4 v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int r = r8 + i;
-        v[i] = make_uint4(0, 0, 0, 0);
-        if (r < rows_here) {
-            const bf16_t* src = base + (u64)r * cols + c8;
-            if (c8 + 8 <= cols_here) {
-                v[i] = __ldg(reinterpret_cast<const uint4*>(src));
-            } else {
-                unsigned int w[4] = {0, 0, 0, 0};
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    if (c8 + j < cols_here) w[j >> 1] |= ((unsigned int)src[j]) << (16 * (j & 1));
-                v[i] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-        }
-    }
-    // Partial maxima: rows over this warp's 64 columns (8 lanes), columns over its 32 rows.
-    float ra[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ra[i] = warp_max(amax8(v[i]), 8);
-    float cm[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        if (!do_col) break;
-        float a = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(elem8(v[i], j)));
-        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
-        cm[j] = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
-    }
-    if (do_row && cg == 0) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) rowmax[h][r8 + i] = ra[i];
-    }
-    if (do_col && rg == 0) {
-        *reinterpret_cast<float4*>(&colmax[rb][c8]) = make_float4(cm[0], cm[1], cm[2], cm[3]);
-        *reinterpret_cast<float4*>(&colmax[rb][c8 + 4]) = make_float4(cm[4], cm[5], cm[6], cm[7]);
-    }
-    __syncthreads();
-    if (do_row) {
-        const u64 ld_row = (t.seg_rows + 3) & ~3ull;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = r8 + i;
-            if (r < rows_here) {
-                const float s = dequant_scale(fmaxf(rowmax[0][r], rowmax[1][r]), pow2);
-                const u64 row = t.row0 + t.tile_m + r;
-                uint2 q = quant8(v[i], 1.0f / s);
-                if (c8 + 8 <= cols_here) {
-                    *reinterpret_cast<uint2*>(q_row + row * cols + t.tile_c + c8) = q;
-                } else {
-                    unsigned long long qq = ((unsigned long long)q.y << 32) | q.x;
-                    for (int j = 0; j < 8 && c8 + j < cols_here; ++j) q_row[row * cols + t.tile_c + c8 + j] = (fp8_t)(qq >> (8 * j));
-                }
-                if (h == 0 && cg == 0) s_row[t.srow_off + (t.tile_c / TILE) * ld_row + t.tile_m + r] = s;
-            }
-        }
-    }
-    if (do_col && r8 < rows_here) {
-        const u64 ld_col = (cols + 3) & ~3ull;
-        fp8_t* dst = q_col + t.qcol_off + (t.tile_c + c8) * t.seg_rows + t.tile_m + r8;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if (c8 + j < cols_here) {
-                float m = colmax[0][c8 + j];
-#pragma unroll
-                for (int q = 1; q < 4; ++q) m = fmaxf(m, colmax[q][c8 + j]);
-                const float sc = dequant_scale(m, pow2);
-                const float inv = 1.0f / sc;
-                const unsigned int w0 = cvt2(elem8(v[1], j) * inv, elem8(v[0], j) * inv)
-                                      | ((unsigned int)cvt2(elem8(v[3], j) * inv, elem8(v[2], j) * inv) << 16);
-                const unsigned int w1 = cvt2(elem8(v[5], j) * inv, elem8(v[4], j) * inv)
-                                      | ((unsigned int)cvt2(elem8(v[7], j) * inv, elem8(v[6], j) * inv) << 16);
-                *reinterpret_cast<uint2*>(dst + (u64)j * t.seg_rows) = make_uint2(w0, w1);
-                if (r8 == 0) s_col[t.scol_off + (t.tile_m / TILE) * ld_col + t.tile_c + c8 + j] = sc;
-            }
-        }
-    }
-}
-
-#define QUANT_RT_ARGS const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, \
-    int do_row, int do_col, int pow2, fp8_t* __restrict__ q_row, float* __restrict__ s_row, \
-    fp8_t* __restrict__ q_col, float* __restrict__ s_col
-extern "C" __global__ void __launch_bounds__(256, 2) quant_1x128_rt2(QUANT_RT_ARGS) {
-    quant_1x128_rt_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quant_1x128_rt3(QUANT_RT_ARGS) {
-    quant_1x128_rt_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-extern "C" __global__ void __launch_bounds__(256, 4) quant_1x128_rt4(QUANT_RT_ARGS) {
-    quant_1x128_rt_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The register-transpose cast with fewer instructions per element (the cast is issue-bound, not
-// memory-bound: with 2, 3, 4 CTAs per SM the same kernel reached 54%, 65%, 70% of the copy
-// bandwidth, and keeping more tiles in flight with cp.async made it slower).
-// - Maxima on packed bf16 pairs: sign bits cleared with one AND, max.bf16x2 (exact: the maximum
-//   of bf16 values is one of them), two rows per shuffle. NaN is ignored, as fmaxf does.
-// - Power-of-two scales are inverted with one integer subtraction instead of a division.
-// - Full tiles (all but the last row and column of tiles) run without bounds checks.
-// - Needs cols % 8 == 0 (16-byte aligned rows); the launcher checks.
+// The cast is issue-bound, not memory-bound (docs/PERFORMANCE.md has the experiments), so:
+// - maxima on packed bf16 pairs: sign bits cleared with one AND, max.bf16x2 (exact: the maximum
+//   of bf16 values is one of them), two rows per shuffle; NaN is ignored, as fmaxf does;
+// - power-of-two scales are inverted with one integer subtraction instead of a division;
+// - full tiles (all but the last row and column of tiles) run without bounds checks.
+// Needs cols % 8 == 0 (16-byte aligned rows); the launcher checks.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ unsigned int bmax2(unsigned int a, unsigned int b) {
     unsigned int d;
@@ -467,7 +235,7 @@ __device__ __forceinline__ float scale_inv(float amax, int pow2, float* inv) {
 }
 
 template <bool FULL>
-__device__ __forceinline__ void quant_1x128_lean_tile(
+__device__ __forceinline__ void quant_1x128_tile(
         const bf16_t* __restrict__ x, u64 cols, const TileDesc& t, int do_row, int do_col, int pow2,
         fp8_t* __restrict__ q_row, float* __restrict__ s_row,
         fp8_t* __restrict__ q_col, float* __restrict__ s_col,
@@ -559,7 +327,7 @@ __device__ __forceinline__ void quant_1x128_lean_tile(
     }
 }
 
-__device__ __forceinline__ void quant_1x128_lean_body(
+__device__ __forceinline__ void quant_1x128_body(
         const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles,
         int do_row, int do_col, int pow2,
         fp8_t* __restrict__ q_row, float* __restrict__ s_row,
@@ -568,153 +336,20 @@ __device__ __forceinline__ void quant_1x128_lean_body(
     __shared__ __align__(16) unsigned int colmax[4][TILE / 2];
     const TileDesc t = tiles[blockIdx.x];
     if (t.seg_rows - t.tile_m >= TILE && cols - t.tile_c >= TILE)
-        quant_1x128_lean_tile<true>(x, cols, t, do_row, do_col, pow2, q_row, s_row, q_col, s_col, rowmax, colmax);
+        quant_1x128_tile<true>(x, cols, t, do_row, do_col, pow2, q_row, s_row, q_col, s_col, rowmax, colmax);
     else
-        quant_1x128_lean_tile<false>(x, cols, t, do_row, do_col, pow2, q_row, s_row, q_col, s_col, rowmax, colmax);
+        quant_1x128_tile<false>(x, cols, t, do_row, do_col, pow2, q_row, s_row, q_col, s_col, rowmax, colmax);
 }
-extern "C" __global__ void __launch_bounds__(256, 4) quant_1x128_lean4(QUANT_RT_ARGS) {
-    quant_1x128_lean_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quant_1x128_lean3(QUANT_RT_ARGS) {
-    quant_1x128_lean_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The register-transpose cast as a persistent, pipelined kernel: each CTA walks tiles
-// blockIdx.x, +gridDim.x, ... and keeps the next S-1 tiles in flight with cp.async (global to
-// shared, no registers held), so loads never wait for the cast of the current tile. Each thread
-// copies exactly the 16-byte chunks it later reads, so a thread's own cp.async.wait_group is all
-// the synchronisation the data needs; the only barrier is the row/column maxima exchange, whose
-// buffers alternate between tiles. Needs cols % 8 == 0 (16-byte aligned rows); the launcher checks.
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ unsigned int smem_u32(const void* p) {
-    unsigned int r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
-
-template <int S>
-__device__ __forceinline__ void quant_1x128_pipe_body(
-        const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, u64 n_tiles,
-        int do_row, int do_col, int pow2,
-        fp8_t* __restrict__ q_row, float* __restrict__ s_row,
-        fp8_t* __restrict__ q_col, float* __restrict__ s_col) {
-    extern __shared__ __align__(16) uint4 stage[];   // S tiles x 128 rows x 16 chunks of 16 bytes
-    __shared__ float colmax[2][4][TILE];
-    __shared__ float rowmax[2][2][TILE];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int h = warp & 1, rb = warp >> 1, cg = lane & 7, rg = lane >> 3;
-    const int c8 = h * 64 + cg * 8;
-    const int r8 = rb * 32 + rg * 8;
-    const u64 step = gridDim.x;
-    auto issue = [&](u64 tile, int s) {
-        if (tile < n_tiles) {
-            const TileDesc t = tiles[tile];
-            const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
-            const u64 cols_here = min((u64)TILE, cols - t.tile_c);
-            const bf16_t* base = x + (t.row0 + t.tile_m) * cols + t.tile_c;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int r = r8 + i;
-                const bool ok = r < rows_here && c8 < cols_here;
-                cp_async16(smem_u32(&stage[(s * TILE + r) * 16 + c8 / 8]), ok ? base + (u64)r * cols + c8 : x, ok ? 16 : 0);
-            }
-        }
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue(blockIdx.x + s * step, s);
-    int k = 0;
-    for (u64 tile = blockIdx.x; tile < n_tiles; tile += step, ++k) {
-        issue(tile + (S - 1) * step, (k + S - 1) % S);
-        const TileDesc t = tiles[tile];
-        const u64 rows_here = min((u64)TILE, t.seg_rows - t.tile_m);
-        const u64 cols_here = min((u64)TILE, cols - t.tile_c);
-        const int s = k % S, par = k & 1;
-        cp_async_wait<S - 1>();
-        uint4 v[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = stage[(s * TILE + r8 + i) * 16 + c8 / 8];
-        float ra[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ra[i] = warp_max(amax8(v[i]), 8);
-        float cm[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if (!do_col) break;
-            float a = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(elem8(v[i], j)));
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
-            cm[j] = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
-        }
-        if (do_row && cg == 0) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) rowmax[par][h][r8 + i] = ra[i];
-        }
-        if (do_col && rg == 0) {
-            *reinterpret_cast<float4*>(&colmax[par][rb][c8]) = make_float4(cm[0], cm[1], cm[2], cm[3]);
-            *reinterpret_cast<float4*>(&colmax[par][rb][c8 + 4]) = make_float4(cm[4], cm[5], cm[6], cm[7]);
-        }
-        __syncthreads();
-        if (do_row) {
-            const u64 ld_row = (t.seg_rows + 3) & ~3ull;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int r = r8 + i;
-                if (r < rows_here && c8 < cols_here) {
-                    const float sc = dequant_scale(fmaxf(rowmax[par][0][r], rowmax[par][1][r]), pow2);
-                    const u64 row = t.row0 + t.tile_m + r;
-                    *reinterpret_cast<uint2*>(q_row + row * cols + t.tile_c + c8) = quant8(v[i], 1.0f / sc);
-                    if (h == 0 && cg == 0) s_row[t.srow_off + (t.tile_c / TILE) * ld_row + t.tile_m + r] = sc;
-                }
-            }
-        }
-        if (do_col && r8 < rows_here) {
-            const u64 ld_col = (cols + 3) & ~3ull;
-            fp8_t* dst = q_col + t.qcol_off + (t.tile_c + c8) * t.seg_rows + t.tile_m + r8;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                if (c8 + j < cols_here) {
-                    float m = colmax[par][0][c8 + j];
-#pragma unroll
-                    for (int q = 1; q < 4; ++q) m = fmaxf(m, colmax[par][q][c8 + j]);
-                    const float sc = dequant_scale(m, pow2);
-                    const float inv = 1.0f / sc;
-                    const unsigned int w0 = cvt2(elem8(v[1], j) * inv, elem8(v[0], j) * inv)
-                                          | ((unsigned int)cvt2(elem8(v[3], j) * inv, elem8(v[2], j) * inv) << 16);
-                    const unsigned int w1 = cvt2(elem8(v[5], j) * inv, elem8(v[4], j) * inv)
-                                          | ((unsigned int)cvt2(elem8(v[7], j) * inv, elem8(v[6], j) * inv) << 16);
-                    *reinterpret_cast<uint2*>(dst + (u64)j * t.seg_rows) = make_uint2(w0, w1);
-                    if (r8 == 0) s_col[t.scol_off + (t.tile_m / TILE) * ld_col + t.tile_c + c8 + j] = sc;
-                }
-            }
-        }
-    }
-    cp_async_wait<0>();
-}
-
-#define QUANT_PIPE_ARGS const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, \
-    u64 n_tiles, int do_row, int do_col, int pow2, fp8_t* __restrict__ q_row, float* __restrict__ s_row, \
+#define QUANT_1X128_ARGS const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, \
+    int do_row, int do_col, int pow2, fp8_t* __restrict__ q_row, float* __restrict__ s_row, \
     fp8_t* __restrict__ q_col, float* __restrict__ s_col
-extern "C" __global__ void __launch_bounds__(256, 3) quant_1x128_pipe2(QUANT_PIPE_ARGS) {
-    quant_1x128_pipe_body<2>(x, cols, tiles, n_tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
+// Two launch bounds of the same body, each the faster one measured for its use: 4 CTAs per SM
+// when the transposed copy is written, 3 (no register spills) for the rowwise-only cast.
+extern "C" __global__ void __launch_bounds__(256, 4) quant_1x128(QUANT_1X128_ARGS) {
+    quant_1x128_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) quant_1x128_pipe3(QUANT_PIPE_ARGS) {
-    quant_1x128_pipe_body<3>(x, cols, tiles, n_tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) quant_1x128_pipe4(QUANT_PIPE_ARGS) {
-    quant_1x128_pipe_body<4>(x, cols, tiles, n_tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
+extern "C" __global__ void __launch_bounds__(256, 3) quant_1x128_rowwise(QUANT_1X128_ARGS) {
+    quant_1x128_body(x, cols, tiles, do_row, do_col, pow2, q_row, s_row, q_col, s_col);
 }
 
 // ---------------------------------------------------------------------------------------------

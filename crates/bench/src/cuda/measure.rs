@@ -915,10 +915,20 @@ type StepFn = fn(&mut Gpu, &Ctx<'_>, &Set, &mut dyn Marks) -> Result<u32, BenchE
 fn time(gpu: &mut Gpu, ctx: &Ctx<'_>, rot: &[Set], step: StepFn) -> Result<Timing, BenchError> {
     let opt = ctx.opt;
     let mut launches = 0;
+    let mut host = std::time::Duration::ZERO;
     for i in 0..opt.warmup as usize {
+        let t = std::time::Instant::now();
         launches = step(gpu, ctx, &rot[i % rot.len()], &mut NoMarks)?;
+        host = host.max(t.elapsed());
     }
     let iters = opt.iters.max(1) as usize;
+    // The timed steps are queued behind a spin kernel that outlasts their enqueueing, so that
+    // on small points the events measure the GPU, not how fast this process launches kernels.
+    let spin_ns = (host.as_nanos() as u64)
+        .saturating_mul(iters as u64 * 5 / 4)
+        .saturating_add(20_000)
+        .min(50_000_000);
+    gpu.spin(spin_ns)?;
     let events: Vec<CudaEvent> = (0..5 * iters)
         .map(|_| {
             gpu.ctx

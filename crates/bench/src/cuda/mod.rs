@@ -42,21 +42,13 @@ pub struct Gpu {
 pub(crate) struct Kernels {
     pub fill_normal: CudaFunction,
     pub count_nonfinite: CudaFunction,
-    pub quant_1x128: CastKernel,
-    /// Every 1x128 cast kernel, the one in use first (compared by `perf`).
-    pub cast_variants: Vec<CastKernel>,
+    /// Row + column or column-only 1x128 casts.
+    pub quant_1x128: CudaFunction,
+    /// Rowwise-only 1x128 casts (same body, fewer CTAs per SM, no spills).
+    pub quant_1x128_rowwise: CudaFunction,
     pub quant_128x128: CudaFunction,
     pub norm_fwd: CudaFunction,
     pub spin: CudaFunction,
-}
-
-/// A 1x128 cast kernel and how it is launched.
-#[derive(Clone)]
-pub(crate) struct CastKernel {
-    pub name: &'static str,
-    pub func: CudaFunction,
-    /// Persistent pipelined kernels: (bytes of dynamic shared memory, CTAs per SM).
-    pub pipe: Option<(u32, u32)>,
 }
 
 /// Checks that the CUDA libraries load and a device exists, without panicking.
@@ -127,53 +119,11 @@ impl Gpu {
         .map_err(|e| BenchError::Nvrtc(format!("{e:?}")))?;
         let module = ctx.load_module(ptx).map_err(BenchError::driver)?;
         let f = |name: &str| module.load_function(name).map_err(BenchError::driver);
-        let mut cast_variants = Vec::new();
-        for name in [
-            "quant_1x128",
-            "quant_1x128_rt2",
-            "quant_1x128_rt3",
-            "quant_1x128_rt4",
-            "quant_1x128_lean4",
-            "quant_1x128_lean3",
-        ] {
-            cast_variants.push(CastKernel {
-                name,
-                func: f(name)?,
-                pipe: None,
-            });
-        }
-        for (name, stages) in [
-            ("quant_1x128_pipe2", 2u32),
-            ("quant_1x128_pipe3", 3),
-            ("quant_1x128_pipe4", 4),
-        ] {
-            let func = f(name)?;
-            let smem = stages * 128 * 128 * 2;
-            func.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(BenchError::driver)?;
-            let per_sm = func
-                .occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None)
-                .map_err(BenchError::driver)?;
-            if per_sm > 0 {
-                cast_variants.push(CastKernel {
-                    name,
-                    func,
-                    pipe: Some((smem, per_sm)),
-                });
-            }
-        }
-        let chosen = std::env::var("FP8SEL_CAST_KERNEL").unwrap_or_default();
-        if let Some(i) = cast_variants.iter().position(|c| c.name == chosen) {
-            cast_variants.swap(0, i);
-        }
         let k = Kernels {
             fill_normal: f("fill_normal_bf16")?,
             count_nonfinite: f("count_nonfinite_bf16")?,
-            quant_1x128: cast_variants[0].clone(),
-            cast_variants,
+            quant_1x128: f("quant_1x128")?,
+            quant_1x128_rowwise: f("quant_1x128_rowwise")?,
             quant_128x128: f("quant_128x128")?,
             norm_fwd: f("norm_fwd")?,
             spin: f("spin_ns")?,
@@ -253,6 +203,20 @@ impl Gpu {
         let mut b = self.stream.launch_builder(&self.k.fill_normal);
         b.arg(&ptr).arg(&n).arg(&seed).arg(&stddev);
         // SAFETY: ptr points at n bf16 values allocated by us; the kernel is bounds-checked.
+        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+        Ok(())
+    }
+
+    /// Queues a one-thread kernel that busy-waits `ns` nanoseconds (see `spin_ns`).
+    pub(crate) fn spin(&self, ns: u64) -> Result<(), BenchError> {
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.k.spin);
+        b.arg(&ns);
+        // SAFETY: the kernel takes one u64 and touches no memory.
         unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
         Ok(())
     }
