@@ -211,3 +211,32 @@ fn kernel_rates_are_plausible() {
         assert!(f.rate > 0.3 * copy.rate, "{}", f.name);
     }
 }
+
+#[test]
+fn exhaustive_search_keeps_the_heuristic_or_something_faster_that_agrees_with_it() {
+    use fp8_bench::cuda::AlgoSearch;
+    let Some(mut g) = gpu() else { return };
+    let [bf, f8] = perf::gemm_throughput(&mut g, 2048, 2048, 4096, AlgoSearch::Exhaustive).unwrap();
+    for f in [&bf, &f8] {
+        assert!(f.rate > 50.0, "{}: {} TFLOP/s", f.name, f.rate);
+        let t = f.tuning.as_deref().unwrap();
+        println!("{}: {t}", f.name);
+        // "N timed (C configs checked); heuristic H ms, chosen B ms: ..."
+        let num = |after: &str| -> f64 {
+            let rest = &t[t.find(after).unwrap() + after.len()..];
+            rest.split_whitespace()
+                .next()
+                .unwrap()
+                .trim_matches(|c| c == '(' || c == ',')
+                .parse()
+                .unwrap()
+        };
+        assert!(num("") >= 1.0, "{t}");
+        assert!(num("timed (") > 0.0, "no configuration was checked: {t}");
+        assert!(num("chosen ") <= num("heuristic "), "{t}");
+        if let Some(i) = t.find("output diff vs heuristic ") {
+            let d: f64 = t[i + 25..].trim().parse().unwrap();
+            assert!(d <= 1e-2, "{t}");
+        }
+    }
+}

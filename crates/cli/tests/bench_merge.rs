@@ -316,3 +316,24 @@ fn merge_policy_bad_input_exits_2_naming_the_file() {
     );
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn bench_kernels_teaches_and_rejects_bad_flags() {
+    let help = fp8sel(&["bench-kernels", "--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    let h = text(&help.stdout);
+    assert!(
+        h.contains("--search") && h.contains("exhaustive") && h.contains("heuristic"),
+        "{h}"
+    );
+    let bad = fp8sel(&["bench-kernels", "--search", "random"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("exhaustive"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let shapes = fp8sel(&["bench-kernels", "--shapes", "4096x2048"], &[]);
+    assert_eq!(shapes.status.code(), Some(2));
+    assert!(text(&shapes.stderr).contains("MxKxN"), "{}", text(&shapes.stderr));
+}

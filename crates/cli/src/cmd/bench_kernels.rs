@@ -61,7 +61,6 @@ const ANCHORS: &[(u64, u64, u64)] = &[
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
-    let mut gpu = Gpu::open(args.device).map_err(CliError::input)?;
     let shapes: Vec<(u64, u64, u64)> = match &args.shapes {
         None => ANCHORS.to_vec(),
         Some(s) => s
@@ -75,6 +74,8 @@ pub fn run(args: &Args) -> CliResult {
             })
             .collect::<Result<_, _>>()?,
     };
+    // Flags are checked before the device is opened, so a typo fails fast on any machine.
+    let mut gpu = Gpu::open(args.device).map_err(CliError::input)?;
     let err = |e: fp8_bench::BenchError| CliError {
         code: 1,
         message: e.to_string(),
