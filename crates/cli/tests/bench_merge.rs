@@ -335,5 +335,9 @@ fn bench_kernels_teaches_and_rejects_bad_flags() {
     );
     let shapes = fp8sel(&["bench-kernels", "--shapes", "4096x2048"], &[]);
     assert_eq!(shapes.status.code(), Some(2));
-    assert!(text(&shapes.stderr).contains("MxKxN"), "{}", text(&shapes.stderr));
+    assert!(
+        text(&shapes.stderr).contains("MxKxN"),
+        "{}",
+        text(&shapes.stderr)
+    );
 }
