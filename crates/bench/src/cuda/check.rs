@@ -203,4 +203,48 @@ mod tests {
         let mut s = Sampler::new(1);
         assert!((0..100).all(|_| s.below(7) < 7));
     }
+
+    /// The division-free power-of-two scale of `dequant_scale` in kernels.cu, restated.
+    fn kernel_pow2_scale(amax: f32) -> f32 {
+        let e = (amax * (1.0 / 448.0)).to_bits() & 0x7f80_0000;
+        if e == 0 {
+            return f32::from_bits(0x0080_0000);
+        }
+        let p = f32::from_bits(e);
+        if 448.0 * p >= amax {
+            p
+        } else if 448.0 * 2.0 * p >= amax {
+            2.0 * p
+        } else {
+            4.0 * p
+        }
+    }
+
+    /// What the kernel computed before: the correctly rounded quotient, rounded up to a power
+    /// of two by its bits (subnormal quotients to 2^-126).
+    fn rounded_quotient_pow2(amax: f32) -> f32 {
+        let mut u = (amax / 448.0).to_bits();
+        if u & 0x007f_ffff != 0 {
+            u = (u & 0xff80_0000) + 0x0080_0000;
+        }
+        f32::from_bits(u)
+    }
+
+    #[test]
+    fn division_free_pow2_scale_matches_the_rounded_quotient_for_every_bf16() {
+        let mut checked = 0;
+        for bits in 1u16..0x7f80 {
+            let amax = half::bf16::from_bits(bits).to_f32();
+            assert_eq!(
+                kernel_pow2_scale(amax).to_bits(),
+                rounded_quotient_pow2(amax).to_bits(),
+                "amax {amax:e}"
+            );
+            if amax >= 1e-30 {
+                assert_eq!(kernel_pow2_scale(amax), expected_scale(amax, true), "amax {amax:e}");
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, 0x7f7f);
+    }
 }

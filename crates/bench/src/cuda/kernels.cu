@@ -38,16 +38,20 @@ __device__ __forceinline__ fp8_t f_to_e4m3(float f) {
 
 // Dequantization scale for a block with absolute maximum `amax`: amax / 448, or with `pow2` that
 // value rounded up to a power of two (TE's default: the quantization factor is rounded down).
-// Bit arithmetic instead of frexpf/ldexpf, which are slow library calls.
+// The power-of-two case needs no division: p = 2^floor(log2(amax * (1/448))) is within a factor
+// two of the answer, and the exact products 448 * p, 448 * 2p pick the smallest power of two P
+// with 448 * P >= amax. That equals rounding the correctly rounded amax / 448 up to a power of
+// two, because a bf16 amax never lies within an f32 ulp above 448 * 2^k without being equal to
+// it. Quotients below the smallest normal give 2^-126, as rounding the subnormal quotient up did.
 __device__ __forceinline__ float dequant_scale(float amax, int pow2) {
     if (!(amax > 0.0f) || isinf(amax)) return 1.0f;
-    float s = amax / FP8_MAX;
     if (pow2) {
-        unsigned int u = __float_as_uint(s);
-        if (u & 0x007fffffu) u = (u & 0xff800000u) + 0x00800000u;
-        s = __uint_as_float(u);
+        const unsigned int e = __float_as_uint(amax * (1.0f / FP8_MAX)) & 0x7f800000u;
+        if (e == 0) return __uint_as_float(0x00800000u);
+        const float p = __uint_as_float(e);
+        return FP8_MAX * p >= amax ? p : (FP8_MAX * 2.0f * p >= amax ? 2.0f * p : 4.0f * p);
     }
-    return s;
+    return amax / FP8_MAX;
 }
 
 __device__ __forceinline__ float warp_max(float v, int width) {
