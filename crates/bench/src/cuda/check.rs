@@ -241,7 +241,11 @@ mod tests {
                 "amax {amax:e}"
             );
             if amax >= 1e-30 {
-                assert_eq!(kernel_pow2_scale(amax), expected_scale(amax, true), "amax {amax:e}");
+                assert_eq!(
+                    kernel_pow2_scale(amax),
+                    expected_scale(amax, true),
+                    "amax {amax:e}"
+                );
             }
             checked += 1;
         }
