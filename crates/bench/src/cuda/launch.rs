@@ -40,8 +40,10 @@ pub(crate) fn quant_1x128(
         &gpu.k.quant_1x128_rowwise
     };
     let mut b = gpu.stream.launch_builder(kernel);
-    b.arg(&src).arg(&cols).arg(&tiles);
-    b.arg(&r)
+    b.arg(&src)
+        .arg(&cols)
+        .arg(&tiles)
+        .arg(&r)
         .arg(&c)
         .arg(&p2)
         .arg(&out[0])

@@ -209,16 +209,7 @@ impl Gpu {
 
     /// Queues a one-thread kernel that busy-waits `ns` nanoseconds (see `spin_ns`).
     pub(crate) fn spin(&self, ns: u64) -> Result<(), BenchError> {
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&self.k.spin);
-        b.arg(&ns);
-        // SAFETY: the kernel takes one u64 and touches no memory.
-        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
-        Ok(())
+        launch_spin(&self.stream, &self.k.spin, ns)
     }
 
     /// Counts NaN/Inf among `n` bf16 values at `ptr` (synchronizes).
@@ -241,4 +232,23 @@ impl Gpu {
         scratch.read_into(&self.stream, &mut c)?;
         Ok(c[0])
     }
+}
+
+/// Queues `spin_ns` (one thread, busy-waits `ns` nanoseconds) on `stream`; `spin` is the kernel.
+/// Timed work queued behind it is enqueued before the GPU reaches it, so events time the GPU.
+pub(crate) fn launch_spin(
+    stream: &CudaStream,
+    spin: &CudaFunction,
+    ns: u64,
+) -> Result<(), BenchError> {
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(spin);
+    b.arg(&ns);
+    // SAFETY: the kernel takes one u64 and touches no memory.
+    unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+    Ok(())
 }

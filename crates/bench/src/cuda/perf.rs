@@ -1,7 +1,6 @@
 //! Device microbenchmarks for docs/PERFORMANCE.md: copy bandwidth, GEMM-only throughput on the
 //! anchor shapes, and the quantization kernels' achieved bandwidth.
 
-use cudarc::driver::PushKernelArg;
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
@@ -65,15 +64,7 @@ fn time_on(
     };
     for _ in 0..reps {
         let (a, b) = (ev()?, ev()?);
-        let mut l = stream.launch_builder(spin);
-        l.arg(&spin_ns);
-        let cfg = cudarc::driver::LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the kernel takes one u64 and touches no memory.
-        unsafe { l.launch(cfg) }.map_err(BenchError::driver)?;
+        super::launch_spin(stream, spin, spin_ns)?;
         a.record(stream).map_err(BenchError::driver)?;
         f()?;
         b.record(stream).map_err(BenchError::driver)?;
