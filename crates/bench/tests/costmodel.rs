@@ -84,8 +84,8 @@ fn calibrate() {
         for fp8_eff in [0.58, 0.60, 0.62, 0.66] {
             for k_half in [48.0, 64.0, 96.0] {
                 for m_half in [8.0, 16.0, 24.0] {
-                    for cast_share in [0.45, 0.50, 0.55] {
-                        for launch_us in [16.0, 20.0, 25.0, 30.0] {
+                    for cast_share in [0.45, 0.55, 0.65, 0.75, 0.85] {
+                        for launch_us in [5.0, 10.0, 15.0, 20.0, 25.0] {
                             let p = DeviceProfile {
                                 bf16_eff,
                                 fp8_eff,
