@@ -171,12 +171,7 @@ pub fn render(root: &Path) -> Result<String, String> {
             policies_cache.insert(sc.config, build_model(&model, &mine, &opt)?.policies);
         }
         let policies = &policies_cache[sc.config];
-        let pts: Vec<&fp8_merge::report::Point> = held
-            .iter()
-            .filter(|r| sc.heldout.iter().any(|h| r.0.ends_with(h)))
-            .flat_map(|r| &r.1.points)
-            .collect();
-        let index = PointIndex::new(pts.iter().copied());
+        let index = PointIndex::new(heldout_points(&held, sc));
         for &t in sc.tokens {
             let st = step_times(&model, sc.parallel, t, policies, &index, sc.roles);
             if !st.missing.is_empty() {
@@ -303,12 +298,7 @@ fn density(
         let pol_base = shipped
             .get(sc.config)
             .ok_or_else(|| format!("{}: no policies from the main table", sc.config))?;
-        let pts: Vec<&fp8_merge::report::Point> = held
-            .iter()
-            .filter(|r| sc.heldout.iter().any(|h| r.0.ends_with(h)))
-            .flat_map(|r| &r.1.points)
-            .collect();
-        let index = PointIndex::new(pts.iter().copied());
+        let index = PointIndex::new(heldout_points(held, sc));
         for &t in sc.tokens {
             let a = step_times(&model, sc.parallel, t, pol_base, &index, sc.roles);
             let b = step_times(&model, sc.parallel, t, &pol_dense, &index, sc.roles);
@@ -460,6 +450,16 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
          costs little.\n"
     );
     Ok(())
+}
+
+/// The held-out points of a scenario's sweeps.
+fn heldout_points<'a>(
+    held: &'a [Report3],
+    sc: &Scenario,
+) -> impl Iterator<Item = &'a fp8_merge::report::Point> {
+    held.iter()
+        .filter(|r| sc.heldout.iter().any(|h| r.0.ends_with(h)))
+        .flat_map(|r| &r.1.points)
 }
 
 fn show(t: u64) -> String {
