@@ -270,15 +270,12 @@ pub fn quant_bandwidth(
         }
         .map_err(BenchError::driver)
     })?;
-    let same_size = 4.0 * elems / copy_ms / 1e9;
-    let mut out = vec![Figure {
-        name: format!("device-to-device copy [{m}x{k} bf16]"),
-        ms: copy_ms,
-        rate: same_size,
-        unit: "TB/s",
-        relative: Some(same_size / copy_tbs),
-        tuning: None,
-    }];
+    let mut out = vec![bandwidth(
+        format!("device-to-device copy [{m}x{k} bf16]"),
+        copy_ms,
+        4.0 * elems,
+        copy_tbs,
+    )];
     for (name, row, col, bytes) in [
         (
             "1x128 rowwise + columnwise",
@@ -294,15 +291,12 @@ pub fn quant_bandwidth(
         ),
     ] {
         let ms = time_ms(gpu, 20, || cast(row, col))?;
-        let tbs = bytes / ms / 1e9;
-        out.push(Figure {
-            name: format!("cast {name} [{m}x{k}]"),
+        out.push(bandwidth(
+            format!("cast {name} [{m}x{k}]"),
             ms,
-            rate: tbs,
-            unit: "TB/s",
-            relative: Some(tbs / copy_tbs),
-            tuning: None,
-        });
+            bytes,
+            copy_tbs,
+        ));
     }
     // 128x128 weight cast with its transpose on [m, k] viewed as a weight.
     let (wq, sw, wqt, swt) = (
@@ -321,14 +315,24 @@ pub fn quant_bandwidth(
             [wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr()],
         )
     })?;
-    let tbs = (2.0 * elems + 2.0 * elems) / ms / 1e9;
-    out.push(Figure {
-        name: format!("cast 128x128 + transpose [{m}x{k}]"),
+    out.push(bandwidth(
+        format!("cast 128x128 + transpose [{m}x{k}]"),
+        ms,
+        2.0 * elems + 2.0 * elems,
+        copy_tbs,
+    ));
+    Ok(out)
+}
+
+/// A memory-bound figure: `bytes` read + written in `ms`, relative to the copy bandwidth.
+fn bandwidth(name: String, ms: f64, bytes: f64, copy_tbs: f64) -> Figure {
+    let tbs = bytes / ms / 1e9;
+    Figure {
+        name,
         ms,
         rate: tbs,
         unit: "TB/s",
         relative: Some(tbs / copy_tbs),
         tuning: None,
-    });
-    Ok(out)
+    }
 }
