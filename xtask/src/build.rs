@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fp8_engine::{ModelDesc, Parallel, Role};
-use fp8_merge::report::Report;
+use fp8_engine::{ModelDesc, Parallel, Role, TokenOverrides};
 use fp8_merge::{Loaded, MergeOptions, ParKey, parse};
 use fp8_policy::Policy;
+use fp8_report::Report;
 
 use crate::eval::{PointIndex, step_times};
 use crate::plot::{Line, speedup_svg};
@@ -27,9 +27,8 @@ pub fn read_reports(dir: &Path) -> Result<Vec<(PathBuf, Report, Loaded)>, String
     files.sort();
     let mut out = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-        let report: Report = serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not an fp8sel report: {e}", f.display()))?;
+        let text = fp8_report::read_text(&f).map_err(|e| e.to_string())?;
+        let report: Report = fp8_report::parse(&text, &f).map_err(|e| e.to_string())?;
         // Provenance names reports relative to the repository, whatever the checkout path.
         let name = PathBuf::from(rel_name(&f));
         let loaded = parse(&text, &name, 16).map_err(|e| e.to_string())?;
@@ -216,12 +215,12 @@ fn summary(
          fitted on (held-out validation is in docs/RESULTS.md).\n\n\
          | layout | tokens | all-BF16 ms | all-FP8 ms | adaptive ms | adaptive / BF16 | adaptive / FP8 | FP8 modules |\n|---|---|---|---|---|---|---|---|"
     );
-    // (tp, ep, etp) -> (components measured, their points)
-    type Layouts<'a> = BTreeMap<(u32, u32, u32), (Vec<Role>, Vec<&'a fp8_merge::report::Point>)>;
+    // (tp, ep, etp, cp) -> (components measured, their points)
+    type Layouts<'a> = BTreeMap<(u32, u32, u32, u32), (Vec<Role>, Vec<&'a fp8_report::Point>)>;
     let mut layouts: Layouts<'_> = BTreeMap::new();
     for r in reports {
         let p = r.1.provenance.parallel;
-        let e = layouts.entry((p.tp, p.ep, p.etp)).or_default();
+        let e = layouts.entry((p.tp, p.ep, p.etp, p.cp.max(1))).or_default();
         for pt in &r.1.points {
             let rl = role(&pt.component);
             if !e.0.contains(&rl) {
@@ -230,24 +229,21 @@ fn summary(
             e.1.push(pt);
         }
     }
-    let run = model
+    let first = model
         .component(Role::Llm)
         .or(model.components.first())
-        .and_then(|c| {
-            c.recommended
-                .seq_length
-                .map(|sq| sq * c.recommended.micro_batch_size.unwrap_or(1))
-        });
-    for ((tp, ep, etp), (roles, pts)) in &layouts {
-        let Some(tokens) = run else { break };
-        let index = PointIndex::new(pts.iter().copied());
-        let par = Parallel {
-            tp: *tp,
-            ep: *ep,
-            etp: *etp,
-            cp: 1,
-            sequence_parallel: *tp > 1,
+        .map(|c| c.role);
+    for ((tp, ep, etp, cp), (roles, pts)) in &layouts {
+        // The configured run's tokens per rank, CP included.
+        let Some(tokens) = first
+            .and_then(|r| model.token_config(r, &TokenOverrides::default(), *cp))
+            .and_then(|t| t.dense_tokens().ok())
+            .map(|(n, _)| n)
+        else {
+            break;
         };
+        let index = PointIndex::new(pts.iter().copied());
+        let par = Parallel::new(*tp, *ep, *etp, *cp);
         let st = step_times(model, par, tokens, policies, &index, roles);
         if st.modules == 0 {
             continue;

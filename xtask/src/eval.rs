@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use fp8_engine::{ModelDesc, Parallel, Role, TokenConfig, decide, inventory};
-use fp8_merge::report::{Point, Status};
 use fp8_policy::Policy;
+use fp8_report::{Point, Status};
 
 /// Step times of one model at one layout and token count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -87,7 +87,11 @@ pub fn step_times(
         let topk = c.arch.moe.map_or(1, |m| m.router_topk);
         let tc = TokenConfig::new(tokens, 1);
         for spec in &modules {
-            let d = decide(spec, &tc, topk, policies.get(&c.role));
+            let Ok(d) = decide(spec, &tc, topk, policies.get(&c.role)) else {
+                out.missing
+                    .push(format!("{} {}: token count overflows", c.role, spec.name));
+                continue;
+            };
             let Some((b, f)) = index.get(c.role, &spec.name, d.num_tokens) else {
                 out.missing
                     .push(format!("{} {} @ {}", c.role, spec.name, d.num_tokens));

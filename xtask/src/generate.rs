@@ -3,11 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use fp8_bench::cuda::MeasureOptions;
+use fp8_bench::driver;
 use fp8_bench::job::{SweepJob, points, provenance};
-use fp8_bench::runner::{Backend, CudaBackend, run_sweep};
+use fp8_bench::runner::{Backend, CudaBackend};
+use fp8_bench::sweep::BenchPoint;
 use fp8_bench::sweep::SplitMode;
 use fp8_engine::{ModelDesc, Parallel, inventory, load_model};
 use fp8_merge::MergeOptions;
+use fp8_report::Point;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::build::{Files, build_model, read_reports};
@@ -49,13 +52,7 @@ pub fn default_layouts(
     for &tp in &tps {
         for &ep in &eps {
             for &etp in &etps {
-                let p = Parallel {
-                    tp,
-                    ep,
-                    etp,
-                    cp: 1,
-                    sequence_parallel: tp > 1,
-                };
+                let p = Parallel::new(tp, ep, etp, 1);
                 if model.components.iter().all(|c| inventory(c, p).is_ok()) {
                     out.push(p);
                 }
@@ -138,10 +135,18 @@ pub fn measure(
         );
         bar.set_prefix(format!("{} {parallel}", model.name));
         let prov = provenance(model, &config.display().to_string(), &job, opt, "pow2");
-        let report = run_sweep(backend, &pts, opt, prov, &mut |_, p, _| {
-            bar.set_message(p.spec.name.rsplit('.').next().unwrap_or("").to_owned());
-            bar.inc(1);
-        });
+        let report = driver::run(
+            driver::Sweep {
+                points: &pts,
+                opt,
+                provenance: prov,
+                rank: None,
+                resume_from: None,
+            },
+            driver::Workers::One(&mut *backend),
+            &Bar(&bar),
+        )
+        .map_err(|e| e.to_string())?;
         bar.finish_and_clear();
         let ep = if parallel.ep > 1 {
             format!("_ep{}", parallel.ep)
@@ -149,10 +154,21 @@ pub fn measure(
             String::new()
         };
         let path = reports_dir.join(format!("{}_tp{}{ep}.json", model.name, parallel.tp));
-        fp8_policy::write_atomic(&path, report.to_json().as_bytes()).map_err(|e| e.to_string())?;
+        fp8_report::write(&report, &path).map_err(|e| e.to_string())?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// The sweep's progress on an indicatif bar.
+struct Bar<'a>(&'a ProgressBar);
+
+impl driver::Progress for Bar<'_> {
+    fn point(&self, p: &BenchPoint, _: &Point) {
+        self.0
+            .set_message(p.spec.name.rsplit('.').next().unwrap_or("").to_owned());
+        self.0.inc(1);
+    }
 }
 
 /// Builds every model's outputs from the reports in `reports_dir`.
@@ -186,10 +202,8 @@ pub fn build_all(
 pub fn write_files(out: &Path, files: &Files) -> Result<(), String> {
     for (rel, bytes) in files {
         let path = out.join(rel);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        }
-        fp8_policy::write_atomic(&path, bytes).map_err(|e| e.to_string())?;
+        fp8_io::create_parent_dir(&path).map_err(|e| e.to_string())?;
+        fp8_io::write_atomic(&path, bytes).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

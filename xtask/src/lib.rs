@@ -51,7 +51,7 @@ pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     let text = results::render(root)?;
     let path = root.join("docs/RESULTS.md");
     if update {
-        fp8_policy::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        fp8_io::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
         return Ok(false);
     }
     Ok(std::fs::read_to_string(&path).map_or(true, |have| have != text))

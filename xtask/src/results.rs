@@ -25,20 +25,10 @@ struct Scenario {
 }
 
 /// A report file, its content, and its parsed samples (as `read_reports` returns them).
-type Report3 = (
-    std::path::PathBuf,
-    fp8_merge::report::Report,
-    fp8_merge::Loaded,
-);
+type Report3 = (std::path::PathBuf, fp8_report::Report, fp8_merge::Loaded);
 
 const fn par(tp: u32, ep: u32) -> Parallel {
-    Parallel {
-        tp,
-        ep,
-        etp: 1,
-        cp: 1,
-        sequence_parallel: tp > 1,
-    }
+    Parallel::new(tp, ep, 1, 1)
 }
 
 const LONG: &[u64] = &[3008, 6000, 12000];
@@ -345,7 +335,7 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
     );
     // Point-level spread of the speedup between the runs.
     let mut diffs = Vec::new();
-    let key = |p: &fp8_merge::report::Point| (p.module.clone(), p.tp, p.tokens);
+    let key = |p: &fp8_report::Point| (p.module.clone(), p.tp, p.tokens);
     let first: BTreeMap<_, f64> = a
         .iter()
         .flat_map(|r| &r.1.points)
@@ -456,7 +446,7 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
 fn heldout_points<'a>(
     held: &'a [Report3],
     sc: &Scenario,
-) -> impl Iterator<Item = &'a fp8_merge::report::Point> {
+) -> impl Iterator<Item = &'a fp8_report::Point> {
     held.iter()
         .filter(|r| sc.heldout.iter().any(|h| r.0.ends_with(h)))
         .flat_map(|r| &r.1.points)

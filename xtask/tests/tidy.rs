@@ -76,11 +76,12 @@ fn crates_inherit_lints_and_workspace_dependencies() {
 fn internal_crates_are_not_published() {
     for dir in crate_dirs() {
         let manifest = read(&dir.join("Cargo.toml"));
-        let published = dir.ends_with("policy");
+        // fp8-policy is the published schema crate; fp8-io is published because it depends on it.
+        let published = dir.ends_with("policy") || dir.ends_with("io");
         assert_eq!(
             !manifest.contains("publish = false"),
             published,
-            "{}: only fp8-policy is published; internal crates say `publish = false`",
+            "{}: only fp8-policy and fp8-io are published; internal crates say `publish = false`",
             dir.display()
         );
     }
@@ -97,6 +98,104 @@ fn only_the_bench_links_cudarc() {
                 dir.display()
             );
         }
+    }
+}
+
+/// The normal (non-dev, non-build) dependency graph of the workspace's crates, from
+/// `cargo metadata --no-deps` (no network, no registry): package name -> names of the packages it
+/// declares. External crates appear only as leaves, which is enough: none of them depends on a
+/// workspace crate, and cudarc is reached only through a workspace crate that declares it.
+fn dependency_graph() -> std::collections::BTreeMap<String, Vec<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    v["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["kind"].is_null())
+                .filter_map(|d| d["name"].as_str().map(str::to_owned))
+                .collect();
+            (p["name"].as_str().unwrap_or_default().to_owned(), deps)
+        })
+        .collect()
+}
+
+fn reaches(graph: &std::collections::BTreeMap<String, Vec<String>>, from: &str, to: &str) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![from.to_owned()];
+    while let Some(n) = stack.pop() {
+        if n == to {
+            return true;
+        }
+        if seen.insert(n.clone()) {
+            stack.extend(graph.get(&n).into_iter().flatten().cloned());
+        }
+    }
+    false
+}
+
+#[test]
+fn crate_graph_follows_architecture() {
+    let g = dependency_graph();
+    // The decision side and the format crates never depend on the measurement.
+    for c in [
+        "fp8-io",
+        "fp8-policy",
+        "fp8-report",
+        "fp8-engine",
+        "fp8-merge",
+    ] {
+        assert!(g.contains_key(c), "{c} is not in the workspace graph");
+        assert!(
+            !reaches(&g, c, "fp8-bench"),
+            "{c} must not depend on fp8-bench"
+        );
+        assert!(!reaches(&g, c, "cudarc"), "{c} must not link cudarc");
+    }
+    // The producer of reports does not depend on their consumer: both share fp8-report.
+    assert!(
+        !reaches(&g, "fp8-bench", "fp8-merge"),
+        "fp8-bench must not depend on fp8-merge"
+    );
+    for c in ["fp8-bench", "fp8-merge"] {
+        assert!(
+            reaches(&g, c, "fp8-report"),
+            "{c} reads or writes reports through fp8-report"
+        );
+    }
+    // Only fp8-bench depends on cudarc directly.
+    let direct: Vec<&String> = g
+        .iter()
+        .filter(|(_, deps)| deps.iter().any(|d| d == "cudarc"))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(direct, ["fp8-bench"], "only fp8-bench may link cudarc");
+    // The published schema crate stays small: no workspace crate but fp8-io under it.
+    for d in g.get("fp8-policy").into_iter().flatten() {
+        assert!(
+            !d.starts_with("fp8-") || d == "fp8-io",
+            "fp8-policy depends on {d}"
+        );
     }
 }
 

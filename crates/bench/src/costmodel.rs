@@ -7,8 +7,8 @@
 //! overhead. The H200 profile is calibrated against our measured H200 reports
 //! (`fixtures/reports/h200/`); `tests/costmodel.rs` states and enforces its error there.
 
-use fp8_merge::report::{DeviceInfo, Point, Stat, Status, Timing};
 use fp8_policy::ModuleKind;
+use fp8_report::{DeviceInfo, Point, Stat, Status, Timing};
 
 use crate::cuda::MeasureOptions;
 use crate::layout::round_up;
@@ -196,7 +196,7 @@ impl Backend for ModelBackend {
         true
     }
     fn measure(&mut self, p: &BenchPoint, opt: &MeasureOptions) -> Point {
-        let mut point = crate::cuda::base_point_for(p, opt.pad);
+        let mut point = p.report_point(opt.pad);
         let (k, n) = (p.spec.in_features, p.spec.out_features);
         if opt.fp8 && !(k.is_multiple_of(16) && n.is_multiple_of(16)) {
             point.status = Status::Skipped;

@@ -1,8 +1,8 @@
 //! One sweep job: a model, a layout and the token counts, turned into bench points and the
 //! report's provenance. Shared by `fp8sel bench` and `cargo xtask gen-policy`.
 
-use fp8_engine::{ModelDesc, Parallel, Role, inventory};
-use fp8_merge::report::{ParallelInfo, Provenance};
+use fp8_engine::{ModelDesc, Parallel, Role, TokenOverrides, inventory};
+use fp8_report::{ParallelInfo, Provenance};
 
 use crate::cuda::MeasureOptions;
 use crate::sweep::{BenchPoint, SplitMode, build_points, token_counts};
@@ -30,44 +30,16 @@ pub struct SweepJob {
     pub modules: Option<String>,
 }
 
-/// The layout for the given sizes, unset ones from the config (ETP defaults to TP, as in
-/// Megatron). Sequence parallelism is on whenever TP > 1.
-pub fn layout(model: &ModelDesc, tp: Option<u32>, ep: Option<u32>, etp: Option<u32>) -> Parallel {
-    let rec = model
-        .component(Role::Llm)
-        .or(model.components.first())
-        .map(|c| c.recommended.clone())
-        .unwrap_or_default();
-    let tp = tp.or(rec.tp).unwrap_or(1);
-    Parallel {
-        tp,
-        ep: ep.or(rec.ep).unwrap_or(1),
-        etp: etp.or(rec.etp).unwrap_or(tp),
-        cp: rec.cp.unwrap_or(1),
-        sequence_parallel: tp > 1,
-    }
-}
-
-/// The configured run's token count of a component: `seq x mbs / cp`, or its
-/// `fp8_dynamic_num_tokens`.
+/// The configured run's token count of a component (`seq x mbs / cp`, or its
+/// `fp8_dynamic_num_tokens`), added to the default sweep.
 pub fn run_tokens(model: &ModelDesc, role: Role, job: &SweepJob) -> Option<u64> {
-    let c = model.component(role)?;
-    let llm = model
-        .component(Role::Llm)
-        .map(|l| l.recommended.clone())
-        .unwrap_or_default();
-    let seq = job
-        .seq_length
-        .or(c.recommended.seq_length)
-        .or(llm.seq_length)?;
-    let mbs = job
-        .micro_batch_size
-        .or(c.recommended.micro_batch_size)
-        .or(llm.micro_batch_size)
-        .unwrap_or(1);
-    c.fp8
-        .num_tokens
-        .or(Some(seq * mbs / u64::from(job.parallel.cp.max(1))))
+    let given = TokenOverrides {
+        seq_length: job.seq_length,
+        micro_batch_size: job.micro_batch_size,
+        num_tokens: None,
+    };
+    let t = model.token_config(role, &given, job.parallel.cp)?;
+    t.dense_tokens().ok().map(|(n, _)| n)
 }
 
 /// Every point of the job.
@@ -90,7 +62,10 @@ pub fn points(model: &ModelDesc, job: &SweepJob) -> Result<Vec<BenchPoint>, Stri
             modules.retain(|m| m.name.contains(f.as_str()));
         }
         let topk = c.arch.moe.map_or(1, |m| m.router_topk);
-        out.extend(build_points(&modules, &tokens, topk, &job.splits));
+        out.extend(
+            build_points(&modules, &tokens, topk, &job.splits)
+                .map_err(|e| format!("{}: {e}", c.role))?,
+        );
     }
     Ok(out)
 }

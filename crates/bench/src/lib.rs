@@ -9,11 +9,13 @@
 //! no CUDA at all. Kernels are CUDA C compiled by NVRTC at run time; nothing CUDA is needed at
 //! build time.
 //!
-//! It does not decide or merge: reports go to `fp8-merge`, decisions to `fp8-engine`. TP/EP
+//! It does not decide or merge: it writes `fp8-report` reports, which `fp8-merge` reads; decisions
+//! belong to `fp8-engine`. TP/EP
 //! communication is not timed (see docs/BENCHMARK.md).
 
 pub mod costmodel;
 pub mod cuda;
+pub mod driver;
 pub mod error;
 pub mod job;
 pub mod layout;

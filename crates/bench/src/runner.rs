@@ -1,6 +1,6 @@
-//! A sweep: every point through a backend, into one report.
+//! Backends (the GPU, the cost model) and running shards of a sweep on several devices.
 
-use fp8_merge::report::{DeviceInfo, Point, Provenance, Report, Status};
+use fp8_report::{DeviceInfo, Point, Status};
 
 use crate::cuda::MeasureOptions;
 use crate::sweep::BenchPoint;
@@ -17,29 +17,15 @@ pub trait Backend {
     fn measure(&mut self, point: &BenchPoint, opt: &MeasureOptions) -> Point;
 }
 
-/// Runs every point and returns the report. `progress` is called after each point.
-pub fn run_sweep(
-    backend: &mut dyn Backend,
-    points: &[BenchPoint],
-    opt: &MeasureOptions,
-    mut provenance: Provenance,
-    progress: &mut dyn FnMut(usize, &BenchPoint, &Point),
-) -> Report {
-    provenance.device = backend.device();
-    provenance.timing = backend.timing().to_owned();
-    let mut report = Report::new(provenance, backend.estimated());
-    for (i, p) in points.iter().enumerate() {
-        let point = backend.measure(p, opt);
-        progress(i, p, &point);
-        report.points.push(point);
-    }
-    report
-}
-
-/// Counts of ok / failed / skipped points.
-pub fn status_counts(r: &Report) -> (usize, usize, usize) {
-    let c = |s: Status| r.points.iter().filter(|p| p.status == s).count();
-    (c(Status::Ok), c(Status::Failed), c(Status::Skipped))
+/// What a backend says about itself, for the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendInfo {
+    /// The device (or profile).
+    pub device: DeviceInfo,
+    /// `gpu` or `model`.
+    pub timing: &'static str,
+    /// Whether results are estimates.
+    pub estimated: bool,
 }
 
 /// The CUDA backend.
@@ -63,8 +49,8 @@ impl Backend for CudaBackend {
 /// Runs shards of `points` on several devices at once, one worker thread per device, each with
 /// its own backend (CUDA context and stream) made by `make` inside the thread. A device that
 /// fails to open, or whose worker dies, reports its points as skipped with the reason: they are
-/// never silently dropped. Returns every assigned point index with its result, and the device
-/// info of the first backend that opened.
+/// never silently dropped. Returns every assigned point index with its result, and what the
+/// first backend that opened says about itself.
 pub fn run_parallel(
     make: &(dyn Fn(usize) -> Result<Box<dyn Backend>, String> + Sync),
     devices: &[usize],
@@ -72,16 +58,20 @@ pub fn run_parallel(
     shards: &[Vec<usize>],
     opt: &MeasureOptions,
     progress: &(dyn Fn(&BenchPoint, &Point) + Sync),
-) -> (Vec<(usize, Point)>, Option<DeviceInfo>) {
+) -> (Vec<(usize, Point)>, Option<BackendInfo>) {
     let results = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
             .zip(shards)
             .map(|(&dev, shard)| {
                 let h = scope.spawn(
-                    move || -> Result<(Vec<(usize, Point)>, DeviceInfo), String> {
+                    move || -> Result<(Vec<(usize, Point)>, BackendInfo), String> {
                         let mut backend = make(dev)?;
-                        let info = backend.device();
+                        let info = BackendInfo {
+                            device: backend.device(),
+                            timing: backend.timing(),
+                            estimated: backend.estimated(),
+                        };
                         let mut out = Vec::with_capacity(shard.len());
                         for &i in shard {
                             let p = backend.measure(&points[i], opt);
@@ -112,7 +102,7 @@ pub fn run_parallel(
             Err(_) => format!("device {dev} failed: its worker panicked"),
         };
         for &i in shard {
-            let mut p = crate::cuda::base_point_for(&points[i], opt.pad);
+            let mut p = points[i].report_point(opt.pad);
             p.status = Status::Skipped;
             p.reason = Some(format!("{failure}; re-run with --resume to measure it"));
             all.push((i, p));

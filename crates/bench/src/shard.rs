@@ -11,27 +11,6 @@ use crate::costmodel::profile;
 use crate::cuda::MeasureOptions;
 use crate::sweep::BenchPoint;
 
-/// A point's identity across processes and re-runs.
-pub fn point_id(p: &BenchPoint) -> String {
-    let split = p.split_mode.map(|m| m.name()).unwrap_or_default();
-    let s = &p.spec;
-    format!(
-        "{}/{}/{split}/{}/{}x{}x{}",
-        s.component, s.name, p.tokens, s.in_features, s.out_features, s.num_gemms
-    )
-}
-
-/// The same identity, read back from a report point.
-pub fn report_point_id(p: &fp8_merge::report::Point) -> String {
-    format!(
-        "{}/{}/{}/{}",
-        p.component,
-        p.module,
-        p.split_mode.clone().unwrap_or_default(),
-        p.tokens
-    )
-}
-
 /// Estimated cost of a point (ms of device time for both precisions).
 pub fn cost(p: &BenchPoint) -> f64 {
     match profile("h200") {
@@ -47,10 +26,10 @@ pub fn cost(p: &BenchPoint) -> f64 {
 /// shard's indices are returned in sweep order.
 pub fn assign(points: &[BenchPoint], shards: usize) -> Vec<Vec<usize>> {
     let shards = shards.max(1);
-    let mut order: Vec<(f64, String, usize)> = points
+    let mut order: Vec<(f64, fp8_report::PointId, usize)> = points
         .iter()
         .enumerate()
-        .map(|(i, p)| (cost(p), point_id(p), i))
+        .map(|(i, p)| (cost(p), p.id(), i))
         .collect();
     order.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let mut load = vec![0.0f64; shards];
@@ -78,17 +57,23 @@ pub fn loads(points: &[BenchPoint], shards: &[Vec<usize>]) -> Vec<f64> {
 
 /// A digest of the whole sweep (its point ids), shared by all shards of one sweep.
 pub fn sweep_digest(points: &[BenchPoint]) -> String {
-    let mut ids: Vec<String> = points.iter().map(point_id).collect();
-    ids.sort();
-    // FNV-1a, 64 bit: stable across platforms and releases, unlike `DefaultHasher`.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for id in &ids {
-        for b in id.bytes().chain(std::iter::once(0)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
+    let ids: Vec<fp8_report::PointId> = points.iter().map(BenchPoint::id).collect();
+    fp8_report::sweep_digest(&ids)
+}
+
+/// This rank's share of the sweep: the indices it measures and the shard data its report
+/// carries, so the merge can check that every rank delivered every point.
+pub fn rank_share(points: &[BenchPoint], rank: &RankEnv) -> (Vec<usize>, fp8_report::Shard) {
+    let mine = assign(points, rank.world).swap_remove(rank.rank.min(rank.world.max(1) - 1));
+    let shard = fp8_report::Shard {
+        rank: rank.rank,
+        world_size: rank.world,
+        launcher: rank.launcher.to_owned(),
+        sweep_digest: sweep_digest(points),
+        sweep_points: points.len(),
+        point_ids: mine.iter().map(|&i| points[i].id()).collect(),
+    };
+    (mine, shard)
 }
 
 /// This process's place in a launch by torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`) or Slurm

@@ -1,6 +1,9 @@
 //! What a sweep measures: module x token count, with expert splits and FP8 padding.
 
-use fp8_engine::{ModuleSpec, TokenConfig};
+use std::collections::BTreeMap;
+
+use fp8_engine::{ModuleSpec, TokenConfig, TokenOverflow};
+use fp8_report::{Point, PointId, Status};
 
 use crate::layout::{Segments, round_up};
 
@@ -45,6 +48,52 @@ impl BenchPoint {
     /// Logical rows over all GEMMs.
     pub fn rows(&self) -> u64 {
         self.splits.iter().sum()
+    }
+
+    /// The point's identity, equal to [`Point::id`] of the point the sweep writes for it.
+    pub fn id(&self) -> PointId {
+        let s = &self.spec;
+        PointId {
+            component: s.component.to_string(),
+            module: s.name.clone(),
+            split: self.split_mode.map(|m| m.name()),
+            tokens: self.tokens,
+            in_features: s.in_features,
+            out_features: s.out_features,
+            num_gemms: s.num_gemms,
+        }
+    }
+
+    /// The report point for this measurement, with no timing yet (status `ok`).
+    pub fn report_point(&self, pad: u64) -> Point {
+        let s = &self.spec;
+        Point {
+            component: s.component.to_string(),
+            module: s.name.clone(),
+            te_class: s.te_class.to_string(),
+            module_kind: s.module_kind,
+            ub_name: s.ub_name.clone(),
+            tp: s.tp,
+            etp: s.etp,
+            num_gemms: s.num_gemms,
+            tokens: self.tokens,
+            gemm_rows: self.rows(),
+            padded_rows: self.segments(pad).total_padded(),
+            splits: if s.module_kind.is_grouped() {
+                self.splits.clone()
+            } else {
+                Vec::new()
+            },
+            split_mode: self.split_mode.map(|m| m.name()),
+            in_features: s.in_features,
+            out_features: s.out_features,
+            status: Status::Ok,
+            reason: None,
+            bf16: None,
+            fp8: None,
+            speedup: None,
+            errors: BTreeMap::new(),
+        }
     }
 }
 
@@ -166,14 +215,14 @@ pub fn build_points(
     dense_tokens: &[u64],
     topk: u64,
     splits: &[SplitMode],
-) -> Vec<BenchPoint> {
+) -> Result<Vec<BenchPoint>, TokenOverflow> {
     let mut out = Vec::new();
     for spec in modules {
         for &t in dense_tokens {
             // `t` is already the per-rank decision count (seq x mbs / cp).
             let tokens_cfg = TokenConfig::new(t, 1);
             if spec.module_kind.is_grouped() {
-                let tokens = tokens_cfg.expert_tokens(topk);
+                let tokens = tokens_cfg.expert_tokens(topk)?;
                 let rows = spec.gemm_rows(tokens);
                 for (i, &mode) in splits.iter().enumerate() {
                     out.push(BenchPoint {
@@ -184,7 +233,7 @@ pub fn build_points(
                     });
                 }
             } else {
-                let tokens = tokens_cfg.dense_tokens().0;
+                let tokens = tokens_cfg.dense_tokens()?.0;
                 out.push(BenchPoint {
                     spec: spec.clone(),
                     tokens,
@@ -194,7 +243,7 @@ pub fn build_points(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Bytes of device memory one point needs (both precisions, one rotation set), for sizing
@@ -259,5 +308,29 @@ mod tests {
         let min = *z.iter().min().unwrap_or(&0);
         assert!(max > 4 * min, "zipf should be skewed: {z:?}");
         assert_eq!(split_rows(10, 4, SplitMode::Uniform, 0), vec![3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn planned_and_written_points_share_one_identity() {
+        let model = fp8_engine::load_model(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/models/deepseek_v3.yaml"
+        )))
+        .expect("fixture loads");
+        let llm = &model.components[0];
+        let mods = fp8_engine::inventory(llm, fp8_engine::Parallel::tp(2)).expect("layout");
+        let pts = build_points(
+            &mods,
+            &[256, 4096],
+            8,
+            &[SplitMode::Uniform, SplitMode::Zipf(1.2)],
+        )
+        .expect("fits");
+        assert!(pts.iter().any(|p| p.split_mode.is_some()));
+        let mut ids = std::collections::BTreeSet::new();
+        for p in &pts {
+            assert_eq!(p.id(), p.report_point(16).id());
+            assert!(ids.insert(p.id()), "two points share {}", p.id());
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use fp8_bench::costmodel::{DeviceProfile, prediction_error, profile};
 use fp8_bench::cuda::MeasureOptions;
-use fp8_merge::report::{Point, Report};
+use fp8_report::{Point, Report};
 
 fn measured_points() -> Vec<Point> {
     points_in("")

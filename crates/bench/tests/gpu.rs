@@ -9,8 +9,8 @@ use fp8_bench::sweep::{BenchPoint, SplitMode, split_rows};
 use fp8_engine::ModuleSpec;
 use fp8_engine::classify::TeClass;
 use fp8_engine::model::{Norm, Role};
-use fp8_merge::report::Status;
 use fp8_policy::ModuleKind;
+use fp8_report::Status;
 
 fn gpu() -> Option<Gpu> {
     match Gpu::open(0) {

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use fp8_bench::job::{SweepJob, layout, points};
-use fp8_bench::shard::{assign, cost, loads, point_id, sweep_digest};
+use fp8_bench::job::{SweepJob, points};
+use fp8_bench::shard::{assign, cost, loads, sweep_digest};
 use fp8_bench::sweep::SplitMode;
 use fp8_engine::load_model;
 
@@ -21,7 +21,7 @@ fn sweep(config: &str, tp: u32, ep: u32) -> Vec<fp8_bench::sweep::BenchPoint> {
     .unwrap();
     let job = SweepJob {
         component: None,
-        parallel: layout(&m, Some(tp), Some(ep), Some(1)),
+        parallel: m.layout(Some(tp), Some(ep), Some(1), None),
         tokens: None,
         max_tokens: 32768,
         per_doubling: 1,
@@ -89,6 +89,7 @@ fn assignment_and_digest_are_deterministic() {
     );
     let other = sweep("qwen2_5_72b.yaml", 8, 1);
     assert_ne!(sweep_digest(&p), sweep_digest(&other));
-    let ids: BTreeSet<String> = p.iter().map(point_id).collect();
+    let ids: BTreeSet<fp8_report::PointId> =
+        p.iter().map(fp8_bench::sweep::BenchPoint::id).collect();
     assert_eq!(ids.len(), p.len(), "point ids are unique");
 }

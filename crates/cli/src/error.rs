@@ -30,11 +30,27 @@ impl CliError {
 }
 
 impl From<fp8_policy::PolicyError> for CliError {
-    /// Loading errors are the user's input (a missing or malformed policy): exit 2.
+    /// Loading errors are the user's input (a missing or malformed policy): exit 2; a write that
+    /// the system refused is exit 1.
     fn from(e: fp8_policy::PolicyError) -> Self {
-        CliError::input(e)
+        match e {
+            fp8_policy::PolicyError::File(f) => f.into(),
+            other => CliError::input(other),
+        }
     }
 }
 
 /// Result alias for commands.
 pub type CliResult<T = ()> = Result<T, CliError>;
+
+impl From<fp8_io::Error> for CliError {
+    /// A wrong kind of file or an output that is an input is the user's to fix (exit 2); a
+    /// failing disk is not (exit 1).
+    fn from(e: fp8_io::Error) -> Self {
+        if e.is_user_input() {
+            CliError::input(e)
+        } else {
+            CliError::other(e)
+        }
+    }
+}

@@ -42,6 +42,13 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // An interrupted write must not leave a `.fp8-tmp-*` file behind (the target is never damaged
+    // either way: it is replaced by a rename).
+    if let Err(e) = fp8_io::clean_up_on_signals() {
+        eprintln!(
+            "warning: cannot watch for SIGINT/SIGTERM ({e}); an interrupted write may leave a temp file"
+        );
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Validate(a) => cmd::validate::run(a),

@@ -170,10 +170,7 @@ fn local_devices_shard_into_one_report() {
     );
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&two).unwrap()).unwrap();
-    assert_eq!(
-        r["provenance"]["extra"]["devices"],
-        serde_json::json!([0, 1, 2])
-    );
+    assert_eq!(r["provenance"]["devices"], serde_json::json!([0, 1, 2]));
     let o = fp8sel(
         &[
             &SWEEP[..],
@@ -201,6 +198,9 @@ fn resume_measures_only_the_missing_points() {
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&rank_file).unwrap()).unwrap();
     let n = v["points"].as_array().unwrap().len();
+    // Plant a value in a finished point: --resume must keep it, not measure the point again.
+    let planted = serde_json::json!({"median": 123.456, "p10": 100.0, "p90": 150.0});
+    v["points"][0]["bf16"]["total_ms"] = planted.clone();
     for p in v["points"].as_array_mut().unwrap().iter_mut().skip(n / 2) {
         p["status"] = "skipped".into();
         p["reason"] = "device 1 failed: lost".into();
@@ -244,4 +244,10 @@ fn resume_measures_only_the_missing_points() {
     let after = points(&rank_file);
     assert_eq!(after.len(), n);
     assert!(after.iter().all(|p| p["status"] == "ok"));
+    assert_eq!(
+        after[0]["bf16"]["total_ms"], planted,
+        "--resume re-measured a finished point"
+    );
+    // The skipped half was measured again: real numbers, not the planted one.
+    assert!(after[n - 1]["bf16"]["total_ms"]["median"].as_f64().unwrap() > 0.0);
 }

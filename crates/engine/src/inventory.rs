@@ -30,14 +30,29 @@ pub struct Parallel {
 }
 
 impl Parallel {
-    /// TP only; EP = ETP = CP = 1.
-    pub const fn tp(tp: u32) -> Self {
+    /// A layout as Megatron runs it by default: sequence parallelism on whenever TP > 1 (it is
+    /// required for MoE with TP > 1, and what every launcher of the seed's models sets). This is
+    /// the one place that rule lives.
+    pub const fn new(tp: u32, ep: u32, etp: u32, cp: u32) -> Self {
         Parallel {
             tp,
-            ep: 1,
-            etp: 1,
-            cp: 1,
-            sequence_parallel: true,
+            ep,
+            etp,
+            cp,
+            sequence_parallel: tp > 1,
+        }
+    }
+
+    /// TP only; EP = ETP = CP = 1.
+    pub const fn tp(tp: u32) -> Self {
+        Parallel::new(tp, 1, 1, 1)
+    }
+
+    /// The same layout with sequence parallelism forced on or off.
+    pub const fn with_sequence_parallel(self, on: bool) -> Self {
+        Parallel {
+            sequence_parallel: on,
+            ..self
         }
     }
 }

@@ -22,6 +22,9 @@ pub mod tokens;
 pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
 pub use config::{ConfigError, load_model};
 pub use inventory::{LayoutError, ModuleSpec, Parallel, inventory};
-pub use model::{Arch, Component, ModelDesc, Role};
-pub use plan::{ModuleDecision, Plan, PlanConfig, PlanError, PlannedModule, Summary, decide, plan};
-pub use tokens::{TokenConfig, TokenSource};
+pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
+pub use plan::{
+    DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,
+    decide, decide_module, plan,
+};
+pub use tokens::{TokenConfig, TokenOverflow, TokenSource};

@@ -4,6 +4,9 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::inventory::Parallel;
+use crate::tokens::TokenConfig;
+
 /// Which part of a (possibly multimodal) model a component is. Components never share a policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -165,4 +168,70 @@ impl ModelDesc {
     pub fn component(&self, role: Role) -> Option<&Component> {
         self.components.iter().find(|c| c.role == role)
     }
+
+    /// The run the config recommends for the model as a whole: the LLM's (the first
+    /// component's for a lone ViT).
+    fn recommended(&self) -> RecommendedRun {
+        self.component(Role::Llm)
+            .or(self.components.first())
+            .map(|c| c.recommended.clone())
+            .unwrap_or_default()
+    }
+
+    /// The layout for the given sizes; each one not given comes from the config, else 1, and
+    /// ETP defaults to TP, as in Megatron. Sequence parallelism follows [`Parallel::new`].
+    pub fn layout(
+        &self,
+        tp: Option<u32>,
+        ep: Option<u32>,
+        etp: Option<u32>,
+        cp: Option<u32>,
+    ) -> Parallel {
+        let rec = self.recommended();
+        let tp = tp.or(rec.tp).unwrap_or(1);
+        Parallel::new(
+            tp,
+            ep.or(rec.ep).unwrap_or(1),
+            etp.or(rec.etp).unwrap_or(tp),
+            cp.or(rec.cp).unwrap_or(1),
+        )
+    }
+
+    /// The token settings of one component: each value given wins, then the component's config,
+    /// then the LLM's (a VLM's ViT shares the LLM's run); micro-batch size defaults to 1.
+    /// `None` when neither a sequence length nor a token override is known.
+    pub fn token_config(&self, role: Role, given: &TokenOverrides, cp: u32) -> Option<TokenConfig> {
+        let c = self.component(role)?;
+        let rec = self.recommended();
+        let seq = given
+            .seq_length
+            .or(c.recommended.seq_length)
+            .or(rec.seq_length);
+        let mbs = given
+            .micro_batch_size
+            .or(c.recommended.micro_batch_size)
+            .or(rec.micro_batch_size)
+            .unwrap_or(1);
+        let num_tokens = given.num_tokens.or(c.fp8.num_tokens).filter(|t| *t > 0);
+        if seq.is_none() && num_tokens.is_none() {
+            return None;
+        }
+        Some(TokenConfig {
+            seq_length: seq.unwrap_or(0),
+            micro_batch_size: mbs,
+            context_parallel_size: u64::from(cp.max(1)),
+            fp8_dynamic_num_tokens: num_tokens,
+        })
+    }
+}
+
+/// Token values given on a command line (or by a launcher), each overriding the config's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenOverrides {
+    /// `seq_length`.
+    pub seq_length: Option<u64>,
+    /// `micro_batch_size`.
+    pub micro_batch_size: Option<u64>,
+    /// `fp8_dynamic_num_tokens` for this component.
+    pub num_tokens: Option<u64>,
 }

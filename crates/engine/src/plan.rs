@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use fp8_policy::{Decision, Policy, Reason, RuleKey};
+use fp8_policy::{Decision, KindFamily, Lookup, ModuleKind, Policy, Reason, RuleKey};
 use serde::Serialize;
 
 use crate::inventory::{LayoutError, ModuleSpec, Parallel, inventory};
 use crate::model::{ModelDesc, Role};
-use crate::tokens::{TokenConfig, TokenSource};
+use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
 /// A module's precision decision, with the token count it compared.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,22 +33,93 @@ impl ModuleDecision {
     }
 }
 
-/// Decides one module: the seed's rule, with tokens from `tokens` (x `topk` for experts).
+/// One TE module as the build-time callback sees it: its (promoted) kind and lookup sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleQuery<'a> {
+    /// The kind the policy is looked up with (experts already promoted to grouped kinds).
+    pub kind: ModuleKind,
+    /// TE tp-comm buffer name (dense kinds match on it).
+    pub ub_name: Option<&'a str>,
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Expert tensor-parallel size.
+    pub etp: u32,
+    /// Local experts (`num_experts / ep`); required for grouped kinds, never defaulted.
+    pub num_gemms: Option<u32>,
+}
+
+/// Why one module could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// A grouped kind without `num_gemms`: a default of 1 is why the reference never matched an
+    /// expert rule.
+    #[error("{0} is an expert kind: give num_gemms (num_experts / ep); it has no default")]
+    NoNumGemms(ModuleKind),
+    /// A grouped kind without `moe_router_topk`.
+    #[error("{0} is an expert kind: give topk (moe_router_topk) so tokens can be scaled")]
+    NoTopk(ModuleKind),
+    /// The token count overflows.
+    #[error(transparent)]
+    Tokens(#[from] TokenOverflow),
+}
+
+/// Decides one module by the seed's rule: dense kinds look up `(kind, ub_name, tp)` with
+/// `seq x mbs / cp` (or the override) tokens; grouped kinds look up `(kind, etp, num_gemms)`
+/// with that count times `topk`. No policy means BF16.
+pub fn decide_module(
+    q: &ModuleQuery<'_>,
+    tokens: &TokenConfig,
+    topk: Option<u64>,
+    policy: Option<&Policy>,
+) -> Result<ModuleDecision, DecideError> {
+    let (lookup, num_tokens) = match q.kind.family() {
+        KindFamily::Dense(kind) => (
+            Lookup::Dense {
+                kind,
+                ub_name: q.ub_name,
+                tp: q.tp,
+            },
+            tokens.dense_tokens()?.0,
+        ),
+        KindFamily::Grouped(kind) => {
+            let num_gemms = q.num_gemms.ok_or(DecideError::NoNumGemms(q.kind))?;
+            let topk = topk.ok_or(DecideError::NoTopk(q.kind))?;
+            (
+                Lookup::Grouped {
+                    kind,
+                    etp: q.etp,
+                    num_gemms,
+                },
+                tokens.expert_tokens(topk)?,
+            )
+        }
+    };
+    Ok(ModuleDecision {
+        num_tokens,
+        decision: policy.map(|p| p.decide(lookup, num_tokens)),
+    })
+}
+
+/// Decides one module of an inventory (`topk` scales the tokens of experts).
 pub fn decide(
     module: &ModuleSpec,
     tokens: &TokenConfig,
     topk: u64,
     policy: Option<&Policy>,
-) -> ModuleDecision {
-    let num_tokens = if module.is_expert || module.module_kind.is_grouped() {
-        tokens.expert_tokens(topk)
-    } else {
-        tokens.dense_tokens().0
-    };
-    ModuleDecision {
-        num_tokens,
-        decision: policy.map(|p| p.decide(module.lookup(), num_tokens)),
-    }
+) -> Result<ModuleDecision, DecideError> {
+    decide_module(
+        &ModuleQuery {
+            kind: module.module_kind,
+            ub_name: module.ub_name.as_deref(),
+            tp: module.tp,
+            etp: module.etp,
+            num_gemms: Some(module.num_gemms),
+        },
+        tokens,
+        Some(topk),
+        policy,
+    )
 }
 
 /// Everything a plan needs besides the model.
@@ -130,6 +201,14 @@ pub enum PlanError {
     /// The layout does not divide the model.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    /// A module could not be decided (a token count overflows).
+    #[error("{component}: {source}")]
+    Decide {
+        /// The component.
+        component: Role,
+        /// Why.
+        source: DecideError,
+    },
     /// No token settings for a component.
     #[error(
         "no token settings for the {0} component; fix: give --seq-length/--micro-batch-size or a token override for it"
@@ -145,7 +224,13 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     let mut without = Vec::new();
     for c in &model.components {
         let tokens = cfg.tokens.get(&c.role).ok_or(PlanError::NoTokens(c.role))?;
-        let (n, src) = tokens.dense_tokens();
+        let decide_err = |source| PlanError::Decide {
+            component: c.role,
+            source,
+        };
+        let (n, src) = tokens
+            .dense_tokens()
+            .map_err(|e| decide_err(DecideError::Tokens(e)))?;
         let topk = cfg.topk.or(c.arch.moe.map(|m| m.router_topk)).unwrap_or(1);
         token_words.insert(c.role, describe_tokens(n, src, c.arch.moe.map(|_| topk)));
         defaults.extend(
@@ -157,9 +242,9 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         if policy.is_none() {
             without.push(c.role);
         }
-        let measured_bf16 = policy.map(measured_bf16_keys).unwrap_or_default();
+        let measured_bf16 = policy.map_or(&[][..], Policy::measured_bf16_keys);
         for spec in inventory(c, cfg.parallel)? {
-            let d = decide(&spec, tokens, topk, policy);
+            let d = decide(&spec, tokens, topk, policy).map_err(decide_err)?;
             let mut missing_key = match &d.decision {
                 Some(Decision {
                     reason: Reason::NoRule { key },
@@ -169,7 +254,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
             };
             let mut reason = d.reason();
             if let Some(k) = &missing_key
-                && measured_bf16.contains(&k.to_string())
+                && measured_bf16.contains(k)
             {
                 // Measured, and FP8 never won: an answer, not a gap.
                 reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
@@ -189,22 +274,6 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     }
     let summary = summarize(&modules, without, token_words, defaults);
     Ok(Plan { modules, summary })
-}
-
-/// Keys the policy's provenance records as measured with no FP8 win (`fp8sel merge-policy`
-/// writes them under `provenance.measured_bf16_keys`).
-pub fn measured_bf16_keys(policy: &Policy) -> Vec<String> {
-    policy
-        .extra
-        .get("provenance")
-        .and_then(|p| p.get("measured_bf16_keys"))
-        .and_then(|v| v.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn describe_tokens(n: u64, src: TokenSource, topk: Option<u64>) -> String {

@@ -69,37 +69,63 @@ impl TokenConfig {
         }
     }
 
-    /// Tokens a dense module's decision compares, and where they came from.
-    pub fn dense_tokens(&self) -> (u64, TokenSource) {
+    /// Tokens a dense module's decision compares, and where they came from. An error when
+    /// `seq_length x micro_batch_size` does not fit in 64 bits: no real run has that many, and a
+    /// saturated count would silently compare as "huge" and enable FP8.
+    pub fn dense_tokens(&self) -> Result<(u64, TokenSource), TokenOverflow> {
         match self.fp8_dynamic_num_tokens {
-            Some(t) if t > 0 => (t, TokenSource::Override(t)),
+            Some(t) if t > 0 => Ok((t, TokenSource::Override(t))),
             _ => {
                 let cp = self.context_parallel_size.max(1);
-                (
-                    self.seq_length.saturating_mul(self.micro_batch_size) / cp,
+                let n =
+                    self.seq_length
+                        .checked_mul(self.micro_batch_size)
+                        .ok_or(TokenOverflow {
+                            what: "seq_length x micro_batch_size",
+                        })?;
+                Ok((
+                    n / cp,
                     TokenSource::Derived {
                         seq_length: self.seq_length,
                         micro_batch_size: self.micro_batch_size,
                         cp,
                     },
-                )
+                ))
             }
         }
     }
 
     /// Tokens an expert module's decision compares: dense tokens x `topk`.
-    pub fn expert_tokens(&self, topk: u64) -> u64 {
-        self.dense_tokens().0.saturating_mul(topk)
+    pub fn expert_tokens(&self, topk: u64) -> Result<u64, TokenOverflow> {
+        self.dense_tokens()?
+            .0
+            .checked_mul(topk)
+            .ok_or(TokenOverflow {
+                what: "tokens x moe_router_topk",
+            })
     }
+}
+
+/// A token count too large for 64 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} does not fit in 64 bits; fix: check --seq-length, --micro-batch-size and --topk (or the config's values)"
+)]
+pub struct TokenOverflow {
+    what: &'static str,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dense(t: &TokenConfig) -> (u64, TokenSource) {
+        t.dense_tokens().expect("fits")
+    }
+
     #[test]
     fn dense_is_seq_times_mbs() {
-        assert_eq!(TokenConfig::new(4096, 2).dense_tokens().0, 8192);
+        assert_eq!(dense(&TokenConfig::new(4096, 2)).0, 8192);
     }
 
     #[test]
@@ -108,7 +134,7 @@ mod tests {
             context_parallel_size: 4,
             ..TokenConfig::new(32768, 1)
         };
-        let (n, src) = t.dense_tokens();
+        let (n, src) = dense(&t);
         assert_eq!(n, 8192);
         assert_eq!(src.to_string(), "seq 32768 x mbs 1 / cp 4");
     }
@@ -120,28 +146,37 @@ mod tests {
             context_parallel_size: 2,
             ..TokenConfig::new(4096, 1)
         };
-        assert_eq!(t.dense_tokens(), (3000, TokenSource::Override(3000)));
+        assert_eq!(dense(&t), (3000, TokenSource::Override(3000)));
         let t = TokenConfig {
             fp8_dynamic_num_tokens: Some(0),
             ..TokenConfig::new(4096, 1)
         };
-        assert_eq!(t.dense_tokens().0, 4096);
+        assert_eq!(dense(&t).0, 4096);
     }
 
     #[test]
     fn experts_multiply_by_topk() {
-        assert_eq!(TokenConfig::new(4096, 1).expert_tokens(8), 32768);
+        assert_eq!(TokenConfig::new(4096, 1).expert_tokens(8), Ok(32768));
         let cp = TokenConfig {
             context_parallel_size: 2,
             ..TokenConfig::new(4096, 1)
         };
-        assert_eq!(cp.expert_tokens(8), 16384);
+        assert_eq!(cp.expert_tokens(8), Ok(16384));
     }
 
     #[test]
-    fn no_overflow_panics() {
-        let t = TokenConfig::new(u64::MAX, u64::MAX);
-        assert_eq!(t.dense_tokens().0, u64::MAX);
-        assert_eq!(t.expert_tokens(8), u64::MAX);
+    fn overflow_is_an_error_not_a_huge_count() {
+        let t = TokenConfig::new(u64::MAX, 2);
+        assert!(t.dense_tokens().is_err());
+        assert!(t.expert_tokens(8).is_err());
+        let t = TokenConfig::new(1 << 40, 1 << 20);
+        assert_eq!(dense(&t).0, 1 << 60);
+        assert!(t.expert_tokens(32).is_err());
+        assert!(
+            t.expert_tokens(32)
+                .unwrap_err()
+                .to_string()
+                .contains("moe_router_topk")
+        );
     }
 }

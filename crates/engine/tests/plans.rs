@@ -422,11 +422,13 @@ fn plan_snapshots() {
 #[test]
 fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
     let m = model("qwen2_5_72b.yaml");
-    let mut pol = Policy::new(1.0).unwrap();
-    pol.extra.insert(
-        "provenance".into(),
-        serde_json::json!({"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}),
-    );
+    // A policy written by an older merge-policy: keys as display strings.
+    let pol = Policy::from_json_str(
+        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {},
+            "provenance": {"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}}"#,
+        "old.json",
+    )
+    .unwrap();
     let pl = plan(
         &m,
         &cfg(

@@ -4,16 +4,11 @@ use std::path::PathBuf;
 
 /// Why reports could not be merged.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MergeError {
-    /// The report could not be read.
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        /// The report.
-        file: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The report could not be read, or breaks our format's rules.
+    #[error(transparent)]
+    Report(#[from] fp8_report::ReportError),
     /// Not JSON, or neither our format nor the reference tool's.
     #[error(
         "{file}: {message}; fix: pass a report written by `fp8sel bench` (format \"fp8sel-report\") or by the reference tool (a JSON list of results)"
@@ -46,10 +41,10 @@ pub enum MergeError {
     },
     /// Reports from different devices or recipes.
     #[error(
-        "reports disagree on {what}: {a} ({file_a}) vs {b} ({file_b}); fix: merge reports from one device and recipe, or pass --allow-mixed"
+        "reports disagree on {what}: {a} ({file_a}) vs {b} ({file_b}); fix: merge reports of one model, device and recipe, or pass --allow-mixed"
     )]
     Mixed {
-        /// `device`, `recipe`, or `estimated`.
+        /// `model`, `device`, `recipe`, or `estimated`.
         what: &'static str,
         /// First value.
         a: String,

@@ -2,7 +2,7 @@
 //! `min_tokens` up" only when every measured token count from there up clears the threshold plus a
 //! noise margin, for every module that shares the rule's key.
 //!
-//! It reads our report format ([`report`]) and the reference Python tool's list of results
+//! It reads our report format (owned by `fp8-report`) and the reference Python tool's list of results
 //! (pairing its padded FP8 token counts with the logical BF16 ones), never pools the LLM and ViT
 //! of a VLM, and writes byte-deterministic policies through `fp8-policy`.
 //!
@@ -12,8 +12,7 @@ pub mod error;
 pub mod load;
 pub mod merge;
 mod reference;
-pub mod report;
 
 pub use error::MergeError;
-pub use load::{GroupKey, Loaded, ParKey, Sample, load, parse};
+pub use load::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo, load, parse};
 pub use merge::{MergeOptions, Merged, RuleOutcome, merge, threshold_of};

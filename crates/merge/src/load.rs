@@ -1,16 +1,13 @@
 //! Reading reports: ours, or the reference tool's list of results, into uniform samples.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fp8_policy::ModuleKind;
+use fp8_report::{PointId, Report, Stat, Status};
 use serde_json::Value;
 
 use crate::error::MergeError;
-use crate::report::{REPORT_FORMAT, REPORT_VERSION, Report, Stat, Status};
-
-/// Largest report we read (a full sweep is a few MiB).
-const MAX_REPORT_BYTES: u64 = 512 * 1024 * 1024;
 
 /// The parallel part of a rule key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -64,8 +61,10 @@ pub struct Origin {
     pub recipe: String,
     /// Cost-model estimate.
     pub estimated: bool,
-    /// Model name.
+    /// Model name (several joined by `+`).
     pub model: String,
+    /// The models per component (`llm`, `vit`); a component with two is a mixed report.
+    pub models: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A partial report of a sharded sweep (one rank of a torchrun/Slurm launch).
@@ -78,7 +77,7 @@ pub struct ShardInfo {
     /// Identifies the sweep the shards belong to.
     pub digest: String,
     /// Points the rank was assigned that its report does not contain.
-    pub absent: Vec<String>,
+    pub absent: Vec<PointId>,
 }
 
 /// A loaded report.
@@ -98,20 +97,10 @@ pub struct Loaded {
     pub shard: Option<ShardInfo>,
 }
 
-/// Reads a report file of either format.
+/// Reads a report file of either format. Only regular files are read, never more than
+/// [`fp8_report::MAX_REPORT_BYTES`].
 pub fn load(path: &Path, pad: u64) -> Result<Loaded, MergeError> {
-    let io = |source| MergeError::Io {
-        file: path.into(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if meta.len() > MAX_REPORT_BYTES {
-        return Err(MergeError::Format {
-            file: path.into(),
-            message: format!("{} bytes is larger than any report", meta.len()),
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    let text = fp8_report::read_text(path)?;
     parse(&text, path, pad)
 }
 
@@ -128,23 +117,9 @@ pub fn parse(text: &str, path: &Path, pad: u64) -> Result<Loaded, MergeError> {
         });
     }
     let v: Value = serde_json::from_str(text).map_err(|e| fmt(format!("not valid JSON: {e}")))?;
-    match &v {
-        Value::Object(m) if m.get("format").and_then(Value::as_str) == Some(REPORT_FORMAT) => {
-            let version = m.get("report_version").and_then(Value::as_u64);
-            if version != Some(u64::from(REPORT_VERSION)) {
-                return Err(fmt(format!(
-                    "unsupported report_version {:?}; this fp8sel reads {REPORT_VERSION}",
-                    version
-                )));
-            }
-            let r: Report = serde_json::from_value(v)
-                .map_err(|e| fmt(format!("malformed fp8sel report: {e}")))?;
-            ours(r, path)
-        }
-        Value::Array(items) => crate::reference::parse(items, path, pad),
-        Value::Object(_) => Err(fmt(
-            "a JSON object without \"format\": \"fp8sel-report\"".into()
-        )),
+    match v {
+        Value::Array(items) => crate::reference::parse(&items, path, pad),
+        Value::Object(_) => ours(fp8_report::from_value(v, path)?, path),
         _ => Err(fmt("neither a report object nor a list of results".into())),
     }
 }
@@ -156,19 +131,12 @@ pub(crate) fn check_stat(
     what: &str,
     which: &str,
 ) -> Result<(), MergeError> {
-    for (name, v) in [("median", s.median), ("p10", s.p10), ("p90", s.p90)] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(MergeError::Point {
-                file: file.into(),
-                index,
-                what: what.to_owned(),
-                problem: format!(
-                    "{which} {name} time is {v}, not a positive number of milliseconds"
-                ),
-            });
-        }
-    }
-    Ok(())
+    fp8_report::check_stat(s, which).map_err(|problem| MergeError::Point {
+        file: file.into(),
+        index,
+        what: what.to_owned(),
+        problem,
+    })
 }
 
 fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
@@ -177,13 +145,23 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
         recipe: r.provenance.recipe.clone(),
         estimated: r.estimated,
         model: r.provenance.model.clone(),
+        models: r
+            .points
+            .iter()
+            .map(|p| {
+                (
+                    p.component.clone(),
+                    BTreeSet::from([r.provenance.model.clone()]),
+                )
+            })
+            .collect(),
     };
     let mut samples = Vec::new();
     let mut not_ok = Vec::new();
     let mut has_bf16 = false;
     let mut has_fp8 = false;
-    for (i, p) in r.points.iter().enumerate() {
-        let what = format!("{} {} tokens {}", p.component, p.module, p.tokens);
+    for p in &r.points {
+        let what = p.describe();
         has_bf16 |= p.bf16.is_some();
         has_fp8 |= p.fp8.is_some();
         if p.status != Status::Ok {
@@ -197,11 +175,11 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             );
             continue;
         }
+        // `fp8_report` checked the timings; a point with one precision is from a one-precision
+        // report, refused below.
         let (Some(b), Some(f)) = (p.bf16, p.fp8) else {
             continue;
         };
-        check_stat(&b.total_ms, path, i, &what, "bf16")?;
-        check_stat(&f.total_ms, path, i, &what, "fp8")?;
         let par = if p.module_kind.is_grouped() {
             ParKey::Grouped(p.etp, p.num_gemms)
         } else {
@@ -247,37 +225,19 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             ),
         });
     }
-    let shard = r.provenance.extra.get("shard").map(|v| {
-        let present: std::collections::BTreeSet<String> = r
-            .points
-            .iter()
-            .map(|p| {
-                // Must match `fp8_bench::shard::point_id`.
-                format!(
-                    "{}/{}/{}/{}/{}x{}x{}",
-                    p.component,
-                    p.module,
-                    p.split_mode.clone().unwrap_or_default(),
-                    p.tokens,
-                    p.in_features,
-                    p.out_features,
-                    p.num_gemms
-                )
-            })
-            .collect();
-        let ids: Vec<String> = v["point_ids"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+    let shard = r.provenance.shard.as_ref().map(|sh| {
+        let present: std::collections::BTreeSet<PointId> =
+            r.points.iter().map(fp8_report::Point::id).collect();
         ShardInfo {
-            rank: v["rank"].as_u64().unwrap_or(0) as usize,
-            world: v["world_size"].as_u64().unwrap_or(1) as usize,
-            digest: v["sweep_digest"].as_str().unwrap_or_default().to_owned(),
-            absent: ids.into_iter().filter(|id| !present.contains(id)).collect(),
+            rank: sh.rank,
+            world: sh.world_size,
+            digest: sh.sweep_digest.clone(),
+            absent: sh
+                .point_ids
+                .iter()
+                .filter(|id| !present.contains(*id))
+                .cloned()
+                .collect(),
         }
     });
     Ok(Loaded {

@@ -8,12 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy};
-use serde_json::json;
+use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy, Provenance};
 
 use crate::error::MergeError;
 use crate::load::{GroupKey, Loaded, ParKey, Sample, by_key};
-use crate::report::Stat;
+use fp8_report::Stat;
 
 /// Merge settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +206,7 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
     }
     let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
     let mut est: Option<(bool, &PathBuf)> = None;
+    let mut seen_models: BTreeMap<&str, (&str, &PathBuf)> = BTreeMap::new();
     for l in inputs {
         for (i, (what, v)) in [
             ("device", l.origin.device.as_str()),
@@ -230,6 +230,25 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
                     });
                 }
                 _ => {}
+            }
+        }
+        for (component, models) in &l.origin.models {
+            for m in models.iter().filter(|m| !m.is_empty()) {
+                match seen_models.get(component.as_str()) {
+                    None => {
+                        seen_models.insert(component.as_str(), (m.as_str(), &l.file));
+                    }
+                    Some((a, fa)) if a != m => {
+                        return Err(MergeError::Mixed {
+                            what: "model",
+                            a: (*a).to_owned(),
+                            file_a: (*fa).clone(),
+                            b: m.clone(),
+                            file_b: l.file.clone(),
+                        });
+                    }
+                    Some(_) => {}
+                }
             }
         }
         match est {
@@ -403,52 +422,53 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         .collect();
     files.sort();
     files.dedup();
-    let device: BTreeSet<&str> = inputs
-        .iter()
-        .map(|l| l.origin.device.as_str())
-        .filter(|d| !d.is_empty())
-        .collect();
-    let recipe: BTreeSet<&str> = inputs
-        .iter()
-        .map(|l| l.origin.recipe.as_str())
-        .filter(|d| !d.is_empty())
-        .collect();
-    let models: BTreeSet<&str> = inputs
-        .iter()
-        .map(|l| l.origin.model.as_str())
-        .filter(|d| !d.is_empty())
-        .collect();
+    let distinct = |f: fn(&Loaded) -> &str| -> Vec<String> {
+        let set: BTreeSet<&str> = inputs.iter().map(f).filter(|d| !d.is_empty()).collect();
+        set.into_iter().map(str::to_owned).collect()
+    };
     let estimated = inputs.iter().any(|l| l.origin.estimated);
     // Keys that were measured and got no rule: FP8 never won there. The format has no way to say
     // "measured, BF16" in `rules`, so provenance carries it; `fp8sel check` uses it to tell a
     // measured BF16 answer from a gap in the sweep.
-    let mut bf16_keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut bf16_keys: BTreeMap<String, Vec<fp8_policy::RuleKey>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| o.rule.is_none()) {
         if let Some(k) = rule_key(&o.key) {
             bf16_keys
                 .entry(o.key.component.clone())
                 .or_default()
-                .push(k.to_string());
+                .push(k);
         }
     }
     for (component, policy) in &mut policies {
-        policy.extra.insert(
-            "provenance".into(),
-            json!({
-                "tool": format!("fp8sel merge-policy {}", env!("CARGO_PKG_VERSION")),
-                "component": component,
-                "models": models,
-                "reports": files,
-                "device": device,
-                "recipe": recipe,
-                "speedup_threshold": opt.threshold,
-                "margin": opt.margin,
-                "host_floor_ms": opt.host_floor_ms.map(|(b, f)| json!({"bf16": b, "fp8": f})),
-                "estimated": estimated,
-                "measured_bf16_keys": bf16_keys.get(component).cloned().unwrap_or_default(),
-                "rule": "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key",
-            }),
-        );
+        let mut p = Provenance::default();
+        p.tool = format!("fp8sel merge-policy {}", env!("CARGO_PKG_VERSION"));
+        p.component.clone_from(component);
+        p.models = inputs
+            .iter()
+            .flat_map(|l| {
+                l.origin
+                    .models
+                    .get(component.as_str())
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        p.reports.clone_from(&files);
+        p.device = distinct(|l| l.origin.device.as_str());
+        p.recipe = distinct(|l| l.origin.recipe.as_str());
+        p.speedup_threshold = Some(opt.threshold);
+        p.margin = Some(opt.margin);
+        p.host_floor_ms = opt
+            .host_floor_ms
+            .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
+        p.estimated = estimated;
+        p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
+        p.rule = "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned();
+        policy.set_provenance(p);
     }
     warnings.sort();
     warnings.dedup();

@@ -1,12 +1,16 @@
 //! The reference tool's report: a JSON list of results, one per (case, precision, token count).
 //!
-//! Its FP8 token counts are padded (to 16, and per expert split for grouped GEMMs), so they do not
-//! equal the BF16 counts; the reference paired by equality and never emitted a MoE rule. We pair
-//! each FP8 result with the largest BF16 count of the same case that is not above it, provided the
-//! gap is at most what padding can add (`num_gemms x pad`), and key the pair by the BF16 (logical)
-//! count. Everything left unpaired is reported.
+//! Results are paired as the reference pairs them: by case, i.e. `case_name` plus `model_name`
+//! (which carries the sweep's seq x mbs, `qwen_s4096_b2`). One sweep holds several cases with the
+//! same token count (8192 = 8192x1 = 4096x2 = 2048x4), so pairing by token count alone loses
+//! results. Within a case, FP8 token counts are padded (to 16, and per expert split for grouped
+//! GEMMs), so they do not equal the BF16 counts; the reference paired by equality there too and
+//! never emitted a MoE rule. We pair each FP8 result with the largest BF16 count of the same case
+//! that is not above it, provided the gap is at most what padding can add (`num_gemms x pad`), and
+//! key the pair by the BF16 (logical) count. Reports without cases pair the same way per module.
+//! Everything left unpaired is reported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use fp8_policy::ModuleKind;
@@ -14,11 +18,13 @@ use serde_json::Value;
 
 use crate::error::MergeError;
 use crate::load::{GroupKey, Loaded, Origin, ParKey, Sample, check_stat};
-use crate::report::Stat;
+use fp8_report::Stat;
 
 struct Row {
     index: usize,
     curve: String,
+    /// `case_name` and `model_name`: what the reference pairs by.
+    case: (String, String),
     key: GroupKey,
     fp8: bool,
     tokens: u64,
@@ -28,6 +34,19 @@ struct Row {
 
 fn field<'a>(o: &'a serde_json::Map<String, Value>, k: &str) -> Option<&'a Value> {
     o.get(k).filter(|v| !v.is_null())
+}
+
+/// The model without the sweep's `_s<seq>_b<mbs>` suffix: `qwen2_5_72b_s4096_b2` -> `qwen2_5_72b`.
+pub(crate) fn base_model(name: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some((head, mbs)) = name.rsplit_once("_b")
+        && digits(mbs)
+        && let Some((base, seq)) = head.rsplit_once("_s")
+        && digits(seq)
+    {
+        return base;
+    }
+    name
 }
 
 fn component_of(model: &str, case: &str) -> &'static str {
@@ -50,7 +69,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
         });
     }
     let mut rows = Vec::new();
-    let mut model = String::new();
+    let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (index, item) in items.iter().enumerate() {
         let bad = |problem: String| MergeError::Point {
             file: path.into(),
@@ -80,8 +99,12 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             .ok_or_else(|| bad("missing total_ms".into()))?;
         let model_name = s("model_name").unwrap_or_default();
         let case = s("case_name").unwrap_or_default();
-        if model.is_empty() {
-            model.clone_from(&model_name);
+        let component = component_of(&model_name, &case);
+        if !model_name.is_empty() {
+            models
+                .entry(component.to_owned())
+                .or_default()
+                .insert(base_model(&model_name).to_owned());
         }
         let tp = n("tp_size").unwrap_or(1) as u32;
         let etp = n("etp_size").unwrap_or(1) as u32;
@@ -96,9 +119,10 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             .unwrap_or_else(|| case.clone());
         rows.push(Row {
             index,
+            case: (case.clone(), model_name.clone()),
             curve,
             key: GroupKey {
-                component: component_of(&model_name, &case).to_owned(),
+                component: component.to_owned(),
                 kind,
                 ub_name: if kind.is_grouped() {
                     None
@@ -113,16 +137,19 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             num_gemms,
         });
     }
-    // (key, curve) -> (bf16 rows, fp8 rows)
+    // (key, curve, case) -> (bf16 rows, fp8 rows)
     type Pairs<'a> = (Vec<&'a Row>, Vec<&'a Row>);
-    let mut by_case: BTreeMap<(GroupKey, String), Pairs<'_>> = BTreeMap::new();
+    type CaseKey = (GroupKey, String, (String, String));
+    let mut by_case: BTreeMap<CaseKey, Pairs<'_>> = BTreeMap::new();
     for r in &rows {
-        let e = by_case.entry((r.key.clone(), r.curve.clone())).or_default();
+        let e = by_case
+            .entry((r.key.clone(), r.curve.clone(), r.case.clone()))
+            .or_default();
         if r.fp8 { e.1.push(r) } else { e.0.push(r) }
     }
     let mut samples = Vec::new();
     let mut unpaired = Vec::new();
-    for ((key, curve), (mut bf, fp)) in by_case {
+    for ((key, curve, _case), (mut bf, fp)) in by_case {
         bf.sort_by_key(|r| r.tokens);
         let mut used = vec![false; bf.len()];
         for f in fp {
@@ -189,7 +216,15 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             device: String::new(),
             recipe: String::new(),
             estimated: false,
-            model,
+            model: models
+                .values()
+                .flatten()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join("+"),
+            models,
         },
         samples,
         unpaired,

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use fp8_merge::report::Stat;
 use fp8_merge::{
     GroupKey, Loaded, MergeError, MergeOptions, ParKey, Sample, load, merge, parse, threshold_of,
 };
 use fp8_policy::{DenseKind, Lookup, ModuleKind};
+use fp8_report::Stat;
 use proptest::prelude::*;
 
 fn root() -> PathBuf {
@@ -44,6 +44,7 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
             recipe: "blockwise".into(),
             estimated: false,
             model: "m".into(),
+            models: [("llm".to_owned(), ["m".to_owned()].into())].into(),
         },
         samples,
         unpaired: vec![],
@@ -140,8 +141,12 @@ fn no_rule_where_fp8_never_wins() {
     assert_eq!(out.outcomes[0].rule, None);
     // Provenance records that the key was measured, so `check` can tell it from a gap.
     assert_eq!(
-        out.policies["llm"].extra["provenance"]["measured_bf16_keys"][0],
-        "(kind=row, ub_name=fc2, tp=1)"
+        out.policies["llm"].measured_bf16_keys(),
+        [fp8_policy::RuleKey::Dense {
+            kind: fp8_policy::DenseKind::Row,
+            ub_name: "fc2".into(),
+            tp: 1
+        }]
     );
 }
 
@@ -263,11 +268,11 @@ fn provenance_and_threshold_are_recorded() {
     .unwrap();
     let p = &out.policies["llm"];
     assert_eq!(p.speedup_threshold(), 1.1);
-    let prov = &p.extra["provenance"];
-    assert_eq!(prov["device"][0], "NVIDIA H200");
-    assert_eq!(prov["margin"], 0.05);
-    assert_eq!(prov["estimated"], false);
-    assert_eq!(prov["reports"][0], "NVIDIA H200.json");
+    let prov = p.provenance().expect("merge writes provenance");
+    assert_eq!(prov.device, ["NVIDIA H200"]);
+    assert_eq!(prov.margin, Some(0.05));
+    assert!(!prov.estimated && !p.estimated());
+    assert_eq!(prov.reports, ["NVIDIA H200.json"]);
 }
 
 #[test]
@@ -346,7 +351,7 @@ fn bad_reports_name_the_file_and_point() {
     assert!(matches!(parse_err("{not json"), MergeError::Format { .. }));
     assert!(matches!(
         parse_err(r#"{"points": []}"#),
-        MergeError::Format { .. }
+        MergeError::Report(r) if matches!(r.kind(), fp8_report::ReportErrorKind::Format(_))
     ));
     assert!(matches!(parse_err("42"), MergeError::Format { .. }));
     assert!(matches!(parse_err("[]"), MergeError::Empty { .. }));
@@ -382,7 +387,14 @@ fn bad_reports_name_the_file_and_point() {
     assert!(parse_err(ours).to_string().contains("only BF16"));
     let nan_ours = ours.replace(r#""launches": 3}"#, r#""launches": 3}, "fp8": {"fwd_ms": {"median": 1, "p10": 1, "p90": 1}, "bwd_ms": {"median": 1, "p10": 1, "p90": 1}, "total_ms": {"median": -2, "p10": 1, "p90": 1}, "launches": 5}"#);
     let e = parse_err(&nan_ours);
-    assert!(matches!(e, MergeError::Point { index: 0, .. }), "{e}");
+    assert!(
+        matches!(&e, MergeError::Report(r) if matches!(r.kind(), fp8_report::ReportErrorKind::Point { index: 0, .. })),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("points[0]") && e.to_string().contains("fp8.total_ms.median"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -8,29 +8,12 @@ pub const MAX_POLICY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Why a policy could not be loaded, validated, built or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
-    /// The file could not be read or written.
-    #[error("{file}: {action} failed: {source}")]
-    Io {
-        /// The file concerned.
-        file: PathBuf,
-        /// What was being done (`read`, `write`, `rename`, ...).
-        action: &'static str,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is larger than [`MAX_POLICY_BYTES`].
-    #[error(
-        "{file}: file is {size} bytes, over the 64 MiB limit for a policy; \
-         fix: point at the policy JSON, not at a report or a checkpoint"
-    )]
-    TooLarge {
-        /// The file concerned.
-        file: PathBuf,
-        /// Its size in bytes.
-        size: u64,
-    },
+    /// The file could not be read or written: missing, not a regular file (a FIFO, a device),
+    /// larger than [`MAX_POLICY_BYTES`], not UTF-8, or an output that would replace an input.
+    #[error(transparent)]
+    File(#[from] fp8_io::Error),
     /// The file is empty (or only whitespace).
     #[error("{file}: file is empty; fix: regenerate it with `fp8sel merge-policy`")]
     Empty {
@@ -66,6 +49,7 @@ pub enum PolicyError {
 
 /// What is wrong with a value in a policy document.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Problem {
     /// A required key is absent.
     #[error("missing required key `{0}`")]
@@ -113,6 +97,18 @@ pub enum Problem {
         /// Path of the first rule with that key.
         first: String,
     },
+    /// A JSON object holds the same key twice (JSON parsers keep the last one silently).
+    #[error("`{parent}` holds the key `{key}` twice: its keys #{first} and #{second}")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// JSON path of the object.
+        parent: String,
+        /// Position of the first occurrence among the object's keys (1-based).
+        first: usize,
+        /// Position of the second.
+        second: usize,
+    },
     /// A rule carries a key the schema does not know.
     #[error("unknown key `{0}` in a rule")]
     UnknownRuleKey(String),
@@ -148,6 +144,9 @@ impl Problem {
             }
             Problem::Duplicate { .. } => {
                 "keep one rule per key (the reference loader silently used the last one)"
+            }
+            Problem::DuplicateKey { .. } => {
+                "merge the two entries into one (a JSON reader would silently keep only the last)"
             }
             Problem::UnknownRuleKey(_) => {
                 "remove the key or fix its spelling (tp, etp, num_gemms, min_tokens, measured_speedup)"

@@ -8,6 +8,7 @@ use std::str::FromStr;
 /// The four dense kinds key their rules by `(ub_name, tp)`; the two grouped (MoE expert) kinds
 /// key theirs by `(etp, num_gemms)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ModuleKind {
     /// `TELayerNormColumnParallelLinear`: QKV / FC1 with the norm fused in.
     LayernormColumn,
@@ -25,6 +26,7 @@ pub enum ModuleKind {
 
 /// A dense module kind: rules nest under `ub_name` and are keyed by `tp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum DenseKind {
     /// See [`ModuleKind::LayernormColumn`].
     LayernormColumn,
@@ -38,6 +40,7 @@ pub enum DenseKind {
 
 /// A grouped (MoE expert) module kind: a flat rule list keyed by `(etp, num_gemms)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum GroupedKind {
     /// See [`ModuleKind::ColumnGrouped`].
     ColumnGrouped,
@@ -46,6 +49,9 @@ pub enum GroupedKind {
 }
 
 /// A module kind split into its dense or grouped family.
+///
+/// Deliberately exhaustive, like [`Lookup`](crate::Lookup) and [`RuleKey`](crate::RuleKey):
+/// format version 1 has exactly these two rule layouts, and a third would be a new format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KindFamily {
     /// Rules keyed by `(ub_name, tp)`.

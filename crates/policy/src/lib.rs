@@ -27,16 +27,18 @@
 //! # Ok::<(), fp8_policy::PolicyError>(())
 //! ```
 
+mod dupkeys;
 mod error;
 mod io;
 mod kind;
 mod lookup;
 mod parse;
 mod policy;
+mod provenance;
 mod ser;
 
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
-pub use io::write_atomic;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
+pub use provenance::{HostFloor, Provenance};

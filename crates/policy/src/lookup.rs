@@ -69,6 +69,7 @@ impl MatchedRule {
 
 /// Why a module got the precision it got.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Reason {
     /// A rule matched and the tokens reach its `min_tokens`.
     AtOrAboveThreshold {

@@ -21,6 +21,19 @@ pub(crate) fn parse_str(text: &str, file: &Path) -> Result<Policy, PolicyError> 
         column: e.column(),
         message: explain_syntax(text, &e),
     })?;
+    if let Some(d) = crate::dupkeys::first_duplicate(text) {
+        let (parent, key) = d.path.rsplit_once('.').unwrap_or(("$", &d.path));
+        return Err(PolicyError::Invalid {
+            file: file.into(),
+            path: d.path.clone(),
+            problem: Problem::DuplicateKey {
+                key: key.to_owned(),
+                parent: parent.to_owned(),
+                first: d.first,
+                second: d.second,
+            },
+        });
+    }
     Parser { file }.policy(&value)
 }
 
@@ -143,8 +156,18 @@ impl Parser<'_> {
             }
         }
         for (k, v) in top {
-            if !matches!(k.as_str(), "version" | "speedup_threshold" | "rules") {
-                policy.extra.insert(k.clone(), v.clone());
+            match k.as_str() {
+                "version" | "speedup_threshold" | "rules" => {}
+                // Ours when it reads as ours; another tool's is kept as it is.
+                "provenance" => match serde_json::from_value(v.clone()) {
+                    Ok(p) => policy.provenance = Some(p),
+                    Err(_) => {
+                        policy.extra.insert(k.clone(), v.clone());
+                    }
+                },
+                _ => {
+                    policy.extra.insert(k.clone(), v.clone());
+                }
             }
         }
         Ok(policy)

@@ -5,6 +5,7 @@ use std::fmt;
 
 use crate::error::{PolicyError, Problem};
 use crate::kind::{DenseKind, GroupedKind};
+use crate::provenance::Provenance;
 
 /// The only policy format version this library reads and writes.
 pub const POLICY_VERSION: u32 = 1;
@@ -80,9 +81,11 @@ pub struct Policy {
     pub(crate) speedup_threshold: f64,
     pub(crate) dense: [BTreeMap<String, Vec<DenseRule>>; 4],
     pub(crate) grouped: [Vec<GroupedRule>; 2],
-    /// Top-level keys other than `version`, `speedup_threshold` and `rules` (provenance and the
-    /// like). The seed's loader ignores them; we keep them on a round trip.
-    pub extra: BTreeMap<String, serde_json::Value>,
+    /// Where the policy came from, when it says so in our format.
+    pub(crate) provenance: Option<Provenance>,
+    /// Other top-level keys (and a `provenance` in another tool's form). The seed's loader
+    /// ignores them; we keep them on a round trip.
+    pub(crate) extra: BTreeMap<String, serde_json::Value>,
 }
 
 impl Policy {
@@ -95,8 +98,35 @@ impl Policy {
             speedup_threshold,
             dense: Default::default(),
             grouped: Default::default(),
+            provenance: None,
             extra: BTreeMap::new(),
         })
+    }
+
+    /// How the policy was made, when it records that in our format.
+    pub fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
+
+    /// Records how the policy was made (written as the top-level `provenance` object, which the
+    /// seed's loader ignores).
+    pub fn set_provenance(&mut self, provenance: Provenance) {
+        self.extra.remove("provenance");
+        self.provenance = Some(provenance);
+    }
+
+    /// True when the policy comes from cost-model estimates rather than measurements. Every
+    /// command that reads such a policy must say so.
+    pub fn estimated(&self) -> bool {
+        self.provenance.as_ref().is_some_and(|p| p.estimated)
+    }
+
+    /// Keys the policy's maker measured and found no FP8 win for: for those, BF16 is a measured
+    /// answer rather than a gap in the sweep.
+    pub fn measured_bf16_keys(&self) -> &[RuleKey] {
+        self.provenance
+            .as_ref()
+            .map_or(&[], |p| p.measured_bf16_keys.as_slice())
     }
 
     /// Speedup a module had to reach for FP8 to be enabled when the policy was built.

@@ -12,12 +12,22 @@ use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
 
 impl Serialize for Policy {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3 + self.extra.len()))?;
+        let n = 3 + self.extra.len() + usize::from(self.provenance.is_some());
+        let mut m = s.serialize_map(Some(n))?;
         m.serialize_entry("version", &POLICY_VERSION)?;
         m.serialize_entry("speedup_threshold", &self.speedup_threshold)?;
         m.serialize_entry("rules", &RulesView(self))?;
+        // Extra keys sorted, `provenance` in its sorted place among them.
+        let mut provenance = self.provenance.as_ref();
         for (k, v) in &self.extra {
+            if let Some(p) = provenance.filter(|_| k.as_str() > "provenance") {
+                m.serialize_entry("provenance", p)?;
+                provenance = None;
+            }
             m.serialize_entry(k, v)?;
+        }
+        if let Some(p) = provenance {
+            m.serialize_entry("provenance", p)?;
         }
         m.end()
     }

@@ -108,8 +108,9 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 },
             );
         }
-        p.extra
-            .insert("provenance".into(), serde_json::json!({"tool": "proptest"}));
+        let mut prov = fp8_policy::Provenance::default();
+        prov.tool = "proptest".into();
+        p.set_provenance(prov);
         p
     })
 }

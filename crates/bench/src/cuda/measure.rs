@@ -1,12 +1,12 @@
 //! One point: set up buffers, check every kernel and GEMM once, then time fwd+bwd in both
 //! precisions with CUDA events, rotating input sets so repeated steps do not hit L2.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cudarc::driver::{CudaEvent, LaunchConfig, PushKernelArg, sys::CUevent_flags};
 use fp8_engine::model::Norm;
-use fp8_merge::report::{Point, Stat, Status, Timing};
 use fp8_policy::ModuleKind;
+use fp8_report::{Point, Stat, Status, Timing};
 
 use super::buffer::DevBuf;
 use super::check::{
@@ -68,7 +68,7 @@ pub const QUANT_TOL: f64 = 0.08;
 /// Measures one point. Never panics; a failure becomes a `failed`/`skipped` point.
 pub fn measure_point(gpu: &mut Gpu, bp: &BenchPoint, opt: &MeasureOptions) -> Point {
     let seg = bp.segments(opt.pad);
-    let mut point = base_point(bp, &seg);
+    let mut point = bp.report_point(opt.pad);
     match run(gpu, bp, &seg, opt, &mut point) {
         Ok(()) => {}
         Err(BenchError::Check(msg)) => {
@@ -83,42 +83,6 @@ pub fn measure_point(gpu: &mut Gpu, bp: &BenchPoint, opt: &MeasureOptions) -> Po
     // Free everything the point allocated before the next one.
     let _ = gpu.sync();
     point
-}
-
-/// The report point of `bp` with no timings yet (status ok).
-pub fn base_point_for(bp: &BenchPoint, pad: u64) -> Point {
-    base_point(bp, &bp.segments(pad))
-}
-
-fn base_point(bp: &BenchPoint, seg: &Segments) -> Point {
-    let s = &bp.spec;
-    Point {
-        component: s.component.to_string(),
-        module: s.name.clone(),
-        te_class: s.te_class.to_string(),
-        module_kind: s.module_kind,
-        ub_name: s.ub_name.clone(),
-        tp: s.tp,
-        etp: s.etp,
-        num_gemms: s.num_gemms,
-        tokens: bp.tokens,
-        gemm_rows: bp.rows(),
-        padded_rows: seg.total_padded(),
-        splits: if s.module_kind.is_grouped() {
-            bp.splits.clone()
-        } else {
-            Vec::new()
-        },
-        split_mode: bp.split_mode.map(|m| m.name()),
-        in_features: s.in_features,
-        out_features: s.out_features,
-        status: Status::Ok,
-        reason: None,
-        bf16: None,
-        fp8: None,
-        speedup: None,
-        errors: BTreeMap::new(),
-    }
 }
 
 /// Device buffers of one rotation set.

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
 };
-use fp8_merge::report::DeviceInfo;
+use fp8_report::DeviceInfo;
 
 pub use buffer::DevBuf;
 pub use gemm::{AlgoSearch, Lt, TuneInfo};
-pub use measure::{MeasureOptions, base_point_for, measure_point};
+pub use measure::{MeasureOptions, measure_point};
 
 use crate::error::BenchError;
 

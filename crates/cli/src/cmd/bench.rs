@@ -1,22 +1,15 @@
 //! `fp8sel bench`: the BF16 vs FP8 sweep of every module of a model, into a report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fp8_bench::cuda::{Gpu, MeasureOptions};
-use std::collections::HashMap;
-use std::path::Path;
-
-use fp8_bench::job::{SweepJob, layout, points, provenance};
-use fp8_bench::runner::run_parallel;
-use fp8_bench::runner::{Backend, CudaBackend, status_counts};
-use fp8_bench::shard::{
-    RankEnv, assign, point_id, rank_report_path, report_point_id, sweep_digest,
-};
-use fp8_bench::sweep::BenchPoint;
-use fp8_bench::sweep::{SplitMode, parse_shape_sweep};
+use fp8_bench::driver;
+use fp8_bench::job::{SweepJob, points, provenance};
+use fp8_bench::runner::{Backend, CudaBackend};
+use fp8_bench::shard::{RankEnv, rank_report_path};
+use fp8_bench::sweep::{BenchPoint, SplitMode, parse_shape_sweep};
 use fp8_engine::{Role, load_model};
-use fp8_merge::report::Point;
-use fp8_merge::report::{Provenance, Report, Status};
+use fp8_report::{Point, Report, Status};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{CliError, CliResult};
@@ -159,7 +152,7 @@ pub fn run(args: &Args) -> CliResult {
     let model = load_model(&args.model).map_err(CliError::input)?;
     let job = SweepJob {
         component: args.component,
-        parallel: layout(&model, args.tp, args.ep, args.etp),
+        parallel: model.layout(args.tp, args.ep, args.etp, None),
         tokens: args
             .shape_sweep
             .as_deref()
@@ -200,49 +193,53 @@ pub fn run(args: &Args) -> CliResult {
     let rank = RankEnv::detect(|k| std::env::var(k).ok())
         .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
     let devices = args.devices.as_deref().map(parse_devices).transpose()?;
-    let (report_path, report) = match (rank, devices) {
-        // One process of a torchrun/Slurm launch: its share of the sweep, on its local device.
-        (Some(r), None) => {
-            let shards = assign(&points, r.world);
-            let path = rank_report_path(&args.report, r.rank);
-            let device = if args.device != 0 {
-                args.device
-            } else {
-                r.local
-            };
-            let mine = &shards[r.rank];
-            eprintln!(
-                "{} rank {} of {}: {} of {} points on device {device}, report {}",
-                r.launcher,
-                r.rank,
-                r.world,
-                mine.len(),
-                points.len(),
-                path.display()
-            );
-            let mut report =
-                measure_indices(args, &points, mine, &opt, provenance, &path, &[device])?;
-            report.provenance.extra.insert(
-                "shard".into(),
-                serde_json::json!({
-                    "rank": r.rank, "world_size": r.world, "launcher": r.launcher,
-                    "sweep_digest": sweep_digest(&points), "sweep_points": points.len(),
-                    "point_ids": mine.iter().map(|&i| point_id(&points[i])).collect::<Vec<_>>(),
-                }),
-            );
-            (path, report)
-        }
-        (_, devices) => {
-            let all: Vec<usize> = (0..points.len()).collect();
-            let devs = devices.unwrap_or_else(|| vec![args.device]);
-            let report =
-                measure_indices(args, &points, &all, &opt, provenance, &args.report, &devs)?;
-            (args.report.clone(), report)
-        }
+    // Under torchrun/Slurm without --devices, this process measures its share on LOCAL_RANK.
+    let rank = rank.filter(|_| devices.is_none());
+    let report_path = match &rank {
+        Some(r) => rank_report_path(&args.report, r.rank),
+        None => args.report.clone(),
     };
+    check_outputs(args, &report_path)?;
+    let devices = match (&rank, devices) {
+        (_, Some(d)) => d,
+        (Some(r), None) if args.device == 0 => vec![r.local],
+        _ => vec![args.device],
+    };
+    if let Some(r) = &rank {
+        eprintln!(
+            "{} rank {} of {} on device {}, report {}",
+            r.launcher,
+            r.rank,
+            r.world,
+            devices[0],
+            report_path.display()
+        );
+    }
+    let make =
+        |dev: usize| open_backend(&args.backend, &args.device_profile, dev).map_err(|e| e.message);
+    let progress = Bar::new(args.quiet);
+    let report = driver::run(
+        driver::Sweep {
+            points: &points,
+            opt: &opt,
+            provenance,
+            rank,
+            resume_from: args.resume.then_some(report_path.as_path()),
+        },
+        driver::Workers::Devices {
+            make: &make,
+            devices: &devices,
+        },
+        &progress,
+    )
+    .map_err(|e| match e {
+        driver::DriverError::NoDevice(m) => CliError::input(m),
+        other => CliError::input(other),
+    })?;
+    progress.0.finish_and_clear();
     write_report(&report, &report_path)?;
     print_summary(&report);
-    if rank.is_some() && args.devices.is_none() {
+    if rank.is_some() {
         println!(
             "wrote {} (merge all ranks with: fp8sel merge-policy --reports {})",
             report_path.display(),
@@ -268,9 +265,15 @@ pub fn run(args: &Args) -> CliResult {
             let stem = out
                 .file_stem()
                 .map_or_else(|| model.name.clone(), |s| s.to_string_lossy().into_owned());
-            super::merge_policy::write_outputs(&merged, None, Some(dir), &stem)?
+            super::merge_policy::write_outputs(&merged, None, Some(dir), &stem, &[&args.report])?
         } else {
-            super::merge_policy::write_outputs(&merged, Some(out), None, &model.name)?
+            super::merge_policy::write_outputs(
+                &merged,
+                Some(out),
+                None,
+                &model.name,
+                &[&args.report],
+            )?
         };
         for w in written {
             println!("wrote {}", w.display());
@@ -279,127 +282,55 @@ pub fn run(args: &Args) -> CliResult {
     Ok(())
 }
 
-/// Measures the points `indices` of `points` on `devices` (one worker per device, shards
-/// balanced by estimated cost), keeping with `--resume` what `existing` already measured.
-fn measure_indices(
-    args: &Args,
-    points: &[BenchPoint],
-    indices: &[usize],
-    opt: &MeasureOptions,
-    provenance: Provenance,
-    existing: &Path,
-    devices: &[usize],
-) -> CliResult<Report> {
-    // --resume: keep every point the previous run measured (ok or failed), redo the rest.
-    let mut kept: HashMap<String, Point> = HashMap::new();
-    if args.resume && existing.exists() {
-        let text = std::fs::read_to_string(existing)
-            .map_err(|e| CliError::input(format!("{}: {e}", existing.display())))?;
-        let old: Report = serde_json::from_str(&text).map_err(|e| {
-            CliError::input(format!(
-                "--resume: {} is not a report: {e}",
-                existing.display()
-            ))
-        })?;
-        for p in old
-            .points
-            .into_iter()
-            .filter(|p| p.status != Status::Skipped)
-        {
-            kept.insert(report_point_id(&p), p);
-        }
-        eprintln!(
-            "--resume: {} point(s) already measured in {}",
-            kept.len(),
-            existing.display()
-        );
+/// Refuses a policy output that would overwrite the report (or the model config).
+fn check_outputs(args: &Args, report: &Path) -> CliResult {
+    fp8_io::refuse_same_file(report, [args.model.as_path()]).map_err(CliError::input)?;
+    if let Some(out) = &args.policy_out {
+        fp8_io::refuse_same_file(out, [report, args.report.as_path(), args.model.as_path()])
+            .map_err(CliError::input)?;
     }
-    let todo: Vec<usize> = indices
-        .iter()
-        .copied()
-        .filter(|&i| !kept.contains_key(&point_id(&points[i])))
-        .collect();
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(todo.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let make =
-        |dev: usize| open_backend(&args.backend, &args.device_profile, dev).map_err(|e| e.message);
-    let sub: Vec<BenchPoint> = todo.iter().map(|&i| points[i].clone()).collect();
-    let shards = assign(&sub, devices.len());
-    let progress = |p: &BenchPoint, r: &Point| {
+    Ok(())
+}
+
+/// The progress bar (hidden with --quiet) and notes.
+struct Bar(ProgressBar);
+
+impl Bar {
+    fn new(quiet: bool) -> Self {
+        let bar = if quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(0)
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        Bar(bar)
+    }
+}
+
+impl driver::Progress for Bar {
+    fn start(&self, todo: usize) {
+        self.0.set_length(todo as u64);
+    }
+    fn point(&self, p: &BenchPoint, r: &Point) {
         let sp = r.speedup.map_or_else(
             || format!("{:?}", r.status).to_lowercase(),
             |s| format!("{s:.3}x"),
         );
-        bar.set_message(format!(
+        self.0.set_message(format!(
             "{} @ {} tokens: {sp}",
             p.spec.name.rsplit('.').next().unwrap_or(""),
             p.tokens
         ));
-        bar.inc(1);
-    };
-    let (measured, info) = if devices.len() == 1 {
-        // One device: open it here so that a missing GPU is an error, not a report of skips.
-        let mut backend = make(devices[0]).map_err(CliError::input)?;
-        let info = backend.device();
-        let pts: Vec<(usize, Point)> = (0..sub.len())
-            .map(|i| {
-                let p = backend.measure(&sub[i], opt);
-                progress(&sub[i], &p);
-                (i, p)
-            })
-            .collect();
-        (pts, Some(info))
-    } else {
-        if !args.quiet {
-            let loads = fp8_bench::shard::loads(&sub, &shards);
-            eprintln!(
-                "{} devices, estimated shard loads (ms): {:?}",
-                devices.len(),
-                loads.iter().map(|l| l.round()).collect::<Vec<_>>()
-            );
-        }
-        run_parallel(&make, devices, &sub, &shards, opt, &progress)
-    };
-    bar.finish_and_clear();
-    let mut report = Report::new(provenance, args.backend == "model");
-    report.provenance.timing = if args.backend == "model" {
-        "model"
-    } else {
-        "gpu"
+        self.0.inc(1);
     }
-    .to_owned();
-    match info {
-        Some(i) => report.provenance.device = i,
-        None if kept.is_empty() => {
-            return Err(CliError::other(
-                "no device could be opened: every point is missing",
-            ));
-        }
-        None => {}
+    fn note(&self, message: &str) {
+        // Notes change what the run means (points kept, shard loads): shown even with --quiet.
+        self.0.suspend(|| eprintln!("{message}"));
     }
-    if devices.len() > 1 {
-        report
-            .provenance
-            .extra
-            .insert("devices".into(), serde_json::json!(devices));
-    }
-    let mut fresh: HashMap<usize, Point> =
-        measured.into_iter().map(|(i, p)| (todo[i], p)).collect();
-    for &i in indices {
-        let id = point_id(&points[i]);
-        if let Some(p) = fresh.remove(&i).or_else(|| kept.remove(&id)) {
-            report.points.push(p);
-        }
-    }
-    Ok(report)
 }
 
 fn parse_devices(s: &str) -> CliResult<Vec<usize>> {
@@ -453,16 +384,7 @@ pub fn open_backend(kind: &str, profile: &str, device: usize) -> CliResult<Box<d
 
 /// Writes a report atomically.
 pub fn write_report(report: &Report, path: &std::path::Path) -> CliResult {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError {
-            code: 1,
-            message: format!("{}: {e}", dir.display()),
-        })?;
-    }
-    fp8_policy::write_atomic(path, report.to_json().as_bytes()).map_err(|e| CliError {
-        code: 1,
-        message: e.to_string(),
-    })
+    fp8_report::write(report, path).map_err(CliError::from)
 }
 
 /// Prints the end-of-sweep table.
@@ -482,7 +404,7 @@ pub fn print_summary(report: &Report) {
                 .map(|s| format!(" [{s}]"))
                 .unwrap_or_default()
         );
-        let f = |t: Option<fp8_merge::report::Timing>| {
+        let f = |t: Option<fp8_report::Timing>| {
             t.map_or_else(|| "-".to_owned(), |t| format!("{:.3}", t.total_ms.median))
         };
         let status = match p.status {
@@ -501,7 +423,7 @@ pub fn print_summary(report: &Report) {
             status
         );
     }
-    let (ok, failed, skipped) = status_counts(report);
+    let (ok, failed, skipped) = report.status_counts();
     println!(
         "{ok} ok, {failed} failed, {skipped} skipped; device {}",
         report.provenance.device.name

@@ -142,10 +142,8 @@ pub fn run(args: &Args) -> CliResult {
     if let Some(p) = &args.json {
         let v = serde_json::json!({"device": gpu.info, "figures": figs});
         let text = format!("{v:#}\n");
-        fp8_policy::write_atomic(p, text.as_bytes()).map_err(|e| CliError {
-            code: 1,
-            message: e.to_string(),
-        })?;
+        fp8_io::create_parent_dir(p)?;
+        fp8_io::write_atomic(p, text.as_bytes())?;
     }
     Ok(())
 }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::ArgGroup;
 use fp8_engine::classify::{KindSource, with_promotion};
-use fp8_engine::{TeClass, TokenConfig, classify};
-use fp8_policy::{KindFamily, Lookup, ModuleKind, Policy};
+use fp8_engine::{ModuleQuery, TeClass, TokenConfig, classify, decide_module};
+use fp8_policy::{ModuleKind, Policy};
 
 use crate::error::{CliError, CliResult};
 
@@ -90,42 +90,19 @@ pub fn run(args: &Args) -> CliResult {
         context_parallel_size: args.cp,
         fp8_dynamic_num_tokens: args.num_tokens,
     };
-    let (dense_tokens, _) = tokens.dense_tokens();
-    let (lookup, num_tokens) = match classified.kind.family() {
-        KindFamily::Dense(kind) => (
-            Lookup::Dense {
-                kind,
-                ub_name: ub,
-                tp: args.tp,
-            },
-            dense_tokens,
-        ),
-        KindFamily::Grouped(kind) => {
-            let num_gemms = args.num_gemms.ok_or_else(|| {
-                CliError::input(format!(
-                    "{} is an expert kind: give --num-gemms (num_experts / ep); it has no default",
-                    classified.kind
-                ))
-            })?;
-            // A grouped class is an expert even without --expert.
-            let topk = args.topk.ok_or_else(|| {
-                CliError::input(format!(
-                    "{} is an expert kind: give --topk (moe_router_topk) so tokens can be scaled",
-                    classified.kind
-                ))
-            })?;
-            let etp = args.etp.unwrap_or(args.tp);
-            (
-                Lookup::Grouped {
-                    kind,
-                    etp,
-                    num_gemms,
-                },
-                dense_tokens.saturating_mul(topk),
-            )
-        }
+    let query = ModuleQuery {
+        kind: classified.kind,
+        ub_name: ub,
+        tp: args.tp,
+        etp: args.etp.unwrap_or(args.tp),
+        num_gemms: args.num_gemms,
     };
-    let decision = policy.decide(lookup, num_tokens);
+    let decided = decide_module(&query, &tokens, args.topk, Some(&policy))
+        .map_err(|e| CliError::input(format!("{e} (--num-gemms, --topk, --seq-length)")))?;
+    let num_tokens = decided.num_tokens;
+    let Some(decision) = decided.decision else {
+        return Err(CliError::other("no decision without a policy"));
+    };
     if args.json {
         let out = serde_json::json!({
             "use_fp8": decision.use_fp8,

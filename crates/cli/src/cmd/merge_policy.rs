@@ -70,31 +70,48 @@ pub fn merge_reports(
         .iter()
         .map(|p| load(p, pad))
         .collect::<Result<_, _>>()
-        .map_err(CliError::input)?;
-    let merged = merge(&loaded, opt).map_err(CliError::input)?;
+        .map_err(merge_error)?;
+    let merged = merge(&loaded, opt).map_err(merge_error)?;
     Ok((loaded, merged))
 }
 
-fn write(policy: &fp8_policy::Policy, path: &Path) -> CliResult {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError {
-            code: 1,
-            message: format!("{}: {e}", dir.display()),
-        })?;
+fn merge_error(e: fp8_merge::MergeError) -> CliError {
+    match e {
+        fp8_merge::MergeError::Report(r) if !r.is_user_input() => CliError::other(r),
+        other => CliError::input(other),
     }
-    policy.write(path).map_err(|e| CliError {
-        code: 1,
-        message: e.to_string(),
-    })
 }
 
-/// Writes the merged policies where the flags say; returns the written paths.
+/// Writes the merged policies where the flags say; returns the written paths. Refuses, before
+/// writing anything, an output that is one of `inputs` or another output.
 pub fn write_outputs(
     merged: &Merged,
     output: Option<&Path>,
     output_dir: Option<&Path>,
     name: &str,
+    inputs: &[&Path],
 ) -> CliResult<Vec<PathBuf>> {
+    let targets = output_paths(merged, output, output_dir, name)?;
+    for (i, t) in targets.iter().enumerate() {
+        let earlier = targets[..i].iter().map(|(p, _)| p.as_path());
+        fp8_io::refuse_same_file(t.0.as_path(), inputs.iter().copied().chain(earlier))
+            .map_err(CliError::input)?;
+    }
+    let mut written = Vec::new();
+    for (path, policy) in targets {
+        fp8_io::create_parent_dir(&path)?;
+        policy.write(&path)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn output_paths<'m>(
+    merged: &'m Merged,
+    output: Option<&Path>,
+    output_dir: Option<&Path>,
+    name: &str,
+) -> CliResult<Vec<(PathBuf, &'m fp8_policy::Policy)>> {
     let mut written = Vec::new();
     match (output, output_dir) {
         (Some(out), _) => {
@@ -107,8 +124,7 @@ pub fn write_outputs(
                 )));
             }
             if let Some(p) = merged.policies.values().next() {
-                write(p, out)?;
-                written.push(out.to_path_buf());
+                written.push((out.to_path_buf(), p));
             }
         }
         (None, Some(dir)) => {
@@ -119,9 +135,7 @@ pub fn write_outputs(
                 } else {
                     format!("{name}.{comp}.json")
                 };
-                let path = dir.join(file);
-                write(p, &path)?;
-                written.push(path);
+                written.push((dir.join(file), p));
             }
         }
         (None, None) => return Err(CliError::input("give --output or --output-dir")),
@@ -189,11 +203,13 @@ pub fn run(args: &Args) -> CliResult {
                 .find(|m| !m.is_empty())
         })
         .unwrap_or_else(|| "policy".to_owned());
+    let inputs: Vec<&Path> = args.reports.iter().map(PathBuf::as_path).collect();
     let written = write_outputs(
         &merged,
         args.output.as_deref(),
         args.output_dir.as_deref(),
         &name,
+        &inputs,
     )?;
     print_summary(&merged);
     if loaded.iter().any(|l| l.origin.estimated) {

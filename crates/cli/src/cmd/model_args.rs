@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fp8_engine::{ModelDesc, Parallel, PlanConfig, Role, TokenConfig, load_model};
+use fp8_engine::{ModelDesc, Parallel, PlanConfig, Role, TokenConfig, TokenOverrides, load_model};
 use fp8_policy::Policy;
 
 use crate::error::{CliError, CliResult};
@@ -76,49 +76,31 @@ impl ModelArgs {
     /// Loads the model and fills every unset value from the config.
     pub fn resolve(&self) -> CliResult<Resolved> {
         let model = load_model(&self.model).map_err(CliError::input)?;
-        let llm = model.component(Role::Llm).or(model.components.first());
-        let rec = llm.map(|c| c.recommended.clone()).unwrap_or_default();
-        let tp = self.tp.or(rec.tp).unwrap_or(1);
-        let parallel = Parallel {
-            tp,
-            ep: self.ep.or(rec.ep).unwrap_or(1),
-            etp: self.etp.or(rec.etp).unwrap_or(tp),
-            cp: self.cp.or(rec.cp).unwrap_or(1),
-            sequence_parallel: !self.no_sequence_parallel && tp > 1,
-        };
+        let mut parallel = model.layout(self.tp, self.ep, self.etp, self.cp);
+        if self.no_sequence_parallel {
+            parallel = parallel.with_sequence_parallel(false);
+        }
         let mut tokens = BTreeMap::new();
         for c in &model.components {
-            let seq = self
-                .seq_length
-                .or(c.recommended.seq_length)
-                .or(rec.seq_length);
-            let mbs = self
-                .micro_batch_size
-                .or(c.recommended.micro_batch_size)
-                .or(rec.micro_batch_size)
-                .unwrap_or(1);
-            let override_ = match c.role {
-                Role::Llm => self.num_tokens,
-                Role::Vit => self.vit_num_tokens,
-            }
-            .or(c.fp8.num_tokens);
-            if seq.is_none() && override_.is_none() {
-                return Err(CliError::input(format!(
-                    "{}: no sequence length for the {} component; fix: pass --seq-length \
-                     (or --num-tokens / --vit-num-tokens), or set seq_length in the config",
-                    self.model.display(),
-                    c.role
-                )));
-            }
-            tokens.insert(
-                c.role,
-                TokenConfig {
-                    seq_length: seq.unwrap_or(0),
-                    micro_batch_size: mbs,
-                    context_parallel_size: u64::from(parallel.cp),
-                    fp8_dynamic_num_tokens: override_,
+            let given = TokenOverrides {
+                seq_length: self.seq_length,
+                micro_batch_size: self.micro_batch_size,
+                num_tokens: match c.role {
+                    Role::Llm => self.num_tokens,
+                    Role::Vit => self.vit_num_tokens,
                 },
-            );
+            };
+            let t = model
+                .token_config(c.role, &given, parallel.cp)
+                .ok_or_else(|| {
+                    CliError::input(format!(
+                        "{}: no sequence length for the {} component; fix: pass --seq-length \
+                         (or --num-tokens / --vit-num-tokens), or set seq_length in the config",
+                        self.model.display(),
+                        c.role
+                    ))
+                })?;
+            tokens.insert(c.role, t);
         }
         Ok(Resolved {
             model,

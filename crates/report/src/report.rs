@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use fp8_policy::ModuleKind;
 use serde::{Deserialize, Serialize};
 
+use crate::point_id::PointId;
+
 /// Value of the `format` field that marks our reports.
 pub const REPORT_FORMAT: &str = "fp8sel-report";
 /// Current report version.
@@ -60,9 +62,29 @@ pub struct Provenance {
     /// Expert token split used for grouped modules (`uniform` or `zipf1.2`).
     #[serde(default)]
     pub expert_split: String,
-    /// Anything else worth keeping.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, serde_json::Value>,
+    /// Devices of a multi-GPU sweep (`--devices`); empty for one device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<usize>,
+    /// Set when the report is one rank's share of a sharded sweep (torchrun/Slurm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+}
+
+/// One rank's share of a sweep launched by torchrun or Slurm.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shard {
+    /// This report's rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// `torchrun` or `slurm`.
+    pub launcher: String,
+    /// Identifies the sweep all the shards belong to ([`crate::sweep_digest`]).
+    pub sweep_digest: String,
+    /// Points in the whole sweep.
+    pub sweep_points: usize,
+    /// The points this rank was assigned.
+    pub point_ids: Vec<PointId>,
 }
 
 /// Device facts.
@@ -218,6 +240,34 @@ pub struct Point {
     pub errors: BTreeMap<String, f64>,
 }
 
+impl Point {
+    /// The point's identity: the same for the point the sweep planned and the point it wrote.
+    pub fn id(&self) -> PointId {
+        PointId {
+            component: self.component.clone(),
+            module: self.module.clone(),
+            split: self.split_mode.clone(),
+            tokens: self.tokens,
+            in_features: self.in_features,
+            out_features: self.out_features,
+            num_gemms: self.num_gemms,
+        }
+    }
+
+    /// The point in words, for messages: `llm decoder.layers.mlp.linear_fc1 at 4096 tokens`.
+    pub fn describe(&self) -> String {
+        let split = self
+            .split_mode
+            .as_deref()
+            .map(|s| format!(" [{s}]"))
+            .unwrap_or_default();
+        format!(
+            "{} {}{split} at {} tokens",
+            self.component, self.module, self.tokens
+        )
+    }
+}
+
 impl Report {
     /// An empty report with the given provenance.
     pub fn new(provenance: Provenance, estimated: bool) -> Self {
@@ -232,9 +282,17 @@ impl Report {
 
     /// Pretty JSON with a trailing newline.
     pub fn to_json(&self) -> String {
+        // Serializing plain structs of numbers and strings cannot fail; a map with non-string
+        // keys would, and there is none.
         let mut s = serde_json::to_string_pretty(self)
             .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
         s.push('\n');
         s
+    }
+
+    /// Counts of ok / failed / skipped points.
+    pub fn status_counts(&self) -> (usize, usize, usize) {
+        let c = |s: Status| self.points.iter().filter(|p| p.status == s).count();
+        (c(Status::Ok), c(Status::Failed), c(Status::Skipped))
     }
 }

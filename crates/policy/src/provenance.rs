@@ -1,0 +1,242 @@
+//! Where a policy came from: the `provenance` object `fp8sel merge-policy` writes beside `rules`.
+//!
+//! The seed's loader reads only `rules`, so provenance never changes a decision there. Here it
+//! tells an estimate from a measurement and a measured BF16 answer from a gap in the sweep.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::kind::ModuleKind;
+use crate::policy::RuleKey;
+
+/// How a policy was made. Fields are in the order they are written (sorted), so output stays
+/// byte-deterministic.
+///
+/// ```
+/// use fp8_policy::{DenseKind, Policy, Provenance, RuleKey};
+///
+/// let mut p = Policy::new(1.0)?;
+/// let mut prov = Provenance::default();
+/// prov.estimated = true;
+/// prov.measured_bf16_keys.push(RuleKey::Dense { kind: DenseKind::Row, ub_name: "fc2".into(), tp: 8 });
+/// p.set_provenance(prov);
+/// assert!(p.estimated());
+/// let again = Policy::from_json_str(&p.to_json(), "again.json")?;
+/// assert_eq!(again.provenance().map(|p| p.measured_bf16_keys.len()), Some(1));
+/// # Ok::<(), fp8_policy::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Provenance {
+    /// `llm` or `vit`.
+    #[serde(default)]
+    pub component: String,
+    /// Devices the reports were measured on.
+    #[serde(default)]
+    pub device: Vec<String>,
+    /// True when the policy comes from cost-model estimates, not measurements.
+    #[serde(default)]
+    pub estimated: bool,
+    /// Host floors applied for an eager trainer, when any.
+    #[serde(default)]
+    pub host_floor_ms: Option<HostFloor>,
+    /// Noise margin added to the threshold.
+    #[serde(default)]
+    pub margin: Option<f64>,
+    /// Keys that were measured and never won FP8: a measured BF16 answer, not a gap.
+    #[serde(default, deserialize_with = "keys_any_form")]
+    pub measured_bf16_keys: Vec<RuleKey>,
+    /// Model names of the reports.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// FP8 recipes of the reports.
+    #[serde(default)]
+    pub recipe: Vec<String>,
+    /// The report files merged.
+    #[serde(default)]
+    pub reports: Vec<String>,
+    /// The thresholding rule, in words.
+    #[serde(default)]
+    pub rule: String,
+    /// Threshold used.
+    #[serde(default)]
+    pub speedup_threshold: Option<f64>,
+    /// The tool and version that wrote the policy.
+    #[serde(default)]
+    pub tool: String,
+    /// Fields written by other tools, kept on a round trip.
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_json::Value>,
+}
+
+/// Per-module host floors (ms) for an eager trainer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostFloor {
+    /// BF16 floor.
+    pub bf16: f64,
+    /// FP8 floor.
+    pub fp8: f64,
+}
+
+/// A rule key as JSON: `{"kind": "row", "ub_name": "fc2", "tp": 8}` or
+/// `{"kind": "row_grouped", "etp": 1, "num_gemms": 32}`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyJson {
+    kind: ModuleKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ub_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tp: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    etp: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    num_gemms: Option<u32>,
+}
+
+impl Serialize for RuleKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let k = match self {
+            RuleKey::Dense { kind, ub_name, tp } => KeyJson {
+                kind: (*kind).into(),
+                ub_name: Some(ub_name.clone()),
+                tp: Some(*tp),
+                etp: None,
+                num_gemms: None,
+            },
+            RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            } => KeyJson {
+                kind: (*kind).into(),
+                ub_name: None,
+                tp: None,
+                etp: Some(*etp),
+                num_gemms: Some(*num_gemms),
+            },
+        };
+        k.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let k = KeyJson::deserialize(d)?;
+        let nonzero = |v: Option<u32>, name: &str| match v {
+            Some(0) => Err(D::Error::custom(format!("{name} must be at least 1"))),
+            Some(v) => Ok(v),
+            None => Err(D::Error::custom(format!("missing {name}"))),
+        };
+        match k.kind.family() {
+            crate::KindFamily::Dense(kind) => Ok(RuleKey::Dense {
+                kind,
+                ub_name: k
+                    .ub_name
+                    .filter(|u| !u.is_empty())
+                    .ok_or_else(|| D::Error::custom("missing ub_name"))?,
+                tp: nonzero(k.tp, "tp")?,
+            }),
+            crate::KindFamily::Grouped(kind) => Ok(RuleKey::Grouped {
+                kind,
+                etp: nonzero(k.etp, "etp")?,
+                num_gemms: nonzero(k.num_gemms, "num_gemms")?,
+            }),
+        }
+    }
+}
+
+/// Reads keys written as objects, or as the display strings older versions wrote
+/// (`(kind=row, ub_name=fc2, tp=8)`).
+fn keys_any_form<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RuleKey>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Any {
+        Key(RuleKey),
+        Text(String),
+    }
+    Vec::<Any>::deserialize(d)?
+        .into_iter()
+        .map(|a| match a {
+            Any::Key(k) => Ok(k),
+            Any::Text(t) => parse_display(&t)
+                .ok_or_else(|| serde::de::Error::custom(format!("`{t}` is not a rule key"))),
+        })
+        .collect()
+}
+
+fn parse_display(t: &str) -> Option<RuleKey> {
+    let inner = t.strip_prefix('(')?.strip_suffix(')')?;
+    let mut fields = BTreeMap::new();
+    for part in inner.split(", ") {
+        let (k, v) = part.split_once('=')?;
+        fields.insert(k, v);
+    }
+    let kind: ModuleKind = fields.get("kind")?.parse().ok()?;
+    let num = |k: &str| fields.get(k)?.parse::<u32>().ok().filter(|v| *v > 0);
+    match kind.family() {
+        crate::KindFamily::Dense(kind) => Some(RuleKey::Dense {
+            kind,
+            ub_name: (*fields.get("ub_name")?).to_owned(),
+            tp: num("tp")?,
+        }),
+        crate::KindFamily::Grouped(kind) => Some(RuleKey::Grouped {
+            kind,
+            etp: num("etp")?,
+            num_gemms: num("num_gemms")?,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::{DenseKind, GroupedKind};
+
+    #[test]
+    fn old_display_strings_still_read() {
+        let p: Provenance = serde_json::from_str(
+            r#"{"measured_bf16_keys": ["(kind=layernorm_column, ub_name=qkv, tp=8)",
+                "(kind=row_grouped, etp=1, num_gemms=32)", {"kind": "row", "ub_name": "fc2", "tp": 2}]}"#,
+        )
+        .expect("reads");
+        assert_eq!(
+            p.measured_bf16_keys,
+            vec![
+                RuleKey::Dense {
+                    kind: DenseKind::LayernormColumn,
+                    ub_name: "qkv".into(),
+                    tp: 8
+                },
+                RuleKey::Grouped {
+                    kind: GroupedKind::RowGrouped,
+                    etp: 1,
+                    num_gemms: 32
+                },
+                RuleKey::Dense {
+                    kind: DenseKind::Row,
+                    ub_name: "fc2".into(),
+                    tp: 2
+                },
+            ]
+        );
+        for bad in [
+            r#"{"measured_bf16_keys": ["(kind=row, tp=8)"]}"#,
+            r#"{"measured_bf16_keys": [{"kind": "row", "ub_name": "fc2", "tp": 0}]}"#,
+            r#"{"measured_bf16_keys": [{"kind": "row_grouped", "etp": 1}]}"#,
+        ] {
+            assert!(serde_json::from_str::<Provenance>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_survive() {
+        let text = r#"{"estimated":true,"zz_from_another_tool":[1,2]}"#;
+        let p: Provenance = serde_json::from_str(text).expect("reads");
+        assert!(p.estimated);
+        let back = serde_json::to_value(&p).expect("writes");
+        assert_eq!(back["zz_from_another_tool"], serde_json::json!([1, 2]));
+    }
+}

@@ -1,0 +1,34 @@
+//! `fp8-report` owns the benchmark report format: the one file `fp8-bench` writes and
+//! `fp8-merge` reads. Producer and consumer share these types, so neither copies the other's
+//! conventions.
+//!
+//! - [`Report`], [`Point`], [`Provenance`] (with typed [`Shard`] data) and [`Stat`];
+//! - [`PointId`]: the one identity of a point, used by the sweep, shards, `--resume` and the
+//!   merge's coverage check;
+//! - [`read`] / [`parse`] (bounded, checked: positive ordered timings, sizes of at least 1) and
+//!   [`write`] (atomic).
+//!
+//! It measures nothing and merges nothing. The reference tool's list-of-results format is read by
+//! `fp8-merge`, which pairs its results; this crate knows only ours.
+
+mod point_id;
+mod read;
+mod report;
+
+pub use point_id::{BadPointId, PointId, sweep_digest};
+pub use read::{
+    MAX_REPORT_BYTES, ReportError, ReportErrorKind, check_stat, from_value, is_ours, parse, read,
+    read_text,
+};
+pub use report::{
+    DeviceInfo, ParallelInfo, Point, Provenance, REPORT_FORMAT, REPORT_VERSION, Report, Shard,
+    Stat, Status, Timing,
+};
+
+use std::path::Path;
+
+/// Writes a report atomically, creating its directory.
+pub fn write(report: &Report, path: &Path) -> Result<(), fp8_io::Error> {
+    fp8_io::create_parent_dir(path)?;
+    fp8_io::write_atomic(path, report.to_json().as_bytes())
+}
