@@ -116,6 +116,8 @@ fn config_policy_paths_resolve_against_root() {
         "explain",
         "--model",
         "fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml",
+        "--config-root",
+        "fixtures/models",
         "--root",
         dir.path().to_str().unwrap(),
         "--json",
@@ -142,6 +144,8 @@ fn config_policy_paths_resolve_against_root() {
         "explain",
         "--model",
         "fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml",
+        "--config-root",
+        "fixtures/models",
         "--root",
         "/nonexistent",
     ]);

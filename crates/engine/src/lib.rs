@@ -20,7 +20,7 @@ pub mod render;
 pub mod tokens;
 
 pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
-pub use config::{ConfigError, load_model};
+pub use config::{ConfigError, LoadOptions, load_model, load_model_with};
 pub use inventory::{LayoutError, ModuleSpec, Parallel, inventory};
 pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
 pub use plan::{

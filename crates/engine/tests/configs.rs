@@ -56,10 +56,9 @@ fn deepseek_v3_yaml_moe_and_mla() {
         (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_pos_emb_head_dim),
         (Some(1536), 512, 64)
     );
-    // kv_channels is absent: the default is applied and listed.
-    assert_eq!(a.head_dim, 7168 / 128);
+    // kv_channels is absent, and unused by MLA: no default is claimed for it.
     assert!(
-        m.components[0]
+        !m.components[0]
             .defaults_applied
             .iter()
             .any(|d| d.contains("kv_channels"))
@@ -81,9 +80,18 @@ fn vlm_yaml_resolves_hydra_defaults_per_component() {
     assert_eq!(vit.arch.norm, Norm::LayerNorm);
 }
 
+/// A `sel/` variant: its `../` defaults reach the base configs, so the root is `fixtures/models`.
+fn sel(name: &str) -> fp8_engine::ModelDesc {
+    let path = fixture(&format!("sel/{name}"));
+    let e = load_model(&path).unwrap_err();
+    assert!(e.to_string().contains("outside the config root"), "{e}");
+    let root = path.parent().unwrap().parent().unwrap().to_path_buf();
+    fp8_engine::load_model_with(&path, &fp8_engine::LoadOptions::with_config_root(root)).unwrap()
+}
+
 #[test]
 fn selective_fp8_settings_per_component() {
-    let m = load_model(fixture("sel/qwen3_vl_235b_a22b_fp8_sel.yaml")).unwrap();
+    let m = sel("qwen3_vl_235b_a22b_fp8_sel.yaml");
     let llm = m.component(Role::Llm).unwrap();
     let vit = m.component(Role::Vit).unwrap();
     assert!(llm.fp8.selective_fp8 && vit.fp8.selective_fp8);
@@ -101,7 +109,7 @@ fn selective_fp8_settings_per_component() {
     );
     // Inherited through two levels of defaults.
     assert_eq!(llm.arch.num_layers, 94);
-    let d = load_model(fixture("sel/deepseek_v3_fp8_sel.yaml")).unwrap();
+    let d = sel("deepseek_v3_fp8_sel.yaml");
     assert_eq!(d.name, "deepseek_v3");
     assert_eq!(d.components[0].fp8.recipe.as_deref(), Some("blockwise"));
     assert_eq!(d.components[0].arch.moe.unwrap().dense_layers, 3);
@@ -199,7 +207,7 @@ fn malformed_configs_name_the_file_and_field() {
     assert!(load_model(&p).unwrap_err().to_string().contains("mapping"));
     assert!(matches!(
         load_model(dir.path().join("nope.yaml")).unwrap_err(),
-        ConfigError::Io { .. }
+        ConfigError::File(_)
     ));
 }
 

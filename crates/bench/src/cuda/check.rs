@@ -6,6 +6,7 @@
 
 use cudarc::driver::{CudaStream, sys};
 
+use crate::cuda::buffer::DevBuf;
 use crate::error::BenchError;
 use crate::layout::{blk128_scale_index, vec128_scale_index};
 
@@ -41,8 +42,83 @@ fn bf16_to_f32(bits: u16) -> f32 {
     half::bf16::from_bits(bits).to_f32()
 }
 
+/// Reads of device memory for the checks, each verified to lie inside one of the point's live
+/// allocations before it is issued: a wrong offset in a check is an internal error, never a read
+/// of someone else's memory.
+pub struct DeviceReader<'a> {
+    stream: &'a CudaStream,
+    /// `[start, end)` byte ranges of the allocations reads may touch.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl<'a> DeviceReader<'a> {
+    /// A reader over `bufs`, all live for `'a`.
+    pub fn new(stream: &'a CudaStream, bufs: impl IntoIterator<Item = &'a DevBuf>) -> Self {
+        DeviceReader {
+            stream,
+            ranges: bufs
+                .into_iter()
+                .map(|b| (b.ptr(), b.ptr() + b.bytes()))
+                .collect(),
+        }
+    }
+
+    /// Checks that `[addr, addr + bytes)` lies inside one allocation.
+    fn check(&self, addr: u64, bytes: u64) -> Result<(), BenchError> {
+        let end = addr.checked_add(bytes);
+        match end {
+            Some(end) if self.ranges.iter().any(|&(s, e)| s <= addr && end <= e) => Ok(()),
+            _ => Err(BenchError::Internal(format!(
+                "check read of {bytes} bytes at {addr:#x} is outside the point's buffers"
+            ))),
+        }
+    }
+
+    /// Reads `len` contiguous bf16 values at `addr`.
+    pub fn bf16(&self, addr: u64, len: u64) -> Result<Vec<f32>, BenchError> {
+        let mut host = vec![0u16; len as usize];
+        self.raw(addr, &mut host)?;
+        Ok(host.into_iter().map(bf16_to_f32).collect())
+    }
+
+    /// Reads raw values at `addr`.
+    pub fn raw<T: bytemuck::Pod>(&self, addr: u64, out: &mut [T]) -> Result<(), BenchError> {
+        self.check(addr, std::mem::size_of_val(out) as u64)?;
+        // SAFETY: the range was checked to lie inside a live allocation just above.
+        unsafe { read_raw(self.stream, addr, out) }
+    }
+
+    /// Reads `len` bf16 values of a row-major matrix's column `col` (`cols` columns) from row
+    /// `row0`.
+    pub fn bf16_column(
+        &self,
+        base: u64,
+        cols: u64,
+        col: u64,
+        row0: u64,
+        len: u64,
+    ) -> Result<Vec<f32>, BenchError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if col >= cols {
+            return Err(BenchError::Internal(format!("column {col} of {cols}")));
+        }
+        let first = base + (row0 * cols + col) * 2;
+        let span = ((len - 1) * cols + 1) * 2;
+        self.check(first, span)?;
+        // SAFETY: the first and the last element read were checked to lie inside one live
+        // allocation; every element in between lies between them.
+        unsafe { read_bf16_column(self.stream, base, cols, col, row0, len) }
+    }
+}
+
 /// Reads `len` bf16 values of a row-major matrix's column `col` (`cols` columns) from row `row0`.
-pub fn read_bf16_column(
+///
+/// # Safety
+/// The `len` elements at `base + ((row0 + i) * cols + col) * 2` must lie inside a live device
+/// allocation of the stream's context.
+unsafe fn read_bf16_column(
     stream: &CudaStream,
     base: u64,
     cols: u64,
@@ -51,9 +127,6 @@ pub fn read_bf16_column(
     len: u64,
 ) -> Result<Vec<f32>, BenchError> {
     let mut host = vec![0u16; len as usize];
-    if len == 0 {
-        return Ok(Vec::new());
-    }
     stream.synchronize().map_err(BenchError::driver)?;
     // Every field spelled out: the enums have no zero variant, so `mem::zeroed` is invalid.
     let d = sys::CUDA_MEMCPY2D {
@@ -74,7 +147,8 @@ pub fn read_bf16_column(
         WidthInBytes: 2,
         Height: len as usize,
     };
-    // SAFETY: source rows lie inside the caller's buffer; destination has `len` slots.
+    // SAFETY: source rows lie inside a live allocation (this function's contract); the
+    // destination has `len` two-byte slots.
     let r = unsafe { sys::cuMemcpy2D_v2(&d) };
     if r != sys::CUresult::CUDA_SUCCESS {
         return Err(BenchError::Driver(format!("cuMemcpy2D: {r:?}")));
@@ -82,20 +156,22 @@ pub fn read_bf16_column(
     Ok(host.into_iter().map(bf16_to_f32).collect())
 }
 
-/// Reads `len` contiguous bf16 values at `addr`.
-pub fn read_bf16(stream: &CudaStream, addr: u64, len: u64) -> Result<Vec<f32>, BenchError> {
-    let mut host = vec![0u16; len as usize];
-    read_raw(stream, addr, &mut host)?;
-    Ok(host.into_iter().map(bf16_to_f32).collect())
-}
-
 /// Reads raw values at a device address.
-pub fn read_raw<T: Copy>(stream: &CudaStream, addr: u64, out: &mut [T]) -> Result<(), BenchError> {
+///
+/// # Safety
+/// `[addr, addr + size_of_val(out))` must lie inside a live device allocation of the stream's
+/// context.
+unsafe fn read_raw<T: bytemuck::Pod>(
+    stream: &CudaStream,
+    addr: u64,
+    out: &mut [T],
+) -> Result<(), BenchError> {
     if out.is_empty() {
         return Ok(());
     }
     stream.synchronize().map_err(BenchError::driver)?;
-    // SAFETY: the caller passes an address inside a live allocation with room for `out`.
+    // SAFETY: the range lies inside a live allocation (this function's contract), the stream is
+    // idle, and any bit pattern is a valid `T` (Pod).
     unsafe { cudarc::driver::result::memcpy_dtoh_sync(out, addr) }.map_err(BenchError::driver)
 }
 
@@ -115,9 +191,9 @@ pub struct Fp8Rows<'a> {
 
 impl Fp8Rows<'_> {
     /// Row `r` dequantized.
-    pub fn row(&self, stream: &CudaStream, r: u64) -> Result<Vec<f64>, BenchError> {
+    pub fn row(&self, rd: &DeviceReader<'_>, r: u64) -> Result<Vec<f64>, BenchError> {
         let mut raw = vec![0u8; self.cols as usize];
-        read_raw(stream, self.data + r * self.cols, &mut raw)?;
+        rd.raw(self.data + r * self.cols, &mut raw)?;
         raw.iter()
             .enumerate()
             .map(|(c, &b)| {

@@ -158,6 +158,7 @@ impl Lt {
             ck(lt::cublasLtCreate(handle.as_mut_ptr()), "cublasLtCreate")?;
         }
         let mut pref = MaybeUninit::uninit();
+        // SAFETY: out-parameter creation call.
         unsafe {
             ck(
                 lt::cublasLtMatmulPreferenceCreate(pref.as_mut_ptr()),
@@ -167,6 +168,7 @@ impl Lt {
         // SAFETY: initialized by the successful calls above.
         let (handle, pref) = unsafe { (handle.assume_init(), pref.assume_init()) };
         let ws = WORKSPACE_BYTES;
+        // SAFETY: `pref` is a live preference; the attribute is a u64 and we pass 8 bytes.
         unsafe {
             ck(
                 lt::cublasLtMatmulPreferenceSetAttribute(
@@ -211,6 +213,7 @@ impl Lt {
                 "cublasLtMatmulDescCreate",
             )?;
         }
+        // SAFETY: initialized by the successful create call above (`ck` returned on failure).
         let desc = unsafe { desc.assume_init() };
         // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (the cuBLASLt bindings do not carry
         // the cuBLAS enum; the attribute is an int32).
@@ -307,8 +310,8 @@ impl Lt {
                     p.sb,
                 ),
             ] {
-                // SAFETY: a device pointer value, 8 bytes.
                 ck(
+                    // SAFETY: a device pointer value, 8 bytes, into a live descriptor.
                     unsafe {
                         lt::cublasLtMatmulDescSetAttribute(
                             plan.desc,

@@ -59,9 +59,11 @@ pub fn probe() -> Result<(), BenchError> {
             "libcuda.so could not be loaded (no NVIDIA driver)".into(),
         ));
     }
+    // SAFETY: only tries to dlopen the library.
     if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
         return Err(BenchError::MissingLibrary("libcublasLt (CUDA 13 cuBLASLt)"));
     }
+    // SAFETY: only tries to dlopen the library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(BenchError::MissingLibrary("libnvrtc (CUDA 13 NVRTC)"));
     }
@@ -189,11 +191,19 @@ impl Gpu {
         self.stream.synchronize().map_err(BenchError::driver)
     }
 
-    /// Fills `n` bf16 values at `ptr` with N(0, stddev^2) noise from `seed`.
-    pub fn fill_normal(&self, ptr: u64, n: u64, seed: u32, stddev: f32) -> Result<(), BenchError> {
+    /// Fills the first `n` bf16 values of `buf` with N(0, stddev^2) noise from `seed`.
+    pub fn fill_normal(
+        &self,
+        buf: &DevBuf,
+        n: u64,
+        seed: u32,
+        stddev: f32,
+    ) -> Result<(), BenchError> {
         if n == 0 {
             return Ok(());
         }
+        buf.check_range(0, n.saturating_mul(2), "fill")?;
+        let ptr = buf.ptr();
         let blocks = n.div_ceil(256).min(65_535 * 4) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -202,7 +212,8 @@ impl Gpu {
         };
         let mut b = self.stream.launch_builder(&self.k.fill_normal);
         b.arg(&ptr).arg(&n).arg(&seed).arg(&stddev);
-        // SAFETY: ptr points at n bf16 values allocated by us; the kernel is bounds-checked.
+        // SAFETY: `buf` holds at least n bf16 values (checked above); the kernel writes only
+        // indices below n.
         unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
         Ok(())
     }
@@ -212,8 +223,16 @@ impl Gpu {
         launch_spin(&self.stream, &self.k.spin, ns)
     }
 
-    /// Counts NaN/Inf among `n` bf16 values at `ptr` (synchronizes).
-    pub fn count_nonfinite(&self, ptr: u64, n: u64, scratch: &DevBuf) -> Result<u32, BenchError> {
+    /// Counts NaN/Inf among the first `n` bf16 values of `buf` (synchronizes).
+    pub fn count_nonfinite(
+        &self,
+        buf: &DevBuf,
+        n: u64,
+        scratch: &DevBuf,
+    ) -> Result<u32, BenchError> {
+        buf.check_range(0, n.saturating_mul(2), "count")?;
+        scratch.check_range(0, 4, "count into")?;
+        let ptr = buf.ptr();
         scratch.zero(&self.stream)?;
         if n > 0 {
             let blocks = n.div_ceil(256).min(65_535 * 4) as u32;
@@ -225,7 +244,8 @@ impl Gpu {
             let mut b = self.stream.launch_builder(&self.k.count_nonfinite);
             let out = scratch.ptr();
             b.arg(&ptr).arg(&n).arg(&out);
-            // SAFETY: reads n bf16 at ptr, atomically adds into a 4-byte scratch buffer.
+            // SAFETY: reads n bf16 inside `buf` and adds into 4 bytes of `scratch` (both checked
+            // above); the kernel reads only indices below n.
             unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
         }
         let mut c = [0u32; 1];

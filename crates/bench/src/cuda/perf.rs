@@ -77,7 +77,7 @@ fn time_on(
 pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
     let bytes: u64 = 4 << 30;
     let (a, b) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
-    gpu.fill_normal(a.ptr(), bytes / 2, 1, 1.0)?;
+    gpu.fill_normal(&a, bytes / 2, 1, 1.0)?;
     let ms = time_ms(gpu, 10, || {
         // SAFETY: both buffers are `bytes` long.
         unsafe {
@@ -111,8 +111,8 @@ pub fn gemm_throughput(
     let x = gpu.alloc(2 * m * k)?;
     let w = gpu.alloc(2 * n * k)?;
     let y = gpu.alloc(2 * m * n)?;
-    gpu.fill_normal(x.ptr(), m * k, 11, 1.0)?;
-    gpu.fill_normal(w.ptr(), n * k, 12, 0.05)?;
+    gpu.fill_normal(&x, m * k, 11, 1.0)?;
+    gpu.fill_normal(&w, n * k, 12, 0.05)?;
     let flops = 2.0 * (m * k * n) as f64;
     let bf = gpu.lt.plan(Shape {
         m: n,
@@ -229,7 +229,7 @@ pub fn quant_bandwidth(
     copy_tbs: f64,
 ) -> Result<Vec<Figure>, BenchError> {
     let x = gpu.alloc(2 * m * k)?;
-    gpu.fill_normal(x.ptr(), m * k, 21, 1.0)?;
+    gpu.fill_normal(&x, m * k, 21, 1.0)?;
     let seg = Segments::new(&[m], 16);
     let (tb, n_tiles) = gpu.upload_tiles(&seg, k)?;
     let (xq, sx) = (

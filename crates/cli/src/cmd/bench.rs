@@ -8,7 +8,7 @@ use fp8_bench::job::{SweepJob, points, provenance};
 use fp8_bench::runner::{Backend, CudaBackend};
 use fp8_bench::shard::{RankEnv, rank_report_path};
 use fp8_bench::sweep::{BenchPoint, SplitMode, parse_shape_sweep};
-use fp8_engine::{Role, load_model};
+use fp8_engine::Role;
 use fp8_report::{Point, Report, Status};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -36,6 +36,9 @@ pub struct Args {
     /// Model config (Megatron YAML or HF config.json).
     #[arg(long, env = "TE_LAYER_PERF_OMNI_CONFIG_PATH", value_name = "CONFIG")]
     pub model: PathBuf,
+    /// Directory that Hydra `defaults` entries may reach [default: the config's directory].
+    #[arg(long, value_name = "DIR")]
+    pub config_root: Option<PathBuf>,
     /// Only this component of a VLM (llm or vit) [default: all].
     #[arg(long)]
     pub component: Option<Role>,
@@ -149,7 +152,7 @@ pub fn run(args: &Args) -> CliResult {
         )));
     }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
-    let model = load_model(&args.model).map_err(CliError::input)?;
+    let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
     let job = SweepJob {
         component: args.component,
         parallel: model.layout(args.tp, args.ep, args.etp, None),

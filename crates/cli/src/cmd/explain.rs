@@ -15,7 +15,8 @@ use crate::error::{CliError, CliResult};
 /// Examples:
 ///   fp8sel explain --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json \
 ///       --tp 4 --seq-length 4096 --micro-batch-size 1
-///   fp8sel explain --model fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml --json
+///   fp8sel explain --model fixtures/models/sel/qwen3_vl_235b_a22b_fp8_sel.yaml \
+///       --config-root fixtures/models --json
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct ExplainArgs {

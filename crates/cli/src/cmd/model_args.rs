@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fp8_engine::{ModelDesc, Parallel, PlanConfig, Role, TokenConfig, TokenOverrides, load_model};
+use fp8_engine::{
+    LoadOptions, ModelDesc, Parallel, PlanConfig, Role, TokenConfig, TokenOverrides,
+    load_model_with,
+};
 use fp8_policy::Policy;
 
 use crate::error::{CliError, CliResult};
@@ -15,6 +18,11 @@ pub struct ModelArgs {
     /// HuggingFace config.json.
     #[arg(long, value_name = "CONFIG")]
     pub model: PathBuf,
+    /// Directory that Hydra `defaults` entries may reach (and `/`-rooted entries resolve
+    /// against) [default: the config's own directory]. LoongForge VLM configs include
+    /// `../image_encoder/...`: pass their common root, e.g. configs/models.
+    #[arg(long, value_name = "DIR")]
+    pub config_root: Option<PathBuf>,
     /// Tensor-parallel size [default: the config's tensor_model_parallel_size, else 1].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub tp: Option<u32>,
@@ -75,7 +83,7 @@ pub struct Resolved {
 impl ModelArgs {
     /// Loads the model and fills every unset value from the config.
     pub fn resolve(&self) -> CliResult<Resolved> {
-        let model = load_model(&self.model).map_err(CliError::input)?;
+        let model = load_config(&self.model, self.config_root.as_deref())?;
         let mut parallel = model.layout(self.tp, self.ep, self.etp, self.cp);
         if self.no_sequence_parallel {
             parallel = parallel.with_sequence_parallel(false);
@@ -108,6 +116,18 @@ impl ModelArgs {
             tokens,
         })
     }
+}
+
+/// Loads a model config, with `defaults` bounded by `config_root`.
+pub fn load_config(path: &Path, config_root: Option<&Path>) -> CliResult<ModelDesc> {
+    let opt = match config_root {
+        Some(r) => LoadOptions::with_config_root(r),
+        None => LoadOptions::default(),
+    };
+    load_model_with(path, &opt).map_err(|e| match e {
+        fp8_engine::ConfigError::File(f) => CliError::from(f),
+        other => CliError::input(other),
+    })
 }
 
 impl PolicyArgs {

@@ -4,16 +4,12 @@ use std::path::PathBuf;
 
 /// Why a model config could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        /// The file.
-        file: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file could not be read: missing, not a regular file (a FIFO, a device), too large,
+    /// or not UTF-8.
+    #[error(transparent)]
+    File(#[from] fp8_io::Error),
     /// Not valid YAML/JSON.
     #[error("{file}: not valid {format}: {message}")]
     Syntax {

@@ -84,7 +84,21 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
         ));
     }
     let head_dim = match f.opt_u64(&["head_dim"])? {
+        Some(0) => {
+            return Err(f.err(
+                "head_dim",
+                "0 is not a head dimension",
+                "set head_dim to the per-head width, or remove it",
+            ));
+        }
         Some(d) => d,
+        None if !hidden.is_multiple_of(heads) && !f.has("kv_lora_rank") => {
+            return Err(f.err(
+                "hidden_size",
+                format!("{hidden} is not divisible by num_attention_heads {heads}"),
+                "set head_dim to the per-head width",
+            ));
+        }
         None => {
             defaults.push(format!(
                 "head_dim absent: hidden_size / num_attention_heads = {}",

@@ -2,27 +2,68 @@
 //!
 //! Supported entries: `_self_`; `path` (merged at the root); `path@pkg.sub` (merged under
 //! `pkg.sub`); and `{group: option}` / `{group@pkg: option}` (the file `group/option.yaml`).
-//! Paths resolve relative to the file that names them; `.yaml` is appended when the path has no
-//! extension. Own content merges where `_self_` stands, or last when it is absent (Hydra 1.1+).
+//! Paths resolve relative to the file that names them, and `/`-rooted ones (Hydra's "from the
+//! config root") against the config root; `.yaml` is appended when the path has no extension.
+//! Own content merges where `_self_` stands, or last when it is absent (Hydra 1.1+).
+//!
+//! Hostile trees are bounded: each file is read and resolved once (a file listed many times is
+//! merged from the cache, so fan-out costs no more reads), the whole load includes at most
+//! [`MAX_INCLUDES`] entries, chains are at most [`MAX_DEPTH`] deep, and no entry reaches a file
+//! outside the config root.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::MAX_CONFIG_BYTES;
 use super::error::ConfigError;
 
-const MAX_DEPTH: usize = 16;
+/// Longest chain of nested `defaults`.
+pub const MAX_DEPTH: usize = 16;
+/// Most `defaults` entries one load may follow, all files together. Real configs use a handful.
+pub const MAX_INCLUDES: usize = 256;
 
-/// Loads a YAML file and everything its `defaults` list pulls in, merged.
-pub(crate) fn load(path: &Path) -> Result<Value, ConfigError> {
-    load_inner(path, &mut Vec::new())
+/// Loads a YAML file and everything its `defaults` list pulls in, merged. `root` bounds what
+/// entries may reach (default: the file's directory).
+pub(crate) fn load(path: &Path, root: Option<&Path>) -> Result<Value, ConfigError> {
+    let root_dir = match root {
+        Some(r) => r.to_path_buf(),
+        None => path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+    };
+    let root = root_dir.canonicalize().map_err(|e| {
+        field_err(
+            path,
+            "(config root)",
+            format!("cannot open the config root {}: {e}", root_dir.display()),
+            "pass an existing directory as --config-root",
+        )
+    })?;
+    let mut loader = Loader {
+        root,
+        cache: HashMap::new(),
+        stack: Vec::new(),
+        includes: 0,
+    };
+    loader.load(path)
+}
+
+struct Loader {
+    /// Canonical config root: no entry may reach outside it.
+    root: PathBuf,
+    /// Each file's resolved content, by canonical path: a file is read and resolved once.
+    cache: HashMap<PathBuf, Value>,
+    /// The chain being resolved, for cycles and depth.
+    stack: Vec<PathBuf>,
+    /// Entries followed so far.
+    includes: usize,
 }
 
 fn read_yaml(path: &Path) -> Result<Value, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-        file: path.into(),
-        source,
-    })?;
+    let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
@@ -42,111 +83,165 @@ fn field_err(file: &Path, field: &str, problem: String, fix: &str) -> ConfigErro
     }
 }
 
-fn load_inner(path: &Path, stack: &mut Vec<PathBuf>) -> Result<Value, ConfigError> {
-    let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    if stack.contains(&canon) || stack.len() >= MAX_DEPTH {
-        return Err(field_err(
-            path,
-            "defaults",
-            format!(
-                "circular or too deep defaults chain: {}",
-                chain(stack, &canon)
-            ),
-            "remove the cycle from the defaults lists",
-        ));
-    }
-    stack.push(canon);
-    let mut own = match read_yaml(path)? {
-        Value::Object(m) => m,
-        other => {
+impl Loader {
+    fn load(&mut self, path: &Path) -> Result<Value, ConfigError> {
+        let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        if self.stack.contains(&canon) || self.stack.len() >= MAX_DEPTH {
             return Err(field_err(
                 path,
-                "(top level)",
-                format!("expected a mapping, found {}", kind(&other)),
-                "a model config is a YAML mapping",
+                "defaults",
+                format!(
+                    "circular or too deep defaults chain: {}",
+                    chain(&self.stack, &canon)
+                ),
+                "remove the cycle from the defaults lists",
             ));
         }
-    };
-    let defaults = own.remove("defaults");
-    let mut acc = Value::Object(Map::new());
-    let mut self_merged = false;
-    if let Some(defaults) = defaults {
-        let list = match defaults {
-            Value::Array(a) => a,
+        if let Some(v) = self.cache.get(&canon) {
+            return Ok(v.clone());
+        }
+        self.stack.push(canon.clone());
+        let mut own = match read_yaml(path)? {
+            Value::Object(m) => m,
             other => {
                 return Err(field_err(
                     path,
-                    "defaults",
-                    format!("expected a list, found {}", kind(&other)),
-                    "write defaults as a YAML list",
+                    "(top level)",
+                    format!("expected a mapping, found {}", kind(&other)),
+                    "a model config is a YAML mapping",
                 ));
             }
         };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        for (i, entry) in list.iter().enumerate() {
-            let field = format!("defaults[{i}]");
-            let (target, package) = match entry {
-                Value::String(s) if s == "_self_" => {
-                    merge(&mut acc, Value::Object(own.clone()));
-                    self_merged = true;
-                    continue;
-                }
-                Value::String(s) => split_package(s),
-                Value::Object(m) if m.len() == 1 => {
-                    let (k, v) = m
-                        .iter()
-                        .next()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .unwrap_or_default();
-                    let Some(option) = v.as_str() else {
-                        return Err(field_err(
-                            path,
-                            &field,
-                            format!("group option must be a string, found {}", kind(&v)),
-                            "write `- group: option`",
-                        ));
-                    };
-                    if k.starts_with("override ") {
-                        return Err(field_err(
-                            path,
-                            &field,
-                            "`override` entries are not supported".into(),
-                            "inline the override in this file",
-                        ));
-                    }
-                    let (group, package) = split_package(&k);
-                    (format!("{group}/{option}"), package)
-                }
+        let defaults = own.remove("defaults");
+        let mut acc = Value::Object(Map::new());
+        let mut self_merged = false;
+        if let Some(defaults) = defaults {
+            let list = match defaults {
+                Value::Array(a) => a,
                 other => {
                     return Err(field_err(
                         path,
-                        &field,
-                        format!("unsupported entry {other}"),
-                        "use `path`, `path@package` or `group: option`",
+                        "defaults",
+                        format!("expected a list, found {}", kind(&other)),
+                        "write defaults as a YAML list",
                     ));
                 }
             };
-            let file = resolve(dir, &target).ok_or_else(|| {
-                field_err(
-                    path,
-                    &field,
-                    format!(
-                        "cannot find `{target}` (looked for {} and {}.yaml)",
-                        dir.join(&target).display(),
-                        dir.join(&target).display()
-                    ),
-                    "fix the path; it is relative to this file",
-                )
-            })?;
-            let loaded = load_inner(&file, stack)?;
-            merge(&mut acc, place(loaded, package.as_deref()));
+            let dir = path.parent().unwrap_or(Path::new("."));
+            for (i, entry) in list.iter().enumerate() {
+                let field = format!("defaults[{i}]");
+                self.includes += 1;
+                if self.includes > MAX_INCLUDES {
+                    return Err(field_err(
+                        path,
+                        &field,
+                        format!("more than {MAX_INCLUDES} defaults entries in one config tree"),
+                        "flatten the defaults lists; real configs include a handful of files",
+                    ));
+                }
+                let (target, package) = match entry {
+                    Value::String(s) if s == "_self_" => {
+                        merge(&mut acc, Value::Object(own.clone()));
+                        self_merged = true;
+                        continue;
+                    }
+                    Value::String(s) => split_package(s),
+                    Value::Object(m) if m.len() == 1 => {
+                        let (k, v) = m
+                            .iter()
+                            .next()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .unwrap_or_default();
+                        let Some(option) = v.as_str() else {
+                            return Err(field_err(
+                                path,
+                                &field,
+                                format!("group option must be a string, found {}", kind(&v)),
+                                "write `- group: option`",
+                            ));
+                        };
+                        if k.starts_with("override ") {
+                            return Err(field_err(
+                                path,
+                                &field,
+                                "`override` entries are not supported".into(),
+                                "inline the override in this file",
+                            ));
+                        }
+                        let (group, package) = split_package(&k);
+                        (format!("{group}/{option}"), package)
+                    }
+                    other => {
+                        return Err(field_err(
+                            path,
+                            &field,
+                            format!("unsupported entry {other}"),
+                            "use `path`, `path@package` or `group: option`",
+                        ));
+                    }
+                };
+                let file = self.resolve(path, dir, &field, &target)?;
+                let loaded = self.load(&file)?;
+                merge(&mut acc, place(loaded, package.as_deref()));
+            }
         }
+        if !self_merged {
+            merge(&mut acc, Value::Object(own));
+        }
+        self.stack.pop();
+        self.cache.insert(canon, acc.clone());
+        Ok(acc)
     }
-    if !self_merged {
-        merge(&mut acc, Value::Object(own));
+
+    /// The file a `defaults` entry names: relative to the naming file's directory, or to the config
+    /// root for a `/`-rooted entry; `.yaml`/`.yml` appended when needed. It must lie under the root.
+    fn resolve(
+        &self,
+        from: &Path,
+        dir: &Path,
+        field: &str,
+        target: &str,
+    ) -> Result<PathBuf, ConfigError> {
+        let (base, rel) = match target.strip_prefix('/') {
+            Some(rest) => (self.root.as_path(), rest),
+            None => (dir, target),
+        };
+        let candidates: Vec<PathBuf> = std::iter::once(base.join(rel))
+            .chain(
+                ["yaml", "yml"]
+                    .iter()
+                    .map(|ext| base.join(format!("{rel}.{ext}"))),
+            )
+            .collect();
+        let Some(found) = candidates.iter().find(|p| p.is_file()) else {
+            let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+            let anchor = if target.starts_with('/') {
+                "the config root"
+            } else {
+                "this file"
+            };
+            return Err(field_err(
+                from,
+                field,
+                format!("cannot find `{target}` (looked for {})", looked.join(", ")),
+                &format!("fix the path; it is relative to {anchor}"),
+            ));
+        };
+        let canon = found.canonicalize().unwrap_or_else(|_| found.clone());
+        if !canon.starts_with(&self.root) {
+            return Err(field_err(
+                from,
+                field,
+                format!(
+                    "`{target}` is {}, outside the config root {}",
+                    canon.display(),
+                    self.root.display()
+                ),
+                "pass --config-root with a directory that holds every file the config includes",
+            ));
+        }
+        Ok(found.clone())
     }
-    stack.pop();
-    Ok(acc)
 }
 
 fn chain(stack: &[PathBuf], last: &Path) -> String {
@@ -167,18 +262,6 @@ fn split_package(s: &str) -> (String, Option<String>) {
         ),
         None => (s.to_owned(), None),
     }
-}
-
-fn resolve(dir: &Path, target: &str) -> Option<PathBuf> {
-    let t = target.trim_start_matches('/');
-    let base = dir.join(t);
-    if base.is_file() {
-        return Some(base);
-    }
-    ["yaml", "yml"]
-        .iter()
-        .map(|ext| dir.join(format!("{t}.{ext}")))
-        .find(|p| p.is_file())
 }
 
 fn place(v: Value, package: Option<&str>) -> Value {

@@ -37,8 +37,28 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             "use a divisor of num_attention_heads",
         ));
     }
+    let is_mla = f.opt_bool(&["multi_latent_attention"])? == Some(true);
     let head_dim = match f.opt_u64(&["kv_channels"])? {
+        Some(0) => {
+            return Err(f.err(
+                "kv_channels",
+                "0 is not a head dimension",
+                "set kv_channels to the per-head width, or remove it to use hidden_size / num_attention_heads",
+            ));
+        }
         Some(v) => v,
+        // MLA has its own per-head dimensions; kv_channels is unused there.
+        None if is_mla => hidden / heads,
+        None if !hidden.is_multiple_of(heads) => {
+            return Err(f.err(
+                "hidden_size",
+                format!(
+                    "{hidden} is not divisible by num_attention_heads {heads}, so the head \
+                     dimension is not hidden_size / num_attention_heads"
+                ),
+                "set kv_channels to the per-head width",
+            ));
+        }
         None => {
             defaults.push(format!(
                 "kv_channels absent: head_dim = hidden_size / num_attention_heads = {}",
@@ -71,7 +91,7 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             Norm::LayerNorm
         }
     };
-    let mla = if f.opt_bool(&["multi_latent_attention"])? == Some(true) {
+    let mla = if is_mla {
         Some(mla(f, &mut defaults)?)
     } else {
         None
@@ -149,12 +169,16 @@ fn moe(
     ffn: u64,
     defaults: &mut Vec<String>,
 ) -> Result<Option<Moe>, ConfigError> {
-    let Some(num_experts) = f
-        .opt_u64(&["num_moe_experts", "num_experts"])?
-        .filter(|n| *n > 0)
-    else {
+    let Some(num_experts) = f.opt_u64(&["num_moe_experts", "num_experts"])? else {
         return Ok(None);
     };
+    if num_experts == 0 {
+        return Err(f.err(
+            "num_moe_experts",
+            "0 experts",
+            "remove the field (or set it to null) for a dense model, or give the expert count",
+        ));
+    }
     let moe_ffn = match f.opt_u64(&["moe_ffn_hidden_size"])? {
         Some(v) => v,
         None => {
@@ -172,10 +196,17 @@ fn moe(
                 "set the router's top-k",
             ));
         }
+        Some(k) if k > num_experts => {
+            return Err(f.err(
+                "moe_router_topk",
+                format!("{k} is more than the {num_experts} experts"),
+                "a token is routed to at most num_moe_experts experts; check both values",
+            ));
+        }
         Some(k) => k,
         None => {
             defaults.push("moe_router_topk absent: 2 (Megatron's default)".to_owned());
-            2
+            2.min(num_experts)
         }
     };
     let dense_layers = dense_layer_count(f, num_layers)?;

@@ -13,28 +13,57 @@ use serde_json::Value;
 
 pub use error::ConfigError;
 
+/// Largest config file we read. Real configs are a few KiB; the limit holds while reading, so
+/// `/dev/zero` or a runaway file costs at most this much memory.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How configs are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// The directory Hydra `defaults` may reach, and that `/`-rooted entries resolve against.
+    /// `None`: the model config's own directory. LoongForge VLM configs reach sibling
+    /// directories (`../image_encoder/...`); pass their common root (`configs/models`).
+    pub config_root: Option<std::path::PathBuf>,
+}
+
+impl LoadOptions {
+    /// Options with `config_root` set.
+    pub fn with_config_root(root: impl Into<std::path::PathBuf>) -> Self {
+        LoadOptions {
+            config_root: Some(root.into()),
+        }
+    }
+}
+
 use crate::model::{ModelDesc, Role};
 use fields::Fields;
 
 /// Reads a model config. `.json` files are HuggingFace configs; anything else is read as
-/// Megatron/LoongForge YAML with its `defaults` resolved relative to the file.
+/// Megatron/LoongForge YAML with its `defaults` resolved relative to the file, never reaching
+/// outside the file's directory (see [`load_model_with`]).
 pub fn load_model(path: impl AsRef<Path>) -> Result<ModelDesc, ConfigError> {
+    load_model_with(path, &LoadOptions::default())
+}
+
+/// [`load_model`] with options.
+pub fn load_model_with(
+    path: impl AsRef<Path>,
+    opt: &LoadOptions,
+) -> Result<ModelDesc, ConfigError> {
     let path = path.as_ref();
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     let root = if is_json {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            file: path.into(),
-            source,
-        })?;
+        let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
         serde_json::from_str::<Value>(&text).map_err(|e| ConfigError::Syntax {
             file: path.into(),
             format: "JSON",
             message: e.to_string(),
         })?
     } else {
-        hydra::load(path)?
+        hydra::load(path, opt.config_root.as_deref())?
     };
     let stem = path
         .file_stem()
@@ -123,6 +152,19 @@ fn check_dims(c: &crate::model::Component, file: &Path) -> Result<(), ConfigErro
                 m.shared_expert_ffn_hidden_size.unwrap_or(0),
             ),
         ]);
+    }
+    if let Some(m) = a.moe
+        && m.router_topk > m.num_experts
+    {
+        return Err(ConfigError::Field {
+            file: file.into(),
+            field: format!("{}.moe_router_topk", c.role),
+            problem: format!(
+                "{} is more than the {} experts",
+                m.router_topk, m.num_experts
+            ),
+            fix: "a token is routed to at most num_experts experts; check both values".into(),
+        });
     }
     match dims.into_iter().find(|(_, v)| *v > MAX_DIM) {
         Some((field, v)) => Err(ConfigError::Field {

@@ -1,0 +1,166 @@
+//! One point: set up buffers, check every kernel and GEMM once, then time fwd+bwd in both
+//! precisions with CUDA events, rotating input sets so repeated steps do not hit L2.
+//!
+//! `buffers` allocates, `plans` prepares the GEMMs, `steps` runs one step, `verify` checks it,
+//! `timing` times it.
+
+mod buffers;
+mod plans;
+mod steps;
+mod timing;
+mod verify;
+
+use fp8_engine::model::Norm;
+use fp8_policy::ModuleKind;
+use fp8_report::{Point, Status};
+
+use super::Gpu;
+use crate::error::BenchError;
+use crate::layout::Segments;
+use crate::sweep::BenchPoint;
+
+/// How to measure.
+#[derive(Debug, Clone)]
+pub struct MeasureOptions {
+    /// Untimed steps first.
+    pub warmup: u32,
+    /// Timed steps.
+    pub iters: u32,
+    /// Weights kept as FP8 params: no per-step weight cast.
+    pub fp8_param: bool,
+    /// Power-of-two scales (TE's default) instead of plain FP32.
+    pub pow2_scales: bool,
+    /// FP8 row padding multiple (16: what TE asserts).
+    pub pad: u64,
+    /// cuBLASLt heuristic candidates to time per GEMM shape.
+    pub candidates: usize,
+    /// Measure BF16.
+    pub bf16: bool,
+    /// Measure FP8.
+    pub fp8: bool,
+    /// Seed of the random data.
+    pub seed: u32,
+    /// Output entries sampled per check.
+    pub samples: usize,
+}
+
+impl Default for MeasureOptions {
+    fn default() -> Self {
+        MeasureOptions {
+            warmup: 10,
+            iters: 10,
+            fp8_param: true,
+            pow2_scales: true,
+            pad: 16,
+            candidates: 8,
+            bf16: true,
+            fp8: true,
+            seed: 0x5eed,
+            samples: 32,
+        }
+    }
+}
+
+/// Error bounds of the checks (relative Frobenius error over the sampled entries).
+pub const GEMM_TOL: f64 = 1e-2;
+/// Bound for a dequantized FP8 tensor against its BF16 source (E4M3 has 3 mantissa bits).
+pub const QUANT_TOL: f64 = 0.08;
+
+/// Measures one point. Never panics; a failure becomes a `failed`/`skipped` point.
+pub fn measure_point(gpu: &mut Gpu, bp: &BenchPoint, opt: &MeasureOptions) -> Point {
+    let seg = bp.segments(opt.pad);
+    let mut point = bp.report_point(opt.pad);
+    match run(gpu, bp, &seg, opt, &mut point) {
+        Ok(()) => {}
+        Err(BenchError::Check(msg)) => {
+            point.status = Status::Failed;
+            point.reason = Some(msg);
+        }
+        Err(e) => {
+            point.status = Status::Skipped;
+            point.reason = Some(e.to_string());
+        }
+    }
+    // Free everything the point allocated before the next one.
+    let _ = gpu.sync();
+    point
+}
+
+fn run(
+    gpu: &mut Gpu,
+    bp: &BenchPoint,
+    seg: &Segments,
+    opt: &MeasureOptions,
+    point: &mut Point,
+) -> Result<(), BenchError> {
+    let d = dims(bp, opt)?;
+    let (rot, outs, fp8) = buffers::allocate(gpu, bp, &d, seg, opt)?;
+    let (plans, bf16_shapes, fp8_shapes) = plans::build(gpu, &d, seg, fp8.is_some())?;
+    let ctx = steps::Ctx {
+        d: &d,
+        seg,
+        opt,
+        outs: &outs,
+        fp8: fp8.as_ref(),
+        plans: &plans,
+        bf16_shapes: &bf16_shapes,
+        fp8_shapes: &fp8_shapes,
+    };
+    // Correctness first: poison the outputs, run one step of each precision, check.
+    if opt.bf16 {
+        verify::bf16(gpu, &ctx, &rot[0], point)?;
+    }
+    if fp8.is_some() {
+        verify::fp8(gpu, &ctx, &rot[0], point)?;
+    }
+    if opt.bf16 {
+        point.bf16 = Some(timing::time(gpu, &ctx, &rot, steps::bf16_step)?);
+    }
+    if opt.fp8 {
+        point.fp8 = Some(timing::time(gpu, &ctx, &rot, steps::fp8_step)?);
+    }
+    if let (Some(b), Some(f)) = (point.bf16, point.fp8) {
+        point.speedup = Some(b.total_ms.median / f.total_ms.median);
+    }
+    Ok(())
+}
+
+/// The point's dimensions, or why this module cannot run here.
+fn dims(bp: &BenchPoint, opt: &MeasureOptions) -> Result<buffers::Dims, BenchError> {
+    let s = &bp.spec;
+    let (k, n, g) = (s.in_features, s.out_features, u64::from(s.num_gemms));
+    let norm = if s.module_kind == ModuleKind::LayernormColumn {
+        s.norm.or(Some(Norm::RmsNorm))
+    } else {
+        None
+    };
+    if norm.is_some() && !k.is_multiple_of(8) {
+        return Err(BenchError::Unsupported(format!(
+            "norm over {k} features: needs a multiple of 8"
+        )));
+    }
+    let fp8_ok = k.is_multiple_of(16) && n.is_multiple_of(16);
+    if opt.fp8 && !fp8_ok {
+        return Err(BenchError::Unsupported(format!(
+            "FP8 needs in/out features that are multiples of 16 ({k} x {n}); TE asserts the same, so this module cannot run FP8"
+        )));
+    }
+    let offsets = bp
+        .splits
+        .iter()
+        .scan(0, |at, r| {
+            let o = *at;
+            *at += r;
+            Some(o)
+        })
+        .collect();
+    Ok(buffers::Dims {
+        k,
+        n,
+        g,
+        rows: bp.rows(),
+        splits: bp.splits.clone(),
+        offsets,
+        norm,
+    })
+}
