@@ -153,6 +153,24 @@ impl Policy {
     ///
     /// `num_tokens` is the count the seed compares: `seq_length * micro_batch_size` (or the
     /// `fp8_dynamic_num_tokens` override) for dense modules, times `moe_router_topk` for experts.
+    ///
+    /// ```
+    /// use fp8_policy::{GroupedKind, GroupedRule, Lookup, Policy, Reason};
+    ///
+    /// let mut p = Policy::new(1.0)?;
+    /// p.add_grouped_rule(
+    ///     GroupedKind::ColumnGrouped,
+    ///     GroupedRule { etp: 1, num_gemms: 32, min_tokens: 16384, measured_speedup: Some(1.1) },
+    /// )?;
+    /// // 4096 tokens x top-8 routing = 32768 routed tokens: FP8.
+    /// let experts = Lookup::Grouped { kind: GroupedKind::ColumnGrouped, etp: 1, num_gemms: 32 };
+    /// assert!(p.decide(experts, 4096 * 8).use_fp8);
+    /// // Another expert count has no rule: BF16, and the reason says which key is missing.
+    /// let other = Lookup::Grouped { kind: GroupedKind::ColumnGrouped, etp: 1, num_gemms: 16 };
+    /// let d = p.decide(other, 4096 * 8);
+    /// assert!(!d.use_fp8 && matches!(d.reason, Reason::NoRule { .. }));
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
     pub fn decide(&self, lookup: Lookup<'_>, num_tokens: u64) -> Decision {
         let rule = match lookup {
             Lookup::Dense { kind, ub_name, tp } => {

@@ -89,9 +89,23 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// An empty policy (every module runs BF16) with the given threshold.
+    /// An empty policy (every module runs BF16) with the given threshold: the start of the
+    /// builder. Rules are added with [`Policy::add_dense_rule`] and [`Policy::add_grouped_rule`],
+    /// which refuse duplicates and invalid values, so a built policy is always valid.
     ///
     /// Fails when the threshold is not a finite number above zero.
+    ///
+    /// ```
+    /// use fp8_policy::{DenseKind, DenseRule, Policy};
+    ///
+    /// let mut p = Policy::new(1.0)?;
+    /// let rule = DenseRule { tp: 8, min_tokens: 8192, measured_speedup: Some(1.12) };
+    /// p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule)?;
+    /// assert!(p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule).is_err(), "duplicate");
+    /// assert!(Policy::new(f64::NAN).is_err());
+    /// assert_eq!(p.rule_count(), 1);
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
     pub fn new(speedup_threshold: f64) -> Result<Self, PolicyError> {
         check_ratio(speedup_threshold).map_err(|p| in_memory("speedup_threshold", p))?;
         Ok(Policy {
