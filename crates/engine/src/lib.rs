@@ -17,6 +17,7 @@ pub mod inventory;
 pub mod model;
 pub mod plan;
 pub mod render;
+pub mod request;
 pub mod tokens;
 
 pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
@@ -27,4 +28,5 @@ pub use plan::{
     DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,
     decide, decide_module, plan,
 };
+pub use request::{NoTokens, PlanRequest, Resolved, config_policy_path};
 pub use tokens::{TokenConfig, TokenOverflow, TokenSource};

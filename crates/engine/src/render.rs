@@ -1,8 +1,31 @@
-//! Plain-text rendering of a plan: the table `fp8sel explain` prints.
+//! Rendering a plan: the table `fp8sel explain` prints, and the JSON that `fp8sel explain --json`
+//! and the Python package's `plan()` both return (one function, so they cannot differ).
 
 use std::fmt::Write;
 
+use serde_json::json;
+
 use crate::plan::Plan;
+
+/// The plan as JSON: `{"modules": [...], "summary": {...}}`, one object per module group with
+/// its name, component, layers, TE class, kind, ub_name, per-rank shape, GEMM count, the tokens
+/// compared, its GEMM rows, the answer and the reason.
+pub fn plan_json(p: &Plan) -> serde_json::Value {
+    let modules: Vec<_> = p
+        .modules
+        .iter()
+        .map(|m| {
+            let s = &m.spec;
+            json!({
+                "name": s.name, "component": s.component, "layers": s.layers, "te_class": s.te_class,
+                "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
+                "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
+                "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "reason": m.reason,
+            })
+        })
+        .collect();
+    json!({ "modules": modules, "summary": p.summary })
+}
 
 /// Renders the plan as an aligned table followed by the summary.
 pub fn table(plan: &Plan) -> String {

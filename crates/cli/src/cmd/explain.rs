@@ -56,28 +56,11 @@ fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<Plan> {
     plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)
 }
 
-fn plan_json(p: &Plan) -> serde_json::Value {
-    let modules: Vec<_> = p
-        .modules
-        .iter()
-        .map(|m| {
-            let s = &m.spec;
-            json!({
-                "name": s.name, "component": s.component, "layers": s.layers, "te_class": s.te_class,
-                "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
-                "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
-                "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "reason": m.reason,
-            })
-        })
-        .collect();
-    json!({ "modules": modules, "summary": p.summary })
-}
-
 /// Runs `explain`.
 pub fn explain(args: &ExplainArgs) -> CliResult {
     let p = make_plan(&args.model, &args.policy)?;
     if args.json {
-        println!("{:#}", plan_json(&p));
+        println!("{:#}", render::plan_json(&p));
     } else {
         print!("{}", render::table(&p));
     }

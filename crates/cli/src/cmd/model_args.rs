@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use fp8_engine::{
-    LoadOptions, ModelDesc, Parallel, PlanConfig, Role, TokenConfig, TokenOverrides,
-    load_model_with,
+    LoadOptions, ModelDesc, Parallel, PlanConfig, PlanRequest, Role, TokenConfig,
+    config_policy_path, load_model_with,
 };
 use fp8_policy::Policy;
 
@@ -81,39 +81,31 @@ pub struct Resolved {
 }
 
 impl ModelArgs {
+    /// The request these flags make.
+    pub fn request(&self) -> PlanRequest {
+        let mut r = PlanRequest::default();
+        r.tp = self.tp;
+        r.ep = self.ep;
+        r.etp = self.etp;
+        r.cp = self.cp;
+        r.no_sequence_parallel = self.no_sequence_parallel;
+        r.seq_length = self.seq_length;
+        r.micro_batch_size = self.micro_batch_size;
+        r.num_tokens = self.num_tokens;
+        r.vit_num_tokens = self.vit_num_tokens;
+        r
+    }
+
     /// Loads the model and fills every unset value from the config.
     pub fn resolve(&self) -> CliResult<Resolved> {
         let model = load_config(&self.model, self.config_root.as_deref())?;
-        let mut parallel = model.layout(self.tp, self.ep, self.etp, self.cp);
-        if self.no_sequence_parallel {
-            parallel = parallel.with_sequence_parallel(false);
-        }
-        let mut tokens = BTreeMap::new();
-        for c in &model.components {
-            let given = TokenOverrides {
-                seq_length: self.seq_length,
-                micro_batch_size: self.micro_batch_size,
-                num_tokens: match c.role {
-                    Role::Llm => self.num_tokens,
-                    Role::Vit => self.vit_num_tokens,
-                },
-            };
-            let t = model
-                .token_config(c.role, &given, parallel.cp)
-                .ok_or_else(|| {
-                    CliError::input(format!(
-                        "{}: no sequence length for the {} component; fix: pass --seq-length \
-                         (or --num-tokens / --vit-num-tokens), or set seq_length in the config",
-                        self.model.display(),
-                        c.role
-                    ))
-                })?;
-            tokens.insert(c.role, t);
-        }
+        let r = model
+            .resolve(&self.request())
+            .map_err(|e| CliError::input(format!("{}: {e}", self.model.display())))?;
         Ok(Resolved {
             model,
-            parallel,
-            tokens,
+            parallel: r.parallel,
+            tokens: r.tokens,
         })
     }
 }
@@ -145,7 +137,7 @@ impl PolicyArgs {
                     out.insert(c.role, Policy::load(p)?);
                 }
                 (None, Some(p)) if c.fp8.selective_fp8 => {
-                    let path = resolve(&self.root, p);
+                    let path = config_policy_path(c, &self.root).unwrap_or_default();
                     let policy = Policy::load(&path).map_err(|e| {
                         CliError::input(format!(
                             "{e}\n  (the {} policy comes from fp8_dynamic_policy_path `{p}` in the model config, \
@@ -160,15 +152,6 @@ impl PolicyArgs {
             }
         }
         Ok(out)
-    }
-}
-
-fn resolve(root: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        root.join(p)
     }
 }
 

@@ -1,0 +1,381 @@
+//! The native core of the `adaptive_fp8` Python package (`adaptive_fp8._core`): a thin binding
+//! over `fp8-policy` and `fp8-engine`, so a Python trainer decides exactly as `fp8sel` does.
+//!
+//! - `Policy` (load, parse, decide) and `Decision`;
+//! - `plan_json`: the plan of a whole model, the same JSON `fp8sel explain --json` prints;
+//! - exceptions that map the Rust error kinds: `PolicyError`, `ConfigError`, `PlanError`, all
+//!   `ValueError`s whose message names the file, the field and the fix.
+//!
+//! It holds no logic of its own: classification, token math, lookups and plans are the engine's.
+//! The Megatron and TE integrations are pure Python (`adaptive_fp8.megatron`, `adaptive_fp8.te`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use fp8_engine::classify::{KindSource, with_promotion};
+use fp8_engine::{
+    LoadOptions, ModuleQuery, PlanConfig, PlanRequest, Role, TokenConfig, classify,
+    config_policy_path, decide_module, load_model_with, plan, render,
+};
+use fp8_policy::{KindFamily, ModuleKind, RuleKey};
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+create_exception!(
+    _core,
+    PolicyError,
+    PyValueError,
+    "A policy file could not be read or is invalid; the message names the file, the JSON path and the fix."
+);
+create_exception!(
+    _core,
+    ConfigError,
+    PyValueError,
+    "A model config could not be read or describes an impossible model; the message names the file, the field and the fix."
+);
+create_exception!(
+    _core,
+    PlanError,
+    PyValueError,
+    "A module or a model could not be decided with the values given (a missing num_gemms or topk, no sequence length, a layout that does not divide the model)."
+);
+
+/// An adaptive-FP8 policy (format version 1), validated on load.
+#[pyclass(frozen, module = "adaptive_fp8")]
+struct Policy {
+    inner: fp8_policy::Policy,
+    origin: String,
+}
+
+/// One module's answer: FP8 or BF16, and why.
+#[pyclass(frozen, get_all, module = "adaptive_fp8")]
+struct Decision {
+    /// True when the module runs FP8.
+    fp8: bool,
+    /// Why, in words (the same text as `fp8sel decide`).
+    reason: String,
+    /// The rule key looked up: `{"kind", "ub_name", "tp"}` or `{"kind", "etp", "num_gemms"}`;
+    /// `None` for a dense module without a ub_name.
+    key: Option<Py<PyDict>>,
+    /// The matched rule's `min_tokens`, when a rule matched.
+    min_tokens: Option<u64>,
+    /// The matched rule's measured speedup, when recorded.
+    measured_speedup: Option<f64>,
+    /// True when the policy comes from cost-model estimates, not measurements.
+    estimated: bool,
+    /// The kind looked up (after expert promotion).
+    kind: String,
+    /// The token count compared (x topk for experts).
+    num_tokens: u64,
+}
+
+#[pymethods]
+impl Decision {
+    fn __bool__(&self) -> bool {
+        self.fp8
+    }
+
+    fn __repr__(&self) -> String {
+        let est = if self.estimated { ", estimated" } else { "" };
+        format!(
+            "Decision({}, {:?}{est})",
+            if self.fp8 { "fp8" } else { "bf16" },
+            self.reason
+        )
+    }
+}
+
+fn policy_err(e: fp8_policy::PolicyError) -> PyErr {
+    PolicyError::new_err(e.to_string())
+}
+
+#[pymethods]
+impl Policy {
+    /// Loads and validates a policy file.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Self> {
+        let inner = fp8_policy::Policy::load(&path).map_err(policy_err)?;
+        Ok(Policy {
+            inner,
+            origin: path.display().to_string(),
+        })
+    }
+
+    /// Parses and validates a policy from JSON text; `origin` names it in errors.
+    #[staticmethod]
+    #[pyo3(signature = (text, origin = "<string>"))]
+    fn from_json(text: &str, origin: &str) -> PyResult<Self> {
+        let inner = fp8_policy::Policy::from_json_str(text, origin).map_err(policy_err)?;
+        Ok(Policy {
+            inner,
+            origin: origin.to_owned(),
+        })
+    }
+
+    /// Decides one module, as the trainer does at build time. Give the TE class (or the kind),
+    /// the ub_name, the layout, and the tokens: `num_tokens` (the `fp8_dynamic_num_tokens`
+    /// override) or `seq_length` x `micro_batch_size` / `cp`. Expert modules (grouped classes,
+    /// or `expert=True`) need `num_gemms` and `topk`: neither has a default.
+    #[pyo3(signature = (
+        te_class = None, *, kind = None, ub_name = None, tp = 1, etp = None, num_gemms = None,
+        topk = None, seq_length = None, micro_batch_size = 1, cp = 1, num_tokens = None,
+        expert = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        py: Python<'_>,
+        te_class: Option<&str>,
+        kind: Option<&str>,
+        ub_name: Option<&str>,
+        tp: u32,
+        etp: Option<u32>,
+        num_gemms: Option<u32>,
+        topk: Option<u64>,
+        seq_length: Option<u64>,
+        micro_batch_size: u64,
+        cp: u64,
+        num_tokens: Option<u64>,
+        expert: bool,
+    ) -> PyResult<Decision> {
+        let classified = match (te_class, kind) {
+            (Some(c), _) => {
+                classify(c, ub_name, expert).map_err(|e| PlanError::new_err(e.to_string()))?
+            }
+            (None, Some(k)) => {
+                let k: ModuleKind = k.parse().map_err(|e| PlanError::new_err(format!("{e}")))?;
+                with_promotion(k, KindSource::Given, expert)
+            }
+            (None, None) => return Err(PlanError::new_err("give te_class or kind")),
+        };
+        if num_tokens.is_none() && seq_length.is_none() {
+            return Err(PlanError::new_err(
+                "give num_tokens, or seq_length (with micro_batch_size and cp)",
+            ));
+        }
+        if tp == 0 || cp == 0 || etp == Some(0) || num_gemms == Some(0) || micro_batch_size == 0 {
+            return Err(PlanError::new_err(
+                "tp, etp, cp, num_gemms and micro_batch_size start at 1",
+            ));
+        }
+        let tokens = TokenConfig {
+            seq_length: seq_length.unwrap_or(0),
+            micro_batch_size,
+            context_parallel_size: cp,
+            fp8_dynamic_num_tokens: num_tokens,
+        };
+        let query = ModuleQuery {
+            kind: classified.kind,
+            ub_name,
+            tp,
+            etp: etp.unwrap_or(tp),
+            num_gemms,
+        };
+        let d = decide_module(&query, &tokens, topk, Some(&self.inner))
+            .map_err(|e| PlanError::new_err(e.to_string()))?;
+        let decision = d
+            .decision
+            .ok_or_else(|| PlanError::new_err("no decision without a policy"))?;
+        let key = match classified.kind.family() {
+            KindFamily::Dense(kind) => ub_name.map(|ub| RuleKey::Dense {
+                kind,
+                ub_name: ub.to_owned(),
+                tp,
+            }),
+            KindFamily::Grouped(kind) => num_gemms.map(|g| RuleKey::Grouped {
+                kind,
+                etp: query.etp,
+                num_gemms: g,
+            }),
+        };
+        Ok(Decision {
+            fp8: decision.use_fp8,
+            reason: decision.reason.to_string(),
+            key: key.map(|k| key_dict(py, &k)).transpose()?,
+            min_tokens: decision.rule().map(|r| r.min_tokens()),
+            measured_speedup: decision.rule().and_then(|r| r.measured_speedup()),
+            estimated: self.inner.estimated(),
+            kind: classified.kind.to_string(),
+            num_tokens: d.num_tokens,
+        })
+    }
+
+    /// True when the policy comes from cost-model estimates, not measurements.
+    #[getter]
+    fn estimated(&self) -> bool {
+        self.inner.estimated()
+    }
+
+    /// The speedup FP8 had to reach when the policy was built.
+    #[getter]
+    fn speedup_threshold(&self) -> f64 {
+        self.inner.speedup_threshold()
+    }
+
+    /// The models the policy was measured on (its provenance), when it says.
+    #[getter]
+    fn models(&self) -> Vec<String> {
+        self.inner
+            .provenance()
+            .map(|p| p.models.clone())
+            .unwrap_or_default()
+    }
+
+    /// Where the policy came from (a path, or the origin given to `from_json`).
+    #[getter]
+    fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The policy as canonical JSON (the bytes `fp8sel merge-policy` writes).
+    fn to_json(&self) -> String {
+        self.inner.to_json()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.rule_count()
+    }
+
+    fn __repr__(&self) -> String {
+        let est = if self.inner.estimated() {
+            ", estimated"
+        } else {
+            ""
+        };
+        format!(
+            "Policy({:?}, {} rules{est})",
+            self.origin,
+            self.inner.rule_count()
+        )
+    }
+}
+
+fn key_dict(py: Python<'_>, k: &RuleKey) -> PyResult<Py<PyDict>> {
+    let d = PyDict::new(py);
+    match k {
+        RuleKey::Dense { kind, ub_name, tp } => {
+            d.set_item("kind", kind.to_string())?;
+            d.set_item("ub_name", ub_name)?;
+            d.set_item("tp", tp)?;
+        }
+        RuleKey::Grouped {
+            kind,
+            etp,
+            num_gemms,
+        } => {
+            d.set_item("kind", kind.to_string())?;
+            d.set_item("etp", etp)?;
+            d.set_item("num_gemms", num_gemms)?;
+        }
+    }
+    Ok(d.unbind())
+}
+
+/// A policy argument: a `Policy`, a path, or nothing.
+fn policy_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<fp8_policy::Policy>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(p) = v.cast::<Policy>() {
+        return Ok(Some(p.get().inner.clone()));
+    }
+    let path: PathBuf = v.extract().map_err(|_| {
+        PyValueError::new_err("a policy is an adaptive_fp8.Policy or the path of a policy file")
+    })?;
+    fp8_policy::Policy::load(&path)
+        .map(Some)
+        .map_err(policy_err)
+}
+
+/// The plan of a whole model as JSON text: exactly what `fp8sel explain --json` prints for the
+/// same arguments. Policies default to each component's `fp8_dynamic_policy_path` (when
+/// `selective_fp8` is on), relative to `root`.
+#[pyfunction]
+#[pyo3(signature = (
+    model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
+    seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
+    topk = None, no_sequence_parallel = false, root = None, config_root = None
+))]
+#[allow(clippy::too_many_arguments)]
+fn plan_json(
+    model: PathBuf,
+    policy: Option<&Bound<'_, PyAny>>,
+    vit_policy: Option<&Bound<'_, PyAny>>,
+    tp: Option<u32>,
+    ep: Option<u32>,
+    etp: Option<u32>,
+    cp: Option<u32>,
+    seq_length: Option<u64>,
+    micro_batch_size: Option<u64>,
+    num_tokens: Option<u64>,
+    vit_num_tokens: Option<u64>,
+    topk: Option<u64>,
+    no_sequence_parallel: bool,
+    root: Option<PathBuf>,
+    config_root: Option<PathBuf>,
+) -> PyResult<String> {
+    for (name, v) in [("tp", tp), ("ep", ep), ("etp", etp), ("cp", cp)] {
+        if v == Some(0) {
+            return Err(PlanError::new_err(format!("{name} starts at 1")));
+        }
+    }
+    let opt = match config_root {
+        Some(r) => LoadOptions::with_config_root(r),
+        None => LoadOptions::default(),
+    };
+    let desc = load_model_with(&model, &opt).map_err(|e| ConfigError::new_err(e.to_string()))?;
+    let mut req = PlanRequest::default();
+    req.tp = tp;
+    req.ep = ep;
+    req.etp = etp;
+    req.cp = cp;
+    req.no_sequence_parallel = no_sequence_parallel;
+    req.seq_length = seq_length;
+    req.micro_batch_size = micro_batch_size;
+    req.num_tokens = num_tokens;
+    req.vit_num_tokens = vit_num_tokens;
+    let resolved = desc
+        .resolve(&req)
+        .map_err(|e| PlanError::new_err(format!("{}: {e}", model.display())))?;
+    let root = root.unwrap_or_else(|| PathBuf::from("."));
+    let mut policies = BTreeMap::new();
+    for c in &desc.components {
+        let given = match c.role {
+            Role::Llm => policy_arg(policy)?,
+            Role::Vit => policy_arg(vit_policy)?,
+        };
+        let p = match given {
+            Some(p) => Some(p),
+            None => match config_policy_path(c, &root) {
+                Some(path) => Some(fp8_policy::Policy::load(&path).map_err(policy_err)?),
+                None => None,
+            },
+        };
+        if let Some(p) = p {
+            policies.insert(c.role, p);
+        }
+    }
+    let cfg = PlanConfig {
+        parallel: resolved.parallel,
+        tokens: resolved.tokens,
+        topk,
+        policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
+    };
+    let p = plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))?;
+    Ok(format!("{:#}", render::plan_json(&p)))
+}
+
+/// The native module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Policy>()?;
+    m.add_class::<Decision>()?;
+    m.add_function(wrap_pyfunction!(plan_json, m)?)?;
+    m.add("PolicyError", m.py().get_type::<PolicyError>())?;
+    m.add("ConfigError", m.py().get_type::<ConfigError>())?;
+    m.add("PlanError", m.py().get_type::<PlanError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
