@@ -51,7 +51,8 @@ def te_base():
 
 
 def weights(m):
-    return [p for n, p in m.named_parameters(recurse=False) if "weight" in n]
+    """The GEMM weights of a TE module (not the fused norm's `layer_norm_weight`)."""
+    return [p for n, p in m.named_parameters(recurse=False) if re.fullmatch(r"weight\d*|fc\d_weight", n)]
 
 
 def states(model, strip=True):
