@@ -68,10 +68,10 @@ struct GenArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Timed steps per point.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = fp8_bench::cuda::DEFAULT_ITERS)]
     iters: u32,
-    /// Untimed steps per point.
-    #[arg(long, default_value_t = 5)]
+    /// Untimed steps per point (the same default as `fp8sel bench`).
+    #[arg(long, default_value_t = fp8_bench::cuda::DEFAULT_WARMUP)]
     warmup: u32,
     /// Rebuild policies/ from the committed reports and fail if it is stale
     /// (set FP8_UPDATE_POLICIES=1 to rewrite it).

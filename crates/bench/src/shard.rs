@@ -115,6 +115,23 @@ impl RankEnv {
             if world == 0 || rank >= world {
                 return Err(format!("{r}={rank} is not below {w}={world}"));
             }
+            // Inside an sbatch allocation, the batch script itself sees SLURM_PROCID=0 and
+            // SLURM_NTASKS=N although only it runs: it would measure 1/N of the sweep. srun
+            // starts a job step (SLURM_STEP_ID); the batch script has none, or "batch".
+            let step = get("SLURM_STEP_ID").or_else(|| get("SLURM_STEPID"));
+            if launcher == "slurm"
+                && world > 1
+                && step
+                    .as_deref()
+                    .is_none_or(|s| s.trim() == "batch" || s.trim().is_empty())
+            {
+                return Err(format!(
+                    "{w}={world} but this process was not started by srun (no job step): it \
+                     would measure only 1/{world} of the sweep; fix: launch it with \
+                     `srun fp8sel bench ...`, or unset SLURM_PROCID and SLURM_NTASKS to measure \
+                     the whole sweep in this process"
+                ));
+            }
             return Ok(Some(RankEnv {
                 rank,
                 world,
@@ -166,7 +183,8 @@ mod tests {
             RankEnv::detect(env(&[
                 ("SLURM_PROCID", "5"),
                 ("SLURM_NTASKS", "6"),
-                ("SLURM_LOCALID", "1")
+                ("SLURM_LOCALID", "1"),
+                ("SLURM_STEP_ID", "0")
             ])),
             Ok(Some(RankEnv {
                 rank: 5,
@@ -176,6 +194,19 @@ mod tests {
             }))
         );
         assert!(RankEnv::detect(env(&[("RANK", "8"), ("WORLD_SIZE", "8")])).is_err());
+        // An sbatch script without srun: refused, not 1/16 of the sweep.
+        let batch = RankEnv::detect(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "16")]));
+        assert!(batch.unwrap_err().contains("srun"));
+        assert!(
+            RankEnv::detect(env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "16"),
+                ("SLURM_STEP_ID", "batch")
+            ]))
+            .is_err()
+        );
+        // One task needs no srun.
+        assert!(RankEnv::detect(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")])).is_ok());
         assert!(RankEnv::detect(env(&[("RANK", "x"), ("WORLD_SIZE", "8")])).is_err());
         assert_eq!(
             RankEnv::detect(env(&[("RANK", "2"), ("WORLD_SIZE", "4")])).map(|r| r.map(|r| r.local)),

@@ -68,6 +68,7 @@ fn ranks_write_rank_files_that_merge_into_the_single_process_policy() {
                 ("SLURM_PROCID", rank.to_string()),
                 ("SLURM_NTASKS", "3".into()),
                 ("SLURM_LOCALID", rank.to_string()),
+                ("SLURM_STEP_ID", "0".into()),
             ]
         };
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -234,7 +235,9 @@ fn resume_measures_only_the_missing_points() {
         "{}",
         text(&o.stderr)
     );
-    let o = fp8sel(&[&SWEEP[..], &["--report", r, "--resume"]].concat(), &env);
+    // Without --quiet, so the resume note is printed.
+    let loud: Vec<&str> = SWEEP.iter().copied().filter(|a| *a != "--quiet").collect();
+    let o = fp8sel(&[&loud[..], &["--report", r, "--resume"]].concat(), &env);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains(&format!("--resume: {} point(s) already measured", n / 2)),

@@ -147,6 +147,8 @@ pub struct PlannedModule {
     pub gemm_rows: u64,
     /// The answer.
     pub use_fp8: bool,
+    /// True when the component's policy is a cost-model estimate.
+    pub estimated: bool,
     /// Why, in words.
     pub reason: String,
     /// The missing rule's key, when the answer is "no rule".
@@ -161,10 +163,22 @@ pub struct PlannedModule {
 pub struct MissingRule {
     /// Component.
     pub component: Role,
-    /// The key, in words: `(kind=row, ub_name=fc2, tp=8)`.
-    pub key: String,
+    /// The key: `{"kind": "row", "ub_name": "fc2", "tp": 8}` in JSON, `(kind=row, ub_name=fc2,
+    /// tp=8)` in words.
+    pub key: RuleKey,
     /// The modules that needed it.
     pub modules: Vec<String>,
+}
+
+/// The token counts of one component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TokenCounts {
+    /// What dense modules compare (`seq x mbs / cp`, or the override).
+    pub dense: u64,
+    /// What expert modules compare (dense x topk), for MoE components.
+    pub experts: Option<u64>,
+    /// The topk used, for MoE components.
+    pub topk: Option<u64>,
 }
 
 /// Totals over a plan.
@@ -180,10 +194,17 @@ pub struct Summary {
     pub missing_rules: Vec<MissingRule>,
     /// Components planned without any policy.
     pub components_without_policy: Vec<Role>,
-    /// Token counts per component and how they were derived.
+    /// Token counts per component and how they were derived, in words.
     pub tokens: BTreeMap<Role, String>,
+    /// The token counts per component as numbers: what dense modules and experts compare.
+    pub token_counts: BTreeMap<Role, TokenCounts>,
     /// Defaults applied while reading the config.
     pub defaults_applied: Vec<String>,
+    /// Components whose policy is a cost-model estimate, not a measurement.
+    pub estimated_policies: Vec<Role>,
+    /// Things the user must hear: a policy made for another model, an estimate, a default that
+    /// changes decisions.
+    pub warnings: Vec<String>,
 }
 
 /// A decision for every module of a model.
@@ -222,6 +243,9 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     let mut token_words = BTreeMap::new();
     let mut defaults = Vec::new();
     let mut without = Vec::new();
+    let mut estimated_roles = Vec::new();
+    let mut token_counts = BTreeMap::new();
+    let mut warnings = Vec::new();
     for c in &model.components {
         let tokens = cfg.tokens.get(&c.role).ok_or(PlanError::NoTokens(c.role))?;
         let decide_err = |source| PlanError::Decide {
@@ -233,6 +257,14 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
             .map_err(|e| decide_err(DecideError::Tokens(e)))?;
         let topk = cfg.topk.or(c.arch.moe.map(|m| m.router_topk)).unwrap_or(1);
         token_words.insert(c.role, describe_tokens(n, src, c.arch.moe.map(|_| topk)));
+        token_counts.insert(
+            c.role,
+            TokenCounts {
+                dense: n,
+                experts: c.arch.moe.map(|_| n.saturating_mul(topk)),
+                topk: c.arch.moe.map(|_| topk),
+            },
+        );
         defaults.extend(
             c.defaults_applied
                 .iter()
@@ -241,6 +273,31 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         let policy = cfg.policies.get(&c.role).copied();
         if policy.is_none() {
             without.push(c.role);
+        }
+        let estimated = policy.is_some_and(Policy::estimated);
+        if estimated {
+            estimated_roles.push(c.role);
+            warnings.push(format!(
+                "the {} policy is an ESTIMATE from the cost model, not a measurement: measure on \
+                 the GPU (fp8sel bench) before training with it",
+                c.role
+            ));
+        }
+        if let Some(w) = policy.and_then(|p| model_mismatch(p, &model.name)) {
+            warnings.push(format!("{}: {w}", c.role));
+        }
+        if c.arch.moe.is_some()
+            && cfg.topk.is_none()
+            && c.defaults_applied
+                .iter()
+                .any(|d| d.starts_with("moe_router_topk absent"))
+        {
+            warnings.push(format!(
+                "{}: the config has no moe_router_topk, so Megatron's default of 2 is used and \
+                 expert token counts are tokens x 2; if your launcher passes --moe-router-topk, \
+                 pass the same value here (--topk)",
+                c.role
+            ));
         }
         let measured_bf16 = policy.map_or(&[][..], Policy::measured_bf16_keys);
         for spec in inventory(c, cfg.parallel)? {
@@ -265,6 +322,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
                 gemm_rows: spec.gemm_rows(d.num_tokens),
                 num_tokens: d.num_tokens,
                 use_fp8: d.use_fp8(),
+                estimated,
                 reason,
                 missing_key,
                 step_flops,
@@ -272,7 +330,10 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
             });
         }
     }
-    let summary = summarize(&modules, without, token_words, defaults);
+    let mut summary = summarize(&modules, without, token_words, defaults);
+    summary.estimated_policies = estimated_roles;
+    summary.token_counts = token_counts;
+    summary.warnings = warnings;
     Ok(Plan { modules, summary })
 }
 
@@ -319,12 +380,29 @@ fn summarize(
             .into_iter()
             .map(|((component, key), modules)| MissingRule {
                 component,
-                key: key.to_string(),
+                key,
                 modules,
             })
             .collect(),
         components_without_policy,
         tokens,
         defaults_applied,
+        estimated_policies: Vec::new(),
+        warnings: Vec::new(),
+        token_counts: BTreeMap::new(),
     }
+}
+
+/// A warning when the policy's provenance names the models it was measured on and `model` is
+/// not one of them: thresholds are shapes' crossovers, and another model has other shapes.
+pub fn model_mismatch(policy: &Policy, model: &str) -> Option<String> {
+    let models = &policy.provenance()?.models;
+    if models.is_empty() || models.iter().any(|m| m == model) {
+        return None;
+    }
+    Some(format!(
+        "the policy was made for {} but the model is {model}: its thresholds belong to other \
+         shapes; make a policy for this model (fp8sel bench + merge-policy)",
+        models.join(", ")
+    ))
 }

@@ -20,7 +20,8 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
                 "name": s.name, "component": s.component, "layers": s.layers, "te_class": s.te_class,
                 "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
                 "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
-                "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "reason": m.reason,
+                "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "estimated": m.estimated,
+                "reason": m.reason,
             })
         })
         .collect();
@@ -103,6 +104,9 @@ pub fn table(plan: &Plan) -> String {
         for d in &s.defaults_applied {
             let _ = writeln!(out, "  {d}");
         }
+    }
+    for w in &s.warnings {
+        let _ = writeln!(out, "warning: {w}");
     }
     out
 }

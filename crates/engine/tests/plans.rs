@@ -289,18 +289,18 @@ fn missing_rules_are_listed_with_their_modules() {
         ),
     )
     .unwrap();
-    let keys: Vec<&str> = pl
+    let keys: Vec<String> = pl
         .summary
         .missing_rules
         .iter()
-        .map(|r| r.key.as_str())
+        .map(|r| r.key.to_string())
         .collect();
     assert!(
-        keys.contains(&"(kind=duplicated, ub_name=kv_down_proj, tp=4)"),
+        keys.contains(&"(kind=duplicated, ub_name=kv_down_proj, tp=4)".to_owned()),
         "{keys:?}"
     );
     assert!(
-        keys.contains(&"(kind=column_grouped, etp=1, num_gemms=32)"),
+        keys.contains(&"(kind=column_grouped, etp=1, num_gemms=32)".to_owned()),
         "{keys:?}"
     );
     let share = pl.summary.fp8_flop_share;
@@ -449,12 +449,15 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
         "{}",
         fc2.reason
     );
-    let keys: Vec<&str> = pl
+    let keys: Vec<String> = pl
         .summary
         .missing_rules
         .iter()
-        .map(|r| r.key.as_str())
+        .map(|r| r.key.to_string())
         .collect();
-    assert!(!keys.contains(&"(kind=row, ub_name=fc2, tp=8)"), "{keys:?}");
+    assert!(
+        !keys.contains(&"(kind=row, ub_name=fc2, tp=8)".to_owned()),
+        "{keys:?}"
+    );
     assert_eq!(keys.len(), 3, "{keys:?}");
 }

@@ -77,6 +77,8 @@ pub enum Reason {
         rule: MatchedRule,
         /// The token count that was compared.
         num_tokens: u64,
+        /// The policy is a cost-model estimate: its speedups were estimated, not measured.
+        estimated: bool,
     },
     /// A rule matched but the tokens are below its `min_tokens`.
     BelowThreshold {
@@ -84,6 +86,8 @@ pub enum Reason {
         rule: MatchedRule,
         /// The token count that was compared.
         num_tokens: u64,
+        /// The policy is a cost-model estimate.
+        estimated: bool,
     },
     /// The policy has no rule for this key: conservative BF16.
     NoRule {
@@ -122,22 +126,32 @@ impl Decision {
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let speed = |r: &MatchedRule| match r.measured_speedup() {
-            Some(s) => format!(", measured speedup {s}"),
-            None => String::new(),
+        let speed = |r: &MatchedRule, estimated: bool| match (r.measured_speedup(), estimated) {
+            (Some(s), false) => format!(", measured speedup {s}"),
+            (Some(s), true) => format!(", ESTIMATED speedup {s} (cost model, not measured)"),
+            (None, true) => " (ESTIMATED policy: cost model, not measured)".to_owned(),
+            (None, false) => String::new(),
         };
         match self {
-            Reason::AtOrAboveThreshold { rule, num_tokens } => write!(
+            Reason::AtOrAboveThreshold {
+                rule,
+                num_tokens,
+                estimated,
+            } => write!(
                 f,
                 "tokens {num_tokens} >= min_tokens {}{}",
                 rule.min_tokens(),
-                speed(rule)
+                speed(rule, *estimated)
             ),
-            Reason::BelowThreshold { rule, num_tokens } => write!(
+            Reason::BelowThreshold {
+                rule,
+                num_tokens,
+                estimated,
+            } => write!(
                 f,
                 "tokens {num_tokens} < min_tokens {}{}",
                 rule.min_tokens(),
-                speed(rule)
+                speed(rule, *estimated)
             ),
             Reason::NoRule { key } => write!(f, "no rule for {key}: BF16 by default"),
             Reason::NoUbName { kind, tp } => write!(
@@ -205,14 +219,23 @@ impl Policy {
                     num_gemms,
                 }),
         };
+        let estimated = self.estimated();
         match rule {
             Ok(rule) if num_tokens >= rule.min_tokens() => Decision {
                 use_fp8: true,
-                reason: Reason::AtOrAboveThreshold { rule, num_tokens },
+                reason: Reason::AtOrAboveThreshold {
+                    rule,
+                    num_tokens,
+                    estimated,
+                },
             },
             Ok(rule) => Decision {
                 use_fp8: false,
-                reason: Reason::BelowThreshold { rule, num_tokens },
+                reason: Reason::BelowThreshold {
+                    rule,
+                    num_tokens,
+                    estimated,
+                },
             },
             Err(key) => Decision {
                 use_fp8: false,

@@ -20,7 +20,7 @@ use fp8_report::DeviceInfo;
 
 pub use buffer::DevBuf;
 pub use gemm::{AlgoSearch, Lt, TuneInfo};
-pub use measure::{MeasureOptions, measure_point};
+pub use measure::{DEFAULT_ITERS, DEFAULT_WARMUP, MeasureOptions, measure_point};
 
 use crate::error::BenchError;
 

@@ -43,13 +43,13 @@ pub struct Args {
     #[arg(long)]
     pub component: Option<Role>,
     /// Tensor-parallel size [default: the config's, else 1].
-    #[arg(long, env = "TE_LAYER_PERF_TP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "tensor-model-parallel-size", env = "TE_LAYER_PERF_TP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
     pub tp: Option<u32>,
     /// Expert-parallel size [default: the config's, else 1].
-    #[arg(long, env = "TE_LAYER_PERF_EP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "expert-model-parallel-size", env = "TE_LAYER_PERF_EP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
     pub ep: Option<u32>,
     /// Expert tensor-parallel size [default: the config's, else --tp].
-    #[arg(long, env = "TE_LAYER_PERF_ETP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "expert-tensor-parallel-size", env = "TE_LAYER_PERF_ETP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
     pub etp: Option<u32>,
     /// Precisions to measure.
     #[arg(
@@ -81,10 +81,10 @@ pub struct Args {
     #[arg(long, value_name = "B", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub micro_batch_size: Option<u64>,
     /// Untimed steps per point.
-    #[arg(long, env = "TE_LAYER_PERF_WARMUP", default_value_t = 10)]
+    #[arg(long, env = "TE_LAYER_PERF_WARMUP", default_value_t = fp8_bench::cuda::DEFAULT_WARMUP)]
     pub warmup: u32,
     /// Timed steps per point (median, p10, p90 reported).
-    #[arg(long, env = "TE_LAYER_PERF_ITERS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "TE_LAYER_PERF_ITERS", default_value_t = fp8_bench::cuda::DEFAULT_ITERS, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
     /// Where to write the report.
     #[arg(long, env = "TE_LAYER_PERF_REPORT_PATH", value_name = "OUT.json")]
@@ -138,7 +138,7 @@ pub struct Args {
     /// cuBLASLt candidates timed per GEMM shape.
     #[arg(long, default_value_t = 8)]
     pub candidates: usize,
-    /// No progress bar.
+    /// Errors and the final summary line only: no progress bar, no notes, no table.
     #[arg(long)]
     pub quiet: bool,
 }
@@ -169,6 +169,20 @@ pub fn run(args: &Args) -> CliResult {
         splits: parse_splits(&args.splits)?,
         modules: args.modules.clone(),
     };
+    for c in &model.components {
+        if c.arch.moe.is_some()
+            && c.defaults_applied
+                .iter()
+                .any(|d| d.starts_with("moe_router_topk absent"))
+        {
+            eprintln!(
+                "warning: {}: the config has no moe_router_topk, so Megatron's default of 2 sets \
+                 the expert token counts; set moe_router_topk in the config to the value your \
+                 launcher passes (--moe-router-topk)",
+                c.role
+            );
+        }
+    }
     let points = points(&model, &job).map_err(CliError::input)?;
     if points.is_empty() {
         return Err(CliError::input(
@@ -208,7 +222,7 @@ pub fn run(args: &Args) -> CliResult {
         (Some(r), None) if args.device == 0 => vec![r.local],
         _ => vec![args.device],
     };
-    if let Some(r) = &rank {
+    if let Some(r) = rank.as_ref().filter(|_| !args.quiet) {
         eprintln!(
             "{} rank {} of {} on device {}, report {}",
             r.launcher,
@@ -218,8 +232,9 @@ pub fn run(args: &Args) -> CliResult {
             report_path.display()
         );
     }
-    let make =
-        |dev: usize| open_backend(&args.backend, &args.device_profile, dev).map_err(|e| e.message);
+    let make = |dev: usize| {
+        open_backend(&args.backend, &args.device_profile, dev, args.quiet).map_err(|e| e.message)
+    };
     let progress = Bar::new(args.quiet);
     let report = driver::run(
         driver::Sweep {
@@ -241,8 +256,12 @@ pub fn run(args: &Args) -> CliResult {
     })?;
     progress.0.finish_and_clear();
     write_report(&report, &report_path)?;
-    print_summary(&report);
+    // The table is rank 0's to print (the torchrun/Slurm convention); every rank says its line.
+    print_summary(&report, args.quiet || rank.is_some_and(|r| r.rank > 0));
     if rank.is_some() {
+        if args.quiet {
+            return Ok(());
+        }
         println!(
             "wrote {} (merge all ranks with: fp8sel merge-policy --reports {})",
             report_path.display(),
@@ -295,8 +314,8 @@ fn check_outputs(args: &Args, report: &Path) -> CliResult {
     Ok(())
 }
 
-/// The progress bar (hidden with --quiet) and notes.
-struct Bar(ProgressBar);
+/// The progress bar and notes (both hidden with --quiet).
+struct Bar(ProgressBar, bool);
 
 impl Bar {
     fn new(quiet: bool) -> Self {
@@ -310,7 +329,7 @@ impl Bar {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
-        Bar(bar)
+        Bar(bar, quiet)
     }
 }
 
@@ -331,8 +350,9 @@ impl driver::Progress for Bar {
         self.0.inc(1);
     }
     fn note(&self, message: &str) {
-        // Notes change what the run means (points kept, shard loads): shown even with --quiet.
-        self.0.suspend(|| eprintln!("{message}"));
+        if !self.1 {
+            self.0.suspend(|| eprintln!("{message}"));
+        }
     }
 }
 
@@ -358,7 +378,12 @@ fn parse_devices(s: &str) -> CliResult<Vec<usize>> {
 }
 
 /// Opens the measuring backend: the GPU, or the cost model (with a loud warning).
-pub fn open_backend(kind: &str, profile: &str, device: usize) -> CliResult<Box<dyn Backend>> {
+pub fn open_backend(
+    kind: &str,
+    profile: &str,
+    device: usize,
+    quiet: bool,
+) -> CliResult<Box<dyn Backend>> {
     if kind == "model" {
         let p = fp8_bench::costmodel::profile(profile).ok_or_else(|| {
             let names: Vec<&str> = fp8_bench::costmodel::profiles()
@@ -370,10 +395,12 @@ pub fn open_backend(kind: &str, profile: &str, device: usize) -> CliResult<Box<d
                 names.join(", ")
             ))
         })?;
-        eprintln!(
-            "warning: --backend model: these are ESTIMATES from the cost model ({}), not measurements",
-            p.name
-        );
+        if !quiet {
+            eprintln!(
+                "warning: --backend model: these are ESTIMATES from the cost model ({}), not measurements",
+                p.name
+            );
+        }
         return Ok(Box::new(fp8_bench::costmodel::ModelBackend(p)));
     }
     let gpu = Gpu::open(device).map_err(|e| {
@@ -390,8 +417,22 @@ pub fn write_report(report: &Report, path: &std::path::Path) -> CliResult {
     fp8_report::write(report, path).map_err(CliError::from)
 }
 
-/// Prints the end-of-sweep table.
-pub fn print_summary(report: &Report) {
+/// Prints the end-of-sweep table and the summary line; with `quiet`, the summary line only.
+pub fn print_summary(report: &Report, quiet: bool) {
+    let (ok, failed, skipped) = report.status_counts();
+    let estimate = if report.estimated {
+        " (ESTIMATES from the cost model, not measurements)"
+    } else {
+        ""
+    };
+    let line = format!(
+        "{ok} ok, {failed} failed, {skipped} skipped; device {}{estimate}",
+        report.provenance.device.name
+    );
+    if quiet {
+        println!("{line}");
+        return;
+    }
     println!(
         "{:<48} {:>8} {:>8} {:>10} {:>10} {:>8}  status",
         "module", "gemms", "tokens", "bf16 ms", "fp8 ms", "speedup"
@@ -426,14 +467,7 @@ pub fn print_summary(report: &Report) {
             status
         );
     }
-    let (ok, failed, skipped) = report.status_counts();
-    println!(
-        "{ok} ok, {failed} failed, {skipped} skipped; device {}",
-        report.provenance.device.name
-    );
-    if report.estimated {
-        println!("warning: these are ESTIMATES from the cost model, not measurements");
-    }
+    println!("{line}");
 }
 
 fn parse_precisions(s: &str) -> CliResult<(bool, bool)> {

@@ -46,13 +46,13 @@ pub struct Args {
     #[arg(long)]
     pub expert: bool,
     /// moe_router_topk; required for expert modules.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, alias = "moe-router-topk", value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     pub topk: Option<u64>,
     /// Tensor-parallel size.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "tensor-model-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub tp: u32,
     /// Expert tensor-parallel size [default: --tp, as in Megatron].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "expert-tensor-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub etp: Option<u32>,
     /// Experts per rank (num_experts / ep); required for expert modules. Never defaulted: a
     /// default of 1 is why the reference never matched an expert rule.
@@ -61,14 +61,14 @@ pub struct Args {
     /// Token count to compare (the fp8_dynamic_num_tokens override).
     #[arg(long, value_name = "T")]
     pub num_tokens: Option<u64>,
-    /// Sequence length (with --micro-batch-size).
-    #[arg(long, value_name = "S", requires = "micro_batch_size")]
+    /// Sequence length (tokens = seq x --micro-batch-size / --cp).
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
     pub seq_length: Option<u64>,
-    /// Micro-batch size (with --seq-length).
-    #[arg(long, value_name = "B", requires = "seq_length")]
-    pub micro_batch_size: Option<u64>,
+    /// Micro-batch size.
+    #[arg(long, value_name = "B", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub micro_batch_size: u64,
     /// Context-parallel size: divides seq x mbs (ignored with --num-tokens).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, alias = "context-parallel-size", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub cp: u64,
     /// Print one JSON object instead of two lines.
     #[arg(long)]
@@ -86,7 +86,7 @@ pub fn run(args: &Args) -> CliResult {
     };
     let tokens = TokenConfig {
         seq_length: args.seq_length.unwrap_or(0),
-        micro_batch_size: args.micro_batch_size.unwrap_or(0),
+        micro_batch_size: args.micro_batch_size,
         context_parallel_size: args.cp,
         fp8_dynamic_num_tokens: args.num_tokens,
     };
@@ -109,6 +109,7 @@ pub fn run(args: &Args) -> CliResult {
             "module_kind": classified.kind.as_str(),
             "num_tokens": num_tokens,
             "rule": decision.rule().map(|r| r.to_json_value()),
+            "estimated": policy.estimated(),
             "reason": decision.reason.to_string(),
         });
         println!("{out}");

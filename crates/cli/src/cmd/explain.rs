@@ -1,9 +1,9 @@
 //! `fp8sel explain` and `fp8sel check`: the plan for a whole model.
 
-use fp8_engine::{Plan, plan, render};
+use fp8_engine::{Plan, Role, plan, render};
 use serde_json::json;
 
-use super::model_args::{ModelArgs, PolicyArgs, plan_config};
+use super::model_args::{ModelArgs, PolicyArgs, Resolved, plan_config};
 use crate::error::{CliError, CliResult};
 
 /// Show, module by module, which TE modules of a model run FP8 and why.
@@ -50,15 +50,82 @@ pub struct CheckArgs {
     json: bool,
 }
 
-fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<Plan> {
+fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<(Plan, Resolved, Vec<String>)> {
     let r = model.resolve()?;
     let policies = policy.load(&r.model)?;
-    plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)
+    let p = plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)?;
+    let reports = policies
+        .values()
+        .flat_map(|p| {
+            p.provenance()
+                .map(|v| v.reports.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok((p, r, reports))
+}
+
+/// The commands that fill the gaps of a plan: one sweep at this layout for each component with
+/// a gap, then a merge of it with the reports the policy was made from.
+fn fill_commands(
+    args: &ModelArgs,
+    policy: &PolicyArgs,
+    r: &Resolved,
+    p: &Plan,
+    reports: &[String],
+) -> Vec<String> {
+    let par = r.parallel;
+    let mut roles: Vec<Role> = p
+        .summary
+        .missing_rules
+        .iter()
+        .map(|m| m.component)
+        .collect();
+    roles.extend(p.summary.components_without_policy.iter().copied());
+    roles.sort();
+    roles.dedup();
+    let model = args.model.display();
+    let root = args
+        .config_root
+        .as_ref()
+        .map(|d| format!(" --config-root {}", d.display()))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for role in roles {
+        let comp = if r.model.components.len() > 1 {
+            format!(" --component {role}")
+        } else {
+            String::new()
+        };
+        let report = format!(
+            "{}_{role}_tp{}_ep{}_etp{}.json",
+            r.model.name, par.tp, par.ep, par.etp
+        );
+        out.push(format!(
+            "fp8sel bench --model {model}{root}{comp} --tp {} --ep {} --etp {} --report {report}",
+            par.tp, par.ep, par.etp
+        ));
+        let target = match role {
+            Role::Llm => policy.policy.as_ref(),
+            Role::Vit => policy.vit_policy.as_ref(),
+        }
+        .map_or_else(
+            || format!("{}.{role}.json", r.model.name),
+            |p| p.display().to_string(),
+        );
+        let mut inputs: Vec<&str> = reports.iter().map(String::as_str).collect();
+        inputs.push(&report);
+        out.push(format!(
+            "fp8sel merge-policy --component {role} --reports {} --output {target}",
+            inputs.join(" ")
+        ));
+    }
+    out
 }
 
 /// Runs `explain`.
 pub fn explain(args: &ExplainArgs) -> CliResult {
-    let p = make_plan(&args.model, &args.policy)?;
+    let (p, _, _) = make_plan(&args.model, &args.policy)?;
     if args.json {
         println!("{:#}", render::plan_json(&p));
     } else {
@@ -69,13 +136,15 @@ pub fn explain(args: &ExplainArgs) -> CliResult {
 
 /// Runs `check`; returns exit code 1 (as an error) when a rule is missing.
 pub fn check(args: &CheckArgs) -> CliResult {
-    let p = make_plan(&args.model, &args.policy)?;
+    let (p, r, reports) = make_plan(&args.model, &args.policy)?;
     let s = &p.summary;
     let ok = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
+    let fill = fill_commands(&args.model, &args.policy, &r, &p, &reports);
     if args.json {
         println!(
             "{:#}",
-            json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy})
+            json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy,
+                   "estimated_policies": s.estimated_policies, "warnings": s.warnings, "fill_commands": fill})
         );
     } else if ok {
         println!(
@@ -95,6 +164,15 @@ pub fn check(args: &CheckArgs) -> CliResult {
                 m.key,
                 m.modules.join(", ")
             );
+        }
+        println!("to fill the gaps, measure this layout and merge it into the policy:");
+        for c in &fill {
+            println!("  {c}");
+        }
+    }
+    if !args.json {
+        for w in &s.warnings {
+            eprintln!("warning: {w}");
         }
     }
     if ok {

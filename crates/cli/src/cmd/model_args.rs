@@ -24,16 +24,16 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
     /// Tensor-parallel size [default: the config's tensor_model_parallel_size, else 1].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "tensor-model-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub tp: Option<u32>,
     /// Expert-parallel size [default: the config's, else 1].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "expert-model-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub ep: Option<u32>,
     /// Expert tensor-parallel size [default: the config's, else --tp as in Megatron].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "expert-tensor-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub etp: Option<u32>,
     /// Context-parallel size: divides the tokens each rank's GEMMs see [default: config, else 1].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "context-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub cp: Option<u32>,
     /// Turn sequence parallelism off (it is on by default whenever TP > 1).
     #[arg(long)]
@@ -51,7 +51,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
     pub vit_num_tokens: Option<u64>,
     /// moe_router_topk override [default: the config's].
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, alias = "moe-router-topk", value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     pub topk: Option<u64>,
 }
 

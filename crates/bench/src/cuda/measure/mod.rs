@@ -19,6 +19,11 @@ use crate::error::BenchError;
 use crate::layout::Segments;
 use crate::sweep::BenchPoint;
 
+/// Untimed steps per point, everywhere (the seed's `TE_LAYER_PERF_WARMUP` default).
+pub const DEFAULT_WARMUP: u32 = 10;
+/// Timed steps per point, everywhere (the seed's `TE_LAYER_PERF_ITERS` default).
+pub const DEFAULT_ITERS: u32 = 10;
+
 /// How to measure.
 #[derive(Debug, Clone)]
 pub struct MeasureOptions {
@@ -47,8 +52,8 @@ pub struct MeasureOptions {
 impl Default for MeasureOptions {
     fn default() -> Self {
         MeasureOptions {
-            warmup: 10,
-            iters: 10,
+            warmup: DEFAULT_WARMUP,
+            iters: DEFAULT_ITERS,
             fp8_param: true,
             pow2_scales: true,
             pad: 16,

@@ -1,0 +1,384 @@
+//! What a new user meets: estimates labelled everywhere, warnings for a policy of another model
+//! or a defaulted top-k, the commands that fill a gap, Megatron's flag names, one default for the
+//! micro-batch size, typed JSON, a quiet --quiet, rank-0 tables, and no silent 1/N Slurm sweep.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root()).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn fp8sel(args: &[&str]) -> Output {
+    fp8sel_env(args, &[])
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// An estimated policy of Qwen2.5-72B at TP 1 (cost model, no GPU).
+fn estimated_policy(dir: &Path) -> PathBuf {
+    let report = dir.join("r.json");
+    let o = fp8sel(&[
+        "bench",
+        "--backend",
+        "model",
+        "--quiet",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--tp",
+        "1",
+        "--report",
+        s(&report),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let policy = dir.join("p.json");
+    let o = fp8sel(&[
+        "merge-policy",
+        "--reports",
+        s(&report),
+        "--output",
+        s(&policy),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    policy
+}
+
+#[test]
+fn estimated_policies_are_labelled_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = estimated_policy(dir.path());
+    let o = fp8sel(&["validate", s(&p)]);
+    assert!(out(&o).contains("ESTIMATED"), "{}", out(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&out(&fp8sel(&["validate", s(&p), "--json"]))).unwrap();
+    assert_eq!(
+        (v["ok"].clone(), v["estimated"].clone()),
+        (true.into(), true.into())
+    );
+    let decide = [
+        "decide",
+        "--policy",
+        s(&p),
+        "--te-class",
+        "TERowParallelLinear",
+        "--ub-name",
+        "fc2",
+        "--tp",
+        "1",
+        "--seq-length",
+        "32768",
+    ];
+    let o = fp8sel(&decide);
+    assert!(out(&o).contains("ESTIMATED speedup"), "{}", out(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&out(&fp8sel(&[&decide[..], &["--json"]].concat()))).unwrap();
+    assert_eq!(v["estimated"], true);
+    assert!(v["reason"].as_str().unwrap().contains("ESTIMATED"));
+    let explain = [
+        "explain",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        s(&p),
+        "--tp",
+        "1",
+        "--seq-length",
+        "4096",
+    ];
+    let o = fp8sel(&explain);
+    assert!(
+        out(&o).contains("warning: the llm policy is an ESTIMATE"),
+        "{}",
+        out(&o)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&out(&fp8sel(&[&explain[..], &["--json"]].concat()))).unwrap();
+    assert!(
+        v["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["estimated"] == true)
+    );
+    assert_eq!(
+        v["summary"]["estimated_policies"],
+        serde_json::json!(["llm"])
+    );
+    // A measured policy says none of it.
+    let o = fp8sel(&["validate", "policies/qwen2_5_72b.json"]);
+    assert!(!out(&o).contains("ESTIMATED"));
+}
+
+#[test]
+fn a_policy_of_another_model_is_a_warning() {
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        "policies/qwen2_5_72b.json",
+        "--seq-length",
+        "4096",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b"),
+        "{}",
+        out(&o)
+    );
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "policies/qwen2_5_72b.json",
+        "--seq-length",
+        "4096",
+    ]);
+    assert!(!out(&o).contains("made for"), "{}", out(&o));
+}
+
+#[test]
+fn check_prints_the_commands_that_fill_the_gap() {
+    let o = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/deepseek_v3.yaml",
+        "--policy",
+        "policies/deepseek_v3.json",
+        "--tp",
+        "8",
+        "--ep",
+        "16",
+        "--etp",
+        "2",
+        "--seq-length",
+        "4096",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = out(&o);
+    assert!(
+        text.contains("fp8sel bench --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 16 --etp 2 --report deepseek_v3_llm_tp8_ep16_etp2.json"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fp8sel merge-policy --component llm --reports fixtures/reports/h200/deepseek_v3_tp1_ep8.json")
+            && text.contains("deepseek_v3_llm_tp8_ep16_etp2.json --output policies/deepseek_v3.json"),
+        "{text}"
+    );
+}
+
+#[test]
+fn megatron_flag_names_are_accepted() {
+    let ours = fp8sel(&[
+        "explain",
+        "--json",
+        "--model",
+        "fixtures/models/deepseek_v3.yaml",
+        "--policy",
+        "policies/deepseek_v3.json",
+        "--tp",
+        "8",
+        "--ep",
+        "64",
+        "--etp",
+        "1",
+        "--cp",
+        "2",
+        "--topk",
+        "8",
+        "--seq-length",
+        "8192",
+    ]);
+    let megatron = fp8sel(&[
+        "explain",
+        "--json",
+        "--model",
+        "fixtures/models/deepseek_v3.yaml",
+        "--policy",
+        "policies/deepseek_v3.json",
+        "--tensor-model-parallel-size",
+        "8",
+        "--expert-model-parallel-size",
+        "64",
+        "--expert-tensor-parallel-size",
+        "1",
+        "--context-parallel-size",
+        "2",
+        "--moe-router-topk",
+        "8",
+        "--seq-length",
+        "8192",
+    ]);
+    assert_eq!(megatron.status.code(), Some(0), "{}", err(&megatron));
+    assert_eq!(out(&ours), out(&megatron));
+    let o = fp8sel(&[
+        "decide",
+        "--policy",
+        "policies/qwen2_5_72b.json",
+        "--te-class",
+        "TERowParallelLinear",
+        "--ub-name",
+        "proj",
+        "--tensor-model-parallel-size",
+        "8",
+        "--seq-length",
+        "4096",
+    ]);
+    // One default for the micro-batch size everywhere: 1.
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).starts_with("fp8\ntokens 4096 >= min_tokens 4096"),
+        "{}",
+        out(&o)
+    );
+}
+
+#[test]
+fn json_carries_typed_keys_and_token_counts() {
+    let o = fp8sel(&[
+        "explain",
+        "--json",
+        "--model",
+        "fixtures/models/deepseek_v3.yaml",
+        "--policy",
+        "policies/deepseek_v3.json",
+        "--tp",
+        "8",
+        "--ep",
+        "16",
+        "--etp",
+        "2",
+        "--seq-length",
+        "4096",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    let key = &v["summary"]["missing_rules"][0]["key"];
+    assert_eq!(key["kind"], "column_grouped");
+    assert_eq!(
+        (key["etp"].as_u64(), key["num_gemms"].as_u64()),
+        (Some(2), Some(16))
+    );
+    let t = &v["summary"]["token_counts"]["llm"];
+    assert_eq!(
+        (
+            t["dense"].as_u64(),
+            t["topk"].as_u64(),
+            t["experts"].as_u64()
+        ),
+        (Some(4096), Some(8), Some(32768))
+    );
+}
+
+#[test]
+fn a_moe_config_without_topk_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("moe.yaml");
+    std::fs::write(
+        &m,
+        "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 8\nseq_length: 4096\n\
+         num_moe_experts: 16\nmoe_ffn_hidden_size: 512\n",
+    )
+    .unwrap();
+    let o = fp8sel(&["explain", "--model", s(&m)]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("warning: llm: the config has no moe_router_topk"),
+        "{}",
+        out(&o)
+    );
+    let o = fp8sel(&["explain", "--model", s(&m), "--topk", "4"]);
+    assert!(!out(&o).contains("no moe_router_topk"), "{}", out(&o));
+    let o = fp8sel(&[
+        "bench",
+        "--backend",
+        "model",
+        "--model",
+        s(&m),
+        "--shape-sweep",
+        "1024x1",
+        "--quiet",
+        "--report",
+        s(&dir.path().join("r.json")),
+    ]);
+    assert!(err(&o).contains("no moe_router_topk"), "{}", err(&o));
+}
+
+const SWEEP: [&str; 9] = [
+    "bench",
+    "--backend",
+    "model",
+    "--model",
+    "fixtures/models/llama3_2_1b.yaml",
+    "--shape-sweep",
+    "1024x1,4096x1",
+    "--tp",
+    "1",
+];
+
+#[test]
+fn quiet_means_the_summary_line_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.json");
+    let o = fp8sel(&[&SWEEP[..], &["--quiet", "--report", s(&r)]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(err(&o), "");
+    let lines: Vec<String> = out(&o).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("8 ok, 0 failed, 0 skipped") && lines[0].contains("ESTIMATES"),
+        "{lines:?}"
+    );
+    let loud = fp8sel(&[&SWEEP[..], &["--report", s(&r)]].concat());
+    assert!(out(&loud).lines().count() > 8);
+}
+
+#[test]
+fn only_rank_0_prints_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.json");
+    for rank in ["0", "1"] {
+        let env = [("RANK", rank), ("WORLD_SIZE", "2"), ("LOCAL_RANK", rank)];
+        let o = fp8sel_env(&[&SWEEP[..], &["--report", s(&r)]].concat(), &env);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let table = out(&o).lines().any(|l| l.starts_with("module "));
+        assert_eq!(table, rank == "0", "rank {rank}: {}", out(&o));
+        assert!(out(&o).contains(" ok, 0 failed"), "{}", out(&o));
+    }
+}
+
+#[test]
+fn slurm_variables_without_srun_are_an_error_not_a_partial_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.json");
+    let env = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "16")];
+    let o = fp8sel_env(&[&SWEEP[..], &["--report", s(&r)]].concat(), &env);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("srun") && err(&o).contains("1/16"),
+        "{}",
+        err(&o)
+    );
+    assert!(!r.exists() && !dir.path().join("r.rank0.json").exists());
+}
