@@ -382,3 +382,74 @@ fn slurm_variables_without_srun_are_an_error_not_a_partial_sweep() {
     );
     assert!(!r.exists() && !dir.path().join("r.rank0.json").exists());
 }
+
+#[test]
+fn config_forms_megatron_users_write() {
+    let json = |model: &str| -> serde_json::Value {
+        let o = fp8sel(&["explain", "--json", "--model", model]);
+        assert_eq!(o.status.code(), Some(0), "{model}: {}", err(&o));
+        serde_json::from_str(&out(&o)).unwrap()
+    };
+    // Megatron-LM's nested --yaml-cfg: sections flattened, run settings from the top level.
+    let v = json("fixtures/models/forms/megatron_yaml_cfg.yaml");
+    let qkv = &v["modules"][0];
+    assert_eq!(
+        (qkv["layers"].as_u64(), qkv["in_features"].as_u64()),
+        (Some(32), Some(4096))
+    );
+    assert_eq!(v["summary"]["token_counts"]["llm"]["dense"], 8192); // 4096 x mbs 2
+    assert_eq!(v["modules"][1]["in_features"], 2048); // proj at TP 2
+    // Interpolation (${hidden_size}, the moe_freq resolver), Torch_RMSNorm, MTP layers.
+    let v = json("fixtures/models/forms/interpolated_moe.yaml");
+    let find = |name: &str| {
+        v["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(find("decoder.layers.mlp.linear_fc1")["layers"], 2); // [0]*2: two dense layers
+    assert_eq!(
+        find("decoder.layers.mlp.linear_fc1")["out_features"],
+        2 * 2048
+    ); // ffn = ${hidden_size}
+    assert_eq!(find("decoder.layers.mlp.experts.linear_fc1")["layers"], 6);
+    assert_eq!(
+        find("decoder.layers.mlp.shared_experts.linear_fc1")["out_features"],
+        2 * 512
+    );
+    let eh = find("mtp.layers.eh_proj");
+    assert_eq!(
+        (
+            eh["in_features"].as_u64(),
+            eh["out_features"].as_u64(),
+            eh["ub_name"].as_str()
+        ),
+        (Some(4096), Some(2048), Some("mtp_eh_proj"))
+    );
+    assert_eq!(
+        find("mtp.layers.mtp_model_layer.mlp.experts.linear_fc1")["layers"],
+        1
+    );
+    // A typo of a field the engine reads is a warning with the likely key.
+    let o = fp8sel(&["explain", "--model", "fixtures/models/forms/typo.yaml"]);
+    assert!(
+        out(&o).contains("unknown key `ffn_hidden_sise`: did you mean `ffn_hidden_size`?"),
+        "{}",
+        out(&o)
+    );
+    // An attention variant the inventory does not model is refused by name.
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/forms/unsupported_attention.yaml",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("attention variant dsv4_hybrid is not supported"),
+        "{}",
+        err(&o)
+    );
+}

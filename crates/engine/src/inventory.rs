@@ -405,5 +405,48 @@ pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, L
             );
         }
     }
+    if a.mtp_layers > 0 && c.role == Role::Llm {
+        mtp(&mut b, a.mtp_layers, a.moe.is_some() && dense_layers < n)?;
+    }
     Ok(b.out)
+}
+
+/// Multi-token-prediction layers (Megatron's `mtp.layers.N`): each projects the concatenated
+/// hidden state and embedding (`eh_proj`, column-parallel 2h -> h) and runs a transformer layer
+/// built like the last decoder layer (its attention, and its MoE or dense MLP).
+fn mtp(b: &mut Builder<'_>, k: u64, moe_last: bool) -> Result<(), LayoutError> {
+    let h = b.c.arch.hidden_size;
+    let out = b.split("hidden_size", h, "tp", b.p.tp)?;
+    let layer: Vec<ModuleSpec> = b
+        .out
+        .iter()
+        .filter(|m| {
+            let name = m.name.trim_start_matches("decoder.layers.");
+            name.starts_with("self_attention.")
+                || (moe_last && name.starts_with("mlp.") && m.name.contains("experts"))
+                || (!moe_last && name.starts_with("mlp.linear_fc"))
+        })
+        .cloned()
+        .collect();
+    b.push(
+        "eh_proj",
+        k,
+        TeClass::ColumnParallelLinear,
+        "mtp_eh_proj",
+        false,
+        2 * h,
+        out,
+        1,
+    );
+    if let Some(m) = b.out.last_mut() {
+        m.name = "mtp.layers.eh_proj".to_owned();
+    }
+    for mut m in layer {
+        m.layers = k;
+        m.name = m
+            .name
+            .replacen("decoder.layers.", "mtp.layers.mtp_model_layer.", 1);
+        b.out.push(m);
+    }
+    Ok(())
 }

@@ -107,6 +107,9 @@ pub struct Arch {
     pub mla: Option<Mla>,
     /// MoE, when the model has experts.
     pub moe: Option<Moe>,
+    /// Multi-token-prediction layers (`mtp_num_layers`; DeepSeek-V3 has 1). Each is a
+    /// transformer layer like the last decoder layer, plus an `eh_proj` column-parallel linear.
+    pub mtp_layers: u64,
 }
 
 /// Per-component FP8 settings from a Megatron/LoongForge YAML.
@@ -152,6 +155,8 @@ pub struct Component {
     pub recommended: RecommendedRun,
     /// Defaults that were applied because a field was absent, in words, for explanations.
     pub defaults_applied: Vec<String>,
+    /// Things in the config worth a warning (a likely typo of a field the engine reads).
+    pub warnings: Vec<String>,
 }
 
 /// A model: one component, or an LLM and a ViT.

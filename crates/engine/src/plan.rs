@@ -274,6 +274,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         if policy.is_none() {
             without.push(c.role);
         }
+        warnings.extend(c.warnings.iter().map(|w| format!("{}: {w}", c.role)));
         let estimated = policy.is_some_and(Policy::estimated);
         if estimated {
             estimated_roles.push(c.role);

@@ -182,10 +182,12 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             norm: Norm::RmsNorm,
             mla,
             moe,
+            mtp_layers: f.opt_u64(&["num_nextn_predict_layers"])?.unwrap_or(0),
         },
         fp8: Fp8Settings::default(),
         recommended: RecommendedRun::default(),
         defaults_applied: defaults,
+        warnings: Vec::new(),
     })
 }
 
@@ -212,9 +214,11 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
             norm: Norm::LayerNorm,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         },
         fp8: Fp8Settings::default(),
         recommended: RecommendedRun::default(),
         defaults_applied: defaults,
+        warnings: Vec::new(),
     })
 }

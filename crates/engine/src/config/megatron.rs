@@ -5,7 +5,95 @@ use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun,
 use super::error::ConfigError;
 use super::fields::Fields;
 
+/// Every field the engine reads from a Megatron/LoongForge config.
+pub(crate) const KNOWN_FIELDS: &[&str] = &[
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "ffn_hidden_size",
+    "group_query_attention",
+    "num_query_groups",
+    "kv_channels",
+    "activation_func",
+    "hidden_act",
+    "swiglu",
+    "gated_linear_unit",
+    "normalization",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "num_moe_experts",
+    "num_experts",
+    "moe_ffn_hidden_size",
+    "moe_router_topk",
+    "moe_shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "selective_fp8",
+    "fp8_dynamic_policy_path",
+    "fp8_dynamic_num_tokens",
+    "fp8_recipe",
+    "seq_length",
+    "micro_batch_size",
+    "tensor_model_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "context_parallel_size",
+    "mtp_num_layers",
+    "experimental_attention_variant",
+];
+
+/// Keys that are one or two edits from a field the engine reads, while that field is absent: a
+/// typo that would silently fall back to a default (`ffn_hidden_sise` -> 4 x hidden).
+fn likely_typos(f: Fields<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for key in f.map.keys() {
+        if KNOWN_FIELDS.contains(&key.as_str()) || key.len() < 6 {
+            continue;
+        }
+        let near = KNOWN_FIELDS
+            .iter()
+            .filter(|k| !f.has(k))
+            .map(|k| (edit_distance(key, k), *k))
+            .filter(|(d, _)| *d <= 2)
+            .min();
+        if let Some((_, k)) = near {
+            out.push(format!(
+                "unknown key `{}`: did you mean `{k}`? (`{k}` is absent, so its default is used)",
+                f.path(key)
+            ));
+        }
+    }
+    out
+}
+
+/// Levenshtein distance (short ASCII keys).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
+    if let Some(v) = f.opt_str(&["experimental_attention_variant"])? {
+        return Err(f.err(
+            "experimental_attention_variant",
+            format!("attention variant {v} is not supported: its TE modules are not in the engine's inventory"),
+            "plan the model's other modules with a config without this variant, or open an issue with its module list",
+        ));
+    }
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
     let hidden = f.req_pos(&["hidden_size"], "model width")?;
@@ -76,9 +164,10 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             false
         }
     };
+    // Framework spellings too: Torch_RMSNorm (ERNIE 4.5), TERMSNorm, FusedLayerNorm.
     let norm = match f.opt_str(&["normalization"])? {
-        Some("RMSNorm" | "rmsnorm" | "RMSnorm") => Norm::RmsNorm,
-        Some("LayerNorm" | "layernorm") => Norm::LayerNorm,
+        Some(n) if n.to_ascii_lowercase().ends_with("rmsnorm") => Norm::RmsNorm,
+        Some(n) if n.to_ascii_lowercase().ends_with("layernorm") => Norm::LayerNorm,
         Some(other) => {
             return Err(f.err(
                 "normalization",
@@ -137,10 +226,12 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             norm,
             mla,
             moe,
+            mtp_layers: f.opt_u64(&["mtp_num_layers"])?.unwrap_or(0),
         },
         fp8,
         recommended,
         defaults_applied: defaults,
+        warnings: likely_typos(f),
     })
 }
 

@@ -5,6 +5,7 @@ mod error;
 mod fields;
 mod hf;
 pub(crate) mod hydra;
+mod interp;
 mod megatron;
 
 use std::path::Path;
@@ -63,7 +64,9 @@ pub fn load_model_with(
             message: e.to_string(),
         })?
     } else {
-        hydra::load(path, opt.config_root.as_deref())?
+        let mut v = hydra::load(path, opt.config_root.as_deref())?;
+        interp::resolve_all(&mut v, path)?;
+        v
     };
     let stem = path
         .file_stem()
@@ -93,8 +96,22 @@ pub fn model_from_value(
     let name = top
         .opt_str(&["name", "model_name"])?
         .map_or_else(|| default_name.to_owned(), str::to_owned);
+    let flat;
     let components = if hf || top.has("model_type") && top.has("architectures") {
         hf::components(top)?
+    } else if !top.has("num_layers") && top.map.get("language_model").is_some_and(Value::is_object)
+    {
+        // Megatron-LM's --yaml-cfg: `language_model:` and `model_parallel:` sections beside
+        // top-level run settings (seq_length, micro_batch_size, ...).
+        flat = flatten_yaml_cfg(map);
+        vec![megatron::component(
+            Fields {
+                file,
+                prefix: "",
+                map: &flat,
+            },
+            Role::Llm,
+        )?]
     } else if let Some(model) = top.sub("model", "model")? {
         let foundation = model.sub("foundation", "model.foundation")?;
         let encoder = model.sub("image_encoder", "model.image_encoder")?;
@@ -117,6 +134,22 @@ pub fn model_from_value(
         check_dims(c, file)?;
     }
     Ok(ModelDesc { name, components })
+}
+
+/// Megatron-LM's nested `--yaml-cfg` as one mapping: the top level's scalar settings, then the
+/// `language_model` and `model_parallel` sections (which win), as Megatron's yaml loader does.
+fn flatten_yaml_cfg(map: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    let mut flat: serde_json::Map<String, Value> = map
+        .iter()
+        .filter(|(_, v)| !v.is_object())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for section in ["language_model", "model_parallel"] {
+        if let Some(Value::Object(m)) = map.get(section) {
+            flat.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
+    flat
 }
 
 /// Largest dimension we accept (16M). Real models are far below it; the bound keeps every
