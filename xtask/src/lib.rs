@@ -6,13 +6,12 @@
 //! `policies/` from the committed reports and compares. `cargo xtask results` writes
 //! docs/RESULTS.md from the committed measured and held-out reports.
 //!
-//! It adds no measuring or merging logic of its own: that lives in the library crates.
+//! It adds no measuring or merging logic of its own: that lives in the library crates
+//! (`fp8-pipeline` is the job `fp8sel gen-policy` runs too).
 
-pub mod build;
-pub mod eval;
-pub mod generate;
-pub mod plot;
 pub mod results;
+
+pub use fp8_pipeline::{build, eval, generate, plot};
 
 use std::path::{Path, PathBuf};
 

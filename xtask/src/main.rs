@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use fp8_bench::cuda::MeasureOptions;
-use fp8_engine::load_model;
 use fp8_merge::MergeOptions;
 use xtask::{UPDATE_ENV, check_policies, check_results, generate as gen_mod, root};
 
@@ -136,83 +135,59 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
     } else {
         a.models.clone()
     };
-    if models.is_empty() {
-        return Err("no model configs (fixtures/models/*.yaml)".into());
-    }
-    let mut chosen = gen_mod::choose(&a.backend, &a.device_profile)?;
-    let estimated = matches!(chosen, gen_mod::Chosen::Model(_));
-    let out = a.out.clone().unwrap_or_else(|| {
-        if estimated {
-            root.join("policies/estimated").join(&a.device_profile)
-        } else {
-            root.join("policies")
-        }
-    });
-    let reports_dir = if estimated {
-        out.join("reports")
-    } else {
-        let name = chosen.backend().device().name.to_lowercase();
-        let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
-        root.join("fixtures/reports").join(slug)
+    let progress = gen_mod::TermProgress::new(false);
+    progress.say(&format!(
+        "gen-policy: {} model(s), backend {} (same job as `fp8sel gen-policy`)",
+        models.len(),
+        a.backend
+    ));
+    let o = gen_mod::GenOptions {
+        models,
+        config_root: None,
+        tp: a.tp.clone(),
+        ep: a.ep.clone(),
+        etp: a.etp.clone(),
+        merge: MergeOptions {
+            threshold: a.threshold,
+            margin: a.margin,
+            ..MergeOptions::default()
+        },
+        backend: a.backend.clone(),
+        device_profile: a.device_profile.clone(),
+        measure: MeasureOptions {
+            warmup: a.warmup,
+            iters: a.iters,
+            ..MeasureOptions::default()
+        },
+        policies_dir: root.join("policies"),
+        reports_base: root.join("fixtures/reports"),
+        out: a.out.clone(),
     };
-    if estimated {
+    let done = gen_mod::gen_policy(&o, &progress)?;
+    progress.finish();
+    if done.estimated {
         eprintln!(
             "warning: gen-policy is ESTIMATING with the cost model ({}); these are not measurements",
             a.device_profile
         );
     }
-    let opt = MeasureOptions {
-        warmup: a.warmup,
-        iters: a.iters,
-        ..MeasureOptions::default()
-    };
-    for config in &models {
-        let model = load_model(config).map_err(|e| e.to_string())?;
-        let layouts =
-            gen_mod::default_layouts(&model, a.tp.as_deref(), a.ep.as_deref(), a.etp.as_deref());
-        if layouts.is_empty() {
-            return Err(format!(
-                "{}: no requested layout divides the model",
-                config.display()
-            ));
-        }
-        let written = gen_mod::measure(
-            chosen.backend(),
-            config,
-            &model,
-            &layouts,
-            &reports_dir,
-            &opt,
-        )?;
-        println!(
-            "{}: {} report(s) in {}",
-            model.name,
-            written.len(),
-            reports_dir.display()
-        );
-    }
-    let merge = MergeOptions {
-        threshold: a.threshold,
-        margin: a.margin,
-        ..MergeOptions::default()
-    };
-    let files = gen_mod::build_all(&models, &reports_dir, &merge)?;
-    gen_mod::write_files(&out, &files)?;
-    for f in files
-        .keys()
+    for f in done
+        .files
+        .iter()
         .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
     {
-        println!("wrote {}", out.join(f).display());
+        println!("wrote {}", f.display());
     }
     println!(
-        "{} plot(s) under {}",
-        files
-            .keys()
+        "{} report(s), {} plot(s) under {}",
+        done.reports.len(),
+        done.files
+            .iter()
             .filter(|f| f.extension().is_some_and(|e| e == "svg"))
             .count(),
-        out.join("plots").display()
+        done.out.join("plots").display()
     );
-    if estimated {
+    if done.estimated {
         eprintln!(
             "warning: these policies are ESTIMATES (marked \"estimated\": true in their provenance)"
         );

@@ -31,6 +31,7 @@ enum Command {
     Check(cmd::explain::CheckArgs),
     Bench(cmd::bench::Args),
     MergePolicy(cmd::merge_policy::Args),
+    GenPolicy(cmd::gen_policy::Args),
     BenchKernels(cmd::bench_kernels::Args),
 }
 
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::explain::check(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::MergePolicy(a) => cmd::merge_policy::run(a),
+        Command::GenPolicy(a) => cmd::gen_policy::run(a),
         Command::BenchKernels(a) => cmd::bench_kernels::run(a),
     };
     match result {

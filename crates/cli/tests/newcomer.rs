@@ -453,3 +453,93 @@ fn config_forms_megatron_users_write() {
         err(&o)
     );
 }
+
+#[test]
+fn gen_policy_does_the_whole_job_for_your_own_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("fixtures/models/deepseek_v3.yaml");
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+        c.current_dir(dir.path())
+            .args([
+                "gen-policy",
+                "--model",
+                s(&model),
+                "--tp",
+                "1,2,4",
+                "--ep",
+                "8",
+            ])
+            .args(extra);
+        c.output().unwrap()
+    };
+    let o = run(&["--backend", "model"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // Progress from the first line, and each distinct shape measured once.
+    let e = err(&o);
+    assert!(
+        e.starts_with("gen-policy: 1 model(s), backend model"),
+        "{e}"
+    );
+    assert!(
+        e.contains("tp2 ep8 etp1 cp1: 72 point(s) to measure, 32 reused"),
+        "{e}"
+    );
+    let est = dir.path().join("policies/estimated/h200");
+    for f in [
+        "deepseek_v3.json",
+        "deepseek_v3.md",
+        "plots/deepseek_v3/llm-row_grouped-experts.svg",
+    ] {
+        assert!(est.join(f).exists(), "{f} missing");
+    }
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(est.join("reports/deepseek_v3_tp2_ep8.json")).unwrap(),
+    )
+    .unwrap();
+    let reused = r["provenance"]["reused_points"].as_array().unwrap();
+    assert_eq!(reused.len(), 32);
+    assert!(
+        reused
+            .iter()
+            .all(|id| id.as_str().unwrap().contains("experts"))
+    );
+    // Reused points carry their own layout's TP.
+    assert!(r["points"].as_array().unwrap().iter().all(|p| p["tp"] == 2));
+    // The merge treats the copies as one measurement: no "measured 3 times" warnings.
+    let md = std::fs::read_to_string(est.join("deepseek_v3.md")).unwrap();
+    assert!(!md.contains("measured 3 times"), "{md}");
+    let o = run(&["--backend", "model", "--quiet"]);
+    assert_eq!(err(&o), "");
+    assert_eq!(out(&o).lines().count(), 1, "{}", out(&o));
+    assert!(out(&o).contains("ESTIMATES"));
+}
+
+#[test]
+fn merge_policy_json_has_typed_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ = estimated_policy(dir.path());
+    let o = fp8sel(&[
+        "merge-policy",
+        "--json",
+        "--reports",
+        s(&dir.path().join("r.json")),
+        "--output",
+        s(&dir.path().join("q.json")),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["estimated"], true);
+    assert_eq!(v["written"][0], s(&dir.path().join("q.json")));
+    let rule = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"]["ub_name"] == "fc1")
+        .unwrap();
+    assert_eq!(
+        (rule["key"]["kind"].as_str(), rule["key"]["tp"].as_u64()),
+        (Some("layernorm_column"), Some(1))
+    );
+    assert!(rule["measured_counts"].as_array().unwrap().len() > 3);
+}

@@ -92,7 +92,9 @@ fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
     }
     by.into_iter()
         .map(|((curve, tokens), v)| {
-            if v.len() == 1 {
+            // Copies of one measurement (a shape measured once and reused by several layouts)
+            // are one sample, not repeats to combine.
+            if v.len() == 1 || v.iter().all(|s| s.bf16 == v[0].bf16 && s.fp8 == v[0].fp8) {
                 return v[0].clone();
             }
             warnings.push(format!(

@@ -68,6 +68,10 @@ pub struct Provenance {
     /// Set when the report is one rank's share of a sharded sweep (torchrun/Slurm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<Shard>,
+    /// Points copied from an earlier layout's measurement of the same per-rank shape on the same
+    /// device in the same run (`fp8sel gen-policy` measures each distinct shape once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reused_points: Vec<PointId>,
 }
 
 /// One rank's share of a sweep launched by torchrun or Slurm.

@@ -58,6 +58,10 @@ pub struct Args {
     /// Pad multiple of the reference tool's FP8 token counts.
     #[arg(long, default_value_t = 16)]
     pub fp8_pad: u64,
+    /// Print one JSON object instead of the summary: {"written", "estimated", "rules" (each with
+    /// its typed key and min_tokens, or null where FP8 never won), "warnings"}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Loads, merges and writes; returns what was written.
@@ -211,8 +215,29 @@ pub fn run(args: &Args) -> CliResult {
         &name,
         &inputs,
     )?;
+    let estimated = loaded.iter().any(|l| l.origin.estimated);
+    if args.json {
+        let rules: Vec<serde_json::Value> = merged
+            .outcomes
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "component": o.key.component,
+                    "key": fp8_merge::rule_key(&o.key),
+                    "min_tokens": o.rule.map(|r| r.0),
+                    "measured_speedup": o.rule.map(|r| r.1),
+                    "measured_counts": o.counts,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "written": written, "estimated": estimated, "rules": rules, "warnings": merged.warnings,
+        });
+        println!("{out:#}");
+        return Ok(());
+    }
     print_summary(&merged);
-    if loaded.iter().any(|l| l.origin.estimated) {
+    if estimated {
         eprintln!(
             "warning: these policies come from COST-MODEL ESTIMATES, not measurements; re-run fp8sel bench on the GPU before training with them"
         );

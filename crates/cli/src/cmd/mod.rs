@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_kernels;
 pub mod decide;
 pub mod explain;
+pub mod gen_policy;
 pub mod merge_policy;
 pub mod model_args;
 pub mod validate;

@@ -16,10 +16,17 @@ use super::error::ConfigError;
 /// Longest chain of interpolations that refer to interpolations.
 pub const MAX_DEPTH: usize = 16;
 
-/// Resolves every interpolation in `root`, in place.
-pub(crate) fn resolve_all(root: &mut Value, file: &Path) -> Result<(), ConfigError> {
+/// Resolves every interpolation in `root`, in place. Like OmegaConf, which resolves a value only
+/// when it is read, an interpolation that cannot be resolved is an error only in a field the
+/// engine reads (`is_read(key)`); elsewhere (`convert_file: ${oc.env:UNSET}/...`) it is left as
+/// written.
+pub(crate) fn resolve_all(
+    root: &mut Value,
+    file: &Path,
+    is_read: &dyn Fn(&str) -> bool,
+) -> Result<(), ConfigError> {
     let snapshot = root.clone();
-    walk(root, &snapshot, &mut Vec::new(), file)
+    walk(root, &snapshot, &mut Vec::new(), file, is_read)
 }
 
 fn walk(
@@ -27,25 +34,28 @@ fn walk(
     root: &Value,
     path: &mut Vec<String>,
     file: &Path,
+    is_read: &dyn Fn(&str) -> bool,
 ) -> Result<(), ConfigError> {
     match v {
         Value::Object(m) => {
             for (k, child) in m.iter_mut() {
                 path.push(k.clone());
-                walk(child, root, path, file)?;
+                walk(child, root, path, file, is_read)?;
                 path.pop();
             }
         }
         Value::Array(a) => {
             for (i, child) in a.iter_mut().enumerate() {
                 path.push(i.to_string());
-                walk(child, root, path, file)?;
+                walk(child, root, path, file, is_read)?;
                 path.pop();
             }
         }
-        Value::String(s) if s.contains("${") => {
-            *v = resolve_str(s, root, path, file, 0)?;
-        }
+        Value::String(s) if s.contains("${") => match resolve_str(s, root, path, file, 0) {
+            Ok(r) => *v = r,
+            Err(e) if path.last().is_some_and(|k| is_read(k)) => return Err(e),
+            Err(_) => {}
+        },
         _ => {}
     }
     Ok(())
@@ -234,7 +244,20 @@ mod tests {
 
     fn resolved(v: Value) -> Result<Value, ConfigError> {
         let mut v = v;
-        resolve_all(&mut v, Path::new("c.yaml")).map(|()| v)
+        resolve_all(&mut v, Path::new("c.yaml"), &|_| true).map(|()| v)
+    }
+
+    #[test]
+    fn unresolvable_fields_the_engine_does_not_read_are_left_alone() {
+        let mut v = json!({"convert_file": "${oc.env:FP8SEL_SURELY_UNSET_VAR}/x.yaml", "n": "${a}", "a": 1});
+        resolve_all(&mut v, Path::new("c.yaml"), &|k| k == "n").unwrap();
+        assert_eq!(
+            v["convert_file"],
+            "${oc.env:FP8SEL_SURELY_UNSET_VAR}/x.yaml"
+        );
+        assert_eq!(v["n"], 1);
+        let mut v = json!({"num_layers": "${oc.env:FP8SEL_SURELY_UNSET_VAR}"});
+        assert!(resolve_all(&mut v, Path::new("c.yaml"), &|k| k == "num_layers").is_err());
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub fn load_model_with(
         })?
     } else {
         let mut v = hydra::load(path, opt.config_root.as_deref())?;
-        interp::resolve_all(&mut v, path)?;
+        interp::resolve_all(&mut v, path, &|k| megatron::KNOWN_FIELDS.contains(&k))?;
         v
     };
     let stem = path

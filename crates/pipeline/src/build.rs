@@ -89,11 +89,19 @@ pub fn build_model(
     for o in &merged.outcomes {
         let k = &o.key;
         let mut curves: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
+        let mut bands: BTreeMap<&str, Vec<(u64, f64, f64)>> = BTreeMap::new();
         for s in samples.iter().filter(|s| s.key == *k) {
             curves
                 .entry(s.curve.as_str())
                 .or_default()
                 .push((s.tokens, s.bf16.median / s.fp8.median));
+            if s.has_spread {
+                bands.entry(s.curve.as_str()).or_default().push((
+                    s.tokens,
+                    s.bf16.p10 / s.fp8.p90,
+                    s.bf16.p90 / s.fp8.p10,
+                ));
+            }
         }
         let par = match k.par {
             ParKey::Tp(tp) => format!("tp={tp}"),
@@ -103,6 +111,9 @@ pub fn build_model(
         let multi = curves.len() > 1;
         for (curve, mut pts) in curves {
             pts.sort_by_key(|p| p.0);
+            let mut band = bands.remove(curve).unwrap_or_default();
+            band.sort_by_key(|b| b.0);
+            band.dedup_by_key(|b| b.0);
             // Several points at one count (duplicates) plot as their mean.
             let mut merged_pts: Vec<(u64, f64)> = Vec::new();
             for (t, s) in pts {
@@ -125,6 +136,7 @@ pub fn build_model(
                 .push(Line {
                     label,
                     points: merged_pts,
+                    band,
                     min_tokens: o.rule.map(|r| r.0),
                 });
         }

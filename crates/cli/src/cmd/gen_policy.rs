@@ -1,0 +1,156 @@
+//! `fp8sel gen-policy`: the whole job for your own model, in one command.
+
+use std::path::PathBuf;
+
+use fp8_bench::cuda::{DEFAULT_ITERS, DEFAULT_WARMUP, MeasureOptions};
+use fp8_merge::MergeOptions;
+use fp8_pipeline::generate::{GenOptions, TermProgress, gen_policy};
+
+use crate::error::{CliError, CliResult};
+
+/// Make policies for your own model(s): sweep every layout, merge, write policies, plots and a
+/// summary.
+///
+/// For each model config (Megatron/LoongForge YAML or HF config.json) and each requested layout
+/// (every TP x EP x ETP that divides the model), every TE module is measured at per-rank shapes
+/// on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank shape is measured once
+/// and reused by the layouts that share it (the experts of TP 1, 2, 4 under one EP/ETP); reports
+/// say which points were reused. Without a GPU (or with --backend model) the cost model
+/// ESTIMATES instead, and the outputs go to <policies-dir>/estimated/<profile>/ so an estimate
+/// never overwrites a measured policy.
+///
+/// Writes: <reports-dir>/<gpu>/<model>_tp<T>[_ep<E>].json (the reports),
+/// <policies-dir>/<model>.json (or <model>.llm.json and <model>.vit.json for a VLM),
+/// <policies-dir>/<model>.md (rules, warnings, the step time of the module set) and
+/// <policies-dir>/plots/*.svg (speedup against tokens per module, threshold and min_tokens).
+///
+/// Examples:
+///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4 --ep 8
+///   fp8sel gen-policy --model config.json --tensor-model-parallel-size 8 --backend model
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Model configs (repeat for several).
+    #[arg(long = "model", value_name = "CONFIG", required = true)]
+    pub models: Vec<PathBuf>,
+    /// Directory that Hydra `defaults` entries may reach [default: each config's directory].
+    #[arg(long, value_name = "DIR")]
+    pub config_root: Option<PathBuf>,
+    /// TP sizes [default: 1,2,4,8, those that divide the model].
+    #[arg(
+        long,
+        alias = "tensor-model-parallel-size",
+        value_delimiter = ',',
+        value_name = "LIST"
+    )]
+    pub tp: Option<Vec<u32>>,
+    /// EP sizes [default: the config's for MoE models (else 8), 1 for dense models].
+    #[arg(
+        long,
+        alias = "expert-model-parallel-size",
+        value_delimiter = ',',
+        value_name = "LIST"
+    )]
+    pub ep: Option<Vec<u32>>,
+    /// ETP sizes [default: 1].
+    #[arg(
+        long,
+        alias = "expert-tensor-parallel-size",
+        value_delimiter = ',',
+        value_name = "LIST"
+    )]
+    pub etp: Option<Vec<u32>>,
+    /// Speedup FP8 must reach.
+    #[arg(long, alias = "threshold", default_value_t = 1.0)]
+    pub speedup_threshold: f64,
+    /// Noise margin added to the threshold.
+    #[arg(long, default_value_t = 0.02)]
+    pub margin: f64,
+    /// auto: the GPU when one opens, else the cost model; cuda; model.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model"])]
+    pub backend: String,
+    /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
+    #[arg(long, default_value = "h200")]
+    pub device_profile: String,
+    /// Where policies, summaries and plots go.
+    #[arg(long, default_value = "policies", value_name = "DIR")]
+    pub policies_dir: PathBuf,
+    /// Where measured reports go (one folder per GPU).
+    #[arg(long, default_value = "reports", value_name = "DIR")]
+    pub reports_dir: PathBuf,
+    /// Write everything here instead of --policies-dir (and its estimated/ folder).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Timed steps per point.
+    #[arg(long, default_value_t = DEFAULT_ITERS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Untimed steps per point.
+    #[arg(long, default_value_t = DEFAULT_WARMUP)]
+    pub warmup: u32,
+    /// Errors and the final summary line only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs the command.
+pub fn run(args: &Args) -> CliResult {
+    let progress = TermProgress::new(args.quiet);
+    progress.say(&format!(
+        "gen-policy: {} model(s), backend {}; reading configs and planning the sweeps...",
+        args.models.len(),
+        args.backend
+    ));
+    let o = GenOptions {
+        models: args.models.clone(),
+        config_root: args.config_root.clone(),
+        tp: args.tp.clone(),
+        ep: args.ep.clone(),
+        etp: args.etp.clone(),
+        merge: MergeOptions {
+            threshold: args.speedup_threshold,
+            margin: args.margin,
+            ..MergeOptions::default()
+        },
+        backend: args.backend.clone(),
+        device_profile: args.device_profile.clone(),
+        measure: MeasureOptions {
+            warmup: args.warmup,
+            iters: args.iters,
+            ..MeasureOptions::default()
+        },
+        policies_dir: args.policies_dir.clone(),
+        reports_base: args.reports_dir.clone(),
+        out: args.out.clone(),
+    };
+    let done = gen_policy(&o, &progress).map_err(CliError::input)?;
+    progress.finish();
+    let est = if done.estimated {
+        " (ESTIMATES from the cost model, not measurements)"
+    } else {
+        ""
+    };
+    if !args.quiet {
+        for f in done
+            .files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
+        {
+            println!("wrote {}", f.display());
+        }
+    }
+    let plots = done
+        .files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+        .count();
+    println!(
+        "{} report(s), {} policy file(s), {plots} plot(s) in {}{est}",
+        done.reports.len(),
+        done.files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "json"))
+            .count(),
+        done.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! The job of `fp8sel gen-policy` and `cargo xtask gen-policy`: measure (or estimate) every
+//! layout of every model, then build policies, plots and summaries.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use fp8_bench::cuda::MeasureOptions;
+use fp8_bench::driver;
+use fp8_bench::job::{SweepJob, points, provenance};
+use fp8_bench::runner::{Backend, CudaBackend};
+use fp8_bench::sweep::BenchPoint;
+use fp8_bench::sweep::SplitMode;
+use fp8_engine::{ModelDesc, Parallel, inventory};
+use fp8_merge::MergeOptions;
+use fp8_report::{Point, PointId, Status};
+
+use crate::build::{Files, build_model, read_reports};
+
+/// The models of `fixtures/models/` (top-level configs only; `parts/` and `sel/` are pieces and
+/// variants).
+pub fn default_models(root: &Path) -> Vec<PathBuf> {
+    let dir = root.join("fixtures/models");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Default layouts: TP 1, 2, 4, 8 (those that divide the model), crossed with the config's EP for
+/// MoE models (8 when it names none), ETP 1 for experts.
+pub fn default_layouts(
+    model: &ModelDesc,
+    tps: Option<&[u32]>,
+    eps: Option<&[u32]>,
+    etps: Option<&[u32]>,
+) -> Vec<Parallel> {
+    let moe = model.components.iter().any(|c| c.arch.moe.is_some());
+    let rec_ep = model
+        .components
+        .iter()
+        .find_map(|c| c.recommended.ep)
+        .unwrap_or(8);
+    let tps = tps.map_or_else(|| vec![1, 2, 4, 8], <[u32]>::to_vec);
+    let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
+    let etps = etps.map_or_else(|| vec![1], <[u32]>::to_vec);
+    let mut out = Vec::new();
+    for &tp in &tps {
+        for &ep in &eps {
+            for &etp in &etps {
+                let p = Parallel::new(tp, ep, etp, 1);
+                if model.components.iter().all(|c| inventory(c, p).is_ok()) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Which backend a run uses.
+pub enum Chosen {
+    /// The GPU.
+    Cuda(Box<CudaBackend>),
+    /// The cost model.
+    Model(fp8_bench::costmodel::ModelBackend),
+}
+
+impl Chosen {
+    /// The backend.
+    pub fn backend(&mut self) -> &mut dyn Backend {
+        match self {
+            Chosen::Cuda(c) => c.as_mut(),
+            Chosen::Model(m) => m,
+        }
+    }
+}
+
+/// Picks the backend: `auto` is the GPU when one opens, else the cost model.
+pub fn choose(kind: &str, profile: &str) -> Result<Chosen, String> {
+    let model = || {
+        fp8_bench::costmodel::profile(profile)
+            .map(|p| Chosen::Model(fp8_bench::costmodel::ModelBackend(p)))
+            .ok_or_else(|| format!("unknown --device-profile {profile} (h200, h100, b200)"))
+    };
+    match kind {
+        "model" => model(),
+        "cuda" => fp8_bench::cuda::Gpu::open(0)
+            .map(|g| Chosen::Cuda(Box::new(CudaBackend(g))))
+            .map_err(|e| e.to_string()),
+        "auto" => match fp8_bench::cuda::Gpu::open(0) {
+            Ok(g) => Ok(Chosen::Cuda(Box::new(CudaBackend(g)))),
+            Err(e) => {
+                eprintln!("gen-policy: no usable GPU ({e}); falling back to the cost model");
+                model()
+            }
+        },
+        other => Err(format!("unknown --backend {other} (auto, cuda, model)")),
+    }
+}
+
+/// Progress of a whole job: a line per layout, then its points (through the driver).
+pub trait Progress: driver::Progress {
+    /// A layout starts: `measure` points to measure, `reuse` copied from an earlier layout's
+    /// measurement of the same per-rank shape.
+    fn layout(&self, _model: &str, _parallel: Parallel, _measure: usize, _reuse: usize) {}
+}
+
+/// Progress that shows nothing.
+pub struct Silent;
+
+impl driver::Progress for Silent {}
+impl Progress for Silent {}
+
+/// Runs every layout of `model` and writes one report per layout into `reports_dir`.
+///
+/// Each distinct per-rank shape (a [`PointId`]: module, shape, experts, split, tokens) is
+/// measured once: a later layout with the same shape (the experts at TP 1, 2 and 4 under one EP
+/// and ETP; attention under one TP at several EPs) reuses the measurement, relabelled with its
+/// own TP/ETP, and lists it under `provenance.reused_points`.
+pub fn measure(
+    backend: &mut dyn Backend,
+    config: &Path,
+    model: &ModelDesc,
+    layouts: &[Parallel],
+    reports_dir: &Path,
+    opt: &MeasureOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(reports_dir).map_err(|e| format!("{}: {e}", reports_dir.display()))?;
+    let mut written = Vec::new();
+    // Keyed by the point's identity and its per-GEMM rows: the same logical tokens can mean other
+    // rows in another layout (an unsplit TELinear runs on the sequence shard under TP).
+    let mut measured: HashMap<(PointId, Vec<u64>), Point> = HashMap::new();
+    for &parallel in layouts {
+        let job = SweepJob {
+            component: None,
+            parallel,
+            tokens: None,
+            max_tokens: 32768,
+            per_doubling: 1,
+            seq_length: None,
+            micro_batch_size: None,
+            splits: vec![SplitMode::Uniform, SplitMode::Zipf(1.2)],
+            modules: None,
+        };
+        let pts = points(model, &job)?;
+        let todo: Vec<BenchPoint> = pts
+            .iter()
+            .filter(|p| !measured.contains_key(&(p.id(), p.splits.clone())))
+            .cloned()
+            .collect();
+        progress.layout(&model.name, parallel, todo.len(), pts.len() - todo.len());
+        let prov = provenance(model, &config.display().to_string(), &job, opt, "pow2");
+        let mut report = driver::run(
+            driver::Sweep {
+                points: &todo,
+                opt,
+                provenance: prov,
+                rank: None,
+                resume_from: None,
+            },
+            driver::Workers::One(&mut *backend),
+            progress,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut fresh: HashMap<PointId, Point> =
+            report.points.drain(..).map(|p| (p.id(), p)).collect();
+        for bp in &pts {
+            let id = bp.id();
+            let key = (id.clone(), bp.splits.clone());
+            if let Some(p) = fresh.remove(&id) {
+                if p.status != Status::Skipped {
+                    measured.insert(key, p.clone());
+                }
+                report.points.push(p);
+            } else if let Some(p) = measured.get(&key) {
+                let mut p = p.clone();
+                p.tp = bp.spec.tp;
+                p.etp = bp.spec.etp;
+                report.points.push(p);
+                report.provenance.reused_points.push(id);
+            }
+        }
+        let ep = if parallel.ep > 1 {
+            format!("_ep{}", parallel.ep)
+        } else {
+            String::new()
+        };
+        let path = reports_dir.join(format!("{}_tp{}{ep}.json", model.name, parallel.tp));
+        fp8_report::write(&report, &path).map_err(|e| e.to_string())?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Builds every model's outputs from the reports in `reports_dir`.
+pub fn build_all(
+    configs: &[PathBuf],
+    reports_dir: &Path,
+    opt: &MergeOptions,
+) -> Result<Files, String> {
+    build_all_with(configs, None, reports_dir, opt)
+}
+
+/// [`build_all`], with `defaults` bounded by `config_root`.
+pub fn build_all_with(
+    configs: &[PathBuf],
+    config_root: Option<&Path>,
+    reports_dir: &Path,
+    opt: &MergeOptions,
+) -> Result<Files, String> {
+    let reports = read_reports(reports_dir)?;
+    let mut files = Files::new();
+    for config in configs {
+        let model = load(config, config_root)?;
+        let mine: Vec<_> = reports
+            .iter()
+            .filter(|r| r.1.provenance.model == model.name)
+            .collect();
+        if mine.is_empty() {
+            eprintln!(
+                "gen-policy: no reports for {} in {}; skipped",
+                model.name,
+                reports_dir.display()
+            );
+            continue;
+        }
+        files.extend(build_model(&model, &mine, opt)?.files);
+    }
+    Ok(files)
+}
+
+/// Writes files under `out`, atomically each.
+pub fn write_files(out: &Path, files: &Files) -> Result<(), String> {
+    for (rel, bytes) in files {
+        let path = out.join(rel);
+        fp8_io::create_parent_dir(&path).map_err(|e| e.to_string())?;
+        fp8_io::write_atomic(&path, bytes).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Files under `out` that differ from `files` (or are missing, or are generated files no longer
+/// produced).
+pub fn stale(out: &Path, files: &Files) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (rel, bytes) in files {
+        match std::fs::read(out.join(rel)) {
+            Ok(have) if have == *bytes => {}
+            Ok(_) => bad.push(format!("{} differs", rel.display())),
+            Err(_) => bad.push(format!("{} is missing", rel.display())),
+        }
+    }
+    let produced: std::collections::BTreeSet<&PathBuf> = files.keys().collect();
+    for entry in walk(out) {
+        let rel = entry
+            .strip_prefix(out)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let generated = rel
+            .extension()
+            .is_some_and(|e| e == "json" || e == "md" || e == "svg");
+        if generated && !rel.starts_with("estimated") && !produced.contains(&rel) {
+            bad.push(format!("{} is no longer generated", rel.display()));
+        }
+    }
+    bad
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p))
+            } else {
+                out.push(p)
+            }
+        }
+    }
+    out
+}
+
+/// What `gen-policy` is asked to do.
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    /// Model configs.
+    pub models: Vec<PathBuf>,
+    /// How far Hydra `defaults` may reach (see `fp8_engine::LoadOptions`).
+    pub config_root: Option<PathBuf>,
+    /// TP sizes (`None`: 1, 2, 4, 8, those that divide the model).
+    pub tp: Option<Vec<u32>>,
+    /// EP sizes (`None`: the config's for MoE models, else 1).
+    pub ep: Option<Vec<u32>>,
+    /// ETP sizes (`None`: 1).
+    pub etp: Option<Vec<u32>>,
+    /// Merge settings.
+    pub merge: MergeOptions,
+    /// `auto`, `cuda` or `model`.
+    pub backend: String,
+    /// Cost-model profile.
+    pub device_profile: String,
+    /// Measurement settings.
+    pub measure: MeasureOptions,
+    /// Where measured policies go (estimates go to `<policies>/estimated/<profile>/`).
+    pub policies_dir: PathBuf,
+    /// Where measured reports go (`<reports>/<gpu>/`; estimates keep theirs beside their policies).
+    pub reports_base: PathBuf,
+    /// Write outputs here instead (overrides `policies_dir` and the estimate directory).
+    pub out: Option<PathBuf>,
+}
+
+/// What `gen-policy` wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenOutcome {
+    /// True when the cost model estimated instead of a GPU measuring.
+    pub estimated: bool,
+    /// The reports written (one per model and layout).
+    pub reports: Vec<PathBuf>,
+    /// Every file written under `out`.
+    pub files: Vec<PathBuf>,
+    /// Where the outputs went.
+    pub out: PathBuf,
+}
+
+fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
+    let opt = match root {
+        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
+        None => fp8_engine::LoadOptions::default(),
+    };
+    fp8_engine::load_model_with(config, &opt).map_err(|e| e.to_string())
+}
+
+/// The whole job: sweep every layout of every model (each distinct shape once), merge, and
+/// write policies, plots and summaries.
+pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome, String> {
+    if o.models.is_empty() {
+        return Err("no model configs given".into());
+    }
+    let models: Vec<(PathBuf, ModelDesc)> = o
+        .models
+        .iter()
+        .map(|c| load(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
+        .collect::<Result<_, _>>()?;
+    let mut plans = Vec::new();
+    for (config, model) in &models {
+        let layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+        if layouts.is_empty() {
+            return Err(format!(
+                "{}: no requested layout divides the model",
+                config.display()
+            ));
+        }
+        plans.push(layouts);
+    }
+    let mut chosen = choose(&o.backend, &o.device_profile)?;
+    let estimated = matches!(chosen, Chosen::Model(_));
+    let out = o.out.clone().unwrap_or_else(|| {
+        if estimated {
+            o.policies_dir.join("estimated").join(&o.device_profile)
+        } else {
+            o.policies_dir.clone()
+        }
+    });
+    let reports_dir = if estimated {
+        out.join("reports")
+    } else {
+        let name = chosen.backend().device().name.to_lowercase();
+        let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
+        o.reports_base.join(slug)
+    };
+    let mut reports = Vec::new();
+    for ((config, model), layouts) in models.iter().zip(&plans) {
+        reports.extend(measure(
+            chosen.backend(),
+            config,
+            model,
+            layouts,
+            &reports_dir,
+            &o.measure,
+            progress,
+        )?);
+    }
+    let configs: Vec<PathBuf> = models.iter().map(|(c, _)| c.clone()).collect();
+    let files = build_all_with(&configs, o.config_root.as_deref(), &reports_dir, &o.merge)?;
+    write_files(&out, &files)?;
+    Ok(GenOutcome {
+        estimated,
+        reports,
+        files: files.keys().map(|f| out.join(f)).collect(),
+        out,
+    })
+}
+
+/// The terminal progress both `fp8sel gen-policy` and `cargo xtask gen-policy` show: a line per
+/// layout (what is measured, what is reused) and a bar over its points, on stderr.
+pub struct TermProgress {
+    bar: indicatif::ProgressBar,
+    quiet: bool,
+}
+
+impl TermProgress {
+    /// Progress on stderr; `quiet` shows nothing.
+    pub fn new(quiet: bool) -> Self {
+        let bar = if quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(0)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        TermProgress { bar, quiet }
+    }
+
+    /// Says something right away (the first line a user sees).
+    pub fn say(&self, message: &str) {
+        if !self.quiet {
+            self.bar.suspend(|| eprintln!("{message}"));
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl driver::Progress for TermProgress {
+    fn start(&self, todo: usize) {
+        self.bar.set_position(0);
+        self.bar.set_length(todo as u64);
+    }
+    fn point(&self, p: &BenchPoint, _: &Point) {
+        self.bar
+            .set_message(p.spec.name.rsplit('.').next().unwrap_or("").to_owned());
+        self.bar.inc(1);
+    }
+    fn note(&self, message: &str) {
+        self.say(message);
+    }
+}
+
+impl Progress for TermProgress {
+    fn layout(&self, model: &str, parallel: Parallel, measure: usize, reuse: usize) {
+        self.bar.set_prefix(format!("{model} {parallel}"));
+        self.say(&format!(
+            "{model} {parallel}: {measure} point(s) to measure, {reuse} reused from an earlier layout"
+        ));
+    }
+}

@@ -1,0 +1,13 @@
+//! `fp8-pipeline` is the whole job for one or more models, shared by `fp8sel gen-policy` and
+//! `cargo xtask gen-policy`: sweep every requested layout (each distinct per-rank shape measured
+//! once per device and reused across layouts), merge, and write per model a policy, SVG plots of
+//! every curve with its threshold, and a markdown summary with the step time of the module set.
+//!
+//! It measures through `fp8-bench`'s driver and merges through `fp8-merge`; it adds no measuring
+//! or merging logic of its own. It prints only through a `generate::Progress` the caller
+//! passes (`generate::TermProgress` is the terminal one both commands use).
+
+pub mod build;
+pub mod eval;
+pub mod generate;
+pub mod plot;
