@@ -76,12 +76,13 @@ fn crates_inherit_lints_and_workspace_dependencies() {
 fn internal_crates_are_not_published() {
     for dir in crate_dirs() {
         let manifest = read(&dir.join("Cargo.toml"));
-        // fp8-policy is the published schema crate; fp8-io is published because it depends on it.
-        let published = dir.ends_with("policy") || dir.ends_with("io");
+        // fp8-policy (the schema) and fp8-engine (for Rust launchers) are published; fp8-io
+        // because both depend on it.
+        let published = dir.ends_with("policy") || dir.ends_with("io") || dir.ends_with("engine");
         assert_eq!(
             !manifest.contains("publish = false"),
             published,
-            "{}: only fp8-policy and fp8-io are published; internal crates say `publish = false`",
+            "{}: only fp8-policy, fp8-engine and fp8-io are published; internal crates say `publish = false`",
             dir.display()
         );
     }
@@ -190,6 +191,20 @@ fn crate_graph_follows_architecture() {
         .map(|(n, _)| n)
         .collect();
     assert_eq!(direct, ["fp8-bench"], "only fp8-bench may link cudarc");
+    // Published crates depend only on published workspace crates.
+    for c in ["fp8-policy", "fp8-engine", "fp8-io"] {
+        for d in g
+            .get(c)
+            .into_iter()
+            .flatten()
+            .filter(|d| d.starts_with("fp8-"))
+        {
+            assert!(
+                ["fp8-policy", "fp8-io"].contains(&d.as_str()),
+                "{c} is published but depends on the internal {d}"
+            );
+        }
+    }
     // The published schema crate stays small: no workspace crate but fp8-io under it.
     for d in g.get("fp8-policy").into_iter().flatten() {
         assert!(

@@ -352,6 +352,15 @@ fn quiet_means_the_summary_line_only() {
     );
     let loud = fp8sel(&[&SWEEP[..], &["--report", s(&r)]].concat());
     assert!(out(&loud).lines().count() > 8);
+    // --json: one object with typed points.
+    let o = fp8sel(&[&SWEEP[..], &["--json", "--report", s(&r)]].concat());
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(
+        (v["ok"].as_u64(), v["estimated"].as_bool()),
+        (Some(8), Some(true))
+    );
+    let p = &v["points"][0];
+    assert!(p["speedup"].as_f64().unwrap() > 0.0 && p["tokens"].as_u64() == Some(1024));
 }
 
 #[test]
@@ -440,7 +449,20 @@ fn config_forms_megatron_users_write() {
         "{}",
         out(&o)
     );
-    // An attention variant the inventory does not model is refused by name.
+    // DeepSeek Sparse Attention (GLM-5, DeepSeek-V3.2): MLA planned, the indexer said not to be.
+    let dir = tempfile::tempdir().unwrap();
+    let dsa = dir.path().join("dsa.yaml");
+    let mla = std::fs::read_to_string(root().join("fixtures/models/forms/interpolated_moe.yaml"))
+        .unwrap();
+    std::fs::write(&dsa, format!("{mla}experimental_attention_variant: dsa\n")).unwrap();
+    let o = fp8sel(&["explain", "--model", s(&dsa)]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("attention variant dsa: the MLA projections are planned"),
+        "{}",
+        out(&o)
+    );
+    // Another attention variant the inventory does not model is refused by name.
     let o = fp8sel(&[
         "explain",
         "--model",

@@ -141,6 +141,7 @@ pub struct Classified {
 
 /// Why a module could not be classified.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClassifyError {
     /// Unknown class and no `ub_name` the fallback table knows.
     #[error(

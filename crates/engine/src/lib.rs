@@ -10,6 +10,46 @@
 //!
 //! It does no GPU work, runs no benchmark, and writes no policy; `fp8-policy` owns the file
 //! format and `fp8-merge` builds policies from measurements.
+//!
+//! A Rust launcher uses it in two ways. A whole model: config in, plan out.
+//!
+//! ```
+//! use fp8_engine::{PlanConfig, PlanRequest, load_model, plan};
+//! # let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+//! let model = load_model(format!("{root}/fixtures/models/qwen2_5_72b.yaml"))?;
+//! let policy = fp8_policy::Policy::load(format!("{root}/policies/qwen2_5_72b.json"))?;
+//! let mut req = PlanRequest::default();
+//! req.tp = Some(8);
+//! req.seq_length = Some(4096);
+//! let r = model.resolve(&req)?;
+//! let cfg = PlanConfig {
+//!     parallel: r.parallel,
+//!     tokens: r.tokens,
+//!     topk: None,
+//!     policies: [(fp8_engine::Role::Llm, &policy)].into(),
+//! };
+//! let p = plan(&model, &cfg)?;
+//! for m in &p.modules {
+//!     println!("{} {}: {}", m.spec.name, if m.use_fp8 { "fp8" } else { "bf16" }, m.reason);
+//! }
+//! assert_eq!(p.summary.modules, 4 * 80);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! One module, as a build-time callback sees it:
+//!
+//! ```
+//! use fp8_engine::{ModuleQuery, TokenConfig, classify, decide_module};
+//! # let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+//! let policy = fp8_policy::Policy::load(format!("{root}/policies/deepseek_v3.json"))?;
+//! // A routed-expert FC1 at EP 32 (8 local experts), ETP 1, top-8 routing, 4096 tokens.
+//! let c = classify("TEColumnParallelGroupedLinear", Some("fc1"), true)?;
+//! let q = ModuleQuery { kind: c.kind, ub_name: Some("fc1"), tp: 8, etp: 1, num_gemms: Some(8) };
+//! let d = decide_module(&q, &TokenConfig::new(4096, 1), Some(8), Some(&policy))?;
+//! assert_eq!(d.num_tokens, 4096 * 8);
+//! println!("{}: {}", if d.use_fp8() { "fp8" } else { "bf16" }, d.reason());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod classify;
 pub mod config;

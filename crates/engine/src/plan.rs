@@ -11,6 +11,7 @@ use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
 /// A module's precision decision, with the token count it compared.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ModuleDecision {
     /// Tokens compared against `min_tokens` (x topk for experts).
     pub num_tokens: u64,
@@ -137,6 +138,7 @@ pub struct PlanConfig<'a> {
 
 /// One planned module (group).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct PlannedModule {
     /// The module.
     #[serde(flatten)]
@@ -160,6 +162,7 @@ pub struct PlannedModule {
 
 /// A missing rule and the modules that fell back to BF16 because of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct MissingRule {
     /// Component.
     pub component: Role,
@@ -172,6 +175,7 @@ pub struct MissingRule {
 
 /// The token counts of one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct TokenCounts {
     /// What dense modules compare (`seq x mbs / cp`, or the override).
     pub dense: u64,
@@ -183,6 +187,7 @@ pub struct TokenCounts {
 
 /// Totals over a plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Summary {
     /// Module instances (module groups x layers).
     pub modules: u64,
@@ -209,6 +214,7 @@ pub struct Summary {
 
 /// A decision for every module of a model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Plan {
     /// The modules, LLM first, in build order.
     pub modules: Vec<PlannedModule>,
@@ -218,6 +224,7 @@ pub struct Plan {
 
 /// Why a plan could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// The layout does not divide the model.
     #[error(transparent)]

@@ -141,6 +141,10 @@ pub struct Args {
     /// Errors and the final summary line only: no progress bar, no notes, no table.
     #[arg(long)]
     pub quiet: bool,
+    /// Print one JSON object instead of the table: the report path, the counts, and every point
+    /// (module, split, tokens, BF16/FP8 median ms, speedup, status). Implies no progress bar.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs the command.
@@ -235,7 +239,7 @@ pub fn run(args: &Args) -> CliResult {
     let make = |dev: usize| {
         open_backend(&args.backend, &args.device_profile, dev, args.quiet).map_err(|e| e.message)
     };
-    let progress = Bar::new(args.quiet);
+    let progress = Bar::new(args.quiet || args.json);
     let report = driver::run(
         driver::Sweep {
             points: &points,
@@ -256,10 +260,14 @@ pub fn run(args: &Args) -> CliResult {
     })?;
     progress.0.finish_and_clear();
     write_report(&report, &report_path)?;
-    // The table is rank 0's to print (the torchrun/Slurm convention); every rank says its line.
-    print_summary(&report, args.quiet || rank.is_some_and(|r| r.rank > 0));
+    if args.json {
+        print_json(&report, &report_path);
+    } else {
+        // The table is rank 0's to print (the torchrun/Slurm convention); every rank says its line.
+        print_summary(&report, args.quiet || rank.is_some_and(|r| r.rank > 0));
+    }
     if rank.is_some() {
-        if args.quiet {
+        if args.quiet || args.json {
             return Ok(());
         }
         println!(
@@ -415,6 +423,28 @@ pub fn open_backend(
 /// Writes a report atomically.
 pub fn write_report(report: &Report, path: &std::path::Path) -> CliResult {
     fp8_report::write(report, path).map_err(CliError::from)
+}
+
+/// Prints the sweep as one JSON object.
+fn print_json(report: &Report, path: &Path) {
+    let (ok, failed, skipped) = report.status_counts();
+    let points: Vec<serde_json::Value> = report
+        .points
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "id": p.id(), "module": p.module, "split": p.split_mode, "tokens": p.tokens,
+                "tp": p.tp, "etp": p.etp, "num_gemms": p.num_gemms,
+                "bf16_ms": p.bf16.map(|t| t.total_ms.median), "fp8_ms": p.fp8.map(|t| t.total_ms.median),
+                "speedup": p.speedup, "status": p.status, "reason": p.reason,
+            })
+        })
+        .collect();
+    let out = serde_json::json!({
+        "report": path, "device": report.provenance.device.name, "estimated": report.estimated,
+        "ok": ok, "failed": failed, "skipped": skipped, "points": points,
+    });
+    println!("{out:#}");
 }
 
 /// Prints the end-of-sweep table and the summary line; with `quiet`, the summary line only.

@@ -90,11 +90,14 @@ pub struct Args {
     /// Errors and the final summary line only.
     #[arg(long)]
     pub quiet: bool,
+    /// Print one JSON object instead: {"estimated", "out", "reports", "files"}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
-    let progress = TermProgress::new(args.quiet);
+    let progress = TermProgress::new(args.quiet || args.json);
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -124,6 +127,13 @@ pub fn run(args: &Args) -> CliResult {
     };
     let done = gen_policy(&o, &progress).map_err(CliError::input)?;
     progress.finish();
+    if args.json {
+        let out = serde_json::json!({
+            "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
+        });
+        println!("{out:#}");
+        return Ok(());
+    }
     let est = if done.estimated {
         " (ESTIMATES from the cost model, not measurements)"
     } else {

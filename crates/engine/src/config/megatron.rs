@@ -87,12 +87,25 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
-    if let Some(v) = f.opt_str(&["experimental_attention_variant"])? {
-        return Err(f.err(
-            "experimental_attention_variant",
-            format!("attention variant {v} is not supported: its TE modules are not in the engine's inventory"),
-            "plan the model's other modules with a config without this variant, or open an issue with its module list",
-        ));
+    let mut variant_warning = None;
+    match f.opt_str(&["experimental_attention_variant"])? {
+        None => {}
+        // DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA plus a small lightning indexer.
+        Some("dsa") => {
+            variant_warning = Some(
+                "attention variant dsa: the MLA projections are planned; the lightning indexer's \
+                 small projections are not in the inventory (in the trainer, a module without a \
+                 rule runs BF16)"
+                    .to_owned(),
+            )
+        }
+        Some(v) => {
+            return Err(f.err(
+                "experimental_attention_variant",
+                format!("attention variant {v} is not supported: its TE modules are not in the engine's inventory"),
+                "plan the model's other modules with a config without this variant, or open an issue with its module list",
+            ));
+        }
     }
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
@@ -231,7 +244,7 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
         fp8,
         recommended,
         defaults_applied: defaults,
-        warnings: likely_typos(f),
+        warnings: likely_typos(f).into_iter().chain(variant_warning).collect(),
     })
 }
 
