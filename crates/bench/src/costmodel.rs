@@ -172,6 +172,7 @@ impl DeviceProfile {
             total_ms: Stat::exact(fwd + bwd),
             cast_ms: Stat::exact(cast),
             launches,
+            gpu_total_ms: None,
         };
         (t(b.0, b.1, 0.0, b.2), t(f.0, f.1, f.2, f.3))
     }

@@ -164,6 +164,7 @@ pub fn run(
         Some(i) => {
             provenance.device = i.device;
             provenance.timing = i.timing.to_owned();
+            provenance.te_version = i.te_version;
             i.estimated
         }
         None if kept.is_empty() => {
@@ -228,6 +229,7 @@ fn info_of(b: &mut dyn Backend) -> BackendInfo {
         device: b.device(),
         timing: b.timing(),
         estimated: b.estimated(),
+        te_version: b.te_version(),
     }
 }
 

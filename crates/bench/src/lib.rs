@@ -22,5 +22,6 @@ pub mod layout;
 pub mod runner;
 pub mod shard;
 pub mod sweep;
+pub mod te;
 
 pub use error::BenchError;

@@ -15,6 +15,10 @@ pub trait Backend {
     fn estimated(&self) -> bool;
     /// Measures one point; failures are reported in the point, never as a panic.
     fn measure(&mut self, point: &BenchPoint, opt: &MeasureOptions) -> Point;
+    /// The Transformer Engine version, for backends that measure through TE.
+    fn te_version(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What a backend says about itself, for the report.
@@ -26,6 +30,8 @@ pub struct BackendInfo {
     pub timing: &'static str,
     /// Whether results are estimates.
     pub estimated: bool,
+    /// The TE version, for the TE backend.
+    pub te_version: Option<String>,
 }
 
 /// The CUDA backend.
@@ -71,6 +77,7 @@ pub fn run_parallel(
                             device: backend.device(),
                             timing: backend.timing(),
                             estimated: backend.estimated(),
+                            te_version: backend.te_version(),
                         };
                         let mut out = Vec::with_capacity(shard.len());
                         for &i in shard {

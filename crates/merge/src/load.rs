@@ -65,6 +65,9 @@ pub struct Origin {
     pub model: String,
     /// The models per component (`llm`, `vit`); a component with two is a mixed report.
     pub models: BTreeMap<String, BTreeSet<String>>,
+    /// Whether the forward was recomputed in the backward; `None` when the report does not say
+    /// (the reference tool's list format).
+    pub recompute: Option<bool>,
 }
 
 /// A partial report of a sharded sweep (one rank of a torchrun/Slurm launch).
@@ -145,6 +148,7 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
         recipe: r.provenance.recipe.clone(),
         estimated: r.estimated,
         model: r.provenance.model.clone(),
+        recompute: Some(r.provenance.recompute),
         models: r
             .points
             .iter()

@@ -208,6 +208,7 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
     }
     let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
     let mut est: Option<(bool, &PathBuf)> = None;
+    let mut recompute: Option<(bool, &PathBuf)> = None;
     let mut seen_models: BTreeMap<&str, (&str, &PathBuf)> = BTreeMap::new();
     for l in inputs {
         for (i, (what, v)) in [
@@ -251,6 +252,29 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
                     }
                     Some(_) => {}
                 }
+            }
+        }
+        if let Some(rc) = l.origin.recompute {
+            match recompute {
+                None => recompute = Some((rc, &l.file)),
+                Some((a, fa)) if a != rc => {
+                    let word = |r: bool| {
+                        if r {
+                            "with recompute"
+                        } else {
+                            "without recompute"
+                        }
+                        .to_owned()
+                    };
+                    return Err(MergeError::Mixed {
+                        what: "recompute",
+                        a: word(a),
+                        file_a: fa.clone(),
+                        b: word(rc),
+                        file_b: l.file.clone(),
+                    });
+                }
+                Some(_) => {}
             }
         }
         match est {

@@ -225,6 +225,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
                 .collect::<Vec<_>>()
                 .join("+"),
             models,
+            recompute: None,
         },
         samples,
         unpaired,

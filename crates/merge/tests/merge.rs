@@ -45,6 +45,7 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
             estimated: false,
             model: "m".into(),
             models: [("llm".to_owned(), ["m".to_owned()].into())].into(),
+            recompute: Some(false),
         },
         samples,
         unpaired: vec![],

@@ -68,6 +68,13 @@ pub struct Provenance {
     /// Set when the report is one rank's share of a sharded sweep (torchrun/Slurm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<Shard>,
+    /// The Transformer Engine version, for reports measured through TE (`--backend te`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_version: Option<String>,
+    /// The forward ran again inside the backward (activation recompute), as the reference tool
+    /// times by default. Reports with and without it do not merge.
+    #[serde(default)]
+    pub recompute: bool,
     /// Points copied from an earlier layout's measurement of the same per-rank shape on the same
     /// device in the same run (`fp8sel gen-policy` measures each distinct shape once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -176,6 +183,10 @@ pub struct Timing {
     pub cast_ms: Stat,
     /// Kernel launches per step (a host-bound trainer pays per launch).
     pub launches: u32,
+    /// GPU busy time per step (kernels of every stream merged as wall-clock intervals), when
+    /// `total_ms` is an eager time that includes the host (the TE backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_total_ms: Option<Stat>,
 }
 
 /// Outcome of a point.

@@ -107,10 +107,25 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// `cuda` measures on the GPU; `model` estimates with the offline cost model (no GPU needed;
-    /// the report is marked estimated).
-    #[arg(long, default_value = "cuda", value_parser = ["cuda", "model"])]
+    /// `cuda` measures our cuBLASLt/NVRTC implementation of the recipe (GPU time); `te` times
+    /// Transformer Engine itself through `python -m adaptive_fp8.te_worker` (eager step time,
+    /// host included, and GPU time beside it); `model` estimates with the offline cost model (no
+    /// GPU needed; the report is marked estimated).
+    #[arg(long, default_value = "cuda", value_parser = ["cuda", "te", "model"])]
     pub backend: String,
+    /// The Python interpreter with torch, transformer_engine and adaptive_fp8 (--backend te).
+    #[arg(
+        long,
+        env = "FP8SEL_PYTHON",
+        default_value = "python3",
+        value_name = "PYTHON"
+    )]
+    pub python: String,
+    /// Recompute the forward inside the backward (activation recompute), as the reference tool
+    /// times by default (--backend te only). Recorded in the report; reports with and without
+    /// it do not merge.
+    #[arg(long, env = "TE_LAYER_PERF_RECOMPUTE")]
+    pub recompute: bool,
     /// Device profile of the cost model: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -156,6 +171,13 @@ pub fn run(args: &Args) -> CliResult {
         )));
     }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
+    if args.recompute && args.backend != "te" {
+        return Err(CliError::input(format!(
+            "--recompute: the {} backend does not model activation recompute yet; fix: measure \
+             with --backend te, or drop --recompute (TE_LAYER_PERF_RECOMPUTE=false)",
+            args.backend
+        )));
+    }
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
     let job = SweepJob {
         component: args.component,
@@ -204,13 +226,14 @@ pub fn run(args: &Args) -> CliResult {
         fp8,
         ..MeasureOptions::default()
     };
-    let provenance = provenance(
+    let mut provenance = provenance(
         &model,
         &args.model.display().to_string(),
         &job,
         &opt,
         &args.scales,
     );
+    provenance.recompute = args.recompute;
     let rank = RankEnv::detect(|k| std::env::var(k).ok())
         .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
     let devices = args.devices.as_deref().map(parse_devices).transpose()?;
@@ -237,6 +260,16 @@ pub fn run(args: &Args) -> CliResult {
         );
     }
     let make = |dev: usize| {
+        if args.backend == "te" {
+            if dev != 0 {
+                return Err(format!(
+                    "--backend te measures on the worker's default device; run one process per \
+                     GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
+                ));
+            }
+            return fp8_bench::te::TeBackend::start(&args.python, args.recompute)
+                .map(|b| Box::new(b) as Box<dyn Backend>);
+        }
         open_backend(&args.backend, &args.device_profile, dev, args.quiet).map_err(|e| e.message)
     };
     let progress = Bar::new(args.quiet || args.json);

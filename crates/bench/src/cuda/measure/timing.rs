@@ -76,5 +76,6 @@ pub(super) fn time(
         total_ms: st(&total),
         cast_ms: st(&cast),
         launches,
+        gpu_total_ms: None,
     })
 }

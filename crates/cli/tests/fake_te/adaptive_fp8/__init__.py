@@ -1,0 +1,1 @@
+"""A stand-in for the real package in the TE-backend protocol test (no torch, no GPU)."""

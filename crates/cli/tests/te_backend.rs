@@ -1,0 +1,152 @@
+//! `fp8sel bench --backend te`: the worker protocol, the report it makes, recompute in
+//! provenance and in the merge, and clear errors where TE cannot run. The real worker needs TE
+//! and a GPU (scripts/device/te_backend.sh); here a stand-in worker speaks the same protocol.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel(args: &[&str], pythonpath: Option<&Path>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root()).args(args);
+    match pythonpath {
+        Some(p) => c.env("PYTHONPATH", p),
+        None => c.env("PYTHONPATH", "/nonexistent"),
+    };
+    c.output().unwrap()
+}
+
+fn fake() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+const SWEEP: [&str; 10] = [
+    "bench",
+    "--backend",
+    "te",
+    "--quiet",
+    "--model",
+    "fixtures/models/llama3_2_1b.yaml",
+    "--tp",
+    "1",
+    "--shape-sweep",
+    "1024x1,4096x1",
+];
+
+#[test]
+fn te_reports_carry_the_backend_the_version_and_recompute() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.json");
+    let o = fp8sel(
+        &[&SWEEP[..], &["--report", s(&plain)]].concat(),
+        Some(&fake()),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
+    assert_eq!(r["provenance"]["timing"], "te-eager");
+    assert_eq!(r["provenance"]["te_version"], "9.9.9");
+    assert_eq!(r["provenance"]["device"]["name"], "Fake H200");
+    assert_eq!(r["provenance"]["recompute"], false);
+    let p = &r["points"][0];
+    assert_eq!(p["status"], "ok");
+    assert!(p["bf16"]["gpu_total_ms"]["median"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["points"].as_array().unwrap().len(), 8);
+    // With recompute: recorded, and it does not merge with the plain one.
+    let rc = dir.path().join("rc.json");
+    let o = fp8sel(
+        &[&SWEEP[..], &["--recompute", "--report", s(&rc)]].concat(),
+        Some(&fake()),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rc).unwrap()).unwrap();
+    assert_eq!(r["provenance"]["recompute"], true);
+    let out = dir.path().join("p.json");
+    let o = fp8sel(
+        &[
+            "merge-policy",
+            "--reports",
+            s(&plain),
+            s(&rc),
+            "--output",
+            s(&out),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("disagree on recompute") && e.contains("--allow-mixed"),
+        "{e}"
+    );
+    // The reference tool's variable works too.
+    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args([&SWEEP[..], &["--report", s(&rc)]].concat())
+        .env("PYTHONPATH", fake())
+        .env("TE_LAYER_PERF_RECOMPUTE", "true")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn where_te_cannot_run_the_error_says_why_and_how() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.json");
+    // No adaptive_fp8 (or no torch) for this interpreter.
+    let o = fp8sel(&[&SWEEP[..], &["--report", s(&r)]].concat(), None);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("TE worker could not start") && e.contains("fix:"),
+        "{e}"
+    );
+    let o = fp8sel(
+        &[
+            &SWEEP[..],
+            &["--python", "/nonexistent/python", "--report", s(&r)],
+        ]
+        .concat(),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--python"));
+    // Recompute is a TE-backend measurement for now.
+    let o = fp8sel(
+        &[
+            "bench",
+            "--backend",
+            "model",
+            "--recompute",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--report",
+            s(&r),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--backend te"));
+    assert!(!r.exists());
+}

@@ -1,0 +1,268 @@
+"""The Transformer Engine measurement worker behind `fp8sel bench --backend te`.
+
+`fp8sel` starts `python -m adaptive_fp8.te_worker` and talks to it in JSON lines on stdin and
+stdout: `{"op": "hello"}` answers the device and the versions; `{"op": "measure", "point": ...,
+"opt": ...}` answers one report point (the `fp8sel-report` point schema) for a module at one
+token count. Each point is timed as TE users run it: `te.LayerNormLinear`, `te.Linear` or
+`te.GroupedLinear` at the per-rank shape, BF16 and FP8 (blockwise recipe, FP8 params unless
+told otherwise), forward then backward, optionally with the forward recomputed in the backward
+(`torch.utils.checkpoint`, the reference tool's default).
+
+Two figures per precision:
+- `total_ms` (and fwd/bwd): the eager step, CUDA events around each synchronized iteration,
+  host time included, as the reference tool times it;
+- `gpu_total_ms`: the GPU's busy time per step from the profiler, kernels of all streams merged
+  as wall-clock intervals (two overlapping kernels count once).
+
+Before anything is timed, each precision's output is checked against a float32 reference of the
+same module's (dequantized) weights: a point that misses the bound is reported `failed`.
+Importing this module does not import torch until a request arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import traceback
+from typing import Any
+
+#: Relative Frobenius error bounds of the checks.
+BF16_TOL = 2e-2
+FP8_TOL = 1.5e-1
+
+
+def _stat(v: list[float]) -> dict:
+    s = sorted(v)
+    at = lambda q: s[min(len(s) - 1, round(q * (len(s) - 1)))]  # noqa: E731
+    return {"median": statistics.median(s), "p10": at(0.1), "p90": at(0.9)}
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+class Worker:
+    def __init__(self) -> None:
+        import torch
+        import transformer_engine
+        import transformer_engine.pytorch as te
+        from transformer_engine.common.recipe import Float8BlockScaling
+
+        self.torch, self.te = torch, te
+        self.te_version = transformer_engine.__version__
+        self.recipe = Float8BlockScaling()
+        self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
+        self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
+        import inspect
+
+        params = inspect.signature(self.autocast).parameters
+        self.recipe_kw = "recipe" if "recipe" in params else "fp8_recipe"
+
+    def hello(self) -> dict:
+        torch = self.torch
+        p = torch.cuda.get_device_properties(0)
+        return {
+            "name": torch.cuda.get_device_name(0),
+            "compute_capability": f"{p.major}.{p.minor}",
+            "driver": "",
+            "cublaslt": "",
+            "nvrtc": "",
+            "sm_count": p.multi_processor_count,
+            "te_version": self.te_version,
+            "torch_version": torch.__version__,
+        }
+
+    # -- one precision of one point ------------------------------------------------------------
+
+    def _module(self, kind: str, k: int, n: int, gemms: int, norm: str | None, fp8: bool, fp8_param: bool):
+        te, torch = self.te, self.torch
+        kw = dict(bias=False, params_dtype=torch.bfloat16, device="cuda")
+        with self.model_init(enabled=fp8 and fp8_param, recipe=self.recipe):
+            if kind in ("column_grouped", "row_grouped"):
+                return te.GroupedLinear(gemms, k, n, **kw)
+            if kind == "layernorm_column":
+                return te.LayerNormLinear(
+                    k, n, normalization="RMSNorm" if norm != "LayerNorm" else "LayerNorm", **kw
+                )
+            return te.Linear(k, n, **kw)
+
+    def _reference(self, m, x, splits, kind, norm):
+        """float32 output of `m` on `x` from its own (dequantized) weights."""
+        torch = self.torch
+        F = torch.nn.functional
+        try:
+            from transformer_engine.pytorch.tensor import QuantizedTensor
+        except ImportError:  # older TE layouts
+            QuantizedTensor = ()  # noqa: N806
+        deq = lambda w: (w.dequantize() if isinstance(w, QuantizedTensor) else w).float()  # noqa: E731
+        xf = x.float()
+        if kind == "layernorm_column":
+            g = m.layer_norm_weight.float()
+            if norm == "LayerNorm":
+                xf = F.layer_norm(xf, (xf.shape[-1],), g, m.layer_norm_bias.float(), m.eps)
+            else:
+                xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + m.eps) * g
+        if kind in ("column_grouped", "row_grouped"):
+            outs, at = [], 0
+            for i, r in enumerate(splits):
+                outs.append(F.linear(xf[at : at + r], deq(getattr(m, f"weight{i}"))))
+                at += r
+            return torch.cat(outs)
+        return F.linear(xf, deq(m.weight))
+
+    def _precision(self, pt: dict, opt: dict, fp8: bool) -> dict:
+        torch = self.torch
+        kind = pt["module_kind"]
+        k, n, gemms = pt["in_features"], pt["out_features"], pt["num_gemms"]
+        grouped = kind in ("column_grouped", "row_grouped")
+        pad = opt.get("pad", 16)
+        splits = [_round_up(r, pad) for r in pt["splits"]] if fp8 else list(pt["splits"])
+        rows = sum(splits)
+        m = self._module(kind, k, n, gemms, pt.get("norm"), fp8, opt.get("fp8_param", True))
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+        dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ctx = lambda: self.autocast(enabled=fp8, **{self.recipe_kw: self.recipe})  # noqa: E731
+
+        def fwd(inp):
+            with ctx():
+                return m(inp, splits) if grouped else m(inp)
+
+        def forward():
+            if opt.get("recompute", True):
+                return torch.utils.checkpoint.checkpoint(fwd, x, use_reentrant=False)
+            return fwd(x)
+
+        # Check first.
+        y = forward()
+        ref = self._reference(m, x.detach(), splits, kind, pt.get("norm"))
+        err = float((y.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+        y.backward(dy)
+        torch.cuda.synchronize()
+        bound = FP8_TOL if fp8 else BF16_TOL
+        name = "fp8" if fp8 else "bf16"
+        if not math.isfinite(err) or err > bound:
+            raise CheckFailed(f"{name} fprop: relative error {err:.3e} above {bound:.0e}", name, err)
+        # Time: eager steps with CUDA events, each synchronized (host time included).
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        for _ in range(opt.get("warmup", 10)):
+            forward().backward(dy)
+        torch.cuda.synchronize()
+        fw, bw, tot = [], [], []
+        for _ in range(max(1, opt.get("iters", 10))):
+            a, b, c = ev(), ev(), ev()
+            a.record()
+            out = forward()
+            b.record()
+            out.backward(dy)
+            c.record()
+            torch.cuda.synchronize()
+            fw.append(a.elapsed_time(b))
+            bw.append(b.elapsed_time(c))
+            tot.append(a.elapsed_time(c))
+        gpu = self._gpu_ms(lambda: forward().backward(dy), max(1, opt.get("iters", 10)))
+        timing = {
+            "fwd_ms": _stat(fw),
+            "bwd_ms": _stat(bw),
+            "total_ms": _stat(tot),
+            "cast_ms": {"median": 0.0, "p10": 0.0, "p90": 0.0},
+            "launches": 0,
+            "gpu_total_ms": _stat(gpu),
+        }
+        del m, x, dy, y
+        return {"timing": timing, "error": err, "padded_rows": rows}
+
+    def _gpu_ms(self, step, iters: int) -> list[float]:
+        """Per step: the union of all kernels' intervals (every stream), in ms."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        out = []
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step()
+                torch.cuda.synchronize()
+            spans = sorted(
+                (e.start_ns(), e.start_ns() + e.duration_ns())
+                for e in prof.profiler.kineto_results.events()
+                if e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
+            )
+            busy, end = 0, None
+            for s, t in spans:
+                if end is None or s > end:
+                    busy += t - s
+                    end = t
+                elif t > end:
+                    busy += t - end
+                    end = t
+            out.append(busy / 1e6)
+        return out
+
+    def measure(self, pt: dict, opt: dict) -> dict:
+        torch = self.torch
+        k, n = pt["in_features"], pt["out_features"]
+        point = dict(pt["report_point"])
+        point.setdefault("errors", {})
+        if opt.get("fp8", True) and (k % 16 or n % 16):
+            point["status"] = "skipped"
+            point["reason"] = f"FP8 needs in/out features that are multiples of 16 ({k} x {n}); TE asserts the same"
+            return point
+        try:
+            for name, on, fp8 in (("bf16", opt.get("bf16", True), False), ("fp8", opt.get("fp8", True), True)):
+                if not on:
+                    continue
+                r = self._precision(pt, opt, fp8)
+                point[name] = r["timing"]
+                point["errors"][f"{name}_fprop"] = r["error"]
+                if fp8:
+                    point["padded_rows"] = r["padded_rows"]
+            if point.get("bf16") and point.get("fp8"):
+                point["speedup"] = point["bf16"]["total_ms"]["median"] / point["fp8"]["total_ms"]["median"]
+            point["status"] = "ok"
+        except CheckFailed as e:
+            point["status"] = "failed"
+            point["reason"] = str(e)
+            point["errors"][f"{e.precision}_fprop"] = e.error
+            point.pop("bf16", None), point.pop("fp8", None)
+        except torch.cuda.OutOfMemoryError as e:
+            point["status"] = "skipped"
+            point["reason"] = f"out of memory: {e}"
+            point.pop("bf16", None), point.pop("fp8", None)
+        finally:
+            torch.cuda.empty_cache()
+        return point
+
+
+class CheckFailed(Exception):
+    def __init__(self, message: str, precision: str, error: float) -> None:
+        super().__init__(message)
+        self.precision, self.error = precision, error
+
+
+def main() -> int:
+    worker = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            if worker is None:
+                worker = Worker()
+            if req.get("op") == "hello":
+                resp: Any = {"ok": True, "device": worker.hello()}
+            elif req.get("op") == "measure":
+                resp = {"ok": True, "point": worker.measure(req["point"], req.get("opt", {}))}
+            else:
+                resp = {"ok": False, "error": f"unknown op {req.get('op')!r}"}
+        except Exception as e:  # the error goes back to fp8sel, which reports the point skipped
+            resp = {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        sys.stdout.write(json.dumps(resp) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
