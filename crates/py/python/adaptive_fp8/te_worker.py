@@ -138,7 +138,7 @@ class Worker:
         # Check first.
         y = forward()
         ref = self._reference(m, x.detach(), splits, kind, pt.get("norm"))
-        err = float((y.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+        err = float((y.detach().float() - ref).norm() / ref.norm().clamp_min(1e-30))
         y.backward(dy)
         torch.cuda.synchronize()
         bound = FP8_TOL if fp8 else BF16_TOL
