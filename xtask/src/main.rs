@@ -171,22 +171,10 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
             a.device_profile
         );
     }
-    for f in done
-        .files
-        .iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
-    {
+    for f in done.documents() {
         println!("wrote {}", f.display());
     }
-    println!(
-        "{} report(s), {} plot(s) under {}",
-        done.reports.len(),
-        done.files
-            .iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "svg"))
-            .count(),
-        done.out.join("plots").display()
-    );
+    println!("{}", done.summary());
     if done.estimated {
         eprintln!(
             "warning: these policies are ESTIMATES (marked \"estimated\": true in their provenance)"

@@ -53,6 +53,16 @@ impl Error {
         }
     }
 
+    /// `file` is not a regular file: it is `meta`'s type.
+    pub(crate) fn not_regular(file: &Path, meta: &std::fs::Metadata) -> Self {
+        Error::new(
+            file,
+            ErrorKind::NotRegular {
+                what: describe(meta.file_type()),
+            },
+        )
+    }
+
     pub(crate) fn os(file: &Path, action: &'static str, source: std::io::Error) -> Self {
         Error::new(file, ErrorKind::Os { action, source })
     }
@@ -121,7 +131,7 @@ impl std::error::Error for Error {
 }
 
 /// The file type in words, for refusals.
-pub(crate) fn describe(ft: std::fs::FileType) -> &'static str {
+fn describe(ft: std::fs::FileType) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

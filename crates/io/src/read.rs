@@ -4,7 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::Path;
 
-use crate::error::{Error, ErrorKind, describe};
+use crate::error::{Error, ErrorKind};
 
 /// Reads a whole regular file of at most `limit` bytes.
 ///
@@ -47,12 +47,7 @@ fn open_regular(path: &Path) -> Result<File, Error> {
     // Refuse by the path's type first: opening a FIFO for reading blocks until a writer comes.
     let meta = std::fs::metadata(path).map_err(|e| Error::os(path, "open", e))?;
     if !meta.is_file() {
-        return Err(Error::new(
-            path,
-            ErrorKind::NotRegular {
-                what: describe(meta.file_type()),
-            },
-        ));
+        return Err(Error::not_regular(path, &meta));
     }
     let mut opts = OpenOptions::new();
     opts.read(true);
@@ -65,12 +60,7 @@ fn open_regular(path: &Path) -> Result<File, Error> {
     let file = opts.open(path).map_err(|e| Error::os(path, "open", e))?;
     let meta = file.metadata().map_err(|e| Error::os(path, "stat", e))?;
     if !meta.is_file() {
-        return Err(Error::new(
-            path,
-            ErrorKind::NotRegular {
-                what: describe(meta.file_type()),
-            },
-        ));
+        return Err(Error::not_regular(path, &meta));
     }
     Ok(file)
 }

@@ -4,7 +4,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorKind, describe};
+use crate::error::{Error, ErrorKind};
 use crate::signals;
 
 /// Prefix of the temp files [`write_atomic`] creates next to its targets.
@@ -79,12 +79,7 @@ fn resolve_target(path: &Path) -> Result<PathBuf, Error> {
     };
     let meta = fs::metadata(&target).map_err(|e| Error::os(path, "stat", e))?;
     if !meta.is_file() {
-        return Err(Error::new(
-            path,
-            ErrorKind::NotRegular {
-                what: describe(meta.file_type()),
-            },
-        ));
+        return Err(Error::not_regular(path, &meta));
     }
     Ok(target)
 }

@@ -330,6 +330,38 @@ pub struct GenOutcome {
     pub out: PathBuf,
 }
 
+impl GenOutcome {
+    fn count(&self, ext: &str) -> usize {
+        self.files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == ext))
+            .count()
+    }
+
+    /// The policies and summaries written (what a user opens next).
+    pub fn documents(&self) -> impl Iterator<Item = &PathBuf> {
+        self.files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
+    }
+
+    /// The one-line summary both commands end with.
+    pub fn summary(&self) -> String {
+        let est = if self.estimated {
+            " (ESTIMATES from the cost model, not measurements)"
+        } else {
+            ""
+        };
+        format!(
+            "{} report(s), {} policy file(s), {} plot(s) in {}{est}",
+            self.reports.len(),
+            self.count("json"),
+            self.count("svg"),
+            self.out.display()
+        )
+    }
+}
+
 fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
     let opt = match root {
         Some(r) => fp8_engine::LoadOptions::with_config_root(r),

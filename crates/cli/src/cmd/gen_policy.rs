@@ -134,33 +134,11 @@ pub fn run(args: &Args) -> CliResult {
         println!("{out:#}");
         return Ok(());
     }
-    let est = if done.estimated {
-        " (ESTIMATES from the cost model, not measurements)"
-    } else {
-        ""
-    };
     if !args.quiet {
-        for f in done
-            .files
-            .iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "json" || e == "md"))
-        {
+        for f in done.documents() {
             println!("wrote {}", f.display());
         }
     }
-    let plots = done
-        .files
-        .iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "svg"))
-        .count();
-    println!(
-        "{} report(s), {} policy file(s), {plots} plot(s) in {}{est}",
-        done.reports.len(),
-        done.files
-            .iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "json"))
-            .count(),
-        done.out.display()
-    );
+    println!("{}", done.summary());
     Ok(())
 }
