@@ -150,3 +150,70 @@ fn where_te_cannot_run_the_error_says_why_and_how() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--backend te"));
     assert!(!r.exists());
 }
+
+#[test]
+fn merge_policy_thresholds_the_trainers_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let te = dir.path().join("te.json");
+    let o = fp8sel(&[&SWEEP[..], &["--report", s(&te)]].concat(), Some(&fake()));
+    assert_eq!(o.status.code(), Some(0));
+    let merge = |trainer: &str, report: &Path| {
+        let out = dir.path().join(format!("p_{trainer}.json"));
+        let o = fp8sel(
+            &[
+                "merge-policy",
+                "--trainer",
+                trainer,
+                "--reports",
+                s(report),
+                "--output",
+                s(&out),
+            ],
+            None,
+        );
+        (o, out)
+    };
+    let (o, eager) = merge("eager", &te);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (o, graphed) = merge("graphed", &te);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    assert_eq!(read(&eager)["provenance"]["trainer"], "eager");
+    assert_eq!(read(&graphed)["provenance"]["trainer"], "graphed");
+    // The stand-in's GPU figures (half the eager ones, same ratio) give the same rules here; the
+    // files differ only in what they say they are for.
+    assert_eq!(read(&eager)["rules"], read(&graphed)["rules"]);
+    // A GPU-time report cannot make an eager policy.
+    let model = dir.path().join("m.json");
+    let o = fp8sel(
+        &[
+            "bench",
+            "--backend",
+            "model",
+            "--quiet",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--shape-sweep",
+            "1024x1",
+            "--report",
+            s(&model),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let (o, _) = merge("eager", &model);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs eager step times"));
+}

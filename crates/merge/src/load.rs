@@ -50,6 +50,9 @@ pub struct Sample {
     pub launches: Option<(u32, u32)>,
     /// True when the stats have a real spread (p10/p90 measured).
     pub has_spread: bool,
+    /// GPU busy time (BF16, FP8) beside eager `bf16`/`fp8` times, when the report has both
+    /// (the TE backend).
+    pub gpu: Option<(Stat, Stat)>,
 }
 
 /// What a report says about where it came from.
@@ -68,6 +71,10 @@ pub struct Origin {
     /// Whether the forward was recomputed in the backward; `None` when the report does not say
     /// (the reference tool's list format).
     pub recompute: Option<bool>,
+    /// What `total_ms` is: `gpu` (GPU time: the cuda backend), `model` (estimated GPU time),
+    /// `te-eager` (an eager step, host included; GPU time beside it), `reference-eager` (the
+    /// reference tool's synchronized eager iterations).
+    pub timing: String,
 }
 
 /// A partial report of a sharded sweep (one rank of a torchrun/Slurm launch).
@@ -149,6 +156,7 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
         estimated: r.estimated,
         model: r.provenance.model.clone(),
         recompute: Some(r.provenance.recompute),
+        timing: r.provenance.timing.clone(),
         models: r
             .points
             .iter()
@@ -210,6 +218,7 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             fp8: f.total_ms,
             launches: Some((b.launches, f.launches)),
             has_spread: !r.estimated,
+            gpu: b.gpu_total_ms.zip(f.gpu_total_ms),
         });
     }
     if r.points.is_empty() {

@@ -27,6 +27,68 @@ pub struct MergeOptions {
     pub allow_mixed: bool,
     /// Host-bound trainers: per-module floors (BF16 ms, FP8 ms) applied as `max(gpu, floor)`.
     pub host_floor_ms: Option<(f64, f64)>,
+    /// The trainer the policy is for; `None` thresholds each report's own `total_ms`.
+    pub trainer: Option<Trainer>,
+}
+
+/// The step a policy optimizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trainer {
+    /// GPU time: CUDA graphs, or a trainer that keeps the GPU fed.
+    Graphed,
+    /// The eager step, host time included.
+    Eager,
+}
+
+impl Trainer {
+    /// `graphed` or `eager`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Trainer::Graphed => "graphed",
+            Trainer::Eager => "eager",
+        }
+    }
+}
+
+impl std::str::FromStr for Trainer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "graphed" => Ok(Trainer::Graphed),
+            "eager" => Ok(Trainer::Eager),
+            other => Err(format!("unknown trainer `{other}` (graphed, eager)")),
+        }
+    }
+}
+
+/// The samples of a report for a trainer: GPU time for a graphed trainer, the eager step for an
+/// eager one. A report without the figure the trainer needs is refused, naming the fix.
+fn for_trainer(l: &Loaded, trainer: Trainer) -> Result<Vec<Sample>, MergeError> {
+    let eager_report = matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager");
+    l.samples
+        .iter()
+        .map(|s| match (trainer, eager_report, s.gpu) {
+            (Trainer::Eager, true, _) | (Trainer::Graphed, false, _) => Ok(s.clone()),
+            (Trainer::Graphed, true, Some((bf16, fp8))) => Ok(Sample {
+                bf16,
+                fp8,
+                ..s.clone()
+            }),
+            (Trainer::Graphed, true, None) => Err(MergeError::Options(format!(
+                "{}: --trainer graphed needs GPU times, and this report has only eager times \
+                 ({}); fix: measure with fp8sel bench --backend te (both figures) or --backend \
+                 cuda (GPU time)",
+                l.file.display(),
+                l.origin.timing
+            ))),
+            (Trainer::Eager, false, _) => Err(MergeError::Options(format!(
+                "{}: --trainer eager needs eager step times (host included), and this report \
+                 has GPU times only ({}); fix: measure with fp8sel bench --backend te",
+                l.file.display(),
+                l.origin.timing
+            ))),
+        })
+        .collect()
 }
 
 impl Default for MergeOptions {
@@ -37,6 +99,7 @@ impl Default for MergeOptions {
             component: None,
             allow_mixed: false,
             host_floor_ms: None,
+            trainer: None,
         }
     }
 }
@@ -120,6 +183,9 @@ fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
                 },
                 launches: v[0].launches,
                 has_spread: v.iter().all(|s| s.has_spread),
+                // Combined samples are thresholded as they are; the trainer's figure was chosen
+                // before (`for_trainer`).
+                gpu: None,
             }
         })
         .collect()
@@ -370,11 +436,15 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     check_mixed(inputs, opt)?;
     check_shards(inputs)?;
     let mut warnings = Vec::new();
-    let mut all = Vec::new();
+    let mut all: Vec<Sample> = Vec::new();
     for l in inputs {
+        let samples = match opt.trainer {
+            Some(t) => for_trainer(l, t)?,
+            None => l.samples.clone(),
+        };
         all.extend(
-            l.samples
-                .iter()
+            samples
+                .into_iter()
                 .filter(|s| opt.component.as_ref().is_none_or(|c| *c == s.key.component)),
         );
         for u in &l.unpaired {
@@ -390,7 +460,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             None => "the reports hold no usable points".into(),
         }));
     }
-    let all_owned: Vec<Sample> = all.into_iter().cloned().collect();
+    let all_owned: Vec<Sample> = all;
     let mut outcomes = Vec::new();
     let mut policies: BTreeMap<String, Policy> = BTreeMap::new();
     for (key, samples) in by_key(&all_owned) {
@@ -492,6 +562,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             .host_floor_ms
             .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
         p.estimated = estimated;
+        p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
         p.rule = "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned();
         policy.set_provenance(p);

@@ -174,6 +174,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
                         fp8: fs,
                         launches: None,
                         has_spread: false,
+                        gpu: None,
                     });
                 }
                 _ => unpaired.push(format!(
@@ -226,6 +227,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
                 .join("+"),
             models,
             recompute: None,
+            timing: "reference-eager".to_owned(),
         },
         samples,
         unpaired,

@@ -33,6 +33,7 @@ fn sample(k: &GroupKey, curve: &str, tokens: u64, bf16: f64, fp8: f64) -> Sample
         fp8: Stat::exact(fp8),
         launches: None,
         has_spread: false,
+        gpu: None,
     }
 }
 
@@ -46,6 +47,7 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
             model: "m".into(),
             models: [("llm".to_owned(), ["m".to_owned()].into())].into(),
             recompute: Some(false),
+            timing: "gpu".into(),
         },
         samples,
         unpaired: vec![],
@@ -552,4 +554,67 @@ proptest! {
             _ => prop_assert!(false, "order changed success"),
         }
     }
+}
+
+#[test]
+fn the_trainer_picks_the_figure_and_refuses_a_report_without_it() {
+    let k = fc2();
+    // An eager report with GPU time beside it: eager loses below 4096, GPU wins from 1024.
+    let te_sample = |t: u64, eager: (f64, f64), gpu: (f64, f64)| Sample {
+        gpu: Some((Stat::exact(gpu.0), Stat::exact(gpu.1))),
+        ..sample(&k, "fc2", t, eager.0, eager.1)
+    };
+    let mut te = loaded(
+        vec![
+            te_sample(1024, (1.0, 1.5), (0.4, 0.3)),
+            te_sample(4096, (2.0, 1.5), (1.6, 1.2)),
+        ],
+        "NVIDIA H200",
+    );
+    te.origin.timing = "te-eager".into();
+    let rule = |trainer| {
+        let out = merge(
+            std::slice::from_ref(&te),
+            &MergeOptions {
+                trainer,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (
+            out.outcomes[0].rule.map(|r| r.0),
+            out.policies["llm"].provenance().unwrap().trainer.clone(),
+        )
+    };
+    assert_eq!(
+        rule(Some(fp8_merge::Trainer::Eager)),
+        (Some(4096), Some("eager".into()))
+    );
+    assert_eq!(
+        rule(Some(fp8_merge::Trainer::Graphed)),
+        (Some(1024), Some("graphed".into()))
+    );
+    assert_eq!(rule(None), (Some(4096), None));
+    // GPU-time reports have no eager figure; reference reports no GPU figure.
+    let gpu = loaded(vec![sample(&k, "fc2", 4096, 2.0, 1.0)], "NVIDIA H200");
+    let e = merge(
+        &[gpu],
+        &MergeOptions {
+            trainer: Some(fp8_merge::Trainer::Eager),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--backend te"), "{e}");
+    let mut reference = loaded(vec![sample(&k, "fc2", 4096, 2.0, 1.0)], "");
+    reference.origin.timing = "reference-eager".into();
+    let e = merge(
+        &[reference],
+        &MergeOptions {
+            trainer: Some(fp8_merge::Trainer::Graphed),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("only eager times"), "{e}");
 }

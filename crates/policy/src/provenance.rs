@@ -65,6 +65,10 @@ pub struct Provenance {
     /// The tool and version that wrote the policy.
     #[serde(default)]
     pub tool: String,
+    /// The trainer the thresholds are for: `graphed` (GPU time) or `eager` (the eager step, host
+    /// included); absent when the reports' own times were used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trainer: Option<String>,
     /// Fields written by other tools, kept on a round trip.
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,

@@ -66,6 +66,10 @@ pub struct Args {
     /// Noise margin added to the threshold.
     #[arg(long, default_value_t = 0.02)]
     pub margin: f64,
+    /// The trainer the policies are for (graphed: GPU time; eager: the eager step, which needs
+    /// TE-backend reports) [default: the reports' own times].
+    #[arg(long, value_parser = ["graphed", "eager"])]
+    pub trainer: Option<String>,
     /// auto: the GPU when one opens, else the cost model; cuda; model.
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model"])]
     pub backend: String,
@@ -112,6 +116,12 @@ pub fn run(args: &Args) -> CliResult {
         merge: MergeOptions {
             threshold: args.speedup_threshold,
             margin: args.margin,
+            trainer: args
+                .trainer
+                .as_deref()
+                .map(str::parse::<fp8_merge::Trainer>)
+                .transpose()
+                .map_err(CliError::input)?,
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),

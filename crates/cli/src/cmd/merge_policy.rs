@@ -58,6 +58,12 @@ pub struct Args {
     /// Pad multiple of the reference tool's FP8 token counts.
     #[arg(long, default_value_t = 16)]
     pub fp8_pad: u64,
+    /// The trainer the policy is for: `graphed` thresholds GPU time (CUDA graphs, or a trainer
+    /// that keeps the GPU fed); `eager` thresholds the eager step, host included (needs reports
+    /// of `fp8sel bench --backend te`, which carry both figures). Default: each report's own
+    /// times. Recorded in the policy's provenance.
+    #[arg(long, value_parser = ["graphed", "eager"])]
+    pub trainer: Option<String>,
     /// Print one JSON object instead of the summary: {"written", "estimated", "rules" (each with
     /// its typed key and min_tokens, or null where FP8 never won), "warnings"}.
     #[arg(long)]
@@ -195,6 +201,12 @@ pub fn run(args: &Args) -> CliResult {
         component: args.component.clone(),
         allow_mixed: args.allow_mixed,
         host_floor_ms: args.host_floor_ms.as_deref().map(parse_floor).transpose()?,
+        trainer: args
+            .trainer
+            .as_deref()
+            .map(str::parse::<fp8_merge::Trainer>)
+            .transpose()
+            .map_err(CliError::input)?,
     };
     let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
     let name = args
