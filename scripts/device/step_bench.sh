@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site 
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
 S=$OUT/step_bench
 sb() { local name=$1; shift; local t0=$(date +%s)
-  timeout 240 python3 -m adaptive_fp8.step_bench "$@" --json "$S/$name.json" --md "$S/$name.md" > "$S/$name.log" 2>&1
+  timeout 200 python3 -m adaptive_fp8.step_bench "$@" --json "$S/$name.json" --md "$S/$name.md" > "$S/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 )) s"; }
 Q=fixtures/models/qwen2_5_72b.yaml
 QP="--policy policies/qwen2_5_72b.json --policy devcarry/pol/qwen2_5_72b_te_eager.json --policy devcarry/pol/qwen2_5_72b_te_graphed.json"
