@@ -78,7 +78,8 @@ def test_help_teaches_and_bad_tokens_are_refused():
     assert bad.returncode == 2 and "comma-separated positive integers" in bad.stderr
 
 
-def test_importing_does_not_import_torch():
-    code = "import sys, adaptive_fp8.step_bench; print('torch' in sys.modules)"
+@pytest.mark.parametrize("module", ["step_bench", "te_worker", "megatron", "te"])
+def test_importing_does_not_import_torch(module):
+    code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
