@@ -153,6 +153,8 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
             ..MergeOptions::default()
         },
         backend: a.backend.clone(),
+        python: "python3".to_owned(),
+        recompute: false,
         device_profile: a.device_profile.clone(),
         measure: MeasureOptions {
             warmup: a.warmup,

@@ -217,3 +217,62 @@ fn merge_policy_thresholds_the_trainers_figure() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs eager step times"));
 }
+
+#[test]
+fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pol, rep) = (dir.path().join("policies"), dir.path().join("reports"));
+    let o = fp8sel(
+        &[
+            "gen-policy",
+            "--backend",
+            "te",
+            "--trainer",
+            "eager",
+            "--quiet",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--tp",
+            "1",
+            "--policies-dir",
+            s(&pol),
+            "--reports-dir",
+            s(&rep),
+        ],
+        Some(&fake()),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Never over the shipped (cuBLASLt) policies: TE's go to te/ folders.
+    assert!(!pol.join("llama3_2_1b.json").exists());
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(pol.join("te/llama3_2_1b.json")).unwrap())
+            .unwrap();
+    assert_eq!(p["provenance"]["trainer"], "eager");
+    assert_eq!(p["provenance"]["device"][0], "Fake H200", "{p}");
+    let reports: Vec<_> = std::fs::read_dir(rep).unwrap().collect();
+    assert_eq!(reports.len(), 1);
+    let gpu_dir = reports[0].as_ref().unwrap().path();
+    assert!(gpu_dir.join("te/llama3_2_1b_tp1.json").is_file());
+    // Recompute is a TE measurement; asked of another backend it is refused with the fix.
+    let o = fp8sel(
+        &[
+            "gen-policy",
+            "--backend",
+            "model",
+            "--recompute",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--out",
+            s(&dir.path().join("x")),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--backend te"));
+    assert!(!dir.path().join("x").exists());
+}

@@ -69,6 +69,8 @@ pub enum Chosen {
     Cuda(Box<CudaBackend>),
     /// The cost model.
     Model(fp8_bench::costmodel::ModelBackend),
+    /// Transformer Engine itself, through `python -m adaptive_fp8.te_worker`.
+    Te(Box<fp8_bench::te::TeBackend>),
 }
 
 impl Chosen {
@@ -77,12 +79,19 @@ impl Chosen {
         match self {
             Chosen::Cuda(c) => c.as_mut(),
             Chosen::Model(m) => m,
+            Chosen::Te(t) => t.as_mut(),
         }
     }
 }
 
-/// Picks the backend: `auto` is the GPU when one opens, else the cost model.
-pub fn choose(kind: &str, profile: &str) -> Result<Chosen, String> {
+/// Picks the backend: `auto` is the GPU when one opens, else the cost model; `te` starts the
+/// TE worker with `python` (and activation recompute when asked).
+pub fn choose(kind: &str, profile: &str, python: &str, recompute: bool) -> Result<Chosen, String> {
+    if recompute && kind != "te" {
+        return Err(format!(
+            "--recompute needs --backend te (the {kind} backend times no recompute); fix: add --backend te"
+        ));
+    }
     let model = || {
         fp8_bench::costmodel::profile(profile)
             .map(|p| Chosen::Model(fp8_bench::costmodel::ModelBackend(p)))
@@ -100,7 +109,8 @@ pub fn choose(kind: &str, profile: &str) -> Result<Chosen, String> {
                 model()
             }
         },
-        other => Err(format!("unknown --backend {other} (auto, cuda, model)")),
+        "te" => fp8_bench::te::TeBackend::start(python, recompute).map(|t| Chosen::Te(Box::new(t))),
+        other => Err(format!("unknown --backend {other} (auto, cuda, model, te)")),
     }
 }
 
@@ -303,8 +313,12 @@ pub struct GenOptions {
     pub etp: Option<Vec<u32>>,
     /// Merge settings.
     pub merge: MergeOptions,
-    /// `auto`, `cuda` or `model`.
+    /// `auto`, `cuda`, `model` or `te`.
     pub backend: String,
+    /// The interpreter that runs the TE worker (`te` backend).
+    pub python: String,
+    /// Activation recompute in the TE worker's backward (`te` backend).
+    pub recompute: bool,
     /// Cost-model profile.
     pub device_profile: String,
     /// Measurement settings.
@@ -392,11 +406,16 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         }
         plans.push(layouts);
     }
-    let mut chosen = choose(&o.backend, &o.device_profile)?;
+    let mut chosen = choose(&o.backend, &o.device_profile, &o.python, o.recompute)?;
     let estimated = matches!(chosen, Chosen::Model(_));
+    // TE-measured policies are for a different objective than the shipped cuBLASLt ones: they
+    // get their own folders so neither overwrites the other.
+    let te = matches!(chosen, Chosen::Te(_));
     let out = o.out.clone().unwrap_or_else(|| {
         if estimated {
             o.policies_dir.join("estimated").join(&o.device_profile)
+        } else if te {
+            o.policies_dir.join("te")
         } else {
             o.policies_dir.clone()
         }
@@ -406,7 +425,8 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     } else {
         let name = chosen.backend().device().name.to_lowercase();
         let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
-        o.reports_base.join(slug)
+        let dir = o.reports_base.join(slug);
+        if te { dir.join("te") } else { dir }
     };
     let mut reports = Vec::new();
     for ((config, model), layouts) in models.iter().zip(&plans) {

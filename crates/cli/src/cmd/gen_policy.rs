@@ -27,6 +27,7 @@ use crate::error::{CliError, CliResult};
 /// Examples:
 ///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4 --ep 8
 ///   fp8sel gen-policy --model config.json --tensor-model-parallel-size 8 --backend model
+///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend te --trainer eager
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -70,9 +71,17 @@ pub struct Args {
     /// TE-backend reports) [default: the reports' own times].
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
-    /// auto: the GPU when one opens, else the cost model; cuda; model.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model"])]
+    /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
+    /// itself through `python -m adaptive_fp8.te_worker` (policies go to <policies-dir>/te/,
+    /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te"])]
     pub backend: String,
+    /// The Python that has torch, transformer_engine and adaptive_fp8 (--backend te).
+    #[arg(long, default_value = "python3", value_name = "PYTHON")]
+    pub python: String,
+    /// Recompute the forward inside the backward, as TE_LAYER_PERF_RECOMPUTE=1 (--backend te).
+    #[arg(long, env = "TE_LAYER_PERF_RECOMPUTE")]
+    pub recompute: bool,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -125,6 +134,8 @@ pub fn run(args: &Args) -> CliResult {
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),
+        python: args.python.clone(),
+        recompute: args.recompute,
         device_profile: args.device_profile.clone(),
         measure: MeasureOptions {
             warmup: args.warmup,
