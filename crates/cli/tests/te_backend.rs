@@ -254,6 +254,13 @@ fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
             .unwrap();
     assert_eq!(p["provenance"]["trainer"], "eager");
     assert_eq!(p["provenance"]["device"][0], "Fake H200", "{p}");
+    // The policy and its summary say which backend and objective made them.
+    assert_eq!(p["provenance"]["timing"], serde_json::json!(["te-eager"]));
+    let md = std::fs::read_to_string(pol.join("te/llama3_2_1b.md")).unwrap();
+    assert!(
+        md.contains("through Transformer Engine") && md.contains("for an eager trainer"),
+        "{md}"
+    );
     let reports: Vec<_> = std::fs::read_dir(rep).unwrap().collect();
     assert_eq!(reports.len(), 1);
     let gpu_dir = reports[0].as_ref().unwrap().path();

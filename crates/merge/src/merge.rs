@@ -556,6 +556,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         p.reports.clone_from(&files);
         p.device = distinct(|l| l.origin.device.as_str());
         p.recipe = distinct(|l| l.origin.recipe.as_str());
+        p.timing = distinct(|l| l.origin.timing.as_str());
         p.speedup_threshold = Some(opt.threshold);
         p.margin = Some(opt.margin);
         p.host_floor_ms = opt

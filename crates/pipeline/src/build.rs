@@ -177,11 +177,26 @@ fn summary(
             devices.iter().copied().collect::<Vec<_>>().join(", ")
         );
     } else {
-        let _ = writeln!(
-            s,
-            "Measured on {} with `fp8sel bench` (GPU time, CUDA events, median of the timed steps).\n",
-            devices.iter().copied().collect::<Vec<_>>().join(", ")
-        );
+        let devices = devices.iter().copied().collect::<Vec<_>>().join(", ");
+        let te = reports.iter().any(|r| r.1.provenance.timing == "te-eager");
+        let _ = match (te, opt.trainer) {
+            (false, _) => writeln!(
+                s,
+                "Measured on {devices} with fp8sel's cuBLASLt backend (GPU time, CUDA events, median of the timed \
+                 steps): for a CUDA-graphed trainer or long sequences. An eager trainer at short sequences \
+                 pays host time this does not see; make its policy with `--backend te --trainer eager`.\n"
+            ),
+            (true, Some(fp8_merge::Trainer::Graphed)) => writeln!(
+                s,
+                "Measured on {devices} through Transformer Engine (`--backend te`), thresholds on GPU time: \
+                 for a CUDA-graphed trainer.\n"
+            ),
+            (true, _) => writeln!(
+                s,
+                "Measured on {devices} through Transformer Engine (`--backend te`), thresholds on the eager \
+                 step time (host included): for an eager trainer.\n"
+            ),
+        };
     }
     let _ = writeln!(
         s,

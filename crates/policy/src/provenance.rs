@@ -62,6 +62,12 @@ pub struct Provenance {
     /// Threshold used.
     #[serde(default)]
     pub speedup_threshold: Option<f64>,
+    /// How the merged reports were timed, i.e. which backend made the policy: `gpu` (fp8sel's
+    /// cuBLASLt backend, kernel time), `te-eager` (the Transformer Engine backend: eager step
+    /// time, with GPU time alongside), `reference-eager` (the reference tool), `model` (the
+    /// cost model). Empty in policies written before this field existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timing: Vec<String>,
     /// The tool and version that wrote the policy.
     #[serde(default)]
     pub tool: String,
