@@ -83,3 +83,46 @@ def test_importing_does_not_import_torch(module):
     code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class FakeStep:
+    """A step-time model: a base, a per-group FP8 delta, a fixed cost paid once any group is FP8,
+    and seeded multiplicative noise."""
+
+    def __init__(self, delta: dict[str, float], fixed: float = 0.0, noise: float = 0.005, seed: int = 1):
+        import random
+
+        self.delta, self.fixed, self.rng, self.noise = delta, fixed, random.Random(seed), noise
+        self.released: list[str] = []
+
+    def ms(self, mode: dict[str, bool]) -> float:
+        t = 10.0 + sum(self.delta[g] for g in sb.GROUPS if mode[g]) + (self.fixed if any(mode.values()) else 0.0)
+        return t * (1 + self.rng.uniform(-self.noise, self.noise))
+
+    def pair(self, a, b) -> float:
+        return self.ms(a) / self.ms(b)
+
+
+def test_oracle_keeps_the_groups_that_pay_and_drops_the_ones_that_lose():
+    f = FakeStep({"qkv": 0.3, "proj": -0.6, "fc1": -1.0, "fc2": -0.8})
+    best, trials = sb.search_oracle(f.pair, 7, release=lambda m: f.released.append(sb.key(m)))
+    assert sb.key(best) == "b888"
+    assert {t["search"] for t in trials} == {"up", "down"}  # both passes agree: no final
+    # Every superseded mode is let go (the caller keeps the ones it still times), never the answer.
+    assert sb.key(best) not in f.released
+    assert {"bbbb", "8888", "8bbb"} <= set(f.released)
+
+
+def test_oracle_finds_groups_that_only_pay_together():
+    # A fixed FP8 cost (a shared cast, an optimizer switch) that no single group repays alone.
+    f = FakeStep(dict.fromkeys(sb.GROUPS, -0.5), fixed=1.2)
+    best, trials = sb.search_oracle(f.pair, 7)
+    assert not any(t["kept"] for t in trials if t["search"] == "up")
+    assert sb.key(best) == "8888", trials
+    assert trials[-1]["search"] == "final" and trials[-1]["kept"]
+
+
+def test_oracle_inside_the_noise_stays_bf16():
+    f = FakeStep(dict.fromkeys(sb.GROUPS, -0.01), noise=0.05)
+    best, _ = sb.search_oracle(f.pair, 7)
+    assert sb.key(best) == "bbbb"

@@ -12,11 +12,12 @@ A step is forward + backward + optimizer step (TE FusedAdam with fp32 master wei
 for every mode) on random bf16 activations, Float8BlockScaling recipe.
 
 Modes: `bf16`, `fp8`, one per `--policy` (`policy:<file>`, modules chosen by the plan), and
-`oracle`: starting from all-BF16, each module group (qkv, proj, fc1, fc2) is switched to FP8 and
-kept only when the step got faster beyond the noise (paired rounds, p90 of the ratio < 1). The
-oracle is greedy and conservative: groups that only win together, or by less than the noise,
-stay BF16, so a policy can beat it. All modes are then timed interleaved (A B C A B C ...)
-for `--repeats` rounds of `--steps` steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the noise band,
+`oracle`: two greedy passes over the module groups (qkv, proj, fc1, fc2), upward from all-BF16
+and downward from all-FP8, keeping a switch only when the step got faster beyond the noise
+(paired rounds, p90 of the ratio < 1); the faster of the two results is the oracle. It is found
+by trying, not assumed, but a greedy search can still miss a better set, so a policy can beat it.
+All modes are then timed interleaved (A B C A B C ...) for `--repeats` rounds of `--steps`
+steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the noise band,
 and a band containing 1.0 is reported as a tie.
 
 Scope: dense attention + MLP layers of one rank (no TP/EP communication in the step), eager
@@ -151,6 +152,49 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
             "vs_best_of_bf16_fp8": statistics.median(ts) / best,
         }
     return row
+
+
+def search_oracle(pair, repeats: int, say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
+    """The per-module oracle, found by trying: `pair(a, b)` times modes a and b back to back once
+    and returns ms(a) / ms(b).
+
+    Two greedy passes, because a group can pay only together with others (a shared cast or
+    optimizer cost) or lose only in company: upward from all-BF16 (switch a group to FP8 and keep
+    it when the step is faster beyond the noise) and downward from all-FP8 (switch a group back to
+    BF16 and keep that when faster beyond the noise). When the passes disagree, their results are
+    compared head to head and the faster wins; a tie keeps the upward one (fewer FP8 groups).
+    `release(mode)` is told of each mode the search no longer needs, so memory stays bounded.
+    """
+    trials: list[dict] = []
+
+    def trial(search: str, group: str, cand: dict, cur: dict) -> bool:
+        ratios = [pair(cand, cur) for _ in range(repeats)]
+        t = {
+            "search": search,
+            "group": group,
+            "ratio_median": statistics.median(ratios),
+            "ratio_p10": quantile(ratios, 0.1),
+            "ratio_p90": quantile(ratios, 0.9),
+            "kept": verdict(ratios) == "faster",
+        }
+        trials.append(t)
+        say(t)
+        release(cur if t["kept"] else cand)
+        return t["kept"]
+
+    up = dict.fromkeys(GROUPS, False)
+    for g in GROUPS:
+        cand = dict(up, **{g: True})
+        if trial("up", g, cand, up):
+            up = cand
+    down = dict.fromkeys(GROUPS, True)
+    for g in GROUPS:
+        cand = dict(down, **{g: False})
+        if trial("down", g, cand, down):
+            down = cand
+    if key(up) == key(down):
+        return up, trials
+    return (down if trial("final", key(down) + " vs " + key(up), down, up) else up), trials
 
 
 def markdown(out: dict) -> str:
@@ -290,22 +334,21 @@ def run(args, log=print) -> dict:
                 bench.check(steps[k], k)
             return steps[k]
 
-        # Oracle search: flip one group at a time, keep a flip that wins beyond the noise.
-        oracle = dict(modes["bf16"])
-        trials = []
-        for g in GROUPS:
-            trial = dict(oracle, **{g: True})
-            base_step, trial_step = ensure(oracle), ensure(trial)
-            ratios = []
-            for _ in range(args.repeats):
-                b = bench.time_ms(base_step)
-                t = bench.time_ms(trial_step)
-                ratios.append(t / b)
-            kept = verdict(ratios) == "faster"
-            trials.append({"group": g, "ratio_median": statistics.median(ratios), "ratio_p10": quantile(ratios, 0.1), "ratio_p90": quantile(ratios, 0.9), "kept": kept})
-            log(f"  tokens {tokens}: oracle trial {g}: {statistics.median(ratios):.3f} ({'kept' if kept else 'not kept'})", file=sys.stderr)
-            if kept:
-                oracle = trial
+        def pair(a: dict[str, bool], b: dict[str, bool]) -> float:
+            sa, sb = ensure(a), ensure(b)
+            tb = bench.time_ms(sb)
+            return bench.time_ms(sa) / tb
+
+        def say(t: dict) -> None:
+            log(f"  tokens {tokens}: oracle {t['search']} {t['group']}: {t['ratio_median']:.3f} ({'kept' if t['kept'] else 'not kept'})", file=sys.stderr)
+
+        keep = {key(f) for f in modes.values()}
+
+        def release(mode: dict[str, bool]) -> None:
+            if key(mode) not in keep:
+                steps.pop(key(mode), None)
+
+        oracle, trials = search_oracle(pair, args.repeats, say, release)
         modes["oracle"] = oracle
         wanted = {key(f) for f in modes.values()}
         for k in [k for k in steps if k not in wanted]:
