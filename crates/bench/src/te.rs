@@ -19,6 +19,18 @@ use crate::cuda::MeasureOptions;
 use crate::runner::Backend;
 use crate::sweep::BenchPoint;
 
+/// Activation recompute is timed only by this backend: an error with the fix when another
+/// backend (`backend`) is asked for it. Shared by `fp8sel bench` and `gen-policy`.
+pub fn check_recompute(backend: &str, recompute: bool) -> Result<(), String> {
+    if recompute && backend != "te" {
+        return Err(format!(
+            "--recompute: the {backend} backend does not model activation recompute yet; fix: \
+             measure with --backend te, or drop --recompute (TE_LAYER_PERF_RECOMPUTE=false)"
+        ));
+    }
+    Ok(())
+}
+
 /// A running worker.
 pub struct TeBackend {
     child: Child,

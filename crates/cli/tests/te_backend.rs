@@ -21,6 +21,16 @@ fn fp8sel(args: &[&str], pythonpath: Option<&Path>) -> Output {
     c.output().unwrap()
 }
 
+/// Exit 0, or the command's stderr in the failure message.
+fn assert_ok(o: &Output) {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn fake() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"))
 }
@@ -50,12 +60,7 @@ fn te_reports_carry_the_backend_the_version_and_recompute() {
         &[&SWEEP[..], &["--report", s(&plain)]].concat(),
         Some(&fake()),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_ok(&o);
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
     assert_eq!(r["provenance"]["timing"], "te-eager");
@@ -72,12 +77,7 @@ fn te_reports_carry_the_backend_the_version_and_recompute() {
         &[&SWEEP[..], &["--recompute", "--report", s(&rc)]].concat(),
         Some(&fake()),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_ok(&o);
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&rc).unwrap()).unwrap();
     assert_eq!(r["provenance"]["recompute"], true);
@@ -174,19 +174,9 @@ fn merge_policy_thresholds_the_trainers_figure() {
         (o, out)
     };
     let (o, eager) = merge("eager", &te);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_ok(&o);
     let (o, graphed) = merge("graphed", &te);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_ok(&o);
     let read = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };
@@ -241,12 +231,7 @@ fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
         ],
         Some(&fake()),
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_ok(&o);
     // Never over the shipped (cuBLASLt) policies: TE's go to te/ folders.
     assert!(!pol.join("llama3_2_1b.json").exists());
     let p: serde_json::Value =

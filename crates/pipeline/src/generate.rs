@@ -87,11 +87,7 @@ impl Chosen {
 /// Picks the backend: `auto` is the GPU when one opens, else the cost model; `te` starts the
 /// TE worker with `python` (and activation recompute when asked).
 pub fn choose(kind: &str, profile: &str, python: &str, recompute: bool) -> Result<Chosen, String> {
-    if recompute && kind != "te" {
-        return Err(format!(
-            "--recompute needs --backend te (the {kind} backend times no recompute); fix: add --backend te"
-        ));
-    }
+    fp8_bench::te::check_recompute(kind, recompute)?;
     let model = || {
         fp8_bench::costmodel::profile(profile)
             .map(|p| Chosen::Model(fp8_bench::costmodel::ModelBackend(p)))

@@ -113,19 +113,8 @@ pub struct Args {
     /// GPU needed; the report is marked estimated).
     #[arg(long, default_value = "cuda", value_parser = ["cuda", "te", "model"])]
     pub backend: String,
-    /// The Python interpreter with torch, transformer_engine and adaptive_fp8 (--backend te).
-    #[arg(
-        long,
-        env = "FP8SEL_PYTHON",
-        default_value = "python3",
-        value_name = "PYTHON"
-    )]
-    pub python: String,
-    /// Recompute the forward inside the backward (activation recompute), as the reference tool
-    /// times by default (--backend te only). Recorded in the report; reports with and without
-    /// it do not merge.
-    #[arg(long, env = "TE_LAYER_PERF_RECOMPUTE")]
-    pub recompute: bool,
+    #[command(flatten)]
+    pub te: super::te_args::TeArgs,
     /// Device profile of the cost model: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -171,13 +160,7 @@ pub fn run(args: &Args) -> CliResult {
         )));
     }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
-    if args.recompute && args.backend != "te" {
-        return Err(CliError::input(format!(
-            "--recompute: the {} backend does not model activation recompute yet; fix: measure \
-             with --backend te, or drop --recompute (TE_LAYER_PERF_RECOMPUTE=false)",
-            args.backend
-        )));
-    }
+    fp8_bench::te::check_recompute(&args.backend, args.te.recompute).map_err(CliError::input)?;
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
     let job = SweepJob {
         component: args.component,
@@ -233,7 +216,7 @@ pub fn run(args: &Args) -> CliResult {
         &opt,
         &args.scales,
     );
-    provenance.recompute = args.recompute;
+    provenance.recompute = args.te.recompute;
     let rank = RankEnv::detect(|k| std::env::var(k).ok())
         .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
     let devices = args.devices.as_deref().map(parse_devices).transpose()?;
@@ -267,7 +250,7 @@ pub fn run(args: &Args) -> CliResult {
                      GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
                 ));
             }
-            return fp8_bench::te::TeBackend::start(&args.python, args.recompute)
+            return fp8_bench::te::TeBackend::start(&args.te.python, args.te.recompute)
                 .map(|b| Box::new(b) as Box<dyn Backend>);
         }
         open_backend(&args.backend, &args.device_profile, dev, args.quiet).map_err(|e| e.message)

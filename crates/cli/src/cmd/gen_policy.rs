@@ -76,12 +76,8 @@ pub struct Args {
     /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te"])]
     pub backend: String,
-    /// The Python that has torch, transformer_engine and adaptive_fp8 (--backend te).
-    #[arg(long, default_value = "python3", value_name = "PYTHON")]
-    pub python: String,
-    /// Recompute the forward inside the backward, as TE_LAYER_PERF_RECOMPUTE=1 (--backend te).
-    #[arg(long, env = "TE_LAYER_PERF_RECOMPUTE")]
-    pub recompute: bool,
+    #[command(flatten)]
+    pub te: super::te_args::TeArgs,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -134,8 +130,8 @@ pub fn run(args: &Args) -> CliResult {
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),
-        python: args.python.clone(),
-        recompute: args.recompute,
+        python: args.te.python.clone(),
+        recompute: args.te.recompute,
         device_profile: args.device_profile.clone(),
         measure: MeasureOptions {
             warmup: args.warmup,

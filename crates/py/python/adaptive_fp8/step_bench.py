@@ -59,6 +59,11 @@ def verdict(ratios: list[float]) -> str:
     return "tie"
 
 
+def _decoder_rows(rows: list[dict]) -> list[dict]:
+    """The plan's rows of the language model's decoder layers (no ViT, no MTP layers)."""
+    return [r for r in rows if r["component"] == "llm" and not r["name"].startswith("mtp.")]
+
+
 @dataclass(frozen=True)
 class Layout:
     """One rank's dense layer, from the plan."""
@@ -76,9 +81,7 @@ class Layout:
     @staticmethod
     def from_plan(rows: list[dict], head_dim: int, model: str) -> "Layout":
         by = {}
-        for r in rows:
-            if r["component"] != "llm" or r["name"].startswith("mtp."):
-                continue
+        for r in _decoder_rows(rows):
             if r["module_kind"] in ("column_grouped", "row_grouped") or "experts" in r["name"]:
                 raise StepBenchError(f"{model}: MoE layers are not in the step benchmark yet (dense models only)")
             if r["ub_name"] not in GROUPS:
@@ -120,12 +123,7 @@ class Layout:
 
 def fp8_groups(rows: list[dict]) -> dict[str, bool]:
     """The plan's decision per module group (all layers of a dense model decide alike)."""
-    out: dict[str, bool] = {}
-    for r in rows:
-        g = r["ub_name"]
-        if r["component"] == "llm" and g in GROUPS and not r["name"].startswith("mtp."):
-            out[g] = bool(r["use_fp8"])
-    return out
+    return {r["ub_name"]: bool(r["use_fp8"]) for r in _decoder_rows(rows) if r["ub_name"] in GROUPS}
 
 
 def key(fp8: dict[str, bool]) -> str:
