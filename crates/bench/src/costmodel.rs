@@ -12,6 +12,7 @@ use fp8_report::{DeviceInfo, Point, Stat, Status, Timing};
 
 use crate::cuda::MeasureOptions;
 use crate::layout::round_up;
+use crate::recipe::Recipe;
 use crate::runner::Backend;
 use crate::sweep::BenchPoint;
 
@@ -34,6 +35,8 @@ pub struct DeviceProfile {
     pub bf16_eff: f64,
     /// Best fraction of the FP8 peak the blockwise GEMM reaches on large shapes.
     pub fp8_eff: f64,
+    /// The same for per-tensor scaled FP8 GEMMs (tensorwise, delayed) and MXFP8.
+    pub fp8_tensor_eff: f64,
     /// K at which a GEMM reaches half of its K-efficiency (pipeline fill).
     pub k_half: f64,
     /// Rows at which a GEMM reaches half of its M-efficiency (small-M tiles are underused).
@@ -56,6 +59,9 @@ fn h200() -> DeviceProfile {
         sm_count: 132,
         bf16_eff: 0.78,
         fp8_eff: 0.60,
+        // Per-tensor FP8 GEMMs run 1.09x blockwise at the median of the H200 anchor shapes
+        // (`_scaled_mm` tensorwise vs blockwise, ../shared/anchors/h200_gemm_ceiling.json).
+        fp8_tensor_eff: 0.60 * 1.09,
         k_half: 48.0,
         m_half: 24.0,
         cast_share: 0.55,
@@ -94,15 +100,20 @@ pub fn profile(name: &str) -> Option<DeviceProfile> {
 }
 
 impl DeviceProfile {
-    /// Estimated time of one GEMM `D[m, n] = A[m, k] B[k, n]` in ms (`m` rows of tokens).
+    /// Estimated time of one GEMM `D[m, n] = A[m, k] B[k, n]` in ms (`m` rows of tokens), in
+    /// BF16 or blockwise FP8.
     pub fn gemm_ms(&self, m: u64, n: u64, k: u64, fp8: bool) -> f64 {
+        self.gemm_ms_with(m, n, k, fp8.then_some(self.fp8_eff))
+    }
+
+    /// [`DeviceProfile::gemm_ms`] with the FP8 efficiency given (`None`: BF16).
+    fn gemm_ms_with(&self, m: u64, n: u64, k: u64, fp8_eff: Option<f64>) -> f64 {
         if m == 0 || n == 0 || k == 0 {
             return 0.0;
         }
-        let (peak, cap, bytes_per) = if fp8 {
-            (self.fp8_tflops, self.fp8_eff, 1.0)
-        } else {
-            (self.bf16_tflops, self.bf16_eff, 2.0)
+        let (peak, cap, bytes_per) = match fp8_eff {
+            Some(e) => (self.fp8_tflops, e, 1.0),
+            None => (self.bf16_tflops, self.bf16_eff, 2.0),
         };
         // Output tiles of 128x128 spread over the SMs: the last wave is partly idle.
         let tiles = m.div_ceil(128) * n.div_ceil(128);
@@ -143,26 +154,64 @@ impl DeviceProfile {
             }
         }
         let prow = seg.total_padded() as f64;
+        let (kf, nf) = (k as f64, n as f64);
+        let recipe = opt.recipe.recipe();
+        let launch = self.launch_us * 1e-3;
+        // Bytes per element and extra small kernels of one activation/gradient cast with its
+        // transposed copy, per recipe:
+        // - blockwise: read bf16 once, write both FP8 copies (scales are 1/128 of that);
+        // - tensorwise: an amax pass reads it once more; memset + scale kernel are launches;
+        // - delayed: one pass (the amax is recorded on the way); the history update is one
+        //   launch per direction;
+        // - mxfp8: like blockwise, with 1x32 scales.
+        let (cast_bytes, extra_launches, update_launches) = match recipe {
+            Recipe::Tensorwise => (6.0, 2u32, 0u32),
+            Recipe::Delayed => (4.0, 0, 1),
+            _ => (4.0, 0, 0),
+        };
+        let act_cast =
+            |elems: f64| self.cast_ms(cast_bytes * elems) + f64::from(extra_launches) * launch;
         let x_cast = if norm {
-            // fused norm + rowwise cast (read 2, write bf16 2 + fp8 1), then the columnwise cast
-            self.cast_ms(5.0 * prow * k as f64) + self.cast_ms(3.0 * prow * k as f64)
+            if recipe.per_tensor() {
+                // bf16 norm, then the per-tensor cast of its output
+                self.cast_ms(4.0 * prow * kf) + act_cast(prow * kf)
+            } else {
+                // fused norm + rowwise cast (read 2, write bf16 2 + fp8 1), then the columnwise cast
+                self.cast_ms(5.0 * prow * kf) + self.cast_ms(3.0 * prow * kf)
+            }
         } else {
-            self.cast_ms(4.0 * prow * k as f64)
+            act_cast(prow * kf)
         };
         let w_cast = if opt.fp8_param {
             0.0
         } else {
-            s.num_gemms as f64 * self.cast_ms(4.0 * (n * k) as f64)
+            s.num_gemms as f64 * act_cast((n * k) as f64)
         };
-        let dy_cast = self.cast_ms(4.0 * prow * n as f64);
-        f.2 = x_cast + w_cast + dy_cast;
-        f.0 += x_cast + w_cast;
-        f.1 += dy_cast;
-        f.3 += if norm { 3 } else { 2 } + if opt.fp8_param { 0 } else { s.num_gemms };
+        let dy_cast = act_cast(prow * nf);
+        let update = f64::from(update_launches) * launch;
+        f.2 = x_cast + w_cast + dy_cast + 2.0 * update;
+        f.0 += x_cast + w_cast + update;
+        f.1 += dy_cast + update;
+        let cast_launches = 1 + extra_launches;
+        f.3 += if norm {
+            cast_launches + 2
+        } else {
+            2 * cast_launches
+        } + if opt.fp8_param {
+            0
+        } else {
+            s.num_gemms * cast_launches
+        } + 2 * update_launches;
+        let eff = if recipe == Recipe::Blockwise {
+            self.fp8_eff
+        } else {
+            self.fp8_tensor_eff
+        };
         for &pr in &seg.padded {
             if pr > 0 {
-                f.0 += self.gemm_ms(pr, n, k, true);
-                f.1 += self.gemm_ms(pr, k, n, true) + self.gemm_ms(k, n, round_up(pr, 16), true);
+                f.0 += self.gemm_ms_with(pr, n, k, Some(eff));
+                f.1 += self.gemm_ms_with(pr, k, n, Some(eff))
+                    + self.gemm_ms_with(k, n, round_up(pr, 16), Some(eff));
                 f.3 += 3;
             }
         }
@@ -198,6 +247,14 @@ impl Backend for ModelBackend {
     }
     fn measure(&mut self, p: &BenchPoint, opt: &MeasureOptions) -> Point {
         let mut point = p.report_point(opt.pad);
+        if opt.fp8 && opt.recipe.recipe() == Recipe::Mxfp8 && self.0.name != "b200" {
+            point.status = Status::Skipped;
+            point.reason = Some(format!(
+                "mxfp8 runs on Blackwell only; the {} profile cannot estimate it (use --device-profile b200)",
+                self.0.name
+            ));
+            return point;
+        }
         let (k, n) = (p.spec.in_features, p.spec.out_features);
         if opt.fp8 && !(k.is_multiple_of(16) && n.is_multiple_of(16)) {
             point.status = Status::Skipped;
@@ -300,5 +357,77 @@ mod tests {
         let over = h.gemm_ms(128 * 133, 128, 4096, false);
         assert!(over > 1.5 * full - 0.01);
         assert_eq!(h.gemm_ms(0, 1, 1, false), 0.0);
+    }
+
+    #[test]
+    fn recipes_move_the_estimate_the_way_their_kernels_do() {
+        use crate::recipe::{Recipe, RecipeOptions};
+        use fp8_engine::ModuleSpec;
+        use fp8_engine::classify::TeClass;
+        use fp8_engine::model::Role;
+        let spec = ModuleSpec {
+            name: "x.fc2".into(),
+            component: Role::Llm,
+            layers: 1,
+            te_class: TeClass::RowParallelLinear,
+            module_kind: ModuleKind::Row,
+            ub_name: Some("fc2".into()),
+            is_expert: false,
+            in_features: 3696,
+            out_features: 8192,
+            num_gemms: 1,
+            norm: None,
+            tp: 8,
+            etp: 8,
+            row_divisor: 1,
+        };
+        let h = profile("h200").unwrap_or_else(|| unreachable!());
+        let at = |tokens: u64, r: Recipe| {
+            let p = BenchPoint {
+                spec: spec.clone(),
+                tokens,
+                splits: vec![tokens],
+                split_mode: None,
+            };
+            let opt = MeasureOptions {
+                recipe: RecipeOptions::new(r, None, None, None).unwrap_or_default(),
+                ..MeasureOptions::default()
+            };
+            let (b, f) = h.estimate(&p, &opt);
+            (
+                b.total_ms.median,
+                f.total_ms.median,
+                f.cast_ms.median,
+                f.launches,
+            )
+        };
+        let (bb, bf, bc, bl) = at(16384, Recipe::Blockwise);
+        let (tb, tf, tc, tl) = at(16384, Recipe::Tensorwise);
+        let (_, df, dc, dl) = at(16384, Recipe::Delayed);
+        assert_eq!(bb, tb, "BF16 does not depend on the recipe");
+        // Current scaling reads every tensor once more and launches more kernels ...
+        assert!(tc > bc && tc > dc && tl > bl, "{tc} {bc} {dc} {tl} {bl}");
+        // ... delayed scaling adds only its history updates ...
+        assert_eq!(dl, bl + 2);
+        // ... and per-tensor GEMMs are faster, which wins at large token counts.
+        assert!(df < bf && tf.is_finite(), "{df} {bf}");
+        // MXFP8 is Blackwell's: the H200 profile refuses it, the B200 one estimates it.
+        let p = BenchPoint {
+            spec: spec.clone(),
+            tokens: 4096,
+            splits: vec![4096],
+            split_mode: None,
+        };
+        let mx = MeasureOptions {
+            recipe: RecipeOptions::new(Recipe::Mxfp8, None, None, None).unwrap_or_default(),
+            ..MeasureOptions::default()
+        };
+        let refused = ModelBackend(h.clone()).measure(&p, &mx);
+        assert_eq!(refused.status, Status::Skipped);
+        assert!(refused.reason.unwrap_or_default().contains("b200"));
+        let b200 = profile("b200").unwrap_or_else(|| unreachable!());
+        let est = ModelBackend(b200).measure(&p, &mx);
+        assert_eq!(est.status, Status::Ok);
+        assert!(est.speedup.is_some_and(|s| s > 0.0));
     }
 }

@@ -81,7 +81,7 @@ pub fn provenance(
     let p = job.parallel;
     Provenance {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        recipe: "blockwise".to_owned(),
+        recipe: opt.recipe.label(),
         scale_mode: scale_mode.to_owned(),
         fp8_param: opt.fp8_param,
         fp8_pad: opt.pad as u32,

@@ -112,6 +112,29 @@ impl Segments {
     }
 }
 
+impl Segments {
+    /// The tile descriptors of the per-tensor casts (`amax_tiles`, `cast_tensor`): the same
+    /// tiles as [`Segments::tiles`], with the segment's index into the per-tensor arrays (its
+    /// amax, scale and scale_inv: `first + i`) where the 1x128 table has the rowwise scale
+    /// offset, and no columnwise scale offset.
+    pub fn tensor_tiles(&self, cols: u64, first: u64) -> Vec<[u64; 7]> {
+        let (qcol, _) = self.colwise_data_offsets(cols);
+        let mut out = Vec::new();
+        for (i, &p) in self.padded.iter().enumerate() {
+            let mut m = 0;
+            while m < p {
+                let mut c = 0;
+                while c < cols {
+                    out.push([self.offsets[i], p, m, c, first + i as u64, qcol[i], 0]);
+                    c += BLOCK;
+                }
+                m += BLOCK;
+            }
+        }
+        out
+    }
+}
+
 fn prefix(sizes: impl Iterator<Item = u64>) -> (Vec<u64>, u64) {
     let mut at = 0;
     let mut out = Vec::new();

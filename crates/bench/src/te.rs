@@ -134,6 +134,10 @@ impl TeBackend {
             "opt": {
                 "warmup": opt.warmup, "iters": opt.iters, "fp8_param": opt.fp8_param,
                 "pad": opt.pad, "bf16": opt.bf16, "fp8": opt.fp8, "recompute": self.recompute,
+                "recipe": opt.recipe.recipe().name(),
+                "fp8_format": opt.recipe.format().name(),
+                "amax_history_len": opt.recipe.history_len(),
+                "amax_compute_algo": opt.recipe.algo().name(),
             },
         })
     }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use fp8_bench::cuda::{Gpu, MeasureOptions, measure_point, perf};
+use fp8_bench::recipe::{AmaxAlgo, Fp8Format, Recipe, RecipeOptions};
 use fp8_bench::sweep::{BenchPoint, SplitMode, split_rows};
 use fp8_engine::ModuleSpec;
 use fp8_engine::classify::TeClass;
@@ -187,7 +188,7 @@ fn kernel_rates_are_plausible() {
     let Some(mut g) = gpu() else { return };
     let copy = perf::copy_bandwidth(&g).unwrap();
     assert!(copy.rate > 1.0, "copy {} TB/s", copy.rate);
-    let [bf, f8] = perf::gemm_throughput(
+    let figs = perf::gemm_throughput(
         &mut g,
         4096,
         4096,
@@ -195,12 +196,22 @@ fn kernel_rates_are_plausible() {
         fp8_bench::cuda::AlgoSearch::Heuristic(16),
     )
     .unwrap();
-    assert!(
-        bf.rate > 100.0 && f8.rate > bf.rate,
-        "bf16 {} fp8 {}",
-        bf.rate,
-        f8.rate
-    );
+    let bf = &figs[0];
+    for f8 in &figs[1..] {
+        println!(
+            "{}: {:.0} TFLOP/s ({:.2}x bf16)",
+            f8.name,
+            f8.rate,
+            f8.rate / bf.rate
+        );
+        assert!(
+            bf.rate > 100.0 && f8.rate > bf.rate,
+            "bf16 {} {} {}",
+            bf.rate,
+            f8.name,
+            f8.rate
+        );
+    }
     for f in perf::quant_bandwidth(&g, 8192, 4096, copy.rate).unwrap() {
         println!(
             "{}: {:.2} TB/s ({:.2} of copy)",
@@ -216,8 +227,8 @@ fn kernel_rates_are_plausible() {
 fn exhaustive_search_keeps_the_heuristic_or_something_faster_that_agrees_with_it() {
     use fp8_bench::cuda::AlgoSearch;
     let Some(mut g) = gpu() else { return };
-    let [bf, f8] = perf::gemm_throughput(&mut g, 2048, 2048, 4096, AlgoSearch::Exhaustive).unwrap();
-    for f in [&bf, &f8] {
+    let figs = perf::gemm_throughput(&mut g, 2048, 2048, 4096, AlgoSearch::Exhaustive).unwrap();
+    for f in &figs {
         assert!(f.rate > 50.0, "{}: {} TFLOP/s", f.name, f.rate);
         let t = f.tuning.as_deref().unwrap();
         println!("{}: {t}", f.name);
@@ -238,5 +249,153 @@ fn exhaustive_search_keeps_the_heuristic_or_something_faster_that_agrees_with_it
             let d: f64 = t[i + 25..].trim().parse().unwrap();
             assert!(d <= 1e-2, "{t}");
         }
+    }
+}
+
+fn recipe(
+    r: Recipe,
+    fmt: Option<Fp8Format>,
+    len: Option<u32>,
+    algo: Option<AmaxAlgo>,
+) -> RecipeOptions {
+    RecipeOptions::new(r, fmt, len, algo).unwrap()
+}
+
+#[test]
+fn per_tensor_recipes_pass_their_checks_on_every_kind() {
+    let Some(mut g) = gpu() else { return };
+    let recipes = [
+        recipe(Recipe::Tensorwise, None, None, None),
+        recipe(Recipe::Tensorwise, Some(Fp8Format::Hybrid), None, None),
+        recipe(Recipe::Delayed, None, None, None),
+        recipe(
+            Recipe::Delayed,
+            Some(Fp8Format::E4m3),
+            Some(1),
+            Some(AmaxAlgo::MostRecent),
+        ),
+    ];
+    let cases = [
+        (
+            spec(
+                ModuleKind::LayernormColumn,
+                TeClass::LayerNormColumnParallelLinear,
+                1152,
+                1728,
+                1,
+            ),
+            vec![1008],
+        ),
+        (
+            spec(ModuleKind::Row, TeClass::RowParallelLinear, 3696, 1024, 1),
+            vec![2000],
+        ),
+        (
+            spec(
+                ModuleKind::ColumnGrouped,
+                TeClass::ColumnParallelGroupedLinear,
+                1024,
+                768,
+                8,
+            ),
+            split_rows(6000, 8, SplitMode::Zipf(1.2), 3),
+        ),
+        (
+            spec(
+                ModuleKind::RowGrouped,
+                TeClass::RowParallelGroupedLinear,
+                384,
+                1024,
+                4,
+            ),
+            vec![0, 17, 1000, 333],
+        ),
+    ];
+    for r in recipes {
+        for (s, splits) in &cases {
+            let p = BenchPoint {
+                tokens: splits.iter().sum(),
+                spec: s.clone(),
+                splits: splits.clone(),
+                split_mode: None,
+            };
+            for (pow2, fp8_param) in [(true, true), (false, false)] {
+                let opt = MeasureOptions {
+                    pow2_scales: pow2,
+                    fp8_param,
+                    recipe: r,
+                    ..quick()
+                };
+                let point = measure_point(&mut g, &p, &opt);
+                assert_eq!(
+                    point.status,
+                    Status::Ok,
+                    "{r} {} pow2={pow2} fp8_param={fp8_param}: {:?}",
+                    s.module_kind,
+                    point.reason
+                );
+                assert!(point.speedup.is_some_and(|x| x.is_finite() && x > 0.0));
+                assert!(
+                    point.errors.contains_key("fp8_quant_w_tensor"),
+                    "{:?}",
+                    point.errors
+                );
+                println!(
+                    "{r} | {} pow2={pow2} fp8_param={fp8_param} speedup {:.3} launches {} errors {:?}",
+                    s.module_kind,
+                    point.speedup.unwrap_or(0.0),
+                    point.fp8.map_or(0, |t| t.launches),
+                    point.errors
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn per_tensor_kernels_match_host_references_on_whole_tensors() {
+    use fp8_bench::cuda::selftest;
+    let Some(g) = gpu() else { return };
+    for (e5, pow2) in [(false, true), (false, false), (true, true), (true, false)] {
+        println!(
+            "{}",
+            selftest::check_tensor_cast(&g, &[300, 0, 16, 128], 520, e5, pow2).unwrap()
+        );
+    }
+    println!(
+        "{}",
+        selftest::check_tensor_cast(&g, &[1024], 4096, false, true).unwrap()
+    );
+    for (len, algo_max) in [(1, true), (4, true), (4, false), (1024, true)] {
+        println!("{}", selftest::check_delayed(&g, len, algo_max).unwrap());
+    }
+}
+
+#[test]
+fn mxfp8_is_refused_below_sm100_with_the_way_out() {
+    let Some(mut g) = gpu() else { return };
+    let s = spec(ModuleKind::Row, TeClass::RowParallelLinear, 2048, 1024, 1);
+    let p = BenchPoint {
+        tokens: 1024,
+        spec: s,
+        splits: vec![1024],
+        split_mode: None,
+    };
+    let point = measure_point(
+        &mut g,
+        &p,
+        &MeasureOptions {
+            recipe: recipe(Recipe::Mxfp8, None, None, None),
+            ..quick()
+        },
+    );
+    if g.info.compute_capability.starts_with('9') {
+        assert_eq!(point.status, Status::Skipped);
+        let why = point.reason.unwrap();
+        assert!(
+            why.contains("10.0") && why.contains("--device-profile b200"),
+            "{why}"
+        );
+        println!("mxfp8 on {}: {why}", g.info.compute_capability);
     }
 }

@@ -407,14 +407,23 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     // TE-measured policies are for a different objective than the shipped cuBLASLt ones: they
     // get their own folders so neither overwrites the other.
     let te = matches!(chosen, Chosen::Te(_));
+    // Each recipe but blockwise (the shipped policies' own) gets its own folder too.
+    let recipe = o.measure.recipe.recipe();
+    let sub = |dir: PathBuf| {
+        if recipe == fp8_bench::recipe::Recipe::Blockwise {
+            dir
+        } else {
+            dir.join(recipe.name())
+        }
+    };
     let out = o.out.clone().unwrap_or_else(|| {
-        if estimated {
+        sub(if estimated {
             o.policies_dir.join("estimated").join(&o.device_profile)
         } else if te {
             o.policies_dir.join("te")
         } else {
             o.policies_dir.clone()
-        }
+        })
     });
     let reports_dir = if estimated {
         out.join("reports")
@@ -422,7 +431,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         let name = chosen.backend().device().name.to_lowercase();
         let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
         let dir = o.reports_base.join(slug);
-        if te { dir.join("te") } else { dir }
+        sub(if te { dir.join("te") } else { dir })
     };
     let mut reports = Vec::new();
     for ((config, model), layouts) in models.iter().zip(&plans) {

@@ -35,6 +35,7 @@ mod lookup;
 mod parse;
 mod policy;
 mod provenance;
+mod recipe;
 mod ser;
 
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
@@ -42,3 +43,4 @@ pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
 pub use provenance::{HostFloor, Provenance};
+pub use recipe::{Recipe, UnknownRecipe};

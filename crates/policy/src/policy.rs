@@ -135,6 +135,53 @@ impl Policy {
         self.provenance.as_ref().is_some_and(|p| p.estimated)
     }
 
+    /// The FP8 recipes the policy's measurements used (from `provenance.recipe`); empty when
+    /// the policy does not say (the seed's policies, hand-written ones).
+    pub fn recipes(&self) -> Vec<crate::Recipe> {
+        let mut v: Vec<crate::Recipe> = self
+            .provenance
+            .as_ref()
+            .map(|p| {
+                p.recipe
+                    .iter()
+                    .filter_map(|l| crate::Recipe::from_label(l))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// What a trainer running `recipe` should hear about this policy: `None` when the policy was
+    /// made for that recipe or does not say, else a warning that names both and the fix.
+    ///
+    /// ```
+    /// use fp8_policy::{Policy, Provenance, Recipe};
+    ///
+    /// let mut p = Policy::new(1.0)?;
+    /// let mut prov = Provenance::default();
+    /// prov.recipe = vec!["blockwise".into()];
+    /// p.set_provenance(prov);
+    /// assert!(p.recipe_warning(Recipe::Blockwise).is_none());
+    /// assert!(p.recipe_warning(Recipe::Tensorwise).unwrap().contains("--recipe tensorwise"));
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
+    pub fn recipe_warning(&self, recipe: crate::Recipe) -> Option<String> {
+        let made = self.recipes();
+        if made.is_empty() || made.contains(&recipe) {
+            return None;
+        }
+        let names: Vec<&str> = made.iter().map(|r| r.name()).collect();
+        Some(format!(
+            "this policy was measured with the {} recipe, but the trainer uses {recipe} ({}): \
+             crossovers differ per recipe; make a policy for it with \
+             `fp8sel gen-policy --recipe {recipe} ...`",
+            names.join(" and "),
+            recipe.te_class()
+        ))
+    }
+
     /// Keys the policy's maker measured and found no FP8 win for: for those, BF16 is a measured
     /// answer rather than a gap in the sweep.
     pub fn measured_bf16_keys(&self) -> &[RuleKey] {

@@ -10,6 +10,46 @@ use crate::cuda::buffer::DevBuf;
 use crate::error::BenchError;
 use crate::layout::{blk128_scale_index, vec128_scale_index};
 
+/// Decodes an E5M2 byte (the top byte of an IEEE half).
+pub fn e5m2_to_f32(b: u8) -> f32 {
+    half::f16::from_bits(u16::from(b) << 8).to_f32()
+}
+
+/// Decodes an FP8 byte in E4M3 or E5M2.
+pub fn fp8_to_f32(b: u8, e5m2: bool) -> f32 {
+    if e5m2 { e5m2_to_f32(b) } else { e4m3_to_f32(b) }
+}
+
+/// The per-tensor quantization factor TE computes from an amax: `fmax / amax`, rounded down to a
+/// power of two with `pow2`; 1 for an amax of 0.
+pub fn expected_tensor_scale(amax: f32, fmax: f32, pow2: bool) -> f32 {
+    if amax.is_nan() || amax <= 0.0 || amax.is_infinite() {
+        return 1.0;
+    }
+    let s = (fmax / amax).min(f32::MAX);
+    if pow2 {
+        f32::from_bits(s.to_bits() & 0xff80_0000)
+    } else {
+        s
+    }
+}
+
+/// `len` FP8 values at `addr`, dequantized with one per-tensor `scale_inv`.
+pub fn fp8_scalar(
+    rd: &DeviceReader<'_>,
+    addr: u64,
+    len: u64,
+    e5m2: bool,
+    scale_inv: f32,
+) -> Result<Vec<f64>, BenchError> {
+    let mut raw = vec![0u8; len as usize];
+    rd.raw(addr, &mut raw)?;
+    Ok(raw
+        .into_iter()
+        .map(|b| f64::from(fp8_to_f32(b, e5m2)) * f64::from(scale_inv))
+        .collect())
+}
+
 /// Decodes an E4M3 byte.
 pub fn e4m3_to_f32(b: u8) -> f32 {
     let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
@@ -250,6 +290,19 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn e5m2_decoding_and_tensor_scales() {
+        assert_eq!(e5m2_to_f32(0x00), 0.0);
+        assert_eq!(e5m2_to_f32(0x3c), 1.0);
+        assert_eq!(e5m2_to_f32(0x7b), 57344.0);
+        assert_eq!(e5m2_to_f32(0xc0), -2.0);
+        assert_eq!(fp8_to_f32(0x38, false), 1.0);
+        assert_eq!(expected_tensor_scale(448.0, 448.0, false), 1.0);
+        assert_eq!(expected_tensor_scale(3.0, 448.0, true), 128.0);
+        assert_eq!(expected_tensor_scale(0.0, 448.0, true), 1.0);
+        assert!((expected_tensor_scale(3.0, 57344.0, false) - 57344.0 / 3.0).abs() < 1e-2);
+    }
 
     #[test]
     fn e4m3_decoding() {

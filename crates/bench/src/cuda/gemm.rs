@@ -1,5 +1,6 @@
-//! cuBLASLt GEMMs: BF16 and FP8 blockwise (VEC128_32F / BLK128x128_32F scales), with autotuning
-//! over the heuristic's candidates.
+//! cuBLASLt GEMMs: BF16, FP8 blockwise (VEC128_32F / BLK128x128_32F scales), FP8 per-tensor
+//! (scalar FP32 scales, E4M3 or E5M2 operands, optional fast accumulation) and MXFP8
+//! (VEC32_UE8M0 scales, sm_100+), with autotuning over the heuristic's candidates.
 //!
 //! Every product is expressed for cuBLASLt's column-major convention from row-major buffers:
 //! a row-major `[r, c]` matrix is a column-major `c x r` matrix with leading dimension `c`.
@@ -28,6 +29,8 @@ pub enum Dt {
     Bf16,
     /// FP8 E4M3.
     E4m3,
+    /// FP8 E5M2 (gradients under TE's HYBRID format).
+    E5m2,
 }
 
 /// Scale mode of an FP8 operand.
@@ -37,6 +40,11 @@ pub enum ScaleMode {
     Vec128,
     /// 128x128 blocks.
     Blk128,
+    /// One FP32 scale for the whole operand (tensorwise and delayed recipes).
+    Tensor,
+    /// 1x32 blocks along the contraction dimension with E8M0 scales (MXFP8, sm_100+), in
+    /// cuBLASLt's swizzled 128x4 layout.
+    Vec32Ue8m0,
 }
 
 /// How the algorithm for a GEMM shape is chosen.
@@ -83,10 +91,53 @@ pub struct Shape {
     pub ta: bool,
     /// B is transposed (stored n x k, ld = n).
     pub tb: bool,
-    /// Operand type.
+    /// Type of A.
     pub dt: Dt,
+    /// Type of B (differs from A's only for E4M3 x E5M2 products).
+    pub dtb: Dt,
     /// Scale modes of A and B (FP8 only).
     pub scales: Option<(ScaleMode, ScaleMode)>,
+    /// FP8 fast accumulation (TE turns it on for the forward GEMM of per-tensor recipes: its
+    /// `use_split_accumulator` is false there, true for dgrad and wgrad).
+    pub fast_accum: bool,
+}
+
+impl Shape {
+    /// A BF16 GEMM.
+    pub const fn bf16(m: u64, n: u64, k: u64, ta: bool, tb: bool) -> Shape {
+        Shape {
+            m,
+            n,
+            k,
+            ta,
+            tb,
+            dt: Dt::Bf16,
+            dtb: Dt::Bf16,
+            scales: None,
+            fast_accum: false,
+        }
+    }
+
+    /// An FP8 GEMM in the TN layout Hopper requires, with the operand types and scale modes.
+    pub const fn fp8_tn(
+        m: u64,
+        n: u64,
+        k: u64,
+        types: (Dt, Dt),
+        scales: (ScaleMode, ScaleMode),
+    ) -> Shape {
+        Shape {
+            m,
+            n,
+            k,
+            ta: true,
+            tb: false,
+            dt: types.0,
+            dtb: types.1,
+            scales: Some(scales),
+            fast_accum: false,
+        }
+    }
 }
 
 /// A cuBLASLt handle with a workspace and a cache of tuned algorithms.
@@ -201,6 +252,12 @@ impl Lt {
     /// Creates the descriptors for a shape.
     pub fn plan(&self, shape: Shape) -> Result<Plan, BenchError> {
         let (ty, compute) = types(shape.dt);
+        let (tyb, _) = types(shape.dtb);
+        if shape.dt == Dt::E5m2 && shape.dtb == Dt::E5m2 {
+            return Err(BenchError::Unsupported(
+                "cuBLASLt has no E5M2 x E5M2 FP8 GEMM; one operand must be E4M3".into(),
+            ));
+        }
         let mut desc = MaybeUninit::uninit();
         // SAFETY: descriptor creation and attribute setting with correctly sized values.
         unsafe {
@@ -250,6 +307,12 @@ impl Lt {
                 ScaleMode::Blk128 => {
                     lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
                 }
+                ScaleMode::Tensor => {
+                    lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+                }
+                ScaleMode::Vec32Ue8m0 => {
+                    lt::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
+                }
             };
             let (ma, mb) = (mode(sa), mode(sb));
             set(
@@ -263,6 +326,15 @@ impl Lt {
                 (&mb as *const lt::cublasLtMatmulMatrixScale_t).cast(),
                 4,
                 "B_SCALE_MODE",
+            )?;
+        }
+        if shape.fast_accum {
+            let on: i8 = 1;
+            set(
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                (&on as *const i8).cast(),
+                1,
+                "FAST_ACCUM",
             )?;
         }
         let layout = |t: lt::cudaDataType,
@@ -292,7 +364,7 @@ impl Lt {
         Ok(Plan {
             desc,
             a: layout(ty, ar, ac)?,
-            b: layout(ty, br, bc)?,
+            b: layout(tyb, br, bc)?,
             d: layout(lt::cudaDataType::CUDA_R_16BF, shape.m, shape.n)?,
             shape,
         })
@@ -500,6 +572,10 @@ fn types(dt: Dt) -> (lt::cudaDataType, lt::cublasComputeType_t) {
         ),
         Dt::E4m3 => (
             lt::cudaDataType::CUDA_R_8F_E4M3,
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        Dt::E5m2 => (
+            lt::cudaDataType::CUDA_R_8F_E5M2,
             lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         ),
     }

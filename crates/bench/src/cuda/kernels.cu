@@ -516,3 +516,210 @@ norm_fwd(const bf16_t* __restrict__ x, const bf16_t* __restrict__ gamma, const b
         }
     }
 }
+
+// =============================================================================================
+// Per-tensor recipes: tensorwise (TE's Float8CurrentScaling) and delayed (TE's DelayedScaling).
+// One scale per tensor; a grouped operand has one per expert segment (TE quantizes each split
+// with its own quantizer). The tile tables are the 1x128 ones, except that `srow_off` holds the
+// segment's index into the per-tensor arrays (amax, scale, scale_inv). Formats: E4M3 (max 448)
+// or E5M2 (max 57344: TE's HYBRID format uses it for gradients).
+//
+// Tensorwise runs as TE does: amax buffer zeroed, an amax pass, a scale kernel, then the cast
+// (with its transpose) using the fresh scale. Delayed runs the cast with the scale computed from
+// the amax history at the end of the previous step, recording this tensor's amax in the same
+// pass; `delayed_update` then rolls the history and recomputes the scales, once per direction.
+// =============================================================================================
+#define E5M2_MAX 57344.0f
+
+template <bool E5>
+__device__ __forceinline__ unsigned short cvt2f(float a, float b) {
+    unsigned short r;
+    // Packs b into the low byte and a into the high byte.
+    if (E5) asm("{ .reg .b16 t; cvt.rn.satfinite.e5m2x2.f32 t, %1, %2; mov.b16 %0, t; }" : "=h"(r) : "f"(a), "f"(b));
+    else asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %1, %2; mov.b16 %0, t; }" : "=h"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+template <bool E5>
+__device__ __forceinline__ uint2 quant8f(uint4 v, float s) {
+    unsigned int w[4] = {v.x, v.y, v.z, v.w};
+    unsigned int p[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[j] = cvt2f<E5>(hi16(w[j]) * s, lo16(w[j]) * s);
+    return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
+}
+
+// Loads this thread's 8x8 block of a tile (the quant_1x128 thread layout) into v; returns the
+// packed absolute maximum of what it loaded (both halves hold the max).
+template <bool FULL>
+__device__ __forceinline__ unsigned int load_block8(
+        const bf16_t* __restrict__ x, u64 cols, const TileDesc& t, uint4 v[8],
+        int* r8_out, int* c8_out, int* rows_here_out, int* cols_here_out) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int h = warp & 1, rb = warp >> 1, cg = lane & 7, rg = lane >> 3;
+    const int c8 = h * 64 + cg * 8;
+    const int r8 = rb * 32 + rg * 8;
+    const int rows_here = FULL ? TILE : (int)min((u64)TILE, t.seg_rows - t.tile_m);
+    const int cols_here = FULL ? TILE : (int)min((u64)TILE, cols - t.tile_c);
+    const bool chunk_in = FULL || c8 < cols_here;
+    const bf16_t* src = x + (t.row0 + t.tile_m + r8) * cols + t.tile_c + c8;
+    unsigned int m = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        v[i] = make_uint4(0, 0, 0, 0);
+        if (FULL || (chunk_in && r8 + i < rows_here)) v[i] = __ldg(reinterpret_cast<const uint4*>(src + (u64)i * cols));
+        m = bmax2(m, absmax_word(v[i]));
+    }
+    *r8_out = r8; *c8_out = c8; *rows_here_out = rows_here; *cols_here_out = cols_here;
+    return fold2(m);
+}
+
+// Block-wide maximum of a non-negative float, then one atomicMax into `dst` (non-negative
+// floats order like their bit patterns). Every thread must call it.
+__device__ __forceinline__ void block_amax_to(float a, float* dst) {
+    __shared__ float red[8];
+    a = warp_max(a, 32);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) red[warp] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = red[0];
+#pragma unroll
+        for (int i = 1; i < 8; ++i) m = fmaxf(m, red[i]);
+        atomicMax(reinterpret_cast<unsigned int*>(dst), __float_as_uint(m));
+    }
+}
+
+// The amax pass of current scaling: one CTA per tile, atomicMax into amax[segment]. `amax` must
+// be zeroed first (TE zeroes it the same way, with a memset).
+template <bool FULL>
+__device__ __forceinline__ void amax_tile(const bf16_t* __restrict__ x, u64 cols, const TileDesc& t, float* amax) {
+    uint4 v[8];
+    int r8, c8, rh, ch;
+    const unsigned int m = load_block8<FULL>(x, cols, t, v, &r8, &c8, &rh, &ch);
+    block_amax_to(lo16(m), amax + t.srow_off);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+amax_tiles(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, float* amax) {
+    const TileDesc t = tiles[blockIdx.x];
+    if (t.seg_rows - t.tile_m >= TILE && cols - t.tile_c >= TILE) amax_tile<true>(x, cols, t, amax);
+    else amax_tile<false>(x, cols, t, amax);
+}
+
+// Quantization factor and its inverse from an amax, as TE's compute_scale_from_amax: fmax / amax
+// (optionally rounded down to a power of two); an amax of 0 or a non-finite one keeps `prev`.
+__device__ __forceinline__ float scale_from_amax(float amax, float fmax, int pow2, float prev) {
+    if (!(amax > 0.0f) || isinf(amax)) return prev;
+    float s = fmax / amax;
+    if (isinf(s)) s = 3.402823466e38f;
+    if (pow2) s = __uint_as_float(__float_as_uint(s) & 0xff800000u);   // 2^floor(log2 s)
+    return s;
+}
+
+// The scale kernel of current scaling: one thread per tensor.
+extern "C" __global__ void tensor_scale(const float* __restrict__ amax, u64 n, float fmax, int pow2,
+                                        float* __restrict__ scale, float* __restrict__ scale_inv) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float s = scale_from_amax(amax[i], fmax, pow2, 1.0f);
+    scale[i] = s;
+    scale_inv[i] = 1.0f / s;
+}
+
+// The per-tensor cast of one tile, rowwise and/or columnwise (the transposed copy the Hopper
+// FP8 GEMM needs for wgrad), with the quantization factor scale[segment]. With `amax_rec` (the
+// delayed recipe) the tile's amax is recorded into amax_rec[segment] in the same pass. The
+// tile at the segment's origin writes scale_inv[segment] = 1 / scale, as TE's casts do.
+template <bool FULL, bool E5>
+__device__ __forceinline__ void cast_tensor_tile(
+        const bf16_t* __restrict__ x, u64 cols, const TileDesc& t, int do_row, int do_col,
+        const float* __restrict__ scale, float* __restrict__ scale_inv, float* amax_rec,
+        fp8_t* __restrict__ q_row, fp8_t* __restrict__ q_col) {
+    uint4 v[8];
+    int r8, c8, rows_here, cols_here;
+    const unsigned int m = load_block8<FULL>(x, cols, t, v, &r8, &c8, &rows_here, &cols_here);
+    const float s = scale[t.srow_off];
+    if (t.tile_m == 0 && t.tile_c == 0 && threadIdx.x == 0) scale_inv[t.srow_off] = 1.0f / s;
+    const bool chunk_in = FULL || c8 < cols_here;
+    if (do_row) {
+        fp8_t* dst = q_row + (t.row0 + t.tile_m + r8) * cols + t.tile_c + c8;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            if (FULL || (chunk_in && r8 + i < rows_here))
+                *reinterpret_cast<uint2*>(dst + (u64)i * cols) = quant8f<E5>(v[i], s);
+    }
+    if (do_col && (FULL || r8 < rows_here)) {
+        fp8_t* dst = q_col + t.qcol_off + (t.tile_c + c8) * t.seg_rows + t.tile_m + r8;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int q = j >> 1;
+            float f[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const unsigned int e = word_of(v[i], q);
+                f[i] = ((j & 1) ? hi16(e) : lo16(e)) * s;
+            }
+            const unsigned int w0 = cvt2f<E5>(f[1], f[0]) | ((unsigned int)cvt2f<E5>(f[3], f[2]) << 16);
+            const unsigned int w1 = cvt2f<E5>(f[5], f[4]) | ((unsigned int)cvt2f<E5>(f[7], f[6]) << 16);
+            if (FULL || c8 + j < cols_here) *reinterpret_cast<uint2*>(dst + (u64)j * t.seg_rows) = make_uint2(w0, w1);
+        }
+    }
+    if (amax_rec) block_amax_to(lo16(m), amax_rec + t.srow_off);
+}
+
+template <bool E5>
+__device__ __forceinline__ void cast_tensor_body(
+        const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, int do_row, int do_col,
+        const float* __restrict__ scale, float* __restrict__ scale_inv, float* amax_rec,
+        fp8_t* __restrict__ q_row, fp8_t* __restrict__ q_col) {
+    const TileDesc t = tiles[blockIdx.x];
+    if (t.seg_rows - t.tile_m >= TILE && cols - t.tile_c >= TILE)
+        cast_tensor_tile<true, E5>(x, cols, t, do_row, do_col, scale, scale_inv, amax_rec, q_row, q_col);
+    else
+        cast_tensor_tile<false, E5>(x, cols, t, do_row, do_col, scale, scale_inv, amax_rec, q_row, q_col);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+cast_tensor(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__ tiles, int do_row, int do_col,
+            int e5m2, const float* __restrict__ scale, float* __restrict__ scale_inv, float* amax_rec,
+            fp8_t* __restrict__ q_row, fp8_t* __restrict__ q_col) {
+    if (e5m2) cast_tensor_body<true>(x, cols, tiles, do_row, do_col, scale, scale_inv, amax_rec, q_row, q_col);
+    else cast_tensor_body<false>(x, cols, tiles, do_row, do_col, scale, scale_inv, amax_rec, q_row, q_col);
+}
+
+// The delayed recipe's per-step update, one CTA (256 threads) per tensor. `history` is
+// [len, n] (row 0: the amax the casts recorded this step). The new amax is the history's
+// maximum (algo_max) or row 0 (most_recent); the history is rolled by one (row i takes row i+1,
+// the last row takes row 0) and row 0 is cleared for the next step, as TE's
+// amax_and_scale_update does. Scales are recomputed from the new amax (fmax: the format's).
+#define MAX_HISTORY 4096
+extern "C" __global__ void __launch_bounds__(256)
+delayed_update(float* __restrict__ history, u64 len, u64 n, int algo_max, float fmax,
+               int pow2, float* __restrict__ scale, float* __restrict__ scale_inv) {
+    __shared__ float h[MAX_HISTORY];
+    __shared__ float red[8];
+    const u64 t = blockIdx.x;
+    if (t >= n || len == 0 || len > MAX_HISTORY) return;
+    float a = 0.0f;
+    for (u64 i = threadIdx.x; i < len; i += blockDim.x) {
+        h[i] = history[i * n + t];
+        a = fmaxf(a, h[i]);
+    }
+    a = warp_max(a, 32);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    float m = red[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m = fmaxf(m, red[i]);
+    const float amax = algo_max ? m : h[0];
+    for (u64 i = threadIdx.x; i < len; i += blockDim.x) {
+        const float rolled = (i + 1 < len) ? h[i + 1] : h[0];
+        history[i * n + t] = (i == 0) ? 0.0f : rolled;
+    }
+    if (threadIdx.x == 0) {
+        const float s = scale_from_amax(amax, fmax, pow2, scale[t]);
+        scale[t] = s;
+        scale_inv[t] = 1.0f / s;
+    }
+}

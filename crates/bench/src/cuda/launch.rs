@@ -84,3 +84,172 @@ pub(crate) fn quant_128x128(
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     Ok(())
 }
+
+/// Largest value of each FP8 format: the quantization factor is `fmax / amax`.
+pub(crate) const fn fp8_max(e5m2: bool) -> f32 {
+    if e5m2 { 57344.0 } else { 448.0 }
+}
+
+/// One launch per 128x128 tile of a per-tensor tile table (`Segments::tensor_tiles`).
+fn tile_grid(n_tiles: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n_tiles, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn check_cols(cols: u64) -> Result<(), BenchError> {
+    if cols.is_multiple_of(8) {
+        Ok(())
+    } else {
+        Err(BenchError::Unsupported(format!(
+            "the per-tensor cast needs 16-byte aligned rows; {cols} columns are not a multiple of 8"
+        )))
+    }
+}
+
+/// The amax pass of current scaling: `amax[segment] = max |x|` over each segment of the bf16
+/// matrix at `src` (atomic maxima: the caller zeroes `amax` first, as TE does).
+pub(crate) fn amax_tiles(
+    gpu: &Gpu,
+    src: u64,
+    cols: u64,
+    tiles: u64,
+    n_tiles: u32,
+    amax: u64,
+) -> Result<(), BenchError> {
+    if n_tiles == 0 {
+        return Ok(());
+    }
+    check_cols(cols)?;
+    let mut b = gpu.stream.launch_builder(&gpu.k.amax_tiles);
+    b.arg(&src).arg(&cols).arg(&tiles).arg(&amax);
+    // SAFETY: the tile table was built for this matrix; `amax` holds one float per segment.
+    unsafe { b.launch(tile_grid(n_tiles)) }.map_err(BenchError::driver)?;
+    Ok(())
+}
+
+/// The scale kernel of current scaling: for `n` tensors, `scale = fmax / amax` (power of two
+/// when `pow2`) and `scale_inv = 1 / scale`.
+pub(crate) fn tensor_scale(
+    gpu: &Gpu,
+    amax: u64,
+    n: u64,
+    e5m2: bool,
+    pow2: bool,
+    scale: u64,
+    scale_inv: u64,
+) -> Result<(), BenchError> {
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(128) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (fmax, p2) = (fp8_max(e5m2), i32::from(pow2));
+    let mut b = gpu.stream.launch_builder(&gpu.k.tensor_scale);
+    b.arg(&amax)
+        .arg(&n)
+        .arg(&fmax)
+        .arg(&p2)
+        .arg(&scale)
+        .arg(&scale_inv);
+    // SAFETY: the three arrays hold `n` floats each (the caller's per-tensor buffers).
+    unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+    Ok(())
+}
+
+/// Where a per-tensor cast reads its scale and writes its outputs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TensorCast {
+    /// Quantization factors, one per segment.
+    pub scale: u64,
+    /// Where `1 / scale` is written, one per segment.
+    pub scale_inv: u64,
+    /// Delayed scaling: where the amax is recorded (0: not recorded).
+    pub amax_rec: u64,
+    /// Rowwise data (0: not written).
+    pub row: u64,
+    /// Columnwise (transposed) data (0: not written).
+    pub col: u64,
+    /// E5M2 instead of E4M3.
+    pub e5m2: bool,
+}
+
+/// The per-tensor cast (rowwise and/or transposed) of the bf16 matrix at `src`.
+pub(crate) fn cast_tensor(
+    gpu: &Gpu,
+    src: u64,
+    cols: u64,
+    tiles: u64,
+    n_tiles: u32,
+    c: TensorCast,
+) -> Result<(), BenchError> {
+    if n_tiles == 0 {
+        return Ok(());
+    }
+    check_cols(cols)?;
+    let (r, col, e5) = (
+        i32::from(c.row != 0),
+        i32::from(c.col != 0),
+        i32::from(c.e5m2),
+    );
+    let mut b = gpu.stream.launch_builder(&gpu.k.cast_tensor);
+    b.arg(&src)
+        .arg(&cols)
+        .arg(&tiles)
+        .arg(&r)
+        .arg(&col)
+        .arg(&e5)
+        .arg(&c.scale)
+        .arg(&c.scale_inv)
+        .arg(&c.amax_rec)
+        .arg(&c.row)
+        .arg(&c.col);
+    // SAFETY: the tile table was built from the segments the outputs were sized from; the
+    // per-segment arrays hold one float per segment index the table names.
+    unsafe { b.launch(tile_grid(n_tiles)) }.map_err(BenchError::driver)?;
+    Ok(())
+}
+
+/// The delayed recipe's per-step update of `n` tensors: roll the `[len, n]` amax history,
+/// recompute `scale` and `scale_inv`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn delayed_update(
+    gpu: &Gpu,
+    history: u64,
+    len: u64,
+    n: u64,
+    algo_max: bool,
+    e5m2: bool,
+    pow2: bool,
+    scales: [u64; 2],
+) -> Result<(), BenchError> {
+    if n == 0 {
+        return Ok(());
+    }
+    if len == 0 || len > u64::from(crate::recipe::MAX_AMAX_HISTORY) {
+        return Err(BenchError::Unsupported(format!(
+            "amax history of {len} steps: the update kernel holds 1 to {}",
+            crate::recipe::MAX_AMAX_HISTORY
+        )));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (a, fmax, p2) = (i32::from(algo_max), fp8_max(e5m2), i32::from(pow2));
+    let mut b = gpu.stream.launch_builder(&gpu.k.delayed_update);
+    b.arg(&history)
+        .arg(&len)
+        .arg(&n)
+        .arg(&a)
+        .arg(&fmax)
+        .arg(&p2)
+        .arg(&scales[0])
+        .arg(&scales[1]);
+    // SAFETY: `history` holds len x n floats, the scale arrays n floats each.
+    unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+    Ok(())
+}

@@ -10,6 +10,7 @@ mod gemm;
 mod launch;
 mod measure;
 pub mod perf;
+pub mod selftest;
 
 use std::sync::Arc;
 
@@ -49,6 +50,11 @@ pub(crate) struct Kernels {
     pub quant_128x128: CudaFunction,
     pub norm_fwd: CudaFunction,
     pub spin: CudaFunction,
+    /// Per-tensor recipes: the amax pass, the scale kernel, the cast, the delayed update.
+    pub amax_tiles: CudaFunction,
+    pub tensor_scale: CudaFunction,
+    pub cast_tensor: CudaFunction,
+    pub delayed_update: CudaFunction,
 }
 
 /// Checks that the CUDA libraries load and a device exists, without panicking.
@@ -129,6 +135,10 @@ impl Gpu {
             quant_128x128: f("quant_128x128")?,
             norm_fwd: f("norm_fwd")?,
             spin: f("spin_ns")?,
+            amax_tiles: f("amax_tiles")?,
+            tensor_scale: f("tensor_scale")?,
+            cast_tensor: f("cast_tensor")?,
+            delayed_update: f("delayed_update")?,
         };
         let lt = Lt::new(&stream)?;
         let attr = |a| ctx.attribute(a).map_err(BenchError::driver);
@@ -179,7 +189,14 @@ impl Gpu {
         seg: &crate::layout::Segments,
         cols: u64,
     ) -> Result<(DevBuf, u32), BenchError> {
-        let tiles = seg.tiles(cols);
+        self.upload_tile_table(&seg.tiles(cols))
+    }
+
+    /// Uploads a tile table (7 u64 per tile); returns the device table and its tile count.
+    pub(crate) fn upload_tile_table(
+        &self,
+        tiles: &[[u64; 7]],
+    ) -> Result<(DevBuf, u32), BenchError> {
         let flat: Vec<u64> = tiles.iter().flatten().copied().collect();
         let b = self.alloc(8 * flat.len() as u64)?;
         b.write_at(&self.stream, 0, &flat)?;

@@ -4,7 +4,9 @@
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
+use super::buffer::DevBuf;
 use super::gemm::{AlgoSearch, Dt, Ptrs, ScaleMode, Shape, TuneInfo};
+use super::launch::TensorCast;
 use super::{Gpu, launch};
 use crate::error::BenchError;
 use crate::layout::{Segments, blk128_scale_len, round_up};
@@ -25,6 +27,9 @@ pub struct Figure {
     /// How a GEMM's algorithm was found (candidates timed, the heuristic's time, the winner).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tuning: Option<String>,
+    /// A target this figure is held to, and whether it was met in this run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -97,32 +102,28 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<Figure, BenchError> {
         unit: "TB/s",
         relative: None,
         tuning: None,
+        target: None,
     })
 }
 
-/// GEMM-only throughput of `Y[M,N] = X[M,K] W[N,K]^T` in BF16 and FP8 blockwise.
+/// GEMM-only throughput of `Y[M,N] = X[M,K] W[N,K]^T` in BF16, FP8 blockwise and FP8
+/// tensorwise (per-tensor scales; with split accumulation, as dgrad, wgrad and PyTorch's
+/// `_scaled_mm` default run, and with fast accumulation, as TE's fprop runs). Figures in that
+/// order.
 pub fn gemm_throughput(
     gpu: &mut Gpu,
     m: u64,
     k: u64,
     n: u64,
     search: AlgoSearch,
-) -> Result<[Figure; 2], BenchError> {
+) -> Result<Vec<Figure>, BenchError> {
     let x = gpu.alloc(2 * m * k)?;
     let w = gpu.alloc(2 * n * k)?;
     let y = gpu.alloc(2 * m * n)?;
     gpu.fill_normal(&x, m * k, 11, 1.0)?;
     gpu.fill_normal(&w, n * k, 12, 0.05)?;
     let flops = 2.0 * (m * k * n) as f64;
-    let bf = gpu.lt.plan(Shape {
-        m: n,
-        n: m,
-        k,
-        ta: true,
-        tb: false,
-        dt: Dt::Bf16,
-        scales: None,
-    })?;
+    let bf = gpu.lt.plan(Shape::bf16(n, m, k, true, false))?;
     let p = Ptrs {
         a: w.ptr(),
         b: x.ptr(),
@@ -167,15 +168,13 @@ pub fn gemm_throughput(
         true,
         [wq.ptr(), sw.ptr(), wqt.ptr(), swt.ptr()],
     )?;
-    let f8 = gpu.lt.plan(Shape {
-        m: n,
-        n: m,
+    let f8 = gpu.lt.plan(Shape::fp8_tn(
+        n,
+        m,
         k,
-        ta: true,
-        tb: false,
-        dt: Dt::E4m3,
-        scales: Some((ScaleMode::Blk128, ScaleMode::Vec128)),
-    })?;
+        (Dt::E4m3, Dt::E4m3),
+        (ScaleMode::Blk128, ScaleMode::Vec128),
+    ))?;
     let p8 = Ptrs {
         a: wq.ptr(),
         b: xq.ptr(),
@@ -187,11 +186,62 @@ pub fn gemm_throughput(
     let f8_ms = time_on(&ctx, &stream, &spin, 20, || {
         gpu.lt.run_with(&f8, &p8, search)
     })?;
+    // Per-tensor operands: the blockwise data re-scaled is not what a per-tensor cast makes, so
+    // cast again with one scale per tensor.
+    let tensor = |src: u64, rows: u64| -> Result<(DevBuf, DevBuf, [DevBuf; 2]), BenchError> {
+        let seg = Segments::new(&[rows], 1);
+        let (tiles, nt) = gpu.upload_tile_table(&seg.tensor_tiles(k, 0))?;
+        let (q, amax, sc, si) = (
+            gpu.alloc(rows * k)?,
+            gpu.alloc(4)?,
+            gpu.alloc(4)?,
+            gpu.alloc(4)?,
+        );
+        amax.zero(&gpu.stream)?;
+        launch::amax_tiles(gpu, src, k, tiles.ptr(), nt, amax.ptr())?;
+        launch::tensor_scale(gpu, amax.ptr(), 1, false, false, sc.ptr(), si.ptr())?;
+        let c = TensorCast {
+            scale: sc.ptr(),
+            scale_inv: si.ptr(),
+            amax_rec: 0,
+            row: q.ptr(),
+            col: 0,
+            e5m2: false,
+        };
+        launch::cast_tensor(gpu, src, k, tiles.ptr(), nt, c)?;
+        Ok((q, si, [tiles, amax]))
+    };
+    let (xt, sxt, _keep_x) = tensor(x.ptr(), m)?;
+    let (wt, swt_t, _keep_w) = tensor(w.ptr(), n)?;
+    let pt = Ptrs {
+        a: wt.ptr(),
+        b: xt.ptr(),
+        d: y.ptr(),
+        sa: swt_t.ptr(),
+        sb: sxt.ptr(),
+    };
+    let mut tw = Vec::new();
+    for fast in [false, true] {
+        let mut sh = Shape::fp8_tn(
+            n,
+            m,
+            k,
+            (Dt::E4m3, Dt::E4m3),
+            (ScaleMode::Tensor, ScaleMode::Tensor),
+        );
+        sh.fast_accum = fast;
+        let plan = gpu.lt.plan(sh)?;
+        gpu.lt.run_with(&plan, &pt, search)?;
+        let ms = time_on(&ctx, &stream, &spin, 20, || {
+            gpu.lt.run_with(&plan, &pt, search)
+        })?;
+        tw.push((ms, plan.shape()));
+    }
     let tuning = |shape: &Shape| gpu.lt.tune_info(shape, search).map(describe_tuning);
     let name = |p: &str| format!("{p} GEMM M={m} K={k} N={n}");
     let bf_rate = flops / bf_ms / 1e9;
     let f8_rate = flops / f8_ms / 1e9;
-    Ok([
+    let mut out = vec![
         Figure {
             name: name("bf16"),
             ms: bf_ms,
@@ -199,6 +249,7 @@ pub fn gemm_throughput(
             unit: "TFLOP/s",
             relative: None,
             tuning: tuning(&bf.shape()),
+            target: None,
         },
         Figure {
             name: name("fp8 blockwise"),
@@ -207,8 +258,25 @@ pub fn gemm_throughput(
             unit: "TFLOP/s",
             relative: Some(f8_rate / bf_rate),
             tuning: tuning(&f8.shape()),
+            target: None,
         },
-    ])
+    ];
+    for ((ms, shape), label) in tw
+        .into_iter()
+        .zip(["fp8 tensorwise", "fp8 tensorwise fast-accum"])
+    {
+        let rate = flops / ms / 1e9;
+        out.push(Figure {
+            name: name(label),
+            ms,
+            rate,
+            unit: "TFLOP/s",
+            relative: Some(rate / bf_rate),
+            tuning: tuning(&shape),
+            target: None,
+        });
+    }
+    Ok(out)
 }
 
 fn describe_tuning(t: &TuneInfo) -> String {
@@ -298,6 +366,86 @@ pub fn quant_bandwidth(
             copy_tbs,
         ));
     }
+    // Per-tensor casts, held to issue 15's targets against the same-size copy: current scaling
+    // (zero the amax, amax pass, scale kernel, cast: reads the tensor twice, writes it once) and
+    // delayed scaling (one pass that also records the amax).
+    let same_copy_tbs = 4.0 * elems / copy_ms / 1e9;
+    let seg1 = Segments::new(&[m], 1);
+    let (tt, ntt) = gpu.upload_tile_table(&seg1.tensor_tiles(k, 0))?;
+    let (amax, sc, si) = (gpu.alloc(4)?, gpu.alloc(4)?, gpu.alloc(4)?);
+    let (xqt, xct) = (gpu.alloc(m * k)?, gpu.alloc(m * k)?);
+    amax.zero(&gpu.stream)?;
+    launch::amax_tiles(gpu, x.ptr(), k, tt.ptr(), ntt, amax.ptr())?;
+    launch::tensor_scale(gpu, amax.ptr(), 1, false, true, sc.ptr(), si.ptr())?;
+    let tcast = |col: bool, rec: bool| {
+        launch::cast_tensor(
+            gpu,
+            x.ptr(),
+            k,
+            tt.ptr(),
+            ntt,
+            TensorCast {
+                scale: sc.ptr(),
+                scale_inv: si.ptr(),
+                amax_rec: if rec { amax.ptr() } else { 0 },
+                row: xqt.ptr(),
+                col: if col { xct.ptr() } else { 0 },
+                e5m2: false,
+            },
+        )
+    };
+    let current = |col: bool| -> Result<(), BenchError> {
+        amax.zero(&gpu.stream)?;
+        launch::amax_tiles(gpu, x.ptr(), k, tt.ptr(), ntt, amax.ptr())?;
+        launch::tensor_scale(gpu, amax.ptr(), 1, false, true, sc.ptr(), si.ptr())?;
+        tcast(col, false)
+    };
+    for (name, col, bytes) in [
+        (
+            "tensorwise amax + cast rowwise",
+            false,
+            2.0 * elems + 2.0 * elems + elems,
+        ),
+        (
+            "tensorwise amax + cast + transpose",
+            true,
+            2.0 * elems + 2.0 * elems + 2.0 * elems,
+        ),
+    ] {
+        let ms = time_ms(gpu, 20, || current(col))?;
+        let mut f = bandwidth(format!("cast {name} [{m}x{k}]"), ms, bytes, copy_tbs);
+        if !col {
+            let ratio = ms / (bytes / (same_copy_tbs * 1e9));
+            f.target = Some(format!(
+                "time {ratio:.3}x that of moving its bytes at the same-size copy's rate (target <= 1.15): {}",
+                if ratio <= 1.15 { "met" } else { "NOT met" }
+            ));
+        }
+        out.push(f);
+    }
+    for (name, col, bytes) in [
+        (
+            "delayed cast rowwise (amax recorded)",
+            false,
+            2.0 * elems + elems,
+        ),
+        (
+            "delayed cast + transpose (amax recorded)",
+            true,
+            2.0 * elems + 2.0 * elems,
+        ),
+    ] {
+        let ms = time_ms(gpu, 20, || tcast(col, true))?;
+        let mut f = bandwidth(format!("cast {name} [{m}x{k}]"), ms, bytes, copy_tbs);
+        if !col {
+            let share = bytes / ms / 1e9 / same_copy_tbs;
+            f.target = Some(format!(
+                "{share:.3} of the same-size copy's bandwidth (target >= 0.85): {}",
+                if share >= 0.85 { "met" } else { "NOT met" }
+            ));
+        }
+        out.push(f);
+    }
     // 128x128 weight cast with its transpose on [m, k] viewed as a weight.
     let (wq, sw, wqt, swt) = (
         gpu.alloc(m * k)?,
@@ -334,5 +482,6 @@ fn bandwidth(name: String, ms: f64, bytes: f64, copy_tbs: f64) -> Figure {
         unit: "TB/s",
         relative: Some(tbs / copy_tbs),
         tuning: None,
+        target: None,
     }
 }

@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{CliError, CliResult};
 
-/// Measure BF16 vs FP8 (blockwise) for every TE module of a model, forward + backward.
+/// Measure BF16 vs FP8 for every TE module of a model, forward + backward, in the trainer's recipe.
 ///
 /// Each module is measured at its per-rank shapes under --tp/--ep/--etp on this one GPU (TP/EP
 /// communication is not timed; see docs/BENCHMARK.md), at token counts from 256 up to
@@ -28,6 +28,8 @@ use crate::error::{CliError, CliResult};
 ///
 /// Examples:
 ///   fp8sel bench --model fixtures/models/qwen2_5_72b.yaml --tp 4 --report out/report_tp4.json
+///   fp8sel bench --model fixtures/models/qwen2_5_72b.yaml --tp 4 --recipe delayed \
+///       --fp8-format hybrid --amax-history-len 1024 --report out/report_tp4_delayed.json
 ///   TE_LAYER_PERF_OMNI_CONFIG_PATH=fixtures/models/deepseek_v3.yaml TE_LAYER_PERF_TP_SIZE=1 \
 ///     TE_LAYER_PERF_EP_SIZE=8 TE_LAYER_PERF_REPORT_PATH=out/ds_ep8.json fp8sel bench
 #[derive(Debug, clap::Args)]
@@ -59,9 +61,8 @@ pub struct Args {
         value_name = "LIST"
     )]
     pub precisions: String,
-    /// FP8 recipe; only `blockwise` (TE's Float8BlockScaling) is implemented.
-    #[arg(long, env = "TE_LAYER_PERF_FP8_RECIPE", default_value = "blockwise")]
-    pub recipe: String,
+    #[command(flatten)]
+    pub recipe: super::recipe_args::RecipeArgs,
     /// Token counts as seq x mbs, e.g. `1024x1,4096x2` [default: powers of two from 256 to
     /// --max-tokens, plus the configured run].
     #[arg(long, env = "TE_LAYER_PERF_SHAPE_SWEEP", value_name = "S")]
@@ -153,12 +154,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
-    if args.recipe != "blockwise" {
-        return Err(CliError::input(format!(
-            "--recipe {}: only `blockwise` (TE's Float8BlockScaling) is implemented",
-            args.recipe
-        )));
-    }
+    let recipe = args.recipe.options()?;
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
     fp8_bench::te::check_recompute(&args.backend, args.te.recompute).map_err(CliError::input)?;
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
@@ -207,6 +203,7 @@ pub fn run(args: &Args) -> CliResult {
         candidates: args.candidates.max(1),
         bf16,
         fp8,
+        recipe,
         ..MeasureOptions::default()
     };
     let mut provenance = provenance(

@@ -70,6 +70,8 @@ pub struct Args {
     /// Context-parallel size: divides seq x mbs (ignored with --num-tokens).
     #[arg(long, alias = "context-parallel-size", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub cp: u64,
+    #[command(flatten)]
+    pub recipe: super::recipe_args::TrainerRecipe,
     /// Print one JSON object instead of two lines.
     #[arg(long)]
     pub json: bool,
@@ -78,6 +80,11 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
     let policy = Policy::load(&args.policy)?;
+    let recipe_warning = super::recipe_args::TrainerRecipe::warnings(
+        args.recipe.recipe,
+        [(args.policy.display().to_string(), &policy)],
+        args.json,
+    );
     let ub = args.ub_name.as_deref();
     let classified = match (&args.te_class, args.kind) {
         (Some(class), _) => classify(class, ub, args.expert).map_err(CliError::input)?,
@@ -111,6 +118,7 @@ pub fn run(args: &Args) -> CliResult {
             "rule": decision.rule().map(|r| r.to_json_value()),
             "estimated": policy.estimated(),
             "reason": decision.reason.to_string(),
+            "recipe_warning": recipe_warning.first(),
         });
         println!("{out}");
     } else {

@@ -3,7 +3,10 @@
 use fp8_engine::{Plan, Role, plan, render};
 use serde_json::json;
 
+use fp8_policy::Recipe;
+
 use super::model_args::{ModelArgs, PolicyArgs, Resolved, plan_config};
+use super::recipe_args::TrainerRecipe;
 use crate::error::{CliError, CliResult};
 
 /// Show, module by module, which TE modules of a model run FP8 and why.
@@ -24,6 +27,8 @@ pub struct ExplainArgs {
     model: ModelArgs,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    recipe: TrainerRecipe,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -45,15 +50,36 @@ pub struct CheckArgs {
     model: ModelArgs,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    recipe: TrainerRecipe,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
-fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<(Plan, Resolved, Vec<String>)> {
+/// The plan, with a warning for every policy made for another recipe than the trainer's
+/// (`--recipe`, else the config's `fp8_recipe`).
+fn make_plan(
+    model: &ModelArgs,
+    policy: &PolicyArgs,
+    recipe: &TrainerRecipe,
+) -> CliResult<(Plan, Resolved, Vec<String>, Option<Recipe>)> {
     let r = model.resolve()?;
     let policies = policy.load(&r.model)?;
-    let p = plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)?;
+    let mut p = plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)?;
+    let config_recipe = r
+        .model
+        .components
+        .iter()
+        .find_map(|c| c.fp8.recipe.as_deref());
+    let trainer = recipe.resolve(config_recipe)?;
+    p.summary.warnings.extend(TrainerRecipe::warnings(
+        trainer,
+        policies
+            .iter()
+            .map(|(role, pol)| (format!("the {role} policy"), pol)),
+        true,
+    ));
     let reports = policies
         .values()
         .flat_map(|p| {
@@ -62,7 +88,7 @@ fn make_plan(model: &ModelArgs, policy: &PolicyArgs) -> CliResult<(Plan, Resolve
                 .unwrap_or_default()
         })
         .collect();
-    Ok((p, r, reports))
+    Ok((p, r, reports, trainer))
 }
 
 /// The commands that fill the gaps of a plan: one sweep at this layout for each component with
@@ -73,7 +99,12 @@ fn fill_commands(
     r: &Resolved,
     p: &Plan,
     reports: &[String],
+    recipe: Option<Recipe>,
 ) -> Vec<String> {
+    let recipe_flag = recipe
+        .filter(|r| *r != Recipe::Blockwise)
+        .map(|r| format!(" --recipe {r}"))
+        .unwrap_or_default();
     let par = r.parallel;
     let mut roles: Vec<Role> = p
         .summary
@@ -102,7 +133,7 @@ fn fill_commands(
             r.model.name, par.tp, par.ep, par.etp
         );
         out.push(format!(
-            "fp8sel bench --model {model}{root}{comp} --tp {} --ep {} --etp {} --report {report}",
+            "fp8sel bench --model {model}{root}{comp} --tp {} --ep {} --etp {}{recipe_flag} --report {report}",
             par.tp, par.ep, par.etp
         ));
         let target = match role {
@@ -125,7 +156,7 @@ fn fill_commands(
 
 /// Runs `explain`.
 pub fn explain(args: &ExplainArgs) -> CliResult {
-    let (p, _, _) = make_plan(&args.model, &args.policy)?;
+    let (p, _, _, _) = make_plan(&args.model, &args.policy, &args.recipe)?;
     if args.json {
         println!("{:#}", render::plan_json(&p));
     } else {
@@ -136,10 +167,10 @@ pub fn explain(args: &ExplainArgs) -> CliResult {
 
 /// Runs `check`; returns exit code 1 (as an error) when a rule is missing.
 pub fn check(args: &CheckArgs) -> CliResult {
-    let (p, r, reports) = make_plan(&args.model, &args.policy)?;
+    let (p, r, reports, recipe) = make_plan(&args.model, &args.policy, &args.recipe)?;
     let s = &p.summary;
     let ok = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
-    let fill = fill_commands(&args.model, &args.policy, &r, &p, &reports);
+    let fill = fill_commands(&args.model, &args.policy, &r, &p, &reports, recipe);
     if args.json {
         println!(
             "{:#}",

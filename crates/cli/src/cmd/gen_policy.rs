@@ -23,11 +23,14 @@ use crate::error::{CliError, CliResult};
 /// <policies-dir>/<model>.json (or <model>.llm.json and <model>.vit.json for a VLM),
 /// <policies-dir>/<model>.md (rules, warnings, the step time of the module set) and
 /// <policies-dir>/plots/*.svg (speedup against tokens per module, threshold and min_tokens).
+/// A recipe other than blockwise gets its own folders (<policies-dir>/<recipe>/,
+/// <reports-dir>/<gpu>/<recipe>/): policies of different recipes never overwrite each other.
 ///
 /// Examples:
 ///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4 --ep 8
 ///   fp8sel gen-policy --model config.json --tensor-model-parallel-size 8 --backend model
 ///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend te --trainer eager
+///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4,8 --recipe tensorwise
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -78,6 +81,8 @@ pub struct Args {
     pub backend: String,
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
+    #[command(flatten)]
+    pub recipe: super::recipe_args::RecipeArgs,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -107,8 +112,9 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
     let progress = TermProgress::new(args.quiet || args.json);
+    let recipe = args.recipe.options()?;
     progress.say(&format!(
-        "gen-policy: {} model(s), backend {}; reading configs and planning the sweeps...",
+        "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
         args.backend
     ));
@@ -136,6 +142,7 @@ pub fn run(args: &Args) -> CliResult {
         measure: MeasureOptions {
             warmup: args.warmup,
             iters: args.iters,
+            recipe,
             ..MeasureOptions::default()
         },
         policies_dir: args.policies_dir.clone(),

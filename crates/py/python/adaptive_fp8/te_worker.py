@@ -4,8 +4,8 @@
 stdout: `{"op": "hello"}` answers the device and the versions; `{"op": "measure", "point": ...,
 "opt": ...}` answers one report point (the `fp8sel-report` point schema) for a module at one
 token count. Each point is timed as TE users run it: `te.LayerNormLinear`, `te.Linear` or
-`te.GroupedLinear` at the per-rank shape, BF16 and FP8 (blockwise recipe, FP8 params unless
-told otherwise), forward then backward, optionally with the forward recomputed in the backward
+`te.GroupedLinear` at the per-rank shape, BF16 and FP8 (in the request's recipe: blockwise,
+tensorwise, delayed or mxfp8, see `recipe_spec`; FP8 params unless told otherwise), forward then backward, optionally with the forward recomputed in the backward
 (`torch.utils.checkpoint`, the reference tool's default).
 
 Two figures per precision:
@@ -39,6 +39,55 @@ def _stat(v: list[float]) -> dict:
     return {"median": statistics.median(s), "p10": at(0.1), "p90": at(0.9)}
 
 
+#: TE recipe classes by our recipe names (Megatron's --fp8-recipe values; `current` is the
+#: reference tool's name for tensorwise).
+RECIPE_CLASSES = {
+    "blockwise": "Float8BlockScaling",
+    "tensorwise": "Float8CurrentScaling",
+    "current": "Float8CurrentScaling",
+    "delayed": "DelayedScaling",
+    "mxfp8": "MXFP8BlockScaling",
+}
+
+
+def recipe_spec(opt: dict) -> tuple[str, dict]:
+    """The TE recipe class name and its keyword arguments for a request's options.
+
+    `fp8_format` is "e4m3" or "hybrid" (passed as the name of TE's `Format` member); delayed
+    scaling also takes `amax_history_len` and `amax_compute_algo`. Pure: no TE import.
+    """
+    name = str(opt.get("recipe", "blockwise")).lower()
+    if name not in RECIPE_CLASSES:
+        raise ValueError(
+            f"unknown FP8 recipe {name!r}: use blockwise, tensorwise (alias current), delayed or mxfp8"
+        )
+    cls = RECIPE_CLASSES[name]
+    kw: dict = {}
+    fmt = str(opt.get("fp8_format", "hybrid" if name == "delayed" else "e4m3")).upper()
+    if fmt not in ("E4M3", "HYBRID"):
+        raise ValueError(f"unknown FP8 format {fmt!r}: use e4m3 or hybrid")
+    if name in ("tensorwise", "current", "delayed"):
+        kw["fp8_format"] = fmt
+    elif fmt != "E4M3":
+        raise ValueError(f"TE's {cls} runs E4M3 only; got fp8_format {fmt.lower()}")
+    if name == "delayed":
+        kw["amax_history_len"] = int(opt.get("amax_history_len", 1024))
+        kw["amax_compute_algo"] = str(opt.get("amax_compute_algo", "max"))
+        if kw["amax_compute_algo"] not in ("max", "most_recent"):
+            raise ValueError(f"unknown amax_compute_algo {kw['amax_compute_algo']!r}: use max or most_recent")
+    return cls, kw
+
+
+def make_recipe(opt: dict):
+    """The TE recipe object for a request (imports TE)."""
+    from transformer_engine.common import recipe as r
+
+    cls, kw = recipe_spec(opt)
+    if "fp8_format" in kw:
+        kw["fp8_format"] = getattr(r.Format, kw["fp8_format"])
+    return getattr(r, cls)(**kw)
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -48,11 +97,10 @@ class Worker:
         import torch
         import transformer_engine
         import transformer_engine.pytorch as te
-        from transformer_engine.common.recipe import Float8BlockScaling
-
         self.torch, self.te = torch, te
         self.te_version = transformer_engine.__version__
-        self.recipe = Float8BlockScaling()
+        self.recipe = make_recipe({})
+        self._recipes: dict = {}
         self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
         self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
         import inspect
@@ -112,8 +160,15 @@ class Worker:
             return torch.cat(outs)
         return F.linear(xf, deq(m.weight))
 
+    def _use_recipe(self, opt: dict) -> None:
+        key = repr(recipe_spec(opt))
+        if key not in self._recipes:
+            self._recipes[key] = make_recipe(opt)
+        self.recipe = self._recipes[key]
+
     def _precision(self, pt: dict, opt: dict, fp8: bool) -> dict:
         torch = self.torch
+        self._use_recipe(opt)
         kind = pt["module_kind"]
         k, n, gemms = pt["in_features"], pt["out_features"], pt["num_gemms"]
         grouped = kind in ("column_grouped", "row_grouped")

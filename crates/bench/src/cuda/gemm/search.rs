@@ -63,6 +63,7 @@ impl Lt {
         const MAX_VALID: usize = 400;
         let debug = std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some();
         let (ty, compute) = types(plan.shape.dt);
+        let (tyb, _) = types(plan.shape.dtb);
         let bf16 = lt::cudaDataType::CUDA_R_16BF;
         let f32t = lt::cudaDataType::CUDA_R_32F;
         let mut ids = vec![0i32; 1024];
@@ -75,7 +76,7 @@ impl Lt {
                     compute,
                     f32t,
                     ty,
-                    ty,
+                    tyb,
                     bf16,
                     bf16,
                     ids.len() as i32,
@@ -138,7 +139,7 @@ impl Lt {
                     compute,
                     f32t,
                     ty,
-                    ty,
+                    tyb,
                     bf16,
                     bf16,
                     id,

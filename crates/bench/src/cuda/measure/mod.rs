@@ -7,6 +7,7 @@
 mod buffers;
 mod plans;
 mod steps;
+mod tensor;
 mod timing;
 mod verify;
 
@@ -47,6 +48,8 @@ pub struct MeasureOptions {
     pub seed: u32,
     /// Output entries sampled per check.
     pub samples: usize,
+    /// The FP8 recipe and its options.
+    pub recipe: crate::recipe::RecipeOptions,
 }
 
 impl Default for MeasureOptions {
@@ -62,6 +65,7 @@ impl Default for MeasureOptions {
             fp8: true,
             seed: 0x5eed,
             samples: 32,
+            recipe: crate::recipe::RecipeOptions::blockwise(),
         }
     }
 }
@@ -99,8 +103,16 @@ fn run(
     point: &mut Point,
 ) -> Result<(), BenchError> {
     let d = dims(bp, opt)?;
+    let recipe = opt.recipe.recipe();
+    if opt.fp8 {
+        check_arch(gpu, recipe)?;
+    }
     let (rot, outs, fp8) = buffers::allocate(gpu, bp, &d, seg, opt)?;
-    let (plans, bf16_shapes, fp8_shapes) = plans::build(gpu, &d, seg, fp8.is_some())?;
+    let pt = match (&fp8, recipe.per_tensor()) {
+        (Some(f), true) => Some(tensor::setup(gpu, &rot, &d, seg, &outs, f, opt)?),
+        _ => None,
+    };
+    let (plans, bf16_shapes, fp8_shapes) = plans::build(gpu, &d, seg, fp8.is_some(), &opt.recipe)?;
     let ctx = steps::Ctx {
         d: &d,
         seg,
@@ -110,22 +122,50 @@ fn run(
         plans: &plans,
         bf16_shapes: &bf16_shapes,
         fp8_shapes: &fp8_shapes,
+        pt: pt.as_ref(),
+    };
+    let fp8_step: timing::StepFn = if pt.is_some() {
+        tensor::step
+    } else {
+        steps::fp8_step
     };
     // Correctness first: poison the outputs, run one step of each precision, check.
     if opt.bf16 {
         verify::bf16(gpu, &ctx, &rot[0], point)?;
     }
     if fp8.is_some() {
-        verify::fp8(gpu, &ctx, &rot[0], point)?;
+        if pt.is_some() {
+            tensor::verify(gpu, &ctx, &rot[0], point)?;
+        } else {
+            verify::fp8(gpu, &ctx, &rot[0], point)?;
+        }
     }
     if opt.bf16 {
         point.bf16 = Some(timing::time(gpu, &ctx, &rot, steps::bf16_step)?);
     }
     if opt.fp8 {
-        point.fp8 = Some(timing::time(gpu, &ctx, &rot, steps::fp8_step)?);
+        point.fp8 = Some(timing::time(gpu, &ctx, &rot, fp8_step)?);
     }
     if let (Some(b), Some(f)) = (point.bf16, point.fp8) {
         point.speedup = Some(b.total_ms.median / f.total_ms.median);
+    }
+    Ok(())
+}
+
+/// Refuses a recipe the device cannot run, before anything is allocated. MXFP8's scaled GEMMs
+/// and E8M0 scales exist from sm_100 (Blackwell); Hopper runs the other three.
+fn check_arch(gpu: &Gpu, recipe: crate::recipe::Recipe) -> Result<(), BenchError> {
+    let cc = &gpu.info.compute_capability;
+    let major: u32 = cc
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if recipe == crate::recipe::Recipe::Mxfp8 && major < 10 {
+        return Err(BenchError::Unsupported(format!(
+            "the mxfp8 recipe needs compute capability 10.0 or newer (Blackwell); {} is {cc}: measure it on a B200, or estimate it with --backend model --device-profile b200",
+            gpu.info.name
+        )));
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use super::super::gemm::{Dt, Plan, ScaleMode, Shape};
 use super::buffers::Dims;
 use crate::error::BenchError;
 use crate::layout::Segments;
+use crate::recipe::{Recipe, RecipeOptions};
 
 /// fprop, dgrad and wgrad shapes of one expert; `None` for an expert with no rows.
 pub(super) type StepShapes = Vec<Option<(Shape, Shape, Shape)>>;
@@ -18,6 +19,7 @@ pub(super) fn build(
     d: &Dims,
     seg: &Segments,
     fp8: bool,
+    recipe: &RecipeOptions,
 ) -> Result<(HashMap<Shape, Plan>, StepShapes, StepShapes), BenchError> {
     let mut plans: HashMap<Shape, Plan> = HashMap::new();
     let mut shapes =
@@ -40,7 +42,7 @@ pub(super) fn build(
     let (k, n) = (d.k, d.n);
     let bf16 = shapes(&d.splits, &|r| bf16_shapes(k, n, r))?;
     let fp8 = if fp8 {
-        shapes(&seg.padded, &|p| fp8_shapes(k, n, p))?
+        shapes(&seg.padded, &|p| fp8_shapes(k, n, p, recipe))?
     } else {
         Vec::new()
     };
@@ -49,37 +51,43 @@ pub(super) fn build(
 
 /// BF16: fprop Y = X W^T (TN), dgrad dX = dY W (NN), wgrad dW = dY^T X (NT), column-major.
 fn bf16_shapes(k: u64, n: u64, r: u64) -> [Shape; 3] {
-    let sh = |m, nn, kk, ta, tb| Shape {
-        m,
-        n: nn,
-        k: kk,
-        ta,
-        tb,
-        dt: Dt::Bf16,
-        scales: None,
-    };
     [
-        sh(n, r, k, true, false),
-        sh(k, r, n, false, false),
-        sh(k, n, r, false, true),
+        Shape::bf16(n, r, k, true, false),
+        Shape::bf16(k, r, n, false, false),
+        Shape::bf16(k, n, r, false, true),
     ]
 }
 
-/// FP8 blockwise: every GEMM is TN (Hopper's FP8 layout); weights are 128x128-scaled, activations
-/// and gradients 1x128, and wgrad contracts two 1x128 operands over the rows.
-fn fp8_shapes(k: u64, n: u64, p: u64) -> [Shape; 3] {
-    let sh = |m, nn, kk, a, b| Shape {
-        m,
-        n: nn,
-        k: kk,
-        ta: true,
-        tb: false,
-        dt: Dt::E4m3,
-        scales: Some((a, b)),
-    };
-    [
-        sh(n, p, k, ScaleMode::Blk128, ScaleMode::Vec128),
-        sh(k, p, n, ScaleMode::Blk128, ScaleMode::Vec128),
-        sh(k, n, p, ScaleMode::Vec128, ScaleMode::Vec128),
-    ]
+/// FP8: every GEMM is TN (Hopper's FP8 layout). Blockwise: weights 128x128-scaled, activations
+/// and gradients 1x128, wgrad contracts two 1x128 operands over the rows. Per-tensor recipes:
+/// scalar scales, gradients E5M2 under HYBRID, fast accumulation in fprop only (as TE).
+/// MXFP8: 1x32 E8M0 scales on every operand.
+fn fp8_shapes(k: u64, n: u64, p: u64, r: &RecipeOptions) -> [Shape; 3] {
+    let g = if r.grad_e5m2() { Dt::E5m2 } else { Dt::E4m3 };
+    let e4 = Dt::E4m3;
+    match r.recipe() {
+        Recipe::Tensorwise | Recipe::Delayed => {
+            let t = (ScaleMode::Tensor, ScaleMode::Tensor);
+            let mut fprop = Shape::fp8_tn(n, p, k, (e4, e4), t);
+            fprop.fast_accum = true;
+            [
+                fprop,
+                Shape::fp8_tn(k, p, n, (e4, g), t),
+                Shape::fp8_tn(k, n, p, (e4, g), t),
+            ]
+        }
+        Recipe::Mxfp8 => {
+            let m = (ScaleMode::Vec32Ue8m0, ScaleMode::Vec32Ue8m0);
+            [
+                Shape::fp8_tn(n, p, k, (e4, e4), m),
+                Shape::fp8_tn(k, p, n, (e4, e4), m),
+                Shape::fp8_tn(k, n, p, (e4, e4), m),
+            ]
+        }
+        _ => [
+            Shape::fp8_tn(n, p, k, (e4, e4), (ScaleMode::Blk128, ScaleMode::Vec128)),
+            Shape::fp8_tn(k, p, n, (e4, e4), (ScaleMode::Blk128, ScaleMode::Vec128)),
+            Shape::fp8_tn(k, n, p, (e4, e4), (ScaleMode::Vec128, ScaleMode::Vec128)),
+        ],
+    }
 }

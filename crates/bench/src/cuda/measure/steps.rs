@@ -23,6 +23,8 @@ pub(super) struct Ctx<'a> {
     pub(super) plans: &'a HashMap<Shape, Plan>,
     pub(super) bf16_shapes: &'a [Option<(Shape, Shape, Shape)>],
     pub(super) fp8_shapes: &'a [Option<(Shape, Shape, Shape)>],
+    /// Scale state of the per-tensor recipes.
+    pub(super) pt: Option<&'a super::tensor::PerTensor>,
 }
 
 /// The boundaries a step records, in the order it reaches them.
@@ -98,7 +100,31 @@ pub(super) fn norm(
     let Some(kind) = ctx.d.norm else {
         return Ok(());
     };
-    let k = ctx.d.k;
+    norm_launch(
+        gpu,
+        ctx.outs,
+        kind,
+        ctx.d.k,
+        [x, y, q, s_row],
+        rows,
+        ld_srow,
+        ctx.opt.pow2_scales,
+    )
+}
+
+/// Launches `norm_fwd` over `rows` rows of `k` features: `io` = [x, y, q (0: no FP8 output),
+/// rowwise 1x128 scales].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn norm_launch(
+    gpu: &Gpu,
+    outs: &Outs,
+    kind: Norm,
+    k: u64,
+    io: [u64; 4],
+    rows: u64,
+    ld_srow: u64,
+    pow2: bool,
+) -> Result<(), BenchError> {
     if rows == 0 {
         return Ok(());
     }
@@ -109,8 +135,9 @@ pub(super) fn norm(
     };
     let ln = i32::from(kind == Norm::LayerNorm);
     let eps = 1e-5f32;
-    let p2 = i32::from(ctx.opt.pow2_scales);
-    let (gamma, beta) = (ctx.outs.gamma.ptr(), ctx.outs.beta.ptr());
+    let p2 = i32::from(pow2);
+    let (gamma, beta) = (outs.gamma.ptr(), outs.beta.ptr());
+    let [x, y, q, s_row] = io;
     let mut b = gpu.stream.launch_builder(&gpu.k.norm_fwd);
     b.arg(&x)
         .arg(&gamma)

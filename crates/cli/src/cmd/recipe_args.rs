@@ -1,0 +1,93 @@
+//! The recipe flags: what a sweep measures (`bench`, `gen-policy`), and what the trainer runs
+//! (`decide`, `explain`, `check`, which warn when the policy was made for another recipe).
+
+use fp8_bench::recipe::{AmaxAlgo, Fp8Format, Recipe, RecipeOptions};
+use fp8_policy::Policy;
+
+use crate::error::{CliError, CliResult};
+
+/// `--recipe` with its options, for commands that measure.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RecipeArgs {
+    /// FP8 recipe, as Megatron's --fp8-recipe names it: blockwise (TE Float8BlockScaling),
+    /// tensorwise (Float8CurrentScaling; `current`, the reference tool's name, is accepted),
+    /// delayed (DelayedScaling), mxfp8 (MXFP8BlockScaling: Blackwell only; on Hopper use
+    /// --backend model --device-profile b200). Recorded in the report and the policy.
+    #[arg(
+        long,
+        alias = "fp8-recipe",
+        env = "TE_LAYER_PERF_FP8_RECIPE",
+        default_value = "blockwise",
+        value_name = "RECIPE"
+    )]
+    pub recipe: Recipe,
+    /// FP8 format: e4m3, or hybrid (E4M3 forward, E5M2 gradients) [default: hybrid for delayed,
+    /// as TE's DelayedScaling; e4m3 otherwise]. Blockwise and mxfp8 run E4M3 only.
+    #[arg(long, value_name = "FORMAT")]
+    pub fp8_format: Option<Fp8Format>,
+    /// Delayed scaling: steps of amax history [default: 1024, TE's].
+    #[arg(long, alias = "fp8-amax-history-len", value_name = "N")]
+    pub amax_history_len: Option<u32>,
+    /// Delayed scaling: how the history becomes the scale, max or most_recent [default: max,
+    /// TE's].
+    #[arg(long, alias = "fp8-amax-compute-algo", value_name = "ALGO")]
+    pub amax_compute_algo: Option<AmaxAlgo>,
+}
+
+impl RecipeArgs {
+    /// The validated recipe options.
+    pub fn options(&self) -> CliResult<RecipeOptions> {
+        RecipeOptions::new(
+            self.recipe,
+            self.fp8_format,
+            self.amax_history_len,
+            self.amax_compute_algo,
+        )
+        .map_err(CliError::input)
+    }
+}
+
+/// `--recipe` of the trainer, for commands that read a policy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrainerRecipe {
+    /// The FP8 recipe the trainer runs (blockwise, tensorwise or current, delayed, mxfp8)
+    /// [default: the model config's fp8_recipe, when it has one]. A policy made for another
+    /// recipe still answers, with a warning: its crossovers are not this recipe's.
+    #[arg(long, alias = "fp8-recipe", value_name = "RECIPE")]
+    pub recipe: Option<Recipe>,
+}
+
+impl TrainerRecipe {
+    /// The trainer's recipe: the flag, else `config` (a model config's `fp8_recipe`).
+    pub fn resolve(&self, config: Option<&str>) -> CliResult<Option<Recipe>> {
+        match (self.recipe, config) {
+            (Some(r), _) => Ok(Some(r)),
+            (None, Some(c)) => c
+                .parse::<Recipe>()
+                .map(Some)
+                .map_err(|e| CliError::input(format!("the model config's fp8_recipe: {e}"))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The warnings for `policies` under the trainer's recipe; each is also printed on stderr
+    /// unless `quiet`.
+    pub fn warnings<'a>(
+        recipe: Option<Recipe>,
+        policies: impl IntoIterator<Item = (String, &'a Policy)>,
+        quiet: bool,
+    ) -> Vec<String> {
+        let Some(r) = recipe else { return Vec::new() };
+        let mut out = Vec::new();
+        for (name, p) in policies {
+            if let Some(w) = p.recipe_warning(r) {
+                let w = format!("{name}: {w}");
+                if !quiet {
+                    eprintln!("warning: {w}");
+                }
+                out.push(w);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,135 @@
+//! FP8 recipes: which scaling scheme a policy's measurements used.
+//!
+//! Thresholds differ per recipe (per-tensor scaling has cheaper casts and a faster GEMM than
+//! blockwise, current scaling pays an extra amax pass), so a trainer should use a policy made
+//! for its own recipe. The names are Megatron's `--fp8-recipe` values; `current` is accepted as
+//! the reference tool's name for `tensorwise` (`TE_LAYER_PERF_FP8_RECIPE=blockwise|delayed|current`).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// An FP8 recipe, named as Megatron's `--fp8-recipe` names it.
+///
+/// ```
+/// use fp8_policy::Recipe;
+///
+/// assert_eq!("current".parse::<Recipe>()?, Recipe::Tensorwise);
+/// assert_eq!(Recipe::Delayed.te_class(), "DelayedScaling");
+/// assert!("fp4".parse::<Recipe>().is_err());
+/// # Ok::<(), fp8_policy::UnknownRecipe>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Recipe {
+    /// TE `Float8BlockScaling`: 1x128 activation/gradient blocks, 128x128 weight blocks.
+    Blockwise,
+    /// TE `Float8CurrentScaling`: one scale per tensor from this step's amax.
+    Tensorwise,
+    /// TE `DelayedScaling`: one scale per tensor from the amax history of earlier steps.
+    Delayed,
+    /// TE `MXFP8BlockScaling`: 1x32 blocks with E8M0 scales (Blackwell, sm_100 and newer).
+    Mxfp8,
+}
+
+impl Recipe {
+    /// Every recipe, in the order `--help` lists them.
+    pub const ALL: [Recipe; 4] = [
+        Recipe::Blockwise,
+        Recipe::Tensorwise,
+        Recipe::Delayed,
+        Recipe::Mxfp8,
+    ];
+
+    /// The canonical name (`blockwise`, `tensorwise`, `delayed`, `mxfp8`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Recipe::Blockwise => "blockwise",
+            Recipe::Tensorwise => "tensorwise",
+            Recipe::Delayed => "delayed",
+            Recipe::Mxfp8 => "mxfp8",
+        }
+    }
+
+    /// The Transformer Engine recipe class.
+    pub const fn te_class(self) -> &'static str {
+        match self {
+            Recipe::Blockwise => "Float8BlockScaling",
+            Recipe::Tensorwise => "Float8CurrentScaling",
+            Recipe::Delayed => "DelayedScaling",
+            Recipe::Mxfp8 => "MXFP8BlockScaling",
+        }
+    }
+
+    /// One scale per tensor (tensorwise, delayed), as opposed to per block.
+    pub const fn per_tensor(self) -> bool {
+        matches!(self, Recipe::Tensorwise | Recipe::Delayed)
+    }
+
+    /// The recipe a provenance label names: its first word (`delayed fp8_format=hybrid ...`).
+    pub fn from_label(label: &str) -> Option<Recipe> {
+        label.split_whitespace().next()?.parse().ok()
+    }
+}
+
+impl fmt::Display for Recipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A recipe name that is not one of [`Recipe::ALL`] (or `current`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownRecipe(String);
+
+impl fmt::Display for UnknownRecipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown FP8 recipe `{}`: use blockwise, tensorwise (alias current), delayed or mxfp8",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownRecipe {}
+
+impl FromStr for Recipe {
+    type Err = UnknownRecipe;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "blockwise" => Ok(Recipe::Blockwise),
+            "tensorwise" | "current" => Ok(Recipe::Tensorwise),
+            "delayed" => Ok(Recipe::Delayed),
+            "mxfp8" => Ok(Recipe::Mxfp8),
+            _ => Err(UnknownRecipe(s.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_current_is_tensorwise() {
+        for r in Recipe::ALL {
+            assert_eq!(r.name().parse::<Recipe>(), Ok(r));
+            assert_eq!(r.to_string().to_uppercase().parse::<Recipe>(), Ok(r));
+        }
+        assert_eq!("current".parse::<Recipe>(), Ok(Recipe::Tensorwise));
+        let e = "hybrid".parse::<Recipe>().unwrap_err().to_string();
+        assert!(e.contains("hybrid") && e.contains("alias current"), "{e}");
+    }
+
+    #[test]
+    fn labels_name_their_recipe_by_the_first_word() {
+        assert_eq!(
+            Recipe::from_label("delayed fp8_format=hybrid amax_history_len=1024"),
+            Some(Recipe::Delayed)
+        );
+        assert_eq!(Recipe::from_label("blockwise"), Some(Recipe::Blockwise));
+        assert_eq!(Recipe::from_label(""), None);
+        assert_eq!(Recipe::from_label("fp4 x"), None);
+    }
+}
