@@ -28,14 +28,42 @@ pub fn root() -> PathBuf {
 /// The environment variable that makes the checks rewrite stale outputs instead of failing.
 pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 
-/// Rebuilds `policies/` from `fixtures/reports/h200` into memory and returns what is stale; with
-/// `update`, writes the fresh files instead.
+/// The recipes besides blockwise with measured H200 reports in `fixtures/reports/h200/<recipe>/`;
+/// their policies go to `policies/<recipe>/`.
+pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
+
+/// Rebuilds `policies/` from `fixtures/reports/h200` (and `policies/<recipe>/` from each
+/// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
+/// instead.
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
-    let files = generate::build_all(
-        &generate::default_models(root),
-        &root.join("fixtures/reports/h200"),
-        &MergeOptions::default(),
-    )?;
+    let models = generate::default_models(root);
+    let h200 = root.join("fixtures/reports/h200");
+    let mut files = generate::build_all(&models, &h200, &MergeOptions::default())?;
+    for recipe in RECIPE_DIRS {
+        let dir = h200.join(recipe);
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let names: Vec<String> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        // Only the models this recipe has reports for.
+        let mine: Vec<_> = models
+            .iter()
+            .filter(|m| {
+                let stem = m
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                names.iter().any(|n| n.starts_with(&format!("{stem}_tp")))
+            })
+            .cloned()
+            .collect();
+        for (rel, bytes) in generate::build_all(&mine, &dir, &MergeOptions::default())? {
+            files.insert(Path::new(recipe).join(rel), bytes);
+        }
+    }
     let out = root.join("policies");
     if update {
         generate::write_files(&out, &files)?;

@@ -7,6 +7,11 @@
 /// Block length of the recipe: 1x128 for activations and gradients, 128x128 for weights.
 pub const BLOCK: u64 = 128;
 
+/// Floats per tensor in the per-tensor recipes' scale arrays (amax, scale, scale_inv, history
+/// columns): 16 bytes, because cuBLASLt wants every scale pointer 16-byte aligned and a grouped
+/// GEMM points at one expert's.
+pub const TENSOR_SLOT: u64 = 4;
+
 /// Rounds `x` up to a multiple of `m` (`m > 0`).
 pub const fn round_up(x: u64, m: u64) -> u64 {
     x.div_ceil(m) * m
@@ -114,9 +119,9 @@ impl Segments {
 
 impl Segments {
     /// The tile descriptors of the per-tensor casts (`amax_tiles`, `cast_tensor`): the same
-    /// tiles as [`Segments::tiles`], with the segment's index into the per-tensor arrays (its
-    /// amax, scale and scale_inv: `first + i`) where the 1x128 table has the rowwise scale
-    /// offset, and no columnwise scale offset.
+    /// tiles as [`Segments::tiles`], with the offset of the segment's slot in the per-tensor
+    /// arrays (its amax, scale and scale_inv: [`TENSOR_SLOT`] `* (first + i)` floats) where the
+    /// 1x128 table has the rowwise scale offset, and no columnwise scale offset.
     pub fn tensor_tiles(&self, cols: u64, first: u64) -> Vec<[u64; 7]> {
         let (qcol, _) = self.colwise_data_offsets(cols);
         let mut out = Vec::new();
@@ -125,7 +130,8 @@ impl Segments {
             while m < p {
                 let mut c = 0;
                 while c < cols {
-                    out.push([self.offsets[i], p, m, c, first + i as u64, qcol[i], 0]);
+                    let slot = TENSOR_SLOT * (first + i as u64);
+                    out.push([self.offsets[i], p, m, c, slot, qcol[i], 0]);
                     c += BLOCK;
                 }
                 m += BLOCK;
@@ -149,6 +155,18 @@ fn prefix(sizes: impl Iterator<Item = u64>) -> (Vec<u64>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_tiles_point_at_16_byte_slots_and_cover_every_segment() {
+        let seg = Segments::new(&[300, 0, 16], 16);
+        let t = seg.tensor_tiles(520, 2);
+        // 304 padded rows -> 3 row tiles, 520 columns -> 5 column tiles; the empty segment none.
+        assert_eq!(t.len(), 3 * 5 + 5);
+        assert!(t.iter().all(|d| (4 * d[4]) % 16 == 0));
+        assert_eq!(t[0][4], TENSOR_SLOT * 2);
+        assert_eq!(t.last().map(|d| d[4]), Some(TENSOR_SLOT * 4));
+        assert_eq!(t.last().map(|d| d[5]), Some(520 * 304));
+    }
 
     #[test]
     fn scale_lengths_cover_every_block() {

@@ -194,6 +194,37 @@ impl fmt::Display for RecipeOptions {
     }
 }
 
+/// Refuses a recipe the device (or cost-model profile) cannot run, before a sweep starts:
+/// MXFP8 needs compute capability 10.0 (Blackwell), or the cost model's `b200` profile.
+pub fn check_device(recipe: Recipe, device: &fp8_report::DeviceInfo) -> Result<(), String> {
+    if recipe != Recipe::Mxfp8 {
+        return Ok(());
+    }
+    if let Some(profile) = device.name.strip_prefix("model:") {
+        return if profile == "b200" {
+            Ok(())
+        } else {
+            Err(format!(
+                "--recipe mxfp8 runs on Blackwell only; the {profile} cost-model profile cannot estimate it: use --device-profile b200"
+            ))
+        };
+    }
+    let major: u32 = device
+        .compute_capability
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major >= 10 {
+        Ok(())
+    } else {
+        Err(format!(
+            "--recipe mxfp8 needs compute capability 10.0 or newer (Blackwell); {} is {}: measure on a B200, or estimate with --backend model --device-profile b200",
+            device.name, device.compute_capability
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +279,23 @@ mod tests {
         assert!("e5m2".parse::<Fp8Format>().is_err());
         assert_eq!("most-recent".parse::<AmaxAlgo>(), Ok(AmaxAlgo::MostRecent));
         assert!("mean".parse::<AmaxAlgo>().is_err());
+    }
+
+    #[test]
+    fn mxfp8_needs_blackwell_or_the_b200_profile() {
+        let dev = |name: &str, cc: &str| fp8_report::DeviceInfo {
+            name: name.into(),
+            compute_capability: cc.into(),
+            ..fp8_report::DeviceInfo::default()
+        };
+        assert!(check_device(Recipe::Mxfp8, &dev("NVIDIA B200", "10.0")).is_ok());
+        assert!(check_device(Recipe::Mxfp8, &dev("model:b200", "")).is_ok());
+        let e = check_device(Recipe::Mxfp8, &dev("NVIDIA H200", "9.0")).unwrap_err();
+        assert!(
+            e.contains("10.0") && e.contains("--device-profile b200"),
+            "{e}"
+        );
+        assert!(check_device(Recipe::Mxfp8, &dev("model:h200", "")).is_err());
+        assert!(check_device(Recipe::Delayed, &dev("NVIDIA H200", "9.0")).is_ok());
     }
 }

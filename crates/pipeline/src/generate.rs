@@ -403,6 +403,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         plans.push(layouts);
     }
     let mut chosen = choose(&o.backend, &o.device_profile, &o.python, o.recompute)?;
+    fp8_bench::recipe::check_device(o.measure.recipe.recipe(), &chosen.backend().device())?;
     let estimated = matches!(chosen, Chosen::Model(_));
     // TE-measured policies are for a different objective than the shipped cuBLASLt ones: they
     // get their own folders so neither overwrites the other.

@@ -76,3 +76,38 @@ fn ours_loads_in_python_and_python_loads_in_ours() {
     q.write(&again).unwrap();
     assert_eq!(run(py, &["check", again.to_str().unwrap()]).trim(), "ok 6");
 }
+
+/// Every shipped policy (every recipe's folder included) loads in the seed's loader with the
+/// same rule count as in ours: the recipe and its options are provenance fields it ignores.
+#[test]
+fn every_shipped_policy_of_every_recipe_loads_in_the_seed_loader() {
+    let Some(py) = python() else {
+        println!("skipped: no python3 on PATH (python compatibility not checked)");
+        return;
+    };
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../policies"));
+    let mut seen = Vec::new();
+    for dir in [
+        root.to_path_buf(),
+        root.join("tensorwise"),
+        root.join("delayed"),
+    ] {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "json") {
+                let ours = Policy::load(&p).unwrap();
+                assert_eq!(
+                    run(py, &["check", p.to_str().unwrap()]).trim(),
+                    format!("ok {}", ours.rule_count()),
+                    "{}",
+                    p.display()
+                );
+                seen.push(ours.recipes());
+            }
+        }
+    }
+    use fp8_policy::Recipe;
+    for r in [Recipe::Blockwise, Recipe::Tensorwise, Recipe::Delayed] {
+        assert!(seen.iter().any(|v| v == &vec![r]), "no shipped {r} policy");
+    }
+}

@@ -525,11 +525,15 @@ norm_fwd(const bf16_t* __restrict__ x, const bf16_t* __restrict__ gamma, const b
 // or E5M2 (max 57344: TE's HYBRID format uses it for gradients).
 //
 // Tensorwise runs as TE does: amax buffer zeroed, an amax pass, a scale kernel, then the cast
-// (with its transpose) using the fresh scale. Delayed runs the cast with the scale computed from
+// (with its transpose) using the fresh scale.
+//
+// Per-tensor arrays keep one tensor per 16 bytes (TSTRIDE floats): cuBLASLt wants its scale
+// pointers 16-byte aligned, and a grouped GEMM points at one expert's scale_inv. Delayed runs the cast with the scale computed from
 // the amax history at the end of the previous step, recording this tensor's amax in the same
 // pass; `delayed_update` then rolls the history and recomputes the scales, once per direction.
 // =============================================================================================
 #define E5M2_MAX 57344.0f
+#define TSTRIDE 4
 
 template <bool E5>
 __device__ __forceinline__ unsigned short cvt2f(float a, float b) {
@@ -617,14 +621,14 @@ __device__ __forceinline__ float scale_from_amax(float amax, float fmax, int pow
     return s;
 }
 
-// The scale kernel of current scaling: one thread per tensor.
+// The scale kernel of current scaling: one thread per tensor (arrays strided by TSTRIDE).
 extern "C" __global__ void tensor_scale(const float* __restrict__ amax, u64 n, float fmax, int pow2,
                                         float* __restrict__ scale, float* __restrict__ scale_inv) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float s = scale_from_amax(amax[i], fmax, pow2, 1.0f);
-    scale[i] = s;
-    scale_inv[i] = 1.0f / s;
+    const float s = scale_from_amax(amax[TSTRIDE * i], fmax, pow2, 1.0f);
+    scale[TSTRIDE * i] = s;
+    scale_inv[TSTRIDE * i] = 1.0f / s;
 }
 
 // The per-tensor cast of one tile, rowwise and/or columnwise (the transposed copy the Hopper
@@ -689,7 +693,7 @@ cast_tensor(const bf16_t* __restrict__ x, u64 cols, const TileDesc* __restrict__
 }
 
 // The delayed recipe's per-step update, one CTA (256 threads) per tensor. `history` is
-// [len, n] (row 0: the amax the casts recorded this step). The new amax is the history's
+// [len, TSTRIDE * n] (tensor t in column TSTRIDE * t; row 0: the amax the casts recorded this step). The new amax is the history's
 // maximum (algo_max) or row 0 (most_recent); the history is rolled by one (row i takes row i+1,
 // the last row takes row 0) and row 0 is cleared for the next step, as TE's
 // amax_and_scale_update does. Scales are recomputed from the new amax (fmax: the format's).
@@ -703,7 +707,7 @@ delayed_update(float* __restrict__ history, u64 len, u64 n, int algo_max, float 
     if (t >= n || len == 0 || len > MAX_HISTORY) return;
     float a = 0.0f;
     for (u64 i = threadIdx.x; i < len; i += blockDim.x) {
-        h[i] = history[i * n + t];
+        h[i] = history[i * TSTRIDE * n + TSTRIDE * t];
         a = fmaxf(a, h[i]);
     }
     a = warp_max(a, 32);
@@ -715,11 +719,11 @@ delayed_update(float* __restrict__ history, u64 len, u64 n, int algo_max, float 
     const float amax = algo_max ? m : h[0];
     for (u64 i = threadIdx.x; i < len; i += blockDim.x) {
         const float rolled = (i + 1 < len) ? h[i + 1] : h[0];
-        history[i * n + t] = (i == 0) ? 0.0f : rolled;
+        history[i * TSTRIDE * n + TSTRIDE * t] = (i == 0) ? 0.0f : rolled;
     }
     if (threadIdx.x == 0) {
-        const float s = scale_from_amax(amax, fmax, pow2, scale[t]);
-        scale[t] = s;
-        scale_inv[t] = 1.0f / s;
+        const float s = scale_from_amax(amax, fmax, pow2, scale[TSTRIDE * t]);
+        scale[TSTRIDE * t] = s;
+        scale_inv[TSTRIDE * t] = 1.0f / s;
     }
 }

@@ -5,7 +5,10 @@ use super::check::{expected_tensor_scale, fp8_to_f32};
 use super::launch::{self, TensorCast, fp8_max};
 use super::{DevBuf, Gpu};
 use crate::error::BenchError;
-use crate::layout::Segments;
+use crate::layout::{Segments, TENSOR_SLOT};
+
+/// Floats per tensor slot in the per-tensor arrays.
+const TS: usize = TENSOR_SLOT as usize;
 
 fn read<T: bytemuck::Pod + Default + Clone>(
     gpu: &Gpu,
@@ -53,7 +56,7 @@ pub fn check_tensor_cast(
         )?;
     }
     let (tiles, nt) = gpu.upload_tile_table(&seg.tensor_tiles(cols, 0))?;
-    let (amax, sc, si) = (gpu.alloc(4 * g)?, gpu.alloc(4 * g)?, gpu.alloc(4 * g)?);
+    let (amax, sc, si) = (gpu.alloc(16 * g)?, gpu.alloc(16 * g)?, gpu.alloc(16 * g)?);
     let (qr, qc) = (gpu.alloc(p * cols)?, gpu.alloc(p * cols)?);
     amax.zero(&gpu.stream)?;
     launch::amax_tiles(gpu, x.ptr(), cols, tiles.ptr(), nt, amax.ptr())?;
@@ -68,8 +71,11 @@ pub fn check_tensor_cast(
     };
     launch::cast_tensor(gpu, x.ptr(), cols, tiles.ptr(), nt, c)?;
     let xs = bf16s(gpu, &x, p * cols)?;
-    let (am, scs, sis): (Vec<f32>, Vec<f32>, Vec<f32>) =
-        (read(gpu, &amax, g)?, read(gpu, &sc, g)?, read(gpu, &si, g)?);
+    let (am, scs, sis): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+        read(gpu, &amax, 4 * g)?,
+        read(gpu, &sc, 4 * g)?,
+        read(gpu, &si, 4 * g)?,
+    );
     let (rq, cq): (Vec<u8>, Vec<u8>) = (read(gpu, &qr, p * cols)?, read(gpu, &qc, p * cols)?);
     let (qcol, _) = seg.colwise_data_offsets(cols);
     let fmax = fp8_max(e5m2);
@@ -85,17 +91,18 @@ pub fn check_tensor_cast(
         let want = xs[(r0 * cols) as usize..((r0 + pe) * cols) as usize]
             .iter()
             .fold(0f32, |a, v| a.max(v.abs()));
-        if am[e] != want {
+        if am[TS * e] != want {
             return Err(BenchError::Check(format!(
                 "segment {e}: amax {} != host {want}",
-                am[e]
+                am[TS * e]
             )));
         }
         let ws = expected_tensor_scale(want, fmax, pow2);
-        if (scs[e] - ws).abs() > ws * 1e-6 || (sis[e] * scs[e] - 1.0).abs() > 1e-6 {
+        if (scs[TS * e] - ws).abs() > ws * 1e-6 || (sis[TS * e] * scs[TS * e] - 1.0).abs() > 1e-6 {
             return Err(BenchError::Check(format!(
                 "segment {e}: scale {} (want {ws}), scale_inv {}",
-                scs[e], sis[e]
+                scs[TS * e],
+                sis[TS * e]
             )));
         }
         for r in 0..pe {
@@ -108,7 +115,7 @@ pub fn check_tensor_cast(
                         "segment {e} ({r}, {cc}): rowwise byte {b:#x} != transposed {tb:#x}"
                     )));
                 }
-                let v = f64::from(xs[i]) * f64::from(scs[e]);
+                let v = f64::from(xs[i]) * f64::from(scs[TS * e]);
                 let d = (f64::from(fp8_to_f32(b, e5m2)) - v).abs();
                 let bound = (rel * v.abs()).max(sub) * 1.0001;
                 worst = worst.max(d / bound);
@@ -137,8 +144,8 @@ pub fn check_delayed(gpu: &Gpu, len: u64, algo_max: bool) -> Result<String, Benc
     let seg = Segments::new(&[rows], 16);
     let (tiles, nt) = gpu.upload_tile_table(&seg.tensor_tiles(cols, 0))?;
     let x = gpu.alloc(2 * rows * cols)?;
-    let hist = gpu.alloc(4 * len)?;
-    let (sc, si) = (gpu.alloc(4)?, gpu.alloc(4)?);
+    let hist = gpu.alloc(16 * len)?;
+    let (sc, si) = (gpu.alloc(16)?, gpu.alloc(16)?);
     let q = gpu.alloc(rows * cols)?;
     hist.zero(&gpu.stream)?;
     sc.write_at(&gpu.stream, 0, &[1.0f32])?;
@@ -187,7 +194,8 @@ pub fn check_delayed(gpu: &Gpu, len: u64, algo_max: bool) -> Result<String, Benc
         if amax > 0.0 {
             host_scale = expected_tensor_scale(amax, 448.0, false);
         }
-        let (h, s): (Vec<f32>, Vec<f32>) = (read(gpu, &hist, len)?, read(gpu, &sc, 1)?);
+        let (h, s): (Vec<f32>, Vec<f32>) = (read(gpu, &hist, 4 * len)?, read(gpu, &sc, 1)?);
+        let h: Vec<f32> = h.into_iter().step_by(TS).collect();
         if h != host_hist || (s[0] - host_scale).abs() > host_scale * 1e-6 {
             return Err(BenchError::Check(format!(
                 "step {step}: history {h:?} scale {} != host {host_hist:?} {host_scale}",

@@ -155,6 +155,14 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
     let recipe = args.recipe.options()?;
+    if args.backend == "model" {
+        // Fail before the sweep: a profile that cannot run the recipe would skip every point.
+        let dev = fp8_report::DeviceInfo {
+            name: format!("model:{}", args.device_profile.to_lowercase()),
+            ..fp8_report::DeviceInfo::default()
+        };
+        fp8_bench::recipe::check_device(recipe.recipe(), &dev).map_err(CliError::input)?;
+    }
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
     fp8_bench::te::check_recompute(&args.backend, args.te.recompute).map_err(CliError::input)?;
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
@@ -250,7 +258,10 @@ pub fn run(args: &Args) -> CliResult {
             return fp8_bench::te::TeBackend::start(&args.te.python, args.te.recompute)
                 .map(|b| Box::new(b) as Box<dyn Backend>);
         }
-        open_backend(&args.backend, &args.device_profile, dev, args.quiet).map_err(|e| e.message)
+        let b = open_backend(&args.backend, &args.device_profile, dev, args.quiet)
+            .map_err(|e| e.message)?;
+        fp8_bench::recipe::check_device(opt.recipe.recipe(), &b.device())?;
+        Ok(b)
     };
     let progress = Bar::new(args.quiet || args.json);
     let report = driver::run(

@@ -7,8 +7,9 @@ use fp8_bench::cuda::{AlgoSearch, Gpu};
 
 use crate::error::{CliError, CliResult};
 
-/// Measure the device's copy bandwidth, BF16 vs FP8-blockwise GEMM throughput on the anchor
-/// shapes, and the cast kernels' bandwidth as a share of the copy bandwidth.
+/// Measure the device's copy bandwidth, BF16 vs FP8 (blockwise and tensorwise) GEMM throughput
+/// on the anchor shapes, and the cast kernels' bandwidth (blockwise, current and delayed
+/// scaling) as a share of the copy bandwidth.
 ///
 /// GEMM algorithms are searched exhaustively by default: every cuBLASLt algorithm id and
 /// configuration (tile, stages, swizzle, cluster shape) that cublasLtMatmulAlgoCheck accepts is
@@ -19,6 +20,7 @@ use crate::error::{CliError, CliResult};
 /// Examples:
 ///   fp8sel bench-kernels --json out/kernels.json
 ///   fp8sel bench-kernels --gemm-only --shapes 4096x2048x2048 --search heuristic
+///   fp8sel bench-kernels --anchors ../shared/anchors/h200_gemm_ceiling.json
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -40,6 +42,34 @@ pub struct Args {
     /// Only the GEMMs (skip the copy and cast figures).
     #[arg(long)]
     pub gemm_only: bool,
+    /// Anchor file (JSON list of {M, K, N, fp8_tensorwise_tflops}, e.g. PyTorch `_scaled_mm`
+    /// measurements): each tensorwise GEMM on an anchor shape is held to it, and the verdict
+    /// printed with the figure.
+    #[arg(long, value_name = "ANCHORS.json")]
+    pub anchors: Option<PathBuf>,
+}
+
+/// One anchor: a shape and the tensorwise TFLOP/s it must reach.
+#[derive(Debug, serde::Deserialize)]
+struct Anchor {
+    #[serde(rename = "M")]
+    m: u64,
+    #[serde(rename = "K")]
+    k: u64,
+    #[serde(rename = "N")]
+    n: u64,
+    fp8_tensorwise_tflops: f64,
+}
+
+fn read_anchors(p: &std::path::Path) -> CliResult<Vec<Anchor>> {
+    let text =
+        fp8_io::read_limited(p, 1 << 20).map_err(|e| CliError::input(format!("--anchors: {e}")))?;
+    serde_json::from_slice(&text).map_err(|e| {
+        CliError::input(format!(
+            "--anchors {}: {e}; expected a JSON list of {{\"M\", \"K\", \"N\", \"fp8_tensorwise_tflops\"}}",
+            p.display()
+        ))
+    })
 }
 
 const ANCHORS: &[(u64, u64, u64)] = &[
@@ -74,6 +104,7 @@ pub fn run(args: &Args) -> CliResult {
             })
             .collect::<Result<_, _>>()?,
     };
+    let anchors = args.anchors.as_deref().map(read_anchors).transpose()?;
     // Flags are checked before the device is opened, so a typo fails fast on any machine.
     let mut gpu = Gpu::open(args.device).map_err(CliError::input)?;
     let err = |e: fp8_bench::BenchError| CliError {
@@ -105,7 +136,25 @@ pub fn run(args: &Args) -> CliResult {
     );
     for &(m, k, n) in &shapes {
         bar.set_message(format!("{m}x{k}x{n}"));
-        figs.extend(gemm_throughput(&mut gpu, m, k, n, search).map_err(err)?);
+        let mut got = gemm_throughput(&mut gpu, m, k, n, search).map_err(err)?;
+        let anchor = anchors
+            .iter()
+            .flatten()
+            .find(|a| (a.m, a.k, a.n) == (m, k, n));
+        if let Some(a) = anchor {
+            for f in got
+                .iter_mut()
+                .filter(|f| f.name.starts_with("fp8 tensorwise"))
+            {
+                let r = f.rate / a.fp8_tensorwise_tflops;
+                f.target = Some(format!(
+                    "{r:.3}x the anchor's {:.0} TFLOP/s (target >= 1): {}",
+                    a.fp8_tensorwise_tflops,
+                    if r >= 1.0 { "met" } else { "NOT met" }
+                ));
+            }
+        }
+        figs.extend(got);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -137,6 +186,9 @@ pub fn run(args: &Args) -> CliResult {
         );
         if let Some(t) = &f.tuning {
             println!("    tuning: {t}");
+        }
+        if let Some(t) = &f.target {
+            println!("    target: {t}");
         }
     }
     if let Some(p) = &args.json {

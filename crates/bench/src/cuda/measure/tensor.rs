@@ -1,7 +1,7 @@
 //! The per-tensor recipes (tensorwise = TE's `Float8CurrentScaling`, delayed = TE's
 //! `DelayedScaling`): their scale state, one training step, and the checks before timing.
 //!
-//! Scale state lives in three arrays per direction, one entry per tensor: the amax history
+//! Scale state lives in three arrays per direction, one 16-byte slot per tensor: the amax history
 //! `[len, t]` (row 0 is this step's amax; current scaling uses row 0 only), the quantization
 //! factor `scale` and its inverse `scale_inv` (what the GEMM multiplies by). Forward tensors are
 //! the input of each expert segment (columns `0..g`) and the weight of each expert (`g..2g`);
@@ -19,7 +19,11 @@ use super::steps::{Ctx, Marks, NoMarks, Phase, gemm, norm_launch};
 use super::verify::{check_nonfinite, pick_row, push, read_f32s, record};
 use super::{GEMM_TOL, MeasureOptions};
 use crate::error::BenchError;
-use crate::layout::Segments;
+use crate::layout::{Segments, TENSOR_SLOT};
+
+/// Floats, and bytes, of one tensor's slot in the scale arrays (16-byte aligned for cuBLASLt).
+const SLOT: usize = TENSOR_SLOT as usize;
+const SLOT_BYTES: u64 = 4 * TENSOR_SLOT;
 use crate::recipe::{AmaxAlgo, Recipe};
 
 /// Bound for a dequantized E5M2 tensor against its source (2 mantissa bits: twice E4M3's).
@@ -84,12 +88,12 @@ pub(super) fn setup(
         tiles_x: gpu.upload_tile_table(&seg.tensor_tiles(d.k, 0))?,
         tiles_dy: gpu.upload_tile_table(&seg.tensor_tiles(d.n, 0))?,
         tiles_w: gpu.upload_tile_table(&wseg.tensor_tiles(d.k, 0))?,
-        fwd_hist: gpu.alloc(4 * len * 2 * g)?,
-        fwd_scale: gpu.alloc(4 * 2 * g)?,
-        fwd_sinv: gpu.alloc(4 * 2 * g)?,
-        bwd_hist: gpu.alloc(4 * len * g)?,
-        bwd_scale: gpu.alloc(4 * g)?,
-        bwd_sinv: gpu.alloc(4 * g)?,
+        fwd_hist: gpu.alloc(SLOT_BYTES * len * 2 * g)?,
+        fwd_scale: gpu.alloc(SLOT_BYTES * 2 * g)?,
+        fwd_sinv: gpu.alloc(SLOT_BYTES * 2 * g)?,
+        bwd_hist: gpu.alloc(SLOT_BYTES * len * g)?,
+        bwd_scale: gpu.alloc(SLOT_BYTES * g)?,
+        bwd_sinv: gpu.alloc(SLOT_BYTES * g)?,
     };
     for b in [&pt.fwd_hist, &pt.bwd_hist] {
         b.zero(&gpu.stream)?;
@@ -178,7 +182,12 @@ fn current_scales(
 fn zero_floats(gpu: &Gpu, at: u64, n: u64) -> Result<(), BenchError> {
     // SAFETY: callers pass a row of a history buffer they allocated with at least n floats.
     unsafe {
-        cudarc::driver::result::memset_d8_async(at, 0, 4 * n as usize, gpu.stream.cu_stream())
+        cudarc::driver::result::memset_d8_async(
+            at,
+            0,
+            (SLOT_BYTES * n) as usize,
+            gpu.stream.cu_stream(),
+        )
     }
     .map_err(BenchError::driver)
 }
@@ -200,9 +209,9 @@ fn weight_cast(
     let g = pt.g;
     // The weight columns of the forward arrays start at g.
     let (amax, scale, sinv) = (
-        pt.fwd_hist.at(4 * g),
-        pt.fwd_scale.at(4 * g),
-        pt.fwd_sinv.at(4 * g),
+        pt.fwd_hist.at(SLOT_BYTES * g),
+        pt.fwd_scale.at(SLOT_BYTES * g),
+        pt.fwd_sinv.at(SLOT_BYTES * g),
     );
     let mut launches = 0;
     let amax_rec = if fresh || !pt.delayed {
@@ -320,8 +329,8 @@ pub(super) fn step(
                 a: wq.at(eu * n * k),
                 b: f.xq_row.at(r0 * k),
                 d: f.y.at(2 * r0 * n),
-                sa: sw.at(4 * eu),
-                sb: pt.fwd_sinv.at(4 * eu),
+                sa: sw.at(SLOT_BYTES * eu),
+                sb: pt.fwd_sinv.at(SLOT_BYTES * eu),
             },
         )?;
         launches += 1;
@@ -392,8 +401,8 @@ pub(super) fn step(
                 a: wqt.at(eu * n * k),
                 b: f.dyq_row.at(r0 * n),
                 d: f.dx.at(2 * r0 * k),
-                sa: sw.at(4 * eu),
-                sb: pt.bwd_sinv.at(4 * eu),
+                sa: sw.at(SLOT_BYTES * eu),
+                sb: pt.bwd_sinv.at(SLOT_BYTES * eu),
             },
         )?;
         gemm(
@@ -404,8 +413,8 @@ pub(super) fn step(
                 a: f.xq_col.at(lay.qcol_x[e]),
                 b: f.dyq_col.at(lay.qcol_dy[e]),
                 d: f.dw.at(2 * eu * n * k),
-                sa: pt.fwd_sinv.at(4 * eu),
-                sb: pt.bwd_sinv.at(4 * eu),
+                sa: pt.fwd_sinv.at(SLOT_BYTES * eu),
+                sb: pt.bwd_sinv.at(SLOT_BYTES * eu),
             },
         )?;
         launches += 2;
@@ -491,12 +500,12 @@ pub(super) fn verify(
         };
         let (eu, p_e) = (e as u64, seg.padded[e]);
         let xsrc = bf(x_src + 2 * prow * k, k)?;
-        let xrow = fp8_scalar(rd, f.xq_row.at(prow * k), k, false, fsinv[e])?;
+        let xrow = fp8_scalar(rd, f.xq_row.at(prow * k), k, false, fsinv[SLOT * e])?;
         push(&mut q[0], &xrow, &xsrc);
         let m = xsrc.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
         seen_amax[e] = seen_amax[e].max(m);
         let j = s.below(n);
-        let wrow = fp8_scalar(rd, wq.at(eu * n * k + j * k), k, false, swh[e])?;
+        let wrow = fp8_scalar(rd, wq.at(eu * n * k + j * k), k, false, swh[SLOT * e])?;
         push(&mut q[1], &wrow, &bf(set.w.at(2 * (eu * n + j) * k), k)?);
         gm[0]
             .0
@@ -504,11 +513,11 @@ pub(super) fn verify(
         gm[0].1.push(dot(&xrow, &wrow));
         let c = s.below(k);
         let dysrc = bf(dyp.at(2 * prow * n), n)?;
-        let dyrow = fp8_scalar(rd, f.dyq_row.at(prow * n), n, ge5, bsinv[e])?;
+        let dyrow = fp8_scalar(rd, f.dyq_row.at(prow * n), n, ge5, bsinv[SLOT * e])?;
         push(&mut q[2], &dyrow, &dysrc);
         let dym = dysrc.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
         seen_amax[d.g as usize + e] = seen_amax[d.g as usize + e].max(dym);
-        let wtrow = fp8_scalar(rd, wqt.at(eu * n * k + c * n), n, false, swh[e])?;
+        let wtrow = fp8_scalar(rd, wqt.at(eu * n * k + c * n), n, false, swh[SLOT * e])?;
         gm[1]
             .0
             .push(f64::from(rd.bf16(f.dx.at(2 * (prow * k + c)), 1)?[0]));
@@ -518,14 +527,14 @@ pub(super) fn verify(
             f.xq_col.at(lay.qcol_x[e] + c * p_e),
             p_e,
             false,
-            fsinv[e],
+            fsinv[SLOT * e],
         )?;
         let dycol = fp8_scalar(
             rd,
             f.dyq_col.at(lay.qcol_dy[e] + j * p_e),
             p_e,
             ge5,
-            bsinv[e],
+            bsinv[SLOT * e],
         )?;
         let xcsrc: Vec<f64> = rd
             .bf16_column(x_src, k, c, seg.offsets[e], p_e)?
@@ -608,7 +617,8 @@ fn check_scales(
         // Tensors this step quantized: the inputs or gradients (weights are FP8 params).
         let live = if opt.fp8_param { g } else { t };
         for i in 0..live {
-            let col = |rows: &Vec<f32>, r: usize| rows[r * t + i];
+            let (sc_i, si_i) = (sc[SLOT * i], si[SLOT * i]);
+            let col = |rows: &Vec<f32>, r: usize| rows[SLOT * (r * t + i)];
             let (amax, recorded) = if pt.delayed {
                 if len == 1 {
                     continue; // the recorded amax was consumed and cleared by the update
@@ -627,14 +637,14 @@ fn check_scales(
             }
             let want = expected_tensor_scale(amax, fmax, pow2);
             let ok = if amax > 0.0 {
-                (sc[i] - want).abs() <= want * 1e-6
+                (sc_i - want).abs() <= want * 1e-6
             } else {
-                sc[i].is_finite() && sc[i] > 0.0
+                sc_i.is_finite() && sc_i > 0.0
             };
-            if !ok || (sc[i] * si[i] - 1.0).abs() > 1e-6 {
+            if !ok || (sc_i * si_i - 1.0).abs() > 1e-6 {
                 return Err(BenchError::Check(format!(
                     "{what} tensor {i}: scale {} / scale_inv {} do not follow from amax {amax} (want scale {want})",
-                    sc[i], si[i]
+                    sc_i, si_i
                 )));
             }
         }
