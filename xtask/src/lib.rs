@@ -9,6 +9,7 @@
 //! It adds no measuring or merging logic of its own: that lives in the library crates
 //! (`fp8-pipeline` is the job `fp8sel gen-policy` runs too).
 
+pub mod recipe_results;
 pub mod results;
 
 pub use fp8_pipeline::{build, eval, generate, plot};
@@ -75,11 +76,16 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
 /// Renders docs/RESULTS.md and returns whether the committed one is stale; with `update`,
 /// writes it.
 pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
-    let text = results::render(root)?;
+    let mut text = results::render(root)?;
+    let (section, plots) = recipe_results::render(root)?;
+    text.push_str(&section);
     let path = root.join("docs/RESULTS.md");
+    let plot_dir = root.join(recipe_results::PLOT_DIR);
     if update {
         fp8_io::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        generate::write_files(&plot_dir, &plots)?;
         return Ok(false);
     }
-    Ok(std::fs::read_to_string(&path).map_or(true, |have| have != text))
+    let text_stale = std::fs::read_to_string(&path).map_or(true, |have| have != text);
+    Ok(text_stale || !generate::stale(&plot_dir, &plots).is_empty())
 }
