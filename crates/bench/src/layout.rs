@@ -41,6 +41,24 @@ pub const fn blk128_scale_index(cols: u64, r: u64, c: u64) -> u64 {
     (r / BLOCK) * round_up(cols.div_ceil(BLOCK), 4) + c / BLOCK
 }
 
+/// MXFP8 block length (1x32 along the contraction dimension).
+pub const MX_BLOCK: u64 = 32;
+
+/// Bytes of the E8M0 scales of an MXFP8 operand `[rows, cols]` quantized along `cols`, in
+/// cuBLASLt's swizzled VEC32_UE8M0 layout: the `[rows, cols / 32]` matrix padded to whole tiles
+/// of 128 rows x 4 columns.
+pub const fn mx_scale_bytes(rows: u64, cols: u64) -> u64 {
+    round_up(rows, 128) * round_up(cols / MX_BLOCK, 4)
+}
+
+/// Index of the scale of row `r`, block `cb` (columns `32 cb .. 32 cb + 31`) in that layout:
+/// tile `(r / 128, cb / 4)` of 512 bytes, row-major over tiles, and inside a tile
+/// `(r % 32) * 16 + ((r % 128) / 32) * 4 + cb % 4` (the kernels compute the same).
+pub const fn mx_scale_index(cols: u64, r: u64, cb: u64) -> u64 {
+    let col_tiles = (cols / MX_BLOCK).div_ceil(4);
+    ((r / 128) * col_tiles + cb / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + cb % 4
+}
+
 /// A grouped operand: experts stacked by rows, each padded for FP8.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segments {
@@ -155,6 +173,28 @@ fn prefix(sizes: impl Iterator<Item = u64>) -> (Vec<u64>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mx_scale_layout_is_a_bijection_onto_whole_tiles() {
+        for (rows, cols) in [(128u64, 128u64), (256, 96), (40, 64), (384, 512)] {
+            let len = mx_scale_bytes(rows, cols);
+            let mut seen = vec![false; len as usize];
+            for r in 0..rows {
+                for cb in 0..cols / MX_BLOCK {
+                    let i = mx_scale_index(cols, r, cb) as usize;
+                    assert!(i < seen.len(), "{rows}x{cols}: ({r}, {cb}) -> {i} >= {len}");
+                    assert!(!seen[i], "{rows}x{cols}: ({r}, {cb}) collides");
+                    seen[i] = true;
+                }
+            }
+        }
+        // The documented positions: rows 0, 32, 64, 96 interleave within 16 bytes.
+        assert_eq!(mx_scale_index(128, 32, 0), 4);
+        assert_eq!(mx_scale_index(128, 1, 0), 16);
+        assert_eq!(mx_scale_index(128, 0, 3), 3);
+        assert_eq!(mx_scale_index(256, 0, 4), 512);
+        assert_eq!(mx_scale_index(256, 128, 0), 1024);
+    }
 
     #[test]
     fn tensor_tiles_point_at_16_byte_slots_and_cover_every_segment() {

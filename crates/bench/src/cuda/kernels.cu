@@ -727,3 +727,60 @@ delayed_update(float* __restrict__ history, u64 len, u64 n, int algo_max, float 
         scale_inv[TSTRIDE * t] = 1.0f / s;
     }
 }
+
+// =============================================================================================
+// MXFP8 (TE's MXFP8BlockScaling; Blackwell, sm_100+): E4M3 data in 1x32 blocks along the
+// contraction dimension, one E8M0 scale (a biased power-of-two exponent) per block, scales in
+// cuBLASLt's swizzled layout for VEC32_UE8M0: the [rows, cols / 32] scale matrix in tiles of
+// 128 rows x 4 columns (512 bytes), tile (rt, ct) at (rt * ceil(cols / 128) + ct) * 512, and
+// inside a tile (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4. The launcher refuses to run below
+// sm_100; on Hopper this compiles only (cuBLASLt has no VEC32_UE8M0 GEMM there).
+// One thread per 32-element block: written for correctness, not tuned.
+// =============================================================================================
+__device__ __forceinline__ u64 mx_scale_index(u64 r, u64 cb, u64 cols) {
+    const u64 col_tiles = (cols / 32 + 3) / 4;
+    return ((r / 128) * col_tiles + cb / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (cb % 4);
+}
+
+// E8M0 byte of the smallest power of two P with 448 * P >= amax (2^-127 for a zero block).
+__device__ __forceinline__ unsigned char e8m0_of(float amax) {
+    if (!(amax > 0.0f) || isinf(amax)) return 127;
+    const float p = dequant_scale(amax, 1);
+    return (unsigned char)((__float_as_uint(p) >> 23) & 0xff);
+}
+
+// Rowwise: blocks of 32 along the columns of a row-major [rows, cols] bf16 matrix.
+extern "C" __global__ void quant_mx_rows(const bf16_t* __restrict__ x, u64 rows, u64 cols,
+                                         fp8_t* __restrict__ q, unsigned char* __restrict__ s) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nb = cols / 32;
+    if (i >= rows * nb) return;
+    const u64 r = i / nb, cb = i % nb;
+    const bf16_t* src = x + r * cols + cb * 32;
+    float v[32], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) { v[j] = bf16_to_f(src[j]); amax = fmaxf(amax, fabsf(v[j])); }
+    const unsigned char e = e8m0_of(amax);
+    const float inv = __uint_as_float((unsigned int)(254 - e) << 23);   // 1 / 2^(e - 127)
+#pragma unroll
+    for (int j = 0; j < 32; ++j) q[r * cols + cb * 32 + j] = f_to_e4m3(v[j] * inv);
+    s[mx_scale_index(r, cb, cols)] = e;
+}
+
+// Columnwise: blocks of 32 down the rows, written transposed ([cols, rows] row-major) with the
+// scales of that transposed operand.
+extern "C" __global__ void quant_mx_cols(const bf16_t* __restrict__ x, u64 rows, u64 cols,
+                                         fp8_t* __restrict__ qt, unsigned char* __restrict__ st) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nb = rows / 32;
+    if (i >= cols * nb) return;
+    const u64 c = i % cols, rb = i / cols;
+    float v[32], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) { v[j] = bf16_to_f(x[(rb * 32 + j) * cols + c]); amax = fmaxf(amax, fabsf(v[j])); }
+    const unsigned char e = e8m0_of(amax);
+    const float inv = __uint_as_float((unsigned int)(254 - e) << 23);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) qt[c * rows + rb * 32 + j] = f_to_e4m3(v[j] * inv);
+    st[mx_scale_index(c, rb, rows)] = e;
+}

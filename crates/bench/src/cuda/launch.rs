@@ -253,3 +253,40 @@ pub(crate) fn delayed_update(
     unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
     Ok(())
 }
+
+/// MXFP8 casts of the row-major bf16 `[rows, cols]` matrix at `src`: `row` = (data, scales) of
+/// the rowwise cast (blocks along `cols`), `col` = (data, scales) of the transposed cast (blocks
+/// along `rows`, written `[cols, rows]`). Dimensions must be multiples of 32; sm_100+ only (the
+/// caller checks the device).
+pub(crate) fn quant_mx(
+    gpu: &Gpu,
+    src: u64,
+    rows: u64,
+    cols: u64,
+    row: Option<(u64, u64)>,
+    col: Option<(u64, u64)>,
+) -> Result<(), BenchError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    if !rows.is_multiple_of(32) || !cols.is_multiple_of(32) {
+        return Err(BenchError::Unsupported(format!(
+            "MXFP8 casts need both dimensions in multiples of 32 ({rows} x {cols})"
+        )));
+    }
+    let blocks = rows * cols / 32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks.div_ceil(128) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    for (out, kernel) in [(row, &gpu.k.quant_mx_rows), (col, &gpu.k.quant_mx_cols)] {
+        let Some((q, s)) = out else { continue };
+        let mut b = gpu.stream.launch_builder(kernel);
+        b.arg(&src).arg(&rows).arg(&cols).arg(&q).arg(&s);
+        // SAFETY: the caller sized q for rows x cols bytes and s for `mx_scale_bytes` of the
+        // operand it describes; each thread touches one 32-element block inside them.
+        unsafe { b.launch(cfg) }.map_err(BenchError::driver)?;
+    }
+    Ok(())
+}

@@ -55,6 +55,9 @@ pub(crate) struct Kernels {
     pub tensor_scale: CudaFunction,
     pub cast_tensor: CudaFunction,
     pub delayed_update: CudaFunction,
+    /// MXFP8 casts (sm_100+).
+    pub quant_mx_rows: CudaFunction,
+    pub quant_mx_cols: CudaFunction,
 }
 
 /// Checks that the CUDA libraries load and a device exists, without panicking.
@@ -139,6 +142,8 @@ impl Gpu {
             tensor_scale: f("tensor_scale")?,
             cast_tensor: f("cast_tensor")?,
             delayed_update: f("delayed_update")?,
+            quant_mx_rows: f("quant_mx_rows")?,
+            quant_mx_cols: f("quant_mx_cols")?,
         };
         let lt = Lt::new(&stream)?;
         let attr = |a| ctx.attribute(a).map_err(BenchError::driver);

@@ -302,9 +302,9 @@ pub(super) fn setup_fp8(
         set.sw = Some(sw);
         set.wqt = Some(wqt);
         set.swt = Some(swt);
-        if opt.fp8_param && !opt.recipe.recipe().per_tensor() {
-            // FP8 params: the weights are quantized once, outside the step (the per-tensor
-            // recipes do it in `tensor::setup`, with their scale state).
+        if opt.fp8_param && opt.recipe.recipe() == crate::recipe::Recipe::Blockwise {
+            // FP8 params: the weights are quantized once, outside the step (the other recipes
+            // do it in their own setup, `tensor::setup` and `mx::setup`, with their scales).
             quant_weights(gpu, set, d, opt.pow2_scales)?;
         }
     }

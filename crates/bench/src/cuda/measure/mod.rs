@@ -5,6 +5,7 @@
 //! `timing` times it.
 
 mod buffers;
+mod mx;
 mod plans;
 mod steps;
 mod tensor;
@@ -112,6 +113,10 @@ fn run(
         (Some(f), true) => Some(tensor::setup(gpu, &rot, &d, seg, &outs, f, opt)?),
         _ => None,
     };
+    let mx_state = match (&fp8, recipe) {
+        (Some(_), crate::recipe::Recipe::Mxfp8) => Some(mx::setup(gpu, &rot, &d, seg, opt)?),
+        _ => None,
+    };
     let (plans, bf16_shapes, fp8_shapes) = plans::build(gpu, &d, seg, fp8.is_some(), &opt.recipe)?;
     let ctx = steps::Ctx {
         d: &d,
@@ -123,9 +128,12 @@ fn run(
         bf16_shapes: &bf16_shapes,
         fp8_shapes: &fp8_shapes,
         pt: pt.as_ref(),
+        mx: mx_state.as_ref(),
     };
     let fp8_step: timing::StepFn = if pt.is_some() {
         tensor::step
+    } else if mx_state.is_some() {
+        mx::step
     } else {
         steps::fp8_step
     };
@@ -136,6 +144,8 @@ fn run(
     if fp8.is_some() {
         if pt.is_some() {
             tensor::verify(gpu, &ctx, &rot[0], point)?;
+        } else if mx_state.is_some() {
+            mx::verify(gpu, &ctx, &rot[0], point)?;
         } else {
             verify::fp8(gpu, &ctx, &rot[0], point)?;
         }

@@ -25,6 +25,8 @@ pub(super) struct Ctx<'a> {
     pub(super) fp8_shapes: &'a [Option<(Shape, Shape, Shape)>],
     /// Scale state of the per-tensor recipes.
     pub(super) pt: Option<&'a super::tensor::PerTensor>,
+    /// Scales of MXFP8.
+    pub(super) mx: Option<&'a super::mx::Mx>,
 }
 
 /// The boundaries a step records, in the order it reaches them.
