@@ -223,6 +223,23 @@ impl Policy {
             .unwrap_or_default()
     }
 
+    /// The FP8 recipes the policy was measured with (`blockwise`, `tensorwise`, `delayed`,
+    /// `mxfp8`); empty when it does not say.
+    #[getter]
+    fn recipes(&self) -> Vec<&'static str> {
+        self.inner.recipes().into_iter().map(|r| r.name()).collect()
+    }
+
+    /// A warning for a trainer that runs `recipe` (Megatron's `--fp8-recipe` names; `current` is
+    /// tensorwise) when the policy was made for another one, else `None`. An unknown recipe is a
+    /// `ValueError`.
+    fn recipe_warning(&self, recipe: &str) -> PyResult<Option<String>> {
+        let r: fp8_policy::Recipe = recipe
+            .parse()
+            .map_err(|e: fp8_policy::UnknownRecipe| PyValueError::new_err(e.to_string()))?;
+        Ok(self.inner.recipe_warning(r))
+    }
+
     /// Where the policy came from (a path, or the origin given to `from_json`).
     #[getter]
     fn origin(&self) -> &str {

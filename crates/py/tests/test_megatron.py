@@ -142,3 +142,38 @@ def test_a_broken_policy_is_an_error_not_a_warning(tmp_path):
 def test_enable_refuses_without_megatron():
     with pytest.raises(ModuleNotFoundError):
         megatron.enable(SimpleNamespace())
+
+
+def test_a_trainer_on_another_recipe_is_warned_once(tmp_path):
+    p = dict(POLICY, provenance={"recipe": ["blockwise"]})
+    f = tmp_path / "blockwise.json"
+    f.write_text(json.dumps(p))
+    megatron._said.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        c = config(f, fp8_recipe="tensorwise")
+        assert decide(c, "TERowParallelLinear", "fc2", {}) is True  # still answers
+        decide(c, "TELayerNormColumnParallelLinear", "qkv", {})
+    said = [str(x.message) for x in w if "recipe" in str(x.message)]
+    assert len(said) == 1, said
+    assert "blockwise" in said[0] and "Float8CurrentScaling" in said[0] and "--recipe tensorwise" in said[0]
+    # The policy's own recipe, or a config that does not say: silent.
+    for rec in ("blockwise", None):
+        megatron._said.clear()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            decide(config(f, fp8_recipe=rec), "TERowParallelLinear", "fc2", {})
+        assert not [x for x in w if "recipe" in str(x.message)]
+
+
+def test_policy_recipes_and_warning_from_python(tmp_path):
+    from adaptive_fp8 import Policy
+
+    p = Policy.from_json(json.dumps(dict(POLICY, provenance={"recipe": ["delayed fp8_format=hybrid amax_history_len=1024 amax_compute_algo=max"]})), "d.json")
+    assert p.recipes == ["delayed"]
+    assert p.recipe_warning("delayed") is None
+    assert "DelayedScaling" not in (p.recipe_warning("current") or "")
+    assert "Float8CurrentScaling" in p.recipe_warning("current")
+    with pytest.raises(ValueError, match="alias current"):
+        p.recipe_warning("fp4")
+    assert Policy.from_json(json.dumps(POLICY), "seed.json").recipes == []

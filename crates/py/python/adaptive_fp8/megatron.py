@@ -108,7 +108,8 @@ def selective_fp8_init_decision(
     - ``config``: the Megatron ``TransformerConfig`` (or LoongForge's model config). Read:
       ``fp8_dynamic_policy_path``, ``fp8_dynamic_num_tokens`` (> 0 overrides the token count),
       ``tensor_model_parallel_size``, ``expert_tensor_parallel_size`` (default: TP),
-      ``context_parallel_size``, ``moe_router_topk``, ``seq_length``, ``micro_batch_size``.
+      ``context_parallel_size``, ``moe_router_topk``, ``seq_length``, ``micro_batch_size``,
+      ``fp8_recipe`` (a warning when the policy was measured with another recipe).
     - ``te_cls``: the class (or its name), e.g. ``TERowParallelLinear``.
     - ``ub_name``: the module's ``tp_comm_buffer_name`` (qkv, proj, fc1, fc2, ...).
     - ``init_kwargs``: the module's constructor arguments; ``num_gemms`` (local experts) and
@@ -178,7 +179,23 @@ def _decide(
         _say_once(
             f"the policy {policy.origin} is an ESTIMATE from the cost model, not a measurement"
         )
+    _check_recipe(config, policy)
     return d.fp8, d.reason
+
+
+def _check_recipe(config: Any, policy: Policy) -> None:
+    """Warns (once) when the trainer's ``config.fp8_recipe`` is not the recipe the policy was
+    measured with: crossovers differ per recipe."""
+    recipe = getattr(config, "fp8_recipe", None)
+    if not recipe:
+        return
+    try:
+        w = policy.recipe_warning(str(recipe))
+    except ValueError as e:
+        _say_once(f"config.fp8_recipe: {e}")
+        return
+    if w:
+        _say_once(f"{policy.origin}: {w}")
 
 
 @dataclass
