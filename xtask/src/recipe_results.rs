@@ -37,10 +37,13 @@ struct RecipeRun {
     curves: BTreeMap<(String, GroupKey, String), Vec<(u64, f64)>>,
 }
 
-fn run_recipe(dir: &Path, model: &str) -> Result<RecipeRun, String> {
+fn run_recipe(root: &Path, dir: &Path, model: &str) -> Result<RecipeRun, String> {
+    let desc = fp8_engine::load_model(root.join(format!("fixtures/models/{model}.yaml")))
+        .map_err(|e| e.to_string())?;
     let reports: Vec<_> = read_reports(dir)?
-        .into_iter()
+        .iter()
         .filter(|r| r.1.provenance.model == model)
+        .map(|r| crate::build::with_instances(&desc, r))
         .collect();
     let loaded: Vec<_> = reports.iter().map(|r| r.2.clone()).collect();
     let merged = merge(&loaded, &MergeOptions::default()).map_err(|e| e.to_string())?;
@@ -113,7 +116,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             } else {
                 h200.join(sub)
             };
-            runs.insert((model, recipe), run_recipe(&dir, model)?);
+            runs.insert((model, recipe), run_recipe(root, &dir, model)?);
         }
     }
     // Per model: every key with the three thresholds.

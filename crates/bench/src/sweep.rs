@@ -85,6 +85,7 @@ impl BenchPoint {
                 Vec::new()
             },
             split_mode: self.split_mode.map(|m| m.name()),
+            instances: Some(s.layers),
             in_features: s.in_features,
             out_features: s.out_features,
             status: Status::Ok,

@@ -430,12 +430,13 @@ fn reports_with_impossible_points_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(Edit, &str); 3] = [
+    let cases: [(Edit, &str); 4] = [
         (
             |v| v["points"][1]["fp8"]["total_ms"]["p10"] = 99.0.into(),
             "p10 99 <= median",
         ),
         (|v| v["points"][1]["tp"] = 0.into(), "tp is 0"),
+        (|v| v["points"][1]["instances"] = 0.into(), "instances is 0"),
         (
             |v| {
                 v["points"][1].as_object_mut().unwrap().remove("fp8");

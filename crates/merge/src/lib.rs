@@ -15,4 +15,6 @@ mod reference;
 
 pub use error::MergeError;
 pub use load::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo, load, parse};
-pub use merge::{MergeOptions, Merged, RuleOutcome, Trainer, merge, rule_key, threshold_of};
+pub use merge::{
+    MergeOptions, Merged, RuleOutcome, SharedKey, Trainer, merge, module_of, rule_key, threshold_of,
+};

@@ -53,6 +53,8 @@ pub struct Sample {
     /// GPU busy time (BF16, FP8) beside eager `bf16`/`fp8` times, when the report has both
     /// (the TE backend).
     pub gpu: Option<(Stat, Stat)>,
+    /// Instances of the module per rank (the report's `instances`), when known.
+    pub instances: Option<u64>,
 }
 
 /// What a report says about where it came from.
@@ -219,6 +221,7 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             launches: Some((b.launches, f.launches)),
             has_spread: !r.estimated,
             gpu: b.gpu_total_ms.zip(f.gpu_total_ms),
+            instances: p.instances,
         });
     }
     if r.points.is_empty() {

@@ -29,6 +29,42 @@ pub struct MergeOptions {
     pub host_floor_ms: Option<(f64, f64)>,
     /// The trainer the policy is for; `None` thresholds each report's own `total_ms`.
     pub trainer: Option<Trainer>,
+    /// How a key shared by several modules is decided.
+    pub shared_key: SharedKey,
+}
+
+/// How a rule key shared by several modules (DeepSeek-V3's `row/fc2` at one TP: the dense
+/// layers' FC2 and the shared experts' FC2) gets its `min_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SharedKey {
+    /// By the step: from the smallest count at which the summed time of every instance on the
+    /// key (each module weighted by how many a rank builds) wins with the margin, and every
+    /// larger count too. A key with one module is decided the same either way.
+    #[default]
+    Step,
+    /// Every module sharing the key must win on its own (the rule before the step rule).
+    AllWin,
+}
+
+impl SharedKey {
+    /// `step` or `all-win`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SharedKey::Step => "step",
+            SharedKey::AllWin => "all-win",
+        }
+    }
+}
+
+impl std::str::FromStr for SharedKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "step" => Ok(SharedKey::Step),
+            "all-win" => Ok(SharedKey::AllWin),
+            other => Err(format!("unknown --shared-key `{other}` (step, all-win)")),
+        }
+    }
 }
 
 /// The step a policy optimizes.
@@ -100,6 +136,7 @@ impl Default for MergeOptions {
             allow_mixed: false,
             host_floor_ms: None,
             trainer: None,
+            shared_key: SharedKey::Step,
         }
     }
 }
@@ -186,6 +223,7 @@ fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
                 // Combined samples are thresholded as they are; the trainer's figure was chosen
                 // before (`for_trainer`).
                 gpu: None,
+                instances: v[0].instances,
             }
         })
         .collect()
@@ -206,21 +244,105 @@ pub fn clears(s: &Sample, opt: &MergeOptions) -> (bool, f64) {
     (ok, speedup)
 }
 
+/// The module a curve measures (`experts.linear_fc1 [zipf1.2]` -> `experts.linear_fc1`) and
+/// its expert split (`zipf1.2`, or "" for dense modules).
+pub fn module_of(curve: &str) -> (&str, &str) {
+    match curve.split_once(" [") {
+        Some((m, split)) => (m, split.trim_end_matches(']')),
+        None => (curve, ""),
+    }
+}
+
+/// Distinct modules among samples.
+fn modules(samples: &[Sample]) -> BTreeSet<&str> {
+    samples.iter().map(|s| module_of(&s.curve).0).collect()
+}
+
+/// The step verdict at one count: for each expert split seen (dense modules join every split),
+/// the instance-weighted sums of BF16 and FP8 time must clear the bar. `None` when a module of
+/// the key has no sample at this count.
+fn step_clears(
+    at_t: &[&Sample],
+    all_modules: &BTreeSet<&str>,
+    opt: &MergeOptions,
+) -> Option<(bool, f64)> {
+    let present: BTreeSet<&str> = at_t.iter().map(|s| module_of(&s.curve).0).collect();
+    if present != *all_modules {
+        return None;
+    }
+    let splits: BTreeSet<&str> = at_t
+        .iter()
+        .map(|s| module_of(&s.curve).1)
+        .filter(|sp| !sp.is_empty())
+        .collect();
+    let scenarios: Vec<&str> = if splits.is_empty() {
+        vec![""]
+    } else {
+        splits.into_iter().collect()
+    };
+    let (fb, ff) = match opt.host_floor_ms {
+        Some((b, f)) => (Some(b), Some(f)),
+        None => (None, None),
+    };
+    let mut ok = true;
+    let mut worst = f64::INFINITY;
+    for sc in scenarios {
+        let (mut b, mut f, mut b10, mut f90, mut spread) = (0.0, 0.0, 0.0, 0.0, true);
+        for s in at_t.iter().filter(|s| {
+            let sp = module_of(&s.curve).1;
+            sp.is_empty() || sp == sc
+        }) {
+            let w = s.instances.unwrap_or(1) as f64;
+            let (bs, fs) = (effective(&s.bf16, fb), effective(&s.fp8, ff));
+            b += w * bs.median;
+            f += w * fs.median;
+            b10 += w * bs.p10;
+            f90 += w * fs.p90;
+            spread &= s.has_spread;
+        }
+        let sp = b / f;
+        let mut c = sp >= opt.threshold + opt.margin;
+        if spread {
+            c &= b10 / f90 >= opt.threshold;
+        }
+        ok &= c;
+        worst = worst.min(sp);
+    }
+    Some((ok, worst))
+}
+
 /// Computes the rule of one key from its (deduplicated) samples: `(min_tokens, speedup at it)`,
 /// and whether the curve is non-monotone (wins somewhere, loses at a larger count).
+///
+/// With [`SharedKey::AllWin`] (and for any key whose samples lack instance counts), every curve
+/// measured at a count must clear the bar there. With [`SharedKey::Step`] a key shared by several
+/// modules clears a count when the instance-weighted sum of its modules' times does
+/// (`step_clears`); a count where one of its modules was not measured does not clear.
 pub fn threshold_of(
     samples: &[Sample],
     opt: &MergeOptions,
 ) -> (Option<(u64, f64)>, bool, Vec<u64>) {
     let counts: BTreeSet<u64> = samples.iter().map(|s| s.tokens).collect();
     let counts: Vec<u64> = counts.into_iter().collect();
-    // pass[t]: every curve measured at t clears; speed[t]: the slowest curve's speedup.
+    let all_modules = modules(samples);
+    let step = opt.shared_key == SharedKey::Step
+        && all_modules.len() > 1
+        && samples.iter().all(|s| s.instances.is_some());
+    // pass[t]: the key clears at t; speed[t]: the speedup it is judged by (the slowest curve's,
+    // or the summed step's).
     let mut pass = Vec::with_capacity(counts.len());
     let mut speed = Vec::with_capacity(counts.len());
     for &t in &counts {
+        let at_t: Vec<&Sample> = samples.iter().filter(|s| s.tokens == t).collect();
+        if step {
+            let (ok, sp) = step_clears(&at_t, &all_modules, opt).unwrap_or((false, f64::NAN));
+            pass.push(ok);
+            speed.push(sp);
+            continue;
+        }
         let mut ok = true;
         let mut worst = f64::INFINITY;
-        for s in samples.iter().filter(|s| s.tokens == t) {
+        for s in at_t {
             let (c, sp) = clears(s, opt);
             ok &= c;
             worst = worst.min(sp);
@@ -237,6 +359,61 @@ pub fn threshold_of(
     let rule =
         (start < counts.len()).then(|| (counts[start], (speed[start] * 1000.0).round() / 1000.0));
     (rule, non_monotone, counts)
+}
+
+/// What each module sharing a key would get on its own, beside the key's rule: the per-module
+/// verdicts a shared key's provenance records.
+fn shared_verdict(
+    key: &GroupKey,
+    samples: &[Sample],
+    rule: Option<(u64, f64)>,
+    opt: &MergeOptions,
+    warnings: &mut Vec<String>,
+) -> Option<fp8_policy::SharedKeyVerdict> {
+    let mods = modules(samples);
+    if mods.len() < 2 {
+        return None;
+    }
+    let rk = rule_key(key)?;
+    let known = samples.iter().all(|s| s.instances.is_some());
+    let used = if opt.shared_key == SharedKey::Step && known {
+        SharedKey::Step
+    } else {
+        if opt.shared_key == SharedKey::Step {
+            warnings.push(format!(
+                "{}: shared by {} modules, but the reports carry no instance counts (measured before fp8sel recorded them): decided with --shared-key all-win",
+                describe(key),
+                mods.len()
+            ));
+        }
+        SharedKey::AllWin
+    };
+    let alone = MergeOptions {
+        shared_key: SharedKey::AllWin,
+        ..opt.clone()
+    };
+    let modules = mods
+        .iter()
+        .map(|m| {
+            let own: Vec<Sample> = samples
+                .iter()
+                .filter(|s| module_of(&s.curve).0 == *m)
+                .cloned()
+                .collect();
+            let (r, _, _) = threshold_of(&own, &alone);
+            fp8_policy::ModuleVerdict {
+                module: (*m).to_owned(),
+                instances: own.first().and_then(|s| s.instances),
+                min_tokens: r.map(|x| x.0),
+            }
+        })
+        .collect();
+    Some(fp8_policy::SharedKeyVerdict {
+        key: rk,
+        rule: used.as_str().to_owned(),
+        min_tokens: rule.map(|r| r.0),
+        modules,
+    })
 }
 
 /// The policy lookup key of a group, when it can carry a rule.
@@ -463,9 +640,13 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     let all_owned: Vec<Sample> = all;
     let mut outcomes = Vec::new();
     let mut policies: BTreeMap<String, Policy> = BTreeMap::new();
+    let mut shared: BTreeMap<String, Vec<fp8_policy::SharedKeyVerdict>> = BTreeMap::new();
     for (key, samples) in by_key(&all_owned) {
         let samples = dedup(samples, &mut warnings);
         let (rule, non_monotone, counts) = threshold_of(&samples, opt);
+        if let Some(v) = shared_verdict(&key, &samples, rule, opt, &mut warnings) {
+            shared.entry(key.component.clone()).or_default().push(v);
+        }
         if non_monotone {
             warnings.push(format!(
                 "{}: non-monotone: FP8 wins at some token count and loses at a larger one; the rule starts above the last loss",
@@ -565,7 +746,11 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         p.estimated = estimated;
         p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
-        p.rule = "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned();
+        p.shared_keys = shared.remove(component).unwrap_or_default();
+        p.rule = match opt.shared_key {
+            SharedKey::AllWin => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned(),
+            SharedKey::Step => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold); a key shared by several modules clears when the instance-weighted sum of their times does (shared_keys lists each module's own verdict)".to_owned(),
+        };
         policy.set_provenance(p);
     }
     warnings.sort();

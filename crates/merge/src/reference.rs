@@ -175,6 +175,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
                         launches: None,
                         has_spread: false,
                         gpu: None,
+                        instances: None,
                     });
                 }
                 _ => unpaired.push(format!(

@@ -34,6 +34,14 @@ fn sample(k: &GroupKey, curve: &str, tokens: u64, bf16: f64, fp8: f64) -> Sample
         launches: None,
         has_spread: false,
         gpu: None,
+        instances: None,
+    }
+}
+
+fn weighted(k: &GroupKey, curve: &str, instances: u64, tokens: u64, bf16: f64, fp8: f64) -> Sample {
+    Sample {
+        instances: Some(instances),
+        ..sample(k, curve, tokens, bf16, fp8)
     }
 }
 
@@ -617,4 +625,129 @@ fn the_trainer_picks_the_figure_and_refuses_a_report_without_it() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("only eager times"), "{e}");
+}
+
+/// DeepSeek-V3's `row/fc2` at one TP: 3 dense-layer FC2s that win and 58 shared-expert FC2s that
+/// lose share the key. All-win keeps it BF16 everywhere; the step rule follows the summed time.
+#[test]
+fn a_shared_key_is_decided_by_the_summed_step_and_all_win_stays_available() {
+    let k = fc2();
+    let mut v = Vec::new();
+    for (t, dense_fp8, shared_fp8) in [
+        (4096u64, 0.80, 1.30),
+        (8192, 0.75, 1.02),
+        (16384, 0.70, 0.90),
+    ] {
+        // bf16 time 1.0 for both modules at every count.
+        v.push(weighted(
+            &k,
+            "decoder.layers.mlp.linear_fc2",
+            3,
+            t,
+            1.0,
+            dense_fp8,
+        ));
+        v.push(weighted(
+            &k,
+            "decoder.layers.mlp.shared_experts.linear_fc2",
+            58,
+            t,
+            1.0,
+            shared_fp8,
+        ));
+    }
+    let step = MergeOptions::default();
+    let (rule, _, _) = threshold_of(&v, &step);
+    // 4096: (3 + 58) / (2.4 + 75.4) < 1; 8192: 61 / (2.25 + 59.16) = 0.993 < 1.02;
+    // 16384: 61 / (2.1 + 52.2) = 1.123.
+    assert_eq!(rule.map(|r| r.0), Some(16384));
+    assert!((rule.unwrap().1 - 1.123).abs() < 1e-3, "{rule:?}");
+    let all_win = MergeOptions {
+        shared_key: fp8_merge::SharedKey::AllWin,
+        ..MergeOptions::default()
+    };
+    assert_eq!(threshold_of(&v, &all_win).0.map(|r| r.0), Some(16384));
+    // Where the many instances win and the few lose, the step turns FP8 on and all-win does not.
+    let w: Vec<Sample> = [(4096u64, 1.3, 0.8), (8192, 1.3, 0.8)]
+        .into_iter()
+        .flat_map(|(t, dense, shared)| {
+            [
+                weighted(&k, "decoder.layers.mlp.linear_fc2", 3, t, 1.0, dense),
+                weighted(
+                    &k,
+                    "decoder.layers.mlp.shared_experts.linear_fc2",
+                    58,
+                    t,
+                    1.0,
+                    shared,
+                ),
+            ]
+        })
+        .collect();
+    assert_eq!(threshold_of(&w, &step).0.map(|r| r.0), Some(4096));
+    assert_eq!(threshold_of(&w, &all_win).0, None);
+    // Merged: the policy's provenance records each module's own verdict.
+    let m = merge(&[loaded(w.clone(), "h200")], &step).unwrap();
+    let p = &m.policies["llm"];
+    let prov = p.provenance().unwrap();
+    assert_eq!(prov.shared_keys.len(), 1);
+    let sk = &prov.shared_keys[0];
+    assert_eq!((sk.rule.as_str(), sk.min_tokens), ("step", Some(4096)));
+    let own: Vec<(Option<u64>, Option<u64>)> = sk
+        .modules
+        .iter()
+        .map(|m| (m.instances, m.min_tokens))
+        .collect();
+    assert_eq!(own, [(Some(3), None), (Some(58), Some(4096))]);
+    // And it survives the policy's own JSON round trip.
+    let again = fp8_policy::Policy::from_json_str(&p.to_json(), "again.json").unwrap();
+    assert_eq!(again.provenance().unwrap().shared_keys, prov.shared_keys);
+}
+
+#[test]
+fn a_shared_key_without_instance_counts_falls_back_to_all_win_and_says_so() {
+    let k = fc2();
+    let v: Vec<Sample> = [4096u64, 8192]
+        .into_iter()
+        .flat_map(|t| {
+            [
+                sample(&k, "decoder.layers.mlp.linear_fc2", t, 1.0, 0.7),
+                sample(
+                    &k,
+                    "decoder.layers.mlp.shared_experts.linear_fc2",
+                    t,
+                    1.0,
+                    1.1,
+                ),
+            ]
+        })
+        .collect();
+    assert_eq!(threshold_of(&v, &MergeOptions::default()).0, None);
+    let m = merge(&[loaded(v, "h200")], &MergeOptions::default()).unwrap();
+    assert!(
+        m.warnings
+            .iter()
+            .any(|w| w.contains("no instance counts") && w.contains("all-win")),
+        "{:?}",
+        m.warnings
+    );
+    let prov = m.policies["llm"].provenance().unwrap().clone();
+    assert_eq!(prov.shared_keys[0].rule, "all-win");
+}
+
+#[test]
+fn expert_split_variants_are_scenarios_not_instances() {
+    // One grouped module measured under two splits is one module: the step rule judges each
+    // split on its own (with any dense module of the key), never their sum.
+    let k = key(ModuleKind::RowGrouped, None, ParKey::Grouped(1, 8));
+    let v = vec![
+        weighted(&k, "experts.linear_fc2 [uniform]", 58, 8192, 1.0, 0.8),
+        weighted(&k, "experts.linear_fc2 [zipf1.2]", 58, 8192, 1.0, 1.1),
+        weighted(&k, "experts.linear_fc2 [uniform]", 58, 16384, 1.0, 0.8),
+        weighted(&k, "experts.linear_fc2 [zipf1.2]", 58, 16384, 1.0, 0.9),
+    ];
+    assert_eq!(
+        threshold_of(&v, &MergeOptions::default()).0.map(|r| r.0),
+        Some(16384)
+    );
 }

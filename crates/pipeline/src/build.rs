@@ -63,13 +63,44 @@ fn role(s: &str) -> Role {
     s.parse().unwrap_or(Role::Llm)
 }
 
+/// A report's samples with their instance counts: reports written before points carried
+/// `instances` get them from the model's inventory at the report's layout (the same numbers
+/// the bench now records), so shared keys can be decided by the step.
+pub fn with_instances(
+    model: &ModelDesc,
+    r: &(PathBuf, Report, Loaded),
+) -> (PathBuf, Report, Loaded) {
+    let mut r = r.clone();
+    if r.2.samples.iter().all(|s| s.instances.is_some()) {
+        return r;
+    }
+    let p = r.1.provenance.parallel;
+    let par = fp8_engine::Parallel::new(p.tp.max(1), p.ep.max(1), p.etp.max(1), p.cp.max(1));
+    let mut layers: std::collections::HashMap<(String, String), u64> =
+        std::collections::HashMap::new();
+    for c in &model.components {
+        if let Ok(specs) = fp8_engine::inventory(c, par) {
+            for m in specs {
+                layers.insert((c.role.to_string(), m.name.clone()), m.layers);
+            }
+        }
+    }
+    for s in &mut r.2.samples {
+        if s.instances.is_none() {
+            let module = fp8_merge::module_of(&s.curve).0.to_owned();
+            s.instances = layers.get(&(s.key.component.clone(), module)).copied();
+        }
+    }
+    r
+}
+
 /// Builds policies, plots and the summary of one model from its reports.
 pub fn build_model(
     model: &ModelDesc,
     reports: &[&(PathBuf, Report, Loaded)],
     opt: &MergeOptions,
 ) -> Result<ModelOutput, String> {
-    let loaded: Vec<Loaded> = reports.iter().map(|r| r.2.clone()).collect();
+    let loaded: Vec<Loaded> = reports.iter().map(|r| with_instances(model, r).2).collect();
     let merged = fp8_merge::merge(&loaded, opt).map_err(|e| e.to_string())?;
     let mut files = Files::new();
     let single = merged.policies.len() == 1;

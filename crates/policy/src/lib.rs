@@ -42,5 +42,5 @@ pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
-pub use provenance::{HostFloor, Provenance};
+pub use provenance::{HostFloor, ModuleVerdict, Provenance, SharedKeyVerdict};
 pub use recipe::{Recipe, UnknownRecipe};

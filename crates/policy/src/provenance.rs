@@ -56,6 +56,10 @@ pub struct Provenance {
     /// The report files merged.
     #[serde(default)]
     pub reports: Vec<String>,
+    /// Keys shared by several modules: how each was decided and what each module would have
+    /// got on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_keys: Vec<SharedKeyVerdict>,
     /// The thresholding rule, in words.
     #[serde(default)]
     pub rule: String,
@@ -78,6 +82,31 @@ pub struct Provenance {
     /// Fields written by other tools, kept on a round trip.
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
+}
+
+/// How a rule key shared by several modules was decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedKeyVerdict {
+    /// The key.
+    pub key: RuleKey,
+    /// `step` (the instance-weighted sum of the modules' times) or `all-win` (every module on
+    /// its own).
+    pub rule: String,
+    /// The key's `min_tokens` (`None`: BF16).
+    pub min_tokens: Option<u64>,
+    /// Each module on the key.
+    pub modules: Vec<ModuleVerdict>,
+}
+
+/// One module of a shared key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleVerdict {
+    /// The module (`decoder.layers.mlp.linear_fc2`).
+    pub module: String,
+    /// Instances per rank, when the reports said.
+    pub instances: Option<u64>,
+    /// The `min_tokens` it would get on its own (`None`: BF16).
+    pub min_tokens: Option<u64>,
 }
 
 /// Per-module host floors (ms) for an eager trainer.

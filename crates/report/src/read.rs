@@ -174,6 +174,11 @@ impl Report {
             if p.tokens == 0 {
                 return Err(bad("tokens is 0".into()));
             }
+            if p.instances == Some(0) {
+                return Err(bad(
+                    "instances is 0; a measured module exists at least once per rank (drop the field if unknown)".into(),
+                ));
+            }
             if p.status != Status::Ok {
                 continue;
             }

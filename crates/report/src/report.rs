@@ -232,6 +232,11 @@ pub struct Point {
     /// How expert rows were split (`uniform`, `zipf1.2`), for grouped kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_mode: Option<String>,
+    /// How many instances of this module one rank builds (layers that have it, from the
+    /// engine's inventory): the weight of its time when several modules share a rule key.
+    /// Absent in reports written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<u64>,
     /// Input features of the rank's GEMM.
     pub in_features: u64,
     /// Output features of the rank's GEMM.

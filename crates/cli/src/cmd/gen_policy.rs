@@ -74,6 +74,12 @@ pub struct Args {
     /// TE-backend reports) [default: the reports' own times].
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
+    /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
+    /// one TP) is decided: `step` (default) from the instance-weighted sum of their times (the
+    /// reports' instance counts, from the model's layer counts), `all-win` only where every
+    /// module wins on its own. The policy's provenance lists each module's own verdict.
+    #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
+    pub shared_key: String,
     /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
     /// itself through `python -m adaptive_fp8.te_worker` (policies go to <policies-dir>/te/,
     /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer).
@@ -133,6 +139,7 @@ pub fn run(args: &Args) -> CliResult {
                 .map(str::parse::<fp8_merge::Trainer>)
                 .transpose()
                 .map_err(CliError::input)?,
+            shared_key: args.shared_key.parse().map_err(CliError::input)?,
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),

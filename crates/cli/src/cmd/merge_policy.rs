@@ -64,6 +64,12 @@ pub struct Args {
     /// times. Recorded in the policy's provenance.
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
+    /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
+    /// one TP) is decided: `step` (default) from the instance-weighted sum of their times (the
+    /// reports' instance counts, from the model's layer counts), `all-win` only where every
+    /// module wins on its own. The policy's provenance lists each module's own verdict.
+    #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
+    pub shared_key: String,
     /// Print one JSON object instead of the summary: {"written", "estimated", "rules" (each with
     /// its typed key and min_tokens, or null where FP8 never won), "warnings"}.
     #[arg(long)]
@@ -207,6 +213,7 @@ pub fn run(args: &Args) -> CliResult {
             .map(str::parse::<fp8_merge::Trainer>)
             .transpose()
             .map_err(CliError::input)?,
+        shared_key: args.shared_key.parse().map_err(CliError::input)?,
     };
     let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
     let name = args
