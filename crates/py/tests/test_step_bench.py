@@ -126,3 +126,17 @@ def test_oracle_inside_the_noise_stays_bf16():
     f = FakeStep(dict.fromkeys(sb.GROUPS, -0.01), noise=0.05)
     best, _ = sb.search_oracle(f.pair, 7)
     assert sb.key(best) == "bbbb"
+
+
+def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():
+    import sys
+
+    from adaptive_fp8 import step_bench
+
+    a = step_bench.parser().parse_args(["--model", "m.yaml", "--recipe", "current"])
+    assert step_bench.te_recipe_name(a) == "Float8CurrentScaling(fp8_format=E4M3)"
+    a = step_bench.parser().parse_args(["--model", "m.yaml", "--recipe", "delayed"])
+    assert step_bench.te_recipe_name(a).startswith("DelayedScaling(amax_compute_algo=max, amax_history_len=1024, fp8_format=HYBRID")
+    a = step_bench.parser().parse_args(["--model", "m.yaml"])
+    assert step_bench.te_recipe_name(a) == "Float8BlockScaling"
+    assert "torch" not in sys.modules

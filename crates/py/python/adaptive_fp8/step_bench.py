@@ -222,12 +222,13 @@ class Bench:
 
         import torch
         import transformer_engine.pytorch as te
-        from transformer_engine.common.recipe import Float8BlockScaling
+
+        from adaptive_fp8.te_worker import make_recipe
 
         if not torch.cuda.is_available():
             raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
         self.torch, self.te, self.args = torch, te, args
-        self.recipe = Float8BlockScaling()
+        self.recipe = make_recipe(recipe_options(args))
         self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
         self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
         self.recipe_kw = "recipe" if "recipe" in inspect.signature(self.autocast).parameters else "fp8_recipe"
@@ -370,11 +371,27 @@ def run(args, log=print) -> dict:
         "steps": args.steps,
         "repeats": args.repeats,
         "execution": "eager",
-        "recipe": "Float8BlockScaling",
+        "recipe": te_recipe_name(args),
         "device": torch.cuda.get_device_name(),
         "te_version": __import__("transformer_engine").__version__,
         "results": results,
     }
+
+
+def recipe_options(args) -> dict:
+    """The TE worker's recipe options from the command line (pure)."""
+    opt = {"recipe": getattr(args, "recipe", "blockwise")}
+    if getattr(args, "fp8_format", None):
+        opt["fp8_format"] = args.fp8_format
+    return opt
+
+
+def te_recipe_name(args) -> str:
+    """The TE recipe class the run used, with its keyword arguments (pure)."""
+    from adaptive_fp8.te_worker import recipe_spec
+
+    cls, kw = recipe_spec(recipe_options(args))
+    return cls + ("(" + ", ".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")" if kw else "")
 
 
 def _positive(s: str) -> int:
@@ -404,6 +421,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=_positive, default=10, help="steps per timed round (default 10)")
     ap.add_argument("--repeats", type=_positive, default=7, help="interleaved rounds per mode (default 7)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
+    ap.add_argument(
+        "--recipe",
+        default="blockwise",
+        choices=["blockwise", "tensorwise", "current", "delayed", "mxfp8"],
+        help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise; compare a policy made for the same recipe)",
+    )
+    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
