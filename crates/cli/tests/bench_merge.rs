@@ -378,3 +378,89 @@ fn bench_kernels_teaches_and_rejects_bad_flags() {
         text(&shapes.stderr)
     );
 }
+
+#[test]
+fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let o = fp8sel(
+        &[
+            "bench",
+            "--backend",
+            "model",
+            "--quiet",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let merge = |extra: &[&str], out: &std::path::Path| {
+        let mut a = vec![
+            "merge-policy",
+            "--reports",
+            report.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        fp8sel(&a, &[])
+    };
+    let (plain, host) = (dir.path().join("plain.json"), dir.path().join("host.json"));
+    assert!(merge(&[], &plain).status.success());
+    let o = merge(&["--host-profile", "fixtures/host/example.json"], &host);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (p, h) = (read(&plain), read(&host));
+    assert!(
+        h["provenance"]["host_profile"]
+            .as_str()
+            .unwrap()
+            .contains("example device")
+    );
+    // Host floors only ever delay FP8: every rule of the floored policy starts at or above the
+    // plain one's (or is gone).
+    let starts = |v: &serde_json::Value| -> Vec<(String, u64)> {
+        let mut out = vec![];
+        for (kind, ubs) in v["rules"].as_object().unwrap() {
+            if let Some(ubs) = ubs.as_object() {
+                for (ub, rules) in ubs {
+                    for r in rules.as_array().unwrap() {
+                        out.push((
+                            format!("{kind}/{ub}/{}", r["tp"]),
+                            r["min_tokens"].as_u64().unwrap(),
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    };
+    let hs = starts(&h);
+    for (k, t) in starts(&p) {
+        if let Some((_, th)) = hs.iter().find(|(kk, _)| *kk == k) {
+            assert!(*th >= t, "{k}: {th} < {t}");
+        }
+    }
+    assert_ne!(
+        hs,
+        starts(&p),
+        "the example profile should move at least one rule"
+    );
+    // A broken profile: exit 2, the file and the fix named, nothing written.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"format": "adaptive-fp8-host-profile", "version": 1, "kinds": {"rows": {"bf16_ms": 1, "fp8_ms": 1}}}"#).unwrap();
+    let out = dir.path().join("never.json");
+    let o = merge(&["--host-profile", bad.to_str().unwrap()], &out);
+    assert_eq!(o.status.code(), Some(2));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("bad.json") && e.contains("kinds.rows") && e.contains("probe_host"),
+        "{e}"
+    );
+    assert!(!out.exists());
+}

@@ -31,6 +31,9 @@ pub struct MergeOptions {
     pub trainer: Option<Trainer>,
     /// How a key shared by several modules is decided.
     pub shared_key: SharedKey,
+    /// Host-bound trainers: a measured host profile (per kind, precision and local expert),
+    /// applied as `max(time, host)`; exclusive with `host_floor_ms`.
+    pub host_profile: Option<crate::host::HostProfile>,
 }
 
 /// How a rule key shared by several modules (DeepSeek-V3's `row/fc2` at one TP: the dense
@@ -137,6 +140,7 @@ impl Default for MergeOptions {
             host_floor_ms: None,
             trainer: None,
             shared_key: SharedKey::Step,
+            host_profile: None,
         }
     }
 }
@@ -229,12 +233,28 @@ fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
         .collect()
 }
 
-/// Whether one sample clears the bar, and its speedup.
-pub fn clears(s: &Sample, opt: &MergeOptions) -> (bool, f64) {
-    let (fb, ff) = match opt.host_floor_ms {
+/// The host floors of one sample's module: the profile's for its kind and local experts, else
+/// the one pair of `--host-floor-ms`, else none.
+fn floors(s: &Sample, opt: &MergeOptions) -> (Option<f64>, Option<f64>) {
+    if let Some(p) = &opt.host_profile {
+        let experts = match s.key.par {
+            ParKey::Grouped(_, g) => g,
+            ParKey::Tp(_) => 1,
+        };
+        return match p.floors(s.key.kind, experts) {
+            Some((b, f)) => (Some(b), Some(f)),
+            None => (None, None),
+        };
+    }
+    match opt.host_floor_ms {
         Some((b, f)) => (Some(b), Some(f)),
         None => (None, None),
-    };
+    }
+}
+
+/// Whether one sample clears the bar, and its speedup.
+pub fn clears(s: &Sample, opt: &MergeOptions) -> (bool, f64) {
+    let (fb, ff) = floors(s, opt);
     let (b, f) = (effective(&s.bf16, fb), effective(&s.fp8, ff));
     let speedup = b.median / f.median;
     let mut ok = speedup >= opt.threshold + opt.margin;
@@ -280,10 +300,6 @@ fn step_clears(
     } else {
         splits.into_iter().collect()
     };
-    let (fb, ff) = match opt.host_floor_ms {
-        Some((b, f)) => (Some(b), Some(f)),
-        None => (None, None),
-    };
     let mut ok = true;
     let mut worst = f64::INFINITY;
     for sc in scenarios {
@@ -293,6 +309,7 @@ fn step_clears(
             sp.is_empty() || sp == sc
         }) {
             let w = s.instances.unwrap_or(1) as f64;
+            let (fb, ff) = floors(s, opt);
             let (bs, fs) = (effective(&s.bf16, fb), effective(&s.fp8, ff));
             b += w * bs.median;
             f += w * fs.median;
@@ -610,6 +627,11 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     if inputs.is_empty() {
         return Err(MergeError::Options("no reports given".into()));
     }
+    if opt.host_profile.is_some() && opt.host_floor_ms.is_some() {
+        return Err(MergeError::Options(
+            "--host-floor-ms and --host-profile both set host floors; give one (the profile is per kind, precision and expert)".into(),
+        ));
+    }
     check_mixed(inputs, opt)?;
     check_shards(inputs)?;
     let mut warnings = Vec::new();
@@ -740,6 +762,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         p.timing = distinct(|l| l.origin.timing.as_str());
         p.speedup_threshold = Some(opt.threshold);
         p.margin = Some(opt.margin);
+        p.host_profile = opt.host_profile.as_ref().map(|h| h.source.clone());
         p.host_floor_ms = opt
             .host_floor_ms
             .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });

@@ -751,3 +751,88 @@ fn expert_split_variants_are_scenarios_not_instances() {
         Some(16384)
     );
 }
+
+const PROFILE: &str = r#"{"format": "adaptive-fp8-host-profile", "version": 1, "device": "d", "te_version": "2.20.2",
+    "kinds": {"row": {"bf16_ms": 0.5, "fp8_ms": 1.0},
+              "row_grouped": {"bf16_ms": 0.5, "fp8_ms": 1.0, "bf16_per_expert_ms": 0.1, "fp8_per_expert_ms": 0.2}}}"#;
+
+#[test]
+fn a_host_profile_floors_each_module_by_its_kind_and_experts() {
+    use fp8_merge::host::HostProfile;
+    let profile = HostProfile::parse(PROFILE, "host.json").unwrap();
+    let opt = MergeOptions {
+        host_profile: Some(profile),
+        ..MergeOptions::default()
+    };
+    // Dense fc2: GPU time says FP8 from 2048 (1.0 vs 0.6); the host floors (0.5 / 1.0) push the
+    // FP8 step up to 1.0 there, so FP8 starts where its GPU time passes the FP8 host cost.
+    let k = fc2();
+    let v = vec![
+        sample(&k, "fc2", 2048, 1.0, 0.6),
+        sample(&k, "fc2", 4096, 2.0, 1.2),
+        sample(&k, "fc2", 8192, 4.0, 2.4),
+    ];
+    assert_eq!(
+        threshold_of(&v, &MergeOptions::default()).0.map(|r| r.0),
+        Some(2048)
+    );
+    assert_eq!(threshold_of(&v, &opt).0.map(|r| r.0), Some(4096));
+    // Grouped, 8 local experts: floors 0.5 + 7 x 0.1 = 1.2 and 1.0 + 7 x 0.2 = 2.4.
+    let g = key(ModuleKind::RowGrouped, None, ParKey::Grouped(1, 8));
+    let w = vec![
+        sample(&g, "experts", 4096, 2.0, 1.2),
+        sample(&g, "experts", 8192, 5.0, 3.0),
+    ];
+    assert_eq!(threshold_of(&w, &opt).0.map(|r| r.0), Some(8192));
+    // Both ways of setting floors at once is refused; the policy names its profile.
+    let both = MergeOptions {
+        host_floor_ms: Some((0.7, 1.15)),
+        ..opt.clone()
+    };
+    let e = merge(&[loaded(v.clone(), "h200")], &both)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--host-profile") && e.contains("--host-floor-ms"),
+        "{e}"
+    );
+    let m = merge(&[loaded(v, "h200")], &opt).unwrap();
+    let src = m.policies["llm"]
+        .provenance()
+        .unwrap()
+        .host_profile
+        .clone()
+        .unwrap();
+    assert!(src.starts_with("host.json (d, 2.20.2"), "{src}");
+}
+
+proptest! {
+    #[test]
+    fn host_profile_parser_never_panics(text in ".{0,300}") {
+        let _ = fp8_merge::host::HostProfile::parse(&text, "fuzz.json");
+    }
+
+    #[test]
+    fn host_profile_values_are_bounded(v in proptest::num::f64::ANY) {
+        let t = PROFILE.replace("0.5, \"fp8_ms\": 1.0}", &format!("{v:?}, \"fp8_ms\": 1.0}}"));
+        match fp8_merge::host::HostProfile::parse(&t, "p.json") {
+            Ok(p) => {
+                let (b, _) = p.floors(ModuleKind::Row, 1).unwrap();
+                prop_assert!(b.is_finite() && (0.0..=1000.0).contains(&b));
+            }
+            Err(e) => prop_assert!(e.to_string().contains("p.json")),
+        }
+    }
+}
+
+#[test]
+fn the_profile_probe_host_writes_parses() {
+    // fixtures/host/example.json is what adaptive_fp8.probe_host.profile makes of example inputs
+    // (crates/py/tests/test_probe_host.py checks that side).
+    let text = std::fs::read_to_string(root().join("fixtures/host/example.json")).unwrap();
+    let p = fp8_merge::host::HostProfile::parse(&text, "example.json").unwrap();
+    assert_eq!(p.floors(ModuleKind::Row, 1), Some((0.52, 0.93)));
+    let (b, f) = p.floors(ModuleKind::RowGrouped, 8).unwrap();
+    assert!((b - 1.4).abs() < 1e-9 && (f - 2.6).abs() < 1e-9, "{b} {f}");
+    assert_eq!(p.kinds().count(), 3);
+}

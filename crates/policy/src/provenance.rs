@@ -41,6 +41,10 @@ pub struct Provenance {
     /// Host floors applied for an eager trainer, when any.
     #[serde(default)]
     pub host_floor_ms: Option<HostFloor>,
+    /// The host profile applied for an eager trainer (`probe_host`'s file, device, TE version),
+    /// when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_profile: Option<String>,
     /// Noise margin added to the threshold.
     #[serde(default)]
     pub margin: Option<f64>,

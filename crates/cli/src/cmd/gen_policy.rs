@@ -89,6 +89,10 @@ pub struct Args {
     pub te: super::te_args::TeArgs,
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
+    /// For eager trainers: a host profile from `python -m adaptive_fp8.probe_host` (see
+    /// merge-policy --help).
+    #[arg(long, value_name = "FILE")]
+    pub host_profile: Option<PathBuf>,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -140,6 +144,11 @@ pub fn run(args: &Args) -> CliResult {
                 .transpose()
                 .map_err(CliError::input)?,
             shared_key: args.shared_key.parse().map_err(CliError::input)?,
+            host_profile: args
+                .host_profile
+                .as_deref()
+                .map(super::merge_policy::load_host_profile)
+                .transpose()?,
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),
