@@ -13,8 +13,8 @@ use super::super::gemm::Ptrs;
 use super::super::{Gpu, launch};
 use super::MeasureOptions;
 use super::buffers::{Dims, Fp8Outs, Set};
-use super::steps::{Ctx, Marks, NoMarks, Phase, gemm, norm_launch};
-use super::verify::{check_nonfinite, pick_row, push, record};
+use super::steps::{Ctx, Marks, Phase, fp8_bprops, fp8_fprops, norm_launch};
+use super::verify::{pick_row, push, record, run_poisoned};
 use super::{GEMM_TOL, QUANT_TOL};
 use crate::error::BenchError;
 use crate::layout::{MX_BLOCK, Segments, mx_scale_bytes, mx_scale_index};
@@ -186,19 +186,16 @@ pub(super) fn step(
     )?;
     marks.mark(gpu, Phase::ForwardCasts)?;
     let (rs, cs) = (mx_scale_bytes(n, k), mx_scale_bytes(k, n));
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((fp, _, _)) = sh else { continue };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        let pt = Ptrs {
+    launches += fp8_fprops(gpu, ctx, |e, r0| {
+        let eu = e as u64;
+        Ptrs {
             a: wq.at(eu * n * k),
             b: f.xq_row.at(r0 * k),
             d: f.y.at(2 * r0 * n),
             sa: wr.at(eu * rs),
             sb: mx.xs_row.0.at(mx.xs_row.1[e]),
-        };
-        gemm(gpu, ctx, *fp, pt)?;
-        launches += 1;
-    }
+        }
+    })?;
     marks.mark(gpu, Phase::Forward)?;
     launches += quant_segments(
         gpu,
@@ -211,31 +208,25 @@ pub(super) fn step(
         &mx.dys_col,
     )?;
     marks.mark(gpu, Phase::BackwardCasts)?;
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((_, dg, wg)) = sh else {
-            f.dw.zero_range(&gpu.stream, 2 * e as u64 * n * k, 2 * n * k)?;
-            launches += 1;
-            continue;
-        };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        let dgrad = Ptrs {
-            a: wqt.at(eu * n * k),
-            b: f.dyq_row.at(r0 * n),
-            d: f.dx.at(2 * r0 * k),
-            sa: wc.at(eu * cs),
-            sb: mx.dys_row.0.at(mx.dys_row.1[e]),
-        };
-        gemm(gpu, ctx, *dg, dgrad)?;
-        let wgrad = Ptrs {
-            a: f.xq_col.at(lay.qcol_x[e]),
-            b: f.dyq_col.at(lay.qcol_dy[e]),
-            d: f.dw.at(2 * eu * n * k),
-            sa: mx.xs_col.0.at(mx.xs_col.1[e]),
-            sb: mx.dys_col.0.at(mx.dys_col.1[e]),
-        };
-        gemm(gpu, ctx, *wg, wgrad)?;
-        launches += 2;
-    }
+    launches += fp8_bprops(gpu, ctx, &f.dw, |e, r0| {
+        let eu = e as u64;
+        (
+            Ptrs {
+                a: wqt.at(eu * n * k),
+                b: f.dyq_row.at(r0 * n),
+                d: f.dx.at(2 * r0 * k),
+                sa: wc.at(eu * cs),
+                sb: mx.dys_row.0.at(mx.dys_row.1[e]),
+            },
+            Ptrs {
+                a: f.xq_col.at(lay.qcol_x[e]),
+                b: f.dyq_col.at(lay.qcol_dy[e]),
+                d: f.dw.at(2 * eu * n * k),
+                sa: mx.xs_col.0.at(mx.xs_col.1[e]),
+                sb: mx.dys_col.0.at(mx.dys_col.1[e]),
+            },
+        )
+    })?;
     marks.mark(gpu, Phase::Backward)?;
     Ok(launches)
 }
@@ -278,21 +269,7 @@ pub(super) fn verify(
 ) -> Result<(), BenchError> {
     let (d, seg, opt) = (ctx.d, ctx.seg, ctx.opt);
     let (f, mx) = state(ctx)?;
-    for b in [&f.y, &f.dx, &f.dw] {
-        b.fill_bytes(&gpu.stream, 0xff)?;
-    }
-    step(gpu, ctx, set, &mut NoMarks)?;
-    let p_rows = seg.total_padded();
-    let scratch = gpu.alloc(4)?;
-    check_nonfinite(
-        gpu,
-        &scratch,
-        &[
-            (&f.y, p_rows * d.n, "mxfp8 fprop"),
-            (&f.dx, p_rows * d.k, "mxfp8 dgrad"),
-            (&f.dw, d.g * d.n * d.k, "mxfp8 wgrad"),
-        ],
-    )?;
+    run_poisoned(gpu, ctx, set, step, "mxfp8")?;
     let (Some(xp), Some(wq), Some(wqt)) = (&set.xp, &set.wq, &set.wqt) else {
         return Err(BenchError::Internal("fp8 set incomplete".into()));
     };

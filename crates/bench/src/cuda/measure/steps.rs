@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaEvent, LaunchConfig, PushKernelArg};
 use fp8_engine::model::Norm;
 
+use super::super::buffer::DevBuf;
 use super::super::gemm::{Plan, Ptrs, Shape};
 use super::super::{Gpu, launch};
 use crate::error::BenchError;
@@ -86,6 +87,47 @@ pub(super) fn gemm(gpu: &mut Gpu, ctx: &Ctx<'_>, sh: Shape, p: Ptrs) -> Result<(
         .get(&sh)
         .ok_or_else(|| BenchError::Internal(format!("no plan for {sh:?}")))?;
     gpu.lt.run(plan, &p, ctx.opt.candidates)
+}
+
+/// The FP8 forward GEMM of every expert with rows: `ptrs(e, offset)` gives expert `e`'s
+/// operands (its first padded row is `offset`). Returns the launches.
+pub(super) fn fp8_fprops(
+    gpu: &mut Gpu,
+    ctx: &Ctx<'_>,
+    ptrs: impl Fn(usize, u64) -> Ptrs,
+) -> Result<u32, BenchError> {
+    let mut launches = 0;
+    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
+        let Some((fp, _, _)) = sh else { continue };
+        gemm(gpu, ctx, *fp, ptrs(e, ctx.seg.offsets[e]))?;
+        launches += 1;
+    }
+    Ok(launches)
+}
+
+/// The FP8 dgrad and wgrad GEMMs of every expert: `ptrs(e, offset)` gives expert `e`'s
+/// (dgrad, wgrad) operands. An expert with no rows still gets a zeroed weight gradient in
+/// `dw`. Returns the launches.
+pub(super) fn fp8_bprops(
+    gpu: &mut Gpu,
+    ctx: &Ctx<'_>,
+    dw: &DevBuf,
+    ptrs: impl Fn(usize, u64) -> (Ptrs, Ptrs),
+) -> Result<u32, BenchError> {
+    let (n, k) = (ctx.d.n, ctx.d.k);
+    let mut launches = 0;
+    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
+        let Some((_, dg, wg)) = sh else {
+            dw.zero_range(&gpu.stream, 2 * e as u64 * n * k, 2 * n * k)?;
+            launches += 1;
+            continue;
+        };
+        let (dgrad, wgrad) = ptrs(e, ctx.seg.offsets[e]);
+        gemm(gpu, ctx, *dg, dgrad)?;
+        gemm(gpu, ctx, *wg, wgrad)?;
+        launches += 2;
+    }
+    Ok(launches)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -317,23 +359,16 @@ pub(super) fn fp8_step(
         ..
     } = &f.lay;
     let (sw_len, swt_len) = (*sw_len, *swt_len);
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((fp, _, _)) = sh else { continue };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(
-            gpu,
-            ctx,
-            *fp,
-            Ptrs {
-                a: wq.at(eu * n * k),
-                b: f.xq_row.at(r0 * k),
-                d: f.y.at(2 * r0 * n),
-                sa: sw.at(4 * eu * sw_len),
-                sb: f.sx_row.at(4 * srow_x[e]),
-            },
-        )?;
-        launches += 1;
-    }
+    launches += fp8_fprops(gpu, ctx, |e, r0| {
+        let eu = e as u64;
+        Ptrs {
+            a: wq.at(eu * n * k),
+            b: f.xq_row.at(r0 * k),
+            d: f.y.at(2 * r0 * n),
+            sa: sw.at(4 * eu * sw_len),
+            sb: f.sx_row.at(4 * srow_x[e]),
+        }
+    })?;
     marks.mark(gpu, Phase::Forward)?;
     launch::quant_1x128(
         gpu,
@@ -353,17 +388,9 @@ pub(super) fn fp8_step(
     )?;
     launches += 1;
     marks.mark(gpu, Phase::BackwardCasts)?;
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((_, dg, wg)) = sh else {
-            f.dw.zero_range(&gpu.stream, 2 * e as u64 * n * k, 2 * n * k)?;
-            launches += 1;
-            continue;
-        };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(
-            gpu,
-            ctx,
-            *dg,
+    launches += fp8_bprops(gpu, ctx, &f.dw, |e, r0| {
+        let eu = e as u64;
+        (
             Ptrs {
                 a: wqt.at(eu * n * k),
                 b: f.dyq_row.at(r0 * n),
@@ -371,11 +398,6 @@ pub(super) fn fp8_step(
                 sa: swt.at(4 * eu * swt_len),
                 sb: f.sdy_row.at(4 * srow_dy[e]),
             },
-        )?;
-        gemm(
-            gpu,
-            ctx,
-            *wg,
             Ptrs {
                 a: f.xq_col.at(qcol_x[e]),
                 b: f.dyq_col.at(qcol_dy[e]),
@@ -383,9 +405,8 @@ pub(super) fn fp8_step(
                 sa: f.sx_col.at(4 * scol_x[e]),
                 sb: f.sdy_col.at(4 * scol_dy[e]),
             },
-        )?;
-        launches += 2;
-    }
+        )
+    })?;
     marks.mark(gpu, Phase::Backward)?;
     Ok(launches)
 }

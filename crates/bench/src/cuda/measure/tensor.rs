@@ -15,8 +15,8 @@ use super::super::check::{DeviceReader, Sampler, dot, expected_tensor_scale, fp8
 use super::super::launch::{self, TensorCast, fp8_max};
 use super::super::{Gpu, gemm::Ptrs};
 use super::buffers::{Dims, Fp8Outs, Outs, Set};
-use super::steps::{Ctx, Marks, NoMarks, Phase, gemm, norm_launch};
-use super::verify::{check_nonfinite, pick_row, push, read_f32s, record};
+use super::steps::{Ctx, Marks, Phase, fp8_bprops, fp8_fprops, norm_launch};
+use super::verify::{pick_row, push, read_f32s, record, run_poisoned};
 use super::{GEMM_TOL, MeasureOptions};
 use crate::error::BenchError;
 use crate::layout::{Segments, TENSOR_SLOT};
@@ -318,23 +318,16 @@ pub(super) fn step(
     }
     marks.mark(gpu, Phase::ForwardCasts)?;
     let lay = &f.lay;
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((fp, _, _)) = sh else { continue };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(
-            gpu,
-            ctx,
-            *fp,
-            Ptrs {
-                a: wq.at(eu * n * k),
-                b: f.xq_row.at(r0 * k),
-                d: f.y.at(2 * r0 * n),
-                sa: sw.at(SLOT_BYTES * eu),
-                sb: pt.fwd_sinv.at(SLOT_BYTES * eu),
-            },
-        )?;
-        launches += 1;
-    }
+    launches += fp8_fprops(gpu, ctx, |e, r0| {
+        let eu = e as u64;
+        Ptrs {
+            a: wq.at(eu * n * k),
+            b: f.xq_row.at(r0 * k),
+            d: f.y.at(2 * r0 * n),
+            sa: sw.at(SLOT_BYTES * eu),
+            sb: pt.fwd_sinv.at(SLOT_BYTES * eu),
+        }
+    })?;
     if pt.delayed {
         // TE updates the forward tensors' history and scales when the autocast region exits.
         let algo = opt.recipe.algo() == AmaxAlgo::Max;
@@ -386,17 +379,9 @@ pub(super) fn step(
     )?;
     launches += 1;
     marks.mark(gpu, Phase::BackwardCasts)?;
-    for (e, sh) in ctx.fp8_shapes.iter().enumerate() {
-        let Some((_, dg, wg)) = sh else {
-            f.dw.zero_range(&gpu.stream, 2 * e as u64 * n * k, 2 * n * k)?;
-            launches += 1;
-            continue;
-        };
-        let (r0, eu) = (seg.offsets[e], e as u64);
-        gemm(
-            gpu,
-            ctx,
-            *dg,
+    launches += fp8_bprops(gpu, ctx, &f.dw, |e, r0| {
+        let eu = e as u64;
+        (
             Ptrs {
                 a: wqt.at(eu * n * k),
                 b: f.dyq_row.at(r0 * n),
@@ -404,11 +389,6 @@ pub(super) fn step(
                 sa: sw.at(SLOT_BYTES * eu),
                 sb: pt.bwd_sinv.at(SLOT_BYTES * eu),
             },
-        )?;
-        gemm(
-            gpu,
-            ctx,
-            *wg,
             Ptrs {
                 a: f.xq_col.at(lay.qcol_x[e]),
                 b: f.dyq_col.at(lay.qcol_dy[e]),
@@ -416,9 +396,8 @@ pub(super) fn step(
                 sa: pt.fwd_sinv.at(SLOT_BYTES * eu),
                 sb: pt.bwd_sinv.at(SLOT_BYTES * eu),
             },
-        )?;
-        launches += 2;
-    }
+        )
+    })?;
     if pt.delayed {
         let algo = opt.recipe.algo() == AmaxAlgo::Max;
         launch::delayed_update(
@@ -451,22 +430,8 @@ pub(super) fn verify(
     let (Some(f), Some(pt)) = (ctx.fp8, ctx.pt) else {
         return Err(BenchError::Internal("per-tensor state missing".into()));
     };
-    for b in [&f.y, &f.dx, &f.dw] {
-        b.fill_bytes(&gpu.stream, 0xff)?;
-    }
     let hist_before = (read_f32s(gpu, &pt.fwd_hist)?, read_f32s(gpu, &pt.bwd_hist)?);
-    step(gpu, ctx, set, &mut NoMarks)?;
-    let p_rows = seg.total_padded();
-    let scratch = gpu.alloc(4)?;
-    check_nonfinite(
-        gpu,
-        &scratch,
-        &[
-            (&f.y, p_rows * d.n, "fp8 fprop"),
-            (&f.dx, p_rows * d.k, "fp8 dgrad"),
-            (&f.dw, d.g * d.n * d.k, "fp8 wgrad"),
-        ],
-    )?;
+    run_poisoned(gpu, ctx, set, step, "fp8")?;
     let (Some(xp), Some(dyp), Some(wq), Some(sw), Some(wqt)) =
         (&set.xp, &set.dyp, &set.wq, &set.sw, &set.wqt)
     else {

@@ -44,6 +44,19 @@ pub(super) fn fp8(
     set: &Set,
     point: &mut Point,
 ) -> Result<(), BenchError> {
+    run_poisoned(gpu, ctx, set, fp8_step, "fp8")?;
+    check_fp8(gpu, ctx, set, point)
+}
+
+/// Poisons the FP8 outputs, runs one `step` (any recipe's) and checks that every output was
+/// written and finite; `label` names the recipe in the error.
+pub(super) fn run_poisoned(
+    gpu: &mut Gpu,
+    ctx: &Ctx<'_>,
+    set: &Set,
+    step: super::timing::StepFn,
+    label: &str,
+) -> Result<(), BenchError> {
     let f = ctx
         .fp8
         .ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
@@ -51,18 +64,17 @@ pub(super) fn fp8(
     for b in [&f.y, &f.dx, &f.dw] {
         b.fill_bytes(&gpu.stream, 0xff)?;
     }
-    fp8_step(gpu, ctx, set, &mut NoMarks)?;
+    step(gpu, ctx, set, &mut NoMarks)?;
     let scratch = gpu.alloc(4)?;
     check_nonfinite(
         gpu,
         &scratch,
         &[
-            (&f.y, p_rows * d.n, "fp8 fprop"),
-            (&f.dx, p_rows * d.k, "fp8 dgrad"),
-            (&f.dw, d.g * d.n * d.k, "fp8 wgrad"),
+            (&f.y, p_rows * d.n, &format!("{label} fprop")),
+            (&f.dx, p_rows * d.k, &format!("{label} dgrad")),
+            (&f.dw, d.g * d.n * d.k, &format!("{label} wgrad")),
         ],
-    )?;
-    check_fp8(gpu, ctx, set, point)
+    )
 }
 
 pub(super) fn check_nonfinite(
