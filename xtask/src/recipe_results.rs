@@ -229,40 +229,47 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     Ok((s, files))
 }
 
-/// How often the cuBLASLt backend's FP8-or-BF16 answer matches TE's, per recipe, on the points
-/// both measured (Qwen2.5-72B TP 8): against TE's GPU time (a graphed trainer) and its eager step.
+/// How often the cuBLASLt backend's FP8-or-BF16 answer matches TE's, per recipe and layout, on
+/// the points both measured: against TE's GPU time (a graphed trainer) and its eager step.
 fn te_agreement(root: &Path, s: &mut String) -> Result<(), String> {
-    let te_dir = root.join("fixtures/reports/h200/te_recipes");
-    let te = read_reports(&te_dir)?;
+    let h200 = root.join("fixtures/reports/h200");
+    let mut te = read_reports(&h200.join("te"))?;
+    te.extend(read_reports(&h200.join("te_recipes"))?);
     let _ = writeln!(
         s,
         "### The cuBLASLt backend against TE, per recipe\n\n\
-         TE 2.20.2 through `fp8sel bench --backend te --recipe R` (`bash scripts/device/te_recipes.sh` \
-         after the TE install; reports in `fixtures/reports/h200/te_recipes/`), Qwen2.5-72B TP 8, \
-         256..32768 tokens. A point agrees when both backends put the speedup on the same side of \
-         1.0.\n\n\
-         | recipe | points | agree with TE GPU time | agree with TE eager step | median speedup, ours | median, TE GPU | median, TE eager |\n\
-         |---|---|---|---|---|---|---|"
+         TE 2.20.2 through `fp8sel bench --backend te --recipe R` (blockwise: \
+         `bash scripts/device/te_backend.sh`, reports in `fixtures/reports/h200/te/`; every recipe: \
+         `bash scripts/device/te_recipes.sh`, reports in `fixtures/reports/h200/te_recipes/`; both \
+         after the TE install), against the cuBLASLt backend's sweep of the same layout and recipe. \
+         A point agrees when both backends put the speedup on the same side of 1.0. Reports with \
+         activation recompute are left out (the cuBLASLt backend does not model it).\n\n\
+         | recipe | TE report | points | agree with TE GPU time | agree with TE eager step | median speedup, ours | median, TE GPU | median, TE eager |\n\
+         |---|---|---|---|---|---|---|---|"
     );
-    let h200 = root.join("fixtures/reports/h200");
-    for (recipe, sub) in RECIPES {
+    let mut rows = Vec::new();
+    for (path, theirs, _) in te.iter().filter(|r| !r.1.provenance.recompute) {
+        let Some(recipe) = fp8_policy::Recipe::from_label(&theirs.provenance.recipe) else {
+            continue;
+        };
+        let Some((_, sub)) = RECIPES.iter().find(|(r, _)| *r == recipe.name()) else {
+            continue;
+        };
         let dir = if sub.is_empty() {
             h200.clone()
         } else {
             h200.join(sub)
         };
+        let par = theirs.provenance.parallel;
+        let name = if par.ep > 1 {
+            format!("{}_tp{}_ep{}.json", theirs.provenance.model, par.tp, par.ep)
+        } else {
+            format!("{}_tp{}.json", theirs.provenance.model, par.tp)
+        };
         let ours: Vec<_> = read_reports(&dir)?
             .into_iter()
-            .filter(|r| r.0.ends_with("qwen2_5_72b_tp8.json"))
+            .filter(|r| r.0.ends_with(&name))
             .collect();
-        let Some(theirs) = te.iter().find(|r| {
-            r.1.provenance.model == "qwen2_5_72b"
-                && fp8_policy::Recipe::from_label(&r.1.provenance.recipe).map(|x| x.name())
-                    == Some(recipe)
-                && r.1.provenance.parallel.tp == 8
-        }) else {
-            continue;
-        };
         let mut n = 0;
         let (mut agree_gpu, mut agree_eager) = (0, 0);
         let (mut so, mut sg, mut se) = (Vec::new(), Vec::new(), Vec::new());
@@ -271,11 +278,12 @@ fn te_agreement(root: &Path, s: &mut String) -> Result<(), String> {
             .flat_map(|r| &r.1.points)
             .filter(|p| p.status == Status::Ok)
         {
-            let Some(t) =
-                theirs.1.points.iter().find(|p| {
-                    p.status == Status::Ok && p.module == o.module && p.tokens == o.tokens
-                })
-            else {
+            let Some(t) = theirs.points.iter().find(|p| {
+                p.status == Status::Ok
+                    && p.module == o.module
+                    && p.tokens == o.tokens
+                    && p.split_mode == o.split_mode
+            }) else {
                 continue;
             };
             let (Some(our), Some(eager)) = (o.speedup, t.speedup) else {
@@ -302,15 +310,26 @@ fn te_agreement(root: &Path, s: &mut String) -> Result<(), String> {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let _ = writeln!(
-            s,
-            "| {recipe} | {n} | {agree_gpu} ({:.0}%) | {agree_eager} ({:.0}%) | {:.3} | {:.3} | {:.3} |",
-            100.0 * agree_gpu as f64 / n as f64,
-            100.0 * agree_eager as f64 / n as f64,
-            med(so),
-            med(sg),
-            med(se)
-        );
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        rows.push((
+            recipe,
+            file.clone(),
+            format!(
+                "| {recipe} | `{file}` | {n} | {agree_gpu} ({:.0}%) | {agree_eager} ({:.0}%) | {:.3} | {:.3} | {:.3} |",
+                100.0 * agree_gpu as f64 / n as f64,
+                100.0 * agree_eager as f64 / n as f64,
+                med(so),
+                med(sg),
+                med(se)
+            ),
+        ));
+    }
+    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (_, _, row) in rows {
+        let _ = writeln!(s, "{row}");
     }
     let _ = writeln!(
         s,
