@@ -58,14 +58,21 @@ pub struct TrainerRecipe {
 }
 
 impl TrainerRecipe {
-    /// The trainer's recipe: the flag, else `config` (a model config's `fp8_recipe`).
+    /// The trainer's recipe: the flag, else `config` (a model config's `fp8_recipe`). A config
+    /// value that names no recipe fp8sel knows (Megatron's `custom`, say) is reported on stderr
+    /// and ignored: it cannot be compared with a policy, and it must not stop an explain.
     pub fn resolve(&self, config: Option<&str>) -> CliResult<Option<Recipe>> {
         match (self.recipe, config) {
             (Some(r), _) => Ok(Some(r)),
-            (None, Some(c)) => c
-                .parse::<Recipe>()
-                .map(Some)
-                .map_err(|e| CliError::input(format!("the model config's fp8_recipe: {e}"))),
+            (None, Some(c)) => match c.parse::<Recipe>() {
+                Ok(r) => Ok(Some(r)),
+                Err(e) => {
+                    eprintln!(
+                        "warning: the model config's fp8_recipe: {e}; pass --recipe to compare the policy's recipe with the trainer's"
+                    );
+                    Ok(None)
+                }
+            },
             (None, None) => Ok(None),
         }
     }
