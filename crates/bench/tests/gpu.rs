@@ -53,10 +53,10 @@ fn quick() -> MeasureOptions {
     }
 }
 
-#[test]
-fn every_kind_passes_its_checks_and_is_timed() {
-    let Some(mut g) = gpu() else { return };
-    let cases = [
+/// One point of every module kind, at shapes that are not multiples of 128 (but of 16, as FP8
+/// needs), grouped kinds with skewed and empty experts.
+fn kind_cases() -> Vec<(ModuleSpec, Vec<u64>)> {
+    vec![
         // Non-multiples of 128 in every dimension (but multiples of 16, as FP8 needs).
         (
             spec(
@@ -96,7 +96,13 @@ fn every_kind_passes_its_checks_and_is_timed() {
             ),
             vec![0, 17, 1000, 333],
         ),
-    ];
+    ]
+}
+
+#[test]
+fn every_kind_passes_its_checks_and_is_timed() {
+    let Some(mut g) = gpu() else { return };
+    let cases = kind_cases();
     for (s, splits) in cases {
         let p = BenchPoint {
             tokens: splits.iter().sum(),
@@ -275,42 +281,11 @@ fn per_tensor_recipes_pass_their_checks_on_every_kind() {
             Some(AmaxAlgo::MostRecent),
         ),
     ];
-    let cases = [
-        (
-            spec(
-                ModuleKind::LayernormColumn,
-                TeClass::LayerNormColumnParallelLinear,
-                1152,
-                1728,
-                1,
-            ),
-            vec![1008],
-        ),
-        (
-            spec(ModuleKind::Row, TeClass::RowParallelLinear, 3696, 1024, 1),
-            vec![2000],
-        ),
-        (
-            spec(
-                ModuleKind::ColumnGrouped,
-                TeClass::ColumnParallelGroupedLinear,
-                1024,
-                768,
-                8,
-            ),
-            split_rows(6000, 8, SplitMode::Zipf(1.2), 3),
-        ),
-        (
-            spec(
-                ModuleKind::RowGrouped,
-                TeClass::RowParallelGroupedLinear,
-                384,
-                1024,
-                4,
-            ),
-            vec![0, 17, 1000, 333],
-        ),
-    ];
+    // Every kind but the duplicated one (the same code path as row under these recipes).
+    let cases: Vec<_> = kind_cases()
+        .into_iter()
+        .filter(|(s, _)| s.module_kind != ModuleKind::Duplicated)
+        .collect();
     for r in recipes {
         for (s, splits) in &cases {
             let p = BenchPoint {
