@@ -121,6 +121,27 @@ impl<'a> DeviceReader<'a> {
         Ok(host.into_iter().map(bf16_to_f32).collect())
     }
 
+    /// [`DeviceReader::bf16`], widened to f64 for the host references.
+    pub fn bf16_f64(&self, addr: u64, len: u64) -> Result<Vec<f64>, BenchError> {
+        Ok(self.bf16(addr, len)?.into_iter().map(f64::from).collect())
+    }
+
+    /// [`DeviceReader::bf16_column`], widened to f64 for the host references.
+    pub fn bf16_column_f64(
+        &self,
+        base: u64,
+        cols: u64,
+        col: u64,
+        row0: u64,
+        len: u64,
+    ) -> Result<Vec<f64>, BenchError> {
+        Ok(self
+            .bf16_column(base, cols, col, row0, len)?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    }
+
     /// Reads raw values at `addr`.
     pub fn raw<T: bytemuck::Pod>(&self, addr: u64, out: &mut [T]) -> Result<(), BenchError> {
         self.check(addr, std::mem::size_of_val(out) as u64)?;

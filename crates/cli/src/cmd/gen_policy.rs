@@ -74,12 +74,8 @@ pub struct Args {
     /// TE-backend reports) [default: the reports' own times].
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
-    /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
-    /// one TP) is decided: `step` (default) from the instance-weighted sum of their times (the
-    /// reports' instance counts, from the model's layer counts), `all-win` only where every
-    /// module wins on its own. The policy's provenance lists each module's own verdict.
-    #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
-    pub shared_key: String,
+    #[command(flatten)]
+    pub objective: super::objective_args::ObjectiveArgs,
     /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
     /// itself through `python -m adaptive_fp8.te_worker` (policies go to <policies-dir>/te/,
     /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer).
@@ -89,10 +85,6 @@ pub struct Args {
     pub te: super::te_args::TeArgs,
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
-    /// For eager trainers: a host profile from `python -m adaptive_fp8.probe_host` (see
-    /// merge-policy --help).
-    #[arg(long, value_name = "FILE")]
-    pub host_profile: Option<PathBuf>,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -123,6 +115,7 @@ pub struct Args {
 pub fn run(args: &Args) -> CliResult {
     let progress = TermProgress::new(args.quiet || args.json);
     let recipe = args.recipe.options()?;
+    let (shared_key, host_profile) = args.objective.options()?;
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -143,12 +136,8 @@ pub fn run(args: &Args) -> CliResult {
                 .map(str::parse::<fp8_merge::Trainer>)
                 .transpose()
                 .map_err(CliError::input)?,
-            shared_key: args.shared_key.parse().map_err(CliError::input)?,
-            host_profile: args
-                .host_profile
-                .as_deref()
-                .map(super::merge_policy::load_host_profile)
-                .transpose()?,
+            shared_key,
+            host_profile,
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),

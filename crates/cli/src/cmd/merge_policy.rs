@@ -55,11 +55,6 @@ pub struct Args {
     /// 0.7,1.15 from TE on an H200); each time becomes max(gpu, floor).
     #[arg(long, value_name = "BF16,FP8")]
     pub host_floor_ms: Option<String>,
-    /// For eager trainers: the host profile `python -m adaptive_fp8.probe_host --out FILE`
-    /// measured on this machine (per kind and precision, and per local expert for grouped
-    /// modules); each module's times become max(time, host). Exclusive with --host-floor-ms.
-    #[arg(long, value_name = "FILE")]
-    pub host_profile: Option<PathBuf>,
     /// Pad multiple of the reference tool's FP8 token counts.
     #[arg(long, default_value_t = 16)]
     pub fp8_pad: u64,
@@ -69,12 +64,8 @@ pub struct Args {
     /// times. Recorded in the policy's provenance.
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
-    /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
-    /// one TP) is decided: `step` (default) from the instance-weighted sum of their times (the
-    /// reports' instance counts, from the model's layer counts), `all-win` only where every
-    /// module wins on its own. The policy's provenance lists each module's own verdict.
-    #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
-    pub shared_key: String,
+    #[command(flatten)]
+    pub objective: super::objective_args::ObjectiveArgs,
     /// Print one JSON object instead of the summary: {"written", "estimated", "rules" (each with
     /// its typed key and min_tokens, or null where FP8 never won), "warnings"}.
     #[arg(long)]
@@ -204,18 +195,9 @@ fn parse_floor(s: &str) -> CliResult<(f64, f64)> {
     }
 }
 
-/// Reads a host profile (bounded, regular files only) and validates it.
-pub fn load_host_profile(path: &std::path::Path) -> CliResult<fp8_merge::host::HostProfile> {
-    let bytes = fp8_io::read_limited(path, fp8_merge::host::MAX_HOST_PROFILE_BYTES)?;
-    let text = String::from_utf8(bytes).map_err(|_| {
-        CliError::input(format!("--host-profile {}: not UTF-8 text", path.display()))
-    })?;
-    fp8_merge::host::HostProfile::parse(&text, &path.display().to_string())
-        .map_err(|e| CliError::input(e.to_string()))
-}
-
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
+    let (shared_key, host_profile) = args.objective.options()?;
     let opt = MergeOptions {
         threshold: args.speedup_threshold,
         margin: args.margin,
@@ -228,12 +210,8 @@ pub fn run(args: &Args) -> CliResult {
             .map(str::parse::<fp8_merge::Trainer>)
             .transpose()
             .map_err(CliError::input)?,
-        shared_key: args.shared_key.parse().map_err(CliError::input)?,
-        host_profile: args
-            .host_profile
-            .as_deref()
-            .map(load_host_profile)
-            .transpose()?,
+        shared_key,
+        host_profile,
     };
     let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
     let name = args

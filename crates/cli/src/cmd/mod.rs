@@ -7,6 +7,7 @@ pub mod explain;
 pub mod gen_policy;
 pub mod merge_policy;
 pub mod model_args;
+pub mod objective_args;
 pub mod recipe_args;
 pub mod te_args;
 pub mod validate;

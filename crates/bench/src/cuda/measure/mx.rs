@@ -305,11 +305,7 @@ pub(super) fn verify(
             k,
             local,
         )?;
-        let xsrc: Vec<f64> = rd
-            .bf16(x_src + 2 * prow * k, k)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let xsrc: Vec<f64> = rd.bf16_f64(x_src + 2 * prow * k, k)?;
         push(&mut q, &xrow, &xsrc);
         let j = s.below(n);
         let wrow = mx_row(rd, wq.at(eu * n * k), &wr_h[e * rs..], k, j)?;

@@ -456,28 +456,29 @@ pub(super) fn verify(
     ];
     let mut gm = [(vec![], vec![]), (vec![], vec![]), (vec![], vec![])];
     let mut seen_amax = vec![0f32; 2 * d.g as usize];
-    let bf = |addr: u64, len: u64| -> Result<Vec<f64>, BenchError> {
-        Ok(rd.bf16(addr, len)?.into_iter().map(f64::from).collect())
-    };
     for _ in 0..opt.samples {
         let Some((e, prow, _)) = pick_row(&mut s, &seg.rows, &seg.offsets) else {
             break;
         };
         let (eu, p_e) = (e as u64, seg.padded[e]);
-        let xsrc = bf(x_src + 2 * prow * k, k)?;
+        let xsrc = rd.bf16_f64(x_src + 2 * prow * k, k)?;
         let xrow = fp8_scalar(rd, f.xq_row.at(prow * k), k, false, fsinv[SLOT * e])?;
         push(&mut q[0], &xrow, &xsrc);
         let m = xsrc.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
         seen_amax[e] = seen_amax[e].max(m);
         let j = s.below(n);
         let wrow = fp8_scalar(rd, wq.at(eu * n * k + j * k), k, false, swh[SLOT * e])?;
-        push(&mut q[1], &wrow, &bf(set.w.at(2 * (eu * n + j) * k), k)?);
+        push(
+            &mut q[1],
+            &wrow,
+            &rd.bf16_f64(set.w.at(2 * (eu * n + j) * k), k)?,
+        );
         gm[0]
             .0
             .push(f64::from(rd.bf16(f.y.at(2 * (prow * n + j)), 1)?[0]));
         gm[0].1.push(dot(&xrow, &wrow));
         let c = s.below(k);
-        let dysrc = bf(dyp.at(2 * prow * n), n)?;
+        let dysrc = rd.bf16_f64(dyp.at(2 * prow * n), n)?;
         let dyrow = fp8_scalar(rd, f.dyq_row.at(prow * n), n, ge5, bsinv[SLOT * e])?;
         push(&mut q[2], &dyrow, &dysrc);
         let dym = dysrc.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
@@ -501,11 +502,7 @@ pub(super) fn verify(
             ge5,
             bsinv[SLOT * e],
         )?;
-        let xcsrc: Vec<f64> = rd
-            .bf16_column(x_src, k, c, seg.offsets[e], p_e)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let xcsrc: Vec<f64> = rd.bf16_column_f64(x_src, k, c, seg.offsets[e], p_e)?;
         push(&mut q[3], &xcol, &xcsrc);
         gm[2].0.push(f64::from(
             rd.bf16(f.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],

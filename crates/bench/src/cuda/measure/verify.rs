@@ -139,45 +139,21 @@ pub(super) fn check_bf16(
         };
         let eu = e as u64;
         let j = s.below(n);
-        let xr: Vec<f64> = rd
-            .bf16(x + 2 * row * k, k)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let wr: Vec<f64> = rd
-            .bf16(set.w.at(2 * (eu * n + j) * k), k)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let xr: Vec<f64> = rd.bf16_f64(x + 2 * row * k, k)?;
+        let wr: Vec<f64> = rd.bf16_f64(set.w.at(2 * (eu * n + j) * k), k)?;
         want.push(dot(&xr, &wr));
         got.push(f64::from(rd.bf16(ctx.outs.y.at(2 * (row * n + j)), 1)?[0]));
         // dgrad: dX[row][c] = dY[row] . W[:, c]
         let c = s.below(k);
-        let dyr: Vec<f64> = rd
-            .bf16(set.dy.at(2 * row * n), n)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let wc: Vec<f64> = rd
-            .bf16_column(set.w.at(2 * eu * n * k), k, c, 0, n)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let dyr: Vec<f64> = rd.bf16_f64(set.dy.at(2 * row * n), n)?;
+        let wc: Vec<f64> = rd.bf16_column_f64(set.w.at(2 * eu * n * k), k, c, 0, n)?;
         wd.push(dot(&dyr, &wc));
         gd.push(f64::from(rd.bf16(ctx.outs.dx.at(2 * (row * k + c)), 1)?[0]));
         // wgrad: dW[j][c] = dY[:, j] . X[:, c] over the expert's rows
         let r0 = d.offsets[e];
         let rows = d.splits[e];
-        let dyc: Vec<f64> = rd
-            .bf16_column(set.dy.ptr(), n, j, r0, rows)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let xc: Vec<f64> = rd
-            .bf16_column(x, k, c, r0, rows)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let dyc: Vec<f64> = rd.bf16_column_f64(set.dy.ptr(), n, j, r0, rows)?;
+        let xc: Vec<f64> = rd.bf16_column_f64(x, k, c, r0, rows)?;
         ww.push(dot(&dyc, &xc));
         gw.push(f64::from(
             rd.bf16(ctx.outs.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],
@@ -254,11 +230,7 @@ pub(super) fn check_fp8(
         };
         // Rows of the segment: index the scale with the local row.
         let xrow = row_local(rd, &xq, local, k)?;
-        let xsrc: Vec<f64> = rd
-            .bf16(x_src + 2 * prow * k, k)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let xsrc: Vec<f64> = rd.bf16_f64(x_src + 2 * prow * k, k)?;
         push(&mut q[0], &xrow, &xsrc);
         // Scale exactness on the first block of the row.
         let amax = xsrc.iter().take(128).fold(0.0f64, |a, v| a.max(v.abs())) as f32;
@@ -276,11 +248,7 @@ pub(super) fn check_fp8(
             blk: true,
         }
         .row(rd, j)?;
-        let wsrc: Vec<f64> = rd
-            .bf16(set.w.at(2 * (eu * n + j) * k), k)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let wsrc: Vec<f64> = rd.bf16_f64(set.w.at(2 * (eu * n + j) * k), k)?;
         push(&mut q[1], &wrow, &wsrc);
         gm[0]
             .0
@@ -296,11 +264,7 @@ pub(super) fn check_fp8(
             blk: false,
         };
         let dyrow = row_local(rd, &dyq, local, n)?;
-        let dysrc: Vec<f64> = rd
-            .bf16(dyp.at(2 * prow * n), n)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let dysrc: Vec<f64> = rd.bf16_f64(dyp.at(2 * prow * n), n)?;
         push(&mut q[2], &dyrow, &dysrc);
         let wtrow = Fp8Rows {
             data: wqt.at(eu * n * k),
@@ -331,11 +295,7 @@ pub(super) fn check_fp8(
             blk: false,
         }
         .row(rd, j)?;
-        let xcsrc: Vec<f64> = rd
-            .bf16_column(x_src, k, c, seg.offsets[e], p_e)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let xcsrc: Vec<f64> = rd.bf16_column_f64(x_src, k, c, seg.offsets[e], p_e)?;
         push(&mut q[3], &xcol, &xcsrc);
         gm[2].0.push(f64::from(
             rd.bf16(f.dw.at(2 * (eu * n * k + j * k + c)), 1)?[0],

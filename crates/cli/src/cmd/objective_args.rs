@@ -1,0 +1,48 @@
+//! The merge flags this project added for the trainer's objective, shared by `merge-policy` and
+//! `gen-policy`: how shared rule keys are decided, and the host profile of an eager trainer.
+
+use std::path::{Path, PathBuf};
+
+use fp8_merge::SharedKey;
+use fp8_merge::host::{HostProfile, MAX_HOST_PROFILE_BYTES};
+
+use crate::error::{CliError, CliResult};
+
+/// `--shared-key` and `--host-profile`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ObjectiveArgs {
+    /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
+    /// one TP) is decided: `step` (default) from the instance-weighted sum of their times (the
+    /// reports' instance counts, from the model's layer counts), `all-win` only where every
+    /// module wins on its own. The policy's provenance lists each module's own verdict.
+    #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
+    pub shared_key: String,
+    /// For eager trainers: the host profile `python -m adaptive_fp8.probe_host --out FILE`
+    /// measured on this machine (per kind and precision, and per local expert for grouped
+    /// modules); each module's times become max(time, host). Exclusive with --host-floor-ms.
+    #[arg(long, value_name = "FILE")]
+    pub host_profile: Option<PathBuf>,
+}
+
+impl ObjectiveArgs {
+    /// The shared-key rule and the loaded host profile, validated.
+    pub fn options(&self) -> CliResult<(SharedKey, Option<HostProfile>)> {
+        let shared = self.shared_key.parse().map_err(CliError::input)?;
+        let profile = self
+            .host_profile
+            .as_deref()
+            .map(load_host_profile)
+            .transpose()?;
+        Ok((shared, profile))
+    }
+}
+
+/// Reads a host profile (bounded, regular files only) and validates it.
+fn load_host_profile(path: &Path) -> CliResult<HostProfile> {
+    let bytes = fp8_io::read_limited(path, MAX_HOST_PROFILE_BYTES)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        CliError::input(format!("--host-profile {}: not UTF-8 text", path.display()))
+    })?;
+    HostProfile::parse(&text, &path.display().to_string())
+        .map_err(|e| CliError::input(e.to_string()))
+}
