@@ -6,7 +6,7 @@ use fp8_policy::{Decision, KindFamily, Lookup, ModuleKind, Policy, Reason, RuleK
 use serde::Serialize;
 
 use crate::inventory::{LayoutError, ModuleSpec, Parallel, inventory};
-use crate::model::{ModelDesc, Role};
+use crate::model::{Arch, ModelDesc, Role};
 use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
 /// A module's precision decision, with the token count it compared.
@@ -220,6 +220,9 @@ pub struct Plan {
     pub modules: Vec<PlannedModule>,
     /// Totals.
     pub summary: Summary,
+    /// Each component's architecture as the inventory read it (what a step benchmark needs to
+    /// build the layers: experts, top-k, MLA ranks).
+    pub architectures: BTreeMap<Role, Arch>,
 }
 
 /// Why a plan could not be made.
@@ -253,7 +256,9 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     let mut estimated_roles = Vec::new();
     let mut token_counts = BTreeMap::new();
     let mut warnings = Vec::new();
+    let mut architectures = BTreeMap::new();
     for c in &model.components {
+        architectures.insert(c.role, c.arch.clone());
         let tokens = cfg.tokens.get(&c.role).ok_or(PlanError::NoTokens(c.role))?;
         let decide_err = |source| PlanError::Decide {
             component: c.role,
@@ -342,7 +347,11 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     summary.estimated_policies = estimated_roles;
     summary.token_counts = token_counts;
     summary.warnings = warnings;
-    Ok(Plan { modules, summary })
+    Ok(Plan {
+        modules,
+        summary,
+        architectures,
+    })
 }
 
 fn describe_tokens(n: u64, src: TokenSource, topk: Option<u64>) -> String {

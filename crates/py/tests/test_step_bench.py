@@ -9,39 +9,82 @@ import sys
 import pytest
 
 import adaptive_fp8 as af8
+
+GROUPS = ["qkv", "proj", "fc1", "fc2"]
 from adaptive_fp8 import step_bench as sb
+from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
 
 
-def _plan(root, model="qwen2_5_72b.yaml", policy=None, **kw):
-    return af8.plan(str(root / "fixtures" / "models" / model), policy, **kw)
+def _spec(root, model="qwen2_5_72b.yaml", component="llm", **kw):
+    p = af8._plan(str(root / "fixtures" / "models" / model), None, kw)
+    return Spec.from_plan(p["modules"], p["architecture"].get(component), model, component)
 
 
-def test_layout_from_the_plan_matches_qwen_72b_per_rank(root):
-    L = sb.Layout.from_plan(_plan(root, tp=8, seq_length=4096), 128, "qwen")
+def test_spec_from_the_plan_matches_qwen_72b_per_rank(root):
+    s = _spec(root, tp=8, seq_length=4096)
     # 64 heads, 8 KV groups, hidden 8192, ffn 29568 -> per rank of TP 8:
-    assert (L.hidden, L.heads, L.groups, L.head_dim) == (8192, 8, 1, 128)
-    assert (L.qkv_out, L.proj_in, L.fc1_out, L.fc2_in) == (1280, 1024, 7392, 3696)
-    assert L.gemm_rows == 4096
+    assert (s.hidden, s.heads, s.groups, s.head_dim, s.attention) == (8192, 8, 1, 128, "mha")
+    m = s.modules
+    assert (m["qkv"].out_features, m["proj"].in_features, m["fc1"].out_features, m["fc2"].in_features) == (1280, 1024, 7392, 3696)
+    assert s.tokens == 4096 and s.moe_layers == 0
+    assert composition(s, 2) == ["dense", "dense"]
+    assert built_groups(s, ["dense"]) == ["qkv", "proj", "fc1", "fc2"]
 
 
-def test_wrong_head_dim_is_refused_with_the_fix(root):
-    with pytest.raises(sb.StepBenchError, match="--head-dim"):
-        sb.Layout.from_plan(_plan(root, tp=8, seq_length=4096), 96, "qwen")
+def test_spec_of_deepseek_v3_has_mla_moe_and_shared_experts(root):
+    s = _spec(root, "deepseek_v3.yaml", tp=8, ep=64, seq_length=4096)
+    assert s.attention == "mla" and (s.heads, s.head_dim, s.v_head_dim, s.rope_dim) == (16, 192, 128, 64)
+    assert (s.num_experts, s.topk, s.local_experts) == (256, 8, 4)
+    assert (s.dense_layers, s.moe_layers) == (3, 58)
+    # q_down/kv_down run on the sequence-parallel shard and are gathered before the up projections.
+    assert s.modules["q_down_proj"].rows == 4096 // 8 and s.modules["q_up_proj"].rows == 4096
+    # 2 layers: the dense share (3 of 61) rounds to none; asking for one is allowed.
+    assert composition(s, 2) == ["moe", "moe"]
+    assert composition(s, 2, 1) == ["dense", "moe"]
+    g = built_groups(s, ["dense", "moe"])
+    assert g == ["q_down_proj", "q_up_proj", "kv_down_proj", "kv_up_proj", "proj", "fc1", "fc2",
+                 "experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2"]
+    with pytest.raises(StepBenchError, match="between 0 and"):
+        composition(s, 2, 3)
 
 
-def test_moe_models_are_refused(root):
-    rows = _plan(root, "deepseek_v3.yaml", tp=8, ep=64, seq_length=4096)
-    with pytest.raises(sb.StepBenchError, match="MoE|MLA"):
-        sb.Layout.from_plan(rows, 128, "deepseek_v3")
+def test_spec_of_a_vlm_vision_encoder_is_a_non_gated_layernorm_mha(root):
+    s = _spec(root, "qwen3_vl_235b_a22b.yaml", "vit", tp=4, seq_length=4096, vit_num_tokens=4096)
+    assert (s.norm, s.gated, s.causal, s.heads, s.groups, s.head_dim) == ("LayerNorm", False, False, 4, 4, 72)
+    # ffn 4304 / 4 = 1076 is not a multiple of 16: TE cannot run fc1/fc2 in FP8.
+    assert s.fp8_capable() == {"qkv": True, "proj": True, "fc1": False, "fc2": False}
+    llm = _spec(root, "qwen3_vl_235b_a22b.yaml", tp=4, seq_length=4096)
+    assert "shared.fc1" not in llm.modules and (llm.local_experts, llm.topk) == (16, 8)
+
+
+def test_spec_refuses_inconsistent_plans_with_the_reason(root):
+    p = af8._plan(str(root / "fixtures" / "models" / "qwen2_5_72b.yaml"), None, dict(tp=8, seq_length=4096))
+    arch = p["architecture"]["llm"]
+    with pytest.raises(StepBenchError, match="head_dim"):
+        Spec.from_plan(p["modules"], dict(arch, head_dim=96), "qwen", "llm")
+    with pytest.raises(StepBenchError, match="no vit modules"):
+        Spec.from_plan(p["modules"], arch, "qwen", "vit")
+    rows = [r for r in p["modules"] if r["ub_name"] != "fc2"]
+    with pytest.raises(StepBenchError, match="lack fc2"):
+        Spec.from_plan(rows, arch, "qwen", "llm")
 
 
 def test_policy_modes_follow_the_plan(root):
     pol = str(root / "policies" / "qwen2_5_72b.json")
-    small = sb.fp8_groups(_plan(root, policy=pol, tp=8, seq_length=256))
-    large = sb.fp8_groups(_plan(root, policy=pol, tp=1, seq_length=65536))
-    assert set(small) == set(large) == set(sb.GROUPS)
+    model = str(root / "fixtures" / "models" / "qwen2_5_72b.yaml")
+    small = decisions(af8.plan(model, pol, tp=8, seq_length=256))
+    large = decisions(af8.plan(model, pol, tp=1, seq_length=65536))
+    assert set(small) == set(large) == {"qkv", "proj", "fc1", "fc2"}
     assert all(large.values()), large  # big GEMMs: FP8 pays everywhere
     assert not all(small.values()), small  # 256 tokens at TP 8: some modules stay BF16
+
+
+def test_deepseek_policy_decides_experts_and_shared_experts_apart(root):
+    pol = str(root / "policies" / "deepseek_v3.json")
+    d = decisions(af8.plan(str(root / "fixtures" / "models" / "deepseek_v3.yaml"), pol, tp=8, ep=64, seq_length=4096))
+    assert {"experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2", "fc1", "fc2"} <= set(d)
+    # the dense fc2 and the shared experts' fc2 share the row/fc2 key: one answer for both.
+    assert d["fc2"] == d["shared.fc2"]
 
 
 def test_verdict_is_a_tie_unless_the_whole_band_is_on_one_side():
@@ -53,10 +96,11 @@ def test_verdict_is_a_tie_unless_the_whole_band_is_on_one_side():
 
 
 def test_summary_pairs_rounds_and_names_fp8_groups():
-    modes = {"bf16": dict.fromkeys(sb.GROUPS, False), "fp8": dict.fromkeys(sb.GROUPS, True)}
+    modes = {"bf16": dict.fromkeys(GROUPS, False), "fp8": dict.fromkeys(GROUPS, True)}
     modes["oracle"] = dict(modes["bf16"], fc1=True)
-    times = {"bbbb": [10.0, 12.0, 11.0], "8888": [9.0, 13.0, 10.0], "bb8b": [9.5, 11.0, 10.5]}
+    times = {"-": [10.0, 12.0, 11.0], "qkv+proj+fc1+fc2": [9.0, 13.0, 10.0], "fc1": [9.5, 11.0, 10.5]}
     row = sb.summarize(4096, modes, times, [])
+    row["execution"] = "eager"
     fp8 = row["modes"]["fp8"]
     # paired per round: 0.9, 1.083, 0.909 -> median 0.909, band contains 1 -> tie
     assert fp8["vs_bf16_median"] == pytest.approx(10 / 11)
@@ -64,10 +108,12 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
     assert row["modes"]["oracle"]["fp8_groups"] == ["fc1"]
     assert row["modes"]["oracle"]["verdict_vs_bf16"] == "faster"
     assert row["modes"]["oracle"]["vs_best_of_bf16_fp8"] == pytest.approx(10.5 / 10.0)
-    out = {"model": "m", "tp": 8, "layers": 2, "execution": "eager", "steps": 10, "repeats": 3,
-           "device": "d", "te_version": "t", "results": [row]}
+    failed = {"tokens": 1024, "execution": "graphed", "error": "RuntimeError: capture failed"}
+    out = {"model": "m", "tp": 8, "layers": 2, "execution": "eager", "steps": 10, "repeats": 3, "recipe": "r",
+           "device": "d", "te_version": "t", "results": [row, failed]}
     md = sb.markdown(out)
-    assert "| 4096 | oracle | fc1 |" in md and md.count("\n") == 4 + 3
+    assert "| eager | 4096 | oracle | fc1 |" in md and md.count("\n") == 4 + 3 + 1
+    assert "| graphed | 1024 | - | - | - | - | error: RuntimeError: capture failed | - |" in md
 
 
 def test_help_teaches_and_bad_tokens_are_refused():
@@ -96,7 +142,7 @@ class FakeStep:
         self.released: list[str] = []
 
     def ms(self, mode: dict[str, bool]) -> float:
-        t = 10.0 + sum(self.delta[g] for g in sb.GROUPS if mode[g]) + (self.fixed if any(mode.values()) else 0.0)
+        t = 10.0 + sum(self.delta[g] for g in GROUPS if mode[g]) + (self.fixed if any(mode.values()) else 0.0)
         return t * (1 + self.rng.uniform(-self.noise, self.noise))
 
     def pair(self, a, b) -> float:
@@ -105,27 +151,27 @@ class FakeStep:
 
 def test_oracle_keeps_the_groups_that_pay_and_drops_the_ones_that_lose():
     f = FakeStep({"qkv": 0.3, "proj": -0.6, "fc1": -1.0, "fc2": -0.8})
-    best, trials = sb.search_oracle(f.pair, 7, release=lambda m: f.released.append(sb.key(m)))
-    assert sb.key(best) == "b888"
+    best, trials = sb.search_oracle(f.pair, 7, GROUPS, release=lambda m: f.released.append(sb.key(m)))
+    assert sb.key(best) == "proj+fc1+fc2"
     assert {t["search"] for t in trials} == {"up", "down"}  # both passes agree: no final
     # Every superseded mode is let go (the caller keeps the ones it still times), never the answer.
     assert sb.key(best) not in f.released
-    assert {"bbbb", "8888", "8bbb"} <= set(f.released)
+    assert {"-", "qkv+proj+fc1+fc2", "qkv"} <= set(f.released)
 
 
 def test_oracle_finds_groups_that_only_pay_together():
     # A fixed FP8 cost (a shared cast, an optimizer switch) that no single group repays alone.
-    f = FakeStep(dict.fromkeys(sb.GROUPS, -0.5), fixed=1.2)
-    best, trials = sb.search_oracle(f.pair, 7)
+    f = FakeStep(dict.fromkeys(GROUPS, -0.5), fixed=1.2)
+    best, trials = sb.search_oracle(f.pair, 7, GROUPS)
     assert not any(t["kept"] for t in trials if t["search"] == "up")
-    assert sb.key(best) == "8888", trials
+    assert sb.key(best) == "qkv+proj+fc1+fc2", trials
     assert trials[-1]["search"] == "final" and trials[-1]["kept"]
 
 
 def test_oracle_inside_the_noise_stays_bf16():
-    f = FakeStep(dict.fromkeys(sb.GROUPS, -0.01), noise=0.05)
-    best, _ = sb.search_oracle(f.pair, 7)
-    assert sb.key(best) == "bbbb"
+    f = FakeStep(dict.fromkeys(GROUPS, -0.01), noise=0.05)
+    best, _ = sb.search_oracle(f.pair, 7, GROUPS)
+    assert sb.key(best) == "-"
 
 
 def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():
@@ -140,3 +186,103 @@ def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():
     a = step_bench.parser().parse_args(["--model", "m.yaml"])
     assert step_bench.te_recipe_name(a) == "Float8BlockScaling"
     assert "torch" not in sys.modules
+
+
+def test_bad_layer_mix_and_execution_are_refused_before_torch(root):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "adaptive_fp8.step_bench", *a], capture_output=True, text=True)
+    ds = str(root / "fixtures" / "models" / "deepseek_v3.yaml")
+    r = run("--model", ds, "--tp", "8", "--tokens", "1024", "--layers", "2", "--dense-layers", "5")
+    assert r.returncode == 2 and "--dense-layers 5 must be between 0 and --layers 2" in r.stderr
+    r = run("--model", ds, "--execution", "eager,compiled")
+    assert r.returncode == 2 and "expected eager, graphed" in r.stderr
+    llama = str(root / "fixtures" / "models" / "llama3_2_1b.yaml")
+    r = run("--model", llama, "--component", "vit", "--tokens", "1024")
+    assert r.returncode == 2 and "no vit modules" in r.stderr
+
+
+# -- the torch half on the CPU, with a stand-in for TE (skipped where torch is missing) ---------
+
+TINY = {
+    "mla_moe": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_act": "silu",
+        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64, "n_routed_experts": 16,
+        "n_shared_experts": 1, "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": 64,
+        "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16,
+        "rms_norm_eps": 1e-6, "vocab_size": 1000,
+    },
+    "gqa_moe": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu",
+        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 48, "num_experts": 8,
+        "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "vocab_size": 1000,
+    },
+}
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
+
+
+@pytest.mark.parametrize("model,extra", [("mla_moe", ["--dense-layers", "1", "--ep", "2"]), ("gqa_moe", ["--execution", "eager,graphed"])])
+def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra):
+    torch = _torch()
+    import json as _json
+
+    import fake_te
+
+    cfg = tmp_path / f"{model}.json"
+    cfg.write_text(_json.dumps(TINY[model]))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tp", "2", "--tokens", "64", "--layers", "2",
+                                   "--steps", "1", "--repeats", "2", "--warmup", "1", "--oracle-repeats", "1", *extra])
+    torch.manual_seed(0)
+    fake_te.calls.clear()
+    logs = []
+    out = sb.run(args, log=lambda *a, **k: logs.append(a), te=fake_te, device="cpu")
+    assert all("error" not in r for r in out["results"]), out["results"]
+    row = out["results"][0]
+    assert set(row["modes"]) == {"bf16", "fp8", "oracle"}
+    assert row["modes"]["bf16"]["fp8_groups"] == []
+    names = set(row["modes"]["fp8"]["fp8_groups"])
+    # every module of the layer was built and ran under the autocast of its mode
+    grouped = [c for c in fake_te.calls if c[0] == "GroupedLinear"]
+    assert grouped, fake_te.calls
+    spec_rows = {c[3] for c in grouped}
+    if model == "mla_moe":
+        assert out["layer_types"] == ["dense", "moe"]
+        assert {"q_down_proj", "kv_up_proj", "shared.fc2", "fc1", "experts.fc1"} <= names
+        # 64 tokens x top-4 = 256 expert rows on this rank (more in FP8 modes: padded to 16 per expert)
+        assert any(r >= 64 * 4 for r in spec_rows)
+    else:
+        assert out["execution"] == "eager,graphed" and [r["execution"] for r in out["results"]] == ["eager", "graphed"]
+        assert ("make_graphed_callables", 2) in fake_te.calls  # attention blocks only: MoE stays eager
+        assert "shared.fc1" not in names
+    assert sb.markdown(out).count("| oracle |") == len(out["results"])
+
+
+def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
+    torch = _torch()
+    import fake_te
+
+    cfg = tmp_path / "m.json"
+    cfg.write_text(__import__("json").dumps(TINY["gqa_moe"]))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "40", "--layers", "1"])
+    import adaptive_fp8 as af8
+
+    spec, _ = sb._spec(af8, args, 40)
+    bench = sb.Bench(args, fake_te, "cpu")
+    outs = {}
+    for fp8 in (False, True):
+        mode = dict.fromkeys(built_groups(spec, ["moe"]), fp8)
+        torch.manual_seed(3)
+        block = sb.MoeBlock.make(bench, spec, mode)
+        fake_te.calls.clear()
+        x = torch.randn(40, 1, spec.hidden, dtype=torch.bfloat16)
+        with fake_te.autocast(enabled=True):
+            outs[fp8] = block(x)
+        rows = [c[3] for c in fake_te.calls if c[0] == "GroupedLinear"]
+        assert rows[0] % (16 if fp8 else 1) == 0 and rows[0] >= 40 * spec.topk
+        if not fp8:
+            assert rows[0] == 40 * spec.topk  # no padding in BF16
+    # padding rows never reach the output: same weights, same tokens -> same result
+    assert torch.allclose(outs[False].float(), outs[True].float(), atol=1e-2)

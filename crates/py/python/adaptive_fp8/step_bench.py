@@ -3,25 +3,37 @@ vs a per-module oracle found by trying.
 
     python -m adaptive_fp8.step_bench --model fixtures/models/qwen2_5_72b.yaml --tp 8 \\
         --tokens 2048,8192 --policy policies/qwen2_5_72b.json --json out.json --md out.md
+    python -m adaptive_fp8.step_bench --model fixtures/models/deepseek_v3.yaml --tp 8 \\
+        --tokens 1024,4096 --execution eager,graphed --policy policies/deepseek_v3.json
 
 From the model config, through the engine's plan (the same per-rank shapes and the same
 decisions as `fp8sel explain` and `adaptive_fp8.megatron`), it builds `--layers` transformer
-layers with TE at one rank's shapes: attention (qkv `LayerNormLinear`, TE
-`DotProductAttention`, proj `Linear`) and a gated MLP (fc1 `LayerNormLinear`, fc2 `Linear`).
+layers of one rank with TE: attention (GQA/MHA: qkv `LayerNormLinear`, `DotProductAttention`,
+proj `Linear`; MLA: q/kv down and up projections, core attention with separate q/k and v head
+sizes, proj) and an MLP (dense: fc1 `LayerNormLinear`, fc2 `Linear`; MoE: norm, router, top-k,
+permutation with the token-count sync, `GroupedLinear` experts over the rank's local experts,
+unpermutation, shared experts). `--component vit` builds a VLM's vision layers instead.
 A step is forward + backward + optimizer step (TE FusedAdam with fp32 master weights, the same
-for every mode) on random bf16 activations, Float8BlockScaling recipe.
+for every mode) on random bf16 activations, in the chosen recipe.
+
+Execution: `eager` runs the step as written; `graphed` captures each attention block and each
+dense MLP block with TE's make_graphed_callables (forward and backward), as Megatron's
+`--cuda-graph-impl transformer_engine` does. MoE blocks stay eager under `graphed`: a dropless
+MoE syncs the token counts to the host, which a graph cannot capture (Megatron's graph scope
+`attn` does the same).
 
 Modes: `bf16`, `fp8`, one per `--policy` (`policy:<file>`, modules chosen by the plan), and
-`oracle`: two greedy passes over the module groups (qkv, proj, fc1, fc2), upward from all-BF16
-and downward from all-FP8, keeping a switch only when the step got faster beyond the noise
-(paired rounds, p90 of the ratio < 1); the faster of the two results is the oracle. It is found
-by trying, not assumed, but a greedy search can still miss a better set, so a policy can beat it.
-All modes are then timed interleaved (A B C A B C ...) for `--repeats` rounds of `--steps`
-steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the noise band,
-and a band containing 1.0 is reported as a tie.
+`oracle`: two greedy passes over the module groups, upward from all-BF16 and downward from
+all-FP8, keeping a switch only when the step got faster beyond the noise (paired rounds, p90 of
+the ratio < 1); the faster of the two results is the oracle. It is found by trying, not assumed,
+but a greedy search can still miss a better set, so a policy can beat it (`--oracle none` skips
+it). Groups whose dimensions are not multiples of 16 stay BF16 in every mode (TE cannot run them
+in FP8). All modes are then timed interleaved (A B C A B C ...) for `--repeats` rounds of
+`--steps` steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the
+noise band, and a band containing 1.0 is reported as a tie.
 
-Scope: dense attention + MLP layers of one rank (no TP/EP communication in the step), eager
-execution. MoE and MLA models are refused with that reason.
+Scope: one rank's GEMMs (no TP/EP communication in the step); no rotary embedding or MoE
+auxiliary loss (the same cost in every mode).
 """
 
 from __future__ import annotations
@@ -31,14 +43,14 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
-GROUPS = ("qkv", "proj", "fc1", "fc2")
+from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
 
+__all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
-class StepBenchError(ValueError):
-    """A model or option this benchmark cannot run; the message says which and why."""
+EXECUTIONS = ("eager", "graphed")
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -59,75 +71,9 @@ def verdict(ratios: list[float]) -> str:
     return "tie"
 
 
-def _decoder_rows(rows: list[dict]) -> list[dict]:
-    """The plan's rows of the language model's decoder layers (no ViT, no MTP layers)."""
-    return [r for r in rows if r["component"] == "llm" and not r["name"].startswith("mtp.")]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One rank's dense layer, from the plan."""
-
-    hidden: int
-    qkv_out: int
-    proj_in: int
-    fc1_out: int
-    fc2_in: int
-    heads: int
-    groups: int
-    head_dim: int
-    gemm_rows: int
-
-    @staticmethod
-    def from_plan(rows: list[dict], head_dim: int, model: str) -> "Layout":
-        by = {}
-        for r in _decoder_rows(rows):
-            if r["module_kind"] in ("column_grouped", "row_grouped") or "experts" in r["name"]:
-                raise StepBenchError(f"{model}: MoE layers are not in the step benchmark yet (dense models only)")
-            if r["ub_name"] not in GROUPS:
-                raise StepBenchError(
-                    f"{model}: module {r['name']} ({r['ub_name']}) is not a dense attention/MLP module; "
-                    "MLA and other layouts are not in the step benchmark yet"
-                )
-            by[r["ub_name"]] = r
-        missing = [g for g in GROUPS if g not in by]
-        if missing:
-            raise StepBenchError(f"{model}: the plan has no {', '.join(missing)} modules")
-        q, p, f1, f2 = (by[g] for g in GROUPS)
-        if head_dim <= 0 or p["in_features"] % head_dim or q["out_features"] % head_dim:
-            raise StepBenchError(
-                f"{model}: --head-dim {head_dim} does not divide proj in_features {p['in_features']} and qkv "
-                f"out_features {q['out_features']}; pass the model's kv_channels as --head-dim"
-            )
-        heads = p["in_features"] // head_dim
-        rest = q["out_features"] // head_dim - heads
-        if rest <= 0 or rest % 2 or heads % (rest // 2):
-            raise StepBenchError(
-                f"{model}: qkv out_features {q['out_features']} is not (heads + 2*groups) * {head_dim} with "
-                f"{heads} heads; pass the model's kv_channels as --head-dim"
-            )
-        if f1["out_features"] != 2 * f2["in_features"]:
-            raise StepBenchError(f"{model}: fc1 is not a gated MLP (out {f1['out_features']} != 2 * fc2 in {f2['in_features']})")
-        return Layout(
-            hidden=q["in_features"],
-            qkv_out=q["out_features"],
-            proj_in=p["in_features"],
-            fc1_out=f1["out_features"],
-            fc2_in=f2["in_features"],
-            heads=heads,
-            groups=rest // 2,
-            head_dim=head_dim,
-            gemm_rows=q["gemm_rows"],
-        )
-
-
-def fp8_groups(rows: list[dict]) -> dict[str, bool]:
-    """The plan's decision per module group (all layers of a dense model decide alike)."""
-    return {r["ub_name"]: bool(r["use_fp8"]) for r in _decoder_rows(rows) if r["ub_name"] in GROUPS}
-
-
 def key(fp8: dict[str, bool]) -> str:
-    return "".join("8" if fp8[g] else "b" for g in GROUPS)
+    """A mode's name: its FP8 groups, in the spec's order (`-` for none)."""
+    return "+".join(g for g, on in fp8.items() if on) or "-"
 
 
 def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, list[float]], trials: list[dict]) -> dict:
@@ -139,7 +85,7 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
         ts = times[key(fp8)]
         paired = [t / b for t, b in zip(ts, base)]
         row["modes"][m] = {
-            "fp8_groups": [g for g in GROUPS if fp8[g]],
+            "fp8_groups": [g for g, on in fp8.items() if on],
             "ms_median": statistics.median(ts),
             "ms_p10": quantile(ts, 0.1),
             "ms_p90": quantile(ts, 0.9),
@@ -152,9 +98,9 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
     return row
 
 
-def search_oracle(pair, repeats: int, say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
-    """The per-module oracle, found by trying: `pair(a, b)` times modes a and b back to back once
-    and returns ms(a) / ms(b).
+def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
+    """The per-module oracle over `groups`, found by trying: `pair(a, b)` times modes a and b back
+    to back once and returns ms(a) / ms(b).
 
     Two greedy passes, because a group can pay only together with others (a shared cast or
     optimizer cost) or lose only in company: upward from all-BF16 (switch a group to FP8 and keep
@@ -180,13 +126,13 @@ def search_oracle(pair, repeats: int, say=lambda trial: None, release=lambda mod
         release(cur if t["kept"] else cand)
         return t["kept"]
 
-    up = dict.fromkeys(GROUPS, False)
-    for g in GROUPS:
+    up = dict.fromkeys(groups, False)
+    for g in groups:
         cand = dict(up, **{g: True})
         if trial("up", g, cand, up):
             up = cand
-    down = dict.fromkeys(GROUPS, True)
-    for g in GROUPS:
+    down = dict.fromkeys(groups, True)
+    for g in groups:
         cand = dict(down, **{g: False})
         if trial("down", g, cand, down):
             down = cand
@@ -197,16 +143,20 @@ def search_oracle(pair, repeats: int, say=lambda trial: None, release=lambda mod
 
 def markdown(out: dict) -> str:
     lines = [
-        f"Step benchmark: {out['model']}, TP {out['tp']} (one rank's GEMMs, no communication), {out['layers']} layers, "
-        f"{out['execution']}, {out['steps']} steps x {out['repeats']} interleaved rounds, {out['device']}, TE {out['te_version']}",
+        f"Step benchmark: {out['model']} ({out.get('component', 'llm')}), TP {out['tp']} (one rank's GEMMs, no communication), "
+        f"layers {','.join(out.get('layer_types', [])) or out['layers']}, {out['steps']} steps x {out['repeats']} interleaved rounds, "
+        f"{out['recipe']}, {out['device']}, TE {out['te_version']}",
         "",
-        "| tokens | mode | FP8 groups | ms/step p50 (p10-p90) | / BF16 p50 (p10-p90) | verdict | / min(BF16, FP8) |",
-        "|---|---|---|---|---|---|---|",
+        "| execution | tokens | mode | FP8 groups | ms/step p50 (p10-p90) | / BF16 p50 (p10-p90) | verdict | / min(BF16, FP8) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in out["results"]:
+        if "error" in row:
+            lines.append(f"| {row['execution']} | {row['tokens']} | - | - | - | - | error: {row['error']} | - |")
+            continue
         for m, r in row["modes"].items():
             lines.append(
-                f"| {row['tokens']} | {m} | {','.join(r['fp8_groups']) or '-'} "
+                f"| {row.get('execution', out.get('execution', 'eager'))} | {row['tokens']} | {m} | {','.join(r['fp8_groups']) or '-'} "
                 f"| {r['ms_median']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f}) "
                 f"| {r['vs_bf16_median']:.3f} ({r['vs_bf16_p10']:.3f}-{r['vs_bf16_p90']:.3f}) "
                 f"| {r['verdict_vs_bf16']} | {r['vs_best_of_bf16_fp8']:.3f} |"
@@ -215,71 +165,91 @@ def markdown(out: dict) -> str:
 
 
 class Bench:
-    """The torch/TE half; imported only when a benchmark runs."""
+    """The torch/TE half; imported only when a benchmark runs. `te` and `device` can be replaced
+    (the CPU tests build the same layers with a stand-in for TE)."""
 
-    def __init__(self, args) -> None:
+    def __init__(self, args, te=None, device: str = "cuda") -> None:
         import inspect
 
         import torch
-        import transformer_engine.pytorch as te
 
+        if te is None:
+            import transformer_engine.pytorch as te
+
+            if not torch.cuda.is_available():
+                raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
         from adaptive_fp8.te_worker import make_recipe
 
-        if not torch.cuda.is_available():
-            raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
-        self.torch, self.te, self.args = torch, te, args
-        self.recipe = make_recipe(recipe_options(args))
+        self.torch, self.te, self.args, self.device = torch, te, args, device
+        self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
         self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
         self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
         self.recipe_kw = "recipe" if "recipe" in inspect.signature(self.autocast).parameters else "fp8_recipe"
 
-    def build(self, L: Layout, fp8: dict[str, bool]):
+    # -- building ------------------------------------------------------------------------------
+
+    def _linear(self, fp8: dict[str, bool], spec: Spec, group: str, norm: bool = False, grouped: bool = False):
         torch, te = self.torch, self.te
-        from adaptive_fp8.megatron import run_in_bf16
+        m = spec.modules[group]
+        kw = dict(bias=False, params_dtype=torch.bfloat16, device=self.device)
+        on = fp8[group]
+        with self.model_init(enabled=on, recipe=self.recipe):
+            if grouped:
+                mod = te.GroupedLinear(m.gemms, m.in_features, m.out_features, **kw)
+            elif norm:
+                mod = te.LayerNormLinear(m.in_features, m.out_features, normalization=spec.norm, **kw)
+            else:
+                mod = te.Linear(m.in_features, m.out_features, **kw)
+        if not on:
+            self._bf16(mod)
+        return mod
 
-        kw = dict(bias=False, params_dtype=torch.bfloat16, device="cuda")
+    def _bf16(self, mod) -> None:
+        autocast = self.autocast
+        forward = mod.forward
 
-        def make(group, ctor):
-            with self.model_init(enabled=fp8[group], recipe=self.recipe):
-                m = ctor()
-            if not fp8[group]:
-                run_in_bf16(m)
-            return m
+        def bf16_forward(*a, **k):
+            with autocast(enabled=False):
+                return forward(*a, **k)
 
+        mod.forward = bf16_forward
+
+    def _norm(self, spec: Spec):
+        te = self.te
+        cls = te.RMSNorm if spec.norm == "RMSNorm" else te.LayerNorm
+        return cls(spec.hidden, params_dtype=self.torch.bfloat16, device=self.device)
+
+    def build(self, spec: Spec, kinds: list[str], fp8: dict[str, bool]):
+        """One module per layer: `attn` (an nn.Module x -> x + attention(x)) and `mlp`."""
+        torch = self.torch
         layers = torch.nn.ModuleList()
-        for _ in range(self.args.layers):
+        for kind in kinds:
             layer = torch.nn.Module()
-            layer.qkv = make("qkv", lambda: te.LayerNormLinear(L.hidden, L.qkv_out, normalization="RMSNorm", **kw))
-            layer.attn = te.DotProductAttention(L.heads, L.head_dim, num_gqa_groups=L.groups, attn_mask_type="causal", qkv_format="sbhd")
-            layer.proj = make("proj", lambda: te.Linear(L.proj_in, L.hidden, **kw))
-            layer.fc1 = make("fc1", lambda: te.LayerNormLinear(L.hidden, L.fc1_out, normalization="RMSNorm", **kw))
-            layer.fc2 = make("fc2", lambda: te.Linear(L.fc2_in, L.hidden, **kw))
+            layer.attn = (MlaBlock if spec.attention == "mla" else MhaBlock).make(self, spec, fp8)
+            layer.mlp = (MoeBlock if kind == "moe" else DenseBlock).make(self, spec, fp8)
+            layer.kind = kind
             layers.append(layer)
         return layers
 
-    def step_fn(self, layers, L: Layout):
+    def step_fn(self, spec: Spec, layers, execution: str):
         torch = self.torch
-        F = torch.nn.functional
-        n, hd = L.gemm_rows, L.head_dim
-        gen = torch.Generator(device="cuda").manual_seed(7)
-        x0 = torch.randn(n, 1, L.hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        gen = torch.Generator(device=self.device).manual_seed(7)
+        x0 = torch.randn(spec.tokens, 1, spec.hidden, device=self.device, dtype=torch.bfloat16, generator=gen)
         params = [p for p in layers.parameters() if p.requires_grad]
         # One optimizer for every mode (fp32 master weights, as Megatron keeps main params), so
         # a mode's time differs only by its GEMM precision.
-        from transformer_engine.pytorch.optimizers import FusedAdam
-
-        opt = FusedAdam(params, lr=1e-5, master_weights=True)
+        opt = self._optimizer(params)
+        fwd = [(layer.attn, layer.mlp) for layer in layers]
+        ctx = lambda: self.autocast(enabled=True, **{self.recipe_kw: self.recipe})  # noqa: E731
+        if execution == "graphed":
+            fwd = self._graph(spec, layers, x0)
         losses = []
 
         def step():
             x = x0
-            with self.autocast(enabled=True, **{self.recipe_kw: self.recipe}):
-                for m in layers:
-                    q, k, v = m.qkv(x).split([L.heads * hd, L.groups * hd, L.groups * hd], dim=-1)
-                    a = m.attn(q.reshape(n, 1, L.heads, hd), k.reshape(n, 1, L.groups, hd), v.reshape(n, 1, L.groups, hd))
-                    x = x + m.proj(a)
-                    g, u = m.fc1(x).chunk(2, dim=-1)
-                    x = x + m.fc2(F.silu(g) * u)
+            with ctx():
+                for attn, mlp in fwd:
+                    x = mlp(attn(x))
             loss = x.float().pow(2).mean()
             loss.backward()
             opt.step()
@@ -288,6 +258,35 @@ class Bench:
 
         step.losses = losses
         return step
+
+    def _optimizer(self, params):
+        if self.device != "cuda":
+            return self.torch.optim.Adam(params, lr=1e-5)
+        from transformer_engine.pytorch.optimizers import FusedAdam
+
+        return FusedAdam(params, lr=1e-5, master_weights=True)
+
+    def _graph(self, spec: Spec, layers, x0):
+        """Attention blocks and dense MLP blocks under TE's make_graphed_callables (forward and
+        backward graphs, in layer order); MoE blocks stay eager callables."""
+        torch = self.torch
+        mods, samples = [], []
+        for layer in layers:
+            mods.append(layer.attn)
+            if layer.kind == "dense":
+                mods.append(layer.mlp)
+        for _ in mods:
+            samples.append((torch.randn_like(x0).requires_grad_(),))
+        graphed = self.te.make_graphed_callables(tuple(mods), tuple(samples), enabled=True, recipe=self.recipe)
+        it = iter(graphed)
+        out = []
+        for layer in layers:
+            a = next(it)
+            m = next(it) if layer.kind == "dense" else layer.mlp
+            out.append((a, m))
+        return out
+
+    # -- running -------------------------------------------------------------------------------
 
     def check(self, step, name: str) -> None:
         """Warm up and check the step computes something finite and non-trivial."""
@@ -301,6 +300,12 @@ class Bench:
     def time_ms(self, step) -> float:
         """ms per step over `--steps` back-to-back steps (no sync between them, as in training)."""
         torch = self.torch
+        if self.device != "cuda":
+            t0 = time.perf_counter()
+            for _ in range(self.args.steps):
+                step()
+            step.losses.clear()
+            return (time.perf_counter() - t0) * 1e3 / self.args.steps
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         a.record()
@@ -311,71 +316,277 @@ class Bench:
         step.losses.clear()
         return a.elapsed_time(b) / self.args.steps
 
+    def free(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
 
-def run(args, log=print) -> dict:
+
+def _act(torch, h, gated: bool):
+    F = torch.nn.functional
+    if gated:
+        g, u = h.chunk(2, dim=-1)
+        return F.silu(g) * u
+    return F.gelu(h, approximate="tanh")
+
+
+def _module_base():
+    import torch
+
+    return torch.nn.Module
+
+
+class MhaBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        te = b.te
+        mask = "causal" if spec.causal else "no_mask"
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.qkv = b._linear(fp8, spec, "qkv", norm=True)
+                self.core = te.DotProductAttention(spec.heads, spec.head_dim, num_gqa_groups=spec.groups, attn_mask_type=mask, qkv_format="sbhd")
+                self.proj = b._linear(fp8, spec, "proj")
+
+            def forward(self, x):
+                n, hd = x.shape[0], spec.head_dim
+                q, k, v = self.qkv(x).split([spec.heads * hd, spec.groups * hd, spec.groups * hd], dim=-1)
+                a = self.core(q.reshape(n, 1, spec.heads, hd), k.reshape(n, 1, spec.groups, hd), v.reshape(n, 1, spec.groups, hd))
+                return x + self.proj(a)
+
+        return Block()
+
+
+def _gather(t, n: int):
+    """The sequence-parallel all-gather of a duplicated module's output, as a copy on one GPU."""
+    r = t.shape[0]
+    return t if r == n else t.repeat(n // r, 1, 1)
+
+
+class MlaBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        te, torch = b.te, b.torch
+        mask = "causal" if spec.causal else "no_mask"
+        mods = spec.modules
+        qk_nope = spec.head_dim - spec.rope_dim
+        kv_lora = mods["kv_up_proj"].in_features
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                if "q_down_proj" in mods:
+                    self.q_down = b._linear(fp8, spec, "q_down_proj")
+                    self.q_up = b._linear(fp8, spec, "q_up_proj", norm=True)
+                else:
+                    self.q_proj = b._linear(fp8, spec, "q_proj")
+                self.kv_down = b._linear(fp8, spec, "kv_down_proj")
+                self.kv_up = b._linear(fp8, spec, "kv_up_proj", norm=True)
+                self.core = te.DotProductAttention(
+                    spec.heads, (spec.head_dim, spec.v_head_dim), num_gqa_groups=spec.heads, attn_mask_type=mask, qkv_format="sbhd"
+                )
+                self.proj = b._linear(fp8, spec, "proj")
+
+            def forward(self, x):
+                n, h = x.shape[0], spec.heads
+                if "q_down_proj" in mods:
+                    q = self.q_up(_gather(self.q_down(x[: mods["q_down_proj"].rows]), n))
+                else:
+                    q = self.q_proj(x)
+                ckv = _gather(self.kv_down(x[: mods["kv_down_proj"].rows]), n)
+                c, k_pe = ckv.split([kv_lora, spec.rope_dim], dim=-1)
+                kv = self.kv_up(c.contiguous()).reshape(n, 1, h, qk_nope + spec.v_head_dim)
+                k_nope, v = kv.split([qk_nope, spec.v_head_dim], dim=-1)
+                k = torch.cat([k_nope, k_pe.reshape(n, 1, 1, spec.rope_dim).expand(n, 1, h, spec.rope_dim)], dim=-1)
+                a = self.core(q.reshape(n, 1, h, spec.head_dim), k, v.contiguous())
+                return x + self.proj(a)
+
+        return Block()
+
+
+class DenseBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        torch = b.torch
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = b._linear(fp8, spec, "fc1", norm=True)
+                self.fc2 = b._linear(fp8, spec, "fc2")
+
+            def forward(self, x):
+                return x + self.fc2(_act(torch, self.fc1(x), spec.gated))
+
+        return Block()
+
+
+class MoeBlock:
+    """Norm, router over every expert of the model, top-k; local experts are `index % local`, so
+    this rank's grouped GEMMs get the plan's rows (tokens x top-k) with the router's imbalance.
+    The token counts are synced to the host (`tolist`), as every dropless MoE trainer does, and
+    each expert's rows are padded to 16 when its GEMMs run in FP8 (Megatron's
+    `--moe-router-padding-for-fp8`)."""
+
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        torch = b.torch
+        E, k, n_local = spec.num_experts, spec.topk, spec.local_experts
+        shared = "shared.fc1" in spec.modules
+        align = 16 if (fp8["experts.fc1"] or fp8["experts.fc2"]) else 1
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.norm = b._norm(spec)
+                self.router = torch.nn.Linear(spec.hidden, E, bias=False, device=b.device, dtype=torch.bfloat16)
+                self.fc1 = b._linear(fp8, spec, "experts.fc1", grouped=True)
+                self.fc2 = b._linear(fp8, spec, "experts.fc2", grouped=True)
+                if shared:
+                    self.shared_fc1 = b._linear(fp8, spec, "shared.fc1")
+                    self.shared_fc2 = b._linear(fp8, spec, "shared.fc2")
+
+            def forward(self, x):
+                n = x.shape[0]
+                h = self.norm(x).reshape(n, spec.hidden)
+                probs, idx = self.router(h).float().softmax(dim=-1).topk(k, dim=-1)
+                local = (idx % n_local).flatten()
+                order = local.argsort(stable=True)
+                counts = torch.bincount(local, minlength=n_local)
+                padded = (counts + align - 1) // align * align
+                splits = padded.tolist()  # the token-count sync
+                sorted_e = local[order]
+                start = counts.cumsum(0) - counts
+                pstart = padded.cumsum(0) - padded
+                pos = torch.arange(n * k, device=h.device) - start[sorted_e] + pstart[sorted_e]
+                token = order // k
+                src = torch.zeros(sum(splits), dtype=torch.long, device=h.device)
+                src[pos] = token
+                y = self.fc2(_act(torch, self.fc1(h.index_select(0, src), splits), spec.gated), splits)
+                w = probs.flatten()[order].unsqueeze(-1).to(y.dtype)
+                out = torch.zeros_like(h).index_add(0, token, y.index_select(0, pos) * w)
+                if shared:
+                    out = out + self.shared_fc2(_act(torch, self.shared_fc1(h), spec.gated))
+                return x + out.reshape(n, 1, spec.hidden)
+
+        return Block()
+
+
+def _spec(af8, args, tokens: int) -> tuple[Spec, dict]:
+    kw = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
+    if args.ep:
+        kw["ep"] = args.ep
+    if args.component == "vit":
+        kw["vit_num_tokens"] = tokens
+    p = af8._plan(args.model, None, kw)
+    arch = p.get("architecture", {}).get(args.component)
+    return Spec.from_plan(p["modules"], arch, args.model, args.component), kw
+
+
+def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[str], dict[str, dict[str, bool]], list[str]]:
+    """The groups the step contains, the fixed modes (bf16, fp8, each policy) and notes."""
+    groups = built_groups(spec, kinds)
+    capable = spec.fp8_capable()
+    notes = [f"{g} stays BF16 in every mode: {spec.modules[g].in_features} x {spec.modules[g].out_features} is not a multiple of 16" for g in groups if not capable[g]]
+    modes = {"bf16": dict.fromkeys(groups, False), "fp8": {g: capable[g] for g in groups}}
+    for p in args.policy:
+        pol_kw = dict(kw)
+        if args.component == "vit":
+            d = decisions(af8._plan(args.model, None, dict(pol_kw, vit_policy=p))["modules"], "vit")
+        else:
+            d = decisions(af8._plan(args.model, p, pol_kw)["modules"], args.component)
+        modes[f"policy:{Path(p).name}"] = {g: bool(d.get(g)) and capable[g] for g in groups}
+    return groups, modes, notes
+
+
+def run(args, log=print, te=None, device: str = "cuda") -> dict:
     import adaptive_fp8 as af8
 
-    bench = Bench(args)
-    torch = bench.torch
+    bench = Bench(args, te, device)
     results = []
+    kinds: list[str] = []
+    notes: list[str] = []
     for tokens in args.tokens:
-        kw = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
-        L = Layout.from_plan(af8.plan(args.model, None, **kw), args.head_dim, args.model)
-        modes = {"bf16": {g: False for g in GROUPS}, "fp8": {g: True for g in GROUPS}}
-        for p in args.policy:
-            modes[f"policy:{Path(p).name}"] = fp8_groups(af8.plan(args.model, p, **kw))
-        steps: dict = {}
-
-        def ensure(fp8):
-            k = key(fp8)
-            if k not in steps:
-                steps[k] = bench.step_fn(bench.build(L, fp8), L)
-                bench.check(steps[k], k)
-            return steps[k]
-
-        def pair(a: dict[str, bool], b: dict[str, bool]) -> float:
-            sa, sb = ensure(a), ensure(b)
-            tb = bench.time_ms(sb)
-            return bench.time_ms(sa) / tb
-
-        def say(t: dict) -> None:
-            log(f"  tokens {tokens}: oracle {t['search']} {t['group']}: {t['ratio_median']:.3f} ({'kept' if t['kept'] else 'not kept'})", file=sys.stderr)
-
-        keep = {key(f) for f in modes.values()}
-
-        def release(mode: dict[str, bool]) -> None:
-            if key(mode) not in keep:
-                steps.pop(key(mode), None)
-
-        oracle, trials = search_oracle(pair, args.repeats, say, release)
-        modes["oracle"] = oracle
-        wanted = {key(f) for f in modes.values()}
-        for k in [k for k in steps if k not in wanted]:
-            del steps[k]
-        torch.cuda.empty_cache()
-        for f in modes.values():
-            ensure(f)
-        times = {k: [] for k in steps}
-        for r in range(args.repeats):
-            for k in steps:
-                times[k].append(bench.time_ms(steps[k]))
-        row = summarize(L.gemm_rows, modes, times, trials)
-        results.append(row)
-        log(f"  tokens {tokens}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
-        steps.clear()
-        torch.cuda.empty_cache()
+        spec, kw = _spec(af8, args, tokens)
+        kinds = composition(spec, args.layers, args.dense_layers)
+        groups, modes, notes = modes_for(af8, args, spec, kinds, kw)
+        searchable = [g for g in groups if modes["fp8"][g]]
+        for execution in args.execution:
+            try:
+                results.append(_one(bench, args, spec, kinds, modes, searchable, execution, log))
+            except StepBenchError:
+                raise
+            except Exception as e:  # a capture or kernel failure is a result row, not a crash
+                log(f"  tokens {spec.tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+                results.append({"tokens": spec.tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            bench.free()
     return {
         "model": args.model,
+        "component": args.component,
         "tp": args.tp,
         "layers": args.layers,
+        "layer_types": kinds,
         "steps": args.steps,
         "repeats": args.repeats,
-        "execution": "eager",
+        "oracle_repeats": args.oracle_repeats or args.repeats,
+        "execution": ",".join(args.execution),
         "recipe": te_recipe_name(args),
-        "device": torch.cuda.get_device_name(),
-        "te_version": __import__("transformer_engine").__version__,
+        "device": bench.torch.cuda.get_device_name() if device == "cuda" else device,
+        "te_version": getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in",
+        "notes": notes,
         "results": results,
     }
+
+
+def _one(bench: Bench, args, spec: Spec, kinds: list[str], modes: dict, searchable: list[str], execution: str, log) -> dict:
+    steps: dict = {}
+
+    def ensure(fp8):
+        k = key(fp8)
+        if k not in steps:
+            steps[k] = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
+            bench.check(steps[k], k)
+        return steps[k]
+
+    def pair(a: dict[str, bool], b: dict[str, bool]) -> float:
+        sa, sb = ensure(a), ensure(b)
+        tb = bench.time_ms(sb)
+        return bench.time_ms(sa) / tb
+
+    def say(t: dict) -> None:
+        log(f"  tokens {spec.tokens} {execution}: oracle {t['search']} {t['group']}: {t['ratio_median']:.3f} ({'kept' if t['kept'] else 'not kept'})", file=sys.stderr)
+
+    keep = {key(f) for f in modes.values()}
+
+    def release(mode: dict[str, bool]) -> None:
+        if key(mode) not in keep:
+            steps.pop(key(mode), None)
+
+    modes = dict(modes)
+    trials: list[dict] = []
+    if args.oracle == "greedy":
+        full = {g: False for g in modes["bf16"]}
+
+        def widen(sub):
+            return dict(full, **sub)
+
+        found, trials = search_oracle(lambda a, b: pair(widen(a), widen(b)), args.oracle_repeats or args.repeats, searchable, say, lambda m: release(widen(m)))
+        modes["oracle"] = widen(found)
+    wanted = {key(f) for f in modes.values()}
+    for k in [k for k in steps if k not in wanted]:
+        del steps[k]
+    bench.free()
+    for f in modes.values():
+        ensure(f)
+    times = {k: [] for k in steps}
+    for _ in range(args.repeats):
+        for k in steps:
+            times[k].append(bench.time_ms(steps[k]))
+    row = summarize(spec.tokens, modes, times, trials)
+    row["execution"] = execution
+    log(f"  tokens {spec.tokens} {execution}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
+    steps.clear()
+    return row
 
 
 def recipe_options(args) -> dict:
@@ -408,16 +619,29 @@ def _tokens(s: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--tokens {s!r}: expected comma-separated positive integers, e.g. 2048,8192") from None
 
 
+def _executions(s: str) -> list[str]:
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    bad = [x for x in out if x not in EXECUTIONS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"--execution {s!r}: expected eager, graphed or eager,graphed")
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
     ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.step_bench", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
+    ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="which component's layers to build (a VLM's vision encoder: vit)")
     ap.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size: the step runs one rank's shapes (default 1)")
-    ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1), comma-separated (default 2048,8192)")
+    ap.add_argument("--ep", type=_positive, help="expert-parallel size (default: the config's); sets the rank's local experts")
+    ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1; vit: image tokens), comma-separated (default 2048,8192)")
     ap.add_argument("--layers", type=_positive, default=2, help="transformer layers per step (default 2)")
-    ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable")
-    ap.add_argument("--head-dim", type=_positive, default=128, help="the model's kv_channels (default 128)")
+    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share, rounded)")
+    ap.add_argument("--execution", type=_executions, default=["eager"], help="eager, graphed, or eager,graphed (default eager)")
+    ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable (vit: the vision policy)")
+    ap.add_argument("--oracle", choices=["greedy", "none"], default="greedy", help="search the per-module oracle (default greedy)")
+    ap.add_argument("--oracle-repeats", type=_positive, help="paired timings per oracle trial (default --repeats)")
     ap.add_argument("--steps", type=_positive, default=10, help="steps per timed round (default 10)")
     ap.add_argument("--repeats", type=_positive, default=7, help="interleaved rounds per mode (default 7)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
@@ -435,10 +659,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for p in args.policy:
-        import adaptive_fp8 as af8
+    import adaptive_fp8 as af8
 
-        af8.Policy.load(p)  # a bad policy fails before any GPU work
+    try:
+        for p in args.policy:
+            af8.Policy.load(p)  # a bad policy fails before any GPU work
+        # The model, layout and layer mix are checked before torch is imported.
+        for t in args.tokens:
+            spec, _ = _spec(af8, args, t)
+            composition(spec, args.layers, args.dense_layers)
+    except (StepBenchError, ValueError) as e:
+        print(f"step_bench: {e}", file=sys.stderr)
+        return 2
     try:
         out = run(args)
     except StepBenchError as e:
