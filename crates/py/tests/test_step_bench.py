@@ -124,7 +124,7 @@ def test_help_teaches_and_bad_tokens_are_refused():
     assert bad.returncode == 2 and "comma-separated positive integers" in bad.stderr
 
 
-@pytest.mark.parametrize("module", ["step_bench", "te_worker", "megatron", "te"])
+@pytest.mark.parametrize("module", ["step_bench", "step_spec", "te_worker", "te_tp", "megatron", "te", "probe_host"])
 def test_importing_does_not_import_torch(module):
     code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue 14 on the device, after the TE install (../shared/tools/te-device), on the 2-GPU kind.
+#   bash scripts/device/trainer_loop.sh a   # host probe, host-profile policies, step benchmark:
+#                                          # Qwen2.5-72B TP 8 (large dense), DeepSeek-V3 TP 8 EP 64
+#                                          # (high-TP MoE + MLA)
+#   bash scripts/device/trainer_loop.sh b   # TP 2 with real communication (2 GPUs), step benchmark:
+#                                          # Llama-3.2-1B (short sequences), Qwen3-30B-A3B and
+#                                          # Mixtral-8x7B (not in fixtures/), Qwen3-VL ViT (VLM)
+# Needs devcarry/{fp8sel, adaptive_fp8 wheel, pol/} (pol/: made on the CPU by
+# scripts/device/trainer_loop_policies.sh). Everything lands in one tarball in $OUT; the tables
+# print last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+PHASE=${1:?phase a or b}
+R=/root/tl; mkdir -p $R/sb $R/pol
+export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
+  || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
+# The Python sources of this checkout win over the wheel's (a fix needs no rebuild).
+cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+F=./devcarry/fp8sel
+H=fixtures/reports/h200
+SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
+sb() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=0 timeout "$limit" python3 -m adaptive_fp8.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
+  echo "$name rc=$? $(( $(date +%s) - t0 )) s"; }
+pol() { for f in "$@"; do [ -f "$f" ] && echo --policy "$f"; done; }
+hostpol() { # model, output name, cuBLASLt reports...
+  local model=$1 name=$2; shift 2
+  $F merge-policy --reports "$@" --trainer eager --host-profile $R/host.json --output $R/pol/$name.json > $R/pol/$name.log 2>&1 \
+    || echo "hostpol $name failed: $(tail -n 2 $R/pol/$name.log)"; }
+case $PHASE in
+a)
+  t0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m adaptive_fp8.probe_host --out $R/host.json > $R/probe_host.log 2>&1
+  echo "probe_host rc=$? $(( $(date +%s) - t0 )) s"; tail -n 12 $R/probe_host.log
+  hostpol qwen qwen2_5_72b_host $H/qwen2_5_72b_tp{1,2,4,8}.json
+  hostpol ds deepseek_v3_host $H/deepseek_v3_tp{1,2,4,8}_ep*.json
+  hostpol llama llama3_2_1b_host $H/llama3_2_1b_tp{1,2}.json
+  Q=fixtures/models/qwen2_5_72b.yaml
+  sb qwen72b_tp8 230 --model $Q --tp 8 --layers 2 --tokens 1024,4096,16384 $SB \
+    $(pol policies/qwen2_5_72b.json $R/pol/qwen2_5_72b_host.json devcarry/pol/qwen2_5_72b_te_eager.json devcarry/pol/qwen2_5_72b_te_graphed.json)
+  sb deepseek_v3_tp8 200 --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1024,2048,4096 $SB \
+    $(pol policies/deepseek_v3.json $R/pol/deepseek_v3_host.json)
+  ;;
+b)
+  t0=$(date +%s)
+  timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 -m adaptive_fp8.te_tp --model fixtures/models/qwen2_5_72b.yaml \
+    --tokens 1024,2048,4096,8192,16384 --json $R/te_tp2_qwen2_5_72b.json --md $R/te_tp2_qwen2_5_72b.md > $R/te_tp2.log 2>&1
+  echo "te_tp rc=$? $(( $(date +%s) - t0 )) s"
+  [ -f $R/host.json ] || echo "no host.json (phase a did not run on this machine)"
+  sb llama1b_tp1 120 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 512,1024,2048,4096 $SB \
+    $(pol policies/llama3_2_1b.json $R/pol/llama3_2_1b_host.json)
+  sb qwen3_30b_a3b_tp1 130 --model examples/models/qwen3_30b_a3b.json --tp 1 --ep 8 --layers 2 --tokens 1024,4096,8192 $SB \
+    --policy devcarry/pol/est/estimated/h200/qwen3_30b_a3b.json
+  sb mixtral_8x7b_tp2 100 --model examples/models/mixtral_8x7b.json --tp 2 --ep 8 --layers 2 --tokens 1024,4096,8192 $SB \
+    --policy devcarry/pol/est/estimated/h200/mixtral_8x7b.json
+  sb qwen3_vl_vit_tp1 80 --model fixtures/models/qwen3_vl_235b_a22b.yaml --component vit --tp 1 --layers 4 --tokens 1024,4096,16384 $SB \
+    --policy policies/qwen3_vl_235b_a22b.vit.json
+  ;;
+esac
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/gpu.txt
+tar czf "$OUT/trainer_loop_$PHASE.tar.gz" -C $R .
+for f in $R/sb/*.log; do echo "== $f"; grep -v "^|" "$f" | tail -n 3; done
+[ "$PHASE" = b ] && cat $R/te_tp2_qwen2_5_72b.md 2>/dev/null | tail -n 8 && tail -n 5 $R/te_tp2.log
+for f in $R/sb/*.md; do grep -E "\| (bf16|fp8|oracle|policy:[^|]*) \|" "$f" | awk -F'|' '{printf "%-8s %-6s %-28s %s %s\n",$2,$3,$4,$7,$8}' | head -n 60; done
