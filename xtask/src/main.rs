@@ -47,7 +47,7 @@ struct GenArgs {
     /// EP sizes [default: the config's for MoE models, else 1].
     #[arg(long, value_delimiter = ',')]
     ep: Option<Vec<u32>>,
-    /// ETP sizes [default: 1].
+    /// ETP sizes [default: the config's expert_tensor_parallel_size, else each TP, as Megatron].
     #[arg(long, value_delimiter = ',')]
     etp: Option<Vec<u32>>,
     /// Speedup threshold.

@@ -33,7 +33,9 @@ pub fn default_models(root: &Path) -> Vec<PathBuf> {
 }
 
 /// Default layouts: TP 1, 2, 4, 8 (those that divide the model), crossed with the config's EP for
-/// MoE models (8 when it names none), ETP 1 for experts.
+/// MoE models (8 when it names none); ETP is the config's, else each layout's TP, as Megatron
+/// defaults it (and as `explain`, `check` and the trainer hooks resolve it), so the policy has
+/// rules for the layout the trainer will run.
 pub fn default_layouts(
     model: &ModelDesc,
     tps: Option<&[u32]>,
@@ -48,9 +50,10 @@ pub fn default_layouts(
         .unwrap_or(8);
     let tps = tps.map_or_else(|| vec![1, 2, 4, 8], <[u32]>::to_vec);
     let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
-    let etps = etps.map_or_else(|| vec![1], <[u32]>::to_vec);
+    let rec_etp = model.components.iter().find_map(|c| c.recommended.etp);
     let mut out = Vec::new();
     for &tp in &tps {
+        let etps = etps.map_or_else(|| vec![rec_etp.unwrap_or(tp)], <[u32]>::to_vec);
         for &ep in &eps {
             for &etp in &etps {
                 let p = Parallel::new(tp, ep, etp, 1);
@@ -514,5 +517,37 @@ impl Progress for TermProgress {
         self.say(&format!(
             "{model} {parallel}: {measure} point(s) to measure, {reuse} reused from an earlier layout"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_layouts;
+
+    fn root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    #[test]
+    fn etp_defaults_to_the_configs_else_to_each_tp_as_megatron() {
+        // Mixtral's HF config names no ETP: each layout's ETP is its TP, the layout `explain`
+        // and the trainer hooks resolve, so the policy has rules for what the trainer runs.
+        let m = fp8_engine::load_model(root().join("examples/models/mixtral_8x7b.json")).unwrap();
+        let l = default_layouts(&m, Some(&[1, 2, 4]), Some(&[8]), None);
+        let got: Vec<_> = l.iter().map(|p| (p.tp, p.etp)).collect();
+        assert_eq!(got, [(1, 1), (2, 2), (4, 4)]);
+        // DeepSeek-V3's config says expert_tensor_parallel_size: 1.
+        let d = fp8_engine::load_model(root().join("fixtures/models/deepseek_v3.yaml")).unwrap();
+        assert!(
+            default_layouts(&d, Some(&[2, 8]), Some(&[64]), None)
+                .iter()
+                .all(|p| p.etp == 1)
+        );
+        // Given ETPs win.
+        assert!(
+            default_layouts(&m, Some(&[2]), Some(&[8]), Some(&[1]))
+                .iter()
+                .all(|p| p.etp == 1)
+        );
     }
 }

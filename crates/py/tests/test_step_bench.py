@@ -286,3 +286,19 @@ def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
             assert rows[0] == 40 * spec.topk  # no padding in BF16
     # padding rows never reach the output: same weights, same tokens -> same result
     assert torch.allclose(outs[False].float(), outs[True].float(), atol=1e-2)
+
+
+def test_a_policy_without_rules_for_the_layout_is_named_in_the_notes(root):
+    # A TE policy measured at ETP 1 judged at the layout Megatron runs by default (ETP = TP = 2):
+    # its expert rules do not apply, the experts run BF16, and the result must say so.
+    pol = str(root / "crates" / "py" / "tests" / "data" / "mixtral_8x7b_tp2_etp1.json")
+    model = str(root / "examples" / "models" / "mixtral_8x7b.json")
+    for etp, expect_note in ((None, True), (1, False)):
+        args = sb.parser().parse_args(["--model", model, "--tp", "2", "--ep", "8", "--tokens", "8192", "--policy", pol]
+                                      + (["--etp", str(etp)] if etp else []))
+        spec, kw = sb._spec(af8, args, 8192)
+        kinds = composition(spec, 2)
+        _, modes, notes = sb.modes_for(af8, args, spec, kinds, kw)
+        pm = modes["policy:mixtral_8x7b_tp2_etp1.json"]
+        assert any("column_grouped etp=2 num_gemms=1" in n for n in notes) == expect_note, notes
+        assert pm["experts.fc1"] is not expect_note  # FP8 experts only where the rule applies

@@ -56,7 +56,7 @@ pub struct Args {
         value_name = "LIST"
     )]
     pub ep: Option<Vec<u32>>,
-    /// ETP sizes [default: 1].
+    /// ETP sizes [default: the config's expert_tensor_parallel_size, else each TP, as Megatron].
     #[arg(
         long,
         alias = "expert-tensor-parallel-size",

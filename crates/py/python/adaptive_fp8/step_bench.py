@@ -476,6 +476,8 @@ def _spec(af8, args, tokens: int) -> tuple[Spec, dict]:
     kw = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
     if args.ep:
         kw["ep"] = args.ep
+    if args.etp:
+        kw["etp"] = args.etp
     if args.component == "vit":
         kw["vit_num_tokens"] = tokens
     p = af8._plan(args.model, None, kw)
@@ -492,11 +494,24 @@ def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[s
     for p in args.policy:
         pol_kw = dict(kw)
         if args.component == "vit":
-            d = decisions(af8._plan(args.model, None, dict(pol_kw, vit_policy=p))["modules"], "vit")
+            pol_kw["vit_policy"] = p
+            planned = af8._plan(args.model, None, pol_kw)
         else:
-            d = decisions(af8._plan(args.model, p, pol_kw)["modules"], args.component)
+            planned = af8._plan(args.model, p, pol_kw)
+        d = decisions(planned["modules"], args.component)
         modes[f"policy:{Path(p).name}"] = {g: bool(d.get(g)) and capable[g] for g in groups}
+        missing = [m for m in planned["summary"]["missing_rules"] if m.get("component") == args.component]
+        if missing:
+            keys = ", ".join(_key_text(m.get("key")) for m in missing)
+            notes.append(f"policy {Path(p).name} has no rule for {keys} under this layout: those modules run BF16 (see fp8sel check)")
     return groups, modes, notes
+
+
+def _key_text(k) -> str:
+    if not isinstance(k, dict):
+        return str(k)
+    rest = " ".join(f"{n}={v}" for n, v in sorted(k.items()) if n != "kind")
+    return f"{k.get('kind', '?')} {rest}".strip()
 
 
 def run(args, log=print, te=None, device: str = "cuda") -> dict:
@@ -510,6 +525,8 @@ def run(args, log=print, te=None, device: str = "cuda") -> dict:
         spec, kw = _spec(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
         groups, modes, notes = modes_for(af8, args, spec, kinds, kw)
+        for n in notes:
+            log(f"  note: {n}", file=sys.stderr)
         searchable = [g for g in groups if modes["fp8"][g]]
         for execution in args.execution:
             try:
@@ -635,6 +652,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="which component's layers to build (a VLM's vision encoder: vit)")
     ap.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size: the step runs one rank's shapes (default 1)")
     ap.add_argument("--ep", type=_positive, help="expert-parallel size (default: the config's); sets the rank's local experts")
+    ap.add_argument("--etp", type=_positive, help="expert tensor-parallel size (default: the config's, else --tp, as Megatron)")
     ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1; vit: image tokens), comma-separated (default 2048,8192)")
     ap.add_argument("--layers", type=_positive, default=2, help="transformer layers per step (default 2)")
     ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share, rounded)")
