@@ -451,6 +451,44 @@ fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
         starts(&p),
         "the example profile should move at least one rule"
     );
+    // An eager trainer takes GPU-time reports only with a host profile (its model of the eager
+    // step); the same rules as without --trainer. A graphed trainer has no host to model.
+    let eager = dir.path().join("eager.json");
+    let o = merge(&["--trainer", "eager"], &eager);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("--host-profile"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = merge(
+        &[
+            "--trainer",
+            "eager",
+            "--host-profile",
+            "fixtures/host/example.json",
+        ],
+        &eager,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let e = read(&eager);
+    assert_eq!(starts(&e), hs);
+    assert_eq!(e["provenance"]["trainer"], "eager");
+    let o = merge(
+        &[
+            "--trainer",
+            "graphed",
+            "--host-profile",
+            "fixtures/host/example.json",
+        ],
+        &dir.path().join("graphed.json"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("use --trainer eager with it"),
+        "{}",
+        text(&o.stderr)
+    );
     // A broken profile: exit 2, the file and the fix named, nothing written.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"format": "adaptive-fp8-host-profile", "version": 1, "kinds": {"rows": {"bf16_ms": 1, "fp8_ms": 1}}}"#).unwrap();

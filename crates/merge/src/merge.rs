@@ -101,13 +101,20 @@ impl std::str::FromStr for Trainer {
 }
 
 /// The samples of a report for a trainer: GPU time for a graphed trainer, the eager step for an
-/// eager one. A report without the figure the trainer needs is refused, naming the fix.
-fn for_trainer(l: &Loaded, trainer: Trainer) -> Result<Vec<Sample>, MergeError> {
+/// eager one. An eager trainer can also take GPU times with a host profile: the profile's
+/// `max(gpu, host)` is then its model of the eager step. A report without the figure the trainer
+/// needs is refused, naming the fix.
+fn for_trainer(
+    l: &Loaded,
+    trainer: Trainer,
+    host_modelled: bool,
+) -> Result<Vec<Sample>, MergeError> {
     let eager_report = matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager");
     l.samples
         .iter()
         .map(|s| match (trainer, eager_report, s.gpu) {
             (Trainer::Eager, true, _) | (Trainer::Graphed, false, _) => Ok(s.clone()),
+            (Trainer::Eager, false, _) if host_modelled => Ok(s.clone()),
             (Trainer::Graphed, true, Some((bf16, fp8))) => Ok(Sample {
                 bf16,
                 fp8,
@@ -122,7 +129,8 @@ fn for_trainer(l: &Loaded, trainer: Trainer) -> Result<Vec<Sample>, MergeError> 
             ))),
             (Trainer::Eager, false, _) => Err(MergeError::Options(format!(
                 "{}: --trainer eager needs eager step times (host included), and this report \
-                 has GPU times only ({}); fix: measure with fp8sel bench --backend te",
+                 has GPU times only ({}); fix: measure with fp8sel bench --backend te, or model \
+                 the host with --host-profile (python -m adaptive_fp8.probe_host)",
                 l.file.display(),
                 l.origin.timing
             ))),
@@ -632,13 +640,20 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             "--host-floor-ms and --host-profile both set host floors; give one (the profile is per kind, precision and expert)".into(),
         ));
     }
+    if opt.host_profile.is_some() && opt.trainer == Some(Trainer::Graphed) {
+        return Err(MergeError::Options(
+            "--host-profile models an eager trainer's host, and --trainer graphed has none to model; \
+             use --trainer eager with it (or leave --host-profile out)"
+                .into(),
+        ));
+    }
     check_mixed(inputs, opt)?;
     check_shards(inputs)?;
     let mut warnings = Vec::new();
     let mut all: Vec<Sample> = Vec::new();
     for l in inputs {
         let samples = match opt.trainer {
-            Some(t) => for_trainer(l, t)?,
+            Some(t) => for_trainer(l, t, opt.host_profile.is_some())?,
             None => l.samples.clone(),
         };
         all.extend(
