@@ -6,6 +6,9 @@
 #   bash scripts/device/trainer_loop.sh b   # TP 2 with real communication (2 GPUs), step benchmark:
 #                                          # Llama-3.2-1B (short sequences), Qwen3-30B-A3B and
 #                                          # Mixtral-8x7B (not in fixtures/), Qwen3-VL ViT (VLM)
+#   bash scripts/device/trainer_loop.sh c   # the fp8-bench GPU tests (devcarry/gpu); gradient
+#                                          # accumulation 8 vs 1 (Qwen2.5-72B TP 8); Mixtral at ETP 1,
+#                                          # the layout its TE policies were swept at
 # Needs devcarry/{fp8sel, adaptive_fp8 wheel, pol/} (pol/: made on the CPU by
 # scripts/device/trainer_loop_policies.sh). Everything lands in one tarball in $OUT; the tables
 # print last.
@@ -22,9 +25,11 @@ cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
 F=./devcarry/fp8sel
 H=fixtures/reports/h200
 SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
+# The results so far, in case the device time runs out before the end.
+snap() { tar czf "$OUT/trainer_loop_$PHASE.tar.gz" -C $R . ; }
 sb() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
   CUDA_VISIBLE_DEVICES=0 timeout "$limit" python3 -m adaptive_fp8.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
-  echo "$name rc=$? $(( $(date +%s) - t0 )) s"; }
+  echo "$name rc=$? $(( $(date +%s) - t0 )) s"; snap; }
 pol() { for f in "$@"; do [ -f "$f" ] && echo --policy "$f"; done; }
 hostpol() { # model, output name, cuBLASLt reports...
   local model=$1 name=$2; shift 2
@@ -59,9 +64,22 @@ b)
   sb qwen3_vl_vit_tp1 80 --model fixtures/models/qwen3_vl_235b_a22b.yaml --component vit --tp 1 --layers 4 --tokens 1024,4096,16384 $SB \
     --policy policies/qwen3_vl_235b_a22b.vit.json
   ;;
+c)
+  Q=fixtures/models/qwen2_5_72b.yaml
+  QP=$(pol policies/qwen2_5_72b.json devcarry/pol/qwen2_5_72b_eager_host.json devcarry/pol/qwen2_5_72b_te_eager.json devcarry/pol/qwen2_5_72b_te_graphed.json)
+  SBC="--steps 5 --repeats 9 --warmup 3 --execution eager,graphed --oracle none"
+  sb qwen72b_tp8_ga8 120 --model $Q --tp 8 --layers 2 --tokens 1024,2048,4096 --grad-accum 8 --steps 2 $QP ${SBC/--steps 5/}
+  sb qwen72b_tp8_ga1 60 --model $Q --tp 8 --layers 2 --tokens 1024,2048,4096 $QP $SBC
+  sb mixtral_8x7b_tp2_etp1 100 --model examples/models/mixtral_8x7b.json --tp 2 --ep 8 --etp 1 --layers 2 --tokens 1024,4096,8192 $SBC \
+    $(pol devcarry/pol/est/estimated/h200/mixtral_8x7b.json devcarry/pol/mixtral_8x7b_te_eager.json devcarry/pol/mixtral_8x7b_te_graphed.json)
+  snap
+  t0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=0 timeout 150 ./devcarry/gpu --test-threads=1 > $R/gpu_tests.txt 2>&1
+  echo "gpu tests rc=$? $(( $(date +%s) - t0 )) s: $(grep 'test result' $R/gpu_tests.txt)"
+  ;;
 esac
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/gpu.txt
-tar czf "$OUT/trainer_loop_$PHASE.tar.gz" -C $R .
+snap
 for f in $R/sb/*.log; do echo "== $f"; grep -v "^|" "$f" | tail -n 3; done
 [ "$PHASE" = b ] && cat $R/te_tp2_qwen2_5_72b.md 2>/dev/null | tail -n 8 && tail -n 5 $R/te_tp2.log
 for f in $R/sb/*.md; do grep -E "\| (bf16|fp8|oracle|policy:[^|]*) \|" "$f" | awk -F'|' '{printf "%-8s %-6s %-28s %s %s\n",$2,$3,$4,$7,$8}' | head -n 60; done

@@ -224,7 +224,7 @@ def _torch():
     return pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
 
 
-@pytest.mark.parametrize("model,extra", [("mla_moe", ["--dense-layers", "1", "--ep", "2"]), ("gqa_moe", ["--execution", "eager,graphed"])])
+@pytest.mark.parametrize("model,extra", [("mla_moe", ["--dense-layers", "1", "--ep", "2"]), ("gqa_moe", ["--execution", "eager,graphed", "--grad-accum", "3"])])
 def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra):
     torch = _torch()
     import json as _json
@@ -256,6 +256,7 @@ def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra):
     else:
         assert out["execution"] == "eager,graphed" and [r["execution"] for r in out["results"]] == ["eager", "graphed"]
         assert ("make_graphed_callables", 2) in fake_te.calls  # attention blocks only: MoE stays eager
+        assert out["grad_accum"] == 3 and "3 micro-batch(es) per step" in sb.markdown(out)
         assert "shared.fc1" not in names
     assert sb.markdown(out).count("| oracle |") == len(out["results"])
 

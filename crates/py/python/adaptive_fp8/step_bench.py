@@ -13,8 +13,9 @@ proj `Linear`; MLA: q/kv down and up projections, core attention with separate q
 sizes, proj) and an MLP (dense: fc1 `LayerNormLinear`, fc2 `Linear`; MoE: norm, router, top-k,
 permutation with the token-count sync, `GroupedLinear` experts over the rank's local experts,
 unpermutation, shared experts). `--component vit` builds a VLM's vision layers instead.
-A step is forward + backward + optimizer step (TE FusedAdam with fp32 master weights, the same
-for every mode) on random bf16 activations, in the chosen recipe.
+A step is `--grad-accum` micro-batches of forward + backward and one optimizer step (TE FusedAdam
+with fp32 master weights, the same for every mode; with FP8 parameters it re-quantizes them) on
+random bf16 activations, in the chosen recipe.
 
 Execution: `eager` runs the step as written; `graphed` captures each attention block and each
 dense MLP block with TE's make_graphed_callables (forward and backward), as Megatron's
@@ -144,7 +145,8 @@ def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None,
 def markdown(out: dict) -> str:
     lines = [
         f"Step benchmark: {out['model']} ({out.get('component', 'llm')}), TP {out['tp']} (one rank's GEMMs, no communication), "
-        f"layers {','.join(out.get('layer_types', [])) or out['layers']}, {out['steps']} steps x {out['repeats']} interleaved rounds, "
+        f"layers {','.join(out.get('layer_types', [])) or out['layers']}, {out.get('grad_accum', 1)} micro-batch(es) per step, "
+        f"{out['steps']} steps x {out['repeats']} interleaved rounds, "
         f"{out['recipe']}, {out['device']}, TE {out['te_version']}",
         "",
         "| execution | tokens | mode | FP8 groups | ms/step p50 (p10-p90) | / BF16 p50 (p10-p90) | verdict | / min(BF16, FP8) |",
@@ -245,13 +247,16 @@ class Bench:
             fwd = self._graph(spec, layers, x0)
         losses = []
 
+        accum = getattr(self.args, "grad_accum", 1)
+
         def step():
-            x = x0
-            with ctx():
-                for attn, mlp in fwd:
-                    x = mlp(attn(x))
-            loss = x.float().pow(2).mean()
-            loss.backward()
+            for _ in range(accum):
+                x = x0
+                with ctx():
+                    for attn, mlp in fwd:
+                        x = mlp(attn(x))
+                loss = x.float().pow(2).mean()
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(loss.detach())
@@ -544,6 +549,7 @@ def run(args, log=print, te=None, device: str = "cuda") -> dict:
         "layers": args.layers,
         "layer_types": kinds,
         "steps": args.steps,
+        "grad_accum": args.grad_accum,
         "repeats": args.repeats,
         "oracle_repeats": args.oracle_repeats or args.repeats,
         "execution": ",".join(args.execution),
@@ -660,6 +666,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable (vit: the vision policy)")
     ap.add_argument("--oracle", choices=["greedy", "none"], default="greedy", help="search the per-module oracle (default greedy)")
     ap.add_argument("--oracle-repeats", type=_positive, help="paired timings per oracle trial (default --repeats)")
+    ap.add_argument(
+        "--grad-accum",
+        type=_positive,
+        default=1,
+        help="micro-batches (forward + backward) per optimizer step, as Megatron's global / micro batch (default 1); "
+        "the optimizer's cost, which re-quantizes FP8 parameters, is paid once per step",
+    )
     ap.add_argument("--steps", type=_positive, default=10, help="steps per timed round (default 10)")
     ap.add_argument("--repeats", type=_positive, default=7, help="interleaved rounds per mode (default 7)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
