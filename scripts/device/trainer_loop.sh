@@ -6,6 +6,13 @@
 #   bash scripts/device/trainer_loop.sh b   # TP 2 with real communication (2 GPUs), step benchmark:
 #                                          # Llama-3.2-1B (short sequences), Qwen3-30B-A3B and
 #                                          # Mixtral-8x7B (not in fixtures/), Qwen3-VL ViT (VLM)
+#   bash scripts/device/trainer_loop.sh te  # TE-backend policies (gen-policy --backend te) for
+#                                          # Qwen3-30B-A3B, Mixtral-8x7B, Llama-3.2-1B, judged by the
+#                                          # step benchmark (eager and graphed objectives)
+#   bash scripts/device/trainer_loop.sh d   # Qwen3-VL LLM TP 4 (small experts); DeepSeek-V3 TP 2
+#                                          # with a dense and an MoE layer (the shared row/fc2 key)
+#   bash scripts/device/trainer_loop.sh e   # cuBLASLt + host-profile policies (eager objective)
+#   bash scripts/device/trainer_loop.sh f   # gradient accumulation 8: Qwen3-30B-A3B, Llama-3.2-1B
 #   bash scripts/device/trainer_loop.sh c   # the fp8-bench GPU tests (devcarry/gpu); gradient
 #                                          # accumulation 8 vs 1 (Qwen2.5-72B TP 8); Mixtral at ETP 1,
 #                                          # the layout its TE policies were swept at
@@ -14,7 +21,7 @@
 # print last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-PHASE=${1:?phase a or b}
+PHASE=${1:?phase: a, b, te, d, e, f or c}
 R=/root/tl; mkdir -p $R/sb $R/pol
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -63,6 +70,47 @@ b)
     --policy devcarry/pol/est/estimated/h200/mixtral_8x7b.json
   sb qwen3_vl_vit_tp1 80 --model fixtures/models/qwen3_vl_235b_a22b.yaml --component vit --tp 1 --layers 4 --tokens 1024,4096,16384 $SB \
     --policy policies/qwen3_vl_235b_a22b.vit.json
+  ;;
+te)
+  T=$R/tegen; mkdir -p $T
+  for m in "examples/models/qwen3_30b_a3b.json --tp 1 --ep 8" "examples/models/mixtral_8x7b.json --tp 2 --ep 8 --etp 1" "fixtures/models/llama3_2_1b.yaml --tp 1"; do
+    n=$(basename "${m%% *}"); n=${n%.*}
+    CUDA_VISIBLE_DEVICES=0 timeout 150 $F gen-policy --model $m --backend te --trainer eager --python python3 \
+      --policies-dir $T/pol --reports-dir $T/rep > $T/$n.log 2>&1; echo "gen-policy te $n rc=$?"
+    cp $T/pol/te/$n.json $R/pol/${n}_te_eager.json
+    $F merge-policy --reports $T/rep/h200/te/${n}_tp*.json --trainer graphed --output $R/pol/${n}_te_graphed.json > /dev/null 2>&1
+  done
+  SBT="--steps 5 --repeats 7 --oracle none --warmup 3 --execution eager,graphed"
+  tp() { echo $(pol $R/pol/$1_te_eager.json $R/pol/$1_te_graphed.json); }
+  sb qwen3_30b_a3b 150 --model examples/models/qwen3_30b_a3b.json --tp 1 --ep 8 --layers 2 --tokens 1024,4096,8192 $SBT \
+    $(pol devcarry/pol/est/estimated/h200/qwen3_30b_a3b.json) $(tp qwen3_30b_a3b)
+  sb mixtral_8x7b 150 --model examples/models/mixtral_8x7b.json --tp 2 --ep 8 --etp 1 --layers 2 --tokens 1024,4096,8192 $SBT \
+    $(pol devcarry/pol/est/estimated/h200/mixtral_8x7b.json) $(tp mixtral_8x7b)
+  sb llama3_2_1b 150 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 512,1024,2048,4096 $SBT \
+    $(pol policies/llama3_2_1b.json) $(tp llama3_2_1b)
+  ;;
+d)
+  SBD="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3"
+  sb qwen3_vl_llm_tp4 170 --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 --layers 2 --tokens 1024,4096,8192 \
+    --execution eager,graphed $SBD $(pol policies/qwen3_vl_235b_a22b.llm.json)
+  sb deepseek_v3_tp2_dense_moe 200 --model fixtures/models/deepseek_v3.yaml --tp 2 --ep 16 --layers 2 --dense-layers 1 \
+    --tokens 1024,2048,4096 --execution eager $SBD $(pol policies/deepseek_v3.json)
+  ;;
+e)
+  HP=fixtures/host/h200_te2.20.2_blockwise.json
+  $F merge-policy --reports $H/qwen2_5_72b_tp{1,2,4,8}.json --trainer eager --host-profile $HP --output $R/pol/qwen2_5_72b_host.json
+  $F merge-policy --reports $H/llama3_2_1b_tp{1,2}.json --trainer eager --host-profile $HP --output $R/pol/llama3_2_1b_host.json
+  SBE="--steps 5 --repeats 9 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
+  sb qwen72b_tp8_b 150 --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 --tokens 2048,8192 $SBE \
+    $(pol policies/qwen2_5_72b.json $R/pol/qwen2_5_72b_host.json devcarry/pol/qwen2_5_72b_te_eager.json devcarry/pol/qwen2_5_72b_te_graphed.json)
+  sb llama1b_tp1_b 80 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 1024,2048,8192 $SBE \
+    $(pol policies/llama3_2_1b.json $R/pol/llama3_2_1b_host.json)
+  ;;
+f)
+  SBF="--grad-accum 8 --steps 2 --repeats 7 --warmup 2 --oracle none --execution eager,graphed"
+  sb qwen3_30b_a3b_ga8 80 --model examples/models/qwen3_30b_a3b.json --tp 1 --ep 8 --tokens 1024,4096 $SBF \
+    $(pol devcarry/pol/est/estimated/h200/qwen3_30b_a3b.json)
+  sb llama1b_ga8 80 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 1024,2048 $SBF $(pol policies/llama3_2_1b.json)
   ;;
 c)
   Q=fixtures/models/qwen2_5_72b.yaml

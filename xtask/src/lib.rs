@@ -9,6 +9,7 @@
 //! It adds no measuring or merging logic of its own: that lives in the library crates
 //! (`fp8-pipeline` is the job `fp8sel gen-policy` runs too).
 
+pub mod e2e_results;
 pub mod recipe_results;
 pub mod results;
 
@@ -33,13 +34,35 @@ pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 /// their policies go to `policies/<recipe>/`.
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 
+/// The host profile measured on the H200 by `python -m adaptive_fp8.probe_host` (TE 2.20.2,
+/// blockwise): what `policies/eager/` models an eager trainer's host with.
+pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";
+
 /// Rebuilds `policies/` from `fixtures/reports/h200` (and `policies/<recipe>/` from each
 /// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
-/// instead.
+/// instead. Besides the default (cuBLASLt, GPU time: graphed trainers), two objectives ship:
+/// `policies/eager/` (the same reports with the H200 host profile: eager trainers) and
+/// `policies/te/` (Transformer Engine's own eager step times, for the models with TE reports of
+/// every module).
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
     let models = generate::default_models(root);
     let h200 = root.join("fixtures/reports/h200");
     let mut files = generate::build_all(&models, &h200, &MergeOptions::default())?;
+    let host_text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
+        .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
+    let host = fp8_merge::host::HostProfile::parse(&host_text, H200_HOST_PROFILE)
+        .map_err(|e| e.to_string())?;
+    let eager = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Eager),
+        host_profile: Some(host),
+        ..MergeOptions::default()
+    };
+    for (rel, bytes) in generate::build_all(&models, &h200, &eager)? {
+        files.insert(Path::new("eager").join(rel), bytes);
+    }
+    for (rel, bytes) in te_policies(&models, &h200.join("te"))? {
+        files.insert(Path::new("te").join(rel), bytes);
+    }
     for recipe in RECIPE_DIRS {
         let dir = h200.join(recipe);
         let Ok(rd) = std::fs::read_dir(&dir) else {
@@ -73,12 +96,42 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
     Ok(generate::stale(&out, &files))
 }
 
+/// TE-measured policies for an eager trainer, from the TE reports that cover every module of a
+/// model without activation recompute (the DeepSeek-V3 experts-only report and the recompute
+/// variant are for the RESULTS tables, not a policy).
+fn te_policies(models: &[PathBuf], dir: &Path) -> Result<build::Files, String> {
+    let reports = build::read_reports(dir)?;
+    let usable: Vec<_> = reports
+        .iter()
+        .filter(|(f, r, _)| !r.provenance.recompute && !f.to_string_lossy().contains("_experts"))
+        .collect();
+    let opt = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Eager),
+        ..MergeOptions::default()
+    };
+    let mut files = build::Files::new();
+    for config in models {
+        let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
+        let mine: Vec<_> = usable
+            .iter()
+            .copied()
+            .filter(|r| r.1.provenance.model == model.name)
+            .collect();
+        if !mine.is_empty() {
+            files.extend(build::build_model(&model, &mine, &opt)?.files);
+        }
+    }
+    Ok(files)
+}
+
 /// Renders docs/RESULTS.md and returns whether the committed one is stale; with `update`,
 /// writes it.
 pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     let mut text = results::render(root)?;
     let (section, plots) = recipe_results::render(root)?;
     text.push_str(&section);
+    text.push('\n');
+    text.push_str(&e2e_results::render(root)?);
     let path = root.join("docs/RESULTS.md");
     let plot_dir = root.join(recipe_results::PLOT_DIR);
     if update {

@@ -211,6 +211,13 @@ fn summary(
         let devices = devices.iter().copied().collect::<Vec<_>>().join(", ");
         let te = reports.iter().any(|r| r.1.provenance.timing == "te-eager");
         let _ = match (te, opt.trainer) {
+            (false, _) if opt.host_profile.is_some() => writeln!(
+                s,
+                "Measured on {devices} with fp8sel's cuBLASLt backend (GPU time), each module's time raised to \
+                 the host profile's floor ({}): max(GPU, host) models an eager trainer's step, so this is for \
+                 an eager trainer (see docs/POLICY.md).\n",
+                opt.host_profile.as_ref().map_or("", |h| h.source.as_str())
+            ),
             (false, _) => writeln!(
                 s,
                 "Measured on {devices} with fp8sel's cuBLASLt backend (GPU time, CUDA events, median of the timed \
