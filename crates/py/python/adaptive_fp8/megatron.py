@@ -245,8 +245,9 @@ def _check_version() -> None:
 def _te_contexts():
     import transformer_engine.pytorch as te
 
-    model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
-    autocast = getattr(te, "autocast", None) or te.fp8_autocast
+    from adaptive_fp8._common import te_api
+
+    model_init, autocast, _ = te_api(te)
     return model_init, autocast
 
 

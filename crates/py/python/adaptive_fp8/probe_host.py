@@ -129,17 +129,14 @@ class Probe:
             raise ProbeError(f"skipped: no Transformer Engine ({e})") from None
         if not torch.cuda.is_available():
             raise ProbeError("skipped: no CUDA device (torch.cuda.is_available() is False)")
+        from adaptive_fp8._common import te_api
         from adaptive_fp8.te_worker import make_recipe
 
         self.torch, self.te, self.steps, self.warmup = torch, te, steps, warmup
         self.te_version = transformer_engine.__version__
         self.recipe_name = recipe
         self.recipe = make_recipe({"recipe": recipe})
-        self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
-        self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
-        import inspect
-
-        self.recipe_kw = "recipe" if "recipe" in inspect.signature(self.autocast).parameters else "fp8_recipe"
+        self.model_init, self.autocast, self.recipe_kw = te_api(te)
 
     def step_ms(self, kind: str, experts: int, fp8: bool, tokens: int = 64, width: int = 1024) -> float:
         """Median eager fwd+bwd ms of a tiny module: the host's cost of one module step."""

@@ -40,13 +40,13 @@ auxiliary loss (the same cost in every mode).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from adaptive_fp8._common import emit, te_api
 from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
@@ -171,8 +171,6 @@ class Bench:
     (the CPU tests build the same layers with a stand-in for TE)."""
 
     def __init__(self, args, te=None, device: str = "cuda") -> None:
-        import inspect
-
         import torch
 
         if te is None:
@@ -184,9 +182,7 @@ class Bench:
 
         self.torch, self.te, self.args, self.device = torch, te, args, device
         self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
-        self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
-        self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
-        self.recipe_kw = "recipe" if "recipe" in inspect.signature(self.autocast).parameters else "fp8_recipe"
+        self.model_init, self.autocast, self.recipe_kw = te_api(te)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -710,12 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(f"step_bench: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
         return 2
-    text = markdown(out)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-    if args.md:
-        Path(args.md).write_text(text)
-    sys.stdout.write(text)
+    emit(out, markdown(out), args.json, args.md)
     return 0
 
 

@@ -24,12 +24,12 @@ Expert (grouped) modules are not covered: their communication is an all-to-all, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+
+from adaptive_fp8._common import emit, te_api
 
 DENSE = ("qkv", "proj", "fc1", "fc2")
 FP8_TOL = 1.5e-1
@@ -126,8 +126,6 @@ class Runner:
     """The torch/TE half, one per rank."""
 
     def __init__(self, args) -> None:
-        import inspect
-
         import torch
         import torch.distributed as dist
         import transformer_engine.pytorch as te
@@ -145,9 +143,7 @@ class Runner:
         self.group = dist.new_group(list(range(self.world)))
         self.torch, self.dist, self.te, self.args = torch, dist, te, args
         self.recipe = make_recipe(recipe_options(args))
-        self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
-        self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
-        self.recipe_kw = "recipe" if "recipe" in inspect.signature(self.autocast).parameters else "fp8_recipe"
+        self.model_init, self.autocast, self.recipe_kw = te_api(te)
 
     def _build(self, m: TpModule, fp8: bool, tp: bool, norm: str):
         torch, te = self.torch, self.te
@@ -304,12 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"te_tp: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
         return 2
     if out is not None:
-        text = markdown(out)
-        if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-        if args.md:
-            Path(args.md).write_text(text)
-        sys.stdout.write(text)
+        emit(out, markdown(out), args.json, args.md)
     return 0
 
 

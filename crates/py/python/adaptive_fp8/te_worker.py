@@ -101,12 +101,9 @@ class Worker:
         self.te_version = transformer_engine.__version__
         self.recipe = make_recipe({})
         self._recipes: dict = {}
-        self.model_init = getattr(te, "quantized_model_init", None) or te.fp8_model_init
-        self.autocast = getattr(te, "autocast", None) or te.fp8_autocast
-        import inspect
+        from adaptive_fp8._common import te_api
 
-        params = inspect.signature(self.autocast).parameters
-        self.recipe_kw = "recipe" if "recipe" in params else "fp8_recipe"
+        self.model_init, self.autocast, self.recipe_kw = te_api(te)
 
     def hello(self) -> dict:
         torch = self.torch
