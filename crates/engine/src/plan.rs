@@ -216,6 +216,8 @@ pub struct Summary {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Plan {
+    /// The model's name (what policies and reports call it).
+    pub model: String,
     /// The modules, LLM first, in build order.
     pub modules: Vec<PlannedModule>,
     /// Totals.
@@ -348,6 +350,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     summary.token_counts = token_counts;
     summary.warnings = warnings;
     Ok(Plan {
+        model: model.name.clone(),
         modules,
         summary,
         architectures,

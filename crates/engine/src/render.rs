@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::plan::Plan;
 
-/// The plan as JSON: `{"modules": [...], "summary": {...}, "architecture": {role: ...}}`, one object per module group with
+/// The plan as JSON: `{"model": name, "modules": [...], "summary": {...}, "architecture": {role: ...}}`, one object per module group with
 /// its name, component, layers, TE class, kind, ub_name, per-rank shape, GEMM count, the tokens
 /// compared, its GEMM rows, the answer and the reason.
 pub fn plan_json(p: &Plan) -> serde_json::Value {
@@ -25,7 +25,9 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
             })
         })
         .collect();
-    json!({ "modules": modules, "summary": p.summary, "architecture": p.architectures })
+    json!({
+        "model": p.model, "modules": modules, "summary": p.summary, "architecture": p.architectures,
+    })
 }
 
 /// Renders the plan as an aligned table followed by the summary.

@@ -73,6 +73,11 @@ pub struct Origin {
     /// Whether the forward was recomputed in the backward; `None` when the report does not say
     /// (the reference tool's list format).
     pub recompute: Option<bool>,
+    /// Whether TP communication was in the times (`adaptive_fp8.te_tp`); `None` when the report
+    /// does not say (the reference tool's list format).
+    pub tp_comm: Option<bool>,
+    /// Whether any point ran at TP > 1 (only those differ with and without communication).
+    pub multi_tp: bool,
     /// What `total_ms` is: `gpu` (GPU time: the cuda backend), `model` (estimated GPU time),
     /// `te-eager` (an eager step, host included; GPU time beside it), `reference-eager` (the
     /// reference tool's synchronized eager iterations).
@@ -158,6 +163,8 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
         estimated: r.estimated,
         model: r.provenance.model.clone(),
         recompute: Some(r.provenance.recompute),
+        tp_comm: Some(r.provenance.tp_comm),
+        multi_tp: r.points.iter().any(|p| p.tp > 1),
         timing: r.provenance.timing.clone(),
         models: r
             .points

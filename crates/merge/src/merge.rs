@@ -477,6 +477,7 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
     let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
     let mut est: Option<(bool, &PathBuf)> = None;
     let mut recompute: Option<(bool, &PathBuf)> = None;
+    let (mut comm, mut local_tp): (Option<&PathBuf>, Option<&PathBuf>) = (None, None);
     let mut seen_models: BTreeMap<&str, (&str, &PathBuf)> = BTreeMap::new();
     for l in inputs {
         for (i, (what, v)) in [
@@ -544,6 +545,20 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
                 }
                 Some(_) => {}
             }
+        }
+        if l.origin.tp_comm == Some(true) {
+            comm.get_or_insert(&l.file);
+        } else if l.origin.multi_tp {
+            local_tp.get_or_insert(&l.file);
+        }
+        if let (Some(a), Some(b)) = (comm, local_tp) {
+            return Err(MergeError::Mixed {
+                what: "TP communication",
+                a: "timed with TP communication (te_tp)".to_owned(),
+                file_a: a.clone(),
+                b: "one rank alone at TP > 1".to_owned(),
+                file_b: b.clone(),
+            });
         }
         match est {
             None => est = Some((l.origin.estimated, &l.file)),

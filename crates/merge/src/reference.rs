@@ -228,6 +228,8 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
                 .join("+"),
             models,
             recompute: None,
+            tp_comm: None,
+            multi_tp: false,
             timing: "reference-eager".to_owned(),
         },
         samples,

@@ -55,6 +55,8 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
             model: "m".into(),
             models: [("llm".to_owned(), ["m".to_owned()].into())].into(),
             recompute: Some(false),
+            tp_comm: Some(false),
+            multi_tp: false,
             timing: "gpu".into(),
         },
         samples,
@@ -835,4 +837,26 @@ fn the_profile_probe_host_writes_parses() {
     let (b, f) = p.floors(ModuleKind::RowGrouped, 8).unwrap();
     assert!((b - 1.4).abs() < 1e-9 && (f - 2.6).abs() < 1e-9, "{b} {f}");
     assert_eq!(p.kinds().count(), 3);
+}
+
+#[test]
+fn tp_communication_reports_never_merge_with_one_rank_reports_of_tp_above_one() {
+    let k = key(ModuleKind::Row, Some("fc2"), ParKey::Tp(2));
+    let mut comm = loaded(vec![sample(&k, "c", 4096, 1.0, 0.8)], "d");
+    comm.origin.tp_comm = Some(true);
+    comm.origin.multi_tp = true;
+    comm.file = PathBuf::from("comm.json");
+    let mut alone = loaded(vec![sample(&k, "c", 4096, 1.0, 0.8)], "d");
+    alone.origin.multi_tp = true;
+    alone.file = PathBuf::from("alone.json");
+    let e = merge(&[comm.clone(), alone.clone()], &MergeOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("TP communication") && e.contains("comm.json") && e.contains("alone.json"),
+        "{e}"
+    );
+    // A TP 1 report has no communication to disagree about.
+    alone.origin.multi_tp = false;
+    assert!(merge(&[comm, alone], &MergeOptions::default()).is_ok());
 }

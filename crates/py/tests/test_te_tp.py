@@ -58,3 +58,55 @@ def test_outside_torchrun_it_says_how_to_run():
     assert r.returncode == 2 and "comma-separated positive integers" in r.stderr
     h = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and "sequence_parallel" in h.stdout and "crossover" in h.stdout
+
+
+def _synthetic(root, tokens=(1024, 4096, 16384)):
+    """A te_tp result as the GPU half writes it, with made-up times: FP8 wins from 4096 tokens."""
+    model = str(root / "fixtures" / "models" / "qwen2_5_72b.yaml")
+    plans = {t: af8._plan(model, None, dict(tp=2, seq_length=t, micro_batch_size=1)) for t in tokens}
+    st = lambda v: {"median": v, "p10": 0.9 * v, "p90": 1.1 * v}
+    results = []
+    for t in tokens:
+        for g in te_tp.DENSE:
+            sp = 0.8 if t < 4096 else 1.3
+            way = {"bf16": {"fwd_ms": st(0.4), "bwd_ms": st(0.6), "total_ms": st(1.0)},
+                   "fp8": {"fwd_ms": st(0.4 / sp), "bwd_ms": st(0.6 / sp), "total_ms": st(1.0 / sp)},
+                   "bf16_ms": 1.0, "fp8_ms": 1.0 / sp, "speedup": sp, "fp8_error": 0.03}
+            results.append({"group": g, "kind": "x", "tokens": t, "status": "ok", "tp": way, "local": way})
+    results.append({"group": "qkv", "kind": "x", "tokens": 3000, "status": "skipped", "reason": "tokens not divisible"})
+    plans[3000] = plans[1024]
+    out = {"tp": 2, "warmup": 5, "iters": 20, "te_version": "2.20.2", "results": results}
+    dev = {"name": "NVIDIA H200", "compute_capability": "9.0", "driver": "", "cublaslt": "", "nvrtc": "", "sm_count": 132}
+    return te_tp.to_report(out, plans, model, "blockwise", dev)
+
+
+def test_the_report_merges_into_a_policy_and_never_with_one_rank_tp_reports(root, fp8sel, tmp_path):
+    rep = _synthetic(root)
+    assert rep["provenance"]["tp_comm"] is True and rep["provenance"]["model"] == "qwen2_5_72b"
+    pts = [p for p in rep["points"] if p["status"] == "ok"]
+    assert {p["ub_name"] for p in pts} == set(te_tp.DENSE)
+    q = next(p for p in pts if p["ub_name"] == "qkv")
+    # per-rank shape from the plan, the layer count as instances
+    assert (q["in_features"], q["out_features"], q["instances"], q["tp"]) == (8192, 5120, 80, 2)
+    path = tmp_path / "tp2_comm.json"
+    te_tp.write_report(str(path), rep)
+    out = tmp_path / "pol.json"
+    run = lambda *a: subprocess.run([str(fp8sel), *a], capture_output=True, text=True, cwd=root)
+    r = run("merge-policy", "--reports", str(path), "--trainer", "eager", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    pol = af8.Policy.load(str(out))
+    assert pol.decide("TELayerNormColumnParallelLinear", ub_name="qkv", tp=2, seq_length=4096)
+    assert not pol.decide("TELayerNormColumnParallelLinear", ub_name="qkv", tp=2, seq_length=1024)
+    # a one-GPU TE report of the same TP: refused, naming both files and the reason
+    one_rank = str(root / "fixtures" / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp2.json")
+    r = run("merge-policy", "--reports", str(path), one_rank, "--trainer", "eager", "--output", str(tmp_path / "x.json"))
+    assert r.returncode == 2 and "TP communication" in r.stderr and "te_qwen2_5_72b_tp2.json" in r.stderr
+    # TP 1 has no communication: it merges with the TP 2 report
+    tp1 = str(root / "fixtures" / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp1.json")
+    r = run("merge-policy", "--reports", str(path), tp1, "--trainer", "eager", "--output", str(tmp_path / "y.json"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_report_with_delayed_is_refused_with_the_fix():
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--model", "m.yaml", "--recipe", "delayed", "--report", "x.json"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--report is for blockwise and tensorwise" in r.stderr

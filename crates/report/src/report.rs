@@ -75,6 +75,11 @@ pub struct Provenance {
     /// times by default. Reports with and without it do not merge.
     #[serde(default)]
     pub recompute: bool,
+    /// Timed as TE tensor-parallel modules over a real TP group with sequence parallelism, so
+    /// the all-gathers and reduce-scatters are in the times (`adaptive_fp8.te_tp` under
+    /// torchrun). Reports with and without it do not merge.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tp_comm: bool,
     /// Points copied from an earlier layout's measurement of the same per-rank shape on the same
     /// device in the same run (`fp8sel gen-policy` measures each distinct shape once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -16,7 +16,11 @@ precisions, eager forward + backward with CUDA events, the slowest rank's median
 - `local`: the per-rank module alone (what the one-GPU mode times).
 
 It prints, per module, the FP8 speedup in each way and the token count from which FP8 wins
-(the crossover), so the effect of communication on the decision is read off directly. Before
+(the crossover), so the effect of communication on the decision is read off directly. With
+`--report FILE` it also writes the TP times as an fp8sel report (`provenance.tp_comm`), which
+`fp8sel merge-policy --trainer eager` turns into a policy whose TP > 1 rules have the
+communication in them (merge refuses to mix it with one-rank reports of TP > 1 layouts; TP 1
+reports, which have no communication, merge with it). Before
 timing, each precision's output is checked against the BF16 module of the same weights.
 Expert (grouped) modules are not covered: their communication is an all-to-all, not TP.
 """
@@ -27,7 +31,9 @@ import argparse
 import os
 import statistics
 import sys
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from adaptive_fp8._common import emit, te_api
 
@@ -68,6 +74,81 @@ def tp_modules(rows: list[dict], tp: int) -> list[TpModule]:
     if not out:
         raise TpError("the plan has no dense qkv/proj/fc1/fc2 modules in the language model")
     return out
+
+
+def stat(values: list[float]) -> dict:
+    """median / p10 / p90 (nearest rank), as the toolkit's reports give them (pure)."""
+    v = sorted(values)
+    q = lambda f: v[min(len(v) - 1, round(f * (len(v) - 1)))]  # noqa: E731
+    return {"median": statistics.median(v), "p10": q(0.1), "p90": q(0.9)}
+
+
+def to_report(out: dict, plans: dict[int, dict], model_config: str, recipe: str, device: dict) -> dict:
+    """An `fp8sel-report` of the TP-with-communication times, which `fp8sel merge-policy` reads
+    (pure). `plans` maps each token count to the engine's plan at this TP (the per-rank shapes,
+    TE classes and layer counts); `provenance.tp_comm` marks it, so it never merges with one-rank
+    reports of TP > 1 layouts. Only points measured `ok` are written as ok; the rest keep their
+    status and reason."""
+    points = []
+    model = None
+    for r in out["results"]:
+        plan = plans[r["tokens"]]
+        model = plan.get("model", model)
+        row = next(
+            m
+            for m in plan["modules"]
+            if m["component"] == "llm" and m["ub_name"] == r["group"] and ".experts." not in m["name"] and "shared_experts" not in m["name"]
+        )
+        pt = {
+            "component": "llm",
+            "module": row["name"],
+            "te_class": row["te_class"],
+            "module_kind": row["module_kind"],
+            "ub_name": row["ub_name"],
+            "tp": out["tp"],
+            "etp": 1,
+            "num_gemms": 1,
+            "tokens": r["tokens"],
+            "gemm_rows": row["gemm_rows"],
+            "padded_rows": row["gemm_rows"],
+            "instances": row["layers"],
+            "in_features": row["in_features"],
+            "out_features": row["out_features"],
+            "status": r["status"] if r["status"] in ("ok", "failed", "skipped") else "skipped",
+        }
+        if r["status"] == "ok":
+            zero = {"median": 0.0, "p10": 0.0, "p90": 0.0}
+            for prec in ("bf16", "fp8"):
+                pt[prec] = dict(r["tp"][prec], cast_ms=zero, launches=0)
+            pt["speedup"] = r["tp"]["bf16"]["total_ms"]["median"] / r["tp"]["fp8"]["total_ms"]["median"]
+            pt["errors"] = {"fp8_fprop": r["tp"]["fp8_error"]}
+        else:
+            pt["reason"] = r.get("reason", r["status"])
+        points.append(pt)
+    return {
+        "format": "fp8sel-report",
+        "report_version": 1,
+        "estimated": False,
+        "provenance": {
+            "tool_version": "adaptive_fp8.te_tp",
+            "device": device,
+            "recipe": recipe,
+            "scale_mode": "pow2",
+            "fp8_param": True,
+            "fp8_pad": 16,
+            "warmup": out["warmup"],
+            "iters": out["iters"],
+            "timing": "te-eager",
+            "model": model or "",
+            "model_config": model_config,
+            "parallel": {"tp": out["tp"], "ep": 1, "etp": 1, "cp": 1},
+            "expert_split": "",
+            "te_version": out["te_version"],
+            "recompute": False,
+            "tp_comm": True,
+        },
+        "points": points,
+    }
 
 
 def crossover(points: list[tuple[int, float]], threshold: float = 1.0) -> int | None:
@@ -166,7 +247,9 @@ class Runner:
         k = m.local_in if m.kind == "row" or not tp else m.full_in
         return torch.randn(rows, 1, k, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
 
-    def _time(self, mod, x, fp8: bool) -> float:
+    def _time(self, mod, x, fp8: bool) -> dict:
+        """fwd, bwd and total ms (median, p10, p90) over the iterations; each figure is the
+        slowest rank's (the step waits for it)."""
         torch = self.torch
         ctx = lambda: self.autocast(enabled=fp8, **{self.recipe_kw: self.recipe})  # noqa: E731
         with ctx():
@@ -176,21 +259,27 @@ class Runner:
             with ctx():
                 y = mod(x)
             y.backward(dy)
-        ts = []
+        fw, bw, tot = [], [], []
         for _ in range(self.args.iters):
             torch.cuda.synchronize()
             self.dist.barrier(group=self.group)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a, m, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             a.record()
             with ctx():
                 y = mod(x)
+            m.record()
             y.backward(dy)
             b.record()
             torch.cuda.synchronize()
-            ts.append(a.elapsed_time(b))
-        t = torch.tensor([statistics.median(ts)], device="cuda")
+            fw.append(a.elapsed_time(m))
+            bw.append(m.elapsed_time(b))
+            tot.append(a.elapsed_time(b))
+        local = [stat(v) for v in (fw, bw, tot)]
+        t = torch.tensor([x for st in local for x in (st["median"], st["p10"], st["p90"])], device="cuda")
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
-        return float(t.item())
+        v = t.tolist()
+        names = ("fwd_ms", "bwd_ms", "total_ms")
+        return {n: {"median": v[3 * i], "p10": v[3 * i + 1], "p90": v[3 * i + 2]} for i, n in enumerate(names)}
 
     def _same_weights(self, bf16, fp8) -> None:
         """Quantize the BF16 module's weights into the FP8 one, so the check compares precisions,
@@ -224,8 +313,9 @@ class Runner:
             err = self._check(b, f, x)
             if not err <= FP8_TOL:
                 return dict(r, status="failed", reason=f"{way} FP8 relative error {err:.3g} above {FP8_TOL}")
-            bf, ff = self._time(b, x, False), self._time(f, x, True)
-            r[way] = {"bf16_ms": bf, "fp8_ms": ff, "speedup": bf / ff, "fp8_error": err}
+            tb, tf = self._time(b, x, False), self._time(f, x, True)
+            bf, ff = tb["total_ms"]["median"], tf["total_ms"]["median"]
+            r[way] = {"bf16_ms": bf, "fp8_ms": ff, "speedup": bf / ff, "fp8_error": err, "bf16": tb, "fp8": tf}
             del b, f, x
             self.torch.cuda.empty_cache()
         r["status"] = "ok"
@@ -237,8 +327,10 @@ def run(args) -> dict | None:
 
     rn = Runner(args)
     results = []
+    plans = {}
     for tokens in args.tokens:
         p = af8._plan(args.model, None, dict(tp=rn.world, seq_length=tokens, micro_batch_size=1, config_root=args.config_root))
+        plans[tokens] = p
         arch = p["architecture"]["llm"]
         norm = "LayerNorm" if arch["norm"] == "LayerNorm" else "RMSNorm"
         for m in tp_modules(p["modules"], rn.world):
@@ -260,8 +352,29 @@ def run(args) -> dict | None:
         "results": results,
         "crossovers": summarize(results),
     }
+    if args.report and rn.rank == 0:
+        props = rn.torch.cuda.get_device_properties(0)
+        device = {
+            "name": out["device"],
+            "compute_capability": f"{props.major}.{props.minor}",
+            "driver": "",
+            "cublaslt": "",
+            "nvrtc": "",
+            "sm_count": props.multi_processor_count,
+        }
+        from adaptive_fp8.step_bench import recipe_options
+
+        recipe = {"current": "tensorwise"}.get(recipe_options(args)["recipe"], recipe_options(args)["recipe"])
+        write_report(args.report, to_report(out, plans, args.model, recipe, device))
     rn.dist.destroy_process_group()
     return out if rn.rank == 0 else None
+
+
+def write_report(path: str, report: dict) -> None:
+    """Atomically: a reader never sees half a report."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -275,6 +388,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--recipe", default="blockwise", choices=["blockwise", "tensorwise", "current", "delayed"], help="the FP8 recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
     ap.add_argument("--json", help="write the results here (rank 0)")
+    ap.add_argument(
+        "--report",
+        help="also write the TP-with-communication times as an fp8sel report (rank 0): "
+        "fp8sel merge-policy --trainer eager --reports it for a policy with communication in its times",
+    )
     ap.add_argument("--md", help="write the markdown tables here (rank 0)")
     return ap
 
@@ -287,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         print(f"te_tp: --tokens {args.tokens!r}: expected comma-separated positive integers", file=sys.stderr)
+        return 2
+    if args.report and args.recipe == "delayed":
+        print("te_tp: --report is for blockwise and tensorwise (a delayed report needs its amax options); drop --report or pick another recipe", file=sys.stderr)
         return 2
     if "WORLD_SIZE" not in os.environ:
         print("te_tp: run under torchrun: torchrun --nproc-per-node 2 -m adaptive_fp8.te_tp --model ...", file=sys.stderr)
