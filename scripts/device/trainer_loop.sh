@@ -59,7 +59,8 @@ a)
 b)
   t0=$(date +%s)
   timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 -m adaptive_fp8.te_tp --model fixtures/models/qwen2_5_72b.yaml \
-    --tokens 1024,2048,4096,8192,16384 --json $R/te_tp2_qwen2_5_72b.json --md $R/te_tp2_qwen2_5_72b.md > $R/te_tp2.log 2>&1
+    --tokens 1024,2048,4096,8192,16384 --json $R/te_tp2_qwen2_5_72b.json --md $R/te_tp2_qwen2_5_72b.md \
+    --report $R/te_tp2_qwen2_5_72b_report.json > $R/te_tp2.log 2>&1
   echo "te_tp rc=$? $(( $(date +%s) - t0 )) s"
   [ -f $R/host.json ] || echo "no host.json (phase a did not run on this machine)"
   sb llama1b_tp1 120 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 512,1024,2048,4096 $SB \
