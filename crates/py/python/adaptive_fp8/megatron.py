@@ -251,10 +251,12 @@ def _te_contexts():
     return model_init, autocast
 
 
-def run_in_bf16(module: Any) -> None:
+def run_in_bf16(module: Any, autocast: Any = None) -> None:
     """Runs a built TE module's forward (and so its backward) with FP8 off, inside an FP8 region.
-    Marks it ``_selective_fp8_disabled``, as the seed does."""
-    _, autocast = _te_contexts()
+    Marks it ``_selective_fp8_disabled``, as the seed does. ``autocast`` is TE's FP8 context
+    (default: the installed TE's)."""
+    if autocast is None:
+        _, autocast = _te_contexts()
     forward = module.forward
 
     @functools.wraps(forward)

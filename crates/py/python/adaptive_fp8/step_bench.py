@@ -199,18 +199,10 @@ class Bench:
             else:
                 mod = te.Linear(m.in_features, m.out_features, **kw)
         if not on:
-            self._bf16(mod)
+            from adaptive_fp8.megatron import run_in_bf16
+
+            run_in_bf16(mod, self.autocast)
         return mod
-
-    def _bf16(self, mod) -> None:
-        autocast = self.autocast
-        forward = mod.forward
-
-        def bf16_forward(*a, **k):
-            with autocast(enabled=False):
-                return forward(*a, **k)
-
-        mod.forward = bf16_forward
 
     def _norm(self, spec: Spec):
         te = self.te
