@@ -5,10 +5,14 @@
 //! gradient accumulation and real TP communication change. Everything is read from the step
 //! benchmark's JSON under `docs/device-logs/trainer_loop/`; nothing here is typed in.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use crate::build::Files;
+use crate::plot::{Chart, Line, chart_svg};
 
 /// The logs' folder.
 pub const LOGS: &str = "docs/device-logs/trainer_loop";
@@ -172,9 +176,14 @@ struct Tally {
     misses: Vec<String>,
 }
 
-/// Renders the section.
-pub fn render(root: &Path) -> Result<String, String> {
+/// Where the section's plots go.
+pub const PLOT_DIR: &str = "docs/plots/e2e";
+
+/// Renders the section and its plots (paths relative to [`PLOT_DIR`]): per scenario and
+/// execution, each mode's step speedup over all-BF16 against tokens.
+pub fn render(root: &Path) -> Result<(String, Files), String> {
     let mut s = String::new();
+    let mut files = Files::new();
     let _ = writeln!(
         s,
         "## End to end: the training step\n\n\
@@ -197,8 +206,17 @@ pub fn render(root: &Path) -> Result<String, String> {
     );
     let mut tallies: std::collections::BTreeMap<(String, String), Tally> = Default::default();
     let mut agree: Vec<(String, u32, u32, u32, u32)> = Vec::new();
-    for sc in SCENARIOS {
+    for (i, sc) in SCENARIOS.iter().enumerate() {
         let _ = writeln!(s, "### {}: {}\n", sc.name, sc.what);
+        for (exec, svg) in plots(root, sc)? {
+            let name = format!("{:02}_{exec}.svg", i + 1);
+            let _ = writeln!(
+                s,
+                "![{}, {exec}: step speedup over BF16 per mode](plots/e2e/{name})\n",
+                sc.what
+            );
+            files.insert(PathBuf::from(name), svg.into_bytes());
+        }
         let _ = writeln!(
             s,
             "| run | execution | tokens | BF16 ms | all-FP8 / BF16 | oracle / BF16 | policy: / BF16 (band) verdict, / best |\n|---|---|---|---|---|---|---|"
@@ -352,7 +370,73 @@ pub fn render(root: &Path) -> Result<String, String> {
     render_accum(root, &mut s)?;
     render_tp(root, &mut s)?;
     s.push_str(WHY);
-    Ok(s)
+    Ok((s, files))
+}
+
+/// One plot per execution: each mode's speedup over BF16 (BF16 / mode, so above 1 is faster)
+/// against tokens, with the p10-p90 band of the paired rounds; a mode's points come from the first
+/// run of the scenario that has them.
+fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
+    let mut by_exec: BTreeMap<String, BTreeMap<String, Line>> = BTreeMap::new();
+    for rel in sc.files {
+        let v = read(root, rel)?;
+        for row in v["results"].as_array().into_iter().flatten() {
+            let exec = row["execution"].as_str().unwrap_or("eager").to_owned();
+            let tokens = row["tokens"].as_u64().unwrap_or(0);
+            for (name, m) in row["modes"].as_object().into_iter().flatten() {
+                if name == "bf16" {
+                    continue;
+                }
+                let label = if name.starts_with("policy:") {
+                    policy_label(name, rel).to_owned()
+                } else {
+                    format!("all-{}", name.to_uppercase()).replace("all-ORACLE", "oracle")
+                };
+                let line = by_exec
+                    .entry(exec.clone())
+                    .or_default()
+                    .entry(label.clone())
+                    .or_insert(Line {
+                        label,
+                        points: Vec::new(),
+                        band: Vec::new(),
+                        min_tokens: None,
+                    });
+                if line.points.iter().any(|p| p.0 == tokens) {
+                    continue;
+                }
+                let med = f(m, "vs_bf16_median");
+                if !med.is_finite() || med <= 0.0 {
+                    continue;
+                }
+                line.points.push((tokens, 1.0 / med));
+                let (lo, hi) = (f(m, "vs_bf16_p10"), f(m, "vs_bf16_p90"));
+                if lo.is_finite() && hi.is_finite() && lo > 0.0 {
+                    line.band.push((tokens, 1.0 / hi, 1.0 / lo));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (exec, lines) in by_exec {
+        let mut lines: Vec<Line> = lines.into_values().collect();
+        for l in &mut lines {
+            l.points.sort_by_key(|p| p.0);
+            l.band.sort_by_key(|b| b.0);
+            if l.band.len() != l.points.len() {
+                l.band.clear();
+            }
+        }
+        let title = format!("{}, {exec}", sc.what.split(" (").next().unwrap_or(sc.what));
+        let chart = Chart {
+            x_desc: "tokens per sequence (log scale)",
+            y_desc: "step speedup over all-BF16 (BF16 ms / mode ms)",
+            threshold_label: "all-BF16 =",
+            rules: false,
+        };
+        out.push((exec, chart_svg(&title, 1.0, &lines, &chart)?));
+    }
+    Ok(out)
 }
 
 /// What the tables above say about the misses (no numbers of its own: they are in the tables).

@@ -131,14 +131,19 @@ pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     let (section, plots) = recipe_results::render(root)?;
     text.push_str(&section);
     text.push('\n');
-    text.push_str(&e2e_results::render(root)?);
+    let (e2e, e2e_plots) = e2e_results::render(root)?;
+    text.push_str(&e2e);
     let path = root.join("docs/RESULTS.md");
     let plot_dir = root.join(recipe_results::PLOT_DIR);
+    let e2e_dir = root.join(e2e_results::PLOT_DIR);
     if update {
         fp8_io::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
         generate::write_files(&plot_dir, &plots)?;
+        generate::write_files(&e2e_dir, &e2e_plots)?;
         return Ok(false);
     }
     let text_stale = std::fs::read_to_string(&path).map_or(true, |have| have != text);
-    Ok(text_stale || !generate::stale(&plot_dir, &plots).is_empty())
+    Ok(text_stale
+        || !generate::stale(&plot_dir, &plots).is_empty()
+        || !generate::stale(&e2e_dir, &e2e_plots).is_empty())
 }

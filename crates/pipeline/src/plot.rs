@@ -44,8 +44,41 @@ fn human(t: f64) -> String {
     }
 }
 
+/// What a chart's axes and legend say.
+#[derive(Debug, Clone, Copy)]
+pub struct Chart<'a> {
+    /// The x axis' label.
+    pub x_desc: &'a str,
+    /// The y axis' label.
+    pub y_desc: &'a str,
+    /// The threshold's legend entry.
+    pub threshold_label: &'a str,
+    /// Whether lines carry policy rules (the `min_tokens` marker and "FP8 from" in the legend).
+    pub rules: bool,
+}
+
+impl Chart<'_> {
+    /// A module's speedup against tokens, with its rule (the policy plots).
+    pub const POLICY: Chart<'static> = Chart {
+        x_desc: "tokens compared by the policy (log scale)",
+        y_desc: "FP8 / BF16 speedup (fwd+bwd)",
+        threshold_label: "threshold",
+        rules: true,
+    };
+}
+
 /// Renders the plot as SVG text.
 pub fn speedup_svg(title: &str, threshold: f64, lines: &[Line]) -> Result<String, String> {
+    chart_svg(title, threshold, lines, &Chart::POLICY)
+}
+
+/// [`speedup_svg`] with other axes and legend words.
+pub fn chart_svg(
+    title: &str,
+    threshold: f64,
+    lines: &[Line],
+    axes: &Chart<'_>,
+) -> Result<String, String> {
     fn e<E: std::fmt::Debug>(err: E) -> String {
         format!("plot: {err:?}")
     }
@@ -84,8 +117,8 @@ pub fn speedup_svg(title: &str, threshold: f64, lines: &[Line]) -> Result<String
         let steps = (xmax - xmin).round() as usize + 1;
         chart
             .configure_mesh()
-            .x_desc("tokens compared by the policy (log scale)")
-            .y_desc("FP8 / BF16 speedup (fwd+bwd)")
+            .x_desc(axes.x_desc)
+            .y_desc(axes.y_desc)
             .x_labels(steps * 2 + 1)
             .x_label_formatter(&|v| {
                 if (v - v.round()).abs() < 1e-6 {
@@ -168,23 +201,25 @@ pub fn speedup_svg(title: &str, threshold: f64, lines: &[Line]) -> Result<String
         }
         legend_area
             .draw(&Text::new(
-                format!("threshold {threshold}"),
+                format!("{} {threshold}", axes.threshold_label),
                 (50, y - 7),
                 font.clone(),
             ))
             .map_err(e)?;
         y += 22;
-        legend_area
-            .draw(&Circle::new((25, y), 7, BLACK.stroke_width(2)))
-            .map_err(e)?;
-        legend_area
-            .draw(&Text::new(
-                "the rule's min_tokens",
-                (50, y - 7),
-                font.clone(),
-            ))
-            .map_err(e)?;
-        y += 22;
+        if axes.rules {
+            legend_area
+                .draw(&Circle::new((25, y), 7, BLACK.stroke_width(2)))
+                .map_err(e)?;
+            legend_area
+                .draw(&Text::new(
+                    "the rule's min_tokens",
+                    (50, y - 7),
+                    font.clone(),
+                ))
+                .map_err(e)?;
+            y += 22;
+        }
         if lines.iter().any(|l| !l.band.is_empty()) {
             legend_area
                 .draw(&Rectangle::new(
@@ -205,9 +240,10 @@ pub fn speedup_svg(title: &str, threshold: f64, lines: &[Line]) -> Result<String
                     color.stroke_width(2),
                 ))
                 .map_err(e)?;
-            let label = match l.min_tokens {
-                Some(t) => format!("{} (FP8 from {})", l.label, human(t as f64)),
-                None => format!("{} (no rule: BF16)", l.label),
+            let label = match (axes.rules, l.min_tokens) {
+                (false, _) => l.label.clone(),
+                (true, Some(t)) => format!("{} (FP8 from {})", l.label, human(t as f64)),
+                (true, None) => format!("{} (no rule: BF16)", l.label),
             };
             legend_area
                 .draw(&Text::new(label, (50, y - 7), font.clone()))
@@ -258,5 +294,25 @@ mod tests {
         );
         assert!(svg.contains("p10-p90 band") && svg.contains("<polygon"));
         assert_eq!(human(1536.0), "1.5k");
+    }
+
+    #[test]
+    fn a_chart_without_rules_says_nothing_of_them() {
+        let lines = [Line {
+            label: "all-FP8".into(),
+            points: vec![(1024, 0.8), (4096, 1.1)],
+            band: vec![],
+            min_tokens: None,
+        }];
+        let axes = Chart {
+            x_desc: "tokens per sequence",
+            y_desc: "step speedup",
+            threshold_label: "all-BF16 =",
+            rules: false,
+        };
+        let svg = chart_svg("t", 1.0, &lines, &axes).expect("renders");
+        assert!(svg.contains("all-FP8") && !svg.contains("no rule") && !svg.contains("min_tokens"));
+        assert!(svg.contains("step speedup") && svg.contains("all-BF16 = 1"));
+        assert!(!svg.contains("FP8 / BF16 speedup (fwd+bwd)"));
     }
 }
