@@ -303,3 +303,25 @@ def test_a_policy_without_rules_for_the_layout_is_named_in_the_notes(root):
         pm = modes["policy:mixtral_8x7b_tp2_etp1.json"]
         assert any("column_grouped etp=2 num_gemms=1" in n for n in notes) == expect_note, notes
         assert pm["experts.fc1"] is not expect_note  # FP8 experts only where the rule applies
+
+
+def test_results_are_written_after_each_case_so_a_time_limit_keeps_them(tmp_path):
+    torch = _torch()
+    import json as _json
+
+    import fake_te
+
+    cfg = tmp_path / "m.json"
+    cfg.write_text(_json.dumps(TINY["gqa_moe"]))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "32,64", "--layers", "1", "--steps", "1",
+                                   "--repeats", "2", "--warmup", "1", "--oracle", "none"])
+    seen = []
+    torch.manual_seed(0)
+    out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu", progress=lambda o: seen.append(o))
+    assert [len(o["results"]) for o in seen] == [1, 2] and not seen[0]["complete"]
+    assert out["complete"] and len(out["results"]) == 2
+    from adaptive_fp8._common import emit
+
+    p = tmp_path / "o.json"
+    emit(seen[0], sb.markdown(seen[0]), str(p), None, quiet=True)
+    assert _json.loads(p.read_text())["complete"] is False and not list(tmp_path.glob(".*.tmp"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -18,10 +19,20 @@ def te_api(te: Any) -> tuple[Callable, Callable, str]:
     return model_init, autocast, recipe_kw
 
 
-def emit(out: dict, text: str, json_path: Optional[str], md_path: Optional[str]) -> None:
-    """A benchmark's results: the JSON and the markdown where asked, the markdown on stdout."""
-    if json_path:
-        Path(json_path).write_text(json.dumps(out, indent=1) + "\n")
-    if md_path:
-        Path(md_path).write_text(text)
-    sys.stdout.write(text)
+def write_atomic(path: str, text: str) -> None:
+    """Writes a temp file beside `path` and renames it over: a reader sees the old file or the
+    new one, never half of one."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def emit(out: dict, text: str, json_path: Optional[str], md_path: Optional[str], quiet: bool = False) -> None:
+    """A benchmark's results: the JSON and the markdown where asked (each written to a temp file
+    and renamed, so a reader or a kill never leaves half a file), the markdown on stdout unless
+    `quiet`."""
+    for path, body in ((json_path, json.dumps(out, indent=1) + "\n"), (md_path, text)):
+        if path:
+            write_atomic(path, body)
+    if not quiet:
+        sys.stdout.write(text)

@@ -507,13 +507,36 @@ def _key_text(k) -> str:
     return f"{k.get('kind', '?')} {rest}".strip()
 
 
-def run(args, log=print, te=None, device: str = "cuda") -> dict:
+def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
+    """Every token count and execution; `progress(out)` gets the results so far (marked
+    `"complete": false`) after each one, so a run cut short by a time limit keeps what it did."""
     import adaptive_fp8 as af8
 
     bench = Bench(args, te, device)
-    results = []
+    results: list[dict] = []
     kinds: list[str] = []
     notes: list[str] = []
+
+    def snapshot(complete: bool) -> dict:
+        return {
+            "model": args.model,
+            "component": args.component,
+            "tp": args.tp,
+            "layers": args.layers,
+            "layer_types": kinds,
+            "steps": args.steps,
+            "grad_accum": args.grad_accum,
+            "repeats": args.repeats,
+            "oracle_repeats": args.oracle_repeats or args.repeats,
+            "execution": ",".join(args.execution),
+            "recipe": te_recipe_name(args),
+            "device": bench.torch.cuda.get_device_name() if device == "cuda" else device,
+            "te_version": getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in",
+            "notes": notes,
+            "complete": complete,
+            "results": list(results),
+        }
+
     for tokens in args.tokens:
         spec, kw = _spec(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
@@ -530,23 +553,9 @@ def run(args, log=print, te=None, device: str = "cuda") -> dict:
                 log(f"  tokens {spec.tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
                 results.append({"tokens": spec.tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             bench.free()
-    return {
-        "model": args.model,
-        "component": args.component,
-        "tp": args.tp,
-        "layers": args.layers,
-        "layer_types": kinds,
-        "steps": args.steps,
-        "grad_accum": args.grad_accum,
-        "repeats": args.repeats,
-        "oracle_repeats": args.oracle_repeats or args.repeats,
-        "execution": ",".join(args.execution),
-        "recipe": te_recipe_name(args),
-        "device": bench.torch.cuda.get_device_name() if device == "cuda" else device,
-        "te_version": getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in",
-        "notes": notes,
-        "results": results,
-    }
+            if progress:
+                progress(snapshot(False))
+    return snapshot(True)
 
 
 def _one(bench: Bench, args, spec: Spec, kinds: list[str], modes: dict, searchable: list[str], execution: str, log) -> dict:
@@ -690,8 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     except (StepBenchError, ValueError) as e:
         print(f"step_bench: {e}", file=sys.stderr)
         return 2
+    def partial(out: dict) -> None:
+        # Quietly, atomically enough for a reader after a kill: the next write replaces it.
+        emit(out, markdown(out), args.json, args.md, quiet=True)
+
     try:
-        out = run(args)
+        out = run(args, progress=partial if (args.json or args.md) else None)
     except StepBenchError as e:
         print(f"step_bench: {e}", file=sys.stderr)
         return 2

@@ -33,9 +33,8 @@ import statistics
 import sys
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from adaptive_fp8._common import emit, te_api
+from adaptive_fp8._common import emit, te_api, write_atomic
 
 DENSE = ("qkv", "proj", "fc1", "fc2")
 FP8_TOL = 1.5e-1
@@ -372,9 +371,7 @@ def run(args) -> dict | None:
 
 def write_report(path: str, report: dict) -> None:
     """Atomically: a reader never sees half a report."""
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(report, indent=1) + "\n")
 
 
 def parser() -> argparse.ArgumentParser:
