@@ -224,7 +224,11 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         let (mut same_g, mut tot_g, mut same_e, mut tot_e) = (0, 0, 0, 0);
         for rel in sc.files {
             let v = read(root, rel)?;
-            let run = rel.split('/').next().unwrap_or(rel);
+            let mut run = rel.split('/').next().unwrap_or(rel).to_owned();
+            if v["complete"] == false {
+                // A run cut by its time limit: only the cases it finished.
+                run.push_str(" (partial)");
+            }
             for row in v["results"].as_array().into_iter().flatten() {
                 let exec = row["execution"].as_str().unwrap_or("eager");
                 let tokens = row["tokens"].as_u64().unwrap_or(0);
