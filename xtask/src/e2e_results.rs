@@ -541,9 +541,10 @@ fn render_tp(root: &Path, s: &mut String) -> Result<(), String> {
          gathers the quantized input), against the per-rank module alone (what the one-GPU mode \
          times). Eager forward + backward, slowest rank's median ({} iterations). Communication \
          moves the crossovers of the modules whose GEMMs are small against their gather or \
-         scatter: one rank alone is optimistic for them. `te_tp --report FILE` writes these times \
-         as a report that `merge-policy --trainer eager` turns into a policy with the \
-         communication in its TP > 1 rules (not run on the GPU yet: the run above predates it).\n\n\
+         scatter: one rank alone is optimistic for them. `te_tp --report FILE` (or `fp8sel bench --backend te \
+         --tp-comm`) writes these times as a report that `merge-policy --trainer eager` turns into \
+         a policy with the communication in its TP > 1 rules (not run on the GPU yet: the run \
+         above predates it).\n\n\
          | module | FP8 from, TP 2 with communication | FP8 from, one rank alone | speedup at 16384 (comm / alone) |\n|---|---|---|---|",
         v["iters"]
     );

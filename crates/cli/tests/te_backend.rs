@@ -268,3 +268,63 @@ fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--backend te"));
     assert!(!dir.path().join("x").exists());
 }
+
+/// `--tp-comm` with a stand-in for torchrun + te_tp (`fake_te/fake_torchrun.sh`).
+fn tp_comm(dir: &Path, extra_env: &[(&str, &str)], report_src: &Path) -> (Output, String) {
+    let argv = dir.join("argv.txt");
+    let out = dir.join("tp2.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root()).args([
+        "bench",
+        "--backend",
+        "te",
+        "--tp-comm",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--tp",
+        "2",
+        "--shape-sweep",
+        "1024x1,4096x1",
+        "--python",
+        s(&fake().join("fake_torchrun.sh")),
+        "--report",
+        s(&out),
+    ]);
+    c.env("FAKE_ARGV", &argv).env("FAKE_REPORT", report_src);
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    (o, std::fs::read_to_string(&argv).unwrap_or_default())
+}
+
+#[test]
+fn tp_comm_launches_torchrun_on_the_dense_modules_and_checks_what_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, argv) = tp_comm(dir.path(), &[], &fake().join("te_tp_report.json"));
+    assert_ok(&o);
+    assert!(
+        argv.contains(
+            "-m torch.distributed.run --standalone --nproc-per-node=2 -m adaptive_fp8.te_tp"
+        ) && argv.contains("--tokens 1024,4096")
+            && argv.contains("--recipe blockwise"),
+        "{argv}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tp2.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["provenance"]["tp_comm"], true);
+    // The launcher failed: exit 2, said so, pointing at its messages.
+    let (o, _) = tp_comm(
+        dir.path(),
+        &[("FAKE_EXIT", "1")],
+        &fake().join("te_tp_report.json"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("adaptive_fp8.te_tp` failed"));
+    // What came back is a one-GPU report: refused, not taken for a TP-communication one.
+    let plain = root().join("fixtures/reports/h200/te/te_qwen2_5_72b_tp2.json");
+    let (o, _) = tp_comm(dir.path(), &[], &plain);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not marked tp_comm"));
+}

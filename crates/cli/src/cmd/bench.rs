@@ -116,6 +116,13 @@ pub struct Args {
     pub backend: String,
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
+    /// With --backend te: the torchrun mode. Times the dense modules as TE tensor-parallel
+    /// modules over a real TP group of --tp GPUs of this node, sequence parallel, so the
+    /// all-gathers and reduce-scatters are in the times (`python -m torch.distributed.run -m
+    /// adaptive_fp8.te_tp`). The report is marked `tp_comm`; merge-policy never mixes it with
+    /// one-GPU reports of TP > 1. Expert modules are left out (all-to-all, not TP).
+    #[arg(long)]
+    pub tp_comm: bool,
     /// Device profile of the cost model: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -201,6 +208,31 @@ pub fn run(args: &Args) -> CliResult {
         return Err(CliError::input(
             "nothing to measure: no module matched --modules/--component",
         ));
+    }
+    if args.tp_comm {
+        if args.backend != "te" || args.te.recompute {
+            return Err(CliError::input(
+                "--tp-comm is the TE backend's torchrun mode: give --backend te, without --recompute",
+            ));
+        }
+        check_outputs(args, &args.report)?;
+        let report = super::tp_comm::run(
+            &args.te.python,
+            job.parallel.tp,
+            &args.model,
+            &points,
+            &args.report,
+            recipe.recipe().name(),
+            args.warmup,
+            args.iters,
+            args.quiet,
+        )?;
+        if args.json {
+            print_json(&report, &args.report);
+        } else {
+            print_summary(&report, args.quiet);
+        }
+        return Ok(());
     }
     let opt = MeasureOptions {
         warmup: args.warmup,

@@ -10,4 +10,5 @@ pub mod model_args;
 pub mod objective_args;
 pub mod recipe_args;
 pub mod te_args;
+pub mod tp_comm;
 pub mod validate;
