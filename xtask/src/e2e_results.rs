@@ -347,7 +347,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     }
     let _ = writeln!(
         s,
-        "\nMisses (the modules that cost the time are the FP8 groups listed; the cause is discussed below):\n"
+        "\nMisses, with the FP8 groups the policy switched on (the modules that cost the time; \"Reading the misses\" below says why):\n"
     );
     for ((exec, label), t) in &tallies {
         for m in &t.misses {
