@@ -124,7 +124,7 @@ def test_help_teaches_and_bad_tokens_are_refused():
     assert bad.returncode == 2 and "comma-separated positive integers" in bad.stderr
 
 
-@pytest.mark.parametrize("module", ["step_bench", "step_spec", "te_worker", "te_tp", "megatron", "te", "probe_host"])
+@pytest.mark.parametrize("module", ["step_bench", "step_spec", "step_layers", "te_worker", "te_tp", "megatron", "te", "probe_host"])
 def test_importing_does_not_import_torch(module):
     code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -271,12 +271,14 @@ def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
     import adaptive_fp8 as af8
 
     spec, _ = sb._spec(af8, args, 40)
-    bench = sb.Bench(args, fake_te, "cpu")
+    from adaptive_fp8 import step_layers
+
+    bench = step_layers.Bench(args, fake_te, "cpu")
     outs = {}
     for fp8 in (False, True):
         mode = dict.fromkeys(built_groups(spec, ["moe"]), fp8)
         torch.manual_seed(3)
-        block = sb.MoeBlock.make(bench, spec, mode)
+        block = step_layers.MoeBlock.make(bench, spec, mode)
         fake_te.calls.clear()
         x = torch.randn(40, 1, spec.hidden, dtype=torch.bfloat16)
         with fake_te.autocast(enabled=True):

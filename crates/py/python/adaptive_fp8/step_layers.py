@@ -1,0 +1,311 @@
+"""The step benchmark's torch half: one rank's layers built with TE (or a stand-in with TE's
+signatures), the training step (micro-batches of forward + backward, one optimizer step), CUDA
+graph capture, and timing. Imported by `adaptive_fp8.step_bench` only when a benchmark runs;
+what it builds is described in `adaptive_fp8.step_spec`."""
+
+from __future__ import annotations
+
+import time
+
+from adaptive_fp8._common import te_api
+from adaptive_fp8.step_spec import Spec, StepBenchError
+
+
+class Bench:
+    """The torch/TE half; imported only when a benchmark runs. `te` and `device` can be replaced
+    (the CPU tests build the same layers with a stand-in for TE)."""
+
+    def __init__(self, args, te=None, device: str = "cuda") -> None:
+        import torch
+
+        if te is None:
+            import transformer_engine.pytorch as te
+
+            if not torch.cuda.is_available():
+                raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
+        from adaptive_fp8.step_bench import recipe_options
+        from adaptive_fp8.te_worker import make_recipe
+
+        self.torch, self.te, self.args, self.device = torch, te, args, device
+        self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
+        self.model_init, self.autocast, self.recipe_kw = te_api(te)
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _linear(self, fp8: dict[str, bool], spec: Spec, group: str, norm: bool = False, grouped: bool = False):
+        torch, te = self.torch, self.te
+        m = spec.modules[group]
+        kw = dict(bias=False, params_dtype=torch.bfloat16, device=self.device)
+        on = fp8[group]
+        with self.model_init(enabled=on, recipe=self.recipe):
+            if grouped:
+                mod = te.GroupedLinear(m.gemms, m.in_features, m.out_features, **kw)
+            elif norm:
+                mod = te.LayerNormLinear(m.in_features, m.out_features, normalization=spec.norm, **kw)
+            else:
+                mod = te.Linear(m.in_features, m.out_features, **kw)
+        if not on:
+            from adaptive_fp8.megatron import run_in_bf16
+
+            run_in_bf16(mod, self.autocast)
+        return mod
+
+    def _norm(self, spec: Spec):
+        te = self.te
+        cls = te.RMSNorm if spec.norm == "RMSNorm" else te.LayerNorm
+        return cls(spec.hidden, params_dtype=self.torch.bfloat16, device=self.device)
+
+    def build(self, spec: Spec, kinds: list[str], fp8: dict[str, bool]):
+        """One module per layer: `attn` (an nn.Module x -> x + attention(x)) and `mlp`."""
+        torch = self.torch
+        layers = torch.nn.ModuleList()
+        for kind in kinds:
+            layer = torch.nn.Module()
+            layer.attn = (MlaBlock if spec.attention == "mla" else MhaBlock).make(self, spec, fp8)
+            layer.mlp = (MoeBlock if kind == "moe" else DenseBlock).make(self, spec, fp8)
+            layer.kind = kind
+            layers.append(layer)
+        return layers
+
+    def step_fn(self, spec: Spec, layers, execution: str):
+        torch = self.torch
+        gen = torch.Generator(device=self.device).manual_seed(7)
+        x0 = torch.randn(spec.tokens, 1, spec.hidden, device=self.device, dtype=torch.bfloat16, generator=gen)
+        params = [p for p in layers.parameters() if p.requires_grad]
+        # One optimizer for every mode (fp32 master weights, as Megatron keeps main params), so
+        # a mode's time differs only by its GEMM precision.
+        opt = self._optimizer(params)
+        fwd = [(layer.attn, layer.mlp) for layer in layers]
+        ctx = lambda: self.autocast(enabled=True, **{self.recipe_kw: self.recipe})  # noqa: E731
+        if execution == "graphed":
+            fwd = self._graph(spec, layers, x0)
+        losses = []
+
+        accum = getattr(self.args, "grad_accum", 1)
+
+        def step():
+            for _ in range(accum):
+                x = x0
+                with ctx():
+                    for attn, mlp in fwd:
+                        x = mlp(attn(x))
+                loss = x.float().pow(2).mean()
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+
+        step.losses = losses
+        return step
+
+    def _optimizer(self, params):
+        if self.device != "cuda":
+            return self.torch.optim.Adam(params, lr=1e-5)
+        from transformer_engine.pytorch.optimizers import FusedAdam
+
+        return FusedAdam(params, lr=1e-5, master_weights=True)
+
+    def _graph(self, spec: Spec, layers, x0):
+        """Attention blocks and dense MLP blocks under TE's make_graphed_callables (forward and
+        backward graphs, in layer order); MoE blocks stay eager callables."""
+        torch = self.torch
+        mods, samples = [], []
+        for layer in layers:
+            mods.append(layer.attn)
+            if layer.kind == "dense":
+                mods.append(layer.mlp)
+        for _ in mods:
+            samples.append((torch.randn_like(x0).requires_grad_(),))
+        graphed = self.te.make_graphed_callables(tuple(mods), tuple(samples), enabled=True, recipe=self.recipe)
+        it = iter(graphed)
+        out = []
+        for layer in layers:
+            a = next(it)
+            m = next(it) if layer.kind == "dense" else layer.mlp
+            out.append((a, m))
+        return out
+
+    # -- running -------------------------------------------------------------------------------
+
+    def check(self, step, name: str) -> None:
+        """Warm up and check the step computes something finite and non-trivial."""
+        for _ in range(self.args.warmup):
+            step()
+        ls = [float(v) for v in step.losses[-self.args.warmup :]]
+        step.losses.clear()
+        if not all(v == v and 0 < v < float("inf") for v in ls):
+            raise StepBenchError(f"mode {name}: warmup losses are not finite and positive: {ls}")
+
+    def time_ms(self, step) -> float:
+        """ms per step over `--steps` back-to-back steps (no sync between them, as in training)."""
+        torch = self.torch
+        if self.device != "cuda":
+            t0 = time.perf_counter()
+            for _ in range(self.args.steps):
+                step()
+            step.losses.clear()
+            return (time.perf_counter() - t0) * 1e3 / self.args.steps
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        a.record()
+        for _ in range(self.args.steps):
+            step()
+        b.record()
+        torch.cuda.synchronize()
+        step.losses.clear()
+        return a.elapsed_time(b) / self.args.steps
+
+    def free(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
+
+
+def _act(torch, h, gated: bool):
+    F = torch.nn.functional
+    if gated:
+        g, u = h.chunk(2, dim=-1)
+        return F.silu(g) * u
+    return F.gelu(h, approximate="tanh")
+
+
+def _module_base():
+    import torch
+
+    return torch.nn.Module
+
+
+class MhaBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        te = b.te
+        mask = "causal" if spec.causal else "no_mask"
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.qkv = b._linear(fp8, spec, "qkv", norm=True)
+                self.core = te.DotProductAttention(spec.heads, spec.head_dim, num_gqa_groups=spec.groups, attn_mask_type=mask, qkv_format="sbhd")
+                self.proj = b._linear(fp8, spec, "proj")
+
+            def forward(self, x):
+                n, hd = x.shape[0], spec.head_dim
+                q, k, v = self.qkv(x).split([spec.heads * hd, spec.groups * hd, spec.groups * hd], dim=-1)
+                a = self.core(q.reshape(n, 1, spec.heads, hd), k.reshape(n, 1, spec.groups, hd), v.reshape(n, 1, spec.groups, hd))
+                return x + self.proj(a)
+
+        return Block()
+
+
+def _gather(t, n: int):
+    """The sequence-parallel all-gather of a duplicated module's output, as a copy on one GPU."""
+    r = t.shape[0]
+    return t if r == n else t.repeat(n // r, 1, 1)
+
+
+class MlaBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        te, torch = b.te, b.torch
+        mask = "causal" if spec.causal else "no_mask"
+        mods = spec.modules
+        qk_nope = spec.head_dim - spec.rope_dim
+        kv_lora = mods["kv_up_proj"].in_features
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                if "q_down_proj" in mods:
+                    self.q_down = b._linear(fp8, spec, "q_down_proj")
+                    self.q_up = b._linear(fp8, spec, "q_up_proj", norm=True)
+                else:
+                    self.q_proj = b._linear(fp8, spec, "q_proj")
+                self.kv_down = b._linear(fp8, spec, "kv_down_proj")
+                self.kv_up = b._linear(fp8, spec, "kv_up_proj", norm=True)
+                self.core = te.DotProductAttention(
+                    spec.heads, (spec.head_dim, spec.v_head_dim), num_gqa_groups=spec.heads, attn_mask_type=mask, qkv_format="sbhd"
+                )
+                self.proj = b._linear(fp8, spec, "proj")
+
+            def forward(self, x):
+                n, h = x.shape[0], spec.heads
+                if "q_down_proj" in mods:
+                    q = self.q_up(_gather(self.q_down(x[: mods["q_down_proj"].rows]), n))
+                else:
+                    q = self.q_proj(x)
+                ckv = _gather(self.kv_down(x[: mods["kv_down_proj"].rows]), n)
+                c, k_pe = ckv.split([kv_lora, spec.rope_dim], dim=-1)
+                kv = self.kv_up(c.contiguous()).reshape(n, 1, h, qk_nope + spec.v_head_dim)
+                k_nope, v = kv.split([qk_nope, spec.v_head_dim], dim=-1)
+                k = torch.cat([k_nope, k_pe.reshape(n, 1, 1, spec.rope_dim).expand(n, 1, h, spec.rope_dim)], dim=-1)
+                a = self.core(q.reshape(n, 1, h, spec.head_dim), k, v.contiguous())
+                return x + self.proj(a)
+
+        return Block()
+
+
+class DenseBlock:
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        torch = b.torch
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = b._linear(fp8, spec, "fc1", norm=True)
+                self.fc2 = b._linear(fp8, spec, "fc2")
+
+            def forward(self, x):
+                return x + self.fc2(_act(torch, self.fc1(x), spec.gated))
+
+        return Block()
+
+
+class MoeBlock:
+    """Norm, router over every expert of the model, top-k; local experts are `index % local`, so
+    this rank's grouped GEMMs get the plan's rows (tokens x top-k) with the router's imbalance.
+    The token counts are synced to the host (`tolist`), as every dropless MoE trainer does, and
+    each expert's rows are padded to 16 when its GEMMs run in FP8 (Megatron's
+    `--moe-router-padding-for-fp8`)."""
+
+    @staticmethod
+    def make(b: Bench, spec: Spec, fp8: dict[str, bool]):
+        torch = b.torch
+        E, k, n_local = spec.num_experts, spec.topk, spec.local_experts
+        shared = "shared.fc1" in spec.modules
+        align = 16 if (fp8["experts.fc1"] or fp8["experts.fc2"]) else 1
+
+        class Block(_module_base()):
+            def __init__(self):
+                super().__init__()
+                self.norm = b._norm(spec)
+                self.router = torch.nn.Linear(spec.hidden, E, bias=False, device=b.device, dtype=torch.bfloat16)
+                self.fc1 = b._linear(fp8, spec, "experts.fc1", grouped=True)
+                self.fc2 = b._linear(fp8, spec, "experts.fc2", grouped=True)
+                if shared:
+                    self.shared_fc1 = b._linear(fp8, spec, "shared.fc1")
+                    self.shared_fc2 = b._linear(fp8, spec, "shared.fc2")
+
+            def forward(self, x):
+                n = x.shape[0]
+                h = self.norm(x).reshape(n, spec.hidden)
+                probs, idx = self.router(h).float().softmax(dim=-1).topk(k, dim=-1)
+                local = (idx % n_local).flatten()
+                order = local.argsort(stable=True)
+                counts = torch.bincount(local, minlength=n_local)
+                padded = (counts + align - 1) // align * align
+                splits = padded.tolist()  # the token-count sync
+                sorted_e = local[order]
+                start = counts.cumsum(0) - counts
+                pstart = padded.cumsum(0) - padded
+                pos = torch.arange(n * k, device=h.device) - start[sorted_e] + pstart[sorted_e]
+                token = order // k
+                src = torch.zeros(sum(splits), dtype=torch.long, device=h.device)
+                src[pos] = token
+                y = self.fc2(_act(torch, self.fc1(h.index_select(0, src), splits), spec.gated), splits)
+                w = probs.flatten()[order].unsqueeze(-1).to(y.dtype)
+                out = torch.zeros_like(h).index_add(0, token, y.index_select(0, pos) * w)
+                if shared:
+                    out = out + self.shared_fc2(_act(torch, self.shared_fc1(h), spec.gated))
+                return x + out.reshape(n, 1, spec.hidden)
+
+        return Block()
