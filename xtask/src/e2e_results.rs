@@ -372,6 +372,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         let _ = writeln!(s, "| {what} | {} | {} |", pct(*sg, *tg), pct(*se, *te));
     }
     render_accum(root, &mut s)?;
+    render_combine(root, &mut s)?;
     render_tp(root, &mut s)?;
     s.push_str(WHY);
     Ok((s, files))
@@ -525,6 +526,163 @@ fn render_accum(root: &Path, s: &mut String) -> Result<(), String> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// The ways to combine per-module host and GPU time compared with the measured eager steps.
+const RULES: [(&str, &str); 5] = [
+    ("A", "GPU time only (cuBLASLt)"),
+    ("B", "per module max(GPU, host) (the host profile)"),
+    ("C", "TE eager step per module"),
+    ("D", "per layer max(sum GPU, sum host)"),
+    ("E", "per module GPU + host"),
+];
+
+/// Per (module, tokens): the report's point.
+fn points_by(root: &Path, rel: &str) -> Result<BTreeMap<(String, u64), Value>, String> {
+    let p = root.join(rel);
+    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let v: Value = serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(v["points"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"] == "ok")
+        .map(|p| {
+            (
+                (
+                    p["ub_name"].as_str().unwrap_or("").to_owned(),
+                    p["tokens"].as_u64().unwrap_or(0),
+                ),
+                p.clone(),
+            )
+        })
+        .collect())
+}
+
+/// Predicts all-FP8 / BF16 of each measured eager step from per-module figures under each rule:
+/// the step's time outside the four modules (attention core, norms, optimizer) is what the
+/// measured BF16 step leaves after the rule's BF16 module times, and is kept for FP8.
+fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
+    let host: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join(crate::H200_HOST_PROFILE)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let _ = writeln!(
+        s,
+        "\n### How host and GPU time combine: predictions against the measured eager steps\n\n\
+         For each eager step above with all four module groups in BF16 and in FP8 (Qwen2.5-72B TP 8, \
+         Llama-3.2-1B TP 1), all-FP8 / BF16 as measured and as predicted from per-module figures: \
+         the committed cuBLASLt and TE reports of the same layout and the H200 host profile. The \
+         step's time outside the modules (attention core, norms, optimizer) is what the measured \
+         BF16 step leaves after the rule's BF16 module times, and is kept for FP8.\n"
+    );
+    for (k, what) in RULES {
+        let _ = writeln!(s, "- {k}: {what}");
+    }
+    let _ = writeln!(
+        s,
+        "\n| model | tokens | measured | A | B | C | D | E |\n|---|---|---|---|---|---|---|---|"
+    );
+    let cases = [
+        (
+            "Qwen2.5-72B TP 8",
+            "fixtures/reports/h200/qwen2_5_72b_tp8.json",
+            "fixtures/reports/h200/te/te_qwen2_5_72b_tp8.json",
+            ["ab/sb/qwen72b_tp8.json", "sb4/qwen72b_tp8_b.json"],
+        ),
+        (
+            "Llama-3.2-1B TP 1",
+            "fixtures/reports/h200/llama3_2_1b_tp1.json",
+            "fixtures/reports/h200/te/te_llama3_2_1b_tp1.json",
+            ["ab/sb/llama1b_tp1.json", "sb4/llama1b_tp1_b.json"],
+        ),
+    ];
+    let mut err: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut sign: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut rows = 0u32;
+    for (model, cub, te, steps) in cases {
+        let (c, t) = (points_by(root, cub)?, points_by(root, te)?);
+        let mut seen = std::collections::BTreeSet::new();
+        for rel in steps {
+            let v = read(root, rel)?;
+            let layers = v["layers"].as_f64().unwrap_or(1.0);
+            for row in v["results"].as_array().into_iter().flatten() {
+                let tokens = row["tokens"].as_u64().unwrap_or(0);
+                if row["execution"] != "eager" || !seen.insert(tokens) {
+                    continue;
+                }
+                let (b, f8) = (
+                    f(&row["modes"]["bf16"], "ms_median"),
+                    f(&row["modes"]["fp8"], "ms_median"),
+                );
+                let groups = ["qkv", "proj", "fc1", "fc2"];
+                let get = |m: &BTreeMap<(String, u64), Value>,
+                           g: &str,
+                           prec: &str|
+                 -> Option<(f64, f64)> {
+                    let p = m.get(&(g.to_owned(), tokens))?;
+                    let kind = p["module_kind"].as_str()?;
+                    let h = host["kinds"][kind][format!("{prec}_ms")].as_f64()?;
+                    Some((p[prec]["total_ms"]["median"].as_f64()?, h))
+                };
+                let layer = |rule: &str, prec: &str| -> Option<f64> {
+                    let mut gpu = 0.0;
+                    let mut hst = 0.0;
+                    let mut tot = 0.0;
+                    for g in groups {
+                        let (gt, h) = get(&c, g, prec)?;
+                        gpu += gt;
+                        hst += h;
+                        tot += match rule {
+                            "A" => gt,
+                            "B" => gt.max(h),
+                            "C" => get(&t, g, prec)?.0,
+                            _ => gt + h,
+                        };
+                    }
+                    Some(if rule == "D" { gpu.max(hst) } else { tot })
+                };
+                let measured = f8 / b;
+                let mut cells = Vec::new();
+                for (k, _) in RULES {
+                    let (Some(lb), Some(lf)) = (layer(k, "bf16"), layer(k, "fp8")) else {
+                        cells.push("-".to_owned());
+                        continue;
+                    };
+                    let pred = (b - layers * lb + layers * lf) / b;
+                    err.entry(k).or_default().push((pred - measured).abs());
+                    if (pred < 1.0) == (measured < 1.0) {
+                        *sign.entry(k).or_default() += 1;
+                    }
+                    cells.push(format!("{pred:.3}"));
+                }
+                rows += 1;
+                let _ = writeln!(
+                    s,
+                    "| {model} | {tokens} | {measured:.3} | {} |",
+                    cells.join(" | ")
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n| rule | mean abs error | largest | FP8 faster or not, as measured |\n|---|---|---|---|"
+    );
+    for (k, what) in RULES {
+        let e = err.get(k).cloned().unwrap_or_default();
+        if e.is_empty() {
+            continue;
+        }
+        let mean = e.iter().sum::<f64>() / e.len() as f64;
+        let max = e.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "| {k}: {what} | {mean:.3} | {max:.3} | {}/{rows} |",
+            sign.get(k).copied().unwrap_or(0)
+        );
     }
     Ok(())
 }
