@@ -219,3 +219,45 @@ fn rust_toolchain_is_pinned() {
     let t = read(&root().join("rust-toolchain.toml"));
     assert!(t.contains("channel = \"1.95.0\""));
 }
+
+/// The device scripts run where nothing can be fixed between calls (the machine is given back
+/// 30 s after a call): each must at least parse, and every Python module it names must exist.
+#[test]
+fn device_scripts_parse_and_name_existing_python_modules() {
+    let dir = root().join("scripts/device");
+    let pkg = root().join("crates/py/python/adaptive_fp8");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "sh") {
+            n += 1;
+            let o = std::process::Command::new("bash")
+                .arg("-n")
+                .arg(&p)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let text = read(&p);
+            for m in text.split("adaptive_fp8.").skip(1) {
+                let name: String = m
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.is_empty() || name.starts_with('_') {
+                    continue;
+                }
+                assert!(
+                    pkg.join(format!("{name}.py")).exists(),
+                    "{} names adaptive_fp8.{name}, which does not exist",
+                    p.display()
+                );
+            }
+        }
+    }
+    assert!(n >= 5, "only {n} device scripts found");
+}
