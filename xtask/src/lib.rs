@@ -47,7 +47,12 @@ pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json"
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
     let models = generate::default_models(root);
     let h200 = root.join("fixtures/reports/h200");
-    let mut files = generate::build_all(&models, &h200, &MergeOptions::default())?;
+    // The default policies are for GPU time: say so in their provenance (`trainer: graphed`).
+    let graphed = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Graphed),
+        ..MergeOptions::default()
+    };
+    let mut files = generate::build_all(&models, &h200, &graphed)?;
     let host_text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
         .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
     let host = fp8_merge::host::HostProfile::parse(&host_text, H200_HOST_PROFILE)
@@ -84,7 +89,7 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
             })
             .cloned()
             .collect();
-        for (rel, bytes) in generate::build_all(&mine, &dir, &MergeOptions::default())? {
+        for (rel, bytes) in generate::build_all(&mine, &dir, &graphed)? {
             files.insert(Path::new(recipe).join(rel), bytes);
         }
     }
