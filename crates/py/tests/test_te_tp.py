@@ -110,3 +110,12 @@ def test_the_report_merges_into_a_policy_and_never_with_one_rank_tp_reports(root
 def test_report_with_delayed_is_refused_with_the_fix():
     r = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--model", "m.yaml", "--recipe", "delayed", "--report", "x.json"], capture_output=True, text=True)
     assert r.returncode == 2 and "--report is for blockwise and tensorwise" in r.stderr
+
+
+def test_one_timing_summary_for_every_benchmark():
+    from adaptive_fp8 import _common, te_worker
+
+    v = [float(x) for x in range(11, 0, -1)]
+    assert _common.stat(v) == {"median": 6.0, "p10": 2.0, "p90": 10.0}
+    # the TE worker and te_tp summarize with the same function
+    assert te_worker._stat is _common.stat is te_tp.stat

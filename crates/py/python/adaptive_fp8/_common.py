@@ -5,9 +5,40 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (what the toolkit's reports give as p10/p90); `values` not empty."""
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def stat(values: list[float]) -> dict:
+    """median / p10 / p90, the report format's timing figure."""
+    return {"median": statistics.median(values), "p10": quantile(values, 0.1), "p90": quantile(values, 0.9)}
+
+
+def time_fwd_bwd(torch: Any, forward: Callable, dy: Any, iters: int, before: Callable = lambda: None) -> tuple[list, list, list]:
+    """ms of forward, backward and both, per iteration: CUDA events around an eager step,
+    synchronized after each (host time included). `before` runs ahead of each iteration."""
+    fw, bw, tot = [], [], []
+    for _ in range(iters):
+        before()
+        a, m, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        out = forward()
+        m.record()
+        out.backward(dy)
+        b.record()
+        torch.cuda.synchronize()
+        fw.append(a.elapsed_time(m))
+        bw.append(m.elapsed_time(b))
+        tot.append(a.elapsed_time(b))
+    return fw, bw, tot
 
 
 def te_api(te: Any) -> tuple[Callable, Callable, str]:

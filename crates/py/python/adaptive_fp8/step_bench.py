@@ -46,6 +46,7 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit
+from adaptive_fp8._common import quantile as _quantile
 from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
@@ -57,8 +58,7 @@ def quantile(values: list[float], q: float) -> float:
     """Nearest-rank quantile (what the rest of the toolkit reports as p10/p90)."""
     if not values:
         raise StepBenchError("no timings to summarize")
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+    return _quantile(values, q)
 
 
 def verdict(ratios: list[float]) -> str:

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import json
 from dataclasses import dataclass
 
-from adaptive_fp8._common import emit, te_api, write_atomic
+from adaptive_fp8._common import emit, stat, te_api, time_fwd_bwd, write_atomic
 
 DENSE = ("qkv", "proj", "fc1", "fc2")
 FP8_TOL = 1.5e-1
@@ -73,13 +72,6 @@ def tp_modules(rows: list[dict], tp: int) -> list[TpModule]:
     if not out:
         raise TpError("the plan has no dense qkv/proj/fc1/fc2 modules in the language model")
     return out
-
-
-def stat(values: list[float]) -> dict:
-    """median / p10 / p90 (nearest rank), as the toolkit's reports give them (pure)."""
-    v = sorted(values)
-    q = lambda f: v[min(len(v) - 1, round(f * (len(v) - 1)))]  # noqa: E731
-    return {"median": statistics.median(v), "p10": q(0.1), "p90": q(0.9)}
 
 
 def to_report(out: dict, plans: dict[int, dict], model_config: str, recipe: str, device: dict) -> dict:
@@ -250,29 +242,20 @@ class Runner:
         """fwd, bwd and total ms (median, p10, p90) over the iterations; each figure is the
         slowest rank's (the step waits for it)."""
         torch = self.torch
-        ctx = lambda: self.autocast(enabled=fp8, **{self.recipe_kw: self.recipe})  # noqa: E731
-        with ctx():
-            y = mod(x)
-        dy = torch.randn_like(y)
+
+        def forward():
+            with self.autocast(enabled=fp8, **{self.recipe_kw: self.recipe}):
+                return mod(x)
+
+        dy = torch.randn_like(forward())
         for _ in range(self.args.warmup):
-            with ctx():
-                y = mod(x)
-            y.backward(dy)
-        fw, bw, tot = [], [], []
-        for _ in range(self.args.iters):
+            forward().backward(dy)
+
+        def line_up():
             torch.cuda.synchronize()
             self.dist.barrier(group=self.group)
-            a, m, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            a.record()
-            with ctx():
-                y = mod(x)
-            m.record()
-            y.backward(dy)
-            b.record()
-            torch.cuda.synchronize()
-            fw.append(a.elapsed_time(m))
-            bw.append(m.elapsed_time(b))
-            tot.append(a.elapsed_time(b))
+
+        fw, bw, tot = time_fwd_bwd(torch, forward, dy, self.args.iters, line_up)
         local = [stat(v) for v in (fw, bw, tot)]
         t = torch.tensor([x for st in local for x in (st["median"], st["p10"], st["p90"])], device="cuda")
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)

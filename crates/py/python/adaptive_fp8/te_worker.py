@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 import traceback
 from typing import Any
 
+from adaptive_fp8._common import stat as _stat
+from adaptive_fp8._common import time_fwd_bwd
+
 #: Relative Frobenius error bounds of the checks.
 BF16_TOL = 2e-2
 FP8_TOL = 1.5e-1
-
-
-def _stat(v: list[float]) -> dict:
-    s = sorted(v)
-    at = lambda q: s[min(len(s) - 1, round(q * (len(s) - 1)))]  # noqa: E731
-    return {"median": statistics.median(s), "p10": at(0.1), "p90": at(0.9)}
 
 
 #: TE recipe classes by our recipe names (Megatron's --fp8-recipe values; `current` is the
@@ -198,22 +194,10 @@ class Worker:
         if not math.isfinite(err) or err > bound:
             raise CheckFailed(f"{name} fprop: relative error {err:.3e} above {bound:.0e}", name, err)
         # Time: eager steps with CUDA events, each synchronized (host time included).
-        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
         for _ in range(opt.get("warmup", 10)):
             forward().backward(dy)
         torch.cuda.synchronize()
-        fw, bw, tot = [], [], []
-        for _ in range(max(1, opt.get("iters", 10))):
-            a, b, c = ev(), ev(), ev()
-            a.record()
-            out = forward()
-            b.record()
-            out.backward(dy)
-            c.record()
-            torch.cuda.synchronize()
-            fw.append(a.elapsed_time(b))
-            bw.append(b.elapsed_time(c))
-            tot.append(a.elapsed_time(c))
+        fw, bw, tot = time_fwd_bwd(torch, forward, dy, max(1, opt.get("iters", 10)))
         gpu = self._gpu_ms(lambda: forward().backward(dy), max(1, opt.get("iters", 10)))
         timing = {
             "fwd_ms": _stat(fw),
