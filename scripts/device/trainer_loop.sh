@@ -13,6 +13,14 @@
 #                                          # with a dense and an MoE layer (the shared row/fc2 key)
 #   bash scripts/device/trainer_loop.sh e   # cuBLASLt + host-profile policies (eager objective)
 #   bash scripts/device/trainer_loop.sh f   # gradient accumulation 8: Qwen3-30B-A3B, Llama-3.2-1B
+#   bash scripts/device/trainer_loop.sh g   # TP 2 with communication, end to end (2 GPUs): te_tp reports
+#                                          # through `fp8sel bench --backend te --tp-comm` (Qwen2.5-72B,
+#                                          # Llama-3.2-1B), comm-aware eager policies from them, and
+#                                          # Qwen2.5-72B's step over a real TP group (step_bench --tp-comm)
+#   bash scripts/device/trainer_loop.sh h   # Llama-3.2-1B's TP 2 step over a real group; then two lanes,
+#                                          # one per GPU: the policies not yet judged by a step
+#                                          # (eager DeepSeek-V3 and Qwen3-VL, tensorwise, delayed), the
+#                                          # Qwen3-VL ViT again, the GPU tests and a TE-worker smoke run
 #   bash scripts/device/trainer_loop.sh c   # the fp8-bench GPU tests (devcarry/gpu); gradient
 #                                          # accumulation 8 vs 1 (Qwen2.5-72B TP 8); Mixtral at ETP 1,
 #                                          # the layout its TE policies were swept at
@@ -21,7 +29,7 @@
 # print last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-PHASE=${1:?phase: a, b, te, d, e, f or c}
+PHASE=${1:?phase: a, b, te, d, e, f, g, h or c}
 R=/root/tl; mkdir -p $R/sb $R/pol
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -33,9 +41,15 @@ F=./devcarry/fp8sel
 H=fixtures/reports/h200
 SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
 # The results so far, in case the device time runs out before the end.
-snap() { tar czf "$OUT/trainer_loop_$PHASE.tar.gz" -C $R . ; }
+# A lane (phase h) snapshots into its own tarball: two lanes never write one file.
+snap() { tar czf "$OUT/trainer_loop_$PHASE${LANE:+_$LANE}.tar.gz" -C $R . 2>/dev/null; }
 sb() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  CUDA_VISIBLE_DEVICES=0 timeout "$limit" python3 -m adaptive_fp8.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
+  CUDA_VISIBLE_DEVICES=${GPU:-0} timeout "$limit" python3 -m adaptive_fp8.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
+  echo "$name rc=$? $(( $(date +%s) - t0 )) s"; snap; }
+# The step over a real TP group of 2 GPUs (rank 0 writes).
+sbtp() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
+  timeout "$limit" python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m adaptive_fp8.step_bench --tp-comm --tp 2 "$@" \
+    --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 )) s"; snap; }
 pol() { for f in "$@"; do [ -f "$f" ] && echo --policy "$f"; done; }
 hostpol() { # model, output name, cuBLASLt reports...
@@ -113,6 +127,48 @@ f)
     $(pol devcarry/pol/est/estimated/h200/qwen3_30b_a3b.json)
   sb llama1b_ga8 80 --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 4 --tokens 1024,2048 $SBF $(pol policies/llama3_2_1b.json)
   ;;
+g)
+  T=$R/tpc; mkdir -p $T
+  for m in qwen2_5_72b:1024x1,2048x1,4096x1,8192x1,16384x1:110 llama3_2_1b:512x1,1024x1,2048x1,4096x1,8192x1:60; do
+    IFS=: read -r n sweep limit <<< "$m"; t0=$(date +%s)
+    timeout "$limit" $F bench --backend te --tp-comm --model fixtures/models/$n.yaml --tp 2 --shape-sweep "$sweep" --python python3 \
+      --report $T/${n}_tp2_comm.json > $T/${n}_bench.log 2>&1
+    echo "bench --tp-comm $n rc=$? $(( $(date +%s) - t0 )) s"
+    $F merge-policy --reports $T/${n}_tp2_comm.json --trainer eager --output $R/pol/${n}_tp2_comm.json > $T/${n}_merge.log 2>&1 \
+      || echo "merge $n failed: $(tail -n 2 $T/${n}_merge.log)"
+  done
+  snap
+  sbtp qwen72b_tp2_comm 230 --model fixtures/models/qwen2_5_72b.yaml --layers 2 --tokens 1024,4096,8192 \
+    --steps 4 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed \
+    $(pol policies/qwen2_5_72b.json policies/eager/qwen2_5_72b.json policies/te/qwen2_5_72b.json $R/pol/qwen2_5_72b_tp2_comm.json)
+  ;;
+h)
+  # /root/tl/pol/llama3_2_1b_tp2_comm.json is phase g's, on the same machine.
+  sbtp llama1b_tp2_comm 100 --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens 1024,2048,4096,8192 \
+    --steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed \
+    $(pol policies/llama3_2_1b.json policies/eager/llama3_2_1b.json $R/pol/llama3_2_1b_tp2_comm.json)
+  SBH="--steps 5 --repeats 7 --warmup 3 --oracle none"
+  Q=fixtures/models/qwen2_5_72b.yaml
+  VL=fixtures/models/qwen3_vl_235b_a22b.yaml
+  ( export GPU=0 LANE=0
+    sb qwen3_vl_vit_tp1_b 150 --model $VL --component vit --tp 1 --layers 4 --tokens 1024,4096,16384 --execution eager,graphed \
+      --steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 $(pol policies/qwen3_vl_235b_a22b.vit.json policies/eager/qwen3_vl_235b_a22b.vit.json)
+    sb qwen72b_tp8_delayed 90 --model $Q --tp 8 --layers 2 --tokens 1024,4096,16384 --execution eager,graphed --recipe delayed $SBH \
+      $(pol policies/delayed/qwen2_5_72b.json)
+    t0=$(date +%s); CUDA_VISIBLE_DEVICES=0 timeout 150 ./devcarry/gpu --test-threads=1 > $R/gpu_tests.txt 2>&1
+    echo "gpu tests rc=$? $(( $(date +%s) - t0 )) s: $(grep 'test result' $R/gpu_tests.txt)"
+    t0=$(date +%s); CUDA_VISIBLE_DEVICES=0 timeout 60 $F bench --backend te --model fixtures/models/llama3_2_1b.yaml --tp 1 \
+      --shape-sweep 1024x1,4096x1 --python python3 --report $R/te_worker_smoke.json > $R/te_worker_smoke.log 2>&1
+    echo "te worker smoke rc=$? $(( $(date +%s) - t0 )) s"; snap ) > $R/lane0.txt 2>&1 &
+  ( export GPU=1 LANE=1
+    sb deepseek_v3_tp8_eager 180 --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1024,2048,4096 \
+      --execution eager $SBH $(pol policies/deepseek_v3.json policies/eager/deepseek_v3.json)
+    sb qwen3_vl_llm_tp4_eager 120 --model $VL --tp 4 --ep 16 --layers 2 --tokens 1024,4096,8192 --execution eager $SBH \
+      $(pol policies/qwen3_vl_235b_a22b.llm.json policies/eager/qwen3_vl_235b_a22b.llm.json)
+    sb qwen72b_tp8_tensorwise 100 --model $Q --tp 8 --layers 2 --tokens 1024,4096,16384 --execution eager,graphed --recipe tensorwise $SBH \
+      $(pol policies/tensorwise/qwen2_5_72b.json) ) > $R/lane1.txt 2>&1 &
+  wait; cat $R/lane0.txt $R/lane1.txt
+  ;;
 c)
   Q=fixtures/models/qwen2_5_72b.yaml
   QP=$(pol policies/qwen2_5_72b.json devcarry/pol/qwen2_5_72b_eager_host.json devcarry/pol/qwen2_5_72b_te_eager.json devcarry/pol/qwen2_5_72b_te_graphed.json)
@@ -131,4 +187,5 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/gpu.txt
 snap
 for f in $R/sb/*.log; do echo "== $f"; grep -v "^|" "$f" | tail -n 3; done
 [ "$PHASE" = b ] && cat $R/te_tp2_qwen2_5_72b.md 2>/dev/null | tail -n 8 && tail -n 5 $R/te_tp2.log
+[ "$PHASE" = g ] && for f in $R/tpc/*_bench.log; do echo "== $f"; tail -n 6 "$f"; done
 for f in $R/sb/*.md; do grep -E "\| (bf16|fp8|oracle|policy:[^|]*) \|" "$f" | awk -F'|' '{printf "%-8s %-6s %-28s %s %s\n",$2,$3,$4,$7,$8}' | head -n 60; done

@@ -42,17 +42,41 @@ class _Base(torch.nn.Module):
 
 
 class Linear(_Base):
-    def __init__(self, in_features, out_features, bias=False, params_dtype=torch.float32, device="cpu"):
+    """With `parallel_mode`, TE's tensor-parallel module with sequence parallelism: the weight is
+    this rank's split; a column module all-gathers its input's sequence shards first, a row module
+    reduce-scatters its output (here an all-reduce and this rank's slice: gloo has no
+    reduce-scatter). The collectives are autograd-aware, as TE's are."""
+
+    def __init__(self, in_features, out_features, bias=False, params_dtype=torch.float32, device="cpu",
+                 tp_group=None, tp_size=1, sequence_parallel=False, parallel_mode=None):
         super().__init__()
+        if parallel_mode not in (None, "column", "row"):
+            raise ValueError(f"parallel_mode {parallel_mode!r}")
+        if parallel_mode and (not sequence_parallel or tp_group is None):
+            raise ValueError("the stand-in models sequence-parallel TP modules only")
+        self.mode, self.group, self.tp = parallel_mode, tp_group, tp_size
+        if parallel_mode == "column":
+            out_features //= tp_size
+        elif parallel_mode == "row":
+            in_features //= tp_size
         self.in_features, self.out_features = in_features, out_features
         self.fp8_param = _state["init"]
         self.weight = _weight(out_features, in_features, params_dtype, device)
 
     def forward(self, x):
+        import torch.distributed.nn.functional as dnn
+
+        if self.mode == "column":
+            x = torch.cat(dnn.all_gather(x.contiguous(), group=self.group))
         self._note(x.reshape(-1, x.shape[-1]).shape[0])
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got {tuple(x.shape)}")
-        return F.linear(x, self.weight)
+        y = F.linear(x, self.weight)
+        if self.mode == "row":
+            import torch.distributed as dist
+
+            y = dnn.all_reduce(y, group=self.group).chunk(self.tp)[dist.get_rank(self.group)]
+        return y
 
 
 class LayerNormLinear(Linear):

@@ -327,3 +327,76 @@ def test_results_are_written_after_each_case_so_a_time_limit_keeps_them(tmp_path
     p = tmp_path / "o.json"
     emit(seen[0], sb.markdown(seen[0]), str(p), None, quiet=True)
     assert _json.loads(p.read_text())["complete"] is False and not list(tmp_path.glob(".*.tmp"))
+
+
+# -- --tp-comm: a real TP group (pure refusals here; the stand-in run under torchrun below) -----
+
+
+def test_tp_comm_is_refused_with_the_fix_where_it_cannot_run(root):
+    from adaptive_fp8.step_spec import full_features, tp_comm_layout
+
+    q = _spec(root, tp=2, seq_length=4096)
+    kinds = composition(q, 2)
+    tp_comm_layout(q, kinds, 2, 2)  # dense GQA at TP 2 over 2 ranks: fine
+    for world, tp, msg in ((None, 2, "torchrun --nproc-per-node 2"), (4, 2, "give --nproc-per-node 2"), (1, 1, "needs --tp 2 or more")):
+        with pytest.raises(StepBenchError, match=msg):
+            tp_comm_layout(_spec(root, tp=tp, seq_length=4096), kinds, tp, world)
+    ds = _spec(root, "deepseek_v3.yaml", tp=2, ep=16, seq_length=4096)
+    with pytest.raises(StepBenchError, match="mla attention and MoE layers: drop --tp-comm"):
+        tp_comm_layout(ds, composition(ds, 2), 2, 2)
+    odd = _spec(root, tp=4, seq_length=1026)
+    with pytest.raises(StepBenchError, match="1026 tokens do not split over TP 4"):
+        tp_comm_layout(odd, composition(odd, 1), 4, 4)
+    # Column modules get their out features back, row modules their in features.
+    m = q.modules
+    assert full_features(m["qkv"], 2) == (8192, 10240) and full_features(m["fc2"], 2) == (29568, 8192)
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.step_bench", "--model", str(root / "fixtures" / "models" / "qwen2_5_72b.yaml"),
+                        "--tp", "2", "--tp-comm", "--tokens", "1024"], capture_output=True, text=True, env={k: v for k, v in __import__("os").environ.items() if k != "WORLD_SIZE"})
+    assert r.returncode == 2 and "runs under torchrun" in r.stderr, r.stderr
+
+
+_TP_DRIVER = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+import torch, fake_te
+from adaptive_fp8 import step_bench as sb
+args = sb.parser().parse_args({argv!r})
+torch.manual_seed(0)
+out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+rank = os.environ["RANK"]
+rows = sorted({{(c[0], c[1], c[2], c[3]) for c in fake_te.calls if c[0] != "make_graphed_callables"}})
+json.dump({{"out": out, "rows": rows}}, open(os.path.join({tmp!r}, "rank" + rank + ".json"), "w"))
+"""
+
+
+def test_tp_comm_runs_the_step_over_a_real_group_with_a_te_stand_in(tmp_path, root):
+    _torch()
+    import json as _json
+    import os
+
+    cfg = tmp_path / "gqa.json"
+    dense = dict(TINY["gqa_moe"], architectures=["Qwen2ForCausalLM"], model_type="qwen2")
+    for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        dense.pop(k)
+    cfg.write_text(_json.dumps(dense))
+    argv = ["--model", str(cfg), "--tp", "2", "--tp-comm", "--tokens", "64", "--layers", "2", "--steps", "1", "--repeats", "2",
+            "--warmup", "1", "--oracle-repeats", "1", "--execution", "eager,graphed"]
+    drv = tmp_path / "drv.py"
+    drv.write_text(_TP_DRIVER.format(tests=str(root / "crates" / "py" / "tests"), argv=argv, tmp=str(tmp_path)))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(drv)],
+                       capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = [_json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
+    out = ranks[0]["out"]
+    assert out["tp_comm"] and out["complete"] and "a TP group of 2 GPUs" in sb.markdown(out)
+    assert [r["execution"] for r in out["results"]] == ["eager", "graphed"] and all("error" not in r for r in out["results"])
+    # Every rank saw the slowest rank's times, so both took the same oracle decisions.
+    assert [r["modes"]["oracle"]["fp8_groups"] for r in out["results"]] == [r["modes"]["oracle"]["fp8_groups"] for r in ranks[1]["out"]["results"]]
+    # Column modules ran on the gathered sequence (64 rows) with a rank's split of the features;
+    # 32-row shards entered them (the stand-in notes rows after its gather).
+    rows = {(c[0], c[1], c[2]): c[3] for c in map(tuple, ranks[1]["rows"])}
+    hidden, heads, kv, hd, ffn = 128, 8, 2, 16, 256
+    assert rows[("LayerNormLinear", hidden, (heads + 2 * kv) * hd // 2)] == 64
+    assert rows[("Linear", heads * hd // 2, hidden)] == 64
+    assert rows[("LayerNormLinear", hidden, 2 * ffn // 2)] == 64 and rows[("Linear", ffn // 2, hidden)] == 64

@@ -33,8 +33,17 @@ in FP8). All modes are then timed interleaved (A B C A B C ...) for `--repeats` 
 `--steps` steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the
 noise band, and a band containing 1.0 is reported as a tie.
 
-Scope: one rank's GEMMs (no TP/EP communication in the step); no rotary embedding or MoE
-auxiliary loss (the same cost in every mode).
+Scope: by default one rank's GEMMs (no TP/EP communication in the step); no rotary embedding or
+MoE auxiliary loss (the same cost in every mode). With `--tp-comm`, under
+`torchrun --nproc-per-node TP`, the TP modules are TE's `parallel_mode` modules over a real TP
+group with sequence parallelism (Megatron's layout: qkv and fc1 gather their sequence shard, in
+FP8 already quantized; proj and fc2 reduce-scatter), so the all-gathers and reduce-scatters are in
+the step; every rank runs the same modes in the same order, each timing is the slowest rank's,
+and rank 0 writes the results. It builds MHA/GQA attention and dense MLPs (MoE and MLA layers are
+one-rank only):
+
+    torchrun --nproc-per-node 2 -m adaptive_fp8.step_bench --tp-comm --tp 2 \
+        --model fixtures/models/qwen2_5_72b.yaml --tokens 2048,8192 --policy tp2_comm.json
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit
 from adaptive_fp8._common import quantile as _quantile
-from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
+from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
@@ -142,8 +151,12 @@ def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None,
 
 
 def markdown(out: dict) -> str:
+    if out.get("tp_comm"):
+        scope = f"a TP group of {out['tp']} GPUs, sequence parallel, communication in the step"
+    else:
+        scope = "one rank's GEMMs, no communication"
     lines = [
-        f"Step benchmark: {out['model']} ({out.get('component', 'llm')}), TP {out['tp']} (one rank's GEMMs, no communication), "
+        f"Step benchmark: {out['model']} ({out.get('component', 'llm')}), TP {out['tp']} ({scope}), "
         f"layers {','.join(out.get('layer_types', [])) or out['layers']}, {out.get('grad_accum', 1)} micro-batch(es) per step, "
         f"{out['steps']} steps x {out['repeats']} interleaved rounds, "
         f"{out['recipe']}, {out['device']}, TE {out['te_version']}",
@@ -214,6 +227,9 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     from adaptive_fp8.step_layers import Bench
 
     bench = Bench(args, te, device)
+    if bench.rank:
+        # Every rank runs the same cases; rank 0 speaks and writes.
+        log, progress = (lambda *a, **k: None), None
     results: list[dict] = []
     kinds: list[str] = []
     notes: list[str] = []
@@ -223,6 +239,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "model": args.model,
             "component": args.component,
             "tp": args.tp,
+            "tp_comm": bool(getattr(args, "tp_comm", False)),
             "layers": args.layers,
             "layer_types": kinds,
             "steps": args.steps,
@@ -242,6 +259,8 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
         spec, kw = _spec(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
         groups, modes, notes = modes_for(af8, args, spec, kinds, kw)
+        if getattr(args, "tp_comm", False):
+            tp_comm_layout(spec, kinds, args.tp, bench.world)
         for n in notes:
             log(f"  note: {n}", file=sys.stderr)
         searchable = [g for g in groups if modes["fp8"][g]]
@@ -251,11 +270,14 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             except StepBenchError:
                 raise
             except Exception as e:  # a capture or kernel failure is a result row, not a crash
+                if bench.group is not None:
+                    raise  # ...except in a TP group, where the other ranks would wait forever
                 log(f"  tokens {spec.tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
                 results.append({"tokens": spec.tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             bench.free()
             if progress:
                 progress(snapshot(False))
+    bench.close()
     return snapshot(True)
 
 
@@ -355,6 +377,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="which component's layers to build (a VLM's vision encoder: vit)")
     ap.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size: the step runs one rank's shapes (default 1)")
+    ap.add_argument(
+        "--tp-comm",
+        action="store_true",
+        help="run over a real TP group under torchrun --nproc-per-node TP (sequence parallel; the communication is in the step); "
+        "MHA/GQA + dense MLP models",
+    )
     ap.add_argument("--ep", type=_positive, help="expert-parallel size (default: the config's); sets the rank's local experts")
     ap.add_argument("--etp", type=_positive, help="expert tensor-parallel size (default: the config's, else --tp, as Megatron)")
     ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1; vit: image tokens), comma-separated (default 2048,8192)")
@@ -396,7 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         # The model, layout and layer mix are checked before torch is imported.
         for t in args.tokens:
             spec, _ = _spec(af8, args, t)
-            composition(spec, args.layers, args.dense_layers)
+            kinds = composition(spec, args.layers, args.dense_layers)
+            if args.tp_comm:
+                world = os.environ.get("WORLD_SIZE")
+                tp_comm_layout(spec, kinds, args.tp, int(world) if world else None)
     except (StepBenchError, ValueError) as e:
         print(f"step_bench: {e}", file=sys.stderr)
         return 2
@@ -412,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(f"step_bench: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
         return 2
-    emit(out, markdown(out), args.json, args.md)
+    if not out.get("tp_comm") or os.environ.get("RANK", "0") == "0":
+        emit(out, markdown(out), args.json, args.md)
     return 0
 
 

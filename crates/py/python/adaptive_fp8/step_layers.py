@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from adaptive_fp8._common import te_api
-from adaptive_fp8.step_spec import Spec, StepBenchError
+from adaptive_fp8.step_spec import PARALLEL_MODE, Spec, StepBenchError, full_features
 
 
 class Bench:
@@ -29,6 +29,28 @@ class Bench:
         self.torch, self.te, self.args, self.device = torch, te, args, device
         self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
         self.model_init, self.autocast, self.recipe_kw = te_api(te)
+        self.group, self.world, self.rank = None, 1, 0
+        if getattr(args, "tp_comm", False):
+            self._join_tp_group()
+
+    def _join_tp_group(self) -> None:
+        """The torchrun world is the TP group (NCCL on the GPU; gloo for the CPU stand-in)."""
+        import os
+
+        import torch.distributed as dist
+
+        if self.device == "cuda":
+            self.torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device == "cuda" else "gloo")
+        self.dist, self.world, self.rank = dist, dist.get_world_size(), dist.get_rank()
+        self.group = dist.new_group(list(range(self.world)))
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.dist.barrier(group=self.group)
+            self.dist.destroy_process_group()
+            self.group = None
 
     # -- building ------------------------------------------------------------------------------
 
@@ -36,14 +58,19 @@ class Bench:
         torch, te = self.torch, self.te
         m = spec.modules[group]
         kw = dict(bias=False, params_dtype=torch.bfloat16, device=self.device)
+        k, n = m.in_features, m.out_features
+        if self.group is not None and not grouped:
+            # Megatron's TE modules with sequence parallelism: full features, split over the group.
+            kw.update(tp_group=self.group, tp_size=self.world, sequence_parallel=True, parallel_mode=PARALLEL_MODE[group])
+            k, n = full_features(m, self.world)
         on = fp8[group]
         with self.model_init(enabled=on, recipe=self.recipe):
             if grouped:
-                mod = te.GroupedLinear(m.gemms, m.in_features, m.out_features, **kw)
+                mod = te.GroupedLinear(m.gemms, k, n, **kw)
             elif norm:
-                mod = te.LayerNormLinear(m.in_features, m.out_features, normalization=spec.norm, **kw)
+                mod = te.LayerNormLinear(k, n, normalization=spec.norm, **kw)
             else:
-                mod = te.Linear(m.in_features, m.out_features, **kw)
+                mod = te.Linear(k, n, **kw)
         if not on:
             from adaptive_fp8.megatron import run_in_bf16
 
@@ -69,8 +96,9 @@ class Bench:
 
     def step_fn(self, spec: Spec, layers, execution: str):
         torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(7)
-        x0 = torch.randn(spec.tokens, 1, spec.hidden, device=self.device, dtype=torch.bfloat16, generator=gen)
+        gen = torch.Generator(device=self.device).manual_seed(7 + self.rank)
+        # With a TP group, each rank holds its sequence-parallel shard between the blocks.
+        x0 = torch.randn(spec.tokens // self.world, 1, spec.hidden, device=self.device, dtype=torch.bfloat16, generator=gen)
         params = [p for p in layers.parameters() if p.requires_grad]
         # One optimizer for every mode (fp32 master weights, as Megatron keeps main params), so
         # a mode's time differs only by its GEMM precision.
@@ -134,12 +162,24 @@ class Bench:
         ls = [float(v) for v in step.losses[-self.args.warmup :]]
         step.losses.clear()
         if not all(v == v and 0 < v < float("inf") for v in ls):
-            raise StepBenchError(f"mode {name}: warmup losses are not finite and positive: {ls}")
+            raise StepBenchError(f"mode {name}: warmup losses are not finite and positive: {ls}" + (f" (rank {self.rank})" if self.group else ""))
 
     def time_ms(self, step) -> float:
-        """ms per step over `--steps` back-to-back steps (no sync between them, as in training)."""
+        """ms per step over `--steps` back-to-back steps (no sync between them, as in training).
+        With a TP group the ranks start together and every rank gets the slowest rank's time (the
+        step waits for it), so all ranks take the same oracle decisions."""
+        ms = self._time_local(step)
+        if self.group is None:
+            return ms
+        t = self.torch.tensor([ms], device=self.device, dtype=self.torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
+        return float(t.item())
+
+    def _time_local(self, step) -> float:
         torch = self.torch
         if self.device != "cuda":
+            if self.group is not None:
+                self.dist.barrier(group=self.group)
             t0 = time.perf_counter()
             for _ in range(self.args.steps):
                 step()
@@ -147,6 +187,8 @@ class Bench:
             return (time.perf_counter() - t0) * 1e3 / self.args.steps
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
+        if self.group is not None:
+            self.dist.barrier(group=self.group)
         a.record()
         for _ in range(self.args.steps):
             step()
@@ -188,8 +230,9 @@ class MhaBlock:
                 self.proj = b._linear(fp8, spec, "proj")
 
             def forward(self, x):
-                n, hd = x.shape[0], spec.head_dim
-                q, k, v = self.qkv(x).split([spec.heads * hd, spec.groups * hd, spec.groups * hd], dim=-1)
+                qkv = self.qkv(x)  # with a TP group: gathered to the full sequence
+                n, hd = qkv.shape[0], spec.head_dim
+                q, k, v = qkv.split([spec.heads * hd, spec.groups * hd, spec.groups * hd], dim=-1)
                 a = self.core(q.reshape(n, 1, spec.heads, hd), k.reshape(n, 1, spec.groups, hd), v.reshape(n, 1, spec.groups, hd))
                 return x + self.proj(a)
 

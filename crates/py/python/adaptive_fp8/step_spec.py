@@ -17,9 +17,11 @@ Module groups are what the oracle switches and what a policy decides: `qkv`, `pr
 `q_down_proj`, `q_up_proj`, `q_proj`, `kv_down_proj`, `kv_up_proj`. Every layer of one type decides
 alike (the plan's rows are module groups over layers).
 
-Not built: rotary embeddings, MoE auxiliary losses, expert/tensor-parallel communication (one
-rank's GEMMs only). They cost the same in every mode, so they move no comparison between
-modes, only the absolute step time.
+Not built: rotary embeddings, MoE auxiliary losses, and, by default, expert/tensor-parallel
+communication (one rank's GEMMs only). The first two cost the same in every mode. Communication
+does not: TE gathers FP8 inputs already quantized, and a gather or reduce-scatter next to a small
+GEMM changes what FP8 wins. `tp_comm_layout` says when a step can run over a real TP group (see
+`step_bench --tp-comm`).
 """
 
 from __future__ import annotations
@@ -225,3 +227,32 @@ def built_groups(spec: Spec, kinds: list[str]) -> list[str]:
 def decisions(rows: list[dict], component: str = "llm") -> dict[str, bool]:
     """The plan's decision per group (all layers of one type decide alike)."""
     return {group_of(r): bool(r["use_fp8"]) for r in component_rows(rows, component)}
+
+
+# Megatron's split of the dense modules over TP: column modules gather their sequence-parallel
+# input, row modules reduce-scatter their output.
+PARALLEL_MODE = {"qkv": "column", "fc1": "column", "proj": "row", "fc2": "row"}
+
+
+def tp_comm_layout(spec: Spec, kinds: list[str], tp: int, world: int | None) -> None:
+    """Refuses, with the fix, a step that cannot run over a real TP group (pure): the group must be
+    the torchrun world, the sequence must split over it, and every module must be a dense TP module
+    (MHA/GQA attention and dense MLPs; MLA's duplicated down projections and MoE's all-to-all are
+    not built with communication)."""
+    if world is None:
+        raise StepBenchError(f"--tp-comm runs under torchrun: torchrun --nproc-per-node {tp} -m adaptive_fp8.step_bench --tp-comm ...")
+    if world != tp:
+        raise StepBenchError(f"--tp-comm: the torchrun world has {world} rank(s) but --tp is {tp}; give --nproc-per-node {tp}")
+    if tp < 2:
+        raise StepBenchError("--tp-comm needs --tp 2 or more: at TP 1 there is no communication; drop --tp-comm")
+    if spec.attention != "mha" or "moe" in kinds:
+        raise StepBenchError(f"--tp-comm builds MHA/GQA attention and dense MLPs; {spec.model} has {spec.attention} attention and {'MoE' if 'moe' in kinds else 'dense'} layers: drop --tp-comm (one rank's GEMMs)")
+    if spec.tokens % tp:
+        raise StepBenchError(f"--tp-comm: {spec.tokens} tokens do not split over TP {tp} (sequence parallelism); pick a multiple of {tp}")
+
+
+def full_features(m: Module, tp: int) -> tuple[int, int]:
+    """A TP module's unsplit (in, out) features from its per-rank shape (pure)."""
+    if PARALLEL_MODE[m.group] == "row":
+        return m.in_features * tp, m.out_features
+    return m.in_features, m.out_features * tp
