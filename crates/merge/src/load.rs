@@ -76,8 +76,8 @@ pub struct Origin {
     /// Whether TP communication was in the times (`adaptive_fp8.te_tp`); `None` when the report
     /// does not say (the reference tool's list format).
     pub tp_comm: Option<bool>,
-    /// Whether any point ran at TP > 1 (only those differ with and without communication).
-    pub multi_tp: bool,
+    /// The TP sizes above 1 of its points (only those differ with and without communication).
+    pub tps: BTreeSet<u32>,
     /// What `total_ms` is: `gpu` (GPU time: the cuda backend), `model` (estimated GPU time),
     /// `te-eager` (an eager step, host included; GPU time beside it), `reference-eager` (the
     /// reference tool's synchronized eager iterations).
@@ -164,7 +164,7 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
         model: r.provenance.model.clone(),
         recompute: Some(r.provenance.recompute),
         tp_comm: Some(r.provenance.tp_comm),
-        multi_tp: r.points.iter().any(|p| p.tp > 1),
+        tps: r.points.iter().map(|p| p.tp).filter(|&t| t > 1).collect(),
         timing: r.provenance.timing.clone(),
         models: r
             .points

@@ -477,7 +477,9 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
     let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
     let mut est: Option<(bool, &PathBuf)> = None;
     let mut recompute: Option<(bool, &PathBuf)> = None;
-    let (mut comm, mut local_tp): (Option<&PathBuf>, Option<&PathBuf>) = (None, None);
+    // Per TP size: the first report timed with communication, and the first timed one rank alone.
+    let (mut comm, mut local_tp): (BTreeMap<u32, &PathBuf>, BTreeMap<u32, &PathBuf>) =
+        (BTreeMap::new(), BTreeMap::new());
     let mut seen_models: BTreeMap<&str, (&str, &PathBuf)> = BTreeMap::new();
     for l in inputs {
         for (i, (what, v)) in [
@@ -546,18 +548,24 @@ fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> 
                 Some(_) => {}
             }
         }
-        if l.origin.tp_comm == Some(true) {
-            comm.get_or_insert(&l.file);
-        } else if l.origin.multi_tp {
-            local_tp.get_or_insert(&l.file);
+        // Two timings of one TP size would disagree about what a rule at that size means; a
+        // te_tp report at TP 2 beside one-rank reports at TP 4 and 8 is fine (each TP size's
+        // rules come from one kind of timing, and provenance names the sizes with communication).
+        let own = if l.origin.tp_comm == Some(true) {
+            &mut comm
+        } else {
+            &mut local_tp
+        };
+        for &t in &l.origin.tps {
+            own.entry(t).or_insert(&l.file);
         }
-        if let (Some(a), Some(b)) = (comm, local_tp) {
+        if let Some((&t, a)) = comm.iter().find(|(t, _)| local_tp.contains_key(t)) {
             return Err(MergeError::Mixed {
                 what: "TP communication",
-                a: "timed with TP communication (te_tp)".to_owned(),
-                file_a: a.clone(),
-                b: "one rank alone at TP > 1".to_owned(),
-                file_b: b.clone(),
+                a: format!("timed with TP communication at TP {t} (te_tp)"),
+                file_a: (*a).clone(),
+                b: format!("one rank alone at TP {t}"),
+                file_b: local_tp[&t].clone(),
             });
         }
         match est {
@@ -798,6 +806,13 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
         p.estimated = estimated;
         p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
+        p.tp_comm = inputs
+            .iter()
+            .filter(|l| l.origin.tp_comm == Some(true))
+            .flat_map(|l| l.origin.tps.iter().copied())
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .collect();
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
         p.shared_keys = shared.remove(component).unwrap_or_default();
         p.rule = match opt.shared_key {

@@ -229,7 +229,7 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             models,
             recompute: None,
             tp_comm: None,
-            multi_tp: false,
+            tps: BTreeSet::new(),
             timing: "reference-eager".to_owned(),
         },
         samples,

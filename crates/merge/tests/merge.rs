@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use fp8_merge::{
@@ -56,7 +57,7 @@ fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
             models: [("llm".to_owned(), ["m".to_owned()].into())].into(),
             recompute: Some(false),
             tp_comm: Some(false),
-            multi_tp: false,
+            tps: BTreeSet::new(),
             timing: "gpu".into(),
         },
         samples,
@@ -840,23 +841,53 @@ fn the_profile_probe_host_writes_parses() {
 }
 
 #[test]
-fn tp_communication_reports_never_merge_with_one_rank_reports_of_tp_above_one() {
+fn tp_communication_reports_never_merge_with_one_rank_reports_of_the_same_tp() {
     let k = key(ModuleKind::Row, Some("fc2"), ParKey::Tp(2));
     let mut comm = loaded(vec![sample(&k, "c", 4096, 1.0, 0.8)], "d");
     comm.origin.tp_comm = Some(true);
-    comm.origin.multi_tp = true;
+    comm.origin.tps = BTreeSet::from([2]);
     comm.file = PathBuf::from("comm.json");
     let mut alone = loaded(vec![sample(&k, "c", 4096, 1.0, 0.8)], "d");
-    alone.origin.multi_tp = true;
+    alone.origin.tps = BTreeSet::from([2]);
     alone.file = PathBuf::from("alone.json");
     let e = merge(&[comm.clone(), alone.clone()], &MergeOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("TP communication") && e.contains("comm.json") && e.contains("alone.json"),
+        e.contains("TP communication at TP 2")
+            && e.contains("comm.json")
+            && e.contains("alone.json"),
         "{e}"
     );
     // A TP 1 report has no communication to disagree about.
-    alone.origin.multi_tp = false;
-    assert!(merge(&[comm, alone], &MergeOptions::default()).is_ok());
+    alone.origin.tps.clear();
+    let m = merge(&[comm.clone(), alone], &MergeOptions::default()).unwrap();
+    assert_eq!(m.policies["llm"].provenance().unwrap().tp_comm, vec![2]);
+}
+
+#[test]
+fn a_tp_communication_report_folds_in_beside_one_rank_reports_of_other_tp_sizes() {
+    // te_tp at TP 2 decides the TP 2 key; one rank alone at TP 8 decides the TP 8 key.
+    let k2 = key(ModuleKind::Row, Some("fc2"), ParKey::Tp(2));
+    let k8 = key(ModuleKind::Row, Some("fc2"), ParKey::Tp(8));
+    let mut comm = loaded(vec![sample(&k2, "c", 4096, 1.0, 1.2)], "d");
+    comm.origin.tp_comm = Some(true);
+    comm.origin.tps = BTreeSet::from([2]);
+    let mut alone = loaded(vec![sample(&k8, "c", 4096, 1.0, 0.5)], "d");
+    alone.origin.tps = BTreeSet::from([8]);
+    let m = merge(&[alone, comm], &MergeOptions::default()).unwrap();
+    let p = &m.policies["llm"];
+    assert_eq!(p.provenance().unwrap().tp_comm, vec![2]);
+    let won = |k: &GroupKey| {
+        m.outcomes
+            .iter()
+            .find(|o| &o.key == k)
+            .unwrap()
+            .rule
+            .is_some()
+    };
+    assert!(
+        won(&k8) && !won(&k2),
+        "TP 8 wins FP8 alone, TP 2 loses with communication"
+    );
 }

@@ -205,12 +205,21 @@ def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[s
         else:
             planned = af8._plan(args.model, p, pol_kw)
         d = decisions(planned["modules"], args.component)
-        modes[f"policy:{Path(p).name}"] = {g: bool(d.get(g)) and capable[g] for g in groups}
+        modes[policy_mode_name(p, args.policy)] = {g: bool(d.get(g)) and capable[g] for g in groups}
         missing = [m for m in planned["summary"]["missing_rules"] if m.get("component") == args.component]
         if missing:
             keys = ", ".join(_key_text(m.get("key")) for m in missing)
             notes.append(f"policy {Path(p).name} has no rule for {keys} under this layout: those modules run BF16 (see fp8sel check)")
     return groups, modes, notes
+
+
+def policy_mode_name(path: str, all_paths: list[str]) -> str:
+    """`policy:<file name>`, with its folder when another policy has the same name
+    (policies/qwen2_5_72b.json and policies/eager/qwen2_5_72b.json are different policies)."""
+    name = Path(path).name
+    if sum(Path(q).name == name for q in all_paths) > 1:
+        name = f"{Path(path).parent.name}/{name}"
+    return f"policy:{name}"
 
 
 def _key_text(k) -> str:
@@ -445,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not out.get("tp_comm") or os.environ.get("RANK", "0") == "0":
         emit(out, markdown(out), args.json, args.md)
+    if out.get("tp_comm"):
+        # Skip the interpreter's teardown of NCCL communicators that CUDA graphs captured (it
+        # hung on the H200); everything is written and flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

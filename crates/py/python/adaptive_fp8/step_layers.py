@@ -47,10 +47,13 @@ class Bench:
         self.group = dist.new_group(list(range(self.world)))
 
     def close(self) -> None:
+        """Lines the ranks up at the end. The process group is not destroyed: with CUDA graphs
+        that captured NCCL collectives, destroy_process_group hung on the H200 after every case
+        had finished; the caller ends the process instead (`step_bench.main`)."""
         if self.group is not None:
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()
             self.dist.barrier(group=self.group)
-            self.dist.destroy_process_group()
-            self.group = None
 
     # -- building ------------------------------------------------------------------------------
 
