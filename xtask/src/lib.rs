@@ -106,9 +106,21 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
 /// variant are for the RESULTS tables, not a policy).
 fn te_policies(models: &[PathBuf], dir: &Path) -> Result<build::Files, String> {
     let reports = build::read_reports(dir)?;
+    // A TP size measured over a real TP group (te_tp, `provenance.tp_comm`) is decided by that
+    // report, not by one rank alone: the TP 2 step with communication judged both
+    // (docs/RESULTS.md, "TP 2 with communication, end to end").
+    let comm: std::collections::BTreeSet<(&str, u32)> = reports
+        .iter()
+        .filter(|(_, r, _)| r.provenance.tp_comm)
+        .map(|(_, r, _)| (r.provenance.model.as_str(), r.provenance.parallel.tp))
+        .collect();
     let usable: Vec<_> = reports
         .iter()
         .filter(|(f, r, _)| !r.provenance.recompute && !f.to_string_lossy().contains("_experts"))
+        .filter(|(_, r, _)| {
+            r.provenance.tp_comm
+                || !comm.contains(&(r.provenance.model.as_str(), r.provenance.parallel.tp))
+        })
         .collect();
     let opt = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Eager),

@@ -235,6 +235,24 @@ fn summary(
                  step time (host included): for an eager trainer.\n"
             ),
         };
+        let comm: BTreeSet<u32> = reports
+            .iter()
+            .filter(|r| r.1.provenance.tp_comm)
+            .map(|r| r.1.provenance.parallel.tp)
+            .collect();
+        if !comm.is_empty() {
+            let list = comm
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                s,
+                "TP {list}: measured over a real TP group with sequence parallelism (`adaptive_fp8.te_tp`), \
+                 so the all-gathers and reduce-scatters are in those rules' times; the other TP sizes are \
+                 one rank's GEMMs alone.\n"
+            );
+        }
     }
     let recipes: BTreeSet<&str> = reports
         .iter()
