@@ -31,6 +31,11 @@ const SCENARIOS: &[Scenario] = &[
         files: &["ab/sb/qwen72b_tp8.json", "sb4/qwen72b_tp8_b.json"],
     },
     Scenario {
+        name: "Large dense model, TP 2 with communication in the step",
+        what: "Qwen2.5-72B, TP 2 over two H200s (sequence parallel, `--tp-comm`), 2 layers",
+        files: &["g/sb/qwen72b_tp2_comm_b.json"],
+    },
+    Scenario {
         name: "Short sequences",
         what: "Llama-3.2-1B, TP 1, 4 layers",
         files: &[
@@ -40,6 +45,11 @@ const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "Short sequences, TP 2 with communication in the step",
+        what: "Llama-3.2-1B, TP 2 over two H200s (sequence parallel, `--tp-comm`), 4 layers",
+        files: &["h/sb/llama1b_tp2_comm.json"],
+    },
+    Scenario {
         name: "Small MoE experts (not in fixtures/)",
         what: "Qwen3-30B-A3B (`examples/models/`), TP 1, EP 8 (16 local experts of 768), 2 layers",
         files: &["ab/sb/qwen3_30b_a3b_tp1.json", "sb2/qwen3_30b_a3b.json"],
@@ -47,12 +57,18 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "Small MoE experts in a VLM's language model",
         what: "Qwen3-VL-235B-A22B LLM, TP 4, EP 16 (8 local experts of 1536), 2 layers",
-        files: &["sb3/qwen3_vl_llm_tp4.json"],
+        files: &[
+            "sb3/qwen3_vl_llm_tp4.json",
+            "h/sb/qwen3_vl_llm_tp4_eager.json",
+        ],
     },
     Scenario {
         name: "High-TP MoE with MLA",
         what: "DeepSeek-V3, TP 8, EP 64, 2 MoE layers (MLA, 4 local experts, shared expert)",
-        files: &["ab/sb/deepseek_v3_tp8.json"],
+        files: &[
+            "ab/sb/deepseek_v3_tp8.json",
+            "h/sb/deepseek_v3_tp8_eager.json",
+        ],
     },
     Scenario {
         name: "MoE with a dense layer (the shared row/fc2 key)",
@@ -67,7 +83,17 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "VLM vision encoder",
         what: "Qwen3-VL-235B-A22B ViT, TP 1, 4 layers",
-        files: &["ab/sb/qwen3_vl_vit_tp1.log"],
+        files: &["h/sb/qwen3_vl_vit_tp1_b.json", "ab/sb/qwen3_vl_vit_tp1.log"],
+    },
+    Scenario {
+        name: "Tensorwise recipe",
+        what: "Qwen2.5-72B, TP 8, 2 layers, `--recipe tensorwise` (Float8CurrentScaling) with `policies/tensorwise/`",
+        files: &["h/sb/qwen72b_tp8_tensorwise.json"],
+    },
+    Scenario {
+        name: "Delayed recipe",
+        what: "Qwen2.5-72B, TP 8, 2 layers, `--recipe delayed` (DelayedScaling) with `policies/delayed/`",
+        files: &["h/sb/qwen72b_tp8_delayed.json"],
     },
 ];
 
@@ -113,15 +139,19 @@ fn from_log(text: &str) -> Value {
     serde_json::json!({"results": results, "from_log": true})
 }
 
-/// Which backend and objective made a policy, from its file name in the logs.
+/// Which backend and objective made a policy, from its file name in the logs (`policy:<name>`,
+/// or `policy:<folder>/<name>` where two policies share a name: `eager/` and `te/` are the
+/// shipped folders).
 fn policy_label(mode: &str, file: &str) -> &'static str {
     let name = mode.trim_start_matches("policy:");
     let new_model = file.contains("qwen3_30b_a3b") || file.contains("mixtral");
-    if name.ends_with("_te_eager.json") {
+    if name.ends_with("_tp2_comm.json") {
+        TP_COMM_LABEL
+    } else if name.ends_with("_te_eager.json") || name.starts_with("te/") {
         "TE, eager"
     } else if name.ends_with("_te_graphed.json") {
         "TE, GPU time"
-    } else if name.ends_with("_host.json") {
+    } else if name.ends_with("_host.json") || name.starts_with("eager/") {
         "cuBLASLt + host profile (eager)"
     } else if new_model {
         "cost model, GPU time"
@@ -130,11 +160,18 @@ fn policy_label(mode: &str, file: &str) -> &'static str {
     }
 }
 
+/// A TE eager policy whose TP 2 rules were measured over a real TP group (`te_tp`).
+const TP_COMM_LABEL: &str = "TE, eager, TP communication";
+
 /// The policy an objective's user would pick: eager -> TE eager, else cuBLASLt + host profile;
 /// graphed -> cuBLASLt (or the cost model for a model not measured).
 fn is_objective_policy(label: &str, execution: &str) -> bool {
     match execution {
-        "eager" => label == "TE, eager" || label == "cuBLASLt + host profile (eager)",
+        "eager" => {
+            label == "TE, eager"
+                || label == TP_COMM_LABEL
+                || label == "cuBLASLt + host profile (eager)"
+        }
         _ => {
             label == "cuBLASLt, GPU time"
                 || label == "cost model, GPU time"
@@ -188,7 +225,8 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         s,
         "## End to end: the training step\n\n\
          Real Transformer Engine 2.20.2 training steps on one NVIDIA H200 (the `nvidia-h200-x2` and \
-         `nvidia-h200` device machines), `python -m adaptive_fp8.step_bench`: one rank's layers \
+         `nvidia-h200` device machines; the scenarios marked TP 2 with communication ran on both GPUs \
+         of `nvidia-h200-x2` under torchrun, `--tp-comm`), `python -m adaptive_fp8.step_bench`: one rank's layers \
          built from the model config through the engine's plan (attention or MLA, dense MLP or MoE \
          with router, permutation, token-count sync, grouped and shared experts), forward + backward \
          + FusedAdam step with FP8 parameters, blockwise recipe. Every mode is timed interleaved \
@@ -196,12 +234,14 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
          p10-p90 band, and a band that contains 1 is a **tie**. `/ best` is the median step time over \
          the better of all-BF16 and all-FP8. `graphed` captures attention and dense MLP blocks with \
          TE's make_graphed_callables (MoE blocks stay eager: the token-count sync cannot be captured). \
-         Commands: `bash scripts/device/trainer_loop.sh a|b|te|d|e|f|c` (phases, logs and JSON in \
+         Commands: `bash scripts/device/trainer_loop.sh a|b|te|d|e|f|c|g|h` (phases, logs and JSON in \
          `{LOGS}/`, see its README).\n\n\
          Policies, by backend and objective: `cuBLASLt, GPU time` is the shipped default \
          (`policies/<model>.json`); `cuBLASLt + host profile (eager)` is `policies/eager/` (the same \
          reports, each module's time raised to the host profile `probe_host` measured on this machine); \
-         `TE, eager` and `TE, GPU time` are merged from TE-backend sweeps (`policies/te/`); `cost model` \
+         `TE, eager` and `TE, GPU time` are merged from TE-backend sweeps of one rank alone (`policies/te/` \
+         as it was before its TP 2 rules came from the TP group); `TE, eager, TP communication` from `te_tp`'s \
+         TP 2 measurements over a real TP group (now the TP 2 rules of `policies/te/`); `cost model` \
          is `fp8sel gen-policy --backend model` for the two models that have no measured reports.\n"
     );
     let mut tallies: std::collections::BTreeMap<(String, String), Tally> = Default::default();
@@ -265,7 +305,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
                     if label.starts_with("cuBLASLt, ") || label.starts_with("cost model") {
                         cub = Some(groups(m));
                     }
-                    if label.starts_with("TE") {
+                    if label == "TE, eager" || label == "TE, GPU time" {
                         te.push((label.to_owned(), groups(m)));
                     }
                     if is_objective_policy(label, exec) {
@@ -467,6 +507,17 @@ const WHY: &str = "
   The cost model (calibrated on cuBLASLt) switches the experts' FC1 and the attention to FP8 and
   loses; the TE-measured policies keep them BF16 and tie. A model without measured reports should be
   measured with `--backend te` before its policy is trusted.
+- **TP communication (TP 2 over two GPUs).** The policies made from one rank alone switch modules
+  to FP8 at the short end whose all-gather or reduce-scatter (FP8 gathers its quantized input, and
+  the quantize-then-gather path costs the host and the GPU more than the BF16 gather) make them lose
+  in the step; the policy made from the TP group's times keeps them BF16 and ties, and matches the
+  others from the count where all of them switch. An eager Llama-3.2-1B at TP 2 is bound by host and
+  communication at every count measured (its BF16 step barely grows with the tokens), so all-FP8
+  and the GPU-time policies lose throughout; under CUDA graphs the TP-group policy, made for the
+  eager objective, leaves the large-count FP8 gain on the table.
+- **Eager policies for MoE models and the ViT.** `policies/eager/` for DeepSeek-V3 (TP 8, EP 64) and
+  Qwen3-VL (LLM TP 4, ViT TP 1), judged by eager steps: ties or wins against BF16; the wide bands of
+  the MoE steps at short sequences decide little there.
 - **Noise.** Compare the bands: graphed steps are tight, eager steps at short sequences are wide, and
   the DeepSeek-V3 dense + MoE run (eager, two MoE syncs per step) has bands so wide at 2048 tokens
   that its rows decide nothing there.
@@ -699,10 +750,7 @@ fn render_tp(root: &Path, s: &mut String) -> Result<(), String> {
          gathers the quantized input), against the per-rank module alone (what the one-GPU mode \
          times). Eager forward + backward, slowest rank's median ({} iterations). Communication \
          moves the crossovers of the modules whose GEMMs are small against their gather or \
-         scatter: one rank alone is optimistic for them. `te_tp --report FILE` (or `fp8sel bench --backend te \
-         --tp-comm`) writes these times as a report that `merge-policy --trainer eager` turns into \
-         a policy with the communication in its TP > 1 rules (not run on the GPU yet: the run \
-         above predates it).\n\n\
+         scatter: one rank alone is optimistic for them.\n\n\
          | module | FP8 from, TP 2 with communication | FP8 from, one rank alone | speedup at 16384 (comm / alone) |\n|---|---|---|---|",
         v["iters"]
     );
@@ -728,6 +776,69 @@ fn render_tp(root: &Path, s: &mut String) -> Result<(), String> {
             show(&c["crossover_local"])
         );
     }
+    render_tp_policies(root, s)
+}
+
+/// The TP 2 rules merged (eager objective) from one rank alone and from the TP group, and where
+/// the step over the group judged them.
+fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
+    let _ = writeln!(
+        s,
+        "\n`fp8sel bench --backend te --tp-comm --tp 2` (which runs `te_tp --report` under torchrun) \
+         measured the same modules again as reports (`fixtures/reports/h200/te/te_*_tp2_comm.json`, \
+         logs in `{LOGS}/g/`), and `merge-policy --trainer eager` made policies of them. Their TP 2 \
+         rules against the same merge of the one-rank TE report, FP8 from (min_tokens; `BF16` = FP8 \
+         never won by the margin):\n\n\
+         | model | module | one rank alone | TP group (communication) |\n|---|---|---|---|"
+    );
+    let opt = fp8_merge::MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Eager),
+        ..fp8_merge::MergeOptions::default()
+    };
+    for (model, name) in [
+        ("Qwen2.5-72B", "qwen2_5_72b"),
+        ("Llama-3.2-1B", "llama3_2_1b"),
+    ] {
+        let rules = |file: &str| -> Result<Option<BTreeMap<String, Option<u64>>>, String> {
+            let p = root.join("fixtures/reports/h200/te").join(file);
+            if !p.exists() {
+                return Ok(None);
+            }
+            let l = fp8_merge::load(&p, 16).map_err(|e| e.to_string())?;
+            let m = fp8_merge::merge(&[l], &opt).map_err(|e| e.to_string())?;
+            Ok(Some(
+                m.outcomes
+                    .iter()
+                    .filter(|o| o.key.par == fp8_merge::ParKey::Tp(2))
+                    .map(|o| {
+                        (
+                            o.key.ub_name.clone().unwrap_or_default(),
+                            o.rule.map(|r| r.0),
+                        )
+                    })
+                    .collect(),
+            ))
+        };
+        let alone = rules(&format!("te_{name}_tp2.json"))?;
+        let Some(comm) = rules(&format!("te_{name}_tp2_comm.json"))? else {
+            continue;
+        };
+        let show = |r: Option<u64>| r.map_or("BF16".to_owned(), |t| t.to_string());
+        for (ub, c) in &comm {
+            let a = alone.as_ref().map_or("not measured".to_owned(), |a| {
+                a.get(ub).map_or("-".to_owned(), |r| show(*r))
+            });
+            let _ = writeln!(s, "| {model} | {ub} | {a} | {} |", show(*c));
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nThe step over the TP group (the two \"TP 2 with communication in the step\" scenarios above) \
+         judges them: at the short end the policies from one rank alone switch modules to FP8 whose \
+         gathers and scatters make them lose, and the TP-group policy keeps them BF16. Since then \
+         `policies/te/` takes its TP 2 rules from the TP-group reports (`provenance.tp_comm: [2]`); \
+         TP 4 and 8 remain one rank alone (two GPUs could not measure them)."
+    );
     Ok(())
 }
 

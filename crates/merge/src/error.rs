@@ -41,7 +41,8 @@ pub enum MergeError {
     },
     /// Reports from different devices or recipes.
     #[error(
-        "reports disagree on {what}: {a} ({file_a}) vs {b} ({file_b}); fix: merge reports of one model, device and recipe, or pass --allow-mixed"
+        "reports disagree on {what}: {a} ({file_a}) vs {b} ({file_b}); fix: {}",
+        mixed_fix(.what)
     )]
     Mixed {
         /// `model`, `device`, `recipe`, or `estimated`.
@@ -63,4 +64,14 @@ pub enum MergeError {
     /// Invalid options.
     #[error("{0}")]
     Options(String),
+}
+
+/// The fix for reports that disagree on `what`.
+fn mixed_fix(what: &str) -> &'static str {
+    match what {
+        "TP communication" => {
+            "give one report per TP size (the te_tp one has the communication in its times; drop the other), or pass --allow-mixed"
+        }
+        _ => "merge reports of one model, device and recipe, or pass --allow-mixed",
+    }
 }

@@ -855,6 +855,7 @@ fn tp_communication_reports_never_merge_with_one_rank_reports_of_the_same_tp() {
         .to_string();
     assert!(
         e.contains("TP communication at TP 2")
+            && e.contains("one report per TP size")
             && e.contains("comm.json")
             && e.contains("alone.json"),
         "{e}"
