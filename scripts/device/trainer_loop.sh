@@ -21,6 +21,10 @@
 #                                          # one per GPU: the policies not yet judged by a step
 #                                          # (eager DeepSeek-V3 and Qwen3-VL, tensorwise, delayed), the
 #                                          # Qwen3-VL ViT again, the GPU tests and a TE-worker smoke run
+#   bash scripts/device/trainer_loop.sh i   # TE-backend policies for the MoE models without them, one lane
+#                                          # per GPU: DeepSeek-V3 TP 8 EP 64, Qwen3-VL LLM TP 4 EP 16
+#                                          # (gen-policy --backend te), judged by the step benchmark
+#                                          # against the cuBLASLt and host-profile policies
 #   bash scripts/device/trainer_loop.sh c   # the fp8-bench GPU tests (devcarry/gpu); gradient
 #                                          # accumulation 8 vs 1 (Qwen2.5-72B TP 8); Mixtral at ETP 1,
 #                                          # the layout its TE policies were swept at
@@ -29,7 +33,7 @@
 # print last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-PHASE=${1:?phase: a, b, te, d, e, f, g, h or c}
+PHASE=${1:?phase: a, b, te, d, e, f, g, h, i or c}
 R=/root/tl; mkdir -p $R/sb $R/pol
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -167,6 +171,24 @@ h)
       $(pol policies/qwen3_vl_235b_a22b.llm.json policies/eager/qwen3_vl_235b_a22b.llm.json)
     sb qwen72b_tp8_tensorwise 100 --model $Q --tp 8 --layers 2 --tokens 1024,4096,16384 --execution eager,graphed --recipe tensorwise $SBH \
       $(pol policies/tensorwise/qwen2_5_72b.json) ) > $R/lane1.txt 2>&1 &
+  wait; cat $R/lane0.txt $R/lane1.txt
+  ;;
+i)
+  T=$R/tegen2; mkdir -p $T
+  SBI="--steps 5 --repeats 7 --warmup 3 --oracle none --execution eager,graphed"
+  # lane: GPU, model config, layout, policy base name, step tokens, step flags...
+  lane() { local gpu=$1 cfg=$2 layout=$3 n=$4 toks=$5; shift 5; local t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$gpu timeout 180 $F gen-policy --model $cfg $layout --backend te --trainer eager --python python3 \
+      --policies-dir $T/pol --reports-dir $T/rep > $T/$n.log 2>&1; echo "gen-policy te $n rc=$? $(( $(date +%s) - t0 )) s"
+    local eager=$(ls $T/pol/te/$n*.json 2>/dev/null | grep -v '\.vit\.' | head -n 1)
+    [ -n "$eager" ] && cp "$eager" $R/pol/${n}_te_eager.json
+    $F merge-policy --reports $T/rep/h200/te/${n}_tp*.json --trainer graphed --component llm --output $R/pol/${n}_te_graphed.json > $T/${n}_graphed.log 2>&1 \
+      || echo "graphed merge $n failed: $(tail -n 2 $T/${n}_graphed.log)"
+    GPU=$gpu sb ${n}_te 170 --model $cfg $layout --layers 2 --tokens $toks $SBI "$@" $(pol $R/pol/${n}_te_eager.json $R/pol/${n}_te_graphed.json); }
+  ( LANE=0 lane 0 fixtures/models/deepseek_v3.yaml "--tp 8 --ep 64" deepseek_v3 1024,2048,4096 \
+      $(pol policies/deepseek_v3.json policies/eager/deepseek_v3.json) ) > $R/lane0.txt 2>&1 &
+  ( LANE=1 lane 1 fixtures/models/qwen3_vl_235b_a22b.yaml "--tp 4 --ep 16" qwen3_vl_235b_a22b 1024,4096,8192 \
+      $(pol policies/qwen3_vl_235b_a22b.llm.json policies/eager/qwen3_vl_235b_a22b.llm.json) ) > $R/lane1.txt 2>&1 &
   wait; cat $R/lane0.txt $R/lane1.txt
   ;;
 c)
