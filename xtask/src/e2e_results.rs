@@ -60,6 +60,7 @@ const SCENARIOS: &[Scenario] = &[
         files: &[
             "sb3/qwen3_vl_llm_tp4.json",
             "h/sb/qwen3_vl_llm_tp4_eager.json",
+            "i/sb/qwen3_vl_235b_a22b_te.json",
         ],
     },
     Scenario {
@@ -68,6 +69,7 @@ const SCENARIOS: &[Scenario] = &[
         files: &[
             "ab/sb/deepseek_v3_tp8.json",
             "h/sb/deepseek_v3_tp8_eager.json",
+            "i/sb/deepseek_v3_te.json",
         ],
     },
     Scenario {
@@ -321,8 +323,9 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
                         }
                         if verdict == "slower" || best > 1.02 {
                             t.misses.push(format!(
-                                "{} {exec} {tokens}: {ratio:.3} of BF16 ({verdict}), {best:.3} of best; FP8 groups: {}",
+                                "{} ({}) {exec} {tokens}: {ratio:.3} of BF16 ({verdict}), {best:.3} of best; FP8 groups: {}",
                                 sc.what.split(',').next().unwrap_or(""),
+                                sc.name,
                                 groups(m).join(",")
                             ));
                         }
@@ -515,6 +518,14 @@ const WHY: &str = "
   communication at every count measured (its BF16 step barely grows with the tokens), so all-FP8
   and the GPU-time policies lose throughout; under CUDA graphs the TP-group policy, made for the
   eager objective, leaves the large-count FP8 gain on the table.
+- **MoE steps under CUDA graphs at short sequences (DeepSeek-V3, Qwen3-VL).** Only attention is
+  captured; the MoE blocks, experts included, run eager in a graphed step (the token-count sync
+  cannot be captured, as in Megatron's `attn` graph scope). The GPU-time policies switch the
+  experts to FP8 at 1024 tokens and lose a few percent there; the eager policies (cuBLASLt + host
+  profile, TE eager) keep them BF16 and tie. For expert modules of a graphed trainer, the eager
+  objective is the right one.
+- **The ViT at 16384 tokens (graphed and eager).** The default policy switches fc1/fc2 (1152 x 4304
+  at TP 1) to FP8, and the step is about 1% slower: the cast costs what the small GEMMs save.
 - **Eager policies for MoE models and the ViT.** `policies/eager/` for DeepSeek-V3 (TP 8, EP 64) and
   Qwen3-VL (LLM TP 4, ViT TP 1), judged by eager steps: ties or wins against BF16; the wide bands of
   the MoE steps at short sequences decide little there.
