@@ -25,6 +25,8 @@
 #                                          # per GPU: DeepSeek-V3 TP 8 EP 64, Qwen3-VL LLM TP 4 EP 16
 #                                          # (gen-policy --backend te), judged by the step benchmark
 #                                          # against the cuBLASLt and host-profile policies
+#   bash scripts/device/trainer_loop.sh j   # TE-backend policies for the Qwen3-VL ViT at TP 1, judged by
+#                                          # the step benchmark with every objective
 #   bash scripts/device/trainer_loop.sh c   # the fp8-bench GPU tests (devcarry/gpu); gradient
 #                                          # accumulation 8 vs 1 (Qwen2.5-72B TP 8); Mixtral at ETP 1,
 #                                          # the layout its TE policies were swept at
@@ -33,7 +35,7 @@
 # print last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-PHASE=${1:?phase: a, b, te, d, e, f, g, h, i or c}
+PHASE=${1:?phase: a, b, te, d, e, f, g, h, i, j or c}
 R=/root/tl; mkdir -p $R/sb $R/pol
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -190,6 +192,18 @@ i)
   ( LANE=1 lane 1 fixtures/models/qwen3_vl_235b_a22b.yaml "--tp 4 --ep 16" qwen3_vl_235b_a22b 1024,4096,8192 \
       $(pol policies/qwen3_vl_235b_a22b.llm.json policies/eager/qwen3_vl_235b_a22b.llm.json) ) > $R/lane1.txt 2>&1 &
   wait; cat $R/lane0.txt $R/lane1.txt
+  ;;
+j)
+  T=$R/tegen3; mkdir -p $T; VL=fixtures/models/qwen3_vl_235b_a22b.yaml; t0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=0 timeout 130 $F gen-policy --model $VL --tp 1 --ep 16 --backend te --trainer eager --python python3 \
+    --policies-dir $T/pol --reports-dir $T/rep > $T/qwen3_vl.log 2>&1; echo "gen-policy te qwen3_vl tp1 rc=$? $(( $(date +%s) - t0 )) s"
+  cp $T/pol/te/qwen3_vl_235b_a22b.vit.json $R/pol/qwen3_vl_vit_te_eager.json
+  $F merge-policy --reports $T/rep/h200/te/qwen3_vl_235b_a22b_tp1*.json --trainer graphed --component vit \
+    --output $R/pol/qwen3_vl_vit_te_graphed.json > $T/qwen3_vl_graphed.log 2>&1 || echo "graphed merge failed: $(tail -n 2 $T/qwen3_vl_graphed.log)"
+  snap
+  sb qwen3_vl_vit_te 150 --model $VL --component vit --tp 1 --layers 4 --tokens 1024,4096,16384 --execution eager,graphed \
+    --steps 5 --repeats 7 --warmup 3 --oracle none $(pol policies/qwen3_vl_235b_a22b.vit.json policies/eager/qwen3_vl_235b_a22b.vit.json \
+    $R/pol/qwen3_vl_vit_te_eager.json $R/pol/qwen3_vl_vit_te_graphed.json)
   ;;
 c)
   Q=fixtures/models/qwen2_5_72b.yaml
