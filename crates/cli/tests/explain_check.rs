@@ -230,3 +230,52 @@ fn bad_model_inputs_exit_2() {
         assert!(!text(&o.stderr).contains("panicked"));
     }
 }
+
+/// A policy whose rules at the layout's TP > 1 were timed one rank alone gets a note on how to
+/// measure the communication; one made over a TP group of that size (policies/te at TP 2) and
+/// TP 1 (nothing to communicate) do not.
+#[test]
+fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
+    let run = |policy: &str, tp: &str| {
+        fp8sel(&[
+            "check",
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
+            "--policy",
+            policy,
+            "--tp",
+            tp,
+            "--seq-length",
+            "4096",
+        ])
+    };
+    let o = run("policies/qwen2_5_72b.json", "8");
+    assert_eq!(o.status.code(), Some(0));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("note: at TP 8 the times are one rank's GEMMs alone")
+            && e.contains("--tp-comm --tp 8"),
+        "{e}"
+    );
+    for (policy, tp) in [
+        ("policies/te/qwen2_5_72b.json", "2"),
+        ("policies/qwen2_5_72b.json", "1"),
+    ] {
+        let o = run(policy, tp);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(!text(&o.stderr).contains("note:"), "{policy} at TP {tp}");
+    }
+    // JSON carries the notes too.
+    let o = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "policies/te/qwen2_5_72b.json",
+        "--tp",
+        "4",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["notes"][0].as_str().unwrap().contains("at TP 4"), "{v}");
+}

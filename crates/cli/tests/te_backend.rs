@@ -328,3 +328,30 @@ fn tp_comm_launches_torchrun_on_the_dense_modules_and_checks_what_comes_back() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not marked tp_comm"));
 }
+
+/// The one-GPU mode at TP > 1 says what it leaves out and how to measure it; at TP 1 it has
+/// nothing to say, and --quiet silences it.
+#[test]
+fn a_one_rank_sweep_at_tp_above_one_notes_the_missing_communication() {
+    let dir = tempfile::tempdir().unwrap();
+    let loud: Vec<&str> = SWEEP.iter().copied().filter(|a| *a != "--quiet").collect();
+    for (tp, quiet, want) in [("2", false, true), ("1", false, false), ("2", true, false)] {
+        let out = dir.path().join(format!("r{tp}{quiet}.json"));
+        let mut args = loud.clone();
+        let i = args.iter().position(|a| *a == "--tp").unwrap();
+        args[i + 1] = tp;
+        args.extend(["--report", s(&out)]);
+        if quiet {
+            args.push("--quiet");
+        }
+        let o = fp8sel(&args, Some(&fake()));
+        assert_ok(&o);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            e.contains("note: at TP 2 the times are one rank's GEMMs alone")
+                && e.contains("--tp-comm --tp 2"),
+            want,
+            "TP {tp} quiet {quiet}: {e}"
+        );
+    }
+}

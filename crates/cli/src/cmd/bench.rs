@@ -234,6 +234,9 @@ pub fn run(args: &Args) -> CliResult {
         }
         return Ok(());
     }
+    if job.parallel.tp > 1 && args.backend != "model" && !args.quiet && !args.json {
+        eprintln!("note: {}", super::tp_comm::one_rank_note(job.parallel.tp));
+    }
     let opt = MeasureOptions {
         warmup: args.warmup,
         iters: args.iters,

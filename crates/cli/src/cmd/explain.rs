@@ -57,13 +57,21 @@ pub struct CheckArgs {
     json: bool,
 }
 
+/// What `check` learns besides the plan: the reports the policies were made from, the trainer's
+/// recipe, and notes (not gaps).
+struct Context {
+    reports: Vec<String>,
+    recipe: Option<Recipe>,
+    notes: Vec<String>,
+}
+
 /// The plan, with a warning for every policy made for another recipe than the trainer's
 /// (`--recipe`, else the config's `fp8_recipe`).
 fn make_plan(
     model: &ModelArgs,
     policy: &PolicyArgs,
     recipe: &TrainerRecipe,
-) -> CliResult<(Plan, Resolved, Vec<String>, Option<Recipe>)> {
+) -> CliResult<(Plan, Resolved, Context)> {
     let r = model.resolve()?;
     let policies = policy.load(&r.model)?;
     let mut p = plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)?;
@@ -88,7 +96,29 @@ fn make_plan(
                 .unwrap_or_default()
         })
         .collect();
-    Ok((p, r, reports, trainer))
+    // Measured rules at TP > 1 that did not have the TP communication in their times.
+    let tp = r.parallel.tp;
+    let one_rank = tp > 1
+        && policies.values().any(|pol| {
+            !pol.estimated()
+                && pol.provenance().is_some_and(|v| {
+                    !v.timing.iter().any(|t| t == "model") && !v.tp_comm.contains(&tp)
+                })
+        });
+    let notes = if one_rank {
+        vec![super::tp_comm::one_rank_note(tp)]
+    } else {
+        Vec::new()
+    };
+    Ok((
+        p,
+        r,
+        Context {
+            reports,
+            recipe: trainer,
+            notes,
+        },
+    ))
 }
 
 /// The commands that fill the gaps of a plan: one sweep at this layout for each component with
@@ -156,7 +186,7 @@ fn fill_commands(
 
 /// Runs `explain`.
 pub fn explain(args: &ExplainArgs) -> CliResult {
-    let (p, _, _, _) = make_plan(&args.model, &args.policy, &args.recipe)?;
+    let (p, _, _) = make_plan(&args.model, &args.policy, &args.recipe)?;
     if args.json {
         println!("{:#}", render::plan_json(&p));
     } else {
@@ -167,15 +197,16 @@ pub fn explain(args: &ExplainArgs) -> CliResult {
 
 /// Runs `check`; returns exit code 1 (as an error) when a rule is missing.
 pub fn check(args: &CheckArgs) -> CliResult {
-    let (p, r, reports, recipe) = make_plan(&args.model, &args.policy, &args.recipe)?;
+    let (p, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
     let s = &p.summary;
     let ok = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
-    let fill = fill_commands(&args.model, &args.policy, &r, &p, &reports, recipe);
+    let fill = fill_commands(&args.model, &args.policy, &r, &p, &cx.reports, cx.recipe);
     if args.json {
         println!(
             "{:#}",
             json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy,
-                   "estimated_policies": s.estimated_policies, "warnings": s.warnings, "fill_commands": fill})
+                   "estimated_policies": s.estimated_policies, "warnings": s.warnings, "notes": cx.notes,
+                   "fill_commands": fill})
         );
     } else if ok {
         println!(
@@ -204,6 +235,9 @@ pub fn check(args: &CheckArgs) -> CliResult {
     if !args.json {
         for w in &s.warnings {
             eprintln!("warning: {w}");
+        }
+        for n in &cx.notes {
+            eprintln!("note: {n}");
         }
     }
     if ok {

@@ -14,6 +14,18 @@ use fp8_bench::sweep::BenchPoint;
 
 use crate::error::{CliError, CliResult};
 
+/// What one rank alone leaves out at TP > 1, and how to measure it (pure; `bench` says it before a
+/// one-GPU sweep at TP > 1, `check` when a policy's rules at the layout's TP were made that way).
+pub fn one_rank_note(tp: u32) -> String {
+    format!(
+        "at TP {tp} the times are one rank's GEMMs alone: the all-gathers and reduce-scatters of \
+         sequence parallelism are not in them. On two H200s they moved the FP8 crossovers of qkv, proj and fc2 to \
+         larger token counts, and policies made one rank alone lost to BF16 at short sequences \
+         (docs/RESULTS.md, \"TP 2 with communication\"). To have them in the rules: on a node with \
+         {tp} GPUs, fp8sel bench --backend te --tp-comm --tp {tp} ..."
+    )
+}
+
 /// The sequence lengths to measure: the dense points' token counts (grouped points are left
 /// out, with a note).
 pub fn tokens(points: &[BenchPoint]) -> (Vec<u64>, usize) {
