@@ -420,7 +420,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     }
     render_accum(root, &mut s)?;
     render_combine(root, &mut s)?;
-    render_tp(root, &mut s)?;
+    render_tp(root, &mut s, &mut files)?;
     s.push_str(WHY);
     Ok((s, files))
 }
@@ -760,7 +760,7 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
 }
 
 /// TP 2 with real communication against the one-GPU per-rank mode.
-fn render_tp(root: &Path, s: &mut String) -> Result<(), String> {
+fn render_tp(root: &Path, s: &mut String, files: &mut Files) -> Result<(), String> {
     let v = read(root, "ab/te_tp2_qwen2_5_72b.json")?;
     let _ = writeln!(
         s,
@@ -797,7 +797,61 @@ fn render_tp(root: &Path, s: &mut String) -> Result<(), String> {
             show(&c["crossover_local"])
         );
     }
+    let name = "tp2_comm.svg";
+    files.insert(PathBuf::from(name), tp_plot(&results)?.into_bytes());
+    let _ = writeln!(
+        s,
+        "\n![FP8 speedup per module against tokens, TP 2 with communication and one rank alone](plots/e2e/{name})"
+    );
     render_tp_policies(root, s)
+}
+
+/// Each module's FP8 speedup (BF16 / FP8, eager forward + backward) against tokens, over the TP
+/// group and one rank alone, with the spread of the timings.
+fn tp_plot(results: &[Value]) -> Result<String, String> {
+    let mut lines: BTreeMap<(String, &str), Line> = BTreeMap::new();
+    for r in results.iter().filter(|r| r["status"] == "ok") {
+        let g = r["group"].as_str().unwrap_or("?");
+        let tokens = r["tokens"].as_u64().unwrap_or(0);
+        for (way, label) in [("tp", "TP group"), ("local", "one rank alone")] {
+            let w = &r[way];
+            let line = lines.entry((g.to_owned(), label)).or_insert_with(|| Line {
+                label: format!("{g}, {label}"),
+                points: Vec::new(),
+                band: Vec::new(),
+                min_tokens: None,
+            });
+            line.points.push((tokens, f(w, "speedup")));
+            let t = |prec: &str, q: &str| w[prec]["total_ms"][q].as_f64().unwrap_or(f64::NAN);
+            let (lo, hi) = (
+                t("bf16", "p10") / t("fp8", "p90"),
+                t("bf16", "p90") / t("fp8", "p10"),
+            );
+            if lo.is_finite() && hi.is_finite() {
+                line.band.push((tokens, lo, hi));
+            }
+        }
+    }
+    let mut lines: Vec<Line> = lines.into_values().collect();
+    for l in &mut lines {
+        l.points.sort_by_key(|p| p.0);
+        l.band.sort_by_key(|b| b.0);
+        if l.band.len() != l.points.len() {
+            l.band.clear();
+        }
+    }
+    let chart = Chart {
+        x_desc: "tokens per sequence (log scale)",
+        y_desc: "FP8 speedup (BF16 ms / FP8 ms), eager fwd + bwd",
+        threshold_label: "BF16 =",
+        rules: false,
+    };
+    chart_svg(
+        "Qwen2.5-72B modules at TP 2: with communication vs one rank alone",
+        1.0,
+        &lines,
+        &chart,
+    )
 }
 
 /// The TP 2 rules merged (eager objective) from one rank alone and from the TP group, and where
