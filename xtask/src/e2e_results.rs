@@ -919,7 +919,7 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{from_log, is_objective_policy, policy_label};
+    use super::{TP_COMM_LABEL, from_log, is_objective_policy, policy_label};
 
     #[test]
     fn a_log_keeps_its_per_token_medians_and_best_of() {
@@ -963,6 +963,25 @@ mod tests {
         assert!(
             is_objective_policy("TE, eager", "eager")
                 && !is_objective_policy("TE, eager", "graphed")
+        );
+        // Policies that share a file name are named with their folder by the step benchmark.
+        let f = "g/sb/qwen72b_tp2_comm_b.json";
+        assert_eq!(
+            policy_label("policy:policies/qwen2_5_72b.json", f),
+            "cuBLASLt, GPU time"
+        );
+        assert_eq!(
+            policy_label("policy:eager/qwen2_5_72b.json", f),
+            "cuBLASLt + host profile (eager)"
+        );
+        assert_eq!(policy_label("policy:te/qwen2_5_72b.json", f), "TE, eager");
+        assert_eq!(
+            policy_label("policy:qwen2_5_72b_tp2_comm.json", f),
+            TP_COMM_LABEL
+        );
+        assert!(
+            is_objective_policy(TP_COMM_LABEL, "eager")
+                && !is_objective_policy(TP_COMM_LABEL, "graphed")
         );
     }
 }
