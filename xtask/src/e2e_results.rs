@@ -471,14 +471,7 @@ fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
     }
     let mut out = Vec::new();
     for (exec, lines) in by_exec {
-        let mut lines: Vec<Line> = lines.into_values().collect();
-        for l in &mut lines {
-            l.points.sort_by_key(|p| p.0);
-            l.band.sort_by_key(|b| b.0);
-            if l.band.len() != l.points.len() {
-                l.band.clear();
-            }
-        }
+        let lines = sorted_lines(lines.into_values());
         let title = format!("{}, {exec}", sc.what.split(" (").next().unwrap_or(sc.what));
         let chart = Chart {
             x_desc: "tokens per sequence (log scale)",
@@ -489,6 +482,20 @@ fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
         out.push((exec, chart_svg(&title, 1.0, &lines, &chart)?));
     }
     Ok(out)
+}
+
+/// Lines in token order; a band that misses some point is dropped (the chart draws none rather
+/// than a wrong one).
+fn sorted_lines(lines: impl Iterator<Item = Line>) -> Vec<Line> {
+    let mut lines: Vec<Line> = lines.collect();
+    for l in &mut lines {
+        l.points.sort_by_key(|p| p.0);
+        l.band.sort_by_key(|b| b.0);
+        if l.band.len() != l.points.len() {
+            l.band.clear();
+        }
+    }
+    lines
 }
 
 /// What the tables above say about the misses (no numbers of its own: they are in the tables).
@@ -832,14 +839,7 @@ fn tp_plot(results: &[Value]) -> Result<String, String> {
             }
         }
     }
-    let mut lines: Vec<Line> = lines.into_values().collect();
-    for l in &mut lines {
-        l.points.sort_by_key(|p| p.0);
-        l.band.sort_by_key(|b| b.0);
-        if l.band.len() != l.points.len() {
-            l.band.clear();
-        }
-    }
+    let lines = sorted_lines(lines.into_values());
     let chart = Chart {
         x_desc: "tokens per sequence (log scale)",
         y_desc: "FP8 speedup (BF16 ms / FP8 ms), eager fwd + bwd",
