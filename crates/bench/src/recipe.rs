@@ -4,39 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub use fp8_policy::Recipe;
-
-/// FP8 formats, as Megatron's `--fp8-format` and TE's `Format` name them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fp8Format {
-    /// E4M3 everywhere.
-    E4m3,
-    /// E4M3 forward (activations, weights), E5M2 backward (gradients).
-    Hybrid,
-}
-
-impl Fp8Format {
-    /// `e4m3` or `hybrid`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Fp8Format::E4m3 => "e4m3",
-            Fp8Format::Hybrid => "hybrid",
-        }
-    }
-}
-
-impl FromStr for Fp8Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "e4m3" => Ok(Fp8Format::E4m3),
-            "hybrid" => Ok(Fp8Format::Hybrid),
-            _ => Err(format!(
-                "unknown FP8 format `{s}`: use e4m3 or hybrid (E5M2 gradients)"
-            )),
-        }
-    }
-}
+pub use fp8_policy::{Fp8Format, Recipe};
 
 /// How delayed scaling turns the amax history into the next scale (TE's `amax_compute_algo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -55,6 +55,7 @@ pub mod classify;
 pub mod config;
 pub mod inventory;
 pub mod model;
+pub mod native;
 pub mod plan;
 pub mod render;
 pub mod request;

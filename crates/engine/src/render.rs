@@ -7,7 +7,8 @@ use serde_json::json;
 
 use crate::plan::Plan;
 
-/// The plan as JSON: `{"model": name, "modules": [...], "summary": {...}, "architecture": {role: ...}}`, one object per module group with
+/// The plan as JSON: `{"model": name, "modules": [...], "summary": {...}, "architecture": {role: ...},
+/// "launch_region": "bf16"|"fp8"}` (the FP8 region to launch with: [`crate::native::Region`]), one object per module group with
 /// its name, component, layers, TE class, kind, ub_name, per-rank shape, GEMM count, the tokens
 /// compared, its GEMM rows, the answer and the reason.
 pub fn plan_json(p: &Plan) -> serde_json::Value {
@@ -27,6 +28,7 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
         .collect();
     json!({
         "model": p.model, "modules": modules, "summary": p.summary, "architecture": p.architectures,
+        "launch_region": crate::native::Region::for_plan(p),
     })
 }
 

@@ -43,4 +43,4 @@ pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
 pub use provenance::{HostFloor, ModuleVerdict, Provenance, SharedKeyVerdict};
-pub use recipe::{Recipe, UnknownRecipe};
+pub use recipe::{Fp8Format, Recipe, UnknownRecipe};

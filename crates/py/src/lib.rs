@@ -10,9 +10,11 @@
 //! The Megatron and TE integrations are pure Python (`adaptive_fp8.megatron`, `adaptive_fp8.te`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fp8_engine::classify::{KindSource, with_promotion};
+use fp8_engine::config::model_from_value;
+use fp8_engine::native::te_precision_config;
 use fp8_engine::{
     LoadOptions, ModuleQuery, PlanConfig, PlanRequest, Role, TokenConfig, classify,
     config_policy_path, decide_module, load_model_with, plan, render,
@@ -306,20 +308,36 @@ fn policy_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<fp8_policy::Polic
         .map_err(policy_err)
 }
 
-/// The plan of a whole model as JSON text: exactly what `fp8sel explain --json` prints for the
-/// same arguments. Policies default to each component's `fp8_dynamic_policy_path` (when
-/// `selective_fp8` is on), relative to `root`.
-#[pyfunction]
-#[pyo3(signature = (
-    model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
-    seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
-    topk = None, no_sequence_parallel = false, root = None, config_root = None
-))]
-#[allow(clippy::too_many_arguments)]
-fn plan_json(
-    model: PathBuf,
-    policy: Option<&Bound<'_, PyAny>>,
-    vit_policy: Option<&Bound<'_, PyAny>>,
+/// The model of a plan call: a config file, or config text (JSON) with a name.
+fn load_model_arg(
+    model: &Bound<'_, PyAny>,
+    config_root: Option<PathBuf>,
+) -> PyResult<(fp8_engine::ModelDesc, String)> {
+    if let Ok(d) = model.cast::<PyDict>() {
+        let json = model
+            .py()
+            .import("json")?
+            .call_method1("dumps", (d,))?
+            .extract::<String>()?;
+        let v: serde_json::Value = serde_json::from_str(&json)
+            .map_err(|e| ConfigError::new_err(format!("<config dict>: {e}")))?;
+        let desc = model_from_value(&v, Path::new("<config dict>"), "megatron_config", false)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        return Ok((desc, "<config dict>".to_owned()));
+    }
+    let path: PathBuf = model.extract().map_err(|_| {
+        PyValueError::new_err("a model is the path of a model config or a dict of config fields")
+    })?;
+    let opt = match config_root {
+        Some(r) => LoadOptions::with_config_root(r),
+        None => LoadOptions::default(),
+    };
+    let desc = load_model_with(&path, &opt).map_err(|e| ConfigError::new_err(e.to_string()))?;
+    Ok((desc, path.display().to_string()))
+}
+
+/// The layout and token arguments every plan call takes.
+struct PlanArgs {
     tp: Option<u32>,
     ep: Option<u32>,
     etp: Option<u32>,
@@ -330,32 +348,37 @@ fn plan_json(
     vit_num_tokens: Option<u64>,
     topk: Option<u64>,
     no_sequence_parallel: bool,
+}
+
+/// The plan `fp8sel explain` makes for the same arguments. Policies default to each
+/// component's `fp8_dynamic_policy_path` (when `selective_fp8` is on), relative to `root`.
+fn make_plan(
+    model: &Bound<'_, PyAny>,
+    policy: Option<&Bound<'_, PyAny>>,
+    vit_policy: Option<&Bound<'_, PyAny>>,
+    a: &PlanArgs,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
-) -> PyResult<String> {
-    for (name, v) in [("tp", tp), ("ep", ep), ("etp", etp), ("cp", cp)] {
+) -> PyResult<fp8_engine::Plan> {
+    for (name, v) in [("tp", a.tp), ("ep", a.ep), ("etp", a.etp), ("cp", a.cp)] {
         if v == Some(0) {
             return Err(PlanError::new_err(format!("{name} starts at 1")));
         }
     }
-    let opt = match config_root {
-        Some(r) => LoadOptions::with_config_root(r),
-        None => LoadOptions::default(),
-    };
-    let desc = load_model_with(&model, &opt).map_err(|e| ConfigError::new_err(e.to_string()))?;
+    let (desc, shown) = load_model_arg(model, config_root)?;
     let mut req = PlanRequest::default();
-    req.tp = tp;
-    req.ep = ep;
-    req.etp = etp;
-    req.cp = cp;
-    req.no_sequence_parallel = no_sequence_parallel;
-    req.seq_length = seq_length;
-    req.micro_batch_size = micro_batch_size;
-    req.num_tokens = num_tokens;
-    req.vit_num_tokens = vit_num_tokens;
+    req.tp = a.tp;
+    req.ep = a.ep;
+    req.etp = a.etp;
+    req.cp = a.cp;
+    req.no_sequence_parallel = a.no_sequence_parallel;
+    req.seq_length = a.seq_length;
+    req.micro_batch_size = a.micro_batch_size;
+    req.num_tokens = a.num_tokens;
+    req.vit_num_tokens = a.vit_num_tokens;
     let resolved = desc
         .resolve(&req)
-        .map_err(|e| PlanError::new_err(format!("{}: {e}", model.display())))?;
+        .map_err(|e| PlanError::new_err(format!("{shown}: {e}")))?;
     let root = root.unwrap_or_else(|| PathBuf::from("."));
     let mut policies = BTreeMap::new();
     for c in &desc.components {
@@ -377,11 +400,110 @@ fn plan_json(
     let cfg = PlanConfig {
         parallel: resolved.parallel,
         tokens: resolved.tokens,
-        topk,
+        topk: a.topk,
         policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
     };
-    let p = plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))?;
+    plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))
+}
+
+/// The plan of a whole model as JSON text: exactly what `fp8sel explain --json` prints for the
+/// same arguments. `model` is a config file's path or a dict of Megatron config fields.
+#[pyfunction]
+#[pyo3(signature = (
+    model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
+    seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
+    topk = None, no_sequence_parallel = false, root = None, config_root = None
+))]
+#[allow(clippy::too_many_arguments)]
+fn plan_json(
+    model: &Bound<'_, PyAny>,
+    policy: Option<&Bound<'_, PyAny>>,
+    vit_policy: Option<&Bound<'_, PyAny>>,
+    tp: Option<u32>,
+    ep: Option<u32>,
+    etp: Option<u32>,
+    cp: Option<u32>,
+    seq_length: Option<u64>,
+    micro_batch_size: Option<u64>,
+    num_tokens: Option<u64>,
+    vit_num_tokens: Option<u64>,
+    topk: Option<u64>,
+    no_sequence_parallel: bool,
+    root: Option<PathBuf>,
+    config_root: Option<PathBuf>,
+) -> PyResult<String> {
+    let a = PlanArgs {
+        tp,
+        ep,
+        etp,
+        cp,
+        seq_length,
+        micro_batch_size,
+        num_tokens,
+        vit_num_tokens,
+        topk,
+        no_sequence_parallel,
+    };
+    let p = make_plan(model, policy, vit_policy, &a, root, config_root)?;
     Ok(format!("{:#}", render::plan_json(&p)))
+}
+
+/// Megatron's per-module precision config for the plan of the same arguments, as JSON text:
+/// `{"config": {"configs": ..., "matchers": ...}, "yaml": text, "region": "bf16"|"fp8",
+/// "fp8_instances": n, "launch": [lines]}` (what `fp8sel te-precision-config` writes and prints).
+#[pyfunction]
+#[pyo3(signature = (
+    model, policy = None, *, recipe = "blockwise", fp8_format = "e4m3", tp = None, ep = None,
+    etp = None, cp = None, seq_length = None, micro_batch_size = None, num_tokens = None,
+    topk = None, no_sequence_parallel = false, root = None, config_root = None
+))]
+#[allow(clippy::too_many_arguments)]
+fn te_precision_config_json(
+    model: &Bound<'_, PyAny>,
+    policy: Option<&Bound<'_, PyAny>>,
+    recipe: &str,
+    fp8_format: &str,
+    tp: Option<u32>,
+    ep: Option<u32>,
+    etp: Option<u32>,
+    cp: Option<u32>,
+    seq_length: Option<u64>,
+    micro_batch_size: Option<u64>,
+    num_tokens: Option<u64>,
+    topk: Option<u64>,
+    no_sequence_parallel: bool,
+    root: Option<PathBuf>,
+    config_root: Option<PathBuf>,
+) -> PyResult<String> {
+    let recipe: fp8_policy::Recipe = recipe
+        .parse()
+        .map_err(|e: fp8_policy::UnknownRecipe| PlanError::new_err(e.to_string()))?;
+    let format: fp8_policy::Fp8Format = fp8_format.parse().map_err(PlanError::new_err)?;
+    let a = PlanArgs {
+        tp,
+        ep,
+        etp,
+        cp,
+        seq_length,
+        micro_batch_size,
+        num_tokens,
+        vit_num_tokens: None,
+        topk,
+        no_sequence_parallel,
+    };
+    let p = make_plan(model, policy, None, &a, root, config_root)?;
+    let header = vec![format!(
+        "Megatron-core per-module precision, written by adaptive_fp8 for {}",
+        p.model
+    )];
+    let cfg = te_precision_config(&p, recipe, format, header)
+        .map_err(|e| PlanError::new_err(e.to_string()))?;
+    let out = serde_json::json!({
+        "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region,
+        "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
+        "warnings": p.summary.warnings,
+    });
+    Ok(format!("{out:#}"))
 }
 
 /// The native module.
@@ -390,6 +512,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Policy>()?;
     m.add_class::<Decision>()?;
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
+    m.add_function(wrap_pyfunction!(te_precision_config_json, m)?)?;
     m.add("PolicyError", m.py().get_type::<PolicyError>())?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;

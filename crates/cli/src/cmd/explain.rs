@@ -59,15 +59,15 @@ pub struct CheckArgs {
 
 /// What `check` learns besides the plan: the reports the policies were made from, the trainer's
 /// recipe, and notes (not gaps).
-struct Context {
+pub(super) struct Context {
     reports: Vec<String>,
-    recipe: Option<Recipe>,
-    notes: Vec<String>,
+    pub(super) recipe: Option<Recipe>,
+    pub(super) notes: Vec<String>,
 }
 
 /// The plan, with a warning for every policy made for another recipe than the trainer's
 /// (`--recipe`, else the config's `fp8_recipe`).
-fn make_plan(
+pub(super) fn make_plan(
     model: &ModelArgs,
     policy: &PolicyArgs,
     recipe: &TrainerRecipe,

@@ -10,5 +10,6 @@ pub mod model_args;
 pub mod objective_args;
 pub mod recipe_args;
 pub mod te_args;
+pub mod te_precision;
 pub mod tp_comm;
 pub mod validate;

@@ -35,17 +35,23 @@ __all__ = [
 PolicyLike = Union[Policy, str, "os.PathLike[str]", None]
 
 
-def _plan(model_config: Union[str, "os.PathLike[str]"], policy: PolicyLike, kw: dict) -> dict:
-    return json.loads(_plan_json(os.fspath(model_config), policy, **kw))
+ModelLike = Union[str, "os.PathLike[str]", dict]
+
+
+def _plan(model_config: ModelLike, policy: PolicyLike, kw: dict) -> dict:
+    model = model_config if isinstance(model_config, dict) else os.fspath(model_config)
+    return json.loads(_plan_json(model, policy, **kw))
 
 
 def plan(
-    model_config: Union[str, "os.PathLike[str]"],
+    model_config: ModelLike,
     policy: PolicyLike = None,
     **kw: Any,
 ) -> list[dict]:
     """Every TE module of a model with its decision: the rows of ``fp8sel explain --json``.
 
+    ``model_config`` is a config file, or a dict of Megatron config fields
+    (``adaptive_fp8.megatron.megatron_fields(config)`` makes one from a ``TransformerConfig``).
     Keyword arguments are the layout and tokens (``tp``, ``ep``, ``etp``, ``cp``,
     ``seq_length``, ``micro_batch_size``, ``num_tokens``, ``vit_num_tokens``, ``topk``,
     ``no_sequence_parallel``), ``vit_policy`` for a VLM, ``root`` (what relative
@@ -56,7 +62,7 @@ def plan(
 
 
 def plan_summary(
-    model_config: Union[str, "os.PathLike[str]"],
+    model_config: ModelLike,
     policy: PolicyLike = None,
     **kw: Any,
 ) -> dict:
@@ -65,7 +71,7 @@ def plan_summary(
 
 
 def check(
-    model_config: Union[str, "os.PathLike[str]"],
+    model_config: ModelLike,
     policy: PolicyLike = None,
     **kw: Any,
 ) -> list[dict]:

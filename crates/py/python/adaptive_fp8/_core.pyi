@@ -56,7 +56,7 @@ class Policy:
     def __len__(self) -> int: ...
 
 def plan_json(
-    model: Union[str, os.PathLike[str]],
+    model: Union[str, os.PathLike[str], dict],
     policy: Union[Policy, str, os.PathLike[str], None] = None,
     *,
     vit_policy: Union[Policy, str, os.PathLike[str], None] = None,
@@ -68,6 +68,25 @@ def plan_json(
     micro_batch_size: Optional[int] = None,
     num_tokens: Optional[int] = None,
     vit_num_tokens: Optional[int] = None,
+    topk: Optional[int] = None,
+    no_sequence_parallel: bool = False,
+    root: Union[str, os.PathLike[str], None] = None,
+    config_root: Union[str, os.PathLike[str], None] = None,
+) -> str: ...
+
+def te_precision_config_json(
+    model: Union[str, os.PathLike[str], dict],
+    policy: Union[Policy, str, os.PathLike[str], None] = None,
+    *,
+    recipe: str = "blockwise",
+    fp8_format: str = "e4m3",
+    tp: Optional[int] = None,
+    ep: Optional[int] = None,
+    etp: Optional[int] = None,
+    cp: Optional[int] = None,
+    seq_length: Optional[int] = None,
+    micro_batch_size: Optional[int] = None,
+    num_tokens: Optional[int] = None,
     topk: Optional[int] = None,
     no_sequence_parallel: bool = False,
     root: Union[str, os.PathLike[str], None] = None,

@@ -11,14 +11,22 @@ callback, so :func:`enable` wraps the ``__init__`` of Megatron's TE wrapper clas
     model = GPTModel(config, ...)      # every TE linear decided as it is built
     print(plan)                        # what was decided, module by module
 
+Upstream Megatron also has a per-module precision config of its own
+(``--te-precision-config-file``, ``TransformerConfig.quant_recipe``): :func:`te_precision_config`
+returns that file's content for a plan, and :func:`apply_te_precision_config` sets it on a
+config. Both paths launch in the cheaper FP8 region that is still correct (the engine's rule:
+no global FP8 region unless a routed expert runs FP8), so a plan with no FP8 module is the BF16
+model.
+
 The decision itself is the Rust engine's (``adaptive_fp8.Policy.decide``), so it is identical
 to ``fp8sel decide`` / ``fp8sel explain``. Importing this module does not import torch; only
-:func:`enable` imports Megatron-core and Transformer Engine.
+:func:`enable` and :func:`apply_te_precision_config` import Megatron-core and Transformer Engine.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 import warnings
@@ -27,6 +35,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import Policy
+from ._core import te_precision_config_json as _native_json
+from ._core import plan_json as _plan_json
 
 #: Megatron-core minor versions the hook was tested with (the TE wrappers' ``__init__``
 #: signatures it reads). Others are refused with a clear error; set
@@ -203,6 +213,11 @@ class Plan:
     """What :func:`enable` decided, one row per TE module, in build order."""
 
     rows: list[dict] = field(default_factory=list)
+    #: The FP8 region the model runs in: ``"fp8"`` (``config.fp8`` kept; BF16 modules leave
+    #: it) or ``"bf16"`` (``config.fp8`` cleared before the build; FP8 modules enter it).
+    region: str = "fp8"
+    #: What :func:`enable` changed on the config, and why, in words.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def fp8_modules(self) -> int:
@@ -212,7 +227,11 @@ class Plan:
         return len(self.rows)
 
     def __str__(self) -> str:
-        lines = [f"adaptive_fp8: {self.fp8_modules} of {len(self.rows)} TE modules run FP8"]
+        lines = [
+            f"adaptive_fp8: {self.fp8_modules} of {len(self.rows)} TE modules run FP8 "
+            f"(region {self.region})"
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
         for r in self.rows:
             g = f" num_gemms={r['num_gemms']}" if r["num_gemms"] else ""
             lines.append(
@@ -268,6 +287,220 @@ def run_in_bf16(module: Any, autocast: Any = None) -> None:
     module._selective_fp8_disabled = True
 
 
+def run_in_fp8(module: Any, fp8_context: Any) -> None:
+    """Runs a built TE module's forward in FP8 outside any FP8 region: ``fp8_context()`` is a
+    fresh TE autocast with the trainer's recipe (and amax group), entered per call."""
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def fp8_forward(*args: Any, **kwargs: Any) -> Any:
+        with fp8_context():
+            return forward(*args, **kwargs)
+
+    module.forward = fp8_forward
+    module._selective_fp8_enabled = True
+
+
+def _recipe_name(config: Any) -> Optional[str]:
+    r = getattr(config, "fp8_recipe", None)
+    return None if r is None else str(getattr(r, "value", r))
+
+
+def _fp8_format(config: Any) -> str:
+    f = getattr(config, "fp8", None)
+    return str(getattr(f, "value", f) or "e4m3")
+
+
+#: TransformerConfig fields the engine reads to list a GPTModel's TE modules (the same names in
+#: Megatron YAML configs).
+_MODEL_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "num_query_groups",
+    "kv_channels", "gated_linear_unit", "normalization", "multi_latent_attention", "q_lora_rank",
+    "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_moe_experts",
+    "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "mtp_num_layers",
+)
+
+
+def megatron_fields(config: Any, name: Optional[str] = None) -> dict:
+    """The model a ``TransformerConfig`` builds, as the config dict :func:`adaptive_fp8.plan`
+    and :func:`te_precision_config` take (Megatron's field names). ``name`` is the model's name
+    for the policy's model check (default: ``config.fp8_dynamic_model_name``, else none, and
+    the check is skipped: a TransformerConfig does not say which model it is)."""
+    out: dict = {}
+    for f in _MODEL_FIELDS:
+        v = getattr(config, f, None)
+        if v is None or (f == "multi_latent_attention" and not v):
+            continue
+        if f == "moe_layer_freq" and not isinstance(v, (int, list)):
+            v = list(v)
+        out[f] = v
+    name = name or getattr(config, "fp8_dynamic_model_name", None)
+    if name:
+        out["name"] = str(name)
+    return out
+
+
+def _layout_kwargs(config: Any) -> dict:
+    """The plan's layout and token arguments from the config fields :func:`enable` reads."""
+    tp = _positive(getattr(config, "tensor_model_parallel_size", 1)) or 1
+    kw = dict(
+        tp=tp,
+        ep=_positive(getattr(config, "expert_model_parallel_size", 1)) or 1,
+        etp=_positive(getattr(config, "expert_tensor_parallel_size", None)) or tp,
+        cp=_positive(getattr(config, "context_parallel_size", 1)) or 1,
+        seq_length=_positive(getattr(config, "seq_length", None)),
+        micro_batch_size=_positive(getattr(config, "micro_batch_size", None)) or 1,
+        num_tokens=_positive(getattr(config, "fp8_dynamic_num_tokens", None)),
+        topk=_positive(getattr(config, "moe_router_topk", None)),
+        no_sequence_parallel=tp > 1 and not getattr(config, "sequence_parallel", True),
+    )
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _config_model(config: Any, policy: Policy) -> dict:
+    models = policy.models
+    return megatron_fields(config, name=models[0] if len(models) == 1 else None)
+
+
+def te_precision_config(
+    model: Any,
+    policy: Any = None,
+    *,
+    recipe: str = "blockwise",
+    fp8_format: str = "e4m3",
+    **plan_kw: Any,
+) -> dict:
+    """The content of Megatron's ``--te-precision-config-file`` for one layout and token count:
+    ``{"configs": {...}, "matchers": {...}}``, what ``fp8sel te-precision-config`` writes as
+    YAML, for ``RecipeConfig.from_config_dict``. ``model`` is a config file or a dict of
+    Megatron fields (:func:`megatron_fields`); ``plan_kw`` are :func:`adaptive_fp8.plan`'s
+    layout and token arguments. Imports neither torch nor Megatron. Delayed scaling raises
+    :class:`adaptive_fp8.PlanError` (Megatron's per-module config refuses it; use
+    :func:`enable`)."""
+    return native_export(model, policy, recipe=recipe, fp8_format=fp8_format, **plan_kw)["config"]
+
+
+def native_export(model: Any, policy: Any = None, **kw: Any) -> dict:
+    """:func:`te_precision_config` with everything ``fp8sel te-precision-config`` says:
+    ``{"config", "yaml", "region", "fp8_instances", "launch", "warnings"}``."""
+    if model is not None and not isinstance(model, dict):
+        model = os.fspath(model)
+    out = json.loads(_native_json(model, policy, **kw))
+    # Megatron reads the matchers as an ordered mapping (the first match wins).
+    out["config"]["matchers"] = {
+        m.pop("name"): {k: m[k] for k in ("type", "pattern", "config", "enabled")}
+        for m in out["config"]["matchers"]
+    }
+    return out
+
+
+@dataclass
+class NativePlan:
+    """What :func:`apply_te_precision_config` set: the region and the matchers' content."""
+
+    region: str
+    fp8_instances: int
+    config: dict
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [
+            f"adaptive_fp8: native per-module config, {self.fp8_instances} FP8 module instances "
+            f"(region {self.region})"
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        for name, m in self.config["matchers"].items():
+            lines.append(f"  {m['config']:4} {m['pattern']}  ({name})")
+        return "\n".join(lines)
+
+
+def _clear_fp8(config: Any, why: str) -> list[str]:
+    """Runs the model outside any FP8 region: Megatron then builds BF16 weights, pads no expert
+    tokens and opens no FP8 context per layer."""
+    was = _fp8_format(config) if getattr(config, "fp8", None) else None
+    config.fp8 = None
+    if getattr(config, "fp8_param", False):
+        config.fp8_param = False
+    return [f"config.fp8 cleared (was {was}): {why}"] if was else []
+
+
+def apply_te_precision_config(config: Any) -> NativePlan:
+    """Sets ``config.quant_recipe`` (Megatron's per-module precision, what
+    ``--te-precision-config-file`` loads) from the fields :func:`enable` reads:
+    ``fp8_dynamic_policy_path``, the layout, ``seq_length`` x ``micro_batch_size`` or
+    ``fp8_dynamic_num_tokens``, ``fp8_recipe`` and ``fp8``. Call it before the model is built.
+    When the plan's launch region is BF16 (no routed expert in FP8), ``config.fp8`` is cleared:
+    BF16 modules then cost nothing and FP8 modules enter FP8 themselves."""
+    from megatron.core.quantization.quant_config import RecipeConfig
+
+    policy = load_policy(config)
+    if policy is None:
+        raise ValueError(
+            "adaptive_fp8: config has no fp8_dynamic_policy_path; fix: set it to a policy "
+            "made by `fp8sel merge-policy`"
+        )
+    out = native_export(
+        _config_model(config, policy),
+        policy,
+        recipe=_recipe_name(config) or "blockwise",
+        fp8_format=_fp8_format(config),
+        **_layout_kwargs(config),
+    )
+    for w in out["warnings"]:
+        _say_once(w)
+    notes: list[str] = []
+    if out["region"] == "bf16":
+        why = (
+            "no module runs FP8: this is the BF16 model"
+            if out["fp8_instances"] == 0
+            else "FP8 modules enter FP8 themselves (override_nonquantized_autocast)"
+        )
+        notes = _clear_fp8(config, why)
+    config.quant_recipe = RecipeConfig.from_config_dict(out["config"])
+    return NativePlan(out["region"], out["fp8_instances"], out["config"], notes)
+
+
+def _predict_region(config: Any, policy: Optional[Policy]) -> tuple[str, Optional[int], str]:
+    """The region :func:`enable` runs the model in, from the plan of the model the config
+    builds: ``(region, fp8_instances, why)``. Delayed scaling keeps the global region whenever a
+    module runs FP8 (its amax bookkeeping is per region); a config the engine cannot read keeps
+    it too, as before."""
+    if policy is None:
+        return "bf16", 0, "no policy: every module runs BF16"
+    try:
+        p = json.loads(_plan_json(_config_model(config, policy), policy, **_layout_kwargs(config)))
+    except ValueError as e:
+        return "fp8", None, f"the model could not be planned from the config ({e})"
+    fp8 = sum(m["layers"] for m in p["modules"] if m["use_fp8"] and m["component"] == "llm")
+    if fp8 == 0:
+        return "bf16", 0, "no module runs FP8: this is the BF16 model"
+    if p["launch_region"] == "fp8":
+        return "fp8", fp8, "routed experts run FP8 (Megatron pads their tokens only under config.fp8)"
+    if _recipe_name(config) == "delayed":
+        return "fp8", fp8, "delayed scaling keeps one FP8 region (its amax history is per region)"
+    return "bf16", fp8, "FP8 modules are dense: they enter FP8 themselves"
+
+
+def _fp8_context_factory(config: Any) -> Any:
+    """A callable that opens the trainer's FP8 autocast (Megatron's recipe and amax group), read
+    from the config while ``config.fp8`` is still set."""
+    import transformer_engine.pytorch as te
+    from megatron.core import parallel_state
+    from megatron.core.fp8_utils import get_fp8_recipe
+
+    from adaptive_fp8._common import te_api
+
+    _, autocast, recipe_kw = te_api(te)
+    recipe = get_fp8_recipe(config)
+    group = None
+    if parallel_state.model_parallel_is_initialized():
+        group = parallel_state.get_amax_reduction_group(
+            with_context_parallel=True, tp_only_amax_red=getattr(config, "tp_only_amax_red", False)
+        )
+    return lambda: autocast(enabled=True, **{recipe_kw: recipe}, fp8_group=group)
+
+
 def _wrap(cls: type, plan: Plan) -> None:
     original = _originals.setdefault(cls, cls.__init__)
     model_init, _ = _te_contexts()
@@ -290,24 +523,17 @@ def _wrap(cls: type, plan: Plan) -> None:
             if num_gemms is None and known in _GROUPED and args:
                 num_gemms = args[0]
             ub = kwargs.get("tp_comm_buffer_name")
+            is_expert = bool(kwargs.get("is_expert", False))
             fp8, reason = _decide(
-                _active["config"],
-                known,
-                ub,
-                {"num_gemms": num_gemms, "is_expert": kwargs.get("is_expert", False)},
+                _active["config"], known, ub, {"num_gemms": num_gemms, "is_expert": is_expert}
             )
-            if fp8:
-                original(self, *args, **kwargs)
-            else:
-                with model_init(enabled=False):
-                    original(self, *args, **kwargs)
-                run_in_bf16(self)
+            _build(self, original, args, kwargs, fp8, is_expert or known in _GROUPED, model_init)
             plan.rows.append(
                 {
                     "te_class": known,
                     "ub_name": ub,
                     "num_gemms": _positive(num_gemms),
-                    "is_expert": bool(kwargs.get("is_expert", False)),
+                    "is_expert": is_expert,
                     "fp8": fp8,
                     "reason": reason,
                 }
@@ -318,13 +544,43 @@ def _wrap(cls: type, plan: Plan) -> None:
     cls.__init__ = __init__
 
 
+def _build(
+    module: Any, original: Any, args: tuple, kwargs: dict, fp8: bool, expert: bool, model_init: Any
+) -> None:
+    """Builds one decided module for the plan's region. In the FP8 region a BF16 module gets
+    BF16 weights and leaves FP8 per call; in the BF16 region a BF16 module is left as Megatron
+    builds it (no cost) and an FP8 one enters FP8 per call."""
+    if _active["region"] == "fp8":
+        if fp8:
+            original(module, *args, **kwargs)
+        else:
+            with model_init(enabled=False):
+                original(module, *args, **kwargs)
+            run_in_bf16(module)
+        return
+    original(module, *args, **kwargs)
+    if fp8 and _active.get("fp8_context") is not None:
+        if expert:
+            raise RuntimeError(
+                "adaptive_fp8.megatron: a routed expert was decided FP8 after enable() ran the "
+                "model in the BF16 region (its plan from the config had no FP8 expert); Megatron "
+                "pads expert tokens for FP8 only under config.fp8. Fix: set every field of the "
+                "model on the config before enable() (num_moe_experts, moe_router_topk, the layout)"
+            )
+        run_in_fp8(module, _active["fp8_context"])
+
+
 def enable(config: Any) -> Plan:
     """Gives Megatron-core the seed's callback: every TE linear module built after this call is
-    decided by :func:`selective_fp8_init_decision` with ``config``. A BF16 module is built under
-    ``fp8_model_init(enabled=False)`` (no FP8 weights) and runs under
-    ``fp8_autocast(enabled=False)``. Returns the :class:`Plan`, filled in as the model is
-    built, for the launcher to log. Calling it again replaces the config; :func:`disable` undoes
-    it."""
+    decided by :func:`selective_fp8_init_decision` with ``config``. Returns the :class:`Plan`,
+    filled in as the model is built, for the launcher to log. Calling it again replaces the
+    config; :func:`disable` undoes it.
+
+    The region is the cheaper correct one (:attr:`Plan.region`): when no module of the model the
+    config describes runs FP8, ``config.fp8`` is cleared and the model is Megatron's BF16 model;
+    when only dense modules run FP8, ``config.fp8`` is cleared too and those modules enter FP8
+    themselves; when a routed expert runs FP8 (or delayed scaling is on), the global FP8 region
+    stays and each BF16 module is built without FP8 weights and runs with FP8 off."""
     _check_version()
     from megatron.core.extensions import transformer_engine as mte
 
@@ -334,11 +590,23 @@ def enable(config: Any) -> Plan:
             "adaptive_fp8.megatron: megatron.core.extensions.transformer_engine lacks "
             f"{', '.join(missing) or 'Transformer Engine'}; fix: install transformer_engine"
         )
-    load_policy(config)  # a broken policy fails here, before any module is built
+    policy = load_policy(config)  # a broken policy fails here, before any module is built
     disable()
     plan = Plan()
+    region, _, why = _predict_region(config, policy)
+    if not getattr(config, "fp8", None):
+        region, why = "bf16", "config.fp8 is not set: no FP8 region to leave"
+    if region == "bf16":
+        plan.region = "bf16"
+        _active["fp8_context"] = (
+            _fp8_context_factory(config) if getattr(config, "fp8", None) else None
+        )
+        plan.notes = _clear_fp8(config, why) or [why]
+    else:
+        plan.notes = [f"global FP8 region kept: {why}"]
     _active["config"] = config
     _active["plan"] = plan
+    _active["region"] = plan.region
     for c in WRAPPED_CLASSES:
         _wrap(getattr(mte, c), plan)
     return plan

@@ -1,0 +1,145 @@
+//! `fp8sel te-precision-config`: the policy as Megatron's own per-module precision file.
+
+use std::path::PathBuf;
+
+use fp8_engine::native::te_precision_config;
+use fp8_policy::{Fp8Format, Recipe};
+
+use super::explain::make_plan;
+use super::model_args::{ModelArgs, PolicyArgs};
+use super::recipe_args::TrainerRecipe;
+use crate::error::{CliError, CliResult};
+
+/// Write the YAML that Megatron-core's --te-precision-config-file reads, for one layout.
+///
+/// Every module is decided exactly as `fp8sel explain` decides it (the same engine call), and
+/// written as one glob matcher per module group (`decoder.layers.*.mlp.linear_fc1`) with the
+/// reason beside it, then a BF16 catch-all, so every TE module is matched whatever the outer
+/// FP8 region. The Megatron flags to launch with are printed: when no module runs FP8 that is
+/// the plain BF16 model (no --fp8-format); when FP8 modules are all dense they enter FP8
+/// themselves (no --fp8-format either); routed experts in FP8 need the global FP8 region.
+/// Delayed scaling is refused (Megatron's per-module config does not take it): use the hook,
+/// adaptive_fp8.megatron.enable.
+///
+/// Examples:
+///   fp8sel te-precision-config --model fixtures/models/qwen2_5_72b.yaml \
+///       --policy policies/qwen2_5_72b.json --tp 8 --seq-length 4096 --output te_precision.yaml
+///   fp8sel te-precision-config --model fixtures/models/deepseek_v3.yaml \
+///       --policy policies/deepseek_v3.json --tp 8 --ep 64 --etp 1 --seq-length 4096
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    recipe: TrainerRecipe,
+    /// FP8 format of the FP8 modules, as --fp8-format [default: e4m3]. Blockwise runs E4M3 only.
+    #[arg(long, value_name = "FORMAT")]
+    fp8_format: Option<Fp8Format>,
+    /// Where to write the YAML [default: stdout, with the launch flags on stderr].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Runs `te-precision-config`.
+pub fn run(args: &Args) -> CliResult {
+    let (plan, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
+    let recipe = cx.recipe.unwrap_or(Recipe::Blockwise);
+    let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
+    if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
+        return Err(CliError::input(format!(
+            "--fp8-format hybrid: {recipe} scaling runs E4M3 only; fix: drop --fp8-format or use --recipe tensorwise"
+        )));
+    }
+    let p = r.parallel;
+    let policy = args.policy.policy.as_ref().map_or_else(
+        || "the config's fp8_dynamic_policy_path".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let s = &plan.summary;
+    let tokens = s
+        .tokens
+        .get(&fp8_engine::Role::Llm)
+        .cloned()
+        .unwrap_or_default();
+    let header = vec![
+        "Megatron-core per-module precision (--te-precision-config-file), written by fp8sel te-precision-config".to_owned(),
+        format!("model: {} ({})", plan.model, args.model.model.display()),
+        format!("policy: {policy}"),
+        format!(
+            "layout: tp {} ep {} etp {} cp {}, sequence parallel {}",
+            p.tp,
+            p.ep,
+            p.etp,
+            p.cp,
+            if p.sequence_parallel { "on" } else { "off" }
+        ),
+        format!("tokens: {tokens}"),
+        format!("recipe: {recipe} {}", format.name()),
+        "decided as `fp8sel explain` decides; the first matching enabled matcher wins".to_owned(),
+    ];
+    let mut cfg = te_precision_config(&plan, recipe, format, header).map_err(CliError::input)?;
+    let fp8 = cfg.fp8_instances;
+    let total: u64 = cfg.matchers.iter().map(|m| m.instances).sum();
+    cfg.header.insert(
+        6,
+        format!(
+            "{fp8} of {total} module instances run FP8; launch region: {}",
+            cfg.region.name()
+        ),
+    );
+    let file = args.output.as_ref().map_or_else(
+        || "te_precision.yaml".to_owned(),
+        |o| o.display().to_string(),
+    );
+    let flags = cfg.launch_flags(&file);
+    for f in &flags {
+        cfg.header.push(format!("launch: {f}"));
+    }
+    let yaml = cfg.to_yaml();
+    for w in &s.warnings {
+        eprintln!("warning: {w}");
+    }
+    for n in &cx.notes {
+        eprintln!("note: {n}");
+    }
+    if plan
+        .modules
+        .iter()
+        .any(|m| m.spec.component != fp8_engine::Role::Llm)
+    {
+        eprintln!(
+            "note: the vision encoder's modules are not GPTModel decoder paths; they fall to the BF16 catch-all (decide them with adaptive_fp8.megatron.enable)"
+        );
+    }
+    match &args.output {
+        Some(out) => {
+            let inputs: Vec<&std::path::Path> = [
+                Some(args.model.model.as_path()),
+                args.policy.policy.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            fp8_io::refuse_same_file(out, inputs)?;
+            fp8_io::write_atomic(out, yaml.as_bytes())?;
+            println!(
+                "wrote {} ({fp8} of {total} module instances FP8)",
+                out.display()
+            );
+            println!("launch Megatron with:");
+            for f in &flags {
+                println!("  {f}");
+            }
+        }
+        None => {
+            print!("{yaml}");
+            for f in &flags {
+                eprintln!("launch: {f}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Megatron-core's own per-module precision config: the YAML that `--te-precision-config-file`
+//! reads (`TransformerConfig.quant_recipe`), made from a [`Plan`].
+//!
+//! Megatron matches every TE wrapper's module path (`decoder.layers.3.mlp.linear_fc1`) against
+//! ordered glob matchers; the first enabled match names a config, and a config whose
+//! `training_recipe` names no FP8 recipe runs that module BF16. This module turns each planned
+//! module group into one matcher, with `*` in place of the layer index, and ends with a BF16
+//! catch-all, so every TE module is matched and nothing depends on the outer FP8 region.
+//!
+//! Why no layer ranges: a policy key (format version 1) carries no layer, so every layer of a
+//! module group gets the same answer, and dense and MoE layers already differ by path
+//! (`mlp.linear_fc1` vs `mlp.experts.linear_fc1`). A `*` index also stays right under pipeline
+//! parallelism, where Megatron numbers `decoder.layers.N` per stage.
+//!
+//! It only builds and renders; the CLI writes the file and Python hands the same content to
+//! Megatron as a dict.
+
+use std::fmt::Write;
+
+use fp8_policy::{Fp8Format as Format, Recipe};
+use serde_json::{Value, json};
+
+use crate::model::Role;
+use crate::plan::{Plan, PlannedModule};
+
+/// The FP8 region the trainer launches with: what Megatron's `config.fp8` (`--fp8-format`) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Region {
+    /// No global FP8 (`config.fp8` unset): BF16 modules cost nothing, FP8 modules enter FP8
+    /// themselves.
+    Bf16,
+    /// The global FP8 region (`--fp8-format`): BF16 modules leave it. Needed when a routed
+    /// expert runs FP8, because Megatron pads the experts' token counts to FP8's alignment only
+    /// when `config.fp8` is set.
+    Fp8,
+}
+
+impl Region {
+    /// The cheaper region that is still correct for `plan`'s LLM: BF16 unless a routed expert
+    /// runs FP8. With no FP8 module at all this is the plain BF16 model.
+    pub fn for_plan(plan: &Plan) -> Region {
+        if llm(plan).any(|m| m.use_fp8 && m.spec.is_expert) {
+            Region::Fp8
+        } else {
+            Region::Bf16
+        }
+    }
+
+    /// `bf16` or `fp8`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Region::Bf16 => "bf16",
+            Region::Fp8 => "fp8",
+        }
+    }
+}
+
+/// Why a plan cannot be exported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// Megatron's per-module config refuses delayed scaling.
+    #[error(
+        "Megatron's per-module precision config refuses delayed scaling (\"not in scope of te per-module quantization config\"); fix: train with blockwise or tensorwise, or keep delayed scaling and decide modules with the build-time hook (adaptive_fp8.megatron.enable)"
+    )]
+    Delayed,
+    /// The plan has no LLM component (a lone vision encoder).
+    #[error(
+        "the model has no language-model component: Megatron's per-module config matches GPTModel's decoder paths; fix: decide a vision encoder with the build-time hook"
+    )]
+    NoLlm,
+}
+
+/// One glob matcher and what it decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matcher {
+    /// The matcher's key in the YAML (unique, from the module path).
+    pub name: String,
+    /// The glob Megatron compares the module path with (`fnmatch`).
+    pub pattern: String,
+    /// FP8 or BF16.
+    pub fp8: bool,
+    /// The engine's reason, written beside the matcher.
+    pub reason: String,
+    /// Module instances it matches (layers of the group).
+    pub instances: u64,
+}
+
+/// The per-module precision config for one plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeConfig {
+    /// Comment lines the file opens with.
+    pub header: Vec<String>,
+    /// The matchers in order, the catch-all last.
+    pub matchers: Vec<Matcher>,
+    /// The region to launch with.
+    pub region: Region,
+    /// Module instances that run FP8.
+    pub fp8_instances: u64,
+    /// The recipe FP8 modules run.
+    pub recipe: Recipe,
+    /// Their format.
+    pub format: Format,
+}
+
+fn llm(plan: &Plan) -> impl Iterator<Item = &PlannedModule> {
+    plan.modules
+        .iter()
+        .filter(|m| m.spec.component == Role::Llm)
+}
+
+/// The glob of a module group: the engine's path with `*` where Megatron puts the layer index
+/// (`decoder.layers.mlp.linear_fc1` -> `decoder.layers.*.mlp.linear_fc1`).
+pub fn pattern(name: &str) -> String {
+    match name.split_once("layers.") {
+        Some((head, tail)) => format!("{head}layers.*.{tail}"),
+        None => name.to_owned(),
+    }
+}
+
+fn matcher_name(name: &str) -> String {
+    name.trim_start_matches("decoder.layers.")
+        .replace("layers.", "")
+        .replace('.', "_")
+}
+
+/// Builds the config for `plan`'s language model (a VLM's vision encoder is not a GPTModel
+/// path and falls to the catch-all). `header` lines (policy, layout, tokens) come first.
+pub fn te_precision_config(
+    plan: &Plan,
+    recipe: Recipe,
+    format: Format,
+    header: Vec<String>,
+) -> Result<NativeConfig, ExportError> {
+    if recipe == Recipe::Delayed {
+        return Err(ExportError::Delayed);
+    }
+    if llm(plan).next().is_none() {
+        return Err(ExportError::NoLlm);
+    }
+    let mut matchers: Vec<Matcher> = llm(plan)
+        .map(|m| Matcher {
+            name: matcher_name(&m.spec.name),
+            pattern: pattern(&m.spec.name),
+            fp8: m.use_fp8,
+            reason: m.reason.clone(),
+            instances: m.spec.layers,
+        })
+        .collect();
+    matchers.push(Matcher {
+        name: "default".to_owned(),
+        pattern: "*".to_owned(),
+        fp8: false,
+        reason: "any other TE module: BF16, as a missing rule is".to_owned(),
+        instances: 0,
+    });
+    Ok(NativeConfig {
+        header,
+        fp8_instances: llm(plan).filter(|m| m.use_fp8).map(|m| m.spec.layers).sum(),
+        region: Region::for_plan(plan),
+        matchers,
+        recipe,
+        format,
+    })
+}
+
+impl NativeConfig {
+    /// The two configs by name: `fp8` (the recipe, entering FP8 even outside an FP8 region) and
+    /// `bf16` (no recipe: BF16 even inside one).
+    fn configs(&self) -> Value {
+        json!({
+            "fp8": {
+                "transformer_engine_config_type": "TEQuantizationParams",
+                "training_recipe": {
+                    "fp8_quantization_recipe": self.recipe.name(),
+                    "fp8_format": self.format.name(),
+                    "override_nonquantized_autocast": true,
+                },
+            },
+            "bf16": {
+                "transformer_engine_config_type": "TEQuantizationParams",
+                "training_recipe": {},
+            },
+        })
+    }
+
+    fn config_name(m: &Matcher) -> &'static str {
+        if m.fp8 { "fp8" } else { "bf16" }
+    }
+
+    /// The content the YAML holds, with the matchers as a list in order (a JSON object's keys
+    /// have no order): `{"configs": {...}, "matchers": [{name, type, pattern, config, enabled,
+    /// reason}]}`. `RecipeConfig.from_config_dict` takes the matchers as a mapping from name to
+    /// the rest, in this order.
+    pub fn to_json(&self) -> Value {
+        let matchers: Vec<Value> = self
+            .matchers
+            .iter()
+            .map(|m| {
+                json!({"name": m.name, "type": "glob", "pattern": m.pattern,
+                       "config": Self::config_name(m), "enabled": true, "reason": m.reason})
+            })
+            .collect();
+        json!({"configs": self.configs(), "matchers": matchers})
+    }
+
+    /// The YAML file: the header, the configs, then one matcher per module group with the
+    /// engine's reason as a comment, and the catch-all.
+    pub fn to_yaml(&self) -> String {
+        let mut s = String::new();
+        for line in &self.header {
+            let _ = writeln!(s, "# {line}");
+        }
+        let _ = writeln!(
+            s,
+            "configs:\n  fp8:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe:\n      fp8_quantization_recipe: {}\n      fp8_format: {}\n      override_nonquantized_autocast: true\n  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe: {{}}\nmatchers:",
+            self.recipe.name(),
+            self.format.name()
+        );
+        for m in &self.matchers {
+            let _ = writeln!(
+                s,
+                "  {}:  # {}: {}\n    type: glob\n    pattern: \"{}\"\n    config: {}\n    enabled: true",
+                m.name,
+                Self::config_name(m),
+                m.reason.replace('\n', " "),
+                m.pattern,
+                Self::config_name(m)
+            );
+        }
+        s
+    }
+
+    /// What to launch Megatron with, one line each.
+    pub fn launch_flags(&self, file: &str) -> Vec<String> {
+        let recipe = self.recipe.name();
+        let format = self.format.name();
+        match (self.region, self.fp8_instances) {
+            (Region::Bf16, 0) => vec![
+                "no module runs FP8 at this layout and token count: launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather (this file is then optional)".to_owned(),
+                format!("--te-precision-config-file {file}"),
+            ],
+            (Region::Bf16, _) => vec![
+                format!("--te-precision-config-file {file}"),
+                "and no --fp8-format: the FP8 modules enter FP8 themselves (override_nonquantized_autocast), the BF16 modules cost nothing".to_owned(),
+            ],
+            (Region::Fp8, _) => vec![
+                format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
+                "the global FP8 region is needed: routed experts run FP8, and Megatron pads their token counts only with --fp8-format set".to_owned(),
+                "with --fp8-param-gather Megatron builds every layer's weights in FP8 before it reads this file (the BF16 modules too); the hook (adaptive_fp8.megatron.enable) builds BF16 modules with BF16 weights".to_owned(),
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_put_a_star_where_the_layer_index_goes() {
+        assert_eq!(
+            pattern("decoder.layers.mlp.experts.linear_fc1"),
+            "decoder.layers.*.mlp.experts.linear_fc1"
+        );
+        assert_eq!(pattern("mtp.layers.eh_proj"), "mtp.layers.*.eh_proj");
+        assert_eq!(
+            pattern("mtp.layers.mtp_model_layer.self_attention.linear_qkv"),
+            "mtp.layers.*.mtp_model_layer.self_attention.linear_qkv"
+        );
+        assert_eq!(
+            matcher_name("mtp.layers.mtp_model_layer.mlp.linear_fc1"),
+            "mtp_mtp_model_layer_mlp_linear_fc1"
+        );
+        assert_eq!(
+            matcher_name("decoder.layers.self_attention.linear_qkv"),
+            "self_attention_linear_qkv"
+        );
+    }
+}
