@@ -425,13 +425,29 @@ def _clear_fp8(config: Any, why: str) -> list[str]:
     return [f"config.fp8 cleared (was {was}): {why}"] if was else []
 
 
-def apply_te_precision_config(config: Any) -> NativePlan:
+def _forced(region: str, predicted: str, fp8_instances: Optional[int]) -> str:
+    """The region asked for, refused where it would be wrong."""
+    if region == "auto":
+        return predicted
+    if region not in ("fp8", "bf16"):
+        raise ValueError(f"region {region!r}: use auto, fp8 or bf16")
+    if region == "bf16" and predicted == "fp8" and fp8_instances:
+        raise ValueError(
+            "region bf16: this plan runs FP8 routed experts (or delayed scaling), which need the "
+            "global FP8 region (Megatron pads expert tokens for FP8 only under config.fp8); fix: "
+            "region auto or fp8"
+        )
+    return region
+
+
+def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
     """Sets ``config.quant_recipe`` (Megatron's per-module precision, what
     ``--te-precision-config-file`` loads) from the fields :func:`enable` reads:
     ``fp8_dynamic_policy_path``, the layout, ``seq_length`` x ``micro_batch_size`` or
     ``fp8_dynamic_num_tokens``, ``fp8_recipe`` and ``fp8``. Call it before the model is built.
     When the plan's launch region is BF16 (no routed expert in FP8), ``config.fp8`` is cleared:
-    BF16 modules then cost nothing and FP8 modules enter FP8 themselves."""
+    BF16 modules then cost nothing and FP8 modules enter FP8 themselves. ``region`` forces
+    ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused)."""
     from megatron.core.quantization.quant_config import RecipeConfig
 
     policy = load_policy(config)
@@ -450,6 +466,7 @@ def apply_te_precision_config(config: Any) -> NativePlan:
     for w in out["warnings"]:
         _say_once(w)
     notes: list[str] = []
+    out["region"] = _forced(region, out["region"], out["fp8_instances"])
     if out["region"] == "bf16":
         why = (
             "no module runs FP8: this is the BF16 model"
@@ -570,7 +587,7 @@ def _build(
         run_in_fp8(module, _active["fp8_context"])
 
 
-def enable(config: Any) -> Plan:
+def enable(config: Any, region: str = "auto") -> Plan:
     """Gives Megatron-core the seed's callback: every TE linear module built after this call is
     decided by :func:`selective_fp8_init_decision` with ``config``. Returns the :class:`Plan`,
     filled in as the model is built, for the launcher to log. Calling it again replaces the
@@ -580,7 +597,9 @@ def enable(config: Any) -> Plan:
     config describes runs FP8, ``config.fp8`` is cleared and the model is Megatron's BF16 model;
     when only dense modules run FP8, ``config.fp8`` is cleared too and those modules enter FP8
     themselves; when a routed expert runs FP8 (or delayed scaling is on), the global FP8 region
-    stays and each BF16 module is built without FP8 weights and runs with FP8 off."""
+    stays and each BF16 module is built without FP8 weights and runs with FP8 off. ``region``
+    forces ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is
+    refused)."""
     _check_version()
     from megatron.core.extensions import transformer_engine as mte
 
@@ -593,7 +612,10 @@ def enable(config: Any) -> Plan:
     policy = load_policy(config)  # a broken policy fails here, before any module is built
     disable()
     plan = Plan()
-    region, _, why = _predict_region(config, policy)
+    predicted, fp8_instances, why = _predict_region(config, policy)
+    region = _forced(region, predicted, fp8_instances)
+    if region != predicted:
+        why = f"region {region} asked for"
     if not getattr(config, "fp8", None):
         region, why = "bf16", "config.fp8 is not set: no FP8 region to leave"
     if region == "bf16":

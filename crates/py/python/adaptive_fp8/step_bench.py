@@ -151,7 +151,9 @@ def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None,
 
 
 def markdown(out: dict) -> str:
-    if out.get("tp_comm"):
+    if out.get("trainer") == "megatron":
+        scope = f"megatron-core {out.get('megatron_core_version', '?')} GPTModel, one model per mode, TE modules checked against the plan"
+    elif out.get("tp_comm"):
         scope = f"a TP group of {out['tp']} GPUs, sequence parallel, communication in the step"
     else:
         scope = "one rank's GEMMs, no communication"
@@ -418,6 +420,17 @@ def parser() -> argparse.ArgumentParser:
         help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise; compare a policy made for the same recipe)",
     )
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
+    ap.add_argument(
+        "--trainer",
+        choices=["te", "megatron"],
+        default="te",
+        help="te: the toolkit's TE blocks (fast; eager and graphed; the oracle). megatron: upstream "
+        "megatron-core GPTModel with each integration (bf16, fp8, hook:<policy>, native:<policy>), "
+        "eager, one model per mode (default te)",
+    )
+    ap.add_argument("--regions", choices=["auto", "both"], default="auto", help="megatron: also time each integration in the FP8 and the BF16 launch region (default auto: the engine's choice)")
+    ap.add_argument("--vocab", type=_positive, default=8192, help="megatron: vocabulary size of the GPTModel (default 8192)")
+    ap.add_argument("--no-fp8-param", dest="fp8_param", action="store_false", help="megatron: keep FP8 modules' weights in BF16 (default: FP8 weights, --fp8-param-gather, in the FP8 region)")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
@@ -444,13 +457,21 @@ def main(argv: list[str] | None = None) -> int:
         # Quietly, atomically enough for a reader after a kill: the next write replaces it.
         emit(out, markdown(out), args.json, args.md, quiet=True)
 
+    if args.trainer == "megatron" and (args.tp_comm or args.execution != ["eager"] or args.grad_accum != 1):
+        print("step_bench: --trainer megatron times eager steps of one micro-batch (no --tp-comm, --execution graphed or --grad-accum)", file=sys.stderr)
+        return 2
     try:
-        out = run(args, progress=partial if (args.json or args.md) else None)
+        if args.trainer == "megatron":
+            from adaptive_fp8 import megatron_step
+
+            out = megatron_step.run(args, progress=partial if (args.json or args.md) else None)
+        else:
+            out = run(args, progress=partial if (args.json or args.md) else None)
     except StepBenchError as e:
         print(f"step_bench: {e}", file=sys.stderr)
         return 2
     except ImportError as e:
-        print(f"step_bench: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
+        print(f"step_bench: skipped: Transformer Engine / torch / megatron-core not importable ({e})", file=sys.stderr)
         return 2
     if not out.get("tp_comm") or os.environ.get("RANK", "0") == "0":
         emit(out, markdown(out), args.json, args.md)

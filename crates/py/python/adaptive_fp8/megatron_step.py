@@ -1,0 +1,332 @@
+"""The Megatron judge (``step_bench --trainer megatron``): full training steps of upstream
+megatron-core's ``GPTModel`` (TE layer spec), one model per mode, timed interleaved.
+
+Modes, each a model built on its own (no mode reuses another's timing):
+
+- ``bf16``: ``config.fp8`` unset;
+- ``fp8``: ``--fp8-format e4m3 --fp8-recipe R`` for every module;
+- ``hook:<policy>``: the policy through :func:`adaptive_fp8.megatron.enable`;
+- ``native:<policy>``: the policy through Megatron's own per-module config
+  (:func:`adaptive_fp8.megatron.apply_te_precision_config`, what
+  ``--te-precision-config-file`` loads).
+
+Each integration runs in its automatic launch region; ``--regions both`` adds ``@fp8`` and
+``@bf16`` variants of each (a BF16 region is skipped where the plan runs FP8 experts). A step is
+forward (``GPTModel`` with labels), the mean loss's backward and a TE ``FusedAdam`` step with
+fp32 master weights. Before timing, every TE module's precision in the last warm-up step (TE's
+``module.fp8``) is compared with ``fp8sel explain``'s plan; a difference is an error.
+
+This module's top half is pure (tested on the CPU); :func:`run` imports torch and Megatron.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from adaptive_fp8.step_spec import StepBenchError
+
+#: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
+TE_CLASSES = (
+    "TELayerNormColumnParallelLinear",
+    "TEColumnParallelLinear",
+    "TERowParallelLinear",
+    "TELinear",
+    "TEColumnParallelGroupedLinear",
+    "TERowParallelGroupedLinear",
+)
+
+
+def plan_name(module_path: str) -> str:
+    """The plan's name of a module path: the layer index dropped
+    (``decoder.layers.3.mlp.linear_fc1`` -> ``decoder.layers.mlp.linear_fc1``)."""
+    return re.sub(r"layers\.\d+\.", "layers.", module_path, count=1)
+
+
+def mode_names(policies: list[str], both_regions: bool, policy_names: list[str]) -> list[tuple[str, str, Optional[str], str]]:
+    """``(name, integration, policy, region)`` for every mode, in timing order."""
+    out = [("bf16", "bf16", None, "-"), ("fp8", "fp8", None, "-")]
+    for p, pname in zip(policies, policy_names):
+        label = pname.split(":", 1)[1]
+        for integ in ("hook", "native"):
+            regions = ["auto", "fp8", "bf16"] if both_regions else ["auto"]
+            for r in regions:
+                suffix = "" if r == "auto" else f"@{r}"
+                out.append((f"{integ}:{label}{suffix}", integ, p, r))
+    return out
+
+
+def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dict:
+    """``TransformerConfig`` keyword arguments for ``layers`` layers of the plan's architecture
+    (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has)."""
+    kw = dict(
+        num_layers=layers,
+        hidden_size=arch["hidden_size"],
+        ffn_hidden_size=arch["ffn_hidden_size"],
+        num_attention_heads=arch["num_attention_heads"],
+        num_query_groups=arch["num_query_groups"],
+        kv_channels=arch["head_dim"],
+        gated_linear_unit=arch["gated_mlp"],
+        normalization="RMSNorm" if arch["norm"] == "RmsNorm" else "LayerNorm",
+        add_bias_linear=False,
+        bf16=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+    moe = arch.get("moe")
+    if moe:
+        kw.update(
+            num_moe_experts=moe["num_experts"],
+            moe_ffn_hidden_size=moe["moe_ffn_hidden_size"],
+            moe_router_topk=moe["router_topk"],
+            moe_grouped_gemm=True,
+            moe_token_dispatcher_type="alltoall",
+            moe_router_load_balancing_type="none",
+            moe_layer_freq=[0] * dense_layers + [1] * (layers - dense_layers),
+        )
+        if moe.get("shared_expert_ffn_hidden_size"):
+            kw["moe_shared_expert_intermediate_size"] = moe["shared_expert_ffn_hidden_size"]
+    mla = arch.get("mla")
+    if mla:
+        kw.update(
+            multi_latent_attention=True,
+            q_lora_rank=mla["q_lora_rank"],
+            kv_lora_rank=mla["kv_lora_rank"],
+            qk_head_dim=mla["qk_head_dim"],
+            qk_pos_emb_head_dim=mla["qk_pos_emb_head_dim"],
+            v_head_dim=mla["v_head_dim"],
+        )
+    kw["_vocab"] = vocab
+    return kw
+
+
+def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
+    """Module paths whose precision in the step differs from the plan's, in words; also every
+    TE module the plan does not know and every planned group the model did not build."""
+    want = {m["name"]: bool(m["use_fp8"]) for m in plan_modules if m["component"] == "llm"}
+    bad = []
+    built = set()
+    for path, fp8 in sorted(seen.items()):
+        name = plan_name(path)
+        built.add(name)
+        if name not in want:
+            bad.append(f"{path}: not in the plan")
+        elif want[name] != fp8:
+            bad.append(f"{path}: ran {'FP8' if fp8 else 'BF16'}, the plan says {'FP8' if want[name] else 'BF16'}")
+    for name in sorted(set(want) - built):
+        if not name.startswith("mtp."):
+            bad.append(f"{name}: planned, not built")
+    return bad
+
+
+def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]]) -> dict:
+    """One token count's row: every mode against the BF16 mode's paired rounds (the same table
+    fields as the TE-block judge)."""
+    from adaptive_fp8.step_bench import quantile, verdict
+
+    base = times["bf16"]
+    best = min(statistics.median(base), statistics.median(times["fp8"]))
+    row: dict = {"tokens": tokens, "execution": "eager", "modes": {}}
+    for m, ts in times.items():
+        paired = [t / b for t, b in zip(ts, base)]
+        row["modes"][m] = {
+            "fp8_groups": groups[m],
+            "ms_median": statistics.median(ts),
+            "ms_p10": quantile(ts, 0.1),
+            "ms_p90": quantile(ts, 0.9),
+            "vs_bf16_median": statistics.median(paired),
+            "vs_bf16_p10": quantile(paired, 0.1),
+            "vs_bf16_p90": quantile(paired, 0.9),
+            "verdict_vs_bf16": verdict(paired) if m != "bf16" else "-",
+            "vs_best_of_bf16_fp8": statistics.median(ts) / best,
+        }
+    return row
+
+
+# -- torch half ---------------------------------------------------------------------------------
+
+
+class Judge:
+    """Megatron's process state and model building; one per process."""
+
+    def __init__(self, args) -> None:
+        import os
+
+        import torch
+
+        if not torch.cuda.is_available():
+            raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl", rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)))
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        if dist.get_world_size() != args.tp:
+            raise StepBenchError(
+                f"--trainer megatron: the world is {dist.get_world_size()} processes but --tp is {args.tp}; "
+                "fix: run one process per TP rank (torchrun --nproc-per-node TP), or --tp 1 on one GPU"
+            )
+        parallel_state.initialize_model_parallel(args.tp, 1, expert_model_parallel_size=args.ep or 1)
+        model_parallel_cuda_manual_seed(0)
+        self.torch, self.args = torch, args
+
+    def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int):
+        from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+        kw = dict(kw)
+        kw.pop("_vocab")
+        cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
+        if mode != "bf16":
+            kw.update(fp8="e4m3", fp8_recipe=recipe, fp8_param=bool(self.args.fp8_param))
+        c = cls(params_dtype=self.torch.bfloat16, **kw)
+        c.seq_length, c.micro_batch_size = tokens, 1
+        if policy:
+            c.fp8_dynamic_policy_path = str(Path(policy).resolve())
+        return c
+
+    def build(self, kw: dict, name: str, integ: str, policy: Optional[str], region: str, recipe: str, tokens: int):
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        import adaptive_fp8.megatron as af8m
+
+        c = self.config(kw, integ, recipe, policy, tokens)
+        note = ""
+        if integ == "hook":
+            plan = af8m.enable(c, region=region)
+            note = plan.region
+        elif integ == "native":
+            note = af8m.apply_te_precision_config(c, region=region).region
+        moe = bool(kw.get("num_moe_experts"))
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=kw.get("num_moe_experts"), moe_grouped_gemm=moe, multi_latent_attention=bool(kw.get("multi_latent_attention"))
+        )
+        try:
+            model = GPTModel(c, spec, vocab_size=kw["_vocab"], max_sequence_length=tokens, position_embedding_type="rope")
+        finally:
+            af8m.disable()
+        return model.cuda().bfloat16(), note
+
+    def step_fn(self, model, tokens: int, vocab: int):
+        torch = self.torch
+        from transformer_engine.pytorch.optimizers import FusedAdam
+
+        gen = torch.Generator(device="cuda").manual_seed(11)
+        ids = torch.randint(0, vocab, (1, tokens), device="cuda", generator=gen)
+        labels = torch.randint(0, vocab, (1, tokens), device="cuda", generator=gen)
+        pos = torch.arange(tokens, device="cuda").unsqueeze(0)
+        opt = FusedAdam([p for p in model.parameters() if p.requires_grad], lr=1e-5, master_weights=True)
+        losses: list = []
+
+        def step():
+            loss = model(ids, pos, None, labels=labels).float().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+
+        step.losses = losses
+        return step
+
+    def precisions(self, model) -> dict[str, bool]:
+        """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
+        return {n: bool(getattr(m, "fp8", False)) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
+
+    def time_ms(self, step, steps: int) -> float:
+        torch = self.torch
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        a.record()
+        for _ in range(steps):
+            step()
+        b.record()
+        torch.cuda.synchronize()
+        step.losses.clear()
+        return a.elapsed_time(b) / steps
+
+
+def run(args, log=print, progress=None) -> dict:
+    """Every token count: build each mode's model, check it (finite loss, precisions as
+    planned), then time all modes interleaved for ``--repeats`` rounds."""
+    import adaptive_fp8 as af8
+    import megatron.core as mc
+    import transformer_engine
+
+    from adaptive_fp8.step_bench import policy_mode_name
+
+    judge = Judge(args)
+    recipe = getattr(args, "recipe", "blockwise")
+    pnames = [policy_mode_name(p, args.policy) for p in args.policy]
+    modes = mode_names(args.policy, args.regions == "both", pnames)
+    results: list[dict] = []
+    notes: list[str] = []
+    checks: list[dict] = []
+
+    def snapshot(complete: bool) -> dict:
+        return {
+            "model": args.model, "component": "llm", "trainer": "megatron", "tp": args.tp,
+            "tp_comm": False, "layers": args.layers, "layer_types": [], "steps": args.steps,
+            "grad_accum": 1, "repeats": args.repeats, "execution": "eager", "recipe": recipe,
+            "fp8_param": bool(args.fp8_param),
+            "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
+            "megatron_core_version": getattr(mc, "__version__", "?"), "notes": notes,
+            "precision_checks": checks, "complete": complete, "results": list(results),
+        }
+
+    for tokens in args.tokens:
+        kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
+        if args.ep:
+            kwp["ep"] = args.ep
+        if args.etp:
+            kwp["etp"] = args.etp
+        base = af8._plan(args.model, None, kwp)
+        arch = base["architecture"]["llm"]
+        dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
+        kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+        models, steps, groups = {}, {}, {}
+        for name, integ, policy, region in modes:
+            try:
+                model, note = judge.build(kw, name, integ, policy, region, recipe, tokens)
+            except ValueError as e:
+                notes.append(f"tokens {tokens} {name}: not built: {e}")
+                log(f"  note: {notes[-1]}", file=sys.stderr)
+                continue
+            step = judge.step_fn(model, tokens, args.vocab)
+            for _ in range(args.warmup):
+                step()
+            ls = [float(v) for v in step.losses]
+            step.losses.clear()
+            if not all(v == v and 0 < v < float("inf") for v in ls):
+                raise StepBenchError(f"mode {name}: warm-up losses are not finite and positive: {ls}")
+            seen = judge.precisions(model)
+            groups[name] = sorted({plan_name(p) for p, on in seen.items() if on})
+            if policy:
+                planned = af8._plan(args.model, policy, kwp)["modules"]
+                bad = compare_precisions(seen, planned)
+                checks.append({"tokens": tokens, "mode": name, "region": note, "te_modules": len(seen),
+                               "fp8_modules": sum(seen.values()), "mismatches": bad})
+                log(f"  tokens {tokens} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
+                    f"{len(bad)} differ from fp8sel explain", file=sys.stderr)
+                if bad:
+                    raise StepBenchError(f"mode {name}: precisions differ from the plan: {bad[:5]}")
+            models[name], steps[name] = model, step
+        times: dict[str, list[float]] = {m: [] for m in steps}
+        for _ in range(args.repeats):
+            for m in steps:
+                times[m].append(judge.time_ms(steps[m], args.steps))
+        row = summarize_modes(tokens, groups, times)
+        results.append(row)
+        log(f"  tokens {tokens}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
+        models.clear()
+        steps.clear()
+        judge.torch.cuda.empty_cache()
+        if progress:
+            progress(snapshot(False))
+    return snapshot(True)

@@ -1,0 +1,195 @@
+"""`enable()` and `apply_te_precision_config()` choose the launch region from the plan, against
+stand-ins for megatron-core and Transformer Engine (no torch needed): a plan with no FP8 module
+is the BF16 model (config.fp8 cleared, modules untouched), FP8 dense modules enter FP8
+themselves, FP8 experts keep the global region."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+import adaptive_fp8.megatron as af8m
+
+POLICY = {
+    "version": 1,
+    "speedup_threshold": 1.0,
+    "rules": {
+        "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 1024}], "fc1": [{"tp": 1, "min_tokens": 1 << 30}]},
+        "row": {"proj": [{"tp": 1, "min_tokens": 1024}], "fc2": [{"tp": 1, "min_tokens": 1 << 30}]},
+        "column_grouped": [{"etp": 1, "num_gemms": 8, "min_tokens": 8192}],
+        "row_grouped": [{"etp": 1, "num_gemms": 8, "min_tokens": 8192}],
+    },
+}
+
+
+@pytest.fixture()
+def stand_ins(monkeypatch):
+    """megatron.core (0.19) with the six TE wrappers, fp8_utils, parallel_state and the
+    quantization config; transformer_engine.pytorch with its two contexts. Records contexts."""
+    state = {"autocast": [], "init": []}
+
+    @contextlib.contextmanager
+    def autocast(enabled=True, recipe=None, fp8_group=None):
+        state["autocast"].append((enabled, recipe))
+        yield
+
+    @contextlib.contextmanager
+    def quantized_model_init(enabled=False, recipe=None):
+        state["init"].append(enabled)
+        yield
+
+    te = types.ModuleType("transformer_engine")
+    tep = types.ModuleType("transformer_engine.pytorch")
+    tep.autocast, tep.quantized_model_init = autocast, quantized_model_init
+    te.pytorch = tep
+
+    class Wrapper:
+        def __init__(self, *args, **kwargs):
+            self.args, self.kwargs = args, kwargs
+
+        def forward(self, x):
+            return x
+
+    mte = types.ModuleType("megatron.core.extensions.transformer_engine")
+    mte.HAVE_TE = True
+    for name in af8m.WRAPPED_CLASSES:
+        setattr(mte, name, type(name, (Wrapper,), {}))
+
+    class RecipeConfig:
+        @staticmethod
+        def from_config_dict(d):
+            return SimpleNamespace(content=d)
+
+    mods = {
+        "transformer_engine": te,
+        "transformer_engine.pytorch": tep,
+        "megatron": types.ModuleType("megatron"),
+        "megatron.core": types.ModuleType("megatron.core"),
+        "megatron.core.extensions": types.ModuleType("megatron.core.extensions"),
+        "megatron.core.extensions.transformer_engine": mte,
+        "megatron.core.fp8_utils": types.ModuleType("megatron.core.fp8_utils"),
+        "megatron.core.parallel_state": types.ModuleType("megatron.core.parallel_state"),
+        "megatron.core.quantization": types.ModuleType("megatron.core.quantization"),
+        "megatron.core.quantization.quant_config": types.ModuleType("megatron.core.quantization.quant_config"),
+    }
+    mods["megatron.core"].__version__ = "0.19.2"
+    mods["megatron.core"].parallel_state = mods["megatron.core.parallel_state"]
+    mods["megatron.core.fp8_utils"].get_fp8_recipe = lambda c: f"recipe:{c.fp8_recipe}:{c.fp8}"
+    mods["megatron.core.parallel_state"].model_parallel_is_initialized = lambda: False
+    mods["megatron.core.quantization.quant_config"].RecipeConfig = RecipeConfig
+    for k, v in mods.items():
+        monkeypatch.setitem(sys.modules, k, v)
+    af8m._said.clear()
+    yield SimpleNamespace(mte=mte, state=state)
+    af8m.disable()
+
+
+def config(tmp_path, **kw):
+    f = tmp_path / "policy.json"
+    f.write_text(json.dumps(POLICY))
+    base = dict(
+        num_layers=2, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096, num_query_groups=8,
+        kv_channels=128, gated_linear_unit=True, normalization="RMSNorm", tensor_model_parallel_size=1,
+        expert_model_parallel_size=1, expert_tensor_parallel_size=1, context_parallel_size=1,
+        sequence_parallel=False, seq_length=4096, micro_batch_size=1, fp8="e4m3", fp8_recipe="blockwise",
+        fp8_param=True, fp8_dynamic_policy_path=str(f), moe_router_topk=None, num_moe_experts=None,
+        moe_ffn_hidden_size=None, moe_layer_freq=None,
+    )
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def moe(tmp_path, **kw):
+    return config(tmp_path, num_moe_experts=8, moe_ffn_hidden_size=512, moe_router_topk=2, moe_layer_freq=1, **kw)
+
+
+def build_dense(mte):
+    qkv = mte.TELayerNormColumnParallelLinear(1024, 3072, tp_comm_buffer_name="qkv")
+    fc1 = mte.TELayerNormColumnParallelLinear(1024, 8192, tp_comm_buffer_name="fc1")
+    return qkv, fc1
+
+
+def test_no_fp8_module_is_the_bf16_model(stand_ins, tmp_path):
+    c = config(tmp_path, seq_length=512)  # below every threshold
+    plan = af8m.enable(c)
+    assert plan.region == "bf16" and c.fp8 is None and c.fp8_param is False
+    assert "no module runs FP8" in str(plan)
+    qkv, fc1 = build_dense(stand_ins.mte)
+    # Nothing wraps the modules: their forward is the class's, and no context was entered.
+    assert "forward" not in vars(qkv) and "forward" not in vars(fc1)
+    assert stand_ins.state["init"] == [] and [r["fp8"] for r in plan.rows] == [False, False]
+
+
+def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
+    c = config(tmp_path)
+    plan = af8m.enable(c)
+    assert plan.region == "bf16" and c.fp8 is None
+    qkv, fc1 = build_dense(stand_ins.mte)
+    assert [r["fp8"] for r in plan.rows] == [True, False]
+    assert qkv._selective_fp8_enabled and "forward" not in vars(fc1)
+    qkv.forward(1)
+    # The trainer's recipe, read before config.fp8 was cleared.
+    assert stand_ins.state["autocast"] == [(True, "recipe:blockwise:e4m3")]
+
+
+def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):
+    c = moe(tmp_path)  # 4096 x topk 2 = 8192 tokens: experts FP8
+    plan = af8m.enable(c)
+    assert plan.region == "fp8" and c.fp8 == "e4m3" and "routed experts" in plan.notes[0]
+    mte = stand_ins.mte
+    fc1 = mte.TELayerNormColumnParallelLinear(1024, 8192, tp_comm_buffer_name="fc1")
+    exp = mte.TEColumnParallelGroupedLinear(8, 1024, 1024, tp_comm_buffer_name="fc1", is_expert=True)
+    assert [r["fp8"] for r in plan.rows] == [False, True]
+    assert fc1._selective_fp8_disabled and stand_ins.state["init"] == [False]
+    fc1.forward(1)
+    assert stand_ins.state["autocast"] == [(False, None)]
+    assert "forward" not in vars(exp)
+    # A BF16 region with FP8 experts would run them unpadded: refused.
+    with pytest.raises(ValueError, match="global FP8 region"):
+        af8m.enable(moe(tmp_path), region="bf16")
+
+
+def test_a_forced_region_and_delayed_scaling(stand_ins, tmp_path):
+    c = config(tmp_path)
+    assert af8m.enable(c, region="fp8").region == "fp8" and c.fp8 == "e4m3"
+    c = config(tmp_path, fp8_recipe="delayed")
+    plan = af8m.enable(c)
+    assert plan.region == "fp8" and "delayed" in plan.notes[0]
+    with pytest.raises(ValueError, match="region"):
+        af8m.enable(config(tmp_path), region="sideways")
+
+
+def test_an_expert_decided_fp8_in_the_bf16_region_is_an_error(stand_ins, tmp_path):
+    # The config says dense (no experts), but the model builds FP8 experts: the prediction was wrong.
+    c = config(tmp_path, moe_router_topk=2)
+    assert af8m.enable(c).region == "bf16"
+    with pytest.raises(RuntimeError, match="pads expert tokens"):
+        stand_ins.mte.TEColumnParallelGroupedLinear(8, 1024, 1024, tp_comm_buffer_name="fc1", is_expert=True)
+
+
+def test_native_config_on_a_transformer_config(stand_ins, tmp_path):
+    c = config(tmp_path)
+    n = af8m.apply_te_precision_config(c)
+    assert n.region == "bf16" and c.fp8 is None and n.fp8_instances == 4
+    m = c.quant_recipe.content["matchers"]
+    assert m["self_attention_linear_qkv"]["config"] == "fp8" and m["mlp_linear_fc1"]["config"] == "bf16"
+    assert list(m)[-1] == "default"
+    c = moe(tmp_path)
+    n = af8m.apply_te_precision_config(c)
+    assert n.region == "fp8" and c.fp8 == "e4m3"
+    assert c.quant_recipe.content["matchers"]["mlp_experts_linear_fc1"]["config"] == "fp8"
+    with pytest.raises(Exception, match="delayed"):
+        af8m.apply_te_precision_config(config(tmp_path, fp8_recipe="delayed"))
+
+
+def test_megatron_fields_read_a_transformer_config(tmp_path):
+    c = moe(tmp_path, multi_latent_attention=False, mtp_num_layers=None)
+    f = af8m.megatron_fields(c)
+    assert f["num_moe_experts"] == 8 and f["moe_layer_freq"] == 1 and "multi_latent_attention" not in f
+    assert "mtp_num_layers" not in f and "name" not in f
+    assert af8m.megatron_fields(c, name="m")["name"] == "m"

@@ -1,0 +1,50 @@
+"""The Megatron judge's pure half: module paths to plan names, the modes, the config it builds
+from a plan's architecture, and the precision check against the plan."""
+
+from __future__ import annotations
+
+import adaptive_fp8 as af8
+from adaptive_fp8 import megatron_step as ms
+from adaptive_fp8.step_bench import parser
+
+
+def test_paths_and_modes():
+    assert ms.plan_name("decoder.layers.11.mlp.experts.linear_fc1") == "decoder.layers.mlp.experts.linear_fc1"
+    assert ms.plan_name("mtp.layers.0.mtp_model_layer.mlp.linear_fc1") == "mtp.layers.mtp_model_layer.mlp.linear_fc1"
+    names = [m[0] for m in ms.mode_names(["p/a.json"], False, ["policy:a.json"])]
+    assert names == ["bf16", "fp8", "hook:a.json", "native:a.json"]
+    both = [m[0] for m in ms.mode_names(["p/a.json"], True, ["policy:a.json"])]
+    assert both[2:5] == ["hook:a.json", "hook:a.json@fp8", "hook:a.json@bf16"] and len(set(both)) == len(both)
+
+
+def test_config_from_a_moe_plan(root):
+    p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=64, etp=1, seq_length=1024))
+    kw = ms.config_kwargs(p["architecture"]["llm"], 3, 1, 4096)
+    assert kw["num_layers"] == 3 and kw["moe_layer_freq"] == [0, 1, 1] and kw["num_moe_experts"] == 256
+    assert kw["multi_latent_attention"] and kw["kv_lora_rank"] == 512 and kw["moe_shared_expert_intermediate_size"] == 2048
+    assert kw["normalization"] == "RMSNorm" and kw["gated_linear_unit"] and kw["_vocab"] == 4096
+
+
+def test_precision_check_names_every_difference(root):
+    plan = af8.plan(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=4096)
+    seen = {r["name"].replace("layers.", f"layers.{i}.", 1): r["use_fp8"] for r in plan for i in range(2)}
+    assert ms.compare_precisions(seen, plan) == []
+    flipped = dict(seen, **{"decoder.layers.1.mlp.linear_fc2": not seen["decoder.layers.1.mlp.linear_fc2"]})
+    bad = ms.compare_precisions(flipped, plan)
+    assert len(bad) == 1 and "decoder.layers.1.mlp.linear_fc2" in bad[0]
+    assert ms.compare_precisions({**seen, "decoder.layers.0.extra.linear": False}, plan)[0].endswith("not in the plan")
+    missing = {k: v for k, v in seen.items() if "linear_proj" not in k}
+    assert ms.compare_precisions(missing, plan) == ["decoder.layers.self_attention.linear_proj: planned, not built"]
+
+
+def test_the_cli_takes_the_megatron_trainer():
+    a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--regions", "both", "--no-fp8-param"])
+    assert a.trainer == "megatron" and a.regions == "both" and a.fp8_param is False and a.vocab == 8192
+    assert parser().parse_args(["--model", "m.yaml"]).trainer == "te"
+
+
+def test_megatron_refuses_what_it_does_not_time(root, capsys):
+    from adaptive_fp8.step_bench import main
+
+    rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--execution", "graphed"])
+    assert rc == 2 and "eager steps" in capsys.readouterr().err
