@@ -173,7 +173,9 @@ class Judge:
                 f"--trainer megatron: the world is {dist.get_world_size()} processes but --tp is {args.tp}; "
                 "fix: run one process per TP rank (torchrun --nproc-per-node TP), or --tp 1 on one GPU"
             )
-        parallel_state.initialize_model_parallel(args.tp, 1, expert_model_parallel_size=args.ep or 1)
+        # The world is the TP group; EP beyond it is one rank's experts (see run).
+        self.ep = 1
+        parallel_state.initialize_model_parallel(args.tp, 1, expert_model_parallel_size=self.ep)
         model_parallel_cuda_manual_seed(0)
         self.torch, self.args = torch, args
 
@@ -182,6 +184,8 @@ class Judge:
 
         kw = dict(kw)
         kw.pop("_vocab")
+        if kw.get("gated_linear_unit"):
+            kw["activation_func"] = self.torch.nn.functional.silu  # SwiGLU, as the configs say
         cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
         if mode != "bf16":
             kw.update(fp8="e4m3", fp8_recipe=recipe, fp8_param=bool(self.args.fp8_param))
@@ -193,7 +197,7 @@ class Judge:
 
     def build(self, kw: dict, name: str, integ: str, policy: Optional[str], region: str, recipe: str, tokens: int):
         from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
         import adaptive_fp8.megatron as af8m
 
@@ -204,10 +208,7 @@ class Judge:
             note = plan.region
         elif integ == "native":
             note = af8m.apply_te_precision_config(c, region=region).region
-        moe = bool(kw.get("num_moe_experts"))
-        spec = get_gpt_layer_with_transformer_engine_spec(
-            num_experts=kw.get("num_moe_experts"), moe_grouped_gemm=moe, multi_latent_attention=bool(kw.get("multi_latent_attention"))
-        )
+        spec = get_gpt_decoder_block_spec(c, use_transformer_engine=True)
         try:
             model = GPTModel(c, spec, vocab_size=kw["_vocab"], max_sequence_length=tokens, position_embedding_type="rope")
         finally:
@@ -281,52 +282,70 @@ def run(args, log=print, progress=None) -> dict:
         }
 
     for tokens in args.tokens:
-        kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
-        if args.ep:
-            kwp["ep"] = args.ep
-        if args.etp:
-            kwp["etp"] = args.etp
-        base = af8._plan(args.model, None, kwp)
-        arch = base["architecture"]["llm"]
-        dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
-        kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
-        models, steps, groups = {}, {}, {}
-        for name, integ, policy, region in modes:
-            try:
-                model, note = judge.build(kw, name, integ, policy, region, recipe, tokens)
-            except ValueError as e:
-                notes.append(f"tokens {tokens} {name}: not built: {e}")
-                log(f"  note: {notes[-1]}", file=sys.stderr)
-                continue
-            step = judge.step_fn(model, tokens, args.vocab)
-            for _ in range(args.warmup):
-                step()
-            ls = [float(v) for v in step.losses]
-            step.losses.clear()
-            if not all(v == v and 0 < v < float("inf") for v in ls):
-                raise StepBenchError(f"mode {name}: warm-up losses are not finite and positive: {ls}")
-            seen = judge.precisions(model)
-            groups[name] = sorted({plan_name(p) for p, on in seen.items() if on})
-            if policy:
-                planned = af8._plan(args.model, policy, kwp)["modules"]
-                bad = compare_precisions(seen, planned)
-                checks.append({"tokens": tokens, "mode": name, "region": note, "te_modules": len(seen),
-                               "fp8_modules": sum(seen.values()), "mismatches": bad})
-                log(f"  tokens {tokens} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
-                    f"{len(bad)} differ from fp8sel explain", file=sys.stderr)
-                if bad:
-                    raise StepBenchError(f"mode {name}: precisions differ from the plan: {bad[:5]}")
-            models[name], steps[name] = model, step
-        times: dict[str, list[float]] = {m: [] for m in steps}
-        for _ in range(args.repeats):
-            for m in steps:
-                times[m].append(judge.time_ms(steps[m], args.steps))
-        row = summarize_modes(tokens, groups, times)
-        results.append(row)
-        log(f"  tokens {tokens}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
-        models.clear()
-        steps.clear()
+        try:
+            results.append(_one_count(judge, args, tokens, modes, recipe, notes, checks, log))
+        except StepBenchError:
+            raise
+        except Exception as e:  # a build or kernel failure is a result row, not a crash
+            log(f"  tokens {tokens}: {type(e).__name__}: {e}", file=sys.stderr)
+            results.append({"tokens": tokens, "execution": "eager", "error": f"{type(e).__name__}: {str(e)[:300]}"})
         judge.torch.cuda.empty_cache()
         if progress:
             progress(snapshot(False))
     return snapshot(True)
+
+
+def _one_count(judge: Judge, args, tokens: int, modes: list, recipe: str, notes: list, checks: list, log) -> dict:
+    import adaptive_fp8 as af8
+
+    kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
+    if args.ep:
+        kwp["ep"] = args.ep
+    if args.etp:
+        kwp["etp"] = args.etp
+    base = af8._plan(args.model, None, kwp)
+    arch = base["architecture"]["llm"]
+    dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
+    kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+    if kw.get("num_moe_experts") and (args.ep or 1) > judge.ep:
+        # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
+        # without the all-to-all.
+        kw["num_moe_experts"] //= args.ep // judge.ep
+        if tokens == args.tokens[0]:
+            notes.append(f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step")
+    models, steps, groups = {}, {}, {}
+    for name, integ, policy, region in modes:
+        try:
+            model, note = judge.build(kw, name, integ, policy, region, recipe, tokens)
+        except ValueError as e:
+            notes.append(f"tokens {tokens} {name}: not built: {e}")
+            log(f"  note: {notes[-1]}", file=sys.stderr)
+            continue
+        step = judge.step_fn(model, tokens, args.vocab)
+        for _ in range(args.warmup):
+            step()
+        ls = [float(v) for v in step.losses]
+        step.losses.clear()
+        if not all(v == v and 0 < v < float("inf") for v in ls):
+            raise StepBenchError(f"mode {name}: warm-up losses are not finite and positive: {ls}")
+        seen = judge.precisions(model)
+        groups[name] = sorted({plan_name(p) for p, on in seen.items() if on})
+        if policy:
+            planned = af8._plan(args.model, policy, kwp)["modules"]
+            bad = compare_precisions(seen, planned)
+            checks.append({"tokens": tokens, "mode": name, "region": note, "te_modules": len(seen),
+                           "fp8_modules": sum(seen.values()), "mismatches": bad})
+            log(f"  tokens {tokens} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
+                f"{len(bad)} differ from fp8sel explain", file=sys.stderr)
+            if bad:
+                raise StepBenchError(f"mode {name}: precisions differ from the plan: {bad[:5]}")
+        models[name], steps[name] = model, step
+    times: dict[str, list[float]] = {m: [] for m in steps}
+    for _ in range(args.repeats):
+        for m in steps:
+            times[m].append(judge.time_ms(steps[m], args.steps))
+    row = summarize_modes(tokens, groups, times)
+    log(f"  tokens {tokens}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
+    models.clear()
+    steps.clear()
+    return row
