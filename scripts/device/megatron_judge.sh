@@ -19,6 +19,8 @@ export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_AT
 python3 -m pip install -q --no-index --no-deps --target /root/te/site devcarry/mc/*.whl 2>/dev/null
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
+# The working tree's pure-Python modules over the wheel's (the native core stays the wheel's).
+cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 python3 -c "import megatron.core as m, transformer_engine as t; print('megatron-core', m.__version__, 'TE', t.__version__)" | tee -a "$W/gpu.txt"
 

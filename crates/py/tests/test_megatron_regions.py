@@ -34,7 +34,7 @@ def stand_ins(monkeypatch):
     state = {"autocast": [], "init": []}
 
     @contextlib.contextmanager
-    def autocast(enabled=True, recipe=None, fp8_group=None):
+    def autocast(enabled=True, calibrating=False, recipe=None, amax_reduction_group=None):
         state["autocast"].append((enabled, recipe))
         yield
 

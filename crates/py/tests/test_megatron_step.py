@@ -40,7 +40,13 @@ def test_precision_check_names_every_difference(root):
 def test_the_cli_takes_the_megatron_trainer():
     a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--regions", "both", "--no-fp8-param"])
     assert a.trainer == "megatron" and a.regions == "both" and a.fp8_param is False and a.vocab == 8192
-    assert parser().parse_args(["--model", "m.yaml"]).trainer == "te"
+    from adaptive_fp8.step_bench import default_repeats
+
+    default_repeats(a)
+    assert a.repeats == 21
+    b = parser().parse_args(["--model", "m.yaml"])
+    default_repeats(b)
+    assert b.trainer == "te" and b.repeats == 7
 
 
 def test_megatron_refuses_what_it_does_not_time(root, capsys):

@@ -508,14 +508,19 @@ def _fp8_context_factory(config: Any) -> Any:
 
     from adaptive_fp8._common import te_api
 
+    import inspect
+
     _, autocast, recipe_kw = te_api(te)
+    # TE 2.8 renamed fp8_autocast's fp8_group to autocast's amax_reduction_group.
+    params = inspect.signature(autocast).parameters
+    group_kw = "amax_reduction_group" if "amax_reduction_group" in params else "fp8_group"
     recipe = get_fp8_recipe(config)
     group = None
     if parallel_state.model_parallel_is_initialized():
         group = parallel_state.get_amax_reduction_group(
             with_context_parallel=True, tp_only_amax_red=getattr(config, "tp_only_amax_red", False)
         )
-    return lambda: autocast(enabled=True, **{recipe_kw: recipe}, fp8_group=group)
+    return lambda: autocast(enabled=True, **{recipe_kw: recipe, group_kw: group})
 
 
 def _wrap(cls: type, plan: Plan) -> None:

@@ -260,8 +260,9 @@ def run(args, log=print, progress=None) -> dict:
     import megatron.core as mc
     import transformer_engine
 
-    from adaptive_fp8.step_bench import policy_mode_name
+    from adaptive_fp8.step_bench import default_repeats, policy_mode_name
 
+    default_repeats(args)
     judge = Judge(args)
     recipe = getattr(args, "recipe", "blockwise")
     pnames = [policy_mode_name(p, args.policy) for p in args.policy]

@@ -44,6 +44,14 @@ one-rank only):
 
     torchrun --nproc-per-node 2 -m adaptive_fp8.step_bench --tp-comm --tp 2 \
         --model fixtures/models/qwen2_5_72b.yaml --tokens 2048,8192 --policy tp2_comm.json
+
+`--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.megatron_step`): upstream
+megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
+and through Megatron's native per-module config), each TE module's precision checked against the
+plan, eager steps timed interleaved (21 rounds by default):
+
+    python -m adaptive_fp8.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
+        --layers 4 --tokens 256,1024 --policy policies/te/llama3_2_1b.json --regions both
 """
 
 from __future__ import annotations
@@ -237,6 +245,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     import adaptive_fp8 as af8
     from adaptive_fp8.step_layers import Bench
 
+    default_repeats(args)
     bench = Bench(args, te, device)
     if bench.rank:
         # Every rank runs the same cases; rank 0 speaks and writes.
@@ -411,7 +420,7 @@ def parser() -> argparse.ArgumentParser:
         "the optimizer's cost, which re-quantizes FP8 parameters, is paid once per step",
     )
     ap.add_argument("--steps", type=_positive, default=10, help="steps per timed round (default 10)")
-    ap.add_argument("--repeats", type=_positive, default=7, help="interleaved rounds per mode (default 7)")
+    ap.add_argument("--repeats", type=_positive, help="interleaved rounds per mode (default 7; 21 with --trainer megatron, whose steps are short and host-bound)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
     ap.add_argument(
         "--recipe",
@@ -436,8 +445,15 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def default_repeats(args) -> None:
+    """`--repeats` when not given: 7 for the TE blocks, 21 for the Megatron judge."""
+    if args.repeats is None:
+        args.repeats = 21 if getattr(args, "trainer", "te") == "megatron" else 7
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    default_repeats(args)
     import adaptive_fp8 as af8
 
     try:
