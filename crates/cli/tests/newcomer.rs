@@ -107,10 +107,12 @@ fn estimated_policies_are_labelled_by_every_command() {
         "4096",
     ];
     let o = fp8sel(&explain);
+    // Diagnostics go to stderr, never into the table.
     assert!(
-        out(&o).contains("warning: the llm policy is an ESTIMATE"),
+        err(&o).contains("warning: the llm policy is an ESTIMATE")
+            && !out(&o).contains("warning: the llm policy is an ESTIMATE"),
         "{}",
-        out(&o)
+        err(&o)
     );
     let v: serde_json::Value =
         serde_json::from_str(&out(&fp8sel(&[&explain[..], &["--json"]].concat()))).unwrap();
@@ -142,10 +144,12 @@ fn a_policy_of_another_model_is_a_warning() {
         "4096",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // Diagnostics go to stderr, never into the table.
     assert!(
-        out(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b"),
+        err(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b")
+            && !out(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b"),
         "{}",
-        out(&o)
+        err(&o)
     );
     let o = fp8sel(&[
         "explain",
@@ -156,7 +160,7 @@ fn a_policy_of_another_model_is_a_warning() {
         "--seq-length",
         "4096",
     ]);
-    assert!(!out(&o).contains("made for"), "{}", out(&o));
+    assert!(!err(&o).contains("made for"), "{}", err(&o));
 }
 
 #[test]
@@ -303,10 +307,12 @@ fn a_moe_config_without_topk_is_warned_about() {
     .unwrap();
     let o = fp8sel(&["explain", "--model", s(&m)]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // Diagnostics go to stderr, never into the table.
     assert!(
-        out(&o).contains("warning: llm: the config has no moe_router_topk"),
+        err(&o).contains("warning: llm: the config has no moe_router_topk")
+            && !out(&o).contains("warning: llm: the config has no moe_router_topk"),
         "{}",
-        out(&o)
+        err(&o)
     );
     let o = fp8sel(&["explain", "--model", s(&m), "--topk", "4"]);
     assert!(!out(&o).contains("no moe_router_topk"), "{}", out(&o));
@@ -444,10 +450,12 @@ fn config_forms_megatron_users_write() {
     );
     // A typo of a field the engine reads is a warning with the likely key.
     let o = fp8sel(&["explain", "--model", "fixtures/models/forms/typo.yaml"]);
+    // Diagnostics go to stderr, never into the table.
     assert!(
-        out(&o).contains("unknown key `ffn_hidden_sise`: did you mean `ffn_hidden_size`?"),
+        err(&o).contains("unknown key `ffn_hidden_sise`: did you mean `ffn_hidden_size`?")
+            && !out(&o).contains("unknown key `ffn_hidden_sise`: did you mean `ffn_hidden_size`?"),
         "{}",
-        out(&o)
+        err(&o)
     );
     // DeepSeek Sparse Attention (GLM-5, DeepSeek-V3.2): MLA planned, the indexer said not to be.
     let dir = tempfile::tempdir().unwrap();
@@ -458,9 +466,9 @@ fn config_forms_megatron_users_write() {
     let o = fp8sel(&["explain", "--model", s(&dsa)]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
-        out(&o).contains("attention variant dsa: the MLA projections are planned"),
+        err(&o).contains("attention variant dsa: the MLA projections are planned"),
         "{}",
-        out(&o)
+        err(&o)
     );
     // Another attention variant the inventory does not model is refused by name.
     let o = fp8sel(&[

@@ -166,6 +166,8 @@ pub struct ModelDesc {
     pub name: String,
     /// The components, LLM first.
     pub components: Vec<Component>,
+    /// What reading the config left aside, in words (resolvers kept as written), for stderr.
+    pub notes: Vec<String>,
 }
 
 impl ModelDesc {

@@ -210,6 +210,8 @@ pub struct Summary {
     /// Things the user must hear: a policy made for another model, an estimate, a default that
     /// changes decisions.
     pub warnings: Vec<String>,
+    /// What reading the config left aside (resolvers kept as written), once each.
+    pub notes: Vec<String>,
 }
 
 /// A decision for every module of a model.
@@ -349,6 +351,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     summary.estimated_policies = estimated_roles;
     summary.token_counts = token_counts;
     summary.warnings = warnings;
+    summary.notes = model.notes.clone();
     Ok(Plan {
         model: model.name.clone(),
         modules,
@@ -409,6 +412,7 @@ fn summarize(
         defaults_applied,
         estimated_policies: Vec::new(),
         warnings: Vec::new(),
+        notes: Vec::new(),
         token_counts: BTreeMap::new(),
     }
 }

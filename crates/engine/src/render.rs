@@ -29,10 +29,12 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
     json!({
         "model": p.model, "modules": modules, "summary": p.summary, "architecture": p.architectures,
         "launch_region": crate::native::Region::for_plan(p),
+        "warnings": diagnostics(p),
     })
 }
 
-/// Renders the plan as an aligned table followed by the summary.
+/// Renders the plan as an aligned table followed by the summary (results only: the
+/// [`diagnostics`] go to stderr).
 pub fn table(plan: &Plan) -> String {
     let header = [
         "module", "comp", "layers", "te_class", "kind", "ub_name", "in x out", "gemms", "tokens",
@@ -103,14 +105,18 @@ pub fn table(plan: &Plan) -> String {
             let _ = writeln!(out, "  {} {}: {}", m.component, m.key, m.modules.join(", "));
         }
     }
-    if !s.defaults_applied.is_empty() {
-        let _ = writeln!(out, "defaults applied:");
-        for d in &s.defaults_applied {
-            let _ = writeln!(out, "  {d}");
-        }
-    }
-    for w in &s.warnings {
-        let _ = writeln!(out, "warning: {w}");
-    }
     out
+}
+
+/// What the user must hear besides the results, one line each, for stderr (and the JSON's
+/// `warnings`): `warning: ...`, `note: ...`, `default applied: ...`.
+pub fn diagnostics(plan: &Plan) -> Vec<String> {
+    let s = &plan.summary;
+    let warnings = s.warnings.iter().map(|w| format!("warning: {w}"));
+    let notes = s.notes.iter().map(|n| format!("note: {n}"));
+    let defaults = s
+        .defaults_applied
+        .iter()
+        .map(|d| format!("default applied: {d}"));
+    warnings.chain(notes).chain(defaults).collect()
 }

@@ -80,13 +80,22 @@ fn vlm_yaml_resolves_hydra_defaults_per_component() {
     assert_eq!(vit.arch.norm, Norm::LayerNorm);
 }
 
-/// A `sel/` variant: its `../` defaults reach the base configs, so the root is `fixtures/models`.
+/// A `sel/` variant: its `../` defaults reach the base configs. With no root given, the search
+/// path is the checkout's root (no `configs` ancestor here), which holds them; an explicit
+/// `--config-root` of `fixtures/models` reads the same model, and the config's own directory
+/// refuses them.
 fn sel(name: &str) -> fp8_engine::ModelDesc {
     let path = fixture(&format!("sel/{name}"));
-    let e = load_model(&path).unwrap_err();
+    let own = path.parent().unwrap().to_path_buf();
+    let e = fp8_engine::load_model_with(&path, &fp8_engine::LoadOptions::with_config_root(own))
+        .unwrap_err();
     assert!(e.to_string().contains("outside the config root"), "{e}");
     let root = path.parent().unwrap().parent().unwrap().to_path_buf();
-    fp8_engine::load_model_with(&path, &fp8_engine::LoadOptions::with_config_root(root)).unwrap()
+    let given =
+        fp8_engine::load_model_with(&path, &fp8_engine::LoadOptions::with_config_root(root))
+            .unwrap();
+    assert_eq!(load_model(&path).unwrap(), given);
+    given
 }
 
 #[test]

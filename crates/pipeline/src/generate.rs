@@ -341,6 +341,8 @@ pub struct GenOutcome {
     pub files: Vec<PathBuf>,
     /// Where the outputs went.
     pub out: PathBuf,
+    /// What reading the configs left aside (resolvers kept as written), for stderr.
+    pub notes: Vec<String>,
 }
 
 impl GenOutcome {
@@ -457,6 +459,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         reports,
         files: files.keys().map(|f| out.join(f)).collect(),
         out,
+        notes: models.iter().flat_map(|(_, m)| m.notes.clone()).collect(),
     })
 }
 

@@ -192,7 +192,16 @@ pub fn explain(args: &ExplainArgs) -> CliResult {
     } else {
         print!("{}", render::table(&p));
     }
+    print_diagnostics(&p);
     Ok(())
+}
+
+/// The plan's warnings, notes and defaults on stderr, whatever the output format (the JSON
+/// carries them too, as `warnings`).
+pub(super) fn print_diagnostics(p: &Plan) {
+    for line in render::diagnostics(p) {
+        eprintln!("{line}");
+    }
 }
 
 /// Runs `check`; returns exit code 1 (as an error) when a rule is missing.
@@ -205,7 +214,7 @@ pub fn check(args: &CheckArgs) -> CliResult {
         println!(
             "{:#}",
             json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy,
-                   "estimated_policies": s.estimated_policies, "warnings": s.warnings, "notes": cx.notes,
+                   "estimated_policies": s.estimated_policies, "warnings": render::diagnostics(&p), "notes": cx.notes,
                    "fill_commands": fill})
         );
     } else if ok {
@@ -232,10 +241,8 @@ pub fn check(args: &CheckArgs) -> CliResult {
             println!("  {c}");
         }
     }
+    print_diagnostics(&p);
     if !args.json {
-        for w in &s.warnings {
-            eprintln!("warning: {w}");
-        }
         for n in &cx.notes {
             eprintln!("note: {n}");
         }

@@ -156,9 +156,14 @@ pub fn run(args: &Args) -> CliResult {
     };
     let done = gen_policy(&o, &progress).map_err(CliError::input)?;
     progress.finish();
+    for n in &done.notes {
+        eprintln!("note: {n}");
+    }
     if args.json {
+        let warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
         let out = serde_json::json!({
             "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
+            "warnings": warnings,
         });
         println!("{out:#}");
         return Ok(());

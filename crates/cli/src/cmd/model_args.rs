@@ -18,9 +18,10 @@ pub struct ModelArgs {
     /// HuggingFace config.json.
     #[arg(long, value_name = "CONFIG")]
     pub model: PathBuf,
-    /// Directory that Hydra `defaults` entries may reach (and `/`-rooted entries resolve
-    /// against) [default: the config's own directory]. LoongForge VLM configs include
-    /// `../image_encoder/...`: pass their common root, e.g. configs/models.
+    /// Hydra's search path: the directory `defaults` entries may reach, tried after the config's
+    /// own directory (and the one `/`-rooted entries resolve against) [default: the nearest
+    /// ancestor named `configs`, as LoongForge's hydra.searchpath, else the checkout's root,
+    /// else the config's own directory].
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
     /// Tensor-parallel size [default: the config's tensor_model_parallel_size, else 1].

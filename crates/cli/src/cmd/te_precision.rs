@@ -99,9 +99,7 @@ pub fn run(args: &Args) -> CliResult {
         cfg.header.push(format!("launch: {f}"));
     }
     let yaml = cfg.to_yaml();
-    for w in &s.warnings {
-        eprintln!("warning: {w}");
-    }
+    super::explain::print_diagnostics(&plan);
     for n in &cx.notes {
         eprintln!("note: {n}");
     }

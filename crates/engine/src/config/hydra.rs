@@ -2,13 +2,19 @@
 //!
 //! Supported entries: `_self_`; `path` (merged at the root); `path@pkg.sub` (merged under
 //! `pkg.sub`); and `{group: option}` / `{group@pkg: option}` (the file `group/option.yaml`).
-//! Paths resolve relative to the file that names them, and `/`-rooted ones (Hydra's "from the
-//! config root") against the config root; `.yaml` is appended when the path has no extension.
-//! Own content merges where `_self_` stands, or last when it is absent (Hydra 1.1+).
+//! A relative entry resolves against the directory of the file that names it, then against the
+//! search path, as Hydra does; `/`-rooted ones (Hydra's "from the config root") against the
+//! search path only. The search path is the config root: `--config-root` when given, else the
+//! nearest ancestor directory named `configs` (LoongForge's `hydra.searchpath: file://configs/`,
+//! where its VLM configs reach `../../models/image_encoder/...`), else the checkout's root (the
+//! nearest ancestor holding `.git`), else the config's own directory. `.yaml` is appended when the
+//! path has no extension. Own content merges where `_self_` stands, or last when it is absent
+//! (Hydra 1.1+).
 //!
 //! Hostile trees are bounded: each file is read and resolved once (a file listed many times is
 //! merged from the cache, so fan-out costs no more reads), the whole load includes at most
-//! [`MAX_INCLUDES`] entries, chains are at most [`MAX_DEPTH`] deep, and no entry reaches a file
+//! [`MAX_INCLUDES`] entries, chains are at most [`MAX_DEPTH`] deep, brackets nest at most
+//! [`MAX_NESTING`] deep (checked before the YAML parser walks them), and no entry reaches a file
 //! outside the config root.
 
 use std::collections::HashMap;
@@ -23,16 +29,34 @@ use super::error::ConfigError;
 pub const MAX_DEPTH: usize = 16;
 /// Most `defaults` entries one load may follow, all files together. Real configs use a handful.
 pub const MAX_INCLUDES: usize = 256;
+/// Deepest nesting of flow brackets (`[` / `{`) in one file. Real configs nest two or three.
+pub const MAX_NESTING: usize = 64;
+
+/// The config root when none is given: the nearest ancestor of the config's directory named
+/// `configs`, else the nearest holding `.git`, else the directory itself.
+pub(crate) fn default_root(config: &Path) -> PathBuf {
+    let dir = config
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let Ok(abs) = dir.canonicalize() else {
+        return dir;
+    };
+    let named = abs
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "configs"));
+    let checkout = || abs.ancestors().find(|a| a.join(".git").exists());
+    named
+        .or_else(checkout)
+        .map_or(abs.clone(), Path::to_path_buf)
+}
 
 /// Loads a YAML file and everything its `defaults` list pulls in, merged. `root` bounds what
 /// entries may reach (default: the file's directory).
 pub(crate) fn load(path: &Path, root: Option<&Path>) -> Result<Value, ConfigError> {
     let root_dir = match root {
         Some(r) => r.to_path_buf(),
-        None => path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        None => default_root(path),
     };
     let root = root_dir.canonicalize().map_err(|e| {
         field_err(
@@ -67,11 +91,57 @@ fn read_yaml(path: &Path) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
+    check_nesting(&text, path)?;
     serde_yaml_ng::from_str::<Value>(&text).map_err(|e| ConfigError::Syntax {
         file: path.into(),
         format: "YAML",
         message: e.to_string(),
     })
+}
+
+/// Refuses flow brackets nested deeper than [`MAX_NESTING`] in one linear pass: the YAML parser
+/// takes time quadratic in the depth before its own recursion limit stops it (seconds for a few
+/// hundred KiB of `[`). Quoted strings and comments are skipped.
+fn check_nesting(text: &str, path: &Path) -> Result<(), ConfigError> {
+    let mut depth = 0usize;
+    let mut line = 1usize;
+    let mut quote: Option<char> = None;
+    let mut comment = false;
+    let mut prev = ' ';
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+            comment = false;
+        } else if comment {
+            // Skipped to the end of the line.
+        } else if let Some(q) = quote {
+            if c == q && !(q == '"' && prev == '\\') {
+                quote = None;
+            }
+        } else {
+            match c {
+                '#' if prev.is_whitespace() => comment = true,
+                '"' | '\'' if !prev.is_alphanumeric() => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Err(field_err(
+                            path,
+                            "(structure)",
+                            format!(
+                                "brackets nest more than {MAX_NESTING} levels deep at line {line}"
+                            ),
+                            "a model config nests a few levels; point at the right file",
+                        ));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        prev = c;
+    }
+    Ok(())
 }
 
 fn field_err(file: &Path, field: &str, problem: String, fix: &str) -> ConfigError {
@@ -202,23 +272,26 @@ impl Loader {
         field: &str,
         target: &str,
     ) -> Result<PathBuf, ConfigError> {
-        let (base, rel) = match target.strip_prefix('/') {
-            Some(rest) => (self.root.as_path(), rest),
-            None => (dir, target),
+        let (bases, rel): (Vec<&Path>, &str) = match target.strip_prefix('/') {
+            Some(rest) => (vec![self.root.as_path()], rest),
+            None => (vec![dir, self.root.as_path()], target),
         };
-        let candidates: Vec<PathBuf> = std::iter::once(base.join(rel))
-            .chain(
-                ["yaml", "yml"]
-                    .iter()
-                    .map(|ext| base.join(format!("{rel}.{ext}"))),
-            )
+        let candidates: Vec<PathBuf> = bases
+            .iter()
+            .flat_map(|base| {
+                std::iter::once(base.join(rel)).chain(
+                    ["yaml", "yml"]
+                        .iter()
+                        .map(move |ext| base.join(format!("{rel}.{ext}"))),
+                )
+            })
             .collect();
         let Some(found) = candidates.iter().find(|p| p.is_file()) else {
             let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
             let anchor = if target.starts_with('/') {
-                "the config root"
+                format!("the config root {}", self.root.display())
             } else {
-                "this file"
+                format!("this file, then to the config root {}", self.root.display())
             };
             return Err(field_err(
                 from,

@@ -1,7 +1,10 @@
 //! OmegaConf interpolation in LoongForge/Hydra configs: `${hidden_size}`, `${model.foundation.x}`,
 //! `${.sibling}`, and the resolvers those configs use: `${moe_freq:"[0]*3+[1]*58"}` (Megatron's
-//! `moe_layer_freq` expression, kept as the expression the engine parses) and
-//! `${oc.env:NAME,default}`.
+//! `moe_layer_freq` expression, kept as the expression the engine parses),
+//! `${oc.env:NAME,default}` and `${act:gelu}` (LoongForge's activation resolver: the engine reads
+//! only the name). LoongForge's other resolvers (`${loss_func:...}`, `${position_func:...}`)
+//! build Python objects on fields the engine never reads; they are kept as written and named once
+//! in a note ([`unevaluated_resolvers`]).
 //!
 //! A string that is one interpolation takes the referenced value with its type; interpolations
 //! inside a longer string are spliced in as text. References are resolved against the merged
@@ -27,6 +30,37 @@ pub(crate) fn resolve_all(
 ) -> Result<(), ConfigError> {
     let snapshot = root.clone();
     walk(root, &snapshot, &mut Vec::new(), file, is_read)
+}
+
+/// The resolvers of the interpolations left in `root` after [`resolve_all`] that fp8sel does
+/// not evaluate (on fields it does not read), each once, sorted.
+pub(crate) fn unevaluated_resolvers(root: &Value) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    collect(root, &mut out);
+    out.into_iter().collect()
+}
+
+fn collect(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        Value::Object(m) => m.values().for_each(|c| collect(c, out)),
+        Value::Array(a) => a.iter().for_each(|c| collect(c, out)),
+        Value::String(s) => {
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find("${") {
+                rest = &rest[i + 2..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | '.'))
+                    .collect();
+                if rest[name.len()..].starts_with(':')
+                    && !matches!(name.as_str(), "moe_freq" | "act" | "oc.env")
+                {
+                    out.insert(name);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn walk(
@@ -156,7 +190,7 @@ fn resolve_one(
     if let Some((name, args)) = body.split_once(':') {
         let args = unquote(args.trim());
         return match name.trim() {
-            "moe_freq" => Ok(Value::String(args.to_owned())),
+            "moe_freq" | "act" => Ok(Value::String(args.to_owned())),
             "oc.env" => {
                 let (var, default) = match args.split_once(',') {
                     Some((v, d)) => (v.trim(), Some(unquote(d.trim()))),
@@ -176,7 +210,7 @@ fn resolve_one(
             other => Err(err(
                 file,
                 path,
-                format!("resolver `{other}` is not supported (only moe_freq and oc.env are)"),
+                format!("resolver `{other}` is not supported (only moe_freq, act and oc.env are)"),
                 "replace the interpolation by its value",
             )),
         };

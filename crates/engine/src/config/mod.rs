@@ -22,9 +22,10 @@ pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LoadOptions {
-    /// The directory Hydra `defaults` may reach, and that `/`-rooted entries resolve against.
-    /// `None`: the model config's own directory. LoongForge VLM configs reach sibling
-    /// directories (`../image_encoder/...`); pass their common root (`configs/models`).
+    /// The directory Hydra `defaults` may reach (the search path, tried after the naming file's
+    /// own directory), and that `/`-rooted entries resolve against. `None`: the nearest ancestor
+    /// of the config named `configs` (LoongForge's search path), else the checkout's root (the
+    /// nearest ancestor holding `.git`), else the config's own directory.
     pub config_root: Option<std::path::PathBuf>,
 }
 
@@ -40,9 +41,10 @@ impl LoadOptions {
 use crate::model::{ModelDesc, Role};
 use fields::Fields;
 
-/// Reads a model config. `.json` files are HuggingFace configs; anything else is read as
-/// Megatron/LoongForge YAML with its `defaults` resolved relative to the file, never reaching
-/// outside the file's directory (see [`load_model_with`]).
+/// Reads a model config. `.json` files are HuggingFace configs (a `config.json` is named after
+/// its checkout's directory); anything else is read as Megatron/LoongForge YAML with its
+/// `defaults` resolved relative to the file and then the search path, never reaching outside it
+/// (see [`LoadOptions`]).
 pub fn load_model(path: impl AsRef<Path>) -> Result<ModelDesc, ConfigError> {
     load_model_with(path, &LoadOptions::default())
 }
@@ -56,6 +58,7 @@ pub fn load_model_with(
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let mut notes = Vec::new();
     let root = if is_json {
         let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
         serde_json::from_str::<Value>(&text).map_err(|e| ConfigError::Syntax {
@@ -66,13 +69,58 @@ pub fn load_model_with(
     } else {
         let mut v = hydra::load(path, opt.config_root.as_deref())?;
         interp::resolve_all(&mut v, path, &|k| megatron::KNOWN_FIELDS.contains(&k))?;
+        let kept = interp::unevaluated_resolvers(&v);
+        if !kept.is_empty() {
+            notes.push(format!(
+                "{}: resolvers fp8sel does not evaluate ({}) stand on fields it does not read; kept as written",
+                path.display(),
+                kept.iter().map(|r| format!("${{{r}:...}}")).collect::<Vec<_>>().join(", ")
+            ));
+        }
         v
     };
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".to_owned());
-    model_from_value(&root, path, &stem, is_json)
+    let name = if is_json && stem == "config" {
+        hf_name(path, &root)
+    } else {
+        stem
+    };
+    let mut desc = model_from_value(&root, path, &name, is_json)?;
+    desc.notes = notes;
+    Ok(desc)
+}
+
+/// A HuggingFace checkout's model name (its `config.json` is named `config`): the checkout's
+/// directory name, else the config's `_name_or_path` (its last component), else `model_type`.
+fn hf_name(path: &Path, root: &Value) -> String {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
+    let from_dir = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let field = |k: &str| {
+        root.get(k)
+            .and_then(Value::as_str)
+            .map(|s| {
+                s.trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(s)
+                    .to_owned()
+            })
+            .filter(|s| !s.is_empty())
+    };
+    from_dir
+        .filter(|n| !n.is_empty() && n != "/")
+        .or_else(|| field("_name_or_path"))
+        .or_else(|| field("model_type"))
+        .unwrap_or_else(|| "model".to_owned())
 }
 
 /// Builds a model description from an already-parsed config tree.
@@ -133,7 +181,11 @@ pub fn model_from_value(
     for c in &components {
         check_dims(c, file)?;
     }
-    Ok(ModelDesc { name, components })
+    Ok(ModelDesc {
+        name,
+        components,
+        notes: Vec::new(),
+    })
 }
 
 /// Megatron-LM's nested `--yaml-cfg` as one mapping: the top level's scalar settings, then the
@@ -207,5 +259,37 @@ fn check_dims(c: &crate::model::Component, file: &Path) -> Result<(), ConfigErro
             fix: "check the value; dimensions are counts of features, heads or layers".into(),
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hf_config_is_named_after_its_checkout_then_its_fields() {
+        let v: Value =
+            serde_json::json!({"_name_or_path": "org/Some-Model-7B/", "model_type": "llama"});
+        // No such directory: the name comes from `_name_or_path`'s last component.
+        assert_eq!(
+            hf_name(Path::new("/nonexistent-dir-for-test/config.json"), &v),
+            "Some-Model-7B"
+        );
+        let v: Value = serde_json::json!({"model_type": "llama"});
+        assert_eq!(
+            hf_name(Path::new("/nonexistent-dir-for-test/config.json"), &v),
+            "llama"
+        );
+        assert_eq!(
+            hf_name(
+                Path::new("/nonexistent-dir-for-test/config.json"),
+                &Value::Null
+            ),
+            "model"
+        );
+        let dir = std::env::temp_dir();
+        let name = dir.canonicalize().unwrap_or(dir.clone());
+        let expect = name.file_name().map(|n| n.to_string_lossy().into_owned());
+        assert_eq!(Some(hf_name(&dir.join("config.json"), &v)), expect);
     }
 }
