@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fp8_engine::{Parallel, PlanConfig, Role, TokenConfig, decide, inventory, load_model, plan};
+use fp8_policy::Execution;
 use fp8_policy::Policy;
 
 fn root() -> PathBuf {
@@ -32,16 +33,33 @@ fn benches(c: &mut Criterion) {
     let dense = &modules[0];
     let expert = modules.iter().find(|m| m.is_expert).unwrap();
     c.bench_function("decide/dense", |b| {
-        b.iter(|| decide(black_box(dense), &tokens, 8, Some(&policy)))
+        b.iter(|| {
+            decide(
+                black_box(dense),
+                &tokens,
+                8,
+                Some(&policy),
+                Execution::Eager,
+            )
+        })
     });
     c.bench_function("decide/expert", |b| {
-        b.iter(|| decide(black_box(expert), &tokens, 8, Some(&policy)))
+        b.iter(|| {
+            decide(
+                black_box(expert),
+                &tokens,
+                8,
+                Some(&policy),
+                Execution::Eager,
+            )
+        })
     });
     let cfg = PlanConfig {
         parallel,
         tokens: BTreeMap::from([(Role::Llm, tokens), (Role::Vit, TokenConfig::new(16384, 1))]),
         topk: None,
         policies: BTreeMap::from([(Role::Llm, &policy), (Role::Vit, &vit_policy)]),
+        execution: Execution::Eager,
     };
     c.bench_function("plan/qwen3_vl_235b_a22b", |b| {
         b.iter(|| plan(black_box(&model), &cfg).unwrap())

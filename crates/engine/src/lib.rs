@@ -27,6 +27,7 @@
 //!     tokens: r.tokens,
 //!     topk: None,
 //!     policies: [(fp8_engine::Role::Llm, &policy)].into(),
+//!     execution: fp8_policy::Execution::Eager,
 //! };
 //! let p = plan(&model, &cfg)?;
 //! for m in &p.modules {
@@ -44,7 +45,10 @@
 //! let policy = fp8_policy::Policy::load(format!("{root}/policies/deepseek_v3.json"))?;
 //! // A routed-expert FC1 at EP 32 (8 local experts), ETP 1, top-8 routing, 4096 tokens.
 //! let c = classify("TEColumnParallelGroupedLinear", Some("fc1"), true)?;
-//! let q = ModuleQuery { kind: c.kind, ub_name: Some("fc1"), tp: 8, etp: 1, num_gemms: Some(8) };
+//! let q = ModuleQuery {
+//!     kind: c.kind, ub_name: Some("fc1"), tp: 8, etp: 1, num_gemms: Some(8),
+//!     execution: fp8_policy::Execution::Eager,
+//! };
 //! let d = decide_module(&q, &TokenConfig::new(4096, 1), Some(8), Some(&policy))?;
 //! assert_eq!(d.num_tokens, 4096 * 8);
 //! println!("{}: {}", if d.use_fp8() { "fp8" } else { "bf16" }, d.reason());

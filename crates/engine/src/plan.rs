@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use fp8_policy::{Decision, KindFamily, Lookup, ModuleKind, Policy, Reason, RuleKey};
+use fp8_policy::{Decision, Execution, KindFamily, Lookup, ModuleKind, Policy, Reason, RuleKey};
 use serde::Serialize;
 
 use crate::inventory::{LayoutError, ModuleSpec, Parallel, inventory};
@@ -47,6 +47,8 @@ pub struct ModuleQuery<'a> {
     pub etp: u32,
     /// Local experts (`num_experts / ep`); required for grouped kinds, never defaulted.
     pub num_gemms: Option<u32>,
+    /// The trainer's execution: which of a rule's thresholds applies.
+    pub execution: Execution,
 }
 
 /// Why one module could not be decided.
@@ -98,16 +100,17 @@ pub fn decide_module(
     };
     Ok(ModuleDecision {
         num_tokens,
-        decision: policy.map(|p| p.decide(lookup, num_tokens)),
+        decision: policy.map(|p| p.decide_in(lookup, num_tokens, q.execution)),
     })
 }
 
-/// Decides one module of an inventory (`topk` scales the tokens of experts).
+/// Decides one module of an inventory (`topk` scales the tokens of experts) for `execution`.
 pub fn decide(
     module: &ModuleSpec,
     tokens: &TokenConfig,
     topk: u64,
     policy: Option<&Policy>,
+    execution: Execution,
 ) -> Result<ModuleDecision, DecideError> {
     decide_module(
         &ModuleQuery {
@@ -116,6 +119,7 @@ pub fn decide(
             tp: module.tp,
             etp: module.etp,
             num_gemms: Some(module.num_gemms),
+            execution,
         },
         tokens,
         Some(topk),
@@ -134,6 +138,8 @@ pub struct PlanConfig<'a> {
     pub topk: Option<u64>,
     /// Policy per component. A component without one runs BF16 throughout.
     pub policies: BTreeMap<Role, &'a Policy>,
+    /// The trainer's execution (eager unless told): which threshold of each rule applies.
+    pub execution: Execution,
 }
 
 /// One planned module (group).
@@ -318,7 +324,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         }
         let measured_bf16 = policy.map_or(&[][..], Policy::measured_bf16_keys);
         for spec in inventory(c, cfg.parallel)? {
-            let d = decide(&spec, tokens, topk, policy).map_err(decide_err)?;
+            let d = decide(&spec, tokens, topk, policy, cfg.execution).map_err(decide_err)?;
             let mut missing_key = match &d.decision {
                 Some(Decision {
                     reason: Reason::NoRule { key },

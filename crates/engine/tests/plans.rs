@@ -162,6 +162,7 @@ fn cfg<'a>(
         tokens: tokens.iter().copied().collect(),
         topk: None,
         policies: pols.iter().copied().collect(),
+        execution: fp8_policy::Execution::Eager,
     }
 }
 
@@ -323,6 +324,7 @@ fn flop_share_is_one_when_everything_is_fp8_and_zero_without_policy() {
             fp8_policy::DenseRule {
                 tp: 2,
                 min_tokens: 0,
+                min_tokens_graphed: None,
                 measured_speedup: None,
             },
         )

@@ -727,6 +727,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
                     DenseRule {
                         tp,
                         min_tokens,
+                        min_tokens_graphed: None,
                         measured_speedup: Some(speedup),
                     },
                 ),
@@ -737,6 +738,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
                             etp,
                             num_gemms,
                             min_tokens,
+                            min_tokens_graphed: None,
                             measured_speedup: Some(speedup),
                         },
                     ),

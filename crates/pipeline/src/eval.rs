@@ -87,7 +87,9 @@ pub fn step_times(
         let topk = c.arch.moe.map_or(1, |m| m.router_topk);
         let tc = TokenConfig::new(tokens, 1);
         for spec in &modules {
-            let Ok(d) = decide(spec, &tc, topk, policies.get(&c.role)) else {
+            // The module times are GPU times: the graphed step's, so its thresholds apply.
+            let graphed = fp8_policy::Execution::Graphed;
+            let Ok(d) = decide(spec, &tc, topk, policies.get(&c.role), graphed) else {
                 out.missing
                     .push(format!("{} {}: token count overflows", c.role, spec.name));
                 continue;

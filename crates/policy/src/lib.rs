@@ -5,7 +5,9 @@
 //! The format is version 1 of the seed's policy (dense kinds nested as
 //! `{ub_name: [{tp, min_tokens, measured_speedup}]}`, grouped MoE kinds as flat lists of
 //! `{etp, num_gemms, min_tokens, measured_speedup}`), so files move freely between this crate
-//! and the Python loader it replaces. The key design choice is strictness with good messages:
+//! and the Python loader it replaces. A rule may also carry `min_tokens_graphed`, the threshold
+//! for CUDA-graphed steps ([`Execution`]); `min_tokens` is the eager one, the one the reference
+//! loader reads. The key design choice is strictness with good messages:
 //! every problem the Python loader ignored (bad version, duplicate keys, zero parallel sizes,
 //! the older flat format, NaN speedups) is a typed [`PolicyError`] that names the file, the JSON
 //! path and the fix, and output is byte-deterministic and written atomically.
@@ -29,6 +31,7 @@
 
 mod dupkeys;
 mod error;
+mod execution;
 mod io;
 mod kind;
 mod lookup;
@@ -39,6 +42,7 @@ mod recipe;
 mod ser;
 
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
+pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};

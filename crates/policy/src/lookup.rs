@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::execution::Execution;
 use crate::kind::{DenseKind, GroupedKind};
 use crate::policy::{DenseRule, GroupedRule, Policy, RuleKey};
 
@@ -40,11 +41,24 @@ pub enum MatchedRule {
 }
 
 impl MatchedRule {
-    /// The rule's token threshold.
+    /// The rule's eager token threshold (`min_tokens`).
     pub fn min_tokens(&self) -> u64 {
         match self {
             MatchedRule::Dense(r) => r.min_tokens,
             MatchedRule::Grouped(r) => r.min_tokens,
+        }
+    }
+
+    /// The threshold for `execution` and the field it comes from: `min_tokens_graphed` for a
+    /// graphed step when the rule has one, else `min_tokens`.
+    pub fn threshold(&self, execution: Execution) -> (u64, &'static str) {
+        let graphed = match self {
+            MatchedRule::Dense(r) => r.min_tokens_graphed,
+            MatchedRule::Grouped(r) => r.min_tokens_graphed,
+        };
+        match (execution, graphed) {
+            (Execution::Graphed, Some(g)) => (g, "min_tokens_graphed"),
+            _ => (self.min_tokens(), "min_tokens"),
         }
     }
 
@@ -71,7 +85,7 @@ impl MatchedRule {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Reason {
-    /// A rule matched and the tokens reach its `min_tokens`.
+    /// A rule matched and the tokens reach its threshold for the execution.
     AtOrAboveThreshold {
         /// The matched rule.
         rule: MatchedRule,
@@ -79,8 +93,10 @@ pub enum Reason {
         num_tokens: u64,
         /// The policy is a cost-model estimate: its speedups were estimated, not measured.
         estimated: bool,
+        /// The execution whose threshold was compared.
+        execution: Execution,
     },
-    /// A rule matched but the tokens are below its `min_tokens`.
+    /// A rule matched but the tokens are below its threshold for the execution.
     BelowThreshold {
         /// The matched rule.
         rule: MatchedRule,
@@ -88,6 +104,8 @@ pub enum Reason {
         num_tokens: u64,
         /// The policy is a cost-model estimate.
         estimated: bool,
+        /// The execution whose threshold was compared.
+        execution: Execution,
     },
     /// The policy has no rule for this key: conservative BF16.
     NoRule {
@@ -137,22 +155,22 @@ impl fmt::Display for Reason {
                 rule,
                 num_tokens,
                 estimated,
-            } => write!(
-                f,
-                "tokens {num_tokens} >= min_tokens {}{}",
-                rule.min_tokens(),
-                speed(rule, *estimated)
-            ),
+                execution,
+            } => {
+                let (t, field) = rule.threshold(*execution);
+                let s = speed(rule, *estimated);
+                write!(f, "tokens {num_tokens} >= {field} {t}{s}")
+            }
             Reason::BelowThreshold {
                 rule,
                 num_tokens,
                 estimated,
-            } => write!(
-                f,
-                "tokens {num_tokens} < min_tokens {}{}",
-                rule.min_tokens(),
-                speed(rule, *estimated)
-            ),
+                execution,
+            } => {
+                let (t, field) = rule.threshold(*execution);
+                let s = speed(rule, *estimated);
+                write!(f, "tokens {num_tokens} < {field} {t}{s}")
+            }
             Reason::NoRule { key } => write!(f, "no rule for {key}: BF16 by default"),
             Reason::NoUbName { kind, tp } => write!(
                 f,
@@ -174,7 +192,7 @@ impl Policy {
     /// let mut p = Policy::new(1.0)?;
     /// p.add_grouped_rule(
     ///     GroupedKind::ColumnGrouped,
-    ///     GroupedRule { etp: 1, num_gemms: 32, min_tokens: 16384, measured_speedup: Some(1.1) },
+    ///     GroupedRule { etp: 1, num_gemms: 32, min_tokens: 16384, min_tokens_graphed: None, measured_speedup: Some(1.1) },
     /// )?;
     /// // 4096 tokens x top-8 routing = 32768 routed tokens: FP8.
     /// let experts = Lookup::Grouped { kind: GroupedKind::ColumnGrouped, etp: 1, num_gemms: 32 };
@@ -186,6 +204,27 @@ impl Policy {
     /// # Ok::<(), fp8_policy::PolicyError>(())
     /// ```
     pub fn decide(&self, lookup: Lookup<'_>, num_tokens: u64) -> Decision {
+        self.decide_in(lookup, num_tokens, Execution::Eager)
+    }
+
+    /// [`Policy::decide`] for a trainer's execution: a graphed step compares the rule's
+    /// `min_tokens_graphed` where it has one, an eager step (and every rule without it)
+    /// `min_tokens`.
+    ///
+    /// ```
+    /// use fp8_policy::{DenseKind, Execution, Lookup, Policy};
+    ///
+    /// let p = Policy::from_json_str(
+    ///     r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2":
+    ///         [{"tp": 1, "min_tokens": 8192, "min_tokens_graphed": 2048}]}}}"#,
+    ///     "p.json",
+    /// )?;
+    /// let fc2 = Lookup::Dense { kind: DenseKind::Row, ub_name: Some("fc2"), tp: 1 };
+    /// assert!(!p.decide_in(fc2, 4096, Execution::Eager).use_fp8);
+    /// assert!(p.decide_in(fc2, 4096, Execution::Graphed).use_fp8);
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
+    pub fn decide_in(&self, lookup: Lookup<'_>, num_tokens: u64, execution: Execution) -> Decision {
         let rule = match lookup {
             Lookup::Dense { kind, ub_name, tp } => {
                 let Some(ub) = ub_name else {
@@ -221,12 +260,13 @@ impl Policy {
         };
         let estimated = self.estimated();
         match rule {
-            Ok(rule) if num_tokens >= rule.min_tokens() => Decision {
+            Ok(rule) if num_tokens >= rule.threshold(execution).0 => Decision {
                 use_fp8: true,
                 reason: Reason::AtOrAboveThreshold {
                     rule,
                     num_tokens,
                     estimated,
+                    execution,
                 },
             },
             Ok(rule) => Decision {
@@ -235,6 +275,7 @@ impl Policy {
                     rule,
                     num_tokens,
                     estimated,
+                    execution,
                 },
             },
             Err(key) => Decision {

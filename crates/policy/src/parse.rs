@@ -202,10 +202,15 @@ impl Parser<'_> {
 
     fn dense_rule(&self, v: &Value, path: &str) -> Result<DenseRule, PolicyError> {
         let obj = self.object(v, path)?;
-        self.known_keys(obj, path, &["tp", "min_tokens", "measured_speedup"])?;
+        self.known_keys(
+            obj,
+            path,
+            &["tp", "min_tokens", "min_tokens_graphed", "measured_speedup"],
+        )?;
         Ok(DenseRule {
             tp: self.size(obj, "tp", path)?,
             min_tokens: self.count(obj, "min_tokens", path)?,
+            min_tokens_graphed: self.opt_count(obj, "min_tokens_graphed", path)?,
             measured_speedup: self.opt_ratio(obj, "measured_speedup", path)?,
         })
     }
@@ -215,12 +220,19 @@ impl Parser<'_> {
         self.known_keys(
             obj,
             path,
-            &["etp", "num_gemms", "min_tokens", "measured_speedup"],
+            &[
+                "etp",
+                "num_gemms",
+                "min_tokens",
+                "min_tokens_graphed",
+                "measured_speedup",
+            ],
         )?;
         Ok(GroupedRule {
             etp: self.size(obj, "etp", path)?,
             num_gemms: self.size(obj, "num_gemms", path)?,
             min_tokens: self.count(obj, "min_tokens", path)?,
+            min_tokens_graphed: self.opt_count(obj, "min_tokens_graphed", path)?,
             measured_speedup: self.opt_ratio(obj, "measured_speedup", path)?,
         })
     }
@@ -288,6 +300,20 @@ impl Parser<'_> {
             .ok_or_else(|| self.err(path, wrong_type("a number", v)))?;
         check_ratio(x).map_err(|p| self.err(path, p))?;
         Ok(x)
+    }
+
+    /// A count that may be absent; present, it is checked as `min_tokens` is.
+    fn opt_count(
+        &self,
+        obj: &Map<String, Value>,
+        key: &'static str,
+        path: &str,
+    ) -> Result<Option<u64>, PolicyError> {
+        if obj.contains_key(key) {
+            self.count(obj, key, path).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn opt_ratio(

@@ -15,8 +15,11 @@ pub const POLICY_VERSION: u32 = 1;
 pub struct DenseRule {
     /// Tensor-parallel size the rule applies to.
     pub tp: u32,
-    /// Smallest token count (`seq_length * micro_batch_size`, or the override) that runs FP8.
+    /// Smallest token count (`seq_length * micro_batch_size`, or the override) that runs FP8 in
+    /// an eager step.
     pub min_tokens: u64,
+    /// The same for a CUDA-graphed step; `None`: `min_tokens` holds for both.
+    pub min_tokens_graphed: Option<u64>,
     /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
     pub measured_speedup: Option<f64>,
 }
@@ -28,8 +31,10 @@ pub struct GroupedRule {
     pub etp: u32,
     /// Experts per rank (`num_experts / ep`).
     pub num_gemms: u32,
-    /// Smallest routed token count (tokens x topk) that runs FP8.
+    /// Smallest routed token count (tokens x topk) that runs FP8 in an eager step.
     pub min_tokens: u64,
+    /// The same for a CUDA-graphed step; `None`: `min_tokens` holds for both.
+    pub min_tokens_graphed: Option<u64>,
     /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
     pub measured_speedup: Option<f64>,
 }
@@ -99,7 +104,7 @@ impl Policy {
     /// use fp8_policy::{DenseKind, DenseRule, Policy};
     ///
     /// let mut p = Policy::new(1.0)?;
-    /// let rule = DenseRule { tp: 8, min_tokens: 8192, measured_speedup: Some(1.12) };
+    /// let rule = DenseRule { tp: 8, min_tokens: 8192, min_tokens_graphed: None, measured_speedup: Some(1.12) };
     /// p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule)?;
     /// assert!(p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule).is_err(), "duplicate");
     /// assert!(Policy::new(f64::NAN).is_err());

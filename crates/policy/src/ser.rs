@@ -57,10 +57,15 @@ impl Serialize for RulesView<'_> {
 
 impl Serialize for DenseRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 2 + usize::from(self.measured_speedup.is_some());
+        let n = 2
+            + usize::from(self.measured_speedup.is_some())
+            + usize::from(self.min_tokens_graphed.is_some());
         let mut st = s.serialize_struct("DenseRule", n)?;
         st.serialize_field("tp", &self.tp)?;
         st.serialize_field("min_tokens", &self.min_tokens)?;
+        if let Some(g) = self.min_tokens_graphed {
+            st.serialize_field("min_tokens_graphed", &g)?;
+        }
         if let Some(x) = self.measured_speedup {
             st.serialize_field("measured_speedup", &x)?;
         }
@@ -70,11 +75,16 @@ impl Serialize for DenseRule {
 
 impl Serialize for GroupedRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 3 + usize::from(self.measured_speedup.is_some());
+        let n = 3
+            + usize::from(self.measured_speedup.is_some())
+            + usize::from(self.min_tokens_graphed.is_some());
         let mut st = s.serialize_struct("GroupedRule", n)?;
         st.serialize_field("etp", &self.etp)?;
         st.serialize_field("num_gemms", &self.num_gemms)?;
         st.serialize_field("min_tokens", &self.min_tokens)?;
+        if let Some(g) = self.min_tokens_graphed {
+            st.serialize_field("min_tokens_graphed", &g)?;
+        }
         if let Some(x) = self.measured_speedup {
             st.serialize_field("measured_speedup", &x)?;
         }

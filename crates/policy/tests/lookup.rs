@@ -144,6 +144,7 @@ fn builder_refuses_duplicates_and_zeroes() {
     let r = DenseRule {
         tp: 2,
         min_tokens: 10,
+        min_tokens_graphed: None,
         measured_speedup: Some(1.1),
     };
     p.add_dense_rule(DenseKind::Row, "proj", r).unwrap();
@@ -168,6 +169,7 @@ fn builder_refuses_duplicates_and_zeroes() {
         etp: 1,
         num_gemms: 8,
         min_tokens: 5,
+        min_tokens_graphed: None,
         measured_speedup: None,
     };
     p.add_grouped_rule(GroupedKind::RowGrouped, g).unwrap();

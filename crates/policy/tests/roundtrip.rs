@@ -93,6 +93,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 DenseRule {
                     tp,
                     min_tokens,
+                    min_tokens_graphed: None,
                     measured_speedup: s,
                 },
             );
@@ -104,6 +105,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     etp,
                     num_gemms,
                     min_tokens,
+                    min_tokens_graphed: None,
                     measured_speedup: s,
                 },
             );

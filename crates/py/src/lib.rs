@@ -123,7 +123,7 @@ impl Policy {
     #[pyo3(signature = (
         te_class = None, *, kind = None, ub_name = None, tp = 1, etp = None, num_gemms = None,
         topk = None, seq_length = None, micro_batch_size = 1, cp = 1, num_tokens = None,
-        expert = false
+        expert = false, execution = "eager"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decide(
@@ -141,7 +141,9 @@ impl Policy {
         cp: u64,
         num_tokens: Option<u64>,
         expert: bool,
+        execution: &str,
     ) -> PyResult<Decision> {
+        let execution = execution_arg(execution)?;
         let classified = match (te_class, kind) {
             (Some(c), _) => {
                 classify(c, ub_name, expert).map_err(|e| PlanError::new_err(e.to_string()))?
@@ -174,6 +176,7 @@ impl Policy {
             tp,
             etp: etp.unwrap_or(tp),
             num_gemms,
+            execution,
         };
         let d = decide_module(&query, &tokens, topk, Some(&self.inner))
             .map_err(|e| PlanError::new_err(e.to_string()))?;
@@ -196,7 +199,7 @@ impl Policy {
             fp8: decision.use_fp8,
             reason: decision.reason.to_string(),
             key: key.map(|k| key_dict(py, &k)).transpose()?,
-            min_tokens: decision.rule().map(|r| r.min_tokens()),
+            min_tokens: decision.rule().map(|r| r.threshold(execution).0),
             measured_speedup: decision.rule().and_then(|r| r.measured_speedup()),
             estimated: self.inner.estimated(),
             kind: classified.kind.to_string(),
@@ -292,6 +295,11 @@ fn key_dict(py: Python<'_>, k: &RuleKey) -> PyResult<Py<PyDict>> {
     Ok(d.unbind())
 }
 
+/// `eager` or `graphed`.
+fn execution_arg(s: &str) -> PyResult<fp8_policy::Execution> {
+    s.parse().map_err(PlanError::new_err)
+}
+
 /// A policy argument: a `Policy`, a path, or nothing.
 fn policy_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<fp8_policy::Policy>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
@@ -348,6 +356,7 @@ struct PlanArgs {
     vit_num_tokens: Option<u64>,
     topk: Option<u64>,
     no_sequence_parallel: bool,
+    execution: fp8_policy::Execution,
 }
 
 /// The plan `fp8sel explain` makes for the same arguments. Policies default to each
@@ -402,6 +411,7 @@ fn make_plan(
         tokens: resolved.tokens,
         topk: a.topk,
         policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
+        execution: a.execution,
     };
     plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))
 }
@@ -412,7 +422,8 @@ fn make_plan(
 #[pyo3(signature = (
     model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
     seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
-    topk = None, no_sequence_parallel = false, root = None, config_root = None
+    topk = None, no_sequence_parallel = false, root = None, config_root = None,
+    execution = "eager"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn plan_json(
@@ -431,6 +442,7 @@ fn plan_json(
     no_sequence_parallel: bool,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
+    execution: &str,
 ) -> PyResult<String> {
     let a = PlanArgs {
         tp,
@@ -443,6 +455,7 @@ fn plan_json(
         vit_num_tokens,
         topk,
         no_sequence_parallel,
+        execution: execution_arg(execution)?,
     };
     let p = make_plan(model, policy, vit_policy, &a, root, config_root)?;
     Ok(format!("{:#}", render::plan_json(&p)))
@@ -455,7 +468,8 @@ fn plan_json(
 #[pyo3(signature = (
     model, policy = None, *, recipe = "blockwise", fp8_format = "e4m3", tp = None, ep = None,
     etp = None, cp = None, seq_length = None, micro_batch_size = None, num_tokens = None,
-    topk = None, no_sequence_parallel = false, root = None, config_root = None
+    topk = None, no_sequence_parallel = false, root = None, config_root = None,
+    execution = "eager"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn te_precision_config_json(
@@ -474,6 +488,7 @@ fn te_precision_config_json(
     no_sequence_parallel: bool,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
+    execution: &str,
 ) -> PyResult<String> {
     let recipe: fp8_policy::Recipe = recipe
         .parse()
@@ -490,6 +505,7 @@ fn te_precision_config_json(
         vit_num_tokens: None,
         topk,
         no_sequence_parallel,
+        execution: execution_arg(execution)?,
     };
     let p = make_plan(model, policy, None, &a, root, config_root)?;
     let header = vec![format!(

@@ -103,6 +103,7 @@ pub fn run(args: &Args) -> CliResult {
         tp: args.tp,
         etp: args.etp.unwrap_or(args.tp),
         num_gemms: args.num_gemms,
+        execution: args.recipe.execution,
     };
     let decided = decide_module(&query, &tokens, args.topk, Some(&policy))
         .map_err(|e| CliError::input(format!("{e} (--num-gemms, --topk, --seq-length)")))?;

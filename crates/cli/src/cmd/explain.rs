@@ -74,7 +74,11 @@ pub(super) fn make_plan(
 ) -> CliResult<(Plan, Resolved, Context)> {
     let r = model.resolve()?;
     let policies = policy.load(&r.model)?;
-    let mut p = plan(&r.model, &plan_config(&r, &policies, model.topk)).map_err(CliError::input)?;
+    let mut p = plan(
+        &r.model,
+        &plan_config(&r, &policies, model.topk, recipe.execution),
+    )
+    .map_err(CliError::input)?;
     let config_recipe = r
         .model
         .components

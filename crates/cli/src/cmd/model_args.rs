@@ -161,11 +161,13 @@ pub fn plan_config<'a>(
     r: &Resolved,
     policies: &'a BTreeMap<Role, Policy>,
     topk: Option<u64>,
+    execution: fp8_policy::Execution,
 ) -> PlanConfig<'a> {
     PlanConfig {
         parallel: r.parallel,
         tokens: r.tokens.clone(),
         topk,
         policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
+        execution,
     }
 }

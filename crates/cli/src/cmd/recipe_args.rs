@@ -55,6 +55,11 @@ pub struct TrainerRecipe {
     /// recipe still answers, with a warning: its crossovers are not this recipe's.
     #[arg(long, alias = "fp8-recipe", value_name = "RECIPE")]
     pub recipe: Option<Recipe>,
+    /// How the trainer runs its step: eager (Megatron's --cuda-graph-impl none, its default) or
+    /// graphed (CUDA graphs). A rule's min_tokens_graphed applies to graphed steps; min_tokens
+    /// to eager ones and to every rule without it.
+    #[arg(long, value_name = "EXECUTION", default_value = "eager")]
+    pub execution: fp8_policy::Execution,
 }
 
 impl TrainerRecipe {

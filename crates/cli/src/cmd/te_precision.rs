@@ -78,13 +78,14 @@ pub fn run(args: &Args) -> CliResult {
         ),
         format!("tokens: {tokens}"),
         format!("recipe: {recipe} {}", format.name()),
+        format!("execution: {} (the rules' thresholds for it)", args.recipe.execution),
         "decided as `fp8sel explain` decides; the first matching enabled matcher wins".to_owned(),
     ];
     let mut cfg = te_precision_config(&plan, recipe, format, header).map_err(CliError::input)?;
     let fp8 = cfg.fp8_instances;
     let total: u64 = cfg.matchers.iter().map(|m| m.instances).sum();
     cfg.header.insert(
-        6,
+        7,
         format!(
             "{fp8} of {total} module instances run FP8; launch region: {}",
             cfg.region.name()

@@ -54,7 +54,8 @@ def plan(
     (``adaptive_fp8.megatron.megatron_fields(config)`` makes one from a ``TransformerConfig``).
     Keyword arguments are the layout and tokens (``tp``, ``ep``, ``etp``, ``cp``,
     ``seq_length``, ``micro_batch_size``, ``num_tokens``, ``vit_num_tokens``, ``topk``,
-    ``no_sequence_parallel``), ``vit_policy`` for a VLM, ``root`` (what relative
+    ``no_sequence_parallel``), ``execution`` (``"eager"``, the default, or ``"graphed"``: which
+    threshold of a rule applies), ``vit_policy`` for a VLM, ``root`` (what relative
     ``fp8_dynamic_policy_path`` values resolve against) and ``config_root`` (how far Hydra
     ``defaults`` may reach). Unset values come from the config, as in ``fp8sel explain``.
     """

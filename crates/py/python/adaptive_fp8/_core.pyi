@@ -40,6 +40,7 @@ class Policy:
         cp: int = 1,
         num_tokens: Optional[int] = None,
         expert: bool = False,
+        execution: str = "eager",
     ) -> Decision: ...
     @property
     def estimated(self) -> bool: ...
@@ -72,6 +73,7 @@ def plan_json(
     no_sequence_parallel: bool = False,
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
+    execution: str = "eager",
 ) -> str: ...
 
 def te_precision_config_json(
@@ -91,4 +93,5 @@ def te_precision_config_json(
     no_sequence_parallel: bool = False,
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
+    execution: str = "eager",
 ) -> str: ...

@@ -117,6 +117,7 @@ def selective_fp8_init_decision(
 
     - ``config``: the Megatron ``TransformerConfig`` (or LoongForge's model config). Read:
       ``fp8_dynamic_policy_path``, ``fp8_dynamic_num_tokens`` (> 0 overrides the token count),
+      ``cuda_graph_impl`` (graphed steps use a rule's ``min_tokens_graphed``),
       ``tensor_model_parallel_size``, ``expert_tensor_parallel_size`` (default: TP),
       ``context_parallel_size``, ``moe_router_topk``, ``seq_length``, ``micro_batch_size``,
       ``fp8_recipe`` (a warning when the policy was measured with another recipe).
@@ -130,6 +131,20 @@ def selective_fp8_init_decision(
     said once, not once per module.
     """
     return _decide(config, te_cls, ub_name, init_kwargs)[0]
+
+
+#: Megatron's ``cuda_graph_impl`` values that capture the step (``none``, its default, is eager).
+_GRAPHED_IMPLS = ("local", "transformer_engine", "full_iteration")
+
+
+def execution_of(config: Any) -> str:
+    """``graphed`` when Megatron captures the step in CUDA graphs (``config.cuda_graph_impl`` in
+    local / transformer_engine / full_iteration, or the deprecated ``enable_cuda_graph`` /
+    ``external_cuda_graph``), else ``eager``: the execution a rule's threshold is chosen by."""
+    impl = getattr(config, "cuda_graph_impl", None)
+    impl = str(getattr(impl, "value", impl) or "none")
+    deprecated = getattr(config, "enable_cuda_graph", False) or getattr(config, "external_cuda_graph", False)
+    return "graphed" if impl in _GRAPHED_IMPLS or deprecated else "eager"
 
 
 def _decide(
@@ -181,6 +196,7 @@ def _decide(
             cp=cp,
             num_tokens=num_tokens,
             expert=is_expert,
+            execution=execution_of(config),
         )
     except ValueError as e:
         _say_once(f"{name} (ub_name={ub_name!r}) cannot be decided: {e}; it runs BF16")
@@ -354,6 +370,7 @@ def _layout_kwargs(config: Any) -> dict:
         num_tokens=_positive(getattr(config, "fp8_dynamic_num_tokens", None)),
         topk=_positive(getattr(config, "moe_router_topk", None)),
         no_sequence_parallel=tp > 1 and not getattr(config, "sequence_parallel", True),
+        execution=execution_of(config),
     )
     return {k: v for k, v in kw.items() if v is not None}
 

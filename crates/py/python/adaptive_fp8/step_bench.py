@@ -278,13 +278,14 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     for tokens in args.tokens:
         spec, kw = _spec(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
-        groups, modes, notes = modes_for(af8, args, spec, kinds, kw)
         if getattr(args, "tp_comm", False):
             tp_comm_layout(spec, kinds, args.tp, bench.world)
-        for n in notes:
-            log(f"  note: {n}", file=sys.stderr)
-        searchable = [g for g in groups if modes["fp8"][g]]
         for execution in args.execution:
+            # A policy decides by the execution: a rule's min_tokens_graphed for graphed steps.
+            groups, modes, notes = modes_for(af8, args, spec, kinds, dict(kw, execution=execution))
+            for n in notes:
+                log(f"  note: {n}", file=sys.stderr)
+            searchable = [g for g in groups if modes["fp8"][g]]
             try:
                 results.append(_one(bench, args, spec, kinds, modes, searchable, execution, log))
             except StepBenchError:

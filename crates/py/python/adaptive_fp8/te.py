@@ -65,10 +65,13 @@ def plan_modules(
     topk: Optional[int] = None,
     names: Optional[Mapping[str, str]] = None,
     classes: Mapping[str, type],
+    execution: str = "eager",
 ) -> list[dict]:
     """Decides every TE module of ``named_modules`` (pure: nothing is changed). ``classes`` maps
     ``Linear``, ``LayerNormLinear``, ``GroupedLinear``, ``LayerNormMLP`` to the TE classes (or
-    stand-ins). Returns one row per TE module: name, class, ub_name, num_gemms, fp8, reason."""
+    stand-ins); ``execution`` is ``eager`` or ``graphed`` (the step captured in CUDA graphs: a
+    rule's ``min_tokens_graphed`` applies). Returns one row per TE module: name, class,
+    ub_name, num_gemms, fp8, reason."""
     name_map = dict(DEFAULT_NAMES if names is None else names)
     rows = []
     for name, module in named_modules:
@@ -79,8 +82,8 @@ def plan_modules(
         row = {"name": name, "te_class": cls, "ub_name": ub, "num_gemms": None}
         if cls == "LayerNormMLP":
             parts = [
-                policy.decide(kind="layernorm_column", ub_name="fc1", tp=tp, num_tokens=tokens),
-                policy.decide(kind="row", ub_name="fc2", tp=tp, num_tokens=tokens),
+                policy.decide(kind="layernorm_column", ub_name="fc1", tp=tp, num_tokens=tokens, execution=execution),
+                policy.decide(kind="row", ub_name="fc2", tp=tp, num_tokens=tokens, execution=execution),
             ]
             row["fp8"] = all(d.fp8 for d in parts)
             row["reason"] = "; ".join(f"{p}: {d.reason}" for p, d in zip(("fc1", "fc2"), parts))
@@ -103,6 +106,7 @@ def plan_modules(
                     num_gemms=num_gemms,
                     topk=topk,
                     num_tokens=tokens,
+                    execution=execution,
                 )
                 row["fp8"], row["reason"] = d.fp8, d.reason
         else:
@@ -112,7 +116,7 @@ def plan_modules(
             if ub is None:
                 row["fp8"], row["reason"] = False, "no ub_name from its name: BF16 (see names=)"
             else:
-                d = policy.decide(te_class, ub_name=ub, tp=tp, num_tokens=tokens)
+                d = policy.decide(te_class, ub_name=ub, tp=tp, num_tokens=tokens, execution=execution)
                 row["fp8"], row["reason"] = d.fp8, d.reason
         rows.append(row)
     return rows
@@ -156,10 +160,12 @@ def apply(
     etp: Optional[int] = None,
     topk: Optional[int] = None,
     names: Optional[Mapping[str, str]] = None,
+    execution: str = "eager",
 ) -> list[dict]:
     """Decides every TE module of ``model`` and makes the BF16 ones run BF16. ``tokens`` is the
     count the policy compares (``seq_length * micro_batch_size / cp``); ``topk`` is needed for
-    grouped experts. Build the optimizer after this call. Returns the decisions
+    grouped experts; ``execution`` is ``"graphed"`` when the step runs in CUDA graphs (eager
+    otherwise). Build the optimizer after this call. Returns the decisions
     (:func:`plan_modules`)."""
     from .megatron import run_in_bf16
 
@@ -172,6 +178,7 @@ def apply(
         topk=topk,
         names=names,
         classes=te_classes(),
+        execution=execution,
     )
     modules = dict(model.named_modules())
     for r in rows:

@@ -1,0 +1,109 @@
+//! `--execution eager|graphed`: decide, explain, check and te-precision-config pick a rule's
+//! `min_tokens_graphed` for graphed steps and `min_tokens` otherwise (eager by default).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Llama-3.2-1B at TP 1: every key eager from 8192, graphed from 1024.
+fn policy(dir: &std::path::Path) -> PathBuf {
+    let rule = r#"[{"tp": 1, "min_tokens": 8192, "min_tokens_graphed": 1024}]"#;
+    let text = format!(
+        r#"{{"version": 1, "speedup_threshold": 1.0, "rules": {{
+            "layernorm_column": {{"qkv": {rule}, "fc1": {rule}}},
+            "row": {{"proj": {rule}, "fc2": {rule}}}}}}}"#
+    );
+    let p = dir.join("both.json");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn decide_picks_the_threshold_of_the_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = policy(dir.path());
+    let base = [
+        "decide",
+        "--policy",
+        p.to_str().unwrap(),
+        "--te-class",
+        "TERowParallelLinear",
+        "--ub-name",
+        "fc2",
+        "--tp",
+        "1",
+        "--seq-length",
+        "4096",
+    ];
+    let eager = out(&fp8sel(&base));
+    assert!(
+        eager.starts_with("bf16\ntokens 4096 < min_tokens 8192"),
+        "{eager}"
+    );
+    assert_eq!(
+        out(&fp8sel(&[&base[..], &["--execution", "eager"]].concat())),
+        eager
+    );
+    let g = out(&fp8sel(&[&base[..], &["--execution", "graphed"]].concat()));
+    assert!(
+        g.starts_with("fp8\ntokens 4096 >= min_tokens_graphed 1024"),
+        "{g}"
+    );
+    let bad = fp8sel(&[&base[..], &["--execution", "captured"]].concat());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown execution"));
+}
+
+#[test]
+fn explain_check_and_the_native_export_follow_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = policy(dir.path());
+    let model = [
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        p.to_str().unwrap(),
+        "--seq-length",
+        "2048",
+    ];
+    let fp8 = |extra: &[&str]| -> u64 {
+        let o = fp8sel(&[&["explain", "--json"][..], &model, extra].concat());
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+        v["summary"]["fp8_modules"].as_u64().unwrap()
+    };
+    assert_eq!(fp8(&[]), 0);
+    assert_eq!(fp8(&["--execution", "graphed"]), 64);
+    let o = fp8sel(&[&["check"][..], &model, &["--execution", "graphed"]].concat());
+    assert_eq!(o.status.code(), Some(0));
+    let o = fp8sel(
+        &[
+            &["te-precision-config"][..],
+            &model,
+            &["--execution", "graphed"],
+        ]
+        .concat(),
+    );
+    let yaml = out(&o);
+    assert!(
+        yaml.contains("config: fp8")
+            && !yaml.contains("pattern: \"decoder.layers.*.mlp.linear_fc1\"\n    config: bf16"),
+        "{yaml}"
+    );
+}
