@@ -13,6 +13,7 @@ pub mod host;
 pub mod load;
 pub mod merge;
 mod reference;
+pub mod step;
 
 pub use error::MergeError;
 pub use load::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo, load, parse};

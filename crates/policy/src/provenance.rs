@@ -70,6 +70,11 @@ pub struct Provenance {
     /// Threshold used.
     #[serde(default)]
     pub speedup_threshold: Option<f64>,
+    /// The training steps the thresholds came from, when a policy was made from the step
+    /// (`fp8sel merge-policy --step`): per execution the step's layers, micro-batches, recipe,
+    /// TE and Megatron versions, and each key's oracle verdict per swept count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<serde_json::Value>,
     /// How the merged reports were timed, i.e. which backend made the policy: `gpu` (fp8sel's
     /// cuBLASLt backend, kernel time), `te-eager` (the Transformer Engine backend: eager step
     /// time, with GPU time alongside), `reference-eager` (the reference tool), `model` (the

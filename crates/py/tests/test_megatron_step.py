@@ -54,3 +54,14 @@ def test_megatron_refuses_what_it_does_not_time(root, capsys):
 
     rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--execution", "graphed"])
     assert rc == 2 and "eager steps" in capsys.readouterr().err
+
+
+def test_group_keys_for_merge_policy_step(root):
+    from adaptive_fp8.step_spec import group_keys
+
+    p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=8, ep=64, etp=1, seq_length=1024))
+    keys = group_keys(p["modules"], "llm", p["architecture"]["llm"])
+    # Dense fc2 and the shared experts' fc2 share one key; experts compare routed tokens (top-8).
+    assert keys["fc2"]["key"] == keys["shared.fc2"]["key"] == {"kind": "row", "ub_name": "fc2", "tp": 8}
+    assert keys["experts.fc1"] == {"key": {"kind": "column_grouped", "etp": 1, "num_gemms": 4}, "scale": 8}
+    assert keys["q_down_proj"]["scale"] == 1 and "mtp" not in "".join(keys)

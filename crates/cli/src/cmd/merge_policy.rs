@@ -19,12 +19,21 @@ use crate::error::{CliError, CliResult};
 ///   fp8sel merge-policy --reports out/report_tp1.json out/report_tp2.json \
 ///       --output policies/qwen2_5_72b.json --speedup-threshold 1.0
 ///   fp8sel merge-policy --reports out/vlm_*.json --output-dir policies --name qwen3_vl_235b_a22b
+///
+/// From the training step instead (`python -m adaptive_fp8.step_bench --json`, with its oracle):
+/// each key FP8 from the smallest swept count from which the oracle kept it FP8 at every larger
+/// count; an eager sweep sets min_tokens, a graphed one min_tokens_graphed:
+///   fp8sel merge-policy --step step_eager_graphed.json --output policies/my_model.json
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// Reports to merge (ours or the reference tool's).
-    #[arg(long, num_args = 1.., required = true, value_name = "REPORT")]
+    #[arg(long, num_args = 1.., required_unless_present = "step", value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
+    /// Step benchmark results to make the policy from instead of reports (`python -m
+    /// adaptive_fp8.step_bench --json`, oracle on; eager and graphed sweeps in one file or two).
+    #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir"], requires = "output", value_name = "RESULTS")]
+    pub step: Vec<PathBuf>,
     /// Output policy (one component).
     #[arg(
         long,
@@ -197,6 +206,9 @@ fn parse_floor(s: &str) -> CliResult<(f64, f64)> {
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
+    if !args.step.is_empty() {
+        return run_step(args);
+    }
     let (shared_key, host_profile) = args.objective.options()?;
     let opt = MergeOptions {
         threshold: args.speedup_threshold,
@@ -261,6 +273,39 @@ pub fn run(args: &Args) -> CliResult {
     }
     for w in written {
         println!("wrote {}", w.display());
+    }
+    Ok(())
+}
+
+/// `--step`: the policy from the step benchmark's oracle verdicts.
+fn run_step(args: &Args) -> CliResult {
+    let mut runs = Vec::new();
+    for f in &args.step {
+        let text = fp8_io::read_to_string_limited(f, fp8_merge::step::MAX_STEP_BYTES)?;
+        runs.extend(fp8_merge::step::parse_results(&text, f).map_err(merge_error)?);
+    }
+    let policy = fp8_merge::step::step_policy(&runs).map_err(merge_error)?;
+    let out = args
+        .output
+        .as_deref()
+        .ok_or_else(|| CliError::input("--step needs --output"))?;
+    let inputs: Vec<&Path> = args.step.iter().map(PathBuf::as_path).collect();
+    fp8_io::refuse_same_file(out, inputs).map_err(CliError::input)?;
+    fp8_io::create_parent_dir(out)?;
+    policy.write(out)?;
+    let executions: Vec<&str> = runs.iter().map(|r| r.execution.name()).collect();
+    if args.json {
+        let v = serde_json::json!({"written": [out], "executions": executions,
+            "rules": serde_json::from_str::<serde_json::Value>(&policy.to_json()).ok().and_then(|p| p.get("rules").cloned())});
+        println!("{v:#}");
+    } else {
+        println!(
+            "wrote {} from the step ({}): {} rule(s), {} key(s) BF16 at every swept count",
+            out.display(),
+            executions.join(", "),
+            policy.rule_count(),
+            policy.measured_bf16_keys().len()
+        );
     }
     Ok(())
 }

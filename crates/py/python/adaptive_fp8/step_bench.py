@@ -64,7 +64,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit
 from adaptive_fp8._common import quantile as _quantile
-from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions, tp_comm_layout
+from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
@@ -253,11 +253,16 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     results: list[dict] = []
     kinds: list[str] = []
     notes: list[str] = []
+    keys: dict[str, dict] = {}
 
     def snapshot(complete: bool) -> dict:
         return {
             "model": args.model,
+            "model_name": model_name,
             "component": args.component,
+            "ep": args.ep,
+            "etp": args.etp,
+            "group_keys": keys,
             "tp": args.tp,
             "tp_comm": bool(getattr(args, "tp_comm", False)),
             "layers": args.layers,
@@ -268,6 +273,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "oracle_repeats": args.oracle_repeats or args.repeats,
             "execution": ",".join(args.execution),
             "recipe": te_recipe_name(args),
+            "fp8_recipe": getattr(args, "recipe", "blockwise"),
             "device": bench.torch.cuda.get_device_name() if device == "cuda" else device,
             "te_version": getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in",
             "notes": notes,
@@ -275,8 +281,13 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "results": list(results),
         }
 
+    model_name = ""
     for tokens in args.tokens:
         spec, kw = _spec(af8, args, tokens)
+        if not keys:
+            planned = af8._plan(args.model, None, kw)
+            model_name = planned.get("model", "")
+            keys.update(group_keys(planned["modules"], args.component, planned.get("architecture", {}).get(args.component)))
         kinds = composition(spec, args.layers, args.dense_layers)
         if getattr(args, "tp_comm", False):
             tp_comm_layout(spec, kinds, args.tp, bench.world)

@@ -224,6 +224,20 @@ def built_groups(spec: Spec, kinds: list[str]) -> list[str]:
     return out
 
 
+def group_keys(rows: list[dict], component: str, arch: dict | None) -> dict[str, dict]:
+    """Each group's policy key (the plan row's `key`) and its token scale (`moe_router_topk` for
+    routed experts, whose rules compare routed tokens; else 1): what turns the oracle's verdicts
+    into rules (`fp8sel merge-policy --step`)."""
+    topk = int(((arch or {}).get("moe") or {}).get("router_topk") or 1)
+    out: dict[str, dict] = {}
+    for r in component_rows(rows, component):
+        if r.get("key") is None:
+            continue
+        expert = r["module_kind"] in EXPERT_KINDS
+        out[group_of(r)] = {"key": r["key"], "scale": topk if expert else 1}
+    return out
+
+
 def decisions(rows: list[dict], component: str = "llm") -> dict[str, bool]:
     """The plan's decision per group (all layers of one type decide alike)."""
     return {group_of(r): bool(r["use_fp8"]) for r in component_rows(rows, component)}

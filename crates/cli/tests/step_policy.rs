@@ -1,0 +1,169 @@
+//! `fp8sel merge-policy --step`: a policy from the step benchmark's oracle verdicts, eager into
+//! `min_tokens`, graphed into `min_tokens_graphed`, with the step in provenance.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::json;
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn fp8sel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Results in step_bench's format: Llama-3.2-1B at TP 1, the oracle's FP8 groups per count.
+/// Eager: fc1/fc2 from 4096, qkv only at 16384 (lost at 8192), proj never. Graphed: every group
+/// from 1024 but proj from 2048.
+fn results(dir: &Path) -> PathBuf {
+    let key =
+        |kind: &str, ub: &str| json!({"key": {"kind": kind, "ub_name": ub, "tp": 1}, "scale": 1});
+    let row = |execution: &str, tokens: u64, groups: &[&str]| json!({"tokens": tokens, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}});
+    let v = json!({
+        "model": "fixtures/models/llama3_2_1b.yaml", "model_name": "llama3_2_1b", "component": "llm",
+        "tp": 1, "layer_types": ["dense", "dense"], "grad_accum": 1, "recipe": "Float8BlockScaling()",
+        "fp8_recipe": "blockwise", "device": "NVIDIA H200", "te_version": "2.20.2", "complete": true,
+        "group_keys": {"qkv": key("layernorm_column", "qkv"), "proj": key("row", "proj"),
+                       "fc1": key("layernorm_column", "fc1"), "fc2": key("row", "fc2")},
+        "results": [
+            row("eager", 1024, &[]), row("eager", 4096, &["fc1", "fc2", "qkv"]),
+            row("eager", 8192, &["fc1", "fc2"]), row("eager", 16384, &["fc1", "fc2", "qkv"]),
+            row("graphed", 1024, &["qkv", "fc1", "fc2"]), row("graphed", 2048, &["qkv", "proj", "fc1", "fc2"]),
+            row("graphed", 4096, &["qkv", "proj", "fc1", "fc2"]),
+            {"tokens": 8192, "execution": "graphed", "error": "RuntimeError: capture failed"},
+        ],
+    });
+    let f = dir.join("step.json");
+    std::fs::write(&f, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    f
+}
+
+fn decide(policy: &str, ub: &str, class: &str, tokens: &str, execution: &str) -> String {
+    let o = fp8sel(&[
+        "decide",
+        "--policy",
+        policy,
+        "--te-class",
+        class,
+        "--ub-name",
+        ub,
+        "--tp",
+        "1",
+        "--seq-length",
+        tokens,
+        "--execution",
+        execution,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    out(&o).lines().next().unwrap().to_owned()
+}
+
+#[test]
+fn the_step_sets_both_thresholds() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = results(dir.path());
+    let p = dir.path().join("policy.json");
+    let o = fp8sel(&[
+        "merge-policy",
+        "--step",
+        f.to_str().unwrap(),
+        "--output",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains("from the step (eager, graphed)"),
+        "{}",
+        out(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let rule = |kind: &str, ub: &str| v["rules"][kind][ub][0].clone();
+    assert_eq!(rule("layernorm_column", "fc1")["min_tokens"], 4096);
+    assert_eq!(rule("layernorm_column", "fc1")["min_tokens_graphed"], 1024);
+    // qkv lost at 8192 in eager: FP8 only from 16384 there.
+    assert_eq!(rule("layernorm_column", "qkv")["min_tokens"], 16384);
+    // proj never FP8 eager: the "never" threshold, graphed from 2048.
+    assert_eq!(rule("row", "proj")["min_tokens"], 1u64 << 53);
+    assert_eq!(rule("row", "proj")["min_tokens_graphed"], 2048);
+    let prov = &v["provenance"];
+    assert_eq!(prov["timing"], json!(["step-eager", "step-graphed"]));
+    assert_eq!(prov["models"], json!(["llama3_2_1b"]));
+    assert_eq!(
+        prov["step"]["verdicts"]["(kind=row, ub_name=proj, tp=1)"]["graphed"][0],
+        json!([1024, false])
+    );
+    let ps = p.to_str().unwrap();
+    assert_eq!(
+        decide(ps, "proj", "TERowParallelLinear", "4096", "eager"),
+        "bf16"
+    );
+    assert_eq!(
+        decide(ps, "proj", "TERowParallelLinear", "4096", "graphed"),
+        "fp8"
+    );
+    assert_eq!(
+        decide(
+            ps,
+            "qkv",
+            "TELayerNormColumnParallelLinear",
+            "8192",
+            "eager"
+        ),
+        "bf16"
+    );
+    // The seed's loader reads it.
+    let o = fp8sel(&["validate", ps]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+}
+
+#[test]
+fn results_without_keys_or_oracle_are_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("old.json");
+    std::fs::write(&f, r#"{"results": [{"tokens": 1024, "modes": {}}]}"#).unwrap();
+    let p = dir.path().join("p.json");
+    let o = fp8sel(&[
+        "merge-policy",
+        "--step",
+        f.to_str().unwrap(),
+        "--output",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("no `group_keys`") && err(&o).contains("re-run"),
+        "{}",
+        err(&o)
+    );
+    std::fs::write(
+        &f,
+        r#"{"group_keys": {"fc2": {"key": {"kind": "row", "ub_name": "fc2", "tp": 1}}}, "results": [{"tokens": 1024, "execution": "eager", "modes": {"bf16": {}}}]}"#,
+    )
+    .unwrap();
+    let o = fp8sel(&[
+        "merge-policy",
+        "--step",
+        f.to_str().unwrap(),
+        "--output",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("--oracle greedy"), "{}", err(&o));
+    assert!(!p.exists());
+}

@@ -1,0 +1,513 @@
+//! Thresholds from the training step itself: what the step benchmark's per-group oracle chose at
+//! each swept token count, turned into each key's `min_tokens`.
+//!
+//! A key's threshold is the smallest swept count from which the oracle keeps FP8 at that count
+//! and at every larger one: a BF16 verdict above a FP8 one moves the threshold above it, so a rule
+//! never enables FP8 where the step lost (the reference took the first count that passed). Ties
+//! are BF16, because the oracle keeps a switch to FP8 only when the step got faster beyond its
+//! noise. A key shared by several groups (DeepSeek-V3's dense `fc2` and its shared experts' `fc2`
+//! are both `(row, fc2, tp)`) is FP8 at a count only where the oracle kept every one of them FP8.
+//!
+//! Pure: the counts come from the step benchmark's results, and the output is data for a policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use fp8_policy::{DenseRule, Execution, GroupedRule, Policy, PolicyError, Provenance, RuleKey};
+use serde_json::{Value, json};
+
+use crate::error::MergeError;
+
+/// The oracle's verdict at one swept count: the groups it kept FP8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCount {
+    /// The swept count: the dense token count of one micro-batch (`seq x mbs`).
+    pub tokens: u64,
+    /// Groups the oracle ran FP8.
+    pub fp8_groups: BTreeSet<String>,
+}
+
+/// A module group of the step and the policy key it is looked up with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKey {
+    /// The step benchmark's group name (`qkv`, `experts.fc1`, `shared.fc2`, ...).
+    pub group: String,
+    /// The key.
+    pub key: RuleKey,
+    /// What the key's tokens are per swept token: `moe_router_topk` for experts, else 1.
+    pub scale: u64,
+}
+
+/// One key's threshold and the verdicts it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyThreshold {
+    /// `min_tokens` in the key's own tokens (routed tokens for experts); `None`: BF16 at every
+    /// swept count's top (FP8 never kept up to the largest count).
+    pub min_tokens: Option<u64>,
+    /// `(swept count, FP8?)` for every count, ascending.
+    pub verdicts: Vec<(u64, bool)>,
+    /// The groups that share the key.
+    pub groups: Vec<String>,
+}
+
+/// Each key's threshold from the oracle's verdicts (any order; counts may repeat only if they
+/// agree). Groups the step did not build are ignored.
+pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey, KeyThreshold> {
+    let mut sorted: Vec<&StepCount> = counts.iter().collect();
+    sorted.sort_by_key(|c| c.tokens);
+    let mut by_key: BTreeMap<&RuleKey, (Vec<&str>, u64)> = BTreeMap::new();
+    for g in groups {
+        let e = by_key.entry(&g.key).or_insert((Vec::new(), g.scale));
+        e.0.push(&g.group);
+    }
+    by_key
+        .into_iter()
+        .map(|(key, (members, scale))| {
+            let verdicts: Vec<(u64, bool)> = sorted
+                .iter()
+                .map(|c| (c.tokens, members.iter().all(|g| c.fp8_groups.contains(*g))))
+                .collect();
+            let from = verdicts
+                .iter()
+                .rposition(|(_, fp8)| !fp8)
+                .map_or(0, |last_bf16| last_bf16 + 1);
+            let min_tokens = verdicts.get(from).map(|(t, _)| t.saturating_mul(scale));
+            let threshold = KeyThreshold {
+                min_tokens,
+                verdicts,
+                groups: members.iter().map(|g| (*g).to_owned()).collect(),
+            };
+            (key.clone(), threshold)
+        })
+        .collect()
+}
+
+/// Largest step-results file read (a sweep's JSON is tens of KiB).
+pub const MAX_STEP_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The "never" threshold a rule gets for the execution where FP8 never held while the other
+/// execution has one: 2^53, the largest integer every JSON reader keeps exact.
+pub const NEVER: u64 = 1 << 53;
+
+/// One execution's sweep from a step benchmark's results file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRun {
+    /// The results file.
+    pub file: PathBuf,
+    /// Its execution.
+    pub execution: Execution,
+    /// The oracle's verdict per swept count.
+    pub counts: Vec<StepCount>,
+    /// The groups and their keys.
+    pub groups: Vec<GroupKey>,
+    /// The model's name.
+    pub model: String,
+    /// The component (`llm` or `vit`).
+    pub component: String,
+    /// The device.
+    pub device: String,
+    /// Megatron's recipe name.
+    pub recipe: String,
+    /// What the step was, for provenance: layers, micro-batches, versions, trainer.
+    pub info: Value,
+}
+
+fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
+    MergeError::Format {
+        file: file.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Reads `python -m adaptive_fp8.step_bench --json` results (the caller reads the file, bounded
+/// by [`MAX_STEP_BYTES`]): one [`StepRun`] per execution swept. The oracle must have run
+/// (`--oracle greedy`, the default) and the file must carry `group_keys` (step benchmarks from
+/// this version on).
+pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
+    let keys = v.get("group_keys").and_then(Value::as_object).filter(|m| !m.is_empty()).ok_or_else(|| {
+        format_err(file, "no `group_keys`: not step benchmark results, or written before they carried each group's policy key; re-run `python -m adaptive_fp8.step_bench --json`")
+    })?;
+    let mut groups = Vec::new();
+    for (g, k) in keys {
+        let key: RuleKey = serde_json::from_value(k.get("key").cloned().unwrap_or(Value::Null))
+            .map_err(|e| format_err(file, format!("group_keys.{g}.key: {e}")))?;
+        let scale = k
+            .get("scale")
+            .and_then(Value::as_u64)
+            .filter(|s| *s >= 1)
+            .unwrap_or(1);
+        groups.push(GroupKey {
+            group: g.clone(),
+            key,
+            scale,
+        });
+    }
+    let text_of = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut by_exec: BTreeMap<Execution, Vec<StepCount>> = BTreeMap::new();
+    for (i, row) in v
+        .get("results")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if row.get("error").is_some() {
+            continue;
+        }
+        let execution: Execution = row
+            .get("execution")
+            .and_then(Value::as_str)
+            .unwrap_or("eager")
+            .parse()
+            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
+        let tokens = row
+            .get("tokens")
+            .and_then(Value::as_u64)
+            .filter(|t| *t > 0)
+            .ok_or_else(|| {
+                format_err(
+                    file,
+                    format!("results[{i}].tokens: missing or not a positive count"),
+                )
+            })?;
+        let oracle = row.pointer("/modes/oracle/fp8_groups").and_then(Value::as_array).ok_or_else(|| {
+            format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
+        })?;
+        by_exec.entry(execution).or_default().push(StepCount {
+            tokens,
+            fp8_groups: oracle
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        });
+    }
+    if by_exec.is_empty() {
+        return Err(MergeError::Empty {
+            file: file.to_path_buf(),
+            problem: "no token count with an oracle result; fix: re-run the step benchmark".into(),
+        });
+    }
+    let info = json!({
+        "file": file.display().to_string(), "trainer": v.get("trainer").cloned().unwrap_or(json!("te")),
+        "layers": v.get("layer_types").cloned().unwrap_or(Value::Null),
+        "grad_accum": v.get("grad_accum").cloned().unwrap_or(json!(1)),
+        "recipe": v.get("recipe").cloned().unwrap_or(Value::Null),
+        "te_version": v.get("te_version").cloned().unwrap_or(Value::Null),
+        "megatron_core_version": v.get("megatron_core_version").cloned().unwrap_or(Value::Null),
+        "tp": v.get("tp").cloned().unwrap_or(Value::Null), "complete": v.get("complete").cloned().unwrap_or(json!(true)),
+    });
+    Ok(by_exec
+        .into_iter()
+        .map(|(execution, counts)| StepRun {
+            file: file.to_path_buf(),
+            execution,
+            counts,
+            groups: groups.clone(),
+            model: text_of("model_name"),
+            component: v
+                .get("component")
+                .and_then(Value::as_str)
+                .unwrap_or("llm")
+                .to_owned(),
+            device: text_of("device"),
+            recipe: v
+                .get("fp8_recipe")
+                .and_then(Value::as_str)
+                .unwrap_or("blockwise")
+                .to_owned(),
+            info: info.clone(),
+        })
+        .collect())
+}
+
+/// A policy from step sweeps: each key's `min_tokens` from the eager sweep and
+/// `min_tokens_graphed` from the graphed one (a key FP8 in only one execution gets [`NEVER`] in
+/// the other; in neither, it is a measured BF16 key). An execution not swept leaves its
+/// threshold out: with only a graphed sweep, `min_tokens` is [`NEVER`] so an eager trainer
+/// stays BF16. Provenance records each run and each key's verdicts. Runs must agree on model,
+/// component and recipe, and give each execution once.
+pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
+    let first = runs.first().ok_or_else(|| MergeError::Empty {
+        file: PathBuf::from("(no step results)"),
+        problem: "no step results given".into(),
+    })?;
+    for r in runs {
+        for (what, a, b) in [
+            ("model", &first.model, &r.model),
+            ("component", &first.component, &r.component),
+            ("recipe", &first.recipe, &r.recipe),
+        ] {
+            if a != b {
+                return Err(MergeError::Mixed {
+                    what,
+                    a: a.clone(),
+                    file_a: first.file.clone(),
+                    b: b.clone(),
+                    file_b: r.file.clone(),
+                });
+            }
+        }
+    }
+    let mut per_exec: BTreeMap<Execution, BTreeMap<RuleKey, KeyThreshold>> = BTreeMap::new();
+    for r in runs {
+        if per_exec
+            .insert(r.execution, thresholds(&r.counts, &r.groups))
+            .is_some()
+        {
+            return Err(format_err(
+                &r.file,
+                format!("a second {} sweep: give each execution once", r.execution),
+            ));
+        }
+    }
+    let keys: BTreeSet<RuleKey> = per_exec.values().flat_map(|m| m.keys().cloned()).collect();
+    let mut policy = Policy::new(1.0).map_err(|e| policy_err(&first.file, e))?;
+    let mut bf16 = Vec::new();
+    let mut verdicts = serde_json::Map::new();
+    for key in keys {
+        let t = |e| per_exec.get(&e).and_then(|m| m.get(&key));
+        let (eager, graphed) = (t(Execution::Eager), t(Execution::Graphed));
+        verdicts.insert(
+            key.to_string(),
+            json!({
+                "eager": eager.map(|k| &k.verdicts), "graphed": graphed.map(|k| &k.verdicts),
+                "groups": eager.or(graphed).map(|k| &k.groups),
+            }),
+        );
+        let e_min = eager.and_then(|k| k.min_tokens);
+        let g_min = graphed.and_then(|k| k.min_tokens);
+        if e_min.is_none() && g_min.is_none() {
+            bf16.push(key);
+            continue;
+        }
+        let min_tokens = e_min.unwrap_or(NEVER);
+        let min_tokens_graphed = match (graphed, g_min) {
+            (None, _) => None,
+            (Some(_), g) => Some(g.unwrap_or(NEVER)).filter(|g| *g != min_tokens),
+        };
+        add_rule(&mut policy, &key, min_tokens, min_tokens_graphed)
+            .map_err(|e| policy_err(&first.file, e))?;
+    }
+    let mut prov = Provenance::default();
+    prov.tool = format!("fp8sel merge-policy --step {}", env!("CARGO_PKG_VERSION"));
+    prov.component = first.component.clone();
+    prov.models = vec![first.model.clone()]
+        .into_iter()
+        .filter(|m| !m.is_empty())
+        .collect();
+    prov.device = runs
+        .iter()
+        .map(|r| r.device.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    prov.recipe = vec![first.recipe.clone()];
+    prov.reports = runs
+        .iter()
+        .map(|r| r.file.display().to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    prov.rule = "each key FP8 from the smallest swept count from which the step's per-group oracle kept it FP8 at every larger count (ties BF16; a shared key only where every group sharing it was FP8)".into();
+    prov.timing = runs
+        .iter()
+        .map(|r| format!("step-{}", r.execution))
+        .collect();
+    prov.measured_bf16_keys = bf16;
+    prov.step = Some(json!({
+        "runs": runs.iter().map(|r| json!({"execution": r.execution.name(), "counts": r.counts.iter().map(|c| c.tokens).collect::<Vec<_>>(), "info": r.info})).collect::<Vec<_>>(),
+        "verdicts": verdicts,
+    }));
+    policy.set_provenance(prov);
+    Ok(policy)
+}
+
+fn policy_err(file: &Path, e: PolicyError) -> MergeError {
+    format_err(file, e.to_string())
+}
+
+fn add_rule(
+    policy: &mut Policy,
+    key: &RuleKey,
+    min_tokens: u64,
+    min_tokens_graphed: Option<u64>,
+) -> Result<(), PolicyError> {
+    match key {
+        RuleKey::Dense { kind, ub_name, tp } => policy.add_dense_rule(
+            *kind,
+            ub_name,
+            DenseRule {
+                tp: *tp,
+                min_tokens,
+                min_tokens_graphed,
+                measured_speedup: None,
+            },
+        ),
+        RuleKey::Grouped {
+            kind,
+            etp,
+            num_gemms,
+        } => policy.add_grouped_rule(
+            *kind,
+            GroupedRule {
+                etp: *etp,
+                num_gemms: *num_gemms,
+                min_tokens,
+                min_tokens_graphed,
+                measured_speedup: None,
+            },
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_policy::{DenseKind, GroupedKind};
+
+    fn dense(ub: &str) -> RuleKey {
+        RuleKey::Dense {
+            kind: DenseKind::Row,
+            ub_name: ub.to_owned(),
+            tp: 1,
+        }
+    }
+
+    fn experts() -> RuleKey {
+        RuleKey::Grouped {
+            kind: GroupedKind::ColumnGrouped,
+            etp: 1,
+            num_gemms: 8,
+        }
+    }
+
+    fn group(g: &str, key: RuleKey, scale: u64) -> GroupKey {
+        GroupKey {
+            group: g.to_owned(),
+            key,
+            scale,
+        }
+    }
+
+    /// A step-time model: each group saves `gain * tokens` in FP8 and pays a fixed `cost`
+    /// (casts, host time), plus a deterministic wobble of `noise` around it. The oracle keeps a
+    /// group FP8 only where it saves more than `margin` (what the step benchmark's p90 rule
+    /// does): the verdicts this module is given.
+    fn oracle(counts: &[u64], model: &[(&str, f64, f64, f64)], margin: f64) -> Vec<StepCount> {
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| StepCount {
+                tokens: t,
+                fp8_groups: model
+                    .iter()
+                    .filter(|(_, gain, cost, noise)| {
+                        let wobble = if i % 2 == 0 { *noise } else { -*noise };
+                        gain * t as f64 - cost + wobble > margin
+                    })
+                    .map(|(g, ..)| (*g).to_owned())
+                    .collect(),
+            })
+            .collect()
+    }
+
+    const COUNTS: [u64; 6] = [256, 512, 1024, 2048, 4096, 8192];
+
+    #[test]
+    fn the_threshold_is_where_fp8_holds_from_there_up() {
+        // fc2 pays from 1024 (0.01 * 1024 - 5 = 5.24 > 1), proj from 4096, fc1 never.
+        let model = [
+            ("fc2", 0.01, 5.0, 0.0),
+            ("proj", 0.001, 2.5, 0.0),
+            ("fc1", 0.0, 1.0, 0.0),
+        ];
+        let counts = oracle(&COUNTS, &model, 1.0);
+        let keys = [
+            group("fc2", dense("fc2"), 1),
+            group("proj", dense("proj"), 1),
+            group("fc1", dense("fc1"), 1),
+        ];
+        let t = thresholds(&counts, &keys);
+        assert_eq!(t[&dense("fc2")].min_tokens, Some(1024));
+        assert_eq!(t[&dense("proj")].min_tokens, Some(4096));
+        assert_eq!(t[&dense("fc1")].min_tokens, None);
+        assert_eq!(t[&dense("fc2")].verdicts.len(), COUNTS.len());
+    }
+
+    #[test]
+    fn a_bf16_verdict_above_an_fp8_one_moves_the_threshold_up() {
+        // Noise makes 512 pass and 1024 fail: the rule starts above the failure.
+        let mut counts = oracle(&COUNTS, &[("fc2", 0.01, 5.0, 0.0)], 1.0);
+        counts[1].fp8_groups.insert("fc2".into());
+        counts[2].fp8_groups.clear();
+        let t = thresholds(&counts, &[group("fc2", dense("fc2"), 1)]);
+        assert_eq!(t[&dense("fc2")].min_tokens, Some(2048));
+        // FP8 lost at the largest count: no threshold at all, whatever passed below.
+        counts[5].fp8_groups.clear();
+        let t = thresholds(&counts, &[group("fc2", dense("fc2"), 1)]);
+        assert_eq!(t[&dense("fc2")].min_tokens, None);
+    }
+
+    #[test]
+    fn ties_are_bf16() {
+        // Saving exactly the margin at 2048 (2048 / 1024 - 1 = 1, exact in binary): not beyond
+        // the noise, so BF16 there.
+        let counts = oracle(&COUNTS, &[("proj", 1.0 / 1024.0, 1.0, 0.0)], 1.0);
+        let t = thresholds(&counts, &[group("proj", dense("proj"), 1)]);
+        assert_eq!(t[&dense("proj")].min_tokens, Some(4096));
+    }
+
+    #[test]
+    fn a_shared_key_is_fp8_only_where_every_group_is() {
+        // Dense fc2 pays from 512, the shared experts' fc2 only from 4096: the key waits.
+        let model = [("fc2", 0.02, 5.0, 0.0), ("shared.fc2", 0.002, 5.0, 0.0)];
+        let counts = oracle(&COUNTS, &model, 1.0);
+        let t = thresholds(
+            &counts,
+            &[
+                group("fc2", dense("fc2"), 1),
+                group("shared.fc2", dense("fc2"), 1),
+            ],
+        );
+        let k = &t[&dense("fc2")];
+        assert_eq!(k.min_tokens, Some(4096));
+        assert_eq!(k.groups, ["fc2", "shared.fc2"]);
+    }
+
+    #[test]
+    fn expert_thresholds_are_in_routed_tokens_and_order_does_not_matter() {
+        let mut counts = oracle(&COUNTS, &[("experts.fc1", 0.01, 5.0, 0.0)], 1.0);
+        counts.reverse();
+        let t = thresholds(&counts, &[group("experts.fc1", experts(), 8)]);
+        assert_eq!(t[&experts()].min_tokens, Some(1024 * 8));
+        assert!(t[&experts()].verdicts.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn thresholds_are_monotone_in_the_model() {
+        // A larger fixed cost never gives a smaller threshold, under noise too.
+        let mut last = Some(0);
+        for cost in [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0] {
+            let counts = oracle(&COUNTS, &[("qkv", 0.01, cost, 0.5)], 1.0);
+            let t = thresholds(&counts, &[group("qkv", dense("qkv"), 1)])[&dense("qkv")].min_tokens;
+            assert!(
+                match (last, t) {
+                    (Some(a), Some(b)) => b >= a,
+                    (Some(_), None) | (None, None) => true,
+                    (None, Some(_)) => false,
+                },
+                "cost {cost}: {last:?} -> {t:?}"
+            );
+            last = t;
+        }
+        assert_eq!(last, None);
+    }
+}
