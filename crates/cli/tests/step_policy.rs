@@ -167,3 +167,80 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
     assert!(err(&o).contains("--oracle greedy"), "{}", err(&o));
     assert!(!p.exists());
 }
+
+#[test]
+fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
+    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .env("PYTHONPATH", &fake)
+        .args([
+            "gen-policy",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--backend",
+            "step",
+            "--tp",
+            "1,2",
+            "--tokens",
+            "1024,2048,4096,8192",
+            "--grad-accum",
+            "8",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // The worker's tables stay off our stdout; its progress reaches stderr.
+    assert!(!out(&o).contains("tables go to stdout"), "{}", out(&o));
+    assert!(err(&o).contains("stand-in step_bench: tp 2"), "{}", err(&o));
+    let p = dir.path().join("llama3_2_1b.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    for (i, tp) in [(0, 1), (1, 2)] {
+        let r = &v["rules"]["row"]["fc2"][i];
+        assert_eq!(
+            (
+                r["tp"].as_u64(),
+                r["min_tokens"].as_u64(),
+                r["min_tokens_graphed"].as_u64()
+            ),
+            (Some(tp), Some(4096), Some(1024)),
+            "{v}"
+        );
+    }
+    assert_eq!(v["rules"]["row"]["proj"][0]["min_tokens"], 1u64 << 53);
+    let results = dir
+        .path()
+        .join("reports/llama3_2_1b_tp2_ep1_etp2_step.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results).unwrap()).unwrap();
+    let argv = r["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        argv.contains(
+            "--tokens 1024,2048,4096,8192 --execution eager,graphed --grad-accum 8 --trainer te"
+        ),
+        "{argv}"
+    );
+    // The Megatron judge is eager only.
+    let o = fp8sel(&[
+        "gen-policy",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--backend",
+        "step",
+        "--step-trainer",
+        "megatron",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("eager"), "{}", err(&o));
+}

@@ -233,7 +233,8 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
 /// the other; in neither, it is a measured BF16 key). An execution not swept leaves its
 /// threshold out: with only a graphed sweep, `min_tokens` is [`NEVER`] so an eager trainer
 /// stays BF16. Provenance records each run and each key's verdicts. Runs must agree on model,
-/// component and recipe, and give each execution once.
+/// component and recipe; several layouts' runs combine (a key two of them share takes the
+/// larger threshold).
 pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
     let first = runs.first().ok_or_else(|| MergeError::Empty {
         file: PathBuf::from("(no step results)"),
@@ -256,16 +257,22 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
             }
         }
     }
+    // Several layouts' sweeps of one execution meet here: their dense keys differ by TP; a
+    // grouped key two layouts share (the same EP and ETP under two TP sizes) takes the larger
+    // threshold, BF16 if either never held FP8.
     let mut per_exec: BTreeMap<Execution, BTreeMap<RuleKey, KeyThreshold>> = BTreeMap::new();
     for r in runs {
-        if per_exec
-            .insert(r.execution, thresholds(&r.counts, &r.groups))
-            .is_some()
-        {
-            return Err(format_err(
-                &r.file,
-                format!("a second {} sweep: give each execution once", r.execution),
-            ));
+        let into = per_exec.entry(r.execution).or_default();
+        for (key, t) in thresholds(&r.counts, &r.groups) {
+            match into.get_mut(&key) {
+                None => {
+                    into.insert(key, t);
+                }
+                Some(have) => {
+                    have.min_tokens = have.min_tokens.zip(t.min_tokens).map(|(a, b)| a.max(b));
+                    have.verdicts.extend(t.verdicts);
+                }
+            }
         }
     }
     let keys: BTreeSet<RuleKey> = per_exec.values().flat_map(|m| m.keys().cloned()).collect();

@@ -11,3 +11,4 @@ pub mod build;
 pub mod eval;
 pub mod generate;
 pub mod plot;
+pub mod step;

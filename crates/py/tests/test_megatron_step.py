@@ -65,3 +65,12 @@ def test_group_keys_for_merge_policy_step(root):
     assert keys["fc2"]["key"] == keys["shared.fc2"]["key"] == {"kind": "row", "ub_name": "fc2", "tp": 8}
     assert keys["experts.fc1"] == {"key": {"kind": "column_grouped", "etp": 1, "num_gemms": 4}, "scale": 8}
     assert keys["q_down_proj"]["scale"] == 1 and "mtp" not in "".join(keys)
+
+
+def test_the_step_backend_command_line_parses():
+    # What `fp8sel gen-policy --backend step` runs (crates/pipeline/src/step.rs asserts the same
+    # line): the real worker must take it.
+    argv = ("--model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 --execution eager,graphed "
+            "--grad-accum 8 --trainer te --layers 2 --recipe blockwise --json r.json --config-root configs").split()
+    a = parser().parse_args(argv)
+    assert (a.tp, a.ep, a.etp, a.tokens, a.execution, a.grad_accum, a.trainer, a.layers) == (2, 8, 1, [1024, 4096], ["eager", "graphed"], 8, "te", 2)

@@ -31,13 +31,15 @@ use crate::error::{CliError, CliResult};
 ///   fp8sel gen-policy --model config.json --tensor-model-parallel-size 8 --backend model
 ///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend te --trainer eager
 ///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4,8 --recipe tensorwise
+///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend step --tokens 1024,4096,16384
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// Model configs (repeat for several).
     #[arg(long = "model", value_name = "CONFIG", required = true)]
     pub models: Vec<PathBuf>,
-    /// Directory that Hydra `defaults` entries may reach [default: each config's directory].
+    /// Hydra's search path, tried after each config's own directory [default: the nearest
+    /// ancestor named `configs`, else the checkout's root, else the config's directory].
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
     /// TP sizes [default: 1,2,4,8, those that divide the model].
@@ -78,9 +80,38 @@ pub struct Args {
     pub objective: super::objective_args::ObjectiveArgs,
     /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
     /// itself through `python -m adaptive_fp8.te_worker` (policies go to <policies-dir>/te/,
-    /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te"])]
+    /// reports to <reports-dir>/<gpu>/te/; pair with --trainer eager for an eager trainer);
+    /// step: the training step itself through `python -m adaptive_fp8.step_bench` (its per-group
+    /// oracle over --tokens in each --execution; eager sets min_tokens, graphed
+    /// min_tokens_graphed; results under <reports-dir>/step/).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
     pub backend: String,
+    /// --backend step: token counts to sweep (sequence length at micro-batch 1).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "LIST",
+        default_value = "1024,2048,4096,8192,16384"
+    )]
+    pub tokens: Vec<u64>,
+    /// --backend step: executions to sweep (eager, graphed).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "LIST",
+        default_value = "eager,graphed"
+    )]
+    pub execution: Vec<fp8_policy::Execution>,
+    /// --backend step: micro-batches per optimizer step.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub grad_accum: u32,
+    /// --backend step: te (the toolkit's TE blocks, fast, eager and graphed) or megatron
+    /// (upstream GPTModel, eager).
+    #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
+    pub step_trainer: String,
+    /// --backend step: transformer layers per step.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub layers: u32,
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
     #[command(flatten)]
@@ -154,7 +185,19 @@ pub fn run(args: &Args) -> CliResult {
         reports_base: args.reports_dir.clone(),
         out: args.out.clone(),
     };
-    let done = gen_policy(&o, &progress).map_err(CliError::input)?;
+    let done = if args.backend == "step" {
+        let job = fp8_pipeline::step::StepJob {
+            tokens: args.tokens.clone(),
+            executions: args.execution.clone(),
+            grad_accum: args.grad_accum,
+            trainer: args.step_trainer.clone(),
+            layers: args.layers,
+        };
+        fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
+            .map_err(CliError::input)?
+    } else {
+        gen_policy(&o, &progress).map_err(CliError::input)?
+    };
     progress.finish();
     for n in &done.notes {
         eprintln!("note: {n}");

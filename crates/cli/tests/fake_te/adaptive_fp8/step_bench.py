@@ -1,0 +1,39 @@
+"""A stand-in for `python -m adaptive_fp8.step_bench` in the `gen-policy --backend step` test (no
+torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
+step-time model in which FP8 pays from 4096 tokens eager and from 1024 graphed, and proj never
+eager. It records its command line in the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
+                 "--grad-accum", "--trainer", "--layers", "--recipe", "--json"):
+        ap.add_argument(flag)
+    a = ap.parse_args()
+    tp = int(a.tp)
+    keys = {g: {"key": {"kind": k, "ub_name": g, "tp": tp}, "scale": 1}
+            for g, k in (("qkv", "layernorm_column"), ("proj", "row"), ("fc1", "layernorm_column"), ("fc2", "row"))}
+    rows = []
+    for execution in a.execution.split(","):
+        for t in (int(x) for x in a.tokens.split(",")):
+            start = 4096 if execution == "eager" else 1024
+            groups = [g for g in keys if t >= start and not (g == "proj" and execution == "eager")]
+            rows.append({"tokens": t, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}})
+    out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp,
+           "fp8_recipe": a.recipe, "device": "stand-in", "te_version": "stand-in", "complete": True,
+           "grad_accum": int(a.grad_accum), "argv": sys.argv[1:], "group_keys": keys, "results": rows}
+    with open(a.json, "w") as f:
+        json.dump(out, f)
+    print("tables go to stdout, which gen-policy discards")
+    print(f"stand-in step_bench: tp {tp}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
