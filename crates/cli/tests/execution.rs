@@ -107,3 +107,41 @@ fn explain_check_and_the_native_export_follow_it() {
         "{yaml}"
     );
 }
+
+#[test]
+fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
+    let args = [
+        "check",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        "policies/llama3_2_1b.json",
+        "--seq-length",
+        "4096",
+        "--json",
+    ];
+    let run = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+        c.current_dir(root()).args(args).args(extra);
+        for v in [
+            "FP8_QUANT_FWD_INP_AMAX_EPS",
+            "FP8_QUANT_FWD_WEIGHT_AMAX_EPS",
+            "FP8_QUANT_BWD_GRAD_AMAX_EPS",
+        ] {
+            c.env_remove(v);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let v: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("epsilon guard"))
+    };
+    assert!(run(&[], &[]));
+    assert!(!run(&[("FP8_QUANT_FWD_INP_AMAX_EPS", "1e-12")], &[]));
+    // Delayed scaling has no amax_epsilon: no note.
+    assert!(!run(&[], &["--recipe", "delayed"]));
+}

@@ -263,7 +263,11 @@ fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
     ] {
         let o = run(policy, tp);
         assert_eq!(o.status.code(), Some(0));
-        assert!(!text(&o.stderr).contains("note:"), "{policy} at TP {tp}");
+        // (The epsilon-guard note may stand there: no FP8_QUANT_* variable is set here.)
+        assert!(
+            !text(&o.stderr).contains("one rank's GEMMs alone"),
+            "{policy} at TP {tp}"
+        );
     }
     // JSON carries the notes too.
     let o = fp8sel(&[

@@ -109,11 +109,14 @@ pub(super) fn make_plan(
                     !v.timing.iter().any(|t| t == "model") && !v.tp_comm.contains(&tp)
                 })
         });
-    let notes = if one_rank {
+    let mut notes = if one_rank {
         vec![super::tp_comm::one_rank_note(tp)]
     } else {
         Vec::new()
     };
+    if let Some(n) = epsilon_note(trainer, &policies) {
+        notes.push(n);
+    }
     Ok((
         p,
         r,
@@ -123,6 +126,35 @@ pub(super) fn make_plan(
             notes,
         },
     ))
+}
+
+/// The seed's epsilon guard, as its launch scripts set it (environment variables of the
+/// reference's own TE build; adaptive_fp8's recipe builders map them to upstream TE's
+/// `amax_epsilon`).
+const AMAX_EPS_VARS: [&str; 3] = [
+    "FP8_QUANT_FWD_INP_AMAX_EPS",
+    "FP8_QUANT_FWD_WEIGHT_AMAX_EPS",
+    "FP8_QUANT_BWD_GRAD_AMAX_EPS",
+];
+
+/// A note when a blockwise or tensorwise launch (the trainer's recipe, blockwise when none is
+/// known) has FP8 modules and none of the seed's epsilon variables is set in this environment.
+fn epsilon_note(
+    trainer: Option<Recipe>,
+    policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
+) -> Option<String> {
+    let recipe = trainer.unwrap_or(Recipe::Blockwise);
+    let per_tensor_or_block = matches!(recipe, Recipe::Blockwise | Recipe::Tensorwise);
+    let set = AMAX_EPS_VARS.iter().any(|v| std::env::var_os(v).is_some());
+    (per_tensor_or_block && !set && !policies.is_empty()).then(|| {
+        format!(
+            "{recipe} scaling without the seed's epsilon guard: none of {} is set here. The seed \
+             sets them to 1e-12 against NaN/Inf from all-zero blocks; upstream TE reads no such \
+             variable, adaptive_fp8's recipe builders (the hook, the TE worker, the step \
+             benchmark) set them as amax_epsilon (docs/POLICY.md)",
+            AMAX_EPS_VARS.join(", ")
+        )
+    })
 }
 
 /// The commands that fill the gaps of a plan: one sweep at this layout for each component with

@@ -531,7 +531,9 @@ def _fp8_context_factory(config: Any) -> Any:
     # TE 2.8 renamed fp8_autocast's fp8_group to autocast's amax_reduction_group.
     params = inspect.signature(autocast).parameters
     group_kw = "amax_reduction_group" if "amax_reduction_group" in params else "fp8_group"
-    recipe = get_fp8_recipe(config)
+    from adaptive_fp8.te_worker import apply_amax_epsilons
+
+    recipe = apply_amax_epsilons(get_fp8_recipe(config), dict(os.environ))
     group = None
     if parallel_state.model_parallel_is_initialized():
         group = parallel_state.get_amax_reduction_group(
