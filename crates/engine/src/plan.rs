@@ -339,6 +339,20 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
                 // Measured, and FP8 never won: an answer, not a gap.
                 reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
                 missing_key = None;
+            } else if let Some(k) = &missing_key
+                && let Some((o, bound)) = policy.and_then(Policy::provenance).and_then(|p| {
+                    Some((
+                        p.numerics_overrule(k)?,
+                        p.numerics.as_ref()?.max_quant_error,
+                    ))
+                })
+            {
+                // FP8 won by speed; the numerics bound kept it BF16: an answer, not a gap.
+                reason = format!(
+                    "no rule for {k}: kept BF16 by the numerics bound ({}'s {} has relative RMS error {:.4} > {bound}; by speed FP8 from {})",
+                    o.module, o.operand, o.error, o.min_tokens
+                );
+                missing_key = None;
             }
             let step_flops = spec.step_flops(d.num_tokens) * spec.layers as f64;
             modules.push(PlannedModule {

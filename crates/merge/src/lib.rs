@@ -12,6 +12,7 @@ pub mod error;
 pub mod host;
 pub mod load;
 pub mod merge;
+pub mod numerics;
 mod reference;
 pub mod step;
 

@@ -34,6 +34,8 @@ pub struct MergeOptions {
     /// Host-bound trainers: a measured host profile (per kind, precision and local expert),
     /// applied as `max(time, host)`; exclusive with `host_floor_ms`.
     pub host_profile: Option<crate::host::HostProfile>,
+    /// Modules whose FP8 quantization error is over this bound run BF16, whatever their speedup.
+    pub numerics: Option<crate::numerics::NumericsBound>,
 }
 
 /// How a rule key shared by several modules (DeepSeek-V3's `row/fc2` at one TP: the dense
@@ -149,6 +151,7 @@ impl Default for MergeOptions {
             trainer: None,
             shared_key: SharedKey::Step,
             host_profile: None,
+            numerics: None,
         }
     }
 }
@@ -460,6 +463,12 @@ pub fn rule_key(k: &GroupKey) -> Option<fp8_policy::RuleKey> {
     }
 }
 
+/// The module over the numerics bound on `key`, if a bound is set: `(module, operand, error)`.
+fn overrule<'a>(opt: &'a MergeOptions, key: &GroupKey) -> Option<(&'a str, &'a str, f64)> {
+    let bound = opt.numerics.as_ref()?;
+    bound.overrule(&key.component, &rule_key(key)?)
+}
+
 fn describe(k: &GroupKey) -> String {
     match (&k.ub_name, k.par) {
         (Some(ub), ParKey::Tp(tp)) => format!("{} {}/{ub} tp={tp}", k.component, k.kind),
@@ -701,6 +710,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     let mut outcomes = Vec::new();
     let mut policies: BTreeMap<String, Policy> = BTreeMap::new();
     let mut shared: BTreeMap<String, Vec<fp8_policy::SharedKeyVerdict>> = BTreeMap::new();
+    let mut overruled: BTreeMap<String, Vec<fp8_policy::NumericsOverrule>> = BTreeMap::new();
     for (key, samples) in by_key(&all_owned) {
         let samples = dedup(samples, &mut warnings);
         let (rule, non_monotone, counts) = threshold_of(&samples, opt);
@@ -718,6 +728,28 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             std::collections::btree_map::Entry::Vacant(e) => e.insert(
                 Policy::new(opt.threshold).map_err(|e| MergeError::Options(e.to_string()))?,
             ),
+        };
+        let rule = match (rule, overrule(opt, &key)) {
+            (Some((min_tokens, _)), Some((module, operand, error))) => {
+                warnings.push(format!(
+                    "{}: kept BF16 by the numerics bound: {module}'s {operand} has relative RMS error {error:.4} > {} (FP8 would start at {min_tokens} by speed)",
+                    describe(&key),
+                    opt.numerics.as_ref().map_or(0.0, |n| n.max_quant_error)
+                ));
+                if let Some(k) = rule_key(&key) {
+                    overruled.entry(key.component.clone()).or_default().push(
+                        fp8_policy::NumericsOverrule {
+                            key: k,
+                            module: module.to_owned(),
+                            operand: operand.to_owned(),
+                            error,
+                            min_tokens,
+                        },
+                    );
+                }
+                None
+            }
+            (rule, _) => rule,
         };
         if let Some((min_tokens, speedup)) = rule {
             let added = match (key.kind.family(), key.par, &key.ub_name) {
@@ -771,7 +803,12 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     // measured BF16 answer from a gap in the sweep.
     let mut bf16_keys: BTreeMap<String, Vec<fp8_policy::RuleKey>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| o.rule.is_none()) {
-        if let Some(k) = rule_key(&o.key) {
+        if let Some(k) = rule_key(&o.key).filter(|k| {
+            // A key the numerics bound overruled is not "FP8 never won": provenance says why.
+            !overruled
+                .get(&o.key.component)
+                .is_some_and(|v| v.iter().any(|x| &x.key == k))
+        }) {
             bf16_keys
                 .entry(o.key.component.clone())
                 .or_default()
@@ -817,6 +854,14 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             .collect();
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
         p.shared_keys = shared.remove(component).unwrap_or_default();
+        p.numerics = opt
+            .numerics
+            .as_ref()
+            .map(|n| fp8_policy::NumericsBoundApplied {
+                report: n.report.file.display().to_string(),
+                max_quant_error: n.max_quant_error,
+                overruled: overruled.remove(component).unwrap_or_default(),
+            });
         p.rule = match opt.shared_key {
             SharedKey::AllWin => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned(),
             SharedKey::Step => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold); a key shared by several modules clears when the instance-weighted sum of their times does (shared_keys lists each module's own verdict)".to_owned(),

@@ -46,5 +46,7 @@ pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
-pub use provenance::{HostFloor, ModuleVerdict, Provenance, SharedKeyVerdict};
+pub use provenance::{
+    HostFloor, ModuleVerdict, NumericsBoundApplied, NumericsOverrule, Provenance, SharedKeyVerdict,
+};
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};

@@ -48,6 +48,9 @@ pub struct Provenance {
     /// Noise margin added to the threshold.
     #[serde(default)]
     pub margin: Option<f64>,
+    /// The numerics bound the merge applied, and every key it kept BF16 whatever its speedup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numerics: Option<NumericsBoundApplied>,
     /// Keys that were measured and never won FP8: a measured BF16 answer, not a gap.
     #[serde(default, deserialize_with = "keys_any_form")]
     pub measured_bf16_keys: Vec<RuleKey>,
@@ -96,6 +99,43 @@ pub struct Provenance {
     /// Fields written by other tools, kept on a round trip.
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
+}
+
+/// The numerics bound of a merge (`--numerics FILE --max-quant-error E`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumericsBoundApplied {
+    /// The numerics report.
+    pub report: String,
+    /// The largest relative RMS quantization error a module may have and run FP8.
+    pub max_quant_error: f64,
+    /// Keys kept BF16 by the bound.
+    pub overruled: Vec<NumericsOverrule>,
+}
+
+/// A key the numerics bound kept BF16.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumericsOverrule {
+    /// The key.
+    pub key: RuleKey,
+    /// The module whose error was over the bound.
+    pub module: String,
+    /// Its worst operand (`input`, `weight`, `grad_output`).
+    pub operand: String,
+    /// That operand's relative RMS quantize-dequantize error.
+    pub error: f64,
+    /// The `min_tokens` speed alone would have given.
+    pub min_tokens: u64,
+}
+
+impl Provenance {
+    /// The numerics overrule of `key`, when the bound kept it BF16.
+    pub fn numerics_overrule(&self, key: &RuleKey) -> Option<&NumericsOverrule> {
+        self.numerics
+            .as_ref()?
+            .overruled
+            .iter()
+            .find(|o| &o.key == key)
+    }
 }
 
 /// How a rule key shared by several modules was decided.

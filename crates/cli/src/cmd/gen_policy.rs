@@ -169,6 +169,7 @@ pub fn run(args: &Args) -> CliResult {
                 .map_err(CliError::input)?,
             shared_key,
             host_profile,
+            numerics: args.objective.numerics()?,
             ..MergeOptions::default()
         },
         backend: args.backend.clone(),

@@ -224,6 +224,7 @@ pub fn run(args: &Args) -> CliResult {
             .map_err(CliError::input)?,
         shared_key,
         host_profile,
+        numerics: args.objective.numerics()?,
     };
     let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
     let name = args

@@ -1,14 +1,16 @@
 //! The merge flags this project added for the trainer's objective, shared by `merge-policy` and
-//! `gen-policy`: how shared rule keys are decided, and the host profile of an eager trainer.
+//! `gen-policy`: how shared rule keys are decided, the host profile of an eager trainer, and the
+//! numerics bound.
 
 use std::path::{Path, PathBuf};
 
 use fp8_merge::SharedKey;
 use fp8_merge::host::{HostProfile, MAX_HOST_PROFILE_BYTES};
+use fp8_merge::numerics::{MAX_NUMERICS_BYTES, NumericsBound, parse_numerics};
 
 use crate::error::{CliError, CliResult};
 
-/// `--shared-key` and `--host-profile`.
+/// `--shared-key`, `--host-profile`, `--numerics` and `--max-quant-error`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ObjectiveArgs {
     /// How a rule key shared by several modules (DeepSeek-V3's dense and shared-expert FC2 at
@@ -22,6 +24,15 @@ pub struct ObjectiveArgs {
     /// modules); each module's times become max(time, host). Exclusive with --host-floor-ms.
     #[arg(long, value_name = "FILE")]
     pub host_profile: Option<PathBuf>,
+    /// A numerics report (`python -m adaptive_fp8.numerics`): with --max-quant-error, every
+    /// module whose FP8 quantize-dequantize error (relative RMS, worst operand) is over the
+    /// bound runs BF16 whatever its speedup; provenance names the bound and each key it kept
+    /// BF16, and explain gives that as the reason.
+    #[arg(long, value_name = "FILE", requires = "max_quant_error")]
+    pub numerics: Option<PathBuf>,
+    /// The bound for --numerics (a relative RMS error, e.g. 0.05).
+    #[arg(long, value_name = "E", requires = "numerics")]
+    pub max_quant_error: Option<f64>,
 }
 
 impl ObjectiveArgs {
@@ -34,6 +45,24 @@ impl ObjectiveArgs {
             .map(load_host_profile)
             .transpose()?;
         Ok((shared, profile))
+    }
+
+    /// The numerics bound, loaded and validated, when one is given.
+    pub fn numerics(&self) -> CliResult<Option<NumericsBound>> {
+        let (Some(path), Some(max)) = (&self.numerics, self.max_quant_error) else {
+            return Ok(None);
+        };
+        if !(max.is_finite() && max > 0.0) {
+            return Err(CliError::input(format!(
+                "--max-quant-error {max}: not a positive number; fix: give the largest relative RMS error a module may have and run FP8, e.g. 0.05"
+            )));
+        }
+        let text = fp8_io::read_to_string_limited(path, MAX_NUMERICS_BYTES)?;
+        let report = parse_numerics(&text, path).map_err(CliError::input)?;
+        Ok(Some(NumericsBound {
+            report,
+            max_quant_error: max,
+        }))
     }
 }
 
