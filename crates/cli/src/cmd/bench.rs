@@ -173,6 +173,11 @@ pub fn run(args: &Args) -> CliResult {
     let (bf16, fp8) = parse_precisions(&args.precisions)?;
     fp8_bench::te::check_recompute(&args.backend, args.te.recompute).map_err(CliError::input)?;
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
+    if !args.quiet {
+        for n in &model.notes {
+            eprintln!("note: {n}");
+        }
+    }
     let job = SweepJob {
         component: args.component,
         parallel: model.layout(args.tp, args.ep, args.etp, None),
