@@ -145,3 +145,83 @@ fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
     // Delayed scaling has no amax_epsilon: no note.
     assert!(!run(&[], &["--recipe", "delayed"]));
 }
+
+/// `merge-policy --trainer both`: one file whose eager answers are the eager merge's and whose
+/// graphed answers are the graphed merge's, for TE reports (both figures) and for cuBLASLt
+/// reports with a host profile (eager side only).
+#[test]
+fn merge_policy_trainer_both_folds_the_two_objectives() {
+    let dir = tempfile::tempdir().unwrap();
+    for (reports, extra) in [
+        (
+            vec!["fixtures/reports/h200/te/te_llama3_2_1b_tp1.json"],
+            vec![],
+        ),
+        (
+            vec!["fixtures/reports/h200/llama3_2_1b_tp1.json"],
+            vec![
+                "--host-profile",
+                "fixtures/host/h200_te2.20.2_blockwise.json",
+            ],
+        ),
+    ] {
+        let merge = |trainer: &str, name: &str, with_profile: bool| {
+            let p = dir.path().join(name);
+            let mut a = vec!["merge-policy", "--reports"];
+            a.extend(&reports);
+            a.extend(["--output", p.to_str().unwrap(), "--trainer", trainer]);
+            if with_profile {
+                a.extend(&extra);
+            }
+            let o = fp8sel(&a);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{trainer}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            p
+        };
+        let both = merge("both", "both.json", true);
+        let eager = merge("eager", "eager.json", true);
+        let graphed = merge("graphed", "graphed.json", false);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&both).unwrap()).unwrap();
+        assert_eq!(v["provenance"]["trainer"], "eager+graphed");
+        let answer = |p: &std::path::Path, ub: &str, class: &str, t: u64, e: &str| {
+            let o = fp8sel(&[
+                "decide",
+                "--policy",
+                p.to_str().unwrap(),
+                "--te-class",
+                class,
+                "--ub-name",
+                ub,
+                "--tp",
+                "1",
+                "--seq-length",
+                &t.to_string(),
+                "--execution",
+                e,
+            ]);
+            out(&o).lines().next().unwrap().to_owned()
+        };
+        for (ub, class) in [
+            ("qkv", "TELayerNormColumnParallelLinear"),
+            ("fc2", "TERowParallelLinear"),
+        ] {
+            for t in [256, 1024, 4096, 16384] {
+                assert_eq!(
+                    answer(&both, ub, class, t, "eager"),
+                    answer(&eager, ub, class, t, "eager"),
+                    "{ub} {t}"
+                );
+                assert_eq!(
+                    answer(&both, ub, class, t, "graphed"),
+                    answer(&graphed, ub, class, t, "eager"),
+                    "{ub} {t}"
+                );
+            }
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //! It measures nothing and touches no GPU: `fp8-bench` produces the reports.
 
 pub mod error;
+pub mod fold;
 pub mod host;
 pub mod load;
 pub mod merge;

@@ -69,9 +69,11 @@ pub struct Args {
     pub fp8_pad: u64,
     /// The trainer the policy is for: `graphed` thresholds GPU time (CUDA graphs, or a trainer
     /// that keeps the GPU fed); `eager` thresholds the eager step, host included (needs reports
-    /// of `fp8sel bench --backend te`, which carry both figures). Default: each report's own
-    /// times. Recorded in the policy's provenance.
-    #[arg(long, value_parser = ["graphed", "eager"])]
+    /// of `fp8sel bench --backend te`, which carry both figures, or --host-profile); `both`
+    /// writes the eager thresholds as min_tokens and the graphed ones as min_tokens_graphed in
+    /// one policy (--host-profile then applies to the eager side only). Default: each report's
+    /// own times. Recorded in the policy's provenance.
+    #[arg(long, value_parser = ["graphed", "eager", "both"])]
     pub trainer: Option<String>,
     #[command(flatten)]
     pub objective: super::objective_args::ObjectiveArgs,
@@ -94,6 +96,39 @@ pub fn merge_reports(
         .map_err(merge_error)?;
     let merged = merge(&loaded, opt).map_err(merge_error)?;
     Ok((loaded, merged))
+}
+
+/// `--trainer both`: the eager merge (with the host profile, if any) and the graphed merge (GPU
+/// time) folded into one policy per component; the summary and outcomes are the eager merge's.
+fn merge_both(
+    reports: &[PathBuf],
+    opt: MergeOptions,
+    pad: u64,
+) -> CliResult<(Vec<Loaded>, Merged)> {
+    let graphed_opt = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Graphed),
+        host_profile: None,
+        host_floor_ms: None,
+        ..opt.clone()
+    };
+    let eager_opt = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Eager),
+        ..opt
+    };
+    let (loaded, mut eager) = merge_reports(reports, &eager_opt, pad)?;
+    let (_, graphed) = merge_reports(reports, &graphed_opt, pad)?;
+    for (component, p) in &mut eager.policies {
+        if let Some(g) = graphed.policies.get(component) {
+            *p = fp8_merge::fold::fold(p, g).map_err(CliError::input)?;
+        }
+    }
+    eager.warnings.extend(
+        graphed
+            .warnings
+            .into_iter()
+            .map(|w| format!("graphed: {w}")),
+    );
+    Ok((loaded, eager))
 }
 
 fn merge_error(e: fp8_merge::MergeError) -> CliError {
@@ -219,6 +254,7 @@ pub fn run(args: &Args) -> CliResult {
         trainer: args
             .trainer
             .as_deref()
+            .filter(|t| *t != "both")
             .map(str::parse::<fp8_merge::Trainer>)
             .transpose()
             .map_err(CliError::input)?,
@@ -226,7 +262,11 @@ pub fn run(args: &Args) -> CliResult {
         host_profile,
         numerics: args.objective.numerics()?,
     };
-    let (loaded, merged) = merge_reports(&args.reports, &opt, args.fp8_pad)?;
+    let (loaded, merged) = if args.trainer.as_deref() == Some("both") {
+        merge_both(&args.reports, opt, args.fp8_pad)?
+    } else {
+        merge_reports(&args.reports, &opt, args.fp8_pad)?
+    };
     let name = args
         .name
         .clone()
