@@ -3,24 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{fp8sel, out, root};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn fp8sel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use std::process::Command;
 
 /// Llama-3.2-1B at TP 1: every key eager from 8192, graphed from 1024.
 fn policy(dir: &std::path::Path) -> PathBuf {

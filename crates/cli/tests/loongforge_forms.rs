@@ -7,28 +7,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn fp8sel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{err, fp8sel, out};
 
 const VL: &str = "fixtures/models/loongforge/configs/models/tiny_vl/tiny_vl.yaml";
 

@@ -4,26 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{err, fp8sel};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::json;
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn fp8sel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Llama-3.2-1B at TP 1: fc2's input quantizes badly (0.2), everything else well.
 fn report(dir: &Path, fc2_error: f64) -> PathBuf {

@@ -3,30 +3,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{err, fp8sel, out, root};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::json;
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn fp8sel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Results in step_bench's format: Llama-3.2-1B at TP 1, the oracle's FP8 groups per count.
 /// Eager: fc1/fc2 from 4096, qkv only at 16384 (lost at 8192), proj never. Graphed: every group

@@ -22,7 +22,7 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
                 "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
                 "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
                 "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "estimated": m.estimated,
-                "reason": m.reason, "key": rule_key(s.lookup()),
+                "reason": m.reason, "key": s.lookup().key(),
             })
         })
         .collect();
@@ -31,34 +31,6 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
         "launch_region": crate::native::Region::for_plan(p),
         "warnings": diagnostics(p),
     })
-}
-
-/// The policy key a module looks up, as the policy's provenance writes keys (`{"kind": "row",
-/// "ub_name": "fc2", "tp": 8}`); `null` for a dense module without `ub_name`.
-fn rule_key(l: fp8_policy::Lookup<'_>) -> serde_json::Value {
-    use fp8_policy::{Lookup, RuleKey};
-    let key = match l {
-        Lookup::Dense {
-            kind,
-            ub_name: Some(ub),
-            tp,
-        } => RuleKey::Dense {
-            kind,
-            ub_name: ub.to_owned(),
-            tp,
-        },
-        Lookup::Dense { ub_name: None, .. } => return serde_json::Value::Null,
-        Lookup::Grouped {
-            kind,
-            etp,
-            num_gemms,
-        } => RuleKey::Grouped {
-            kind,
-            etp,
-            num_gemms,
-        },
-    };
-    serde_json::to_value(key).unwrap_or(serde_json::Value::Null)
 }
 
 /// Renders the plan as an aligned table followed by the summary (results only: the

@@ -31,6 +31,29 @@ pub enum Lookup<'a> {
     },
 }
 
+impl Lookup<'_> {
+    /// The rule key this lookup matches: `None` for a dense module without `ub_name` (it can
+    /// match no rule).
+    pub fn key(&self) -> Option<RuleKey> {
+        match *self {
+            Lookup::Dense { kind, ub_name, tp } => ub_name.map(|ub| RuleKey::Dense {
+                kind,
+                ub_name: ub.to_owned(),
+                tp,
+            }),
+            Lookup::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            } => Some(RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            }),
+        }
+    }
+}
+
 /// The rule a lookup found.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MatchedRule {

@@ -19,7 +19,7 @@ use fp8_engine::{
     LoadOptions, ModuleQuery, PlanConfig, PlanRequest, Role, TokenConfig, classify,
     config_policy_path, decide_module, load_model_with, plan, render,
 };
-use fp8_policy::{KindFamily, ModuleKind, RuleKey};
+use fp8_policy::{KindFamily, Lookup, ModuleKind, RuleKey};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -183,18 +183,15 @@ impl Policy {
         let decision = d
             .decision
             .ok_or_else(|| PlanError::new_err("no decision without a policy"))?;
-        let key = match classified.kind.family() {
-            KindFamily::Dense(kind) => ub_name.map(|ub| RuleKey::Dense {
-                kind,
-                ub_name: ub.to_owned(),
-                tp,
-            }),
-            KindFamily::Grouped(kind) => num_gemms.map(|g| RuleKey::Grouped {
+        let lookup = match classified.kind.family() {
+            KindFamily::Dense(kind) => Some(Lookup::Dense { kind, ub_name, tp }),
+            KindFamily::Grouped(kind) => num_gemms.map(|num_gemms| Lookup::Grouped {
                 kind,
                 etp: query.etp,
-                num_gemms: g,
+                num_gemms,
             }),
         };
+        let key = lookup.and_then(|l| l.key());
         Ok(Decision {
             fp8: decision.use_fp8,
             reason: decision.reason.to_string(),

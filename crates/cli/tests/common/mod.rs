@@ -1,0 +1,31 @@
+//! What the CLI test files of the later issues share: the repository root and running `fp8sel`
+//! from it. (Each test binary uses some of it.)
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The repository root (tests run the CLI from there, as the README does).
+pub fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// `fp8sel args...` from the root.
+pub fn fp8sel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Its stdout.
+pub fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Its stderr.
+pub fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
