@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use fp8_merge::numerics::parse_numerics;
+use fp8_merge::numerics::{NumericsBound, parse_numerics};
+use fp8_policy::{DenseKind, RuleKey};
 use proptest::prelude::*;
 
 const GOOD: &str = r#"{"format": "fp8sel-numerics", "version": 1,
@@ -18,6 +19,38 @@ const GOOD: &str = r#"{"format": "fp8sel-numerics", "version": 1,
 fn a_good_report_reads_with_its_worst_operand() {
     let r = parse_numerics(GOOD, Path::new("n.json")).unwrap();
     assert_eq!(r.modules[0].worst(), Some(("input", 0.031)));
+}
+
+/// The report the Python probe writes (`adaptive_fp8.numerics.report`; its test checks that it
+/// writes exactly this file) reads here, and bounds the module it should.
+#[test]
+fn the_python_probes_report_reads_and_bounds() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/numerics/probe_sample.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let report = parse_numerics(&text, &file).unwrap();
+    assert_eq!(report.modules.len(), 2);
+    assert_eq!(report.modules[0].worst(), Some(("grad_output", 0.05)));
+    let bound = NumericsBound {
+        report,
+        max_quant_error: 0.1,
+    };
+    let fc2 = RuleKey::Dense {
+        kind: DenseKind::Row,
+        ub_name: "fc2".into(),
+        tp: 1,
+    };
+    let fc1 = RuleKey::Dense {
+        kind: DenseKind::LayernormColumn,
+        ub_name: "fc1".into(),
+        tp: 1,
+    };
+    assert_eq!(
+        bound.overrule("llm", &fc2),
+        Some(("decoder.layers.mlp.linear_fc2", "weight", 0.2))
+    );
+    assert_eq!(bound.overrule("llm", &fc1), None);
+    assert_eq!(bound.overrule("vit", &fc2), None);
 }
 
 proptest! {

@@ -1,0 +1,141 @@
+"""Training a few layers of a model's megatron-core ``GPTModel`` on the synthetic corpus: what the
+numerics probe and the convergence check share.
+
+The architecture is the model config's (any form ``fp8sel`` reads) at ``layers`` layers; an MoE
+model at EP > 1 holds one EP rank's experts, as the Megatron judge builds it. Modes:
+
+- ``bf16``: ``config.fp8`` unset;
+- ``fp8``: every TE module FP8 (``--fp8-format e4m3 --fp8-recipe R``);
+- ``adaptive``: the policy's plan through :func:`adaptive_fp8.megatron.enable`.
+
+The top half is pure; :class:`GptTrainer` imports torch and Megatron.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from adaptive_fp8.corpus import Corpus
+
+MODES = ("bf16", "fp8", "adaptive")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Linear warm-up to ``lr``, then cosine to ``lr * floor`` at ``steps``."""
+
+    lr: float
+    steps: int
+    warmup: int
+    floor: float = 0.1
+
+    def at(self, step: int) -> float:
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        span = max(1, self.steps - self.warmup)
+        t = min(1.0, (step - self.warmup) / span)
+        return self.lr * (self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def token_batches(corpus: Corpus, seq: int, mbs: int, count: int, stream: int) -> Iterator[list[list[int]]]:
+    """``count`` micro-batches of ``mbs`` sequences of ``seq + 1`` tokens (inputs and the labels
+    one place on)."""
+    it = corpus.sequences(seq + 1, count * mbs, stream)
+    for _ in range(count):
+        yield [next(it) for _ in range(mbs)]
+
+
+def model_kwargs(af8: Any, args: Any) -> tuple[dict, dict, list[str]]:
+    """``(TransformerConfig kwargs, plan, notes)`` for ``args.layers`` layers of ``args.model``
+    (the plan's architecture; its rows give each module group's policy key)."""
+    from adaptive_fp8.megatron_step import config_kwargs
+
+    kwp = dict(tp=args.tp, seq_length=args.seq_length * args.micro_batch_size, micro_batch_size=1, config_root=args.config_root)
+    if args.ep:
+        kwp["ep"] = args.ep
+    plan = af8._plan(args.model, None, kwp)
+    arch = plan["architecture"]["llm"]
+    dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
+    kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+    notes = []
+    if kw.get("num_moe_experts") and (args.ep or 1) > 1:
+        kw["num_moe_experts"] //= args.ep
+        notes.append(f"EP {args.ep} on one GPU: the model holds one EP rank's {kw['num_moe_experts']} experts")
+        if kw.get("moe_router_topk", 1) > kw["num_moe_experts"]:
+            kw["moe_router_topk"] = kw["num_moe_experts"]
+            notes.append(f"router top-k lowered to the rank's {kw['num_moe_experts']} experts")
+    return kw, plan, notes
+
+
+class GptTrainer:
+    """One process's Megatron state; builds, trains and evaluates ``GPTModel`` s of one
+    architecture."""
+
+    def __init__(self, args: Any, kw: dict) -> None:
+        from adaptive_fp8.megatron_step import Judge
+
+        args.fp8_param = False  # FP8 weights need Megatron's optimizer; the masters stay fp32
+        self.judge = Judge(args)
+        self.torch, self.args, self.kw = self.judge.torch, args, kw
+
+    def build(self, mode: str, policy: Optional[str], seed: int):
+        """``(model, plan or None)``: the same initial weights for the same seed in every mode."""
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+        import adaptive_fp8.megatron as af8m
+
+        torch, a = self.torch, self.args
+        integ = {"bf16": "bf16", "fp8": "fp8", "adaptive": "hook"}[mode]
+        c = self.judge.config(self.kw, integ, a.recipe, policy if mode == "adaptive" else None, a.seq_length)
+        c.seq_length, c.micro_batch_size = a.seq_length, a.micro_batch_size
+        torch.manual_seed(seed)
+        torch.cuda.manual_seed(seed)
+        model_parallel_cuda_manual_seed(seed)
+        plan = af8m.enable(c) if mode == "adaptive" else None
+        try:
+            spec = get_gpt_decoder_block_spec(c, use_transformer_engine=True)
+            model = GPTModel(c, spec, vocab_size=self.kw["_vocab"], max_sequence_length=a.seq_length, position_embedding_type="rope")
+        finally:
+            af8m.disable()
+        return model.cuda().bfloat16(), plan
+
+    def optimizer(self, model):
+        from transformer_engine.pytorch.optimizers import FusedAdam
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        return FusedAdam(params, lr=self.args.lr, betas=(0.9, 0.95), weight_decay=0.1, master_weights=True)
+
+    def tensors(self, batch: list[list[int]]):
+        t = self.torch.tensor(batch, dtype=self.torch.long, device="cuda")
+        pos = self.torch.arange(t.shape[1] - 1, device="cuda").unsqueeze(0)
+        return t[:, :-1].contiguous(), t[:, 1:].contiguous(), pos
+
+    def train_step(self, model, opt, batch: list[list[int]], lr: float) -> tuple[float, float]:
+        """``(loss, gradient norm)`` of one step; the step is skipped (weights kept) when either
+        is not finite, as Megatron skips an overflowed step."""
+        torch = self.torch
+        ids, labels, pos = self.tensors(batch)
+        loss = model(ids, pos, None, labels=labels).float().mean()
+        loss.backward()
+        params = [p for p in model.parameters() if p.grad is not None]
+        gnorm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+        value = float(loss)
+        if math.isfinite(value) and math.isfinite(gnorm):
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        return value, gnorm
+
+    def eval_loss(self, model, batches: list[list[list[int]]]) -> float:
+        torch = self.torch
+        total = 0.0
+        with torch.no_grad():
+            for b in batches:
+                ids, labels, pos = self.tensors(b)
+                total += float(model(ids, pos, None, labels=labels).float().mean())
+        return total / max(1, len(batches))

@@ -1,0 +1,247 @@
+"""The numerics probe and the convergence check: the recipe rules, the round trip's error on
+tensors whose answer is known (with torch; skipped without it), the report the Rust merge reads,
+the hooks on a model's modules, and the convergence summary and plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from adaptive_fp8 import convergence, numerics
+from adaptive_fp8.gpt_train import Schedule, token_batches
+from adaptive_fp8.corpus import Corpus
+from adaptive_fp8.quant_error import ErrorSums, OperandRule, recipe_rules
+
+
+def test_recipe_rules_follow_each_recipe_and_the_epsilons():
+    b = recipe_rules("blockwise", epsilons={"fp8_quant_bwd_grad": 1e-12})
+    assert b["input"] == OperandRule("e4m3", (1, 128), "pow2", 0.0)
+    assert b["weight"].block == (128, 128)
+    assert b["grad_output"].amax_epsilon == 1e-12 and b["grad_output"].fmt == "e4m3"
+    assert recipe_rules("tensorwise", "hybrid")["grad_output"] == OperandRule("e5m2", None, "fp32", 0.0)
+    assert recipe_rules("current")["input"].block is None
+    mx = recipe_rules("mxfp8", "hybrid")
+    assert mx["weight"] == OperandRule("e4m3", (1, 32), "e8m0") and mx["grad_output"].fmt == "e5m2"
+    with pytest.raises(ValueError, match="recipe 'nvfp4'"):
+        recipe_rules("nvfp4")
+    with pytest.raises(ValueError, match="fp8 format"):
+        recipe_rules("blockwise", "e5m2")
+
+
+def test_error_sums_aggregate_over_tensors_not_per_tensor_means():
+    a = ErrorSums(err2=1.0, ref2=100.0, underflow=1, nonzero=10, saturated=0, elements=10, tensors=1)
+    a.add(ErrorSums(err2=3.0, ref2=300.0, underflow=0, nonzero=30, saturated=4, elements=40, tensors=1))
+    s = a.summary()
+    assert s["rel_rms"] == pytest.approx(0.1)
+    assert s["underflow"] == pytest.approx(1 / 40) and s["saturated"] == pytest.approx(4 / 50)
+    assert s["tensors"] == 2
+    assert ErrorSums().summary()["rel_rms"] == 0.0
+
+
+ROWS = [
+    {"component": "llm", "name": "decoder.layers.mlp.linear_fc1", "key": {"kind": "layernorm_column", "ub_name": "fc1", "tp": 1}},
+    {"component": "llm", "name": "decoder.layers.mlp.linear_fc2", "key": {"kind": "row", "ub_name": "fc2", "tp": 1}},
+    {"component": "llm", "name": "decoder.layers.self_attention.linear_proj", "key": {"kind": "row", "ub_name": "proj", "tp": 1}},
+]
+
+
+def _sums(rel: float) -> ErrorSums:
+    return ErrorSums(err2=rel * rel, ref2=1.0, nonzero=4, elements=4, tensors=1)
+
+
+def test_the_report_is_the_format_the_merge_reads_and_the_table_puts_the_worst_first():
+    sums = {
+        ("decoder.layers.mlp.linear_fc1", "input"): _sums(0.02),
+        ("decoder.layers.mlp.linear_fc1", "grad_output"): _sums(0.05),
+        ("decoder.layers.mlp.linear_fc2", "weight"): _sums(0.2),
+    }
+    rep = numerics.report("m", "delayed", "e4m3", ROWS, sums, {"layers": 1})
+    assert rep["format"] == "fp8sel-numerics" and rep["version"] == 1
+    # A module the probe never saw is left out, not written as zero error.
+    assert [m["name"] for m in rep["modules"]] == ["decoder.layers.mlp.linear_fc1", "decoder.layers.mlp.linear_fc2"]
+    assert list(rep["modules"][0]["operands"]) == ["input", "grad_output"]
+    assert numerics.worst(rep["modules"][0]) == ("grad_output", pytest.approx(0.05))
+    assert "current amax" in rep["notes"][0]
+    t = numerics.table(rep)
+    assert t.index("linear_fc2") < t.index("linear_fc1") and "0.2000" in t
+    # The contract with the Rust reader: this exact report is fixtures/numerics/probe_sample.json,
+    # which crates/merge/tests/numerics_parse.rs parses and applies as a bound.
+    golden = _root() / "fixtures/numerics/probe_sample.json"
+    assert rep == json.loads(golden.read_text())
+
+
+def test_model_flags_are_checked_before_any_import():
+    ap = numerics.parser()
+    assert numerics.check_model_args(ap.parse_args(["--model", "x", "--layers", "0"])) == "--layers 0: must be at least 1"
+    assert numerics.check_model_args(ap.parse_args(["--model", "x", "--ep", "0"])) == "--ep 0: must be at least 1"
+    assert numerics.check_model_args(ap.parse_args(["--model", "x", "--lr", "-1"])) == "--lr -1.0: must be positive"
+    assert numerics.check_model_args(ap.parse_args(["--model", "x"])) is None
+
+
+def test_the_probe_and_the_check_fail_clearly_without_a_gpu_stack(tmp_path):
+    for mod, extra in (("numerics", []), ("convergence", ["--policy", "policies/llama3_2_1b.json", "--out", str(tmp_path)])):
+        r = subprocess.run([sys.executable, "-m", f"adaptive_fp8.{mod}", "--model", "fixtures/models/llama3_2_1b.yaml", "--layers", "1", *extra],
+                           capture_output=True, text=True, cwd=_root())
+        assert r.returncode == 2, r.stderr
+        assert f"{mod}: " in r.stderr and ("skipped" in r.stderr or "CUDA" in r.stderr), r.stderr
+        assert r.stdout == ""
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.numerics", "--model", "no/such.yaml"], capture_output=True, text=True, cwd=_root())
+    assert r.returncode == 2 and "numerics:" in r.stderr and "no/such.yaml" in r.stderr
+
+
+def _root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[3]
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    s = Schedule(lr=1e-3, steps=100, warmup=10)
+    assert s.at(0) == pytest.approx(1e-4) and s.at(9) == pytest.approx(1e-3)
+    assert s.at(10) == pytest.approx(1e-3)
+    assert s.at(99) == pytest.approx(1e-4, rel=0.01) and s.at(200) == pytest.approx(1e-4)
+    assert all(s.at(i) >= s.at(i + 1) for i in range(10, 120))
+
+
+def test_batches_carry_one_more_token_for_the_labels_and_are_deterministic():
+    c = Corpus(seed=1, vocab=128)
+    a = list(token_batches(c, 16, 3, 2, stream=0))
+    assert len(a) == 2 and all(len(b) == 3 and all(len(s) == 17 for s in b) for b in a)
+    assert a == list(token_batches(Corpus(seed=1, vocab=128), 16, 3, 2, stream=0))
+    assert a != list(token_batches(c, 16, 3, 2, stream=1))
+
+
+def _run(losses, final, bad=0):
+    return {"losses": losses, "final_eval": final, "nonfinite_steps": bad}
+
+
+def test_convergence_verdict_compares_gaps_with_the_bf16_noise():
+    base = [3.0, 2.9] * 20
+    runs = {"bf16": _run(base, 2.00), "fp8": _run(base, 2.05), "adaptive": _run(base, 2.02)}
+    s = convergence.summarize(runs, ["a"], ["a", "b"])
+    assert s["verdict"] == "pass" and s["gap_to_bf16"]["fp8"] == pytest.approx(0.05)
+    assert "plan_note" not in s
+    runs["adaptive"] = _run(base, 2.09)
+    assert convergence.summarize(runs, ["a"], ["a", "b"])["verdict"] == "fail"
+    runs["adaptive"] = _run(base, 2.01, bad=1)
+    s = convergence.summarize(runs, [], ["a", "b"])
+    assert s["verdict"] == "fail" and s["nonfinite"] == {"adaptive": 1}
+    assert "all BF16" in s["plan_note"]
+    assert "all FP8" in convergence.summarize(runs, ["a", "b"], ["a", "b"])["plan_note"]
+
+
+def test_smoothing_skips_nan_and_the_plot_has_both_panels():
+    assert convergence.smooth([1.0, float("nan"), 3.0], 2) == [1.0, 1.0, 2.0]
+    runs = {m: _run([5.0 - i * 0.01 + (0.001 if m != "bf16" else 0) for i in range(60)], 2.0) for m in ("bf16", "fp8", "adaptive")}
+    runs["fp8"]["losses"][7] = float("nan")
+    out = convergence.svg(runs, "t")
+    assert out.startswith("<svg") and out.count("<polyline") == 5 and "gap to BF16" in out and "nan" not in out
+    assert convergence.tail_noise([1.0, 1.0, 1.0]) == 0.0 and convergence.tail_noise([1.0, 2.0] * 10) > 0
+    with pytest.raises(SystemExit):
+        convergence.parser().parse_args(["--model", "x", "--policy", "p", "--out", "o", "--modes", "fp8,bf16"])
+
+
+torch = pytest.importorskip("torch", reason="skipped: torch not installed (the round trip's tests need it)")
+
+
+def test_round_trip_is_exact_on_representable_values_and_bounded_on_random_data():
+    from adaptive_fp8.quant_error import error_sums, round_trip
+
+    torch.manual_seed(0)
+    exact = torch.tensor([[1.0, -2.0, 0.5, 0.0] * 32])  # powers of two: exact in E4M3 under any pow2 scale
+    for recipe in ("blockwise", "tensorwise", "mxfp8"):
+        q, _ = round_trip(exact, recipe_rules(recipe)["input"])
+        assert torch.equal(q, exact), recipe
+    x = torch.randn(256, 512)
+    for recipe, bound in (("blockwise", 0.07), ("tensorwise", 0.07), ("mxfp8", 0.07)):
+        s = error_sums(x, recipe_rules(recipe)["input"]).summary()
+        # E4M3 has 3 mantissa bits: relative rounding error of a normal value is at most 2^-4.
+        assert 0.01 < s["rel_rms"] < bound, (recipe, s)
+    w = error_sums(torch.randn(300, 200), recipe_rules("blockwise")["weight"]).summary()
+    assert 0.01 < w["rel_rms"] < 0.07 and w["elements"] == 60000
+
+
+def test_per_tensor_scaling_underflows_small_values_that_blocks_keep():
+    from adaptive_fp8.quant_error import error_sums
+
+    x = torch.randn(64, 256)
+    x[:, :128] *= 1e-6  # one block of tiny values beside one of normal ones, in every row
+    tensor = error_sums(x, recipe_rules("tensorwise")["input"]).summary()
+    block = error_sums(x, recipe_rules("blockwise")["input"]).summary()
+    assert tensor["underflow"] > 0.3 and block["underflow"] == 0.0
+    # Saturation: the per-tensor scale puts the amax exactly at E4M3's largest value.
+    assert tensor["saturated"] > 0
+
+
+def test_epsilon_floors_the_amax_of_an_all_small_block():
+    from adaptive_fp8.quant_error import error_sums
+
+    x = torch.full((1, 128), 1e-20)
+    free = error_sums(x, recipe_rules("blockwise")["input"]).summary()
+    eps = error_sums(x, recipe_rules("blockwise", epsilons={"fp8_quant_fwd_inp": 1e-12})["input"]).summary()
+    assert free["underflow"] == 0.0 and eps["underflow"] == 1.0
+
+
+def test_non_finite_elements_are_counted_and_left_out():
+    from adaptive_fp8.quant_error import error_sums
+
+    x = torch.ones(2, 128)
+    x[0, 0] = float("inf")
+    x[1, 5] = float("nan")
+    s = error_sums(x, recipe_rules("blockwise")["grad_output"]).summary()
+    assert s["nonfinite"] == 2 and s["rel_rms"] == 0.0 and math.isfinite(s["rel_rms"])
+
+
+def test_the_probe_hooks_record_every_operand_of_the_selected_modules():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(128, 256, bias=False)
+            self.b = torch.nn.Linear(256, 128, bias=False)
+            self.skip = torch.nn.Linear(128, 128)
+
+        def forward(self, x):
+            return self.skip(self.b(torch.relu(self.a(x))))
+
+    net = Net()
+    probe = numerics.Probe(net, recipe_rules("blockwise"), lambda m: m is not net.skip and isinstance(m, torch.nn.Linear), lambda p: f"g.{p}")
+    x = torch.randn(32, 128)
+    net(x).sum().backward()  # inactive: nothing recorded
+    assert probe.sums == {}
+    probe.active = True
+    for _ in range(2):
+        probe.record_weights()
+        net(x).sum().backward()
+    probe.close()
+    assert set(probe.sums) == {(f"g.{m}", op) for m in "ab" for op in ("input", "weight", "grad_output")}
+    assert all(s.tensors == 2 for s in probe.sums.values())
+    assert probe.sums[("g.a", "input")].elements == 2 * 32 * 128
+    net(x).sum().backward()  # hooks removed
+    assert probe.sums[("g.a", "input")].tensors == 2
+
+
+def test_a_fused_norm_modules_input_is_taken_after_its_norm():
+    class NormLinear(torch.nn.Linear):
+        normalization = "RMSNorm"
+        eps = 1e-6
+
+        def __init__(self):
+            super().__init__(128, 128, bias=False)
+            self.layer_norm_weight = torch.nn.Parameter(torch.ones(128))
+
+        def forward(self, x):
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.layer_norm_weight
+            return super().forward(y)
+
+    m = NormLinear()
+    probe = numerics.Probe(m, recipe_rules("tensorwise"), lambda mod: mod is m, lambda p: "n")
+    probe.active = True
+    x = 1000.0 * torch.randn(8, 128)
+    m(x)
+    s = probe.sums[("n", "input")]
+    # The normalized input has unit RMS: its energy is rows * cols, not 1e6 times that.
+    assert s.ref2 == pytest.approx(8 * 128, rel=1e-3)
