@@ -35,24 +35,23 @@ pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 
 /// The host profile measured on the H200 by `python -m adaptive_fp8.probe_host` (TE 2.20.2,
-/// blockwise): what `policies/eager/` models an eager trainer's host with.
+/// blockwise): what the default policies' eager thresholds model an eager trainer's host with
+/// where the TE reports did not measure a key.
 pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";
 
 /// Rebuilds `policies/` from `fixtures/reports/h200` (and `policies/<recipe>/` from each
 /// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
-/// instead. Besides the default (cuBLASLt, GPU time: graphed trainers), two objectives ship:
-/// `policies/eager/` (the same reports with the H200 host profile: eager trainers) and
-/// `policies/te/` (Transformer Engine's own eager step times, for the models with TE reports of
-/// every module).
+/// instead. Each default `policies/<model>.json` serves both executions: `min_tokens_graphed`
+/// from cuBLASLt GPU time, `min_tokens` (eager, what the reference's loader reads) from
+/// Transformer Engine's own eager step times where the TE reports measured a key, else from the
+/// same cuBLASLt reports with the H200 host profile (`fp8_pipeline::fold`).
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
     let models = generate::default_models(root);
     let h200 = root.join("fixtures/reports/h200");
-    // The default policies are for GPU time: say so in their provenance (`trainer: graphed`).
     let graphed = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Graphed),
         ..MergeOptions::default()
     };
-    let mut files = generate::build_all(&models, &h200, &graphed)?;
     let host_text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
         .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
     let host = fp8_merge::host::HostProfile::parse(&host_text, H200_HOST_PROFILE)
@@ -62,12 +61,11 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
         host_profile: Some(host),
         ..MergeOptions::default()
     };
-    for (rel, bytes) in generate::build_all(&models, &h200, &eager)? {
-        files.insert(Path::new("eager").join(rel), bytes);
-    }
-    for (rel, bytes) in te_policies(&models, &h200.join("te"))? {
-        files.insert(Path::new("te").join(rel), bytes);
-    }
+    let mut files = fp8_pipeline::fold::fold_files(
+        &generate::build_all(&models, &h200, &graphed)?,
+        &generate::build_all(&models, &h200, &eager)?,
+        &te_policies(&models, &h200.join("te"))?,
+    )?;
     for recipe in RECIPE_DIRS {
         let dir = h200.join(recipe);
         let Ok(rd) = std::fs::read_dir(&dir) else {

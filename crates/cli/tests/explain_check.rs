@@ -232,8 +232,8 @@ fn bad_model_inputs_exit_2() {
 }
 
 /// A policy whose rules at the layout's TP > 1 were timed one rank alone gets a note on how to
-/// measure the communication; one made over a TP group of that size (policies/te at TP 2) and
-/// TP 1 (nothing to communicate) do not.
+/// measure the communication; one made over a TP group of that size (the default policy's eager
+/// thresholds at TP 2) and TP 1 (nothing to communicate) do not.
 #[test]
 fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
     let run = |policy: &str, tp: &str| {
@@ -257,8 +257,10 @@ fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
             && e.contains("--tp-comm --tp 8"),
         "{e}"
     );
+    // The default policy's eager thresholds at TP 2 came from a real TP group; its graphed ones
+    // are one rank's GPU time, and the note says so for a graphed step.
     for (policy, tp) in [
-        ("policies/te/qwen2_5_72b.json", "2"),
+        ("policies/qwen2_5_72b.json", "2"),
         ("policies/qwen2_5_72b.json", "1"),
     ] {
         let o = run(policy, tp);
@@ -269,13 +271,32 @@ fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
             "{policy} at TP {tp}"
         );
     }
+    let o = fp8sel(&[
+        "check",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--policy",
+        "policies/qwen2_5_72b.json",
+        "--tp",
+        "2",
+        "--seq-length",
+        "4096",
+        "--execution",
+        "graphed",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("at TP 2 the times are one rank's GEMMs alone"),
+        "{}",
+        text(&o.stderr)
+    );
     // JSON carries the notes too.
     let o = fp8sel(&[
         "check",
         "--model",
         "fixtures/models/qwen2_5_72b.yaml",
         "--policy",
-        "policies/te/qwen2_5_72b.json",
+        "policies/qwen2_5_72b.json",
         "--tp",
         "4",
         "--json",

@@ -253,7 +253,8 @@ fn megatron_flag_names_are_accepted() {
     // One default for the micro-batch size everywhere: 1.
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
-        out(&o).starts_with("fp8\ntokens 4096 >= min_tokens 4096"),
+        // The default policy's eager threshold (an eager step: Megatron's default).
+        out(&o).starts_with("bf16\ntokens 4096 < min_tokens 32768"),
         "{}",
         out(&o)
     );

@@ -209,17 +209,13 @@ fn merge_policy_thresholds_the_trainers_figure() {
 }
 
 #[test]
-fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
+fn gen_policy_runs_the_whole_job_through_te_into_the_default_file() {
     let dir = tempfile::tempdir().unwrap();
     let (pol, rep) = (dir.path().join("policies"), dir.path().join("reports"));
-    let o = fp8sel(
-        &[
-            "gen-policy",
-            "--backend",
-            "te",
-            "--trainer",
-            "eager",
-            "--quiet",
+    let run = |trainer: &[&str]| {
+        let mut args = vec!["gen-policy", "--backend", "te", "--quiet"];
+        args.extend_from_slice(trainer);
+        args.extend_from_slice(&[
             "--model",
             "fixtures/models/llama3_2_1b.yaml",
             "--tp",
@@ -228,24 +224,34 @@ fn gen_policy_runs_the_whole_job_through_te_into_its_own_folders() {
             s(&pol),
             "--reports-dir",
             s(&rep),
-        ],
-        Some(&fake()),
-    );
-    assert_ok(&o);
-    // Never over the shipped (cuBLASLt) policies: TE's go to te/ folders.
-    assert!(!pol.join("llama3_2_1b.json").exists());
-    let p: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(pol.join("te/llama3_2_1b.json")).unwrap())
-            .unwrap();
+        ]);
+        let o = fp8sel(&args, Some(&fake()));
+        assert_ok(&o);
+        let text = std::fs::read_to_string(pol.join("llama3_2_1b.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    // One execution asked for: that objective alone.
+    let p = run(&["--trainer", "eager"]);
     assert_eq!(p["provenance"]["trainer"], "eager");
     assert_eq!(p["provenance"]["device"][0], "Fake H200", "{p}");
     // The policy and its summary say which backend and objective made them.
     assert_eq!(p["provenance"]["timing"], serde_json::json!(["te-eager"]));
-    let md = std::fs::read_to_string(pol.join("te/llama3_2_1b.md")).unwrap();
+    let md = std::fs::read_to_string(pol.join("llama3_2_1b.md")).unwrap();
     assert!(
         md.contains("through Transformer Engine") && md.contains("for an eager trainer"),
         "{md}"
     );
+    // None asked for: one file for both, TE's eager times as min_tokens, its GPU times as
+    // min_tokens_graphed, each named in provenance and in the summary's table.
+    let p = run(&[]);
+    assert_eq!(p["provenance"]["trainer"], "eager+graphed", "{p}");
+    assert_eq!(
+        p["provenance"]["thresholds"]["min_tokens"], "te-eager",
+        "{p}"
+    );
+    assert!(!pol.join("te").exists());
+    let md = std::fs::read_to_string(pol.join("llama3_2_1b.md")).unwrap();
+    assert!(md.contains("## Thresholds by execution"), "{md}");
     let reports: Vec<_> = std::fs::read_dir(rep).unwrap().collect();
     assert_eq!(reports.len(), 1);
     let gpu_dir = reports[0].as_ref().unwrap().path();

@@ -39,8 +39,115 @@ fn thresholds(p: &Policy) -> BTreeMap<RuleKey, (u64, Option<f64>)> {
     out
 }
 
+/// Adds one rule of either shape to `out`.
+fn add_rule(
+    out: &mut Policy,
+    key: &RuleKey,
+    min_tokens: u64,
+    min_tokens_graphed: Option<u64>,
+    measured_speedup: Option<f64>,
+) -> Result<(), PolicyError> {
+    match key {
+        RuleKey::Dense { kind, ub_name, tp } => out.add_dense_rule(
+            *kind,
+            ub_name,
+            DenseRule {
+                tp: *tp,
+                min_tokens,
+                min_tokens_graphed,
+                measured_speedup,
+            },
+        ),
+        RuleKey::Grouped {
+            kind,
+            etp,
+            num_gemms,
+        } => out.add_grouped_rule(
+            *kind,
+            GroupedRule {
+                etp: *etp,
+                num_gemms: *num_gemms,
+                min_tokens,
+                min_tokens_graphed,
+                measured_speedup,
+            },
+        ),
+    }
+}
+
+/// What a single-execution policy's thresholds were made from, in words (its provenance's
+/// timing and host profile), unless it already says so.
+fn source(p: &Policy, field: &str) -> String {
+    let Some(pr) = p.provenance() else {
+        return "unrecorded".to_owned();
+    };
+    if let Some(s) = pr.thresholds.get(field) {
+        return s.clone();
+    }
+    let mut s = if pr.timing.is_empty() {
+        "unrecorded timing".to_owned()
+    } else {
+        pr.timing.join("+")
+    };
+    if let Some(h) = &pr.host_profile {
+        s.push_str(&format!(" with host profile {h}"));
+    }
+    if pr.step.is_some() {
+        s.push_str(" (training step oracle)");
+    }
+    s
+}
+
+fn union(a: &mut Vec<String>, b: &[String]) {
+    let set: BTreeSet<String> = a.iter().chain(b).cloned().collect();
+    *a = set.into_iter().collect();
+}
+
+/// `primary`'s rules, and `fallback`'s for every key `primary` did not measure (neither a rule
+/// nor a measured BF16 answer): e.g. the TE backend's eager thresholds where TE measured a
+/// layout, the host-profile ones elsewhere. Both are policies of one execution.
+pub fn overlay(primary: &Policy, fallback: &Policy) -> Result<Policy, PolicyError> {
+    let mine = thresholds(primary);
+    let measured_bf16: BTreeSet<RuleKey> = primary
+        .provenance()
+        .map(|p| p.measured_bf16_keys.iter().cloned().collect())
+        .unwrap_or_default();
+    let mut out = primary.clone();
+    let mut added = 0usize;
+    for (key, (min_tokens, speedup)) in thresholds(fallback) {
+        if !mine.contains_key(&key) && !measured_bf16.contains(&key) {
+            add_rule(&mut out, &key, min_tokens, None, speedup)?;
+            added += 1;
+        }
+    }
+    let mut prov = primary.provenance().cloned().unwrap_or_default();
+    if let Some(fp) = fallback.provenance() {
+        union(&mut prov.timing, &fp.timing);
+        union(&mut prov.reports, &fp.reports);
+        union(&mut prov.device, &fp.device);
+        for k in &fp.measured_bf16_keys {
+            if !mine.contains_key(k) && !prov.measured_bf16_keys.contains(k) {
+                prov.measured_bf16_keys.push(k.clone());
+            }
+        }
+        prov.measured_bf16_keys.sort();
+        if fp.host_profile.is_some() && prov.host_profile.is_none() {
+            prov.host_profile.clone_from(&fp.host_profile);
+        }
+    }
+    let text = format!(
+        "{}; {} for the keys it did not measure ({added} rule(s))",
+        source(primary, "min_tokens"),
+        source(fallback, "min_tokens")
+    );
+    prov.thresholds.insert("min_tokens".to_owned(), text);
+    out.set_provenance(prov);
+    Ok(out)
+}
+
 /// The folded policy. Its provenance is the eager policy's, with the graphed policy's timing,
-/// reports and devices added and `trainer` set to `eager+graphed`.
+/// reports and devices added, `trainer` set to `eager+graphed`, and `thresholds` naming what
+/// each threshold field was made from.
 pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
     let (e, g) = (thresholds(eager), thresholds(graphed));
     let keys: BTreeSet<&RuleKey> = e.keys().chain(g.keys()).collect();
@@ -50,45 +157,23 @@ pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
         let graphed_min = g.get(key).map_or(NEVER, |r| r.0);
         let min_tokens_graphed = (graphed_min != min_tokens).then_some(graphed_min);
         let speedup = speedup.or_else(|| g.get(key).and_then(|r| r.1));
-        match key {
-            RuleKey::Dense { kind, ub_name, tp } => out.add_dense_rule(
-                *kind,
-                ub_name,
-                DenseRule {
-                    tp: *tp,
-                    min_tokens,
-                    min_tokens_graphed,
-                    measured_speedup: speedup,
-                },
-            )?,
-            RuleKey::Grouped {
-                kind,
-                etp,
-                num_gemms,
-            } => out.add_grouped_rule(
-                *kind,
-                GroupedRule {
-                    etp: *etp,
-                    num_gemms: *num_gemms,
-                    min_tokens,
-                    min_tokens_graphed,
-                    measured_speedup: speedup,
-                },
-            )?,
-        }
+        add_rule(&mut out, key, min_tokens, min_tokens_graphed, speedup)?;
     }
     let mut prov = eager.provenance().cloned().unwrap_or_default();
     if let Some(gp) = graphed.provenance() {
-        let union = |a: &mut Vec<String>, b: &[String]| {
-            let set: BTreeSet<String> = a.iter().chain(b).cloned().collect();
-            *a = set.into_iter().collect();
-        };
         union(&mut prov.timing, &gp.timing);
         union(&mut prov.reports, &gp.reports);
         union(&mut prov.device, &gp.device);
         prov.measured_bf16_keys
             .retain(|k| gp.measured_bf16_keys.contains(k));
     }
+    prov.thresholds = BTreeMap::from([
+        ("min_tokens".to_owned(), source(eager, "min_tokens")),
+        (
+            "min_tokens_graphed".to_owned(),
+            source(graphed, "min_tokens"),
+        ),
+    ]);
     prov.trainer = Some("eager+graphed".to_owned());
     out.set_provenance(prov);
     Ok(out)
@@ -145,6 +230,61 @@ mod tests {
         );
         // Same threshold both ways: no second field.
         let same = fold(&eager, &eager).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!same.to_json().contains("min_tokens_graphed"));
+        let v: serde_json::Value =
+            serde_json::from_str(&same.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!v["rules"].to_string().contains("min_tokens_graphed"));
+    }
+
+    #[test]
+    fn overlay_fills_only_the_keys_the_primary_did_not_measure() {
+        let te = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 8192}]}},
+                "provenance": {"timing": ["te-eager"], "measured_bf16_keys": [
+                    {"kind": "row", "ub_name": "proj", "tp": 1}]}}"#,
+            "te.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let host = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 1024}, {"tp": 2, "min_tokens": 4096}],
+                                  "proj": [{"tp": 1, "min_tokens": 2048}]}},
+                "provenance": {"timing": ["gpu"], "host_profile": "h.json"}}"#,
+            "host.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = overlay(&te, &host).unwrap_or_else(|e| panic!("{e}"));
+        let at = |ub: &'static str, tp: u32, t: u64| {
+            o.decide(
+                Lookup::Dense {
+                    kind: DenseKind::Row,
+                    ub_name: Some(ub),
+                    tp,
+                },
+                t,
+            )
+            .use_fp8
+        };
+        // TE's rule stands; TE's measured BF16 stands; the TP 2 key TE never timed comes from the host profile.
+        assert!(!at("fc2", 1, 4096) && at("fc2", 1, 8192));
+        assert!(!at("proj", 1, 1 << 20));
+        assert!(!at("fc2", 2, 2048) && at("fc2", 2, 4096));
+        let prov = o.provenance().unwrap_or_else(|| panic!("provenance"));
+        assert_eq!(prov.timing, ["gpu", "te-eager"]);
+        let text = &prov.thresholds["min_tokens"];
+        assert!(
+            text.starts_with(
+                "te-eager; gpu with host profile h.json for the keys it did not measure (1 rule(s))"
+            ),
+            "{text}"
+        );
+        // Folding keeps the overlay's words for min_tokens and names the graphed source.
+        let f = fold(&o, &host).unwrap_or_else(|e| panic!("{e}"));
+        let prov = f.provenance().unwrap_or_else(|| panic!("provenance"));
+        assert_eq!(prov.thresholds["min_tokens"], *text);
+        assert_eq!(
+            prov.thresholds["min_tokens_graphed"],
+            "gpu with host profile h.json"
+        );
     }
 }

@@ -410,8 +410,8 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let mut chosen = choose(&o.backend, &o.device_profile, &o.python, o.recompute)?;
     fp8_bench::recipe::check_device(o.measure.recipe.recipe(), &chosen.backend().device())?;
     let estimated = matches!(chosen, Chosen::Model(_));
-    // TE-measured policies are for a different objective than the shipped cuBLASLt ones: they
-    // get their own folders so neither overwrites the other.
+    // TE reports keep their own folder (another objective's times); the policy made from them
+    // is the default file, both executions folded (see `merged_files`).
     let te = matches!(chosen, Chosen::Te(_));
     // Each recipe but blockwise (the shipped policies' own) gets its own folder too.
     let recipe = o.measure.recipe.recipe();
@@ -425,8 +425,6 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let out = o.out.clone().unwrap_or_else(|| {
         sub(if estimated {
             o.policies_dir.join("estimated").join(&o.device_profile)
-        } else if te {
-            o.policies_dir.join("te")
         } else {
             o.policies_dir.clone()
         })
@@ -452,7 +450,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         )?);
     }
     let configs: Vec<PathBuf> = models.iter().map(|(c, _)| c.clone()).collect();
-    let files = build_all_with(&configs, o.config_root.as_deref(), &reports_dir, &o.merge)?;
+    let files = merged_files(&configs, o, &reports_dir, (te, estimated), progress)?;
     write_files(&out, &files)?;
     Ok(GenOutcome {
         estimated,
@@ -461,6 +459,45 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         out,
         notes: models.iter().flat_map(|(_, m)| m.notes.clone()).collect(),
     })
+}
+
+/// The policies, plots and summaries of the measured reports. Where the execution was not
+/// chosen (`MergeOptions::trainer`), one file serves both: GPU time as `min_tokens_graphed` and
+/// the eager objective as `min_tokens`, the TE backend's eager step times or the host profile
+/// given; with neither, the GPU-time policy alone, and a note on how to get the eager one.
+fn merged_files(
+    configs: &[PathBuf],
+    o: &GenOptions,
+    reports_dir: &Path,
+    (te, estimated): (bool, bool),
+    progress: &dyn Progress,
+) -> Result<Files, String> {
+    let root = o.config_root.as_deref();
+    let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
+    if o.merge.trainer.is_some() || !eager_known {
+        if o.merge.trainer.is_none() && !estimated {
+            progress.note(
+                "gen-policy: GPU-time thresholds only (for CUDA-graphed steps); for the eager \
+                 thresholds too, measure with the TE backend or give a host profile",
+            );
+        }
+        return build_all_with(configs, root, reports_dir, &o.merge);
+    }
+    let graphed = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Graphed),
+        host_profile: None,
+        host_floor_ms: None,
+        ..o.merge.clone()
+    };
+    let eager = MergeOptions {
+        trainer: Some(fp8_merge::Trainer::Eager),
+        ..o.merge.clone()
+    };
+    crate::fold::fold_files(
+        &build_all_with(configs, root, reports_dir, &graphed)?,
+        &build_all_with(configs, root, reports_dir, &eager)?,
+        &Files::new(),
+    )
 }
 
 /// The terminal progress both `fp8sel gen-policy` and `cargo xtask gen-policy` show: a line per

@@ -9,6 +9,7 @@
 
 pub mod build;
 pub mod eval;
+pub mod fold;
 pub mod generate;
 pub mod plot;
 pub mod step;

@@ -78,6 +78,11 @@ pub struct Provenance {
     /// TE and Megatron versions, and each key's oracle verdict per swept count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<serde_json::Value>,
+    /// What each threshold field was made from, in words, when a policy carries thresholds of
+    /// several origins (`min_tokens`: the eager one, `min_tokens_graphed`): e.g. `te-eager` and
+    /// `gpu`. Empty in a policy of one origin (then `timing` says it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thresholds: BTreeMap<String, String>,
     /// How the merged reports were timed, i.e. which backend made the policy: `gpu` (fp8sel's
     /// cuBLASLt backend, kernel time), `te-eager` (the Transformer Engine backend: eager step
     /// time, with GPU time alongside), `reference-eager` (the reference tool), `model` (the

@@ -106,7 +106,12 @@ pub(super) fn make_plan(
         && policies.values().any(|pol| {
             !pol.estimated()
                 && pol.provenance().is_some_and(|v| {
-                    !v.timing.iter().any(|t| t == "model") && !v.tp_comm.contains(&tp)
+                    // A folded policy's graphed thresholds are GPU time of one rank: the TP
+                    // group's times are in its eager ones only.
+                    let graphed_apart = recipe.execution == fp8_policy::Execution::Graphed
+                        && v.thresholds.contains_key("min_tokens_graphed");
+                    !v.timing.iter().any(|t| t == "model")
+                        && (!v.tp_comm.contains(&tp) || graphed_apart)
                 })
         });
     let mut notes = if one_rank {

@@ -1,0 +1,159 @@
+//! One default policy file per model for both executions: the GPU-time policies (the graphed
+//! thresholds) folded with the eager ones, each model's summary gaining a table of both.
+//!
+//! Pure, like `build`: it takes and returns the files a generation would write.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use fp8_merge::fold::{fold, overlay};
+use fp8_policy::{DenseKind, GroupedKind, Policy};
+
+use crate::build::Files;
+
+fn parse(bytes: &[u8], name: &Path) -> Result<Policy, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("{}: {e}", name.display()))?;
+    Policy::from_json_str(text, &name.display().to_string()).map_err(|e| e.to_string())
+}
+
+/// A top-level policy file (`<model>.json`, `<model>.<component>.json`) and its summary's name.
+fn summary_of(path: &Path) -> Option<PathBuf> {
+    if path.parent().is_some_and(|p| !p.as_os_str().is_empty()) {
+        return None;
+    }
+    let name = path.file_name()?.to_str()?.strip_suffix(".json")?;
+    let model = name.split('.').next()?;
+    Some(PathBuf::from(format!("{model}.md")))
+}
+
+/// Every policy of `graphed` folded with its eager counterpart: `eager` (the host-profile
+/// objective, same layouts), overlaid by `measured_eager` where that has the file (the TE
+/// backend's eager times, for the keys it measured). A policy with no eager counterpart stays
+/// graphed only.
+pub fn fold_files(graphed: &Files, eager: &Files, measured_eager: &Files) -> Result<Files, String> {
+    let mut out = graphed.clone();
+    for (path, bytes) in graphed {
+        let Some(md) = summary_of(path) else { continue };
+        let Some(e_bytes) = eager.get(path) else {
+            continue;
+        };
+        let g = parse(bytes, path)?;
+        let mut e = parse(e_bytes, path)?;
+        if let Some(m) = measured_eager.get(path) {
+            e = overlay(&parse(m, path)?, &e).map_err(|e| e.to_string())?;
+        }
+        let folded = fold(&e, &g).map_err(|e| e.to_string())?;
+        out.insert(path.clone(), folded.to_json().into_bytes());
+        if let Some(text) = out.get_mut(&md) {
+            text.extend_from_slice(section(path, &folded).as_bytes());
+        }
+    }
+    Ok(out)
+}
+
+fn threshold(t: u64) -> String {
+    if t >= fp8_merge::step::NEVER {
+        "never".to_owned()
+    } else {
+        t.to_string()
+    }
+}
+
+/// The summary's table of both thresholds of one folded policy.
+fn section(path: &Path, p: &Policy) -> String {
+    let mut s = format!(
+        "\n## Thresholds by execution: `{}`\n\n`min_tokens` is for eager steps (what the \
+         reference's loader reads), `min_tokens_graphed` for CUDA-graphed ones.\n",
+        path.display()
+    );
+    if let Some(pr) = p.provenance() {
+        for (field, from) in &pr.thresholds {
+            let _ = writeln!(s, "- `{field}`: {from}");
+        }
+    }
+    s.push_str("\n| kind | key | min_tokens (eager) | min_tokens_graphed |\n|---|---|---:|---:|\n");
+    for kind in DenseKind::ALL {
+        for (ub, rules) in p.dense_rules(kind) {
+            for r in rules {
+                let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
+                let _ = writeln!(
+                    s,
+                    "| {kind} | {ub} tp={} | {} | {} |",
+                    r.tp,
+                    threshold(r.min_tokens),
+                    threshold(g)
+                );
+            }
+        }
+    }
+    for kind in GroupedKind::ALL {
+        for r in p.grouped_rules(kind) {
+            let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
+            let _ = writeln!(
+                s,
+                "| {kind} | etp={} gemms={} | {} | {} |",
+                r.etp,
+                r.num_gemms,
+                threshold(r.min_tokens),
+                threshold(g)
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(entries: &[(&str, &str)]) -> Files {
+        entries
+            .iter()
+            .map(|(p, t)| (PathBuf::from(p), t.as_bytes().to_vec()))
+            .collect()
+    }
+
+    const G: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 1024}]}}, "provenance": {"timing": ["gpu"]}}"#;
+    const E: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 4096}]}}, "provenance": {"timing": ["gpu"], "host_profile": "h.json"}}"#;
+    const T: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 16384}]}}, "provenance": {"timing": ["te-eager"]}}"#;
+
+    #[test]
+    fn each_policy_gets_both_thresholds_and_its_summary_a_table() {
+        let g = files(&[
+            ("m.json", G),
+            ("m.md", "# m\n"),
+            ("plots/m/x.svg", "<svg/>"),
+            ("v.llm.json", G),
+        ]);
+        let out = fold_files(
+            &g,
+            &files(&[("m.json", E), ("v.llm.json", E)]),
+            &files(&[("m.json", T)]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let m =
+            parse(&out[Path::new("m.json")], Path::new("m.json")).unwrap_or_else(|e| panic!("{e}"));
+        let r = &m.dense_rules(DenseKind::Row)["fc2"][0];
+        // TE measured the key: its eager threshold wins over the host profile's.
+        assert_eq!((r.min_tokens, r.min_tokens_graphed), (16384, Some(1024)));
+        let v = parse(&out[Path::new("v.llm.json")], Path::new("v.llm.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.dense_rules(DenseKind::Row)["fc2"][0].min_tokens, 4096);
+        let md = String::from_utf8_lossy(&out[Path::new("m.md")]);
+        assert!(md.contains("| row | fc2 tp=1 | 16384 | 1024 |"), "{md}");
+        assert!(md.contains("`min_tokens_graphed`: gpu"), "{md}");
+        assert_eq!(out[Path::new("plots/m/x.svg")], b"<svg/>");
+    }
+
+    #[test]
+    fn a_policy_without_an_eager_counterpart_stays_as_it_is() {
+        let g = files(&[("m.json", G)]);
+        let out = fold_files(&g, &Files::new(), &Files::new()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out, g);
+        assert_eq!(summary_of(Path::new("plots/m.json")), None);
+        assert_eq!(
+            summary_of(Path::new("q.vit.json")),
+            Some(PathBuf::from("q.md"))
+        );
+    }
+}
