@@ -228,7 +228,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         import adaptive_fp8 as af8
 
         af8.Policy.load(args.policy)  # a bad policy or config fails before any GPU work
-        af8._plan(args.model, None, dict(tp=args.tp, config_root=args.config_root))
+        from adaptive_fp8.gpt_train import plan_kwargs
+
+        af8._plan(args.model, None, plan_kwargs(args))
         out = run(args)
     except (StepBenchError, ValueError) as e:
         print(f"convergence: {e}", file=sys.stderr)

@@ -47,15 +47,21 @@ def token_batches(corpus: Corpus, seq: int, mbs: int, count: int, stream: int) -
         yield [next(it) for _ in range(mbs)]
 
 
+def plan_kwargs(args: Any) -> dict:
+    """The layout and tokens of ``args`` as the engine's plan takes them (a step's tokens are
+    sequence length x micro-batch size)."""
+    kwp = dict(tp=args.tp, seq_length=args.seq_length * args.micro_batch_size, micro_batch_size=1, config_root=args.config_root)
+    if args.ep:
+        kwp["ep"] = args.ep
+    return kwp
+
+
 def model_kwargs(af8: Any, args: Any) -> tuple[dict, dict, list[str]]:
     """``(TransformerConfig kwargs, plan, notes)`` for ``args.layers`` layers of ``args.model``
     (the plan's architecture; its rows give each module group's policy key)."""
     from adaptive_fp8.megatron_step import config_kwargs
 
-    kwp = dict(tp=args.tp, seq_length=args.seq_length * args.micro_batch_size, micro_batch_size=1, config_root=args.config_root)
-    if args.ep:
-        kwp["ep"] = args.ep
-    plan = af8._plan(args.model, None, kwp)
+    plan = af8._plan(args.model, None, plan_kwargs(args))
     arch = plan["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)

@@ -231,7 +231,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         import adaptive_fp8 as af8
 
-        af8._plan(args.model, None, dict(tp=args.tp, config_root=args.config_root))  # a bad config fails first
+        from adaptive_fp8.gpt_train import plan_kwargs
+
+        af8._plan(args.model, None, plan_kwargs(args))  # a bad config fails first
         out = run(args)
     except (StepBenchError, ValueError) as e:
         print(f"numerics: {e}", file=sys.stderr)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 23 on the H200: the default policies (one file, both executions) judged in real steps at
+# token counts no policy was made at. After the TE install; carry devcarry/ (release fp8sel, the
+# wheel) and .te/mc in the first call. One call per phase:
+#   bash scripts/device/default_judge.sh shipped|mistral-gen|mistral-judge|olmoe-gen|olmoe-judge
+#   shipped: the shipped policies/llama3_2_1b.json (4 layers) and policies/qwen2_5_72b.json (TP 1,
+#            1 layer) at 1536-12288 tokens: the Megatron judge (eager GPTModel: bf16, fp8, hook,
+#            native; 21 interleaved rounds) and the TE-block judge in graphed steps (7 rounds).
+#   <model>-gen: for a model written from public dimensions (scripts/device/heldout/: Mistral-7B,
+#            OLMoE-1B-7B at EP 8; not among the shipped policies' models), `fp8sel gen-policy
+#            --backend step` over 1024-8192 tokens, eager and graphed (timed: the cost target);
+#   <model>-judge: both judges of that policy at 1536-12288 (same machine, right after -gen).
+# Writes $OUT/<phase>.tar.gz.
+set -uo pipefail
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen or olmoe-judge}
+OUT=${OUT:-/tmp/out}
+W=/tmp/dj/$phase
+mkdir -p "$W" "$OUT"
+export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
+[ -d /root/te/site/megatron ] || python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl
+python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
+  || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
+cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+COUNTS=1536,3072,6144,12288
+
+step() {  # name, timeout, command...
+  local name=$1 t=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$t" "$@" > "$W/$name.out" 2> "$W/$name.log"
+  echo "$name rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$W/steps.txt"
+  grep -E "Error|error:|Traceback|differ from fp8sel" "$W/$name.log" | sort | uniq -c | head -8
+}
+megatron() {  # name, timeout, policy, model args...
+  local name=$1 t=$2 pol=$3; shift 3
+  step "$name" "$t" python3 -m adaptive_fp8.step_bench --trainer megatron --policy "$pol" --steps 5 \
+    --json "$W/$name.json" --md "$W/$name.md" "$@"
+}
+graphed() {  # name, timeout, policy, model args...
+  local name=$1 t=$2 pol=$3; shift 3
+  step "$name" "$t" python3 -m adaptive_fp8.step_bench --execution graphed --oracle none --policy "$pol" \
+    --json "$W/$name.json" --md "$W/$name.md" "$@"
+}
+gen() {  # model dir, layers, extra layout args...
+  local m=$1 layers=$2; shift 2
+  step gen_policy 560 ./devcarry/fp8sel gen-policy --backend step --model "scripts/device/heldout/$m/config.json" --tp 1 "$@" \
+    --tokens 1024,2048,4096,8192 --layers "$layers" --python python3 --out /tmp/dj/pol_$m --reports-dir "$W/rep"
+  tail -n 3 "$W/gen_policy.log"
+  cp -r /tmp/dj/pol_$m "$W/pol"
+  python3 - "/tmp/dj/pol_$m/$m.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for kind, v in p["rules"].items():
+    rows = [r for rs in v.values() for r in rs] if isinstance(v, dict) else v
+    for r in rows:
+        print(kind, {k: r[k] for k in r if k != "measured_speedup"})
+PY
+}
+judge() {  # model dir, layers, extra layout args...
+  local m=$1 layers=$2; shift 2
+  local cfg=scripts/device/heldout/$m/config.json pol=/tmp/dj/pol_$m/$m.json
+  [ -f "$pol" ] || { echo "no policy at $pol: run the -gen phase first (same machine)"; exit 1; }
+  megatron "${m}_megatron" 330 "$pol" --model "$cfg" --layers "$layers" --tokens $COUNTS "$@"
+  graphed "${m}_graphed" 200 "$pol" --model "$cfg" --layers "$layers" --tokens $COUNTS "$@"
+}
+case $phase in
+shipped)
+  megatron l1_megatron 200 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS
+  megatron q72_megatron 200 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144
+  graphed l1_graphed 100 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS
+  graphed q72_graphed 100 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144
+  ;;
+mistral-gen) gen mistral_7b 2 ;;
+mistral-judge) judge mistral_7b 2 ;;
+olmoe-gen) gen olmoe_1b_7b 2 --ep 8 ;;
+olmoe-judge) judge olmoe_1b_7b 2 --ep 8 ;;
+esac
+tar -C /tmp/dj -czf "$OUT/$phase.tar.gz" "$phase"
+cat "$W/steps.txt"
+for f in "$W"/*.md; do echo "== $f"; cut -c1-220 "$f" | grep -v '^$' | head -24; done
