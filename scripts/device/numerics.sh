@@ -6,7 +6,8 @@
 #   crosscheck: the probe's FP8 round trip against TE's own quantizers on random data;
 #   numerics:   Llama-3.2-1B dims (2 layers, 4096 tokens; blockwise and tensorwise) and
 #               Qwen3-30B-A3B dims (EP 16: one rank's 8 experts, 2 layers, 4096 tokens);
-#   convergence: 300 steps from one seed in BF16, all-FP8 and the shipped default policy's plan:
+#   convergence: 300 steps from one seed in BF16 (twice: the run-to-run band), all-FP8 and the
+#               shipped default policy's plan:
 #               Llama-3.2-1B dims, 4 layers, 1024 x 8 tokens (plan: dense fc1 FP8, BF16 region);
 #               Qwen3-30B-A3B dims at EP 16, 4 layers, 1024 x 4 tokens with the Qwen3-VL LLM
 #               policy (plan: routed-expert fc1 FP8, FP8 region).

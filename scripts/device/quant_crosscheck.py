@@ -17,6 +17,7 @@ def tensors():
 
 
 def te_quantizers():
+    import transformer_engine.pytorch  # noqa: F401  (loads the extension transformer_engine_torch)
     import transformer_engine_torch as tex
 
     out = {}

@@ -132,6 +132,10 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     qkv, fc1 = build_dense(stand_ins.mte)
     assert [r["fp8"] for r in plan.rows] == [True, False]
     assert qkv._selective_fp8_enabled and "forward" not in vars(fc1)
+    # Megatron re-arms the FP8 weight cache each step only under config.fp8, which this region
+    # cleared: the FP8 module must not cache (it would keep its first step's FP8 weights).
+    assert qkv.disable_parameter_transpose_cache is True
+    assert getattr(fc1, "disable_parameter_transpose_cache", False) is False
     qkv.forward(1)
     # The trainer's recipe, read before config.fp8 was cleared.
     assert stand_ins.state["autocast"] == [(True, "recipe:blockwise:e4m3")]

@@ -74,3 +74,16 @@ def test_the_step_backend_command_line_parses():
             "--grad-accum 8 --trainer te --layers 2 --recipe blockwise --json r.json --config-root configs").split()
     a = parser().parse_args(argv)
     assert (a.tp, a.ep, a.etp, a.tokens, a.execution, a.grad_accum, a.trainer, a.layers) == (2, 8, 1, [1024, 4096], ["eager", "graphed"], 8, "te", 2)
+
+
+def test_each_step_re_arms_the_fp8_weight_cache_as_megatrons_schedule_does():
+    from types import SimpleNamespace
+
+    from adaptive_fp8.megatron_step import first_microbatch
+
+    calls = []
+    model = SimpleNamespace(set_is_first_microbatch=lambda: calls.append(1))
+    first_microbatch(model)
+    first_microbatch(model)
+    assert calls == [1, 1]
+    first_microbatch(object())  # a model without the method (plain TE) is left alone

@@ -119,14 +119,18 @@ def _run(losses, final, bad=0):
     return {"losses": losses, "final_eval": final, "nonfinite_steps": bad}
 
 
-def test_convergence_verdict_compares_gaps_with_the_bf16_noise():
+def test_convergence_verdict_compares_gaps_within_the_run_to_run_band():
     base = [3.0, 2.9] * 20
     runs = {"bf16": _run(base, 2.00), "fp8": _run(base, 2.05), "adaptive": _run(base, 2.02)}
     s = convergence.summarize(runs, ["a"], ["a", "b"])
     assert s["verdict"] == "pass" and s["gap_to_bf16"]["fp8"] == pytest.approx(0.05)
-    assert "plan_note" not in s
+    assert "plan_note" not in s and s["band"] == pytest.approx(s["bf16_tail_noise"])
     runs["adaptive"] = _run(base, 2.09)
     assert convergence.summarize(runs, ["a"], ["a", "b"])["verdict"] == "fail"
+    # A second BF16 run 0.05 away: two runs of one program differ that much, so 0.09 vs 0.05 is a tie.
+    runs["bf16-repeat"] = _run(base, 1.95)
+    s = convergence.summarize(runs, ["a"], ["a", "b"])
+    assert s["band"] == pytest.approx(0.05) and s["verdict"] == "pass" and "(a tie)" in s["verdict_text"]
     runs["adaptive"] = _run(base, 2.01, bad=1)
     s = convergence.summarize(runs, [], ["a", "b"])
     assert s["verdict"] == "fail" and s["nonfinite"] == {"adaptive": 1}

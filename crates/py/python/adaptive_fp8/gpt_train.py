@@ -4,7 +4,7 @@ numerics probe and the convergence check share.
 The architecture is the model config's (any form ``fp8sel`` reads) at ``layers`` layers; an MoE
 model at EP > 1 holds one EP rank's experts, as the Megatron judge builds it. Modes:
 
-- ``bf16``: ``config.fp8`` unset;
+- ``bf16``: ``config.fp8`` unset (``bf16-repeat``: the same again, for the run-to-run band);
 - ``fp8``: every TE module FP8 (``--fp8-format e4m3 --fp8-recipe R``);
 - ``adaptive``: the policy's plan through :func:`adaptive_fp8.megatron.enable`.
 
@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 
 from adaptive_fp8.corpus import Corpus
 
-MODES = ("bf16", "fp8", "adaptive")
+MODES = ("bf16", "bf16-repeat", "fp8", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class GptTrainer:
         import adaptive_fp8.megatron as af8m
 
         torch, a = self.torch, self.args
-        integ = {"bf16": "bf16", "fp8": "fp8", "adaptive": "hook"}[mode]
+        integ = {"bf16": "bf16", "bf16-repeat": "bf16", "fp8": "fp8", "adaptive": "hook"}[mode]
         c = self.judge.config(self.kw, integ, a.recipe, policy if mode == "adaptive" else None, a.seq_length)
         c.seq_length, c.micro_batch_size = a.seq_length, a.micro_batch_size
         torch.manual_seed(seed)
@@ -123,8 +123,11 @@ class GptTrainer:
     def train_step(self, model, opt, batch: list[list[int]], lr: float) -> tuple[float, float]:
         """``(loss, gradient norm)`` of one step; the step is skipped (weights kept) when either
         is not finite, as Megatron skips an overflowed step."""
+        from adaptive_fp8.megatron_step import first_microbatch
+
         torch = self.torch
         ids, labels, pos = self.tensors(batch)
+        first_microbatch(model)
         loss = model(ids, pos, None, labels=labels).float().mean()
         loss.backward()
         params = [p for p in model.parameters() if p.grad is not None]
@@ -138,8 +141,11 @@ class GptTrainer:
         return value, gnorm
 
     def eval_loss(self, model, batches: list[list[list[int]]]) -> float:
+        from adaptive_fp8.megatron_step import first_microbatch
+
         torch = self.torch
         total = 0.0
+        first_microbatch(model)  # the weights of the last step, not of the last forward
         with torch.no_grad():
             for b in batches:
                 ids, labels, pos = self.tensors(b)

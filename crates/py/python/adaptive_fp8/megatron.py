@@ -305,8 +305,15 @@ def run_in_bf16(module: Any, autocast: Any = None) -> None:
 
 def run_in_fp8(module: Any, fp8_context: Any) -> None:
     """Runs a built TE module's forward in FP8 outside any FP8 region: ``fp8_context()`` is a
-    fresh TE autocast with the trainer's recipe (and amax group), entered per call."""
+    fresh TE autocast with the trainer's recipe (and amax group), entered per call.
+
+    The module's FP8 weight cache is turned off (``disable_parameter_transpose_cache``, which
+    Megatron's TE wrappers read each forward): Megatron re-arms the cache each step only while
+    ``config.fp8`` is set (``MegatronModule.set_is_first_microbatch``), and the BF16 region
+    clears it, so a cached module would run every later step on its first step's FP8 weights.
+    The weights are quantized each forward instead (once per micro-batch)."""
     forward = module.forward
+    module.disable_parameter_transpose_cache = True
 
     @functools.wraps(forward)
     def fp8_forward(*args: Any, **kwargs: Any) -> Any:

@@ -146,6 +146,15 @@ def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, 
     return row
 
 
+def first_microbatch(model: Any) -> None:
+    """What Megatron's schedule does before a step's first micro-batch
+    (``forward_step(..., is_first_microbatch=True)``): re-arms each TE module's FP8 weight cache,
+    so the step quantizes the weights the optimizer just changed. A loop of its own that skips
+    this times, and trains, FP8 modules on their first step's FP8 weights."""
+    if hasattr(model, "set_is_first_microbatch"):
+        model.set_is_first_microbatch()
+
+
 # -- torch half ---------------------------------------------------------------------------------
 
 
@@ -227,6 +236,7 @@ class Judge:
         losses: list = []
 
         def step():
+            first_microbatch(model)
             loss = model(ids, pos, None, labels=labels).float().mean()
             loss.backward()
             opt.step()
