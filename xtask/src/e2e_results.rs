@@ -243,11 +243,11 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
          Commands: `bash scripts/device/trainer_loop.sh a|b|te|d|e|f|c|g|h` (phases, logs and JSON in \
          `{LOGS}/`, see its README).\n\n\
          Policies, by backend and objective: `cuBLASLt, GPU time` is the shipped default \
-         (`policies/<model>.json`); `cuBLASLt + host profile (eager)` is `policies/eager/` (the same \
+         (`policies/<model>.json` then; now its `min_tokens_graphed`); `cuBLASLt + host profile (eager)` was `policies/eager/` (the same \
          reports, each module's time raised to the host profile `probe_host` measured on this machine); \
-         `TE, eager` and `TE, GPU time` are merged from TE-backend sweeps of one rank alone (`policies/te/` \
+         `TE, eager` and `TE, GPU time` are merged from TE-backend sweeps of one rank alone (the former `policies/te/` \
          as it was before its TP 2 rules came from the TP group); `TE, eager, TP communication` from `te_tp`'s \
-         TP 2 measurements over a real TP group (now the TP 2 rules of `policies/te/`); `cost model` \
+         TP 2 measurements over a real TP group (now the TP 2 eager rules of `policies/<model>.json`); `cost model` \
          is `fp8sel gen-policy --backend model` for the two models that have no measured reports.\n"
     );
     let mut tallies: std::collections::BTreeMap<(String, String), Tally> = Default::default();
@@ -516,8 +516,9 @@ const WHY: &str = "
   keeps noise from switching modules to FP8; it is never slower than BF16 there.
 - **Eager, short sequences.** The host decides (see the host profile in
   `docs/device-logs/trainer_loop/ab/host.json`: an FP8 module step costs the host more than a BF16
-  one); all-FP8 is slower than BF16 with 1 or 8 micro-batches. The eager policies (`policies/te/`,
-  `policies/eager/`) keep these sizes BF16 and tie with BF16 in every row; the GPU-time policies lose.
+  one); all-FP8 is slower than BF16 with 1 or 8 micro-batches. The eager policies (then `policies/te/`
+  and `policies/eager/`, now the default files' eager thresholds) keep these sizes BF16 and tie with
+  BF16 in every row; the GPU-time policies lose.
 - **Eager, mid sizes.** The eager policies give back a few percent against all-FP8 on the dense
   models: their per-module floors keep qkv/proj BF16 where the step, whose layers overlap host and
   GPU work, already gains from them. Never slower than BF16, but not within 1.02x of the best.
@@ -542,7 +543,7 @@ const WHY: &str = "
 - **The ViT at 16384 tokens (graphed and eager).** The default policy switches fc1/fc2 (1152 x 4304
   at TP 1) to FP8; the step was about 1% slower in one run and tied in the next: the cast costs
   about what the small GEMMs save. The eager and TE policies keep them BF16.
-- **Eager policies for MoE models and the ViT.** `policies/eager/` for DeepSeek-V3 (TP 8, EP 64) and
+- **Eager policies for MoE models and the ViT.** The host-profile policies (then `policies/eager/`) for DeepSeek-V3 (TP 8, EP 64) and
   Qwen3-VL (LLM TP 4, ViT TP 1), judged by eager steps: ties or wins against BF16; the wide bands of
   the MoE steps at short sequences decide little there.
 - **Noise.** Compare the bands: graphed steps are tight, eager steps at short sequences are wide, and
@@ -911,7 +912,7 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
         "\nThe step over the TP group (the two \"TP 2 with communication in the step\" scenarios above) \
          judges them: at the short end the policies from one rank alone switch modules to FP8 whose \
          gathers and scatters make them lose, and the TP-group policy keeps them BF16. Since then \
-         `policies/te/` takes its TP 2 rules from the TP-group reports (`provenance.tp_comm: [2]`); \
+         the default policies take their TP 2 eager rules from the TP-group reports (`provenance.tp_comm: [2]`); \
          TP 4 and 8 remain one rank alone (two GPUs could not measure them)."
     );
     Ok(())

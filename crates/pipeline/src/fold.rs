@@ -13,7 +13,7 @@ use crate::build::Files;
 
 fn parse(bytes: &[u8], name: &Path) -> Result<Policy, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("{}: {e}", name.display()))?;
-    Policy::from_json_str(text, &name.display().to_string()).map_err(|e| e.to_string())
+    Policy::from_json_str(text, name.display().to_string()).map_err(|e| e.to_string())
 }
 
 /// A top-level policy file (`<model>.json`, `<model>.<component>.json`) and its summary's name.

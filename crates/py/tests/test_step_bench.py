@@ -403,13 +403,14 @@ def test_tp_comm_runs_the_step_over_a_real_group_with_a_te_stand_in(tmp_path, ro
 
 
 def test_policies_with_one_file_name_stay_apart_in_the_modes(root):
-    # policies/qwen2_5_72b.json and policies/eager/qwen2_5_72b.json are different policies; the
-    # first H200 run of the TP 2 step named both `policy:qwen2_5_72b.json` and kept only one.
-    paths = ["policies/qwen2_5_72b.json", "policies/eager/qwen2_5_72b.json", "/tmp/x/other.json"]
+    # policies/qwen2_5_72b.json and policies/tensorwise/qwen2_5_72b.json are different policies;
+    # the first H200 run of the TP 2 step named two such files `policy:qwen2_5_72b.json` and kept
+    # only one.
+    paths = ["policies/qwen2_5_72b.json", "policies/tensorwise/qwen2_5_72b.json", "/tmp/x/other.json"]
     assert [sb.policy_mode_name(p, paths) for p in paths] == [
-        "policy:policies/qwen2_5_72b.json", "policy:eager/qwen2_5_72b.json", "policy:other.json"]
+        "policy:policies/qwen2_5_72b.json", "policy:tensorwise/qwen2_5_72b.json", "policy:other.json"]
     q = str(root / "fixtures" / "models" / "qwen2_5_72b.yaml")
-    pols = [str(root / p) for p in paths[:2]] + [str(root / "policies" / "te" / "qwen2_5_72b.json")]
+    pols = [str(root / p) for p in paths[:2]] + [str(root / "policies" / "delayed" / "qwen2_5_72b.json")]
     args = sb.parser().parse_args(["--model", q, "--tp", "8", "--tokens", "1024", *sum((["--policy", p] for p in pols), [])])
     spec, kw = sb._spec(af8, args, 1024)
     _, modes, _ = sb.modes_for(af8, args, spec, composition(spec, 2), kw)

@@ -51,7 +51,7 @@ and through Megatron's native per-module config), each TE module's precision che
 plan, eager steps timed interleaved (21 rounds by default):
 
     python -m adaptive_fp8.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
-        --layers 4 --tokens 256,1024 --policy policies/te/llama3_2_1b.json --regions both
+        --layers 4 --tokens 256,1024 --policy policies/llama3_2_1b.json --regions both
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[s
 
 def policy_mode_name(path: str, all_paths: list[str]) -> str:
     """`policy:<file name>`, with its folder when another policy has the same name
-    (policies/qwen2_5_72b.json and policies/eager/qwen2_5_72b.json are different policies)."""
+    (policies/qwen2_5_72b.json and policies/tensorwise/qwen2_5_72b.json are different policies)."""
     name = Path(path).name
     if sum(Path(q).name == name for q in all_paths) > 1:
         name = f"{Path(path).parent.name}/{name}"
