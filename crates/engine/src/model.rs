@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::inventory::Parallel;
+use crate::parallel::Parallel;
 use crate::tokens::TokenConfig;
 
 /// Which part of a (possibly multimodal) model a component is. Components never share a policy.

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use fp8_policy::{Decision, Execution, KindFamily, Lookup, ModuleKind, Policy, Reason, RuleKey};
 use serde::Serialize;
 
-use crate::inventory::{LayoutError, ModuleSpec, Parallel, inventory};
+use crate::inventory::{LayoutError, ModuleSpec, inventory};
 use crate::model::{Arch, ModelDesc, Role};
+use crate::parallel::Parallel;
 use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
 /// A module's precision decision, with the token count it compared.

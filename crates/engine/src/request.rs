@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::inventory::Parallel;
 use crate::model::{Component, ModelDesc, Role, TokenOverrides};
+use crate::parallel::Parallel;
 use crate::tokens::TokenConfig;
 
 /// The layout and token values a caller gives; every `None` comes from the config.

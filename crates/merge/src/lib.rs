@@ -15,10 +15,12 @@ pub mod load;
 pub mod merge;
 pub mod numerics;
 mod reference;
+pub mod sample;
 pub mod step;
 
 pub use error::MergeError;
-pub use load::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo, load, parse};
+pub use load::{load, parse};
 pub use merge::{
     MergeOptions, Merged, RuleOutcome, SharedKey, Trainer, merge, module_of, rule_key, threshold_of,
 };
+pub use sample::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo};

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy, Provenance};
 
 use crate::error::MergeError;
-use crate::load::{GroupKey, Loaded, ParKey, Sample, by_key};
+use crate::sample::{GroupKey, Loaded, ParKey, Sample, by_key};
 use fp8_report::Stat;
 
 /// Merge settings.

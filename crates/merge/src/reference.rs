@@ -17,7 +17,7 @@ use fp8_policy::ModuleKind;
 use serde_json::Value;
 
 use crate::error::MergeError;
-use crate::load::{GroupKey, Loaded, Origin, ParKey, Sample, check_stat};
+use crate::sample::{GroupKey, Loaded, Origin, ParKey, Sample, check_stat};
 use fp8_report::Stat;
 
 struct Row {

@@ -49,7 +49,7 @@ fn weighted(k: &GroupKey, curve: &str, instances: u64, tokens: u64, bf16: f64, f
 fn loaded(samples: Vec<Sample>, device: &str) -> Loaded {
     Loaded {
         file: PathBuf::from(format!("{device}.json")),
-        origin: fp8_merge::load::Origin {
+        origin: fp8_merge::Origin {
             device: device.into(),
             recipe: "blockwise".into(),
             estimated: false,

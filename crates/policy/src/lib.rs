@@ -39,14 +39,16 @@ mod parse;
 mod policy;
 mod provenance;
 mod recipe;
+mod rule_key;
 mod ser;
 
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
 pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
-pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey};
+pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
 pub use provenance::{
     HostFloor, ModuleVerdict, NumericsBoundApplied, NumericsOverrule, Provenance, SharedKeyVerdict,
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
+pub use rule_key::RuleKey;

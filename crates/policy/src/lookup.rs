@@ -4,7 +4,8 @@ use std::fmt;
 
 use crate::execution::Execution;
 use crate::kind::{DenseKind, GroupedKind};
-use crate::policy::{DenseRule, GroupedRule, Policy, RuleKey};
+use crate::policy::{DenseRule, GroupedRule, Policy};
+use crate::rule_key::RuleKey;
 
 /// What a module looks up: the seed's key for its kind family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{PolicyError, Problem};
 use crate::kind::{KindFamily, ModuleKind};
-use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, RuleKey, check_ratio};
+use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, check_ratio};
+use crate::rule_key::RuleKey;
 
 pub(crate) fn parse_str(text: &str, file: &Path) -> Result<Policy, PolicyError> {
     if text.trim().is_empty() {

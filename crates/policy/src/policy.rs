@@ -1,11 +1,11 @@
 //! The in-memory policy and its rules.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::error::{PolicyError, Problem};
 use crate::kind::{DenseKind, GroupedKind};
 use crate::provenance::Provenance;
+use crate::rule_key::RuleKey;
 
 /// The only policy format version this library reads and writes.
 pub const POLICY_VERSION: u32 = 1;
@@ -37,44 +37,6 @@ pub struct GroupedRule {
     pub min_tokens_graphed: Option<u64>,
     /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
     pub measured_speedup: Option<f64>,
-}
-
-/// The lookup key of one rule, used in messages and duplicate detection.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RuleKey {
-    /// A dense rule's key.
-    Dense {
-        /// Module kind.
-        kind: DenseKind,
-        /// TE tp-comm buffer name.
-        ub_name: String,
-        /// Tensor-parallel size.
-        tp: u32,
-    },
-    /// A grouped rule's key.
-    Grouped {
-        /// Module kind.
-        kind: GroupedKind,
-        /// Expert tensor-parallel size.
-        etp: u32,
-        /// Experts per rank.
-        num_gemms: u32,
-    },
-}
-
-impl fmt::Display for RuleKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RuleKey::Dense { kind, ub_name, tp } => {
-                write!(f, "(kind={kind}, ub_name={ub_name}, tp={tp})")
-            }
-            RuleKey::Grouped {
-                kind,
-                etp,
-                num_gemms,
-            } => write!(f, "(kind={kind}, etp={etp}, num_gemms={num_gemms})"),
-        }
-    }
 }
 
 /// An adaptive-FP8 policy (format version 1).

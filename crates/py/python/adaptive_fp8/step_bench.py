@@ -63,29 +63,12 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit
-from adaptive_fp8._common import quantile as _quantile
+from adaptive_fp8.step_common import default_repeats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
 EXECUTIONS = ("eager", "graphed")
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile (what the rest of the toolkit reports as p10/p90)."""
-    if not values:
-        raise StepBenchError("no timings to summarize")
-    return _quantile(values, q)
-
-
-def verdict(ratios: list[float]) -> str:
-    """`faster`/`slower` only when the whole p10-p90 band of paired ratios is on one side of 1."""
-    lo, hi = quantile(ratios, 0.1), quantile(ratios, 0.9)
-    if hi < 1.0:
-        return "faster"
-    if lo > 1.0:
-        return "slower"
-    return "tie"
 
 
 def key(fp8: dict[str, bool]) -> str:
@@ -223,15 +206,6 @@ def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[s
     return groups, modes, notes
 
 
-def policy_mode_name(path: str, all_paths: list[str]) -> str:
-    """`policy:<file name>`, with its folder when another policy has the same name
-    (policies/qwen2_5_72b.json and policies/tensorwise/qwen2_5_72b.json are different policies)."""
-    name = Path(path).name
-    if sum(Path(q).name == name for q in all_paths) > 1:
-        name = f"{Path(path).parent.name}/{name}"
-    return f"policy:{name}"
-
-
 def _key_text(k) -> str:
     if not isinstance(k, dict):
         return str(k)
@@ -364,22 +338,6 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, searchable: lis
     return row
 
 
-def recipe_options(args) -> dict:
-    """The TE worker's recipe options from the command line (pure)."""
-    opt = {"recipe": getattr(args, "recipe", "blockwise")}
-    if getattr(args, "fp8_format", None):
-        opt["fp8_format"] = args.fp8_format
-    return opt
-
-
-def te_recipe_name(args) -> str:
-    """The TE recipe class the run used, with its keyword arguments (pure)."""
-    from adaptive_fp8.te_worker import recipe_spec
-
-    cls, kw = recipe_spec(recipe_options(args))
-    return cls + ("(" + ", ".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")" if kw else "")
-
-
 def _positive(s: str) -> int:
     v = int(s)
     if v <= 0:
@@ -455,12 +413,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
-
-
-def default_repeats(args) -> None:
-    """`--repeats` when not given: 7 for the TE blocks, 21 for the Megatron judge."""
-    if args.repeats is None:
-        args.repeats = 21 if getattr(args, "trainer", "te") == "megatron" else 7
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ class Bench:
 
             if not torch.cuda.is_available():
                 raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
-        from adaptive_fp8.step_bench import recipe_options
+        from adaptive_fp8.step_common import recipe_options
         from adaptive_fp8.te_worker import make_recipe
 
         self.torch, self.te, self.args, self.device = torch, te, args, device

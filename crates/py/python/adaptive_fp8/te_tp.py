@@ -204,7 +204,7 @@ class Runner:
 
         from adaptive_fp8.te_worker import make_recipe
 
-        from adaptive_fp8.step_bench import recipe_options
+        from adaptive_fp8.step_common import recipe_options
 
         if not torch.cuda.is_available():
             raise TpError("skipped: no CUDA device (torch.cuda.is_available() is False)")
@@ -321,7 +321,7 @@ def run(args) -> dict | None:
             if rn.rank == 0:
                 print(f"  {m.group} {tokens}: " + (f"tp {r['tp']['speedup']:.2f} local {r['local']['speedup']:.2f}" if r["status"] == "ok" else r["status"]), file=sys.stderr, flush=True)
     rn.dist.barrier(group=rn.group)
-    from adaptive_fp8.step_bench import te_recipe_name
+    from adaptive_fp8.step_common import te_recipe_name
 
     out = {
         "model": args.model,
@@ -344,7 +344,7 @@ def run(args) -> dict | None:
             "nvrtc": "",
             "sm_count": props.multi_processor_count,
         }
-        from adaptive_fp8.step_bench import recipe_options
+        from adaptive_fp8.step_common import recipe_options
 
         recipe = {"current": "tensorwise"}.get(recipe_options(args)["recipe"], recipe_options(args)["recipe"])
         write_report(args.report, to_report(out, plans, args.model, recipe, device))

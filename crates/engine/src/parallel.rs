@@ -1,0 +1,59 @@
+//! The parallel layout a rank runs under (TP, EP, ETP, CP, sequence parallelism): its own module
+//! because both the model (a config's layout) and the inventory (per-rank shapes) take it.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// The parallel layout a rank runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Parallel {
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Expert-parallel size.
+    pub ep: u32,
+    /// Expert tensor-parallel size.
+    pub etp: u32,
+    /// Context-parallel size.
+    pub cp: u32,
+    /// Sequence parallelism (Megatron requires it for MoE with TP > 1; on by default).
+    pub sequence_parallel: bool,
+}
+
+impl Parallel {
+    /// A layout as Megatron runs it by default: sequence parallelism on whenever TP > 1 (it is
+    /// required for MoE with TP > 1, and what every launcher of the seed's models sets). This is
+    /// the one place that rule lives.
+    pub const fn new(tp: u32, ep: u32, etp: u32, cp: u32) -> Self {
+        Parallel {
+            tp,
+            ep,
+            etp,
+            cp,
+            sequence_parallel: tp > 1,
+        }
+    }
+
+    /// TP only; EP = ETP = CP = 1.
+    pub const fn tp(tp: u32) -> Self {
+        Parallel::new(tp, 1, 1, 1)
+    }
+
+    /// The same layout with sequence parallelism forced on or off.
+    pub const fn with_sequence_parallel(self, on: bool) -> Self {
+        Parallel {
+            sequence_parallel: on,
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for Parallel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tp{} ep{} etp{} cp{}",
+            self.tp, self.ep, self.etp, self.cp
+        )
+    }
+}
