@@ -44,7 +44,10 @@ fn module_name(src: &Path, file: &Path) -> String {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts.join("::")
@@ -52,7 +55,8 @@ fn module_name(src: &Path, file: &Path) -> String {
 
 /// The code outside `#[cfg(test)] mod tests { ... }` (by convention the file's last item).
 fn non_test(text: &str) -> &str {
-    text.find("#[cfg(test)]\nmod tests").map_or(text, |i| &text[..i])
+    text.find("#[cfg(test)]\nmod tests")
+        .map_or(text, |i| &text[..i])
 }
 
 fn ident_path(s: &str) -> String {
@@ -111,8 +115,10 @@ fn resolve(path: &str, modules: &BTreeSet<String>) -> Option<String> {
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let names: BTreeMap<String, PathBuf> =
-        files.into_iter().map(|f| (module_name(src, &f), f)).collect();
+    let names: BTreeMap<String, PathBuf> = files
+        .into_iter()
+        .map(|f| (module_name(src, &f), f))
+        .collect();
     let modules: BTreeSet<String> = names.keys().cloned().collect();
     let mut g = BTreeMap::new();
     for (m, f) in &names {
@@ -203,7 +209,10 @@ fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> {
 #[test]
 fn the_path_reader_sees_groups_and_the_finder_sees_a_circle() {
     assert_eq!(
-        paths_after("use crate::{a::B, c, d::{e, f}};\nlet x = crate::g::h();", "crate::"),
+        paths_after(
+            "use crate::{a::B, c, d::{e, f}};\nlet x = crate::g::h();",
+            "crate::"
+        ),
         ["a::B", "c", "d", "g::h"]
     );
     assert!(paths_after("mycrate::x", "crate::").is_empty());
@@ -236,10 +245,18 @@ fn no_module_imports_one_that_imports_it_back() {
             found.insert((rel.clone(), c));
         }
     }
-    assert!(edges > 100, "only {edges} module edges read: the reader is broken");
+    assert!(
+        edges > 100,
+        "only {edges} module edges read: the reader is broken"
+    );
     let known: BTreeSet<(String, Vec<String>)> = KNOWN_CIRCLES
         .iter()
-        .map(|(d, ms)| ((*d).to_owned(), ms.iter().map(|m| (*m).to_owned()).collect()))
+        .map(|(d, ms)| {
+            (
+                (*d).to_owned(),
+                ms.iter().map(|m| (*m).to_owned()).collect(),
+            )
+        })
         .collect();
     assert_eq!(
         found, known,

@@ -8,19 +8,20 @@
 //!
 //! It measures nothing and touches no GPU: `fp8-bench` produces the reports.
 
+mod checks;
 pub mod error;
 pub mod fold;
 pub mod host;
 pub mod load;
 pub mod merge;
 pub mod numerics;
+pub mod options;
 mod reference;
 pub mod sample;
 pub mod step;
 
 pub use error::MergeError;
 pub use load::{load, parse};
-pub use merge::{
-    MergeOptions, Merged, RuleOutcome, SharedKey, Trainer, merge, module_of, rule_key, threshold_of,
-};
+pub use merge::{Merged, RuleOutcome, merge, module_of, rule_key, threshold_of};
+pub use options::{MergeOptions, SharedKey, Trainer};
 pub use sample::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo};

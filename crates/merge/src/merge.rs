@@ -6,155 +6,14 @@
 //! took the first count that beat the threshold and ignored the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy, Provenance};
 
+use crate::checks::{check_mixed, check_shards};
 use crate::error::MergeError;
+use crate::options::{MergeOptions, SharedKey, for_trainer};
 use crate::sample::{GroupKey, Loaded, ParKey, Sample, by_key};
 use fp8_report::Stat;
-
-/// Merge settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MergeOptions {
-    /// Speedup FP8 must reach (the policy's `speedup_threshold`).
-    pub threshold: f64,
-    /// Noise guard added to the threshold.
-    pub margin: f64,
-    /// Merge only this component.
-    pub component: Option<String>,
-    /// Accept reports from different devices or recipes.
-    pub allow_mixed: bool,
-    /// Host-bound trainers: per-module floors (BF16 ms, FP8 ms) applied as `max(gpu, floor)`.
-    pub host_floor_ms: Option<(f64, f64)>,
-    /// The trainer the policy is for; `None` thresholds each report's own `total_ms`.
-    pub trainer: Option<Trainer>,
-    /// How a key shared by several modules is decided.
-    pub shared_key: SharedKey,
-    /// Host-bound trainers: a measured host profile (per kind, precision and local expert),
-    /// applied as `max(time, host)`; exclusive with `host_floor_ms`.
-    pub host_profile: Option<crate::host::HostProfile>,
-    /// Modules whose FP8 quantization error is over this bound run BF16, whatever their speedup.
-    pub numerics: Option<crate::numerics::NumericsBound>,
-}
-
-/// How a rule key shared by several modules (DeepSeek-V3's `row/fc2` at one TP: the dense
-/// layers' FC2 and the shared experts' FC2) gets its `min_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SharedKey {
-    /// By the step: from the smallest count at which the summed time of every instance on the
-    /// key (each module weighted by how many a rank builds) wins with the margin, and every
-    /// larger count too. A key with one module is decided the same either way.
-    #[default]
-    Step,
-    /// Every module sharing the key must win on its own (the rule before the step rule).
-    AllWin,
-}
-
-impl SharedKey {
-    /// `step` or `all-win`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SharedKey::Step => "step",
-            SharedKey::AllWin => "all-win",
-        }
-    }
-}
-
-impl std::str::FromStr for SharedKey {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "step" => Ok(SharedKey::Step),
-            "all-win" => Ok(SharedKey::AllWin),
-            other => Err(format!("unknown --shared-key `{other}` (step, all-win)")),
-        }
-    }
-}
-
-/// The step a policy optimizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trainer {
-    /// GPU time: CUDA graphs, or a trainer that keeps the GPU fed.
-    Graphed,
-    /// The eager step, host time included.
-    Eager,
-}
-
-impl Trainer {
-    /// `graphed` or `eager`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Trainer::Graphed => "graphed",
-            Trainer::Eager => "eager",
-        }
-    }
-}
-
-impl std::str::FromStr for Trainer {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "graphed" => Ok(Trainer::Graphed),
-            "eager" => Ok(Trainer::Eager),
-            other => Err(format!("unknown trainer `{other}` (graphed, eager)")),
-        }
-    }
-}
-
-/// The samples of a report for a trainer: GPU time for a graphed trainer, the eager step for an
-/// eager one. An eager trainer can also take GPU times with a host profile: the profile's
-/// `max(gpu, host)` is then its model of the eager step. A report without the figure the trainer
-/// needs is refused, naming the fix.
-fn for_trainer(
-    l: &Loaded,
-    trainer: Trainer,
-    host_modelled: bool,
-) -> Result<Vec<Sample>, MergeError> {
-    let eager_report = matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager");
-    l.samples
-        .iter()
-        .map(|s| match (trainer, eager_report, s.gpu) {
-            (Trainer::Eager, true, _) | (Trainer::Graphed, false, _) => Ok(s.clone()),
-            (Trainer::Eager, false, _) if host_modelled => Ok(s.clone()),
-            (Trainer::Graphed, true, Some((bf16, fp8))) => Ok(Sample {
-                bf16,
-                fp8,
-                ..s.clone()
-            }),
-            (Trainer::Graphed, true, None) => Err(MergeError::Options(format!(
-                "{}: --trainer graphed needs GPU times, and this report has only eager times \
-                 ({}); fix: measure with fp8sel bench --backend te (both figures) or --backend \
-                 cuda (GPU time)",
-                l.file.display(),
-                l.origin.timing
-            ))),
-            (Trainer::Eager, false, _) => Err(MergeError::Options(format!(
-                "{}: --trainer eager needs eager step times (host included), and this report \
-                 has GPU times only ({}); fix: measure with fp8sel bench --backend te, or model \
-                 the host with --host-profile (python -m adaptive_fp8.probe_host)",
-                l.file.display(),
-                l.origin.timing
-            ))),
-        })
-        .collect()
-}
-
-impl Default for MergeOptions {
-    fn default() -> Self {
-        MergeOptions {
-            threshold: 1.0,
-            margin: 0.02,
-            component: None,
-            allow_mixed: false,
-            host_floor_ms: None,
-            trainer: None,
-            shared_key: SharedKey::Step,
-            host_profile: None,
-            numerics: None,
-        }
-    }
-}
 
 /// One rule that was written, or a key that got none.
 #[derive(Debug, Clone, PartialEq)]
@@ -479,239 +338,21 @@ fn describe(k: &GroupKey) -> String {
     }
 }
 
-fn check_mixed(inputs: &[Loaded], opt: &MergeOptions) -> Result<(), MergeError> {
-    if opt.allow_mixed {
-        return Ok(());
-    }
-    let mut first: [Option<(&str, &PathBuf)>; 2] = [None, None];
-    let mut est: Option<(bool, &PathBuf)> = None;
-    let mut recompute: Option<(bool, &PathBuf)> = None;
-    // Per TP size: the first report timed with communication, and the first timed one rank alone.
-    let (mut comm, mut local_tp): (BTreeMap<u32, &PathBuf>, BTreeMap<u32, &PathBuf>) =
-        (BTreeMap::new(), BTreeMap::new());
-    let mut seen_models: BTreeMap<&str, (&str, &PathBuf)> = BTreeMap::new();
-    for l in inputs {
-        for (i, (what, v)) in [
-            ("device", l.origin.device.as_str()),
-            ("recipe", l.origin.recipe.as_str()),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if v.is_empty() {
-                continue; // the reference format does not say
-            }
-            match first[i] {
-                None => first[i] = Some((v, &l.file)),
-                Some((a, fa)) if a != v => {
-                    return Err(MergeError::Mixed {
-                        what,
-                        a: a.to_owned(),
-                        file_a: fa.clone(),
-                        b: v.to_owned(),
-                        file_b: l.file.clone(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        for (component, models) in &l.origin.models {
-            for m in models.iter().filter(|m| !m.is_empty()) {
-                match seen_models.get(component.as_str()) {
-                    None => {
-                        seen_models.insert(component.as_str(), (m.as_str(), &l.file));
-                    }
-                    Some((a, fa)) if a != m => {
-                        return Err(MergeError::Mixed {
-                            what: "model",
-                            a: (*a).to_owned(),
-                            file_a: (*fa).clone(),
-                            b: m.clone(),
-                            file_b: l.file.clone(),
-                        });
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-        if let Some(rc) = l.origin.recompute {
-            match recompute {
-                None => recompute = Some((rc, &l.file)),
-                Some((a, fa)) if a != rc => {
-                    let word = |r: bool| {
-                        if r {
-                            "with recompute"
-                        } else {
-                            "without recompute"
-                        }
-                        .to_owned()
-                    };
-                    return Err(MergeError::Mixed {
-                        what: "recompute",
-                        a: word(a),
-                        file_a: fa.clone(),
-                        b: word(rc),
-                        file_b: l.file.clone(),
-                    });
-                }
-                Some(_) => {}
-            }
-        }
-        // Two timings of one TP size would disagree about what a rule at that size means; a
-        // te_tp report at TP 2 beside one-rank reports at TP 4 and 8 is fine (each TP size's
-        // rules come from one kind of timing, and provenance names the sizes with communication).
-        let own = if l.origin.tp_comm == Some(true) {
-            &mut comm
-        } else {
-            &mut local_tp
-        };
-        for &t in &l.origin.tps {
-            own.entry(t).or_insert(&l.file);
-        }
-        if let Some((&t, a)) = comm.iter().find(|(t, _)| local_tp.contains_key(t)) {
-            return Err(MergeError::Mixed {
-                what: "TP communication",
-                a: format!("timed with TP communication at TP {t} (te_tp)"),
-                file_a: (*a).clone(),
-                b: format!("one rank alone at TP {t}"),
-                file_b: local_tp[&t].clone(),
-            });
-        }
-        match est {
-            None => est = Some((l.origin.estimated, &l.file)),
-            Some((a, fa)) if a != l.origin.estimated => {
-                let word = |e: bool| if e { "estimated" } else { "measured" }.to_owned();
-                return Err(MergeError::Mixed {
-                    what: "estimated",
-                    a: word(a),
-                    file_a: fa.clone(),
-                    b: word(l.origin.estimated),
-                    file_b: l.file.clone(),
-                });
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Checks that the shards of every sharded sweep are all present and complete.
-fn check_shards(inputs: &[Loaded]) -> Result<(), MergeError> {
-    let mut sweeps: BTreeMap<&str, (usize, BTreeMap<usize, &Loaded>)> = BTreeMap::new();
-    for l in inputs {
-        if let Some(s) = &l.shard {
-            let e = sweeps
-                .entry(s.digest.as_str())
-                .or_insert((s.world, BTreeMap::new()));
-            if e.0 != s.world {
-                return Err(MergeError::Shards(format!(
-                    "{}: world size {} but another shard of the sweep says {}",
-                    l.file.display(),
-                    s.world,
-                    e.0
-                )));
-            }
-            if let Some(prev) = e.1.insert(s.rank, l) {
-                return Err(MergeError::Shards(format!(
-                    "rank {} appears twice: {} and {}",
-                    s.rank,
-                    prev.file.display(),
-                    l.file.display()
-                )));
-            }
-            if !s.absent.is_empty() {
-                return Err(MergeError::Shards(format!(
-                    "{}: rank {} lacks {} of its points (first: {})",
-                    l.file.display(),
-                    s.rank,
-                    s.absent.len(),
-                    s.absent[0]
-                )));
-            }
-        }
-    }
-    for (digest, (world, ranks)) in sweeps {
-        let missing: Vec<String> = (0..world)
-            .filter(|r| !ranks.contains_key(r))
-            .map(|r| r.to_string())
-            .collect();
-        if !missing.is_empty() {
-            let example = ranks
-                .values()
-                .next()
-                .map(|l| l.file.display().to_string())
-                .unwrap_or_default();
-            return Err(MergeError::Shards(format!(
-                "sweep {digest} (e.g. {example}) has {world} ranks but rank(s) {} are missing",
-                missing.join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Merges loaded reports into per-component policies.
 pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError> {
-    if !(opt.threshold.is_finite() && opt.threshold > 0.0) {
-        return Err(MergeError::Options(format!(
-            "--speedup-threshold {} must be a positive number",
-            opt.threshold
-        )));
-    }
-    if !(opt.margin.is_finite() && opt.margin >= 0.0) {
-        return Err(MergeError::Options(format!(
-            "--margin {} must be a non-negative number",
-            opt.margin
-        )));
-    }
+    opt.check()?;
     if inputs.is_empty() {
         return Err(MergeError::Options("no reports given".into()));
-    }
-    if opt.host_profile.is_some() && opt.host_floor_ms.is_some() {
-        return Err(MergeError::Options(
-            "--host-floor-ms and --host-profile both set host floors; give one (the profile is per kind, precision and expert)".into(),
-        ));
-    }
-    if opt.host_profile.is_some() && opt.trainer == Some(Trainer::Graphed) {
-        return Err(MergeError::Options(
-            "--host-profile models an eager trainer's host, and --trainer graphed has none to model; \
-             use --trainer eager with it (or leave --host-profile out)"
-                .into(),
-        ));
     }
     check_mixed(inputs, opt)?;
     check_shards(inputs)?;
     let mut warnings = Vec::new();
-    let mut all: Vec<Sample> = Vec::new();
-    for l in inputs {
-        let samples = match opt.trainer {
-            Some(t) => for_trainer(l, t, opt.host_profile.is_some())?,
-            None => l.samples.clone(),
-        };
-        all.extend(
-            samples
-                .into_iter()
-                .filter(|s| opt.component.as_ref().is_none_or(|c| *c == s.key.component)),
-        );
-        for u in &l.unpaired {
-            warnings.push(format!("{}: unpaired: {u}", l.file.display()));
-        }
-        for n in &l.not_ok {
-            warnings.push(format!("{}: not measured: {n}", l.file.display()));
-        }
-    }
-    if all.is_empty() {
-        return Err(MergeError::Options(match &opt.component {
-            Some(c) => format!("the reports hold no `{c}` points"),
-            None => "the reports hold no usable points".into(),
-        }));
-    }
-    let all_owned: Vec<Sample> = all;
+    let all = samples_for(inputs, opt, &mut warnings)?;
     let mut outcomes = Vec::new();
     let mut policies: BTreeMap<String, Policy> = BTreeMap::new();
     let mut shared: BTreeMap<String, Vec<fp8_policy::SharedKeyVerdict>> = BTreeMap::new();
     let mut overruled: BTreeMap<String, Vec<fp8_policy::NumericsOverrule>> = BTreeMap::new();
-    for (key, samples) in by_key(&all_owned) {
+    for (key, samples) in by_key(&all) {
         let samples = dedup(samples, &mut warnings);
         let (rule, non_monotone, counts) = threshold_of(&samples, opt);
         if let Some(v) = shared_verdict(&key, &samples, rule, opt, &mut warnings) {
@@ -752,106 +393,13 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
             (rule, _) => rule,
         };
         if let Some((min_tokens, speedup)) = rule {
-            let added = match (key.kind.family(), key.par, &key.ub_name) {
-                (KindFamily::Dense(k), ParKey::Tp(tp), Some(ub)) => policy.add_dense_rule(
-                    k,
-                    ub,
-                    DenseRule {
-                        tp,
-                        min_tokens,
-                        min_tokens_graphed: None,
-                        measured_speedup: Some(speedup),
-                    },
-                ),
-                (KindFamily::Grouped(k), ParKey::Grouped(etp, num_gemms), _) => policy
-                    .add_grouped_rule(
-                        k,
-                        GroupedRule {
-                            etp,
-                            num_gemms,
-                            min_tokens,
-                            min_tokens_graphed: None,
-                            measured_speedup: Some(speedup),
-                        },
-                    ),
-                _ => {
-                    warnings.push(format!(
-                        "{}: no ub_name, so no rule can be written",
-                        describe(&key)
-                    ));
-                    Ok(())
-                }
-            };
-            added.map_err(|e| MergeError::Options(format!("{}: {e}", describe(&key))))?;
+            add_rule(policy, &key, min_tokens, speedup, &mut warnings)?;
         }
         outcomes.push(RuleOutcome { key, rule, counts });
     }
-    // Provenance, identical whatever the input order.
-    let mut files: Vec<String> = inputs
-        .iter()
-        .map(|l| l.file.display().to_string())
-        .collect();
-    files.sort();
-    files.dedup();
-    let distinct = |f: fn(&Loaded) -> &str| -> Vec<String> {
-        let set: BTreeSet<&str> = inputs.iter().map(f).filter(|d| !d.is_empty()).collect();
-        set.into_iter().map(str::to_owned).collect()
-    };
-    let estimated = inputs.iter().any(|l| l.origin.estimated);
-    // Keys that were measured and got no rule: FP8 never won there. The format has no way to say
-    // "measured, BF16" in `rules`, so provenance carries it; `fp8sel check` uses it to tell a
-    // measured BF16 answer from a gap in the sweep.
-    let mut bf16_keys: BTreeMap<String, Vec<fp8_policy::RuleKey>> = BTreeMap::new();
-    for o in outcomes.iter().filter(|o| o.rule.is_none()) {
-        if let Some(k) = rule_key(&o.key).filter(|k| {
-            // A key the numerics bound overruled is not "FP8 never won": provenance says why.
-            !overruled
-                .get(&o.key.component)
-                .is_some_and(|v| v.iter().any(|x| &x.key == k))
-        }) {
-            bf16_keys
-                .entry(o.key.component.clone())
-                .or_default()
-                .push(k);
-        }
-    }
+    let mut bf16_keys = measured_bf16(&outcomes, &overruled);
     for (component, policy) in &mut policies {
-        let mut p = Provenance::default();
-        p.tool = format!("fp8sel merge-policy {}", env!("CARGO_PKG_VERSION"));
-        p.component.clone_from(component);
-        p.models = inputs
-            .iter()
-            .flat_map(|l| {
-                l.origin
-                    .models
-                    .get(component.as_str())
-                    .into_iter()
-                    .flatten()
-            })
-            .filter(|m| !m.is_empty())
-            .cloned()
-            .collect::<BTreeSet<String>>()
-            .into_iter()
-            .collect();
-        p.reports.clone_from(&files);
-        p.device = distinct(|l| l.origin.device.as_str());
-        p.recipe = distinct(|l| l.origin.recipe.as_str());
-        p.timing = distinct(|l| l.origin.timing.as_str());
-        p.speedup_threshold = Some(opt.threshold);
-        p.margin = Some(opt.margin);
-        p.host_profile = opt.host_profile.as_ref().map(|h| h.source.clone());
-        p.host_floor_ms = opt
-            .host_floor_ms
-            .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
-        p.estimated = estimated;
-        p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
-        p.tp_comm = inputs
-            .iter()
-            .filter(|l| l.origin.tp_comm == Some(true))
-            .flat_map(|l| l.origin.tps.iter().copied())
-            .collect::<BTreeSet<u32>>()
-            .into_iter()
-            .collect();
+        let mut p = provenance(component, inputs, opt);
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
         p.shared_keys = shared.remove(component).unwrap_or_default();
         p.numerics = opt
@@ -862,10 +410,6 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
                 max_quant_error: n.max_quant_error,
                 overruled: overruled.remove(component).unwrap_or_default(),
             });
-        p.rule = match opt.shared_key {
-            SharedKey::AllWin => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned(),
-            SharedKey::Step => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold); a key shared by several modules clears when the instance-weighted sum of their times does (shared_keys lists each module's own verdict)".to_owned(),
-        };
         policy.set_provenance(p);
     }
     warnings.sort();
@@ -875,4 +419,149 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         outcomes,
         warnings,
     })
+}
+
+/// Every usable sample of the reports, in the trainer's times and of the asked component; the
+/// reports' unpaired and unmeasured points become warnings.
+fn samples_for(
+    inputs: &[Loaded],
+    opt: &MergeOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Sample>, MergeError> {
+    let mut all: Vec<Sample> = Vec::new();
+    for l in inputs {
+        let samples = match opt.trainer {
+            Some(t) => for_trainer(l, t, opt.host_profile.is_some())?,
+            None => l.samples.clone(),
+        };
+        all.extend(
+            samples
+                .into_iter()
+                .filter(|s| opt.component.as_ref().is_none_or(|c| *c == s.key.component)),
+        );
+        for u in &l.unpaired {
+            warnings.push(format!("{}: unpaired: {u}", l.file.display()));
+        }
+        for n in &l.not_ok {
+            warnings.push(format!("{}: not measured: {n}", l.file.display()));
+        }
+    }
+    if all.is_empty() {
+        return Err(MergeError::Options(match &opt.component {
+            Some(c) => format!("the reports hold no `{c}` points"),
+            None => "the reports hold no usable points".into(),
+        }));
+    }
+    Ok(all)
+}
+
+/// Writes the key's rule into its component's policy.
+fn add_rule(
+    policy: &mut Policy,
+    key: &GroupKey,
+    min_tokens: u64,
+    speedup: f64,
+    warnings: &mut Vec<String>,
+) -> Result<(), MergeError> {
+    let added = match (key.kind.family(), key.par, &key.ub_name) {
+        (KindFamily::Dense(k), ParKey::Tp(tp), Some(ub)) => policy.add_dense_rule(
+            k,
+            ub,
+            DenseRule {
+                tp,
+                min_tokens,
+                min_tokens_graphed: None,
+                measured_speedup: Some(speedup),
+            },
+        ),
+        (KindFamily::Grouped(k), ParKey::Grouped(etp, num_gemms), _) => policy.add_grouped_rule(
+            k,
+            GroupedRule {
+                etp,
+                num_gemms,
+                min_tokens,
+                min_tokens_graphed: None,
+                measured_speedup: Some(speedup),
+            },
+        ),
+        _ => {
+            warnings.push(format!(
+                "{}: no ub_name, so no rule can be written",
+                describe(key)
+            ));
+            Ok(())
+        }
+    };
+    added.map_err(|e| MergeError::Options(format!("{}: {e}", describe(key))))
+}
+
+/// Keys that were measured and got no rule: FP8 never won there. The format has no way to say
+/// "measured, BF16" in `rules`, so provenance carries it; `fp8sel check` uses it to tell a
+/// measured BF16 answer from a gap in the sweep. A key the numerics bound overruled is not "FP8
+/// never won": provenance says why elsewhere.
+fn measured_bf16(
+    outcomes: &[RuleOutcome],
+    overruled: &BTreeMap<String, Vec<fp8_policy::NumericsOverrule>>,
+) -> BTreeMap<String, Vec<fp8_policy::RuleKey>> {
+    let mut out: BTreeMap<String, Vec<fp8_policy::RuleKey>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.rule.is_none()) {
+        if let Some(k) = rule_key(&o.key).filter(|k| {
+            !overruled
+                .get(&o.key.component)
+                .is_some_and(|v| v.iter().any(|x| &x.key == k))
+        }) {
+            out.entry(o.key.component.clone()).or_default().push(k);
+        }
+    }
+    out
+}
+
+/// One component's provenance from the reports and the settings, identical whatever the input
+/// order (the per-key lists are the caller's).
+fn provenance(component: &str, inputs: &[Loaded], opt: &MergeOptions) -> Provenance {
+    let mut files: Vec<String> = inputs
+        .iter()
+        .map(|l| l.file.display().to_string())
+        .collect();
+    files.sort();
+    files.dedup();
+    let distinct = |f: fn(&Loaded) -> &str| -> Vec<String> {
+        let set: BTreeSet<&str> = inputs.iter().map(f).filter(|d| !d.is_empty()).collect();
+        set.into_iter().map(str::to_owned).collect()
+    };
+    let mut p = Provenance::default();
+    p.tool = format!("fp8sel merge-policy {}", env!("CARGO_PKG_VERSION"));
+    p.component = component.to_owned();
+    p.models = inputs
+        .iter()
+        .flat_map(|l| l.origin.models.get(component).into_iter().flatten())
+        .filter(|m| !m.is_empty())
+        .cloned()
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    p.reports = files;
+    p.device = distinct(|l| l.origin.device.as_str());
+    p.recipe = distinct(|l| l.origin.recipe.as_str());
+    p.timing = distinct(|l| l.origin.timing.as_str());
+    p.speedup_threshold = Some(opt.threshold);
+    p.margin = Some(opt.margin);
+    p.host_profile = opt.host_profile.as_ref().map(|h| h.source.clone());
+    p.host_floor_ms = opt
+        .host_floor_ms
+        .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
+    p.estimated = inputs.iter().any(|l| l.origin.estimated);
+    p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
+    p.tp_comm = inputs
+        .iter()
+        .filter(|l| l.origin.tp_comm == Some(true))
+        .flat_map(|l| l.origin.tps.iter().copied())
+        .collect::<BTreeSet<u32>>()
+        .into_iter()
+        .collect();
+    p.rule = match opt.shared_key {
+        SharedKey::AllWin => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold) for every module sharing the key".to_owned(),
+        SharedKey::Step => "min_tokens: smallest measured count from which every larger measured count clears threshold + margin (and bf16 p10 / fp8 p90 >= threshold); a key shared by several modules clears when the instance-weighted sum of their times does (shared_keys lists each module's own verdict)".to_owned(),
+    };
+    p
 }
