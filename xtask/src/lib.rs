@@ -19,6 +19,17 @@ use std::path::{Path, PathBuf};
 
 use fp8_merge::MergeOptions;
 
+/// The automation's notes (a model without reports, say) on stderr.
+struct Stderr;
+
+impl fp8_bench::driver::Progress for Stderr {
+    fn note(&self, message: &str) {
+        eprintln!("{message}");
+    }
+}
+
+impl generate::Progress for Stderr {}
+
 /// The repository root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -62,8 +73,8 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
         ..MergeOptions::default()
     };
     let mut files = fp8_pipeline::fold::fold_files(
-        &generate::build_all(&models, &h200, &graphed)?,
-        &generate::build_all(&models, &h200, &eager)?,
+        &generate::build_all(&models, &h200, &graphed, &Stderr)?,
+        &generate::build_all(&models, &h200, &eager, &Stderr)?,
         &te_policies(&models, &h200.join("te"))?,
     )?;
     for recipe in RECIPE_DIRS {
@@ -87,7 +98,7 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
             })
             .cloned()
             .collect();
-        for (rel, bytes) in generate::build_all(&mine, &dir, &graphed)? {
+        for (rel, bytes) in generate::build_all(&mine, &dir, &graphed, &Stderr)? {
             files.insert(Path::new(recipe).join(rel), bytes);
         }
     }

@@ -89,7 +89,13 @@ impl Chosen {
 
 /// Picks the backend: `auto` is the GPU when one opens, else the cost model; `te` starts the
 /// TE worker with `python` (and activation recompute when asked).
-pub fn choose(kind: &str, profile: &str, python: &str, recompute: bool) -> Result<Chosen, String> {
+pub fn choose(
+    kind: &str,
+    profile: &str,
+    python: &str,
+    recompute: bool,
+    progress: &dyn Progress,
+) -> Result<Chosen, String> {
     fp8_bench::te::check_recompute(kind, recompute)?;
     let model = || {
         fp8_bench::costmodel::profile(profile)
@@ -104,7 +110,9 @@ pub fn choose(kind: &str, profile: &str, python: &str, recompute: bool) -> Resul
         "auto" => match fp8_bench::cuda::Gpu::open(0) {
             Ok(g) => Ok(Chosen::Cuda(Box::new(CudaBackend(g)))),
             Err(e) => {
-                eprintln!("gen-policy: no usable GPU ({e}); falling back to the cost model");
+                progress.note(&format!(
+                    "gen-policy: no usable GPU ({e}); falling back to the cost model"
+                ));
                 model()
             }
         },
@@ -208,13 +216,15 @@ pub fn measure(
     Ok(written)
 }
 
-/// Builds every model's outputs from the reports in `reports_dir`.
+/// Builds every model's outputs from the reports in `reports_dir`; a model with no report there
+/// is skipped, with a note to `progress`.
 pub fn build_all(
     configs: &[PathBuf],
     reports_dir: &Path,
     opt: &MergeOptions,
+    progress: &dyn Progress,
 ) -> Result<Files, String> {
-    build_all_with(configs, None, reports_dir, opt)
+    build_all_with(configs, None, reports_dir, opt, progress)
 }
 
 /// [`build_all`], with `defaults` bounded by `config_root`.
@@ -223,6 +233,7 @@ pub fn build_all_with(
     config_root: Option<&Path>,
     reports_dir: &Path,
     opt: &MergeOptions,
+    progress: &dyn Progress,
 ) -> Result<Files, String> {
     let reports = read_reports(reports_dir)?;
     let mut files = Files::new();
@@ -233,11 +244,11 @@ pub fn build_all_with(
             .filter(|r| r.1.provenance.model == model.name)
             .collect();
         if mine.is_empty() {
-            eprintln!(
+            progress.note(&format!(
                 "gen-policy: no reports for {} in {}; skipped",
                 model.name,
                 reports_dir.display()
-            );
+            ));
             continue;
         }
         files.extend(build_model(&model, &mine, opt)?.files);
@@ -407,7 +418,13 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         }
         plans.push(layouts);
     }
-    let mut chosen = choose(&o.backend, &o.device_profile, &o.python, o.recompute)?;
+    let mut chosen = choose(
+        &o.backend,
+        &o.device_profile,
+        &o.python,
+        o.recompute,
+        progress,
+    )?;
     fp8_bench::recipe::check_device(o.measure.recipe.recipe(), &chosen.backend().device())?;
     let estimated = matches!(chosen, Chosen::Model(_));
     // TE reports keep their own folder (another objective's times); the policy made from them
@@ -481,7 +498,7 @@ fn merged_files(
                  thresholds too, measure with the TE backend or give a host profile",
             );
         }
-        return build_all_with(configs, root, reports_dir, &o.merge);
+        return build_all_with(configs, root, reports_dir, &o.merge, progress);
     }
     let graphed = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Graphed),
@@ -494,8 +511,8 @@ fn merged_files(
         ..o.merge.clone()
     };
     crate::fold::fold_files(
-        &build_all_with(configs, root, reports_dir, &graphed)?,
-        &build_all_with(configs, root, reports_dir, &eager)?,
+        &build_all_with(configs, root, reports_dir, &graphed, progress)?,
+        &build_all_with(configs, root, reports_dir, &eager, progress)?,
         &Files::new(),
     )
 }
