@@ -60,6 +60,7 @@ pub mod config;
 pub mod inventory;
 pub mod model;
 pub mod native;
+pub mod one;
 pub mod parallel;
 pub mod plan;
 pub mod render;
@@ -70,6 +71,7 @@ pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
 pub use config::{ConfigError, LoadOptions, load_model, load_model_with};
 pub use inventory::{LayoutError, ModuleSpec, inventory};
 pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
+pub use one::{ModuleName, OneDecision, OneError, OneModule, decide_one};
 pub use parallel::Parallel;
 pub use plan::{
     DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,

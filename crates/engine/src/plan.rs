@@ -52,6 +52,24 @@ pub struct ModuleQuery<'a> {
     pub execution: Execution,
 }
 
+impl<'a> ModuleQuery<'a> {
+    /// The policy lookup this query makes; `None` for an expert kind without `num_gemms`.
+    pub fn lookup(&self) -> Option<Lookup<'a>> {
+        match self.kind.family() {
+            KindFamily::Dense(kind) => Some(Lookup::Dense {
+                kind,
+                ub_name: self.ub_name,
+                tp: self.tp,
+            }),
+            KindFamily::Grouped(kind) => self.num_gemms.map(|num_gemms| Lookup::Grouped {
+                kind,
+                etp: self.etp,
+                num_gemms,
+            }),
+        }
+    }
+}
+
 /// Why one module could not be decided.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -77,27 +95,10 @@ pub fn decide_module(
     topk: Option<u64>,
     policy: Option<&Policy>,
 ) -> Result<ModuleDecision, DecideError> {
-    let (lookup, num_tokens) = match q.kind.family() {
-        KindFamily::Dense(kind) => (
-            Lookup::Dense {
-                kind,
-                ub_name: q.ub_name,
-                tp: q.tp,
-            },
-            tokens.dense_tokens()?.0,
-        ),
-        KindFamily::Grouped(kind) => {
-            let num_gemms = q.num_gemms.ok_or(DecideError::NoNumGemms(q.kind))?;
-            let topk = topk.ok_or(DecideError::NoTopk(q.kind))?;
-            (
-                Lookup::Grouped {
-                    kind,
-                    etp: q.etp,
-                    num_gemms,
-                },
-                tokens.expert_tokens(topk)?,
-            )
-        }
+    let lookup = q.lookup().ok_or(DecideError::NoNumGemms(q.kind))?;
+    let num_tokens = match q.kind.family() {
+        KindFamily::Dense(_) => tokens.dense_tokens()?.0,
+        KindFamily::Grouped(_) => tokens.expert_tokens(topk.ok_or(DecideError::NoTopk(q.kind))?)?,
     };
     Ok(ModuleDecision {
         num_tokens,

@@ -12,18 +12,27 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fp8_engine::classify::{KindSource, with_promotion};
 use fp8_engine::config::model_from_value;
 use fp8_engine::native::te_precision_config;
 use fp8_engine::{
-    LoadOptions, ModuleQuery, PlanConfig, PlanRequest, Role, TokenConfig, classify,
-    config_policy_path, decide_module, load_model_with, plan, render,
+    LoadOptions, ModuleName, OneError, OneModule, PlanConfig, PlanRequest, Role, TokenConfig,
+    config_policy_path, decide_one, load_model_with, plan, render,
 };
-use fp8_policy::{KindFamily, Lookup, ModuleKind, RuleKey};
+use fp8_policy::RuleKey;
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+/// The engine's reason in this API's argument names.
+fn one_error(e: &OneError) -> String {
+    match e {
+        OneError::NoTokens => {
+            "give num_tokens, or seq_length (with micro_batch_size and cp)".into()
+        }
+        other => other.to_string(),
+    }
+}
 
 create_exception!(
     _core,
@@ -144,63 +153,41 @@ impl Policy {
         execution: &str,
     ) -> PyResult<Decision> {
         let execution = execution_arg(execution)?;
-        let classified = match (te_class, kind) {
-            (Some(c), _) => {
-                classify(c, ub_name, expert).map_err(|e| PlanError::new_err(e.to_string()))?
-            }
+        let name = match (te_class, kind) {
+            (Some(c), _) => ModuleName::Class(c),
             (None, Some(k)) => {
-                let k: ModuleKind = k.parse().map_err(|e| PlanError::new_err(format!("{e}")))?;
-                with_promotion(k, KindSource::Given, expert)
+                ModuleName::Kind(k.parse().map_err(|e| PlanError::new_err(format!("{e}")))?)
             }
             (None, None) => return Err(PlanError::new_err("give te_class or kind")),
         };
-        if num_tokens.is_none() && seq_length.is_none() {
-            return Err(PlanError::new_err(
-                "give num_tokens, or seq_length (with micro_batch_size and cp)",
-            ));
-        }
-        if tp == 0 || cp == 0 || etp == Some(0) || num_gemms == Some(0) || micro_batch_size == 0 {
-            return Err(PlanError::new_err(
-                "tp, etp, cp, num_gemms and micro_batch_size start at 1",
-            ));
-        }
-        let tokens = TokenConfig {
-            seq_length: seq_length.unwrap_or(0),
-            micro_batch_size,
-            context_parallel_size: cp,
-            fp8_dynamic_num_tokens: num_tokens,
-        };
-        let query = ModuleQuery {
-            kind: classified.kind,
+        let module = OneModule {
+            name,
             ub_name,
+            expert,
             tp,
-            etp: etp.unwrap_or(tp),
+            etp,
             num_gemms,
+            topk,
+            tokens: TokenConfig {
+                seq_length: seq_length.unwrap_or(0),
+                micro_batch_size,
+                context_parallel_size: cp,
+                fp8_dynamic_num_tokens: num_tokens,
+            },
             execution,
         };
-        let d = decide_module(&query, &tokens, topk, Some(&self.inner))
-            .map_err(|e| PlanError::new_err(e.to_string()))?;
-        let decision = d
-            .decision
-            .ok_or_else(|| PlanError::new_err("no decision without a policy"))?;
-        let lookup = match classified.kind.family() {
-            KindFamily::Dense(kind) => Some(Lookup::Dense { kind, ub_name, tp }),
-            KindFamily::Grouped(kind) => num_gemms.map(|num_gemms| Lookup::Grouped {
-                kind,
-                etp: query.etp,
-                num_gemms,
-            }),
-        };
-        let key = lookup.and_then(|l| l.key());
+        let one =
+            decide_one(&module, &self.inner).map_err(|e| PlanError::new_err(one_error(&e)))?;
+        let (decision, key) = (&one.decision, &one.key);
         Ok(Decision {
             fp8: decision.use_fp8,
             reason: decision.reason.to_string(),
-            key: key.map(|k| key_dict(py, &k)).transpose()?,
+            key: key.as_ref().map(|k| key_dict(py, k)).transpose()?,
             min_tokens: decision.rule().map(|r| r.threshold(execution).0),
             measured_speedup: decision.rule().and_then(|r| r.measured_speedup()),
             estimated: self.inner.estimated(),
-            kind: classified.kind.to_string(),
-            num_tokens: d.num_tokens,
+            kind: one.classified.kind.to_string(),
+            num_tokens: one.num_tokens,
         })
     }
 

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::ArgGroup;
-use fp8_engine::classify::{KindSource, with_promotion};
-use fp8_engine::{ModuleQuery, TeClass, TokenConfig, classify, decide_module};
+use fp8_engine::classify::KindSource;
+use fp8_engine::{ModuleName, OneError, OneModule, TeClass, TokenConfig, decide_one};
 use fp8_policy::{ModuleKind, Policy};
 
 use crate::error::{CliError, CliResult};
@@ -86,31 +86,29 @@ pub fn run(args: &Args) -> CliResult {
         args.json,
     );
     let ub = args.ub_name.as_deref();
-    let classified = match (&args.te_class, args.kind) {
-        (Some(class), _) => classify(class, ub, args.expert).map_err(CliError::input)?,
-        (None, Some(kind)) => with_promotion(kind, KindSource::Given, args.expert),
+    let name = match (&args.te_class, args.kind) {
+        (Some(class), _) => ModuleName::Class(class),
+        (None, Some(kind)) => ModuleName::Kind(kind),
         (None, None) => return Err(CliError::input("give --te-class or --kind")),
     };
-    let tokens = TokenConfig {
-        seq_length: args.seq_length.unwrap_or(0),
-        micro_batch_size: args.micro_batch_size,
-        context_parallel_size: args.cp,
-        fp8_dynamic_num_tokens: args.num_tokens,
-    };
-    let query = ModuleQuery {
-        kind: classified.kind,
+    let module = OneModule {
+        name,
         ub_name: ub,
+        expert: args.expert,
         tp: args.tp,
-        etp: args.etp.unwrap_or(args.tp),
+        etp: args.etp,
         num_gemms: args.num_gemms,
+        topk: args.topk,
+        tokens: TokenConfig {
+            seq_length: args.seq_length.unwrap_or(0),
+            micro_batch_size: args.micro_batch_size,
+            context_parallel_size: args.cp,
+            fp8_dynamic_num_tokens: args.num_tokens,
+        },
         execution: args.recipe.execution,
     };
-    let decided = decide_module(&query, &tokens, args.topk, Some(&policy))
-        .map_err(|e| CliError::input(format!("{e} (--num-gemms, --topk, --seq-length)")))?;
-    let num_tokens = decided.num_tokens;
-    let Some(decision) = decided.decision else {
-        return Err(CliError::other("no decision without a policy"));
-    };
+    let one = decide_one(&module, &policy).map_err(|e| CliError::input(flags_for(&e)))?;
+    let (classified, num_tokens, decision) = (one.classified, one.num_tokens, one.decision);
     if args.json {
         let out = serde_json::json!({
             "use_fp8": decision.use_fp8,
@@ -137,4 +135,13 @@ pub fn run(args: &Args) -> CliResult {
         println!("{why}");
     }
     Ok(())
+}
+
+/// The engine's reason, with the flags that fix it.
+fn flags_for(e: &OneError) -> String {
+    match e {
+        OneError::Decide(_) => format!("{e} (--num-gemms, --topk, --seq-length)"),
+        OneError::NoTokens => format!("{e} (--seq-length or --num-tokens)"),
+        _ => e.to_string(),
+    }
 }
