@@ -22,7 +22,7 @@ echo "gpu_tests rc=$?"
 timeout 240 ./devcarry/fp8sel bench --model fixtures/models/qwen2_5_72b.yaml --tp 8 --quiet \
   --report "$OUT/qwen2_5_72b_tp8.json" > "$OUT/sweep.txt" 2>&1
 echo "sweep rc=$?"
-python3 - "$OUT/qwen2_5_72b_tp8.json" fixtures/reports/h200/qwen2_5_72b_tp8.json <<'PY' | tee "$OUT/sweep_compare.txt"
+python3 - "$OUT/qwen2_5_72b_tp8.json" reports/h200/qwen2_5_72b_tp8.json <<'PY' | tee "$OUT/sweep_compare.txt"
 import json, statistics, sys
 new, old = (json.load(open(p)) for p in sys.argv[1:3])
 key = lambda p: (p["module"], p.get("split_mode"), p["tokens"])

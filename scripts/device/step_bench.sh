@@ -2,7 +2,7 @@
 # One device call after the TE install (../shared/tools/te-device): the step benchmark
 # (python -m adaptive_fp8.step_bench), real TE training steps per mode. Needs the adaptive_fp8
 # wheel in devcarry/ and the TE-derived policies in devcarry/pol/ (fp8sel merge-policy
-# --trainer eager|graphed over fixtures/reports/h200/te/te_qwen2_5_72b_tp*.json).
+# --trainer eager|graphed over reports/h200/te/te_qwen2_5_72b_tp*.json).
 # Results under $OUT/step_bench/; prints the tables last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

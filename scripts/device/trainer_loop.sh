@@ -44,7 +44,7 @@ python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site 
 # The Python sources of this checkout win over the wheel's (a fix needs no rebuild).
 cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
 F=./devcarry/fp8sel
-H=fixtures/reports/h200
+H=reports/h200
 SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
 # The results so far, in case the device time runs out before the end.
 # A lane (phase h) snapshots into its own tarball: two lanes never write one file.

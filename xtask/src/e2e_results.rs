@@ -668,14 +668,14 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
     let cases = [
         (
             "Qwen2.5-72B TP 8",
-            "fixtures/reports/h200/qwen2_5_72b_tp8.json",
-            "fixtures/reports/h200/te/te_qwen2_5_72b_tp8.json",
+            "reports/h200/qwen2_5_72b_tp8.json",
+            "reports/h200/te/te_qwen2_5_72b_tp8.json",
             ["ab/sb/qwen72b_tp8.json", "sb4/qwen72b_tp8_b.json"],
         ),
         (
             "Llama-3.2-1B TP 1",
-            "fixtures/reports/h200/llama3_2_1b_tp1.json",
-            "fixtures/reports/h200/te/te_llama3_2_1b_tp1.json",
+            "reports/h200/llama3_2_1b_tp1.json",
+            "reports/h200/te/te_llama3_2_1b_tp1.json",
             ["ab/sb/llama1b_tp1.json", "sb4/llama1b_tp1_b.json"],
         ),
     ];
@@ -861,7 +861,7 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
     let _ = writeln!(
         s,
         "\n`fp8sel bench --backend te --tp-comm --tp 2` (which runs `te_tp --report` under torchrun) \
-         measured the same modules again as reports (`fixtures/reports/h200/te/te_*_tp2_comm.json`, \
+         measured the same modules again as reports (`reports/h200/te/te_*_tp2_comm.json`, \
          logs in `{LOGS}/g/`), and `merge-policy --trainer eager` made policies of them. Their TP 2 \
          rules against the same merge of the one-rank TE report, FP8 from (min_tokens; `BF16` = FP8 \
          never won by the margin):\n\n\
@@ -876,7 +876,7 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
         ("Llama-3.2-1B", "llama3_2_1b"),
     ] {
         let rules = |file: &str| -> Result<Option<BTreeMap<String, Option<u64>>>, String> {
-            let p = root.join("fixtures/reports/h200/te").join(file);
+            let p = root.join("reports/h200/te").join(file);
             if !p.exists() {
                 return Ok(None);
             }

@@ -41,7 +41,7 @@ pub fn root() -> PathBuf {
 /// The environment variable that makes the checks rewrite stale outputs instead of failing.
 pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 
-/// The recipes besides blockwise with measured H200 reports in `fixtures/reports/h200/<recipe>/`;
+/// The recipes besides blockwise with measured H200 reports in `reports/h200/<recipe>/`;
 /// their policies go to `policies/<recipe>/`.
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 
@@ -50,7 +50,7 @@ pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 /// where the TE reports did not measure a key.
 pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";
 
-/// Rebuilds `policies/` from `fixtures/reports/h200` (and `policies/<recipe>/` from each
+/// Rebuilds `policies/` from `reports/h200` (and `policies/<recipe>/` from each
 /// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
 /// instead. Each default `policies/<model>.json` serves both executions: `min_tokens_graphed`
 /// from cuBLASLt GPU time, `min_tokens` (eager, what the reference's loader reads) from
@@ -58,7 +58,7 @@ pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json"
 /// same cuBLASLt reports with the H200 host profile (`fp8_pipeline::fold`).
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
     let models = generate::default_models(root);
-    let h200 = root.join("fixtures/reports/h200");
+    let h200 = root.join("reports/h200");
     let graphed = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Graphed),
         ..MergeOptions::default()

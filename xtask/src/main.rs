@@ -118,11 +118,11 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
     if a.check {
         let stale = check_policies(&root, update())?;
         if update() {
-            println!("rewrote policies/ from fixtures/reports/h200");
+            println!("rewrote policies/ from reports/h200");
             return Ok(());
         }
         if stale.is_empty() {
-            println!("policies/ is up to date with fixtures/reports/h200");
+            println!("policies/ is up to date with reports/h200");
             return Ok(());
         }
         return Err(format!(
@@ -162,7 +162,7 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
             ..MeasureOptions::default()
         },
         policies_dir: root.join("policies"),
-        reports_base: root.join("fixtures/reports"),
+        reports_base: root.join("reports"),
         out: a.out.clone(),
     };
     let done = gen_mod::gen_policy(&o, &progress)?;

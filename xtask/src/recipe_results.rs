@@ -1,8 +1,8 @@
 //! The recipes section of docs/RESULTS.md: where FP8 starts to pay in each recipe, per module
-//! kind, from the H200 sweeps of the same layouts in blockwise (`fixtures/reports/h200/`),
-//! tensorwise and delayed scaling (`fixtures/reports/h200/<recipe>/`), with one plot per module
+//! kind, from the H200 sweeps of the same layouts in blockwise (`reports/h200/`),
+//! tensorwise and delayed scaling (`reports/h200/<recipe>/`), with one plot per module
 //! (docs/plots/recipes/), and how the cuBLASLt backend's choices compare with TE's own in each
-//! recipe (`fixtures/reports/h200/te_recipes/`).
+//! recipe (`reports/h200/te_recipes/`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,7 +14,7 @@ use fp8_report::Status;
 use crate::build::{Files, read_reports};
 use crate::plot::{Line, speedup_svg};
 
-/// The recipes compared, with the folder of their reports under `fixtures/reports/h200/`.
+/// The recipes compared, with the folder of their reports under `reports/h200/`.
 const RECIPES: [(&str, &str); 3] = [
     ("blockwise", ""),
     ("tensorwise", "tensorwise"),
@@ -92,7 +92,7 @@ pub const PLOT_DIR: &str = "docs/plots/recipes";
 
 /// Renders the section and its plots (paths relative to [`PLOT_DIR`]).
 pub fn render(root: &Path) -> Result<(String, Files), String> {
-    let h200 = root.join("fixtures/reports/h200");
+    let h200 = root.join("reports/h200");
     let mut s = String::new();
     let mut files = Files::new();
     let _ = writeln!(
@@ -232,15 +232,15 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
 /// How often the cuBLASLt backend's FP8-or-BF16 answer matches TE's, per recipe and layout, on
 /// the points both measured: against TE's GPU time (a graphed trainer) and its eager step.
 fn te_agreement(root: &Path, s: &mut String) -> Result<(), String> {
-    let h200 = root.join("fixtures/reports/h200");
+    let h200 = root.join("reports/h200");
     let mut te = read_reports(&h200.join("te"))?;
     te.extend(read_reports(&h200.join("te_recipes"))?);
     let _ = writeln!(
         s,
         "### The cuBLASLt backend against TE, per recipe\n\n\
          TE 2.20.2 through `fp8sel bench --backend te --recipe R` (blockwise: \
-         `bash scripts/device/te_backend.sh`, reports in `fixtures/reports/h200/te/`; every recipe: \
-         `bash scripts/device/te_recipes.sh`, reports in `fixtures/reports/h200/te_recipes/`; both \
+         `bash scripts/device/te_backend.sh`, reports in `reports/h200/te/`; every recipe: \
+         `bash scripts/device/te_recipes.sh`, reports in `reports/h200/te_recipes/`; both \
          after the TE install), against the cuBLASLt backend's sweep of the same layout and recipe. \
          A point agrees when both backends put the speedup on the same side of 1.0. Reports with \
          activation recompute are left out (the cuBLASLt backend does not model it).\n\n\

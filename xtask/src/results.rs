@@ -1,9 +1,9 @@
 //! `cargo xtask results`: docs/RESULTS.md, the measured check of "never slower than BF16".
 //!
-//! Policies come from the policy sweeps in `fixtures/reports/h200/`; every number in the
-//! validation table comes from the held-out sweeps in `fixtures/reports/h200/heldout/`, at token
+//! Policies come from the policy sweeps in `reports/h200/`; every number in the
+//! validation table comes from the held-out sweeps in `reports/h200/heldout/`, at token
 //! counts that are not sweep points. Stability compares two sweeps of the same model taken in
-//! turn by the same device call (`fixtures/reports/h200/rerun/`).
+//! turn by the same device call (`reports/h200/rerun/`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -111,7 +111,7 @@ const SCENARIOS: &[Scenario] = &[
 
 /// Renders docs/RESULTS.md.
 pub fn render(root: &Path) -> Result<String, String> {
-    let h200 = root.join("fixtures/reports/h200");
+    let h200 = root.join("reports/h200");
     let sweeps: Vec<Report3> = read_reports(&h200)?;
     let held: Vec<Report3> = read_reports(&h200.join("heldout"))?;
     let opt = MergeOptions::default();
@@ -249,13 +249,13 @@ fn density(
     shipped: &BTreeMap<&str, BTreeMap<Role, fp8_policy::Policy>>,
     s: &mut String,
 ) -> Result<(), String> {
-    let dense = read_reports(&root.join("fixtures/reports/h200/dense2"))?;
+    let dense = read_reports(&root.join("reports/h200/dense2"))?;
     let opt = MergeOptions::default();
     let _ = writeln!(
         s,
         "## Sweep density (experiment)\n\n\
          The MoE policy sweeps were run again with two points per doubling of the token count \
-         (`bash scripts/device/sweeps.sh c`, reports in `fixtures/reports/h200/dense2/`). Policies \
+         (`bash scripts/device/sweeps.sh c`, reports in `reports/h200/dense2/`). Policies \
          built from them (the ViT keeps its own sweep), evaluated on the same held-out sweeps; the \
          shipped policies keep the powers-of-two sweeps.\n\n\
          | scenario | tokens | adaptive / oracle, powers of two | adaptive / oracle, 2 per doubling | adaptive / BF16, 2 per doubling |\n|---|---|---|---|---|"
@@ -324,14 +324,14 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
         .iter()
         .filter(|r| r.1.provenance.model == "qwen2_5_72b")
         .collect();
-    let b = read_reports(&root.join("fixtures/reports/h200/rerun"))?;
+    let b = read_reports(&root.join("reports/h200/rerun"))?;
     let model =
         load_model(root.join("fixtures/models/qwen2_5_72b.yaml")).map_err(|e| e.to_string())?;
     let _ = writeln!(
         s,
         "## Stability\n\n\
          The Qwen2.5-72B sweep (TP 1, 2, 4, 8) ran twice, one after the other in the same device call \
-         on the same H200 (`fixtures/reports/h200/` and `fixtures/reports/h200/rerun/`).\n"
+         on the same H200 (`reports/h200/` and `reports/h200/rerun/`).\n"
     );
     // Point-level spread of the speedup between the runs.
     let mut diffs = Vec::new();

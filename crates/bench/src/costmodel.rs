@@ -5,7 +5,7 @@
 //! output tiles over the SMs, and a pipeline-fill term for short K), floored by the bytes the GEMM
 //! must move; cast time is bytes over a share of the copy bandwidth; every kernel pays a launch
 //! overhead. The H200 profile is calibrated against our measured H200 reports
-//! (`fixtures/reports/h200/`); `tests/costmodel.rs` states and enforces its error there.
+//! (`reports/h200/`); `tests/costmodel.rs` states and enforces its error there.
 
 use fp8_policy::ModuleKind;
 use fp8_report::{DeviceInfo, Point, Stat, Status, Timing};
@@ -63,7 +63,7 @@ const SMALL_KERNEL_US: f64 = 2.0;
 fn h200() -> DeviceProfile {
     DeviceProfile {
         name: "h200",
-        source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on fixtures/reports/h200 (see docs/PERFORMANCE.md)",
+        source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on reports/h200 (see docs/PERFORMANCE.md)",
         bf16_tflops: 989.0,
         fp8_tflops: 1979.0,
         copy_tbs: 4.27,

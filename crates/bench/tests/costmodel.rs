@@ -15,11 +15,7 @@ fn measured_points() -> Vec<Point> {
 }
 
 fn points_in(sub: &str) -> Vec<Point> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/reports/h200"
-    ))
-    .join(sub);
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../reports/h200")).join(sub);
     let mut out = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -93,11 +89,7 @@ fn per_tensor_sets(model: &str) -> Vec<(Vec<Point>, MeasureOptions, &'static str
 }
 
 fn points_of(sub: &str, model: &str) -> Vec<Point> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/reports/h200"
-    ))
-    .join(sub);
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../reports/h200")).join(sub);
     let mut out = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap() {
         let f = e.unwrap().path();

@@ -213,8 +213,8 @@ fn merge_policy_end_to_end() {
         &[
             "merge-policy",
             "--reports",
-            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
-            "fixtures/reports/h200/qwen2_5_72b_tp8.json",
+            "reports/h200/qwen2_5_72b_tp1.json",
+            "reports/h200/qwen2_5_72b_tp8.json",
             "--output",
             out.to_str().unwrap(),
         ],
@@ -239,8 +239,8 @@ fn merge_policy_end_to_end() {
     );
     // A VLM's reports need one policy per component.
     let vlm = [
-        "fixtures/reports/h200/qwen3_vl_llm_tp1_ep4.json",
-        "fixtures/reports/h200/qwen3_vl_vit_tp1.json",
+        "reports/h200/qwen3_vl_llm_tp1_ep4.json",
+        "reports/h200/qwen3_vl_vit_tp1.json",
     ];
     let o = fp8sel(
         &[
@@ -326,7 +326,7 @@ fn merge_policy_bad_input_exits_2_naming_the_file() {
         &[
             "merge-policy",
             "--reports",
-            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
+            "reports/h200/qwen2_5_72b_tp1.json",
             est.to_str().unwrap(),
             "--output",
             out.to_str().unwrap(),
@@ -343,7 +343,7 @@ fn merge_policy_bad_input_exits_2_naming_the_file() {
         &[
             "merge-policy",
             "--reports",
-            "fixtures/reports/h200/qwen2_5_72b_tp1.json",
+            "reports/h200/qwen2_5_72b_tp1.json",
             "--host-floor-ms",
             "x",
             "--output",

@@ -141,12 +141,9 @@ fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
 fn merge_policy_trainer_both_folds_the_two_objectives() {
     let dir = tempfile::tempdir().unwrap();
     for (reports, extra) in [
+        (vec!["reports/h200/te/te_llama3_2_1b_tp1.json"], vec![]),
         (
-            vec!["fixtures/reports/h200/te/te_llama3_2_1b_tp1.json"],
-            vec![],
-        ),
-        (
-            vec!["fixtures/reports/h200/llama3_2_1b_tp1.json"],
+            vec!["reports/h200/llama3_2_1b_tp1.json"],
             vec![
                 "--host-profile",
                 "fixtures/host/h200_te2.20.2_blockwise.json",

@@ -35,7 +35,7 @@ fn a_module_over_the_bound_runs_bf16_and_explain_says_why() {
     let o = fp8sel(&[
         "merge-policy",
         "--reports",
-        "fixtures/reports/h200/llama3_2_1b_tp1.json",
+        "reports/h200/llama3_2_1b_tp1.json",
         "--output",
         p.to_str().unwrap(),
         "--numerics",
@@ -94,7 +94,7 @@ fn a_module_over_the_bound_runs_bf16_and_explain_says_why() {
     let o = fp8sel(&[
         "merge-policy",
         "--reports",
-        "fixtures/reports/h200/llama3_2_1b_tp1.json",
+        "reports/h200/llama3_2_1b_tp1.json",
         "--output",
         q.to_str().unwrap(),
         "--numerics",
@@ -116,7 +116,7 @@ fn bad_reports_and_bounds_are_refused_naming_the_field() {
         fp8sel(&[
             "merge-policy",
             "--reports",
-            "fixtures/reports/h200/llama3_2_1b_tp1.json",
+            "reports/h200/llama3_2_1b_tp1.json",
             "--output",
             p.to_str().unwrap(),
             "--numerics",
@@ -159,7 +159,7 @@ fn bad_reports_and_bounds_are_refused_naming_the_field() {
     let o = fp8sel(&[
         "merge-policy",
         "--reports",
-        "fixtures/reports/h200/llama3_2_1b_tp1.json",
+        "reports/h200/llama3_2_1b_tp1.json",
         "--output",
         p.to_str().unwrap(),
         "--numerics",

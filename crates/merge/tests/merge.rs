@@ -459,7 +459,7 @@ fn reference_reports_pair_padded_fp8_counts() {
 
 #[test]
 fn measured_vlm_reports_give_one_policy_per_component() {
-    let dir = root().join("fixtures/reports/h200");
+    let dir = root().join("reports/h200");
     let reports: Vec<Loaded> = [
         "qwen3_vl_llm_tp1_ep4.json",
         "qwen3_vl_vit_tp1.json",

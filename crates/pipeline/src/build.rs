@@ -41,7 +41,7 @@ fn rel_name(f: &Path) -> String {
     let parts: Vec<String> = f.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     match parts
         .iter()
-        .rposition(|p| p == "fixtures" || p == "policies")
+        .rposition(|p| p == "fixtures" || p == "policies" || p == "reports")
     {
         Some(i) => parts[i..].join("/"),
         None => f

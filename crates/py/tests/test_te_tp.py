@@ -98,11 +98,11 @@ def test_the_report_merges_into_a_policy_and_never_with_one_rank_tp_reports(root
     assert pol.decide("TELayerNormColumnParallelLinear", ub_name="qkv", tp=2, seq_length=4096)
     assert not pol.decide("TELayerNormColumnParallelLinear", ub_name="qkv", tp=2, seq_length=1024)
     # a one-GPU TE report of the same TP: refused, naming both files and the reason
-    one_rank = str(root / "fixtures" / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp2.json")
+    one_rank = str(root / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp2.json")
     r = run("merge-policy", "--reports", str(path), one_rank, "--trainer", "eager", "--output", str(tmp_path / "x.json"))
     assert r.returncode == 2 and "TP communication" in r.stderr and "te_qwen2_5_72b_tp2.json" in r.stderr
     # TP 1 has no communication: it merges with the TP 2 report
-    tp1 = str(root / "fixtures" / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp1.json")
+    tp1 = str(root / "reports" / "h200" / "te" / "te_qwen2_5_72b_tp1.json")
     r = run("merge-policy", "--reports", str(path), tp1, "--trainer", "eager", "--output", str(tmp_path / "y.json"))
     assert r.returncode == 0, r.stderr
 
