@@ -9,9 +9,8 @@ use fp8_bench::runner::{Backend, CudaBackend};
 use fp8_bench::shard::{RankEnv, rank_report_path};
 use fp8_bench::sweep::{BenchPoint, SplitMode, parse_shape_sweep};
 use fp8_engine::Role;
-use fp8_report::{Point, Report, Status};
-use indicatif::{ProgressBar, ProgressStyle};
 
+use super::bench_output::{Bar, print_json, print_summary, write_report};
 use crate::error::{CliError, CliResult};
 
 /// Measure BF16 vs FP8 for every TE module of a model, forward + backward, in the trainer's recipe.
@@ -178,36 +177,8 @@ pub fn run(args: &Args) -> CliResult {
             eprintln!("note: {n}");
         }
     }
-    let job = SweepJob {
-        component: args.component,
-        parallel: model.layout(args.tp, args.ep, args.etp, None),
-        tokens: args
-            .shape_sweep
-            .as_deref()
-            .map(parse_shape_sweep)
-            .transpose()
-            .map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?,
-        max_tokens: args.max_tokens,
-        per_doubling: args.points_per_doubling,
-        seq_length: args.seq_length,
-        micro_batch_size: args.micro_batch_size,
-        splits: parse_splits(&args.splits)?,
-        modules: args.modules.clone(),
-    };
-    for c in &model.components {
-        if c.arch.moe.is_some()
-            && c.defaults_applied
-                .iter()
-                .any(|d| d.starts_with("moe_router_topk absent"))
-        {
-            eprintln!(
-                "warning: {}: the config has no moe_router_topk, so Megatron's default of 2 sets \
-                 the expert token counts; set moe_router_topk in the config to the value your \
-                 launcher passes (--moe-router-topk)",
-                c.role
-            );
-        }
-    }
+    let job = sweep_job(args, &model)?;
+    warn_default_topk(&model);
     let points = points(&model, &job).map_err(CliError::input)?;
     if points.is_empty() {
         return Err(CliError::input(
@@ -215,29 +186,7 @@ pub fn run(args: &Args) -> CliResult {
         ));
     }
     if args.tp_comm {
-        if args.backend != "te" || args.te.recompute {
-            return Err(CliError::input(
-                "--tp-comm is the TE backend's torchrun mode: give --backend te, without --recompute",
-            ));
-        }
-        check_outputs(args, &args.report)?;
-        let report = super::tp_comm::run(
-            &args.te.python,
-            job.parallel.tp,
-            &args.model,
-            &points,
-            &args.report,
-            recipe.recipe().name(),
-            args.warmup,
-            args.iters,
-            args.quiet,
-        )?;
-        if args.json {
-            print_json(&report, &args.report);
-        } else {
-            print_summary(&report, args.quiet);
-        }
-        return Ok(());
+        return run_tp_comm(args, &job, &points, recipe.recipe().name());
     }
     if job.parallel.tp > 1 && args.backend != "model" && !args.quiet && !args.json {
         eprintln!("note: {}", super::tp_comm::one_rank_note(job.parallel.tp));
@@ -262,47 +211,8 @@ pub fn run(args: &Args) -> CliResult {
         &args.scales,
     );
     provenance.recompute = args.te.recompute;
-    let rank = RankEnv::detect(|k| std::env::var(k).ok())
-        .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
-    let devices = args.devices.as_deref().map(parse_devices).transpose()?;
-    // Under torchrun/Slurm without --devices, this process measures its share on LOCAL_RANK.
-    let rank = rank.filter(|_| devices.is_none());
-    let report_path = match &rank {
-        Some(r) => rank_report_path(&args.report, r.rank),
-        None => args.report.clone(),
-    };
-    check_outputs(args, &report_path)?;
-    let devices = match (&rank, devices) {
-        (_, Some(d)) => d,
-        (Some(r), None) if args.device == 0 => vec![r.local],
-        _ => vec![args.device],
-    };
-    if let Some(r) = rank.as_ref().filter(|_| !args.quiet) {
-        eprintln!(
-            "{} rank {} of {} on device {}, report {}",
-            r.launcher,
-            r.rank,
-            r.world,
-            devices[0],
-            report_path.display()
-        );
-    }
-    let make = |dev: usize| {
-        if args.backend == "te" {
-            if dev != 0 {
-                return Err(format!(
-                    "--backend te measures on the worker's default device; run one process per \
-                     GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
-                ));
-            }
-            return fp8_bench::te::TeBackend::start(&args.te.python, args.te.recompute)
-                .map(|b| Box::new(b) as Box<dyn Backend>);
-        }
-        let b = open_backend(&args.backend, &args.device_profile, dev, args.quiet)
-            .map_err(|e| e.message)?;
-        fp8_bench::recipe::check_device(opt.recipe.recipe(), &b.device())?;
-        Ok(b)
-    };
+    let (rank, report_path, devices) = placement(args)?;
+    let make = |dev: usize| make_backend(args, &opt, dev);
     let progress = Bar::new(args.quiet || args.json);
     let report = driver::run(
         driver::Sweep {
@@ -331,47 +241,159 @@ pub fn run(args: &Args) -> CliResult {
         print_summary(&report, args.quiet || rank.is_some_and(|r| r.rank > 0));
     }
     if rank.is_some() {
-        if args.quiet || args.json {
-            return Ok(());
+        if !(args.quiet || args.json) {
+            println!(
+                "wrote {} (merge all ranks with: fp8sel merge-policy --reports {})",
+                report_path.display(),
+                rank_report_path(&args.report, 0)
+                    .display()
+                    .to_string()
+                    .replace(".rank0.", ".rank*.")
+            );
         }
-        println!(
-            "wrote {} (merge all ranks with: fp8sel merge-policy --reports {})",
-            report_path.display(),
-            rank_report_path(&args.report, 0)
-                .display()
-                .to_string()
-                .replace(".rank0.", ".rank*.")
-        );
         return Ok(());
     }
     if let Some(out) = &args.policy_out {
-        let opt = fp8_merge::MergeOptions {
-            threshold: args.speedup_threshold,
-            ..Default::default()
-        };
-        let (_, merged) = super::merge_policy::merge_reports(
-            std::slice::from_ref(&args.report),
-            &opt,
-            args.fp8_pad,
-        )?;
-        let written = if merged.policies.len() > 1 {
-            let dir = out.parent().unwrap_or(std::path::Path::new("."));
-            let stem = out
-                .file_stem()
-                .map_or_else(|| model.name.clone(), |s| s.to_string_lossy().into_owned());
-            super::merge_policy::write_outputs(&merged, None, Some(dir), &stem, &[&args.report])?
-        } else {
-            super::merge_policy::write_outputs(
-                &merged,
-                Some(out),
-                None,
-                &model.name,
-                &[&args.report],
-            )?
-        };
-        for w in written {
-            println!("wrote {}", w.display());
+        write_policy(args, out, &model.name)?;
+    }
+    Ok(())
+}
+
+/// The sweep the flags ask for.
+fn sweep_job(args: &Args, model: &fp8_engine::ModelDesc) -> CliResult<SweepJob> {
+    Ok(SweepJob {
+        component: args.component,
+        parallel: model.layout(args.tp, args.ep, args.etp, None),
+        tokens: args
+            .shape_sweep
+            .as_deref()
+            .map(parse_shape_sweep)
+            .transpose()
+            .map_err(|e| CliError::input(format!("--shape-sweep: {e}")))?,
+        max_tokens: args.max_tokens,
+        per_doubling: args.points_per_doubling,
+        seq_length: args.seq_length,
+        micro_batch_size: args.micro_batch_size,
+        splits: parse_splits(&args.splits)?,
+        modules: args.modules.clone(),
+    })
+}
+
+/// An MoE config without `moe_router_topk` gets Megatron's default of 2: say so, since it sets
+/// every expert token count.
+fn warn_default_topk(model: &fp8_engine::ModelDesc) {
+    for c in &model.components {
+        if c.arch.moe.is_some()
+            && c.defaults_applied
+                .iter()
+                .any(|d| d.starts_with("moe_router_topk absent"))
+        {
+            eprintln!(
+                "warning: {}: the config has no moe_router_topk, so Megatron's default of 2 sets \
+                 the expert token counts; set moe_router_topk in the config to the value your \
+                 launcher passes (--moe-router-topk)",
+                c.role
+            );
         }
+    }
+}
+
+/// `--tp-comm`: the TE backend's torchrun mode, its report checked and summarized.
+fn run_tp_comm(args: &Args, job: &SweepJob, points: &[BenchPoint], recipe: &str) -> CliResult {
+    if args.backend != "te" || args.te.recompute {
+        return Err(CliError::input(
+            "--tp-comm is the TE backend's torchrun mode: give --backend te, without --recompute",
+        ));
+    }
+    check_outputs(args, &args.report)?;
+    let report = super::tp_comm::run(
+        &args.te.python,
+        job.parallel.tp,
+        &args.model,
+        points,
+        &args.report,
+        recipe,
+        args.warmup,
+        args.iters,
+        args.quiet,
+    )?;
+    if args.json {
+        print_json(&report, &args.report);
+    } else {
+        print_summary(&report, args.quiet);
+    }
+    Ok(())
+}
+
+/// Where this process measures: its rank under torchrun/Slurm (unless `--devices` splits the
+/// work itself), its report path, and its devices.
+fn placement(args: &Args) -> CliResult<(Option<RankEnv>, PathBuf, Vec<usize>)> {
+    let rank = RankEnv::detect(|k| std::env::var(k).ok())
+        .map_err(|e| CliError::input(format!("launcher environment: {e}")))?;
+    let devices = args.devices.as_deref().map(parse_devices).transpose()?;
+    // Under torchrun/Slurm without --devices, this process measures its share on LOCAL_RANK.
+    let rank = rank.filter(|_| devices.is_none());
+    let report_path = match &rank {
+        Some(r) => rank_report_path(&args.report, r.rank),
+        None => args.report.clone(),
+    };
+    check_outputs(args, &report_path)?;
+    let devices = match (&rank, devices) {
+        (_, Some(d)) => d,
+        (Some(r), None) if args.device == 0 => vec![r.local],
+        _ => vec![args.device],
+    };
+    if let Some(r) = rank.as_ref().filter(|_| !args.quiet) {
+        eprintln!(
+            "{} rank {} of {} on device {}, report {}",
+            r.launcher,
+            r.rank,
+            r.world,
+            devices[0],
+            report_path.display()
+        );
+    }
+    Ok((rank, report_path, devices))
+}
+
+/// One worker's backend on `dev`.
+fn make_backend(args: &Args, opt: &MeasureOptions, dev: usize) -> Result<Box<dyn Backend>, String> {
+    if args.backend == "te" {
+        if dev != 0 {
+            return Err(format!(
+                "--backend te measures on the worker's default device; run one process per \
+                 GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
+            ));
+        }
+        return fp8_bench::te::TeBackend::start(&args.te.python, args.te.recompute)
+            .map(|b| Box::new(b) as Box<dyn Backend>);
+    }
+    let b = open_backend(&args.backend, &args.device_profile, dev, args.quiet)
+        .map_err(|e| e.message)?;
+    fp8_bench::recipe::check_device(opt.recipe.recipe(), &b.device())?;
+    Ok(b)
+}
+
+/// `--policy-out`: the report merged into a policy (one file per component for a VLM).
+fn write_policy(args: &Args, out: &Path, model_name: &str) -> CliResult {
+    let opt = fp8_merge::MergeOptions {
+        threshold: args.speedup_threshold,
+        ..Default::default()
+    };
+    let (_, merged) =
+        super::merge_policy::merge_reports(std::slice::from_ref(&args.report), &opt, args.fp8_pad)?;
+    let written = if merged.policies.len() > 1 {
+        let dir = out.parent().unwrap_or(Path::new("."));
+        let stem = out.file_stem().map_or_else(
+            || model_name.to_owned(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        super::merge_policy::write_outputs(&merged, None, Some(dir), &stem, &[&args.report])?
+    } else {
+        super::merge_policy::write_outputs(&merged, Some(out), None, model_name, &[&args.report])?
+    };
+    for w in written {
+        println!("wrote {}", w.display());
     }
     Ok(())
 }
@@ -384,48 +406,6 @@ fn check_outputs(args: &Args, report: &Path) -> CliResult {
             .map_err(CliError::input)?;
     }
     Ok(())
-}
-
-/// The progress bar and notes (both hidden with --quiet).
-struct Bar(ProgressBar, bool);
-
-impl Bar {
-    fn new(quiet: bool) -> Self {
-        let bar = if quiet {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new(0)
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        Bar(bar, quiet)
-    }
-}
-
-impl driver::Progress for Bar {
-    fn start(&self, todo: usize) {
-        self.0.set_length(todo as u64);
-    }
-    fn point(&self, p: &BenchPoint, r: &Point) {
-        let sp = r.speedup.map_or_else(
-            || format!("{:?}", r.status).to_lowercase(),
-            |s| format!("{s:.3}x"),
-        );
-        self.0.set_message(format!(
-            "{} @ {} tokens: {sp}",
-            p.spec.name.rsplit('.').next().unwrap_or(""),
-            p.tokens
-        ));
-        self.0.inc(1);
-    }
-    fn note(&self, message: &str) {
-        if !self.1 {
-            self.0.suspend(|| eprintln!("{message}"));
-        }
-    }
 }
 
 fn parse_devices(s: &str) -> CliResult<Vec<usize>> {
@@ -482,86 +462,6 @@ pub fn open_backend(
         ))
     })?;
     Ok(Box::new(CudaBackend(gpu)))
-}
-
-/// Writes a report atomically.
-pub fn write_report(report: &Report, path: &std::path::Path) -> CliResult {
-    fp8_report::write(report, path).map_err(CliError::from)
-}
-
-/// Prints the sweep as one JSON object.
-fn print_json(report: &Report, path: &Path) {
-    let (ok, failed, skipped) = report.status_counts();
-    let points: Vec<serde_json::Value> = report
-        .points
-        .iter()
-        .map(|p| {
-            serde_json::json!({
-                "id": p.id(), "module": p.module, "split": p.split_mode, "tokens": p.tokens,
-                "tp": p.tp, "etp": p.etp, "num_gemms": p.num_gemms,
-                "bf16_ms": p.bf16.map(|t| t.total_ms.median), "fp8_ms": p.fp8.map(|t| t.total_ms.median),
-                "speedup": p.speedup, "status": p.status, "reason": p.reason,
-            })
-        })
-        .collect();
-    let out = serde_json::json!({
-        "report": path, "device": report.provenance.device.name, "estimated": report.estimated,
-        "ok": ok, "failed": failed, "skipped": skipped, "points": points,
-    });
-    println!("{out:#}");
-}
-
-/// Prints the end-of-sweep table and the summary line; with `quiet`, the summary line only.
-pub fn print_summary(report: &Report, quiet: bool) {
-    let (ok, failed, skipped) = report.status_counts();
-    let estimate = if report.estimated {
-        " (ESTIMATES from the cost model, not measurements)"
-    } else {
-        ""
-    };
-    let line = format!(
-        "{ok} ok, {failed} failed, {skipped} skipped; device {}{estimate}",
-        report.provenance.device.name
-    );
-    if quiet {
-        println!("{line}");
-        return;
-    }
-    println!(
-        "{:<48} {:>8} {:>8} {:>10} {:>10} {:>8}  status",
-        "module", "gemms", "tokens", "bf16 ms", "fp8 ms", "speedup"
-    );
-    for p in &report.points {
-        let name = format!(
-            "{}{}",
-            p.module
-                .trim_start_matches("decoder.layers.")
-                .trim_start_matches("image_encoder.layers."),
-            p.split_mode
-                .as_deref()
-                .map(|s| format!(" [{s}]"))
-                .unwrap_or_default()
-        );
-        let f = |t: Option<fp8_report::Timing>| {
-            t.map_or_else(|| "-".to_owned(), |t| format!("{:.3}", t.total_ms.median))
-        };
-        let status = match p.status {
-            Status::Ok => "ok".to_owned(),
-            _ => format!("{:?}: {}", p.status, p.reason.clone().unwrap_or_default()).to_lowercase(),
-        };
-        println!(
-            "{:<48} {:>8} {:>8} {:>10} {:>10} {:>8}  {}",
-            name,
-            p.num_gemms,
-            p.tokens,
-            f(p.bf16),
-            f(p.fp8),
-            p.speedup
-                .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}")),
-            status
-        );
-    }
-    println!("{line}");
 }
 
 fn parse_precisions(s: &str) -> CliResult<(bool, bool)> {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_kernels;
+pub mod bench_output;
 pub mod decide;
 pub mod explain;
 pub mod gen_policy;
