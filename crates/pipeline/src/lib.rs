@@ -4,12 +4,13 @@
 //! every curve with its threshold, and a markdown summary with the step time of the module set.
 //!
 //! It measures through `fp8-bench`'s driver and merges through `fp8-merge`; it adds no measuring
-//! or merging logic of its own. It prints only through a `generate::Progress` the caller
-//! passes (`generate::TermProgress` is the terminal one both commands use).
+//! or merging logic of its own. It prints only through a `progress::Progress` the caller
+//! passes (`progress::TermProgress` is the terminal one both commands use).
 
 pub mod build;
 pub mod eval;
 pub mod fold;
 pub mod generate;
 pub mod plot;
+pub mod progress;
 pub mod step;
