@@ -302,71 +302,11 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         let estimated = policy.is_some_and(Policy::estimated);
         if estimated {
             estimated_roles.push(c.role);
-            warnings.push(format!(
-                "the {} policy is an ESTIMATE from the cost model, not a measurement: measure on \
-                 the GPU (fp8sel bench) before training with it",
-                c.role
-            ));
         }
-        if let Some(w) = policy.and_then(|p| model_mismatch(p, &model.name)) {
-            warnings.push(format!("{}: {w}", c.role));
-        }
-        if c.arch.moe.is_some()
-            && cfg.topk.is_none()
-            && c.defaults_applied
-                .iter()
-                .any(|d| d.starts_with("moe_router_topk absent"))
-        {
-            warnings.push(format!(
-                "{}: the config has no moe_router_topk, so Megatron's default of 2 is used and \
-                 expert token counts are tokens x 2; if your launcher passes --moe-router-topk, \
-                 pass the same value here (--topk)",
-                c.role
-            ));
-        }
-        let measured_bf16 = policy.map_or(&[][..], Policy::measured_bf16_keys);
+        warnings.extend(policy_warnings(c, policy, cfg.topk.is_some(), &model.name));
         for spec in inventory(c, cfg.parallel)? {
             let d = decide(&spec, tokens, topk, policy, cfg.execution).map_err(decide_err)?;
-            let mut missing_key = match &d.decision {
-                Some(Decision {
-                    reason: Reason::NoRule { key },
-                    ..
-                }) => Some(key.clone()),
-                _ => None,
-            };
-            let mut reason = d.reason();
-            if let Some(k) = &missing_key
-                && measured_bf16.contains(k)
-            {
-                // Measured, and FP8 never won: an answer, not a gap.
-                reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
-                missing_key = None;
-            } else if let Some(k) = &missing_key
-                && let Some((o, bound)) = policy.and_then(Policy::provenance).and_then(|p| {
-                    Some((
-                        p.numerics_overrule(k)?,
-                        p.numerics.as_ref()?.max_quant_error,
-                    ))
-                })
-            {
-                // FP8 won by speed; the numerics bound kept it BF16: an answer, not a gap.
-                reason = format!(
-                    "no rule for {k}: kept BF16 by the numerics bound ({}'s {} has relative RMS error {:.4} > {bound}; by speed FP8 from {})",
-                    o.module, o.operand, o.error, o.min_tokens
-                );
-                missing_key = None;
-            }
-            let step_flops = spec.step_flops(d.num_tokens) * spec.layers as f64;
-            modules.push(PlannedModule {
-                gemm_rows: spec.gemm_rows(d.num_tokens),
-                num_tokens: d.num_tokens,
-                use_fp8: d.use_fp8(),
-                estimated,
-                reason,
-                missing_key,
-                step_flops,
-                spec,
-            });
+            modules.push(planned(spec, &d, policy, estimated));
         }
     }
     let mut summary = summarize(&modules, without, token_words, defaults);
@@ -380,6 +320,89 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         summary,
         architectures,
     })
+}
+
+/// What a component's policy and config make worth saying: an estimated policy, a policy made
+/// for another model, an MoE config without its router top-k.
+fn policy_warnings(
+    c: &crate::model::Component,
+    policy: Option<&Policy>,
+    topk_given: bool,
+    model_name: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if policy.is_some_and(Policy::estimated) {
+        out.push(format!(
+            "the {} policy is an ESTIMATE from the cost model, not a measurement: measure on \
+             the GPU (fp8sel bench) before training with it",
+            c.role
+        ));
+    }
+    if let Some(w) = policy.and_then(|p| model_mismatch(p, model_name)) {
+        out.push(format!("{}: {w}", c.role));
+    }
+    if c.arch.moe.is_some()
+        && !topk_given
+        && c.defaults_applied
+            .iter()
+            .any(|d| d.starts_with("moe_router_topk absent"))
+    {
+        out.push(format!(
+            "{}: the config has no moe_router_topk, so Megatron's default of 2 is used and \
+             expert token counts are tokens x 2; if your launcher passes --moe-router-topk, \
+             pass the same value here (--topk)",
+            c.role
+        ));
+    }
+    out
+}
+
+/// One module's row. A key without a rule is a gap in the sweep unless the policy says why it
+/// has none: measured with FP8 never winning, or kept BF16 by the numerics bound.
+fn planned(
+    spec: ModuleSpec,
+    d: &ModuleDecision,
+    policy: Option<&Policy>,
+    estimated: bool,
+) -> PlannedModule {
+    let mut missing_key = match &d.decision {
+        Some(Decision {
+            reason: Reason::NoRule { key },
+            ..
+        }) => Some(key.clone()),
+        _ => None,
+    };
+    let mut reason = d.reason();
+    let measured_bf16 = policy.map_or(&[][..], Policy::measured_bf16_keys);
+    if let Some(k) = &missing_key
+        && measured_bf16.contains(k)
+    {
+        reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
+        missing_key = None;
+    } else if let Some(k) = &missing_key
+        && let Some((o, bound)) = policy.and_then(Policy::provenance).and_then(|p| {
+            Some((
+                p.numerics_overrule(k)?,
+                p.numerics.as_ref()?.max_quant_error,
+            ))
+        })
+    {
+        reason = format!(
+            "no rule for {k}: kept BF16 by the numerics bound ({}'s {} has relative RMS error {:.4} > {bound}; by speed FP8 from {})",
+            o.module, o.operand, o.error, o.min_tokens
+        );
+        missing_key = None;
+    }
+    PlannedModule {
+        gemm_rows: spec.gemm_rows(d.num_tokens),
+        num_tokens: d.num_tokens,
+        use_fp8: d.use_fp8(),
+        estimated,
+        reason,
+        missing_key,
+        step_flops: spec.step_flops(d.num_tokens) * spec.layers as f64,
+        spec,
+    }
 }
 
 fn describe_tokens(n: u64, src: TokenSource, topk: Option<u64>) -> String {
