@@ -68,80 +68,123 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             problem: "the report has no results".into(),
         });
     }
-    let mut rows = Vec::new();
     let mut models: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (index, item) in items.iter().enumerate() {
-        let bad = |problem: String| MergeError::Point {
-            file: path.into(),
-            index,
-            what: "reference result".into(),
-            problem,
-        };
-        let o = item
-            .as_object()
-            .ok_or_else(|| bad("not an object".into()))?;
-        let s = |k: &str| field(o, k).and_then(Value::as_str).map(str::to_owned);
-        let n = |k: &str| field(o, k).and_then(Value::as_u64);
-        let kind: ModuleKind = s("module_kind")
-            .ok_or_else(|| bad("missing module_kind".into()))?
-            .parse()
-            .map_err(|e| bad(format!("{e}")))?;
-        let precision = s("precision").ok_or_else(|| bad("missing precision".into()))?;
-        let fp8 = match precision.as_str() {
-            "fp8" => true,
-            "bf16" => false,
-            other => return Err(bad(format!("unknown precision `{other}`"))),
-        };
-        let tokens =
-            n("num_tokens").ok_or_else(|| bad("missing or non-integer num_tokens".into()))?;
-        let total_ms = field(o, "total_ms")
-            .and_then(Value::as_f64)
-            .ok_or_else(|| bad("missing total_ms".into()))?;
-        let model_name = s("model_name").unwrap_or_default();
-        let case = s("case_name").unwrap_or_default();
-        let component = component_of(&model_name, &case);
-        if !model_name.is_empty() {
-            models
-                .entry(component.to_owned())
-                .or_default()
-                .insert(base_model(&model_name).to_owned());
-        }
-        let tp = n("tp_size").unwrap_or(1) as u32;
-        let etp = n("etp_size").unwrap_or(1) as u32;
-        let num_gemms = n("num_gemms").unwrap_or(1) as u32;
-        let par = if kind.is_grouped() {
-            ParKey::Grouped(etp, num_gemms)
-        } else {
-            ParKey::Tp(tp)
-        };
-        let curve = s("module_name")
-            .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| case.clone());
-        rows.push(Row {
-            index,
-            case: (case.clone(), model_name.clone()),
-            curve,
-            key: GroupKey {
-                component: component.to_owned(),
-                kind,
-                ub_name: if kind.is_grouped() {
-                    None
-                } else {
-                    s("ub_name")
-                },
-                par,
-            },
-            fp8,
-            tokens,
-            total_ms,
-            num_gemms,
-        });
+    let rows = items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| read_row(index, item, path, &mut models))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (samples, unpaired) = pair(&rows, path, pad)?;
+    if samples.is_empty() {
+        return Err(no_pairs(&rows, unpaired.len(), path));
     }
-    // (key, curve, case) -> (bf16 rows, fp8 rows)
+    Ok(Loaded {
+        file: path.into(),
+        origin: Origin {
+            device: String::new(),
+            recipe: String::new(),
+            estimated: false,
+            model: models
+                .values()
+                .flatten()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join("+"),
+            models,
+            recompute: None,
+            tp_comm: None,
+            tps: BTreeSet::new(),
+            timing: "reference-eager".to_owned(),
+        },
+        samples,
+        unpaired,
+        not_ok: Vec::new(),
+        shard: None,
+    })
+}
+
+/// One result of the list, its model noted under its component.
+fn read_row(
+    index: usize,
+    item: &Value,
+    path: &Path,
+    models: &mut BTreeMap<String, BTreeSet<String>>,
+) -> Result<Row, MergeError> {
+    let bad = |problem: String| MergeError::Point {
+        file: path.into(),
+        index,
+        what: "reference result".into(),
+        problem,
+    };
+    let o = item
+        .as_object()
+        .ok_or_else(|| bad("not an object".into()))?;
+    let s = |k: &str| field(o, k).and_then(Value::as_str).map(str::to_owned);
+    let n = |k: &str| field(o, k).and_then(Value::as_u64);
+    let kind: ModuleKind = s("module_kind")
+        .ok_or_else(|| bad("missing module_kind".into()))?
+        .parse()
+        .map_err(|e| bad(format!("{e}")))?;
+    let precision = s("precision").ok_or_else(|| bad("missing precision".into()))?;
+    let fp8 = match precision.as_str() {
+        "fp8" => true,
+        "bf16" => false,
+        other => return Err(bad(format!("unknown precision `{other}`"))),
+    };
+    let tokens = n("num_tokens").ok_or_else(|| bad("missing or non-integer num_tokens".into()))?;
+    let total_ms = field(o, "total_ms")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| bad("missing total_ms".into()))?;
+    let model_name = s("model_name").unwrap_or_default();
+    let case = s("case_name").unwrap_or_default();
+    let component = component_of(&model_name, &case);
+    if !model_name.is_empty() {
+        models
+            .entry(component.to_owned())
+            .or_default()
+            .insert(base_model(&model_name).to_owned());
+    }
+    let tp = n("tp_size").unwrap_or(1) as u32;
+    let etp = n("etp_size").unwrap_or(1) as u32;
+    let num_gemms = n("num_gemms").unwrap_or(1) as u32;
+    let par = if kind.is_grouped() {
+        ParKey::Grouped(etp, num_gemms)
+    } else {
+        ParKey::Tp(tp)
+    };
+    let curve = s("module_name")
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| case.clone());
+    Ok(Row {
+        index,
+        case: (case, model_name),
+        curve,
+        key: GroupKey {
+            component: component.to_owned(),
+            kind,
+            ub_name: if kind.is_grouped() {
+                None
+            } else {
+                s("ub_name")
+            },
+            par,
+        },
+        fp8,
+        tokens,
+        total_ms,
+        num_gemms,
+    })
+}
+
+/// BF16 and FP8 results paired as the reference pairs them: by key, curve and case, then each
+/// FP8 result with the largest unused BF16 count at most `num_gemms x pad` below it.
+fn pair(rows: &[Row], path: &Path, pad: u64) -> Result<(Vec<Sample>, Vec<String>), MergeError> {
     type Pairs<'a> = (Vec<&'a Row>, Vec<&'a Row>);
     type CaseKey = (GroupKey, String, (String, String));
     let mut by_case: BTreeMap<CaseKey, Pairs<'_>> = BTreeMap::new();
-    for r in &rows {
+    for r in rows {
         let e = by_case
             .entry((r.key.clone(), r.curve.clone(), r.case.clone()))
             .or_default();
@@ -193,48 +236,23 @@ pub(crate) fn parse(items: &[Value], path: &Path, pad: u64) -> Result<Loaded, Me
             }
         }
     }
-    if samples.is_empty() {
-        let has_fp8 = rows.iter().any(|r| r.fp8);
-        let has_bf16 = rows.iter().any(|r| !r.fp8);
-        let problem = if !has_fp8 || !has_bf16 {
-            format!(
-                "the report has only {} results; fix: benchmark both precisions",
-                if has_bf16 { "bf16" } else { "fp8" }
-            )
-        } else {
-            format!(
-                "no bf16/fp8 pair could be formed ({} unpaired results)",
-                unpaired.len()
-            )
-        };
-        return Err(MergeError::Empty {
-            file: path.into(),
-            problem,
-        });
-    }
-    Ok(Loaded {
+    Ok((samples, unpaired))
+}
+
+/// Why no pair formed: one precision only, or none within the padding.
+fn no_pairs(rows: &[Row], unpaired: usize, path: &Path) -> MergeError {
+    let has_fp8 = rows.iter().any(|r| r.fp8);
+    let has_bf16 = rows.iter().any(|r| !r.fp8);
+    let problem = if !has_fp8 || !has_bf16 {
+        format!(
+            "the report has only {} results; fix: benchmark both precisions",
+            if has_bf16 { "bf16" } else { "fp8" }
+        )
+    } else {
+        format!("no bf16/fp8 pair could be formed ({unpaired} unpaired results)")
+    };
+    MergeError::Empty {
         file: path.into(),
-        origin: Origin {
-            device: String::new(),
-            recipe: String::new(),
-            estimated: false,
-            model: models
-                .values()
-                .flatten()
-                .cloned()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect::<Vec<_>>()
-                .join("+"),
-            models,
-            recompute: None,
-            tp_comm: None,
-            tps: BTreeSet::new(),
-            timing: "reference-eager".to_owned(),
-        },
-        samples,
-        unpaired,
-        not_ok: Vec::new(),
-        shard: None,
-    })
+        problem,
+    }
 }
