@@ -194,13 +194,28 @@ fn summary(
     policies: &BTreeMap<Role, Policy>,
     opt: &MergeOptions,
 ) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}: adaptive FP8 policy\n", model.name);
+    write_origin(&mut s, reports, opt);
+    write_rules(&mut s, merged);
+    write_step_times(&mut s, model, reports, policies);
+    if !merged.warnings.is_empty() {
+        let _ = writeln!(s, "\n## Merge warnings\n");
+        for w in &merged.warnings {
+            let _ = writeln!(s, "- {w}");
+        }
+    }
+    s
+}
+
+/// Where the policy came from: the device and backend, the objective, TP communication, the
+/// recipe, the threshold and the reports.
+fn write_origin(s: &mut String, reports: &[&(PathBuf, Report, Loaded)], opt: &MergeOptions) {
     let estimated = reports.iter().any(|r| r.1.estimated);
     let devices: BTreeSet<&str> = reports
         .iter()
         .map(|r| r.1.provenance.device.name.as_str())
         .collect();
-    let mut s = String::new();
-    let _ = writeln!(s, "# {}: adaptive FP8 policy\n", model.name);
     if estimated {
         let _ = writeln!(
             s,
@@ -277,6 +292,10 @@ fn summary(
     for r in reports {
         let _ = writeln!(s, "- `{}`", rel_name(&r.0));
     }
+}
+
+/// The rules table: every key and what it got.
+fn write_rules(s: &mut String, merged: &fp8_merge::Merged) {
     let _ = writeln!(
         s,
         "\n## Rules\n\n| component | kind | key | min_tokens | measured speedup |\n|---|---|---|---|---|"
@@ -305,6 +324,15 @@ fn summary(
             }
         }
     }
+}
+
+/// The seed's section 4 for this model: the module set's step time per measured layout.
+fn write_step_times(
+    s: &mut String,
+    model: &ModelDesc,
+    reports: &[&(PathBuf, Report, Loaded)],
+    policies: &BTreeMap<Role, Policy>,
+) {
     let _ = writeln!(
         s,
         "\n## Step time of the module set (the seed's section 4, for this model)\n\n\
@@ -360,11 +388,4 @@ fn summary(
             st.modules
         );
     }
-    if !merged.warnings.is_empty() {
-        let _ = writeln!(s, "\n## Merge warnings\n");
-        for w in &merged.warnings {
-            let _ = writeln!(s, "- {w}");
-        }
-    }
-    s
 }
