@@ -24,7 +24,6 @@ const LONG_FNS: &[(&str, &str)] = &[
     ("crates/engine/src/config/hf.rs", "text"),
     ("crates/engine/src/config/megatron.rs", "component"),
     ("crates/engine/src/inventory.rs", "inventory"),
-    ("crates/pipeline/src/plot.rs", "chart_svg"),
     ("xtask/src/e2e_results.rs", "render"),
     ("xtask/src/e2e_results.rs", "render_combine"),
     ("xtask/src/recipe_results.rs", "render"),

@@ -181,78 +181,91 @@ pub fn chart_svg(
                     .map_err(e)?;
             }
         }
-        // The legend, beside the plot.
-        let font = ("sans-serif", 13).into_font();
-        let mut y = 40;
+        draw_legend(&legend_area, threshold, lines, axes)?;
+        root.present().map_err(e)?;
+    }
+    Ok(svg)
+}
+
+/// The legend beside the plot: the threshold, the rule marker, the band, one entry per line.
+fn draw_legend(
+    legend_area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    threshold: f64,
+    lines: &[Line],
+    axes: &Chart<'_>,
+) -> Result<(), String> {
+    fn e<E: std::fmt::Debug>(err: E) -> String {
+        format!("plot: {err:?}")
+    }
+    let font = ("sans-serif", 13).into_font();
+    let mut y = 40;
+    legend_area
+        .draw(&Text::new(
+            "legend",
+            (10, 16),
+            ("sans-serif", 14).into_font(),
+        ))
+        .map_err(e)?;
+    for k in 0..4 {
         legend_area
-            .draw(&Text::new(
-                "legend",
-                (10, 16),
-                ("sans-serif", 14).into_font(),
+            .draw(&PathElement::new(
+                vec![(10 + 8 * k, y), (14 + 8 * k, y)],
+                BLACK.stroke_width(1),
             ))
             .map_err(e)?;
-        for k in 0..4 {
-            legend_area
-                .draw(&PathElement::new(
-                    vec![(10 + 8 * k, y), (14 + 8 * k, y)],
-                    BLACK.stroke_width(1),
-                ))
-                .map_err(e)?;
-        }
+    }
+    legend_area
+        .draw(&Text::new(
+            format!("{} {threshold}", axes.threshold_label),
+            (50, y - 7),
+            font.clone(),
+        ))
+        .map_err(e)?;
+    y += 22;
+    if axes.rules {
+        legend_area
+            .draw(&Circle::new((25, y), 7, BLACK.stroke_width(2)))
+            .map_err(e)?;
         legend_area
             .draw(&Text::new(
-                format!("{} {threshold}", axes.threshold_label),
+                "the rule's min_tokens",
                 (50, y - 7),
                 font.clone(),
             ))
             .map_err(e)?;
         y += 22;
-        if axes.rules {
-            legend_area
-                .draw(&Circle::new((25, y), 7, BLACK.stroke_width(2)))
-                .map_err(e)?;
-            legend_area
-                .draw(&Text::new(
-                    "the rule's min_tokens",
-                    (50, y - 7),
-                    font.clone(),
-                ))
-                .map_err(e)?;
-            y += 22;
-        }
-        if lines.iter().any(|l| !l.band.is_empty()) {
-            legend_area
-                .draw(&Rectangle::new(
-                    [(10, y - 5), (40, y + 5)],
-                    BLACK.mix(0.18).filled(),
-                ))
-                .map_err(e)?;
-            legend_area
-                .draw(&Text::new("p10-p90 band", (50, y - 7), font.clone()))
-                .map_err(e)?;
-            y += 22;
-        }
-        for (i, l) in lines.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            legend_area
-                .draw(&PathElement::new(
-                    vec![(10, y), (40, y)],
-                    color.stroke_width(2),
-                ))
-                .map_err(e)?;
-            let label = match (axes.rules, l.min_tokens) {
-                (false, _) => l.label.clone(),
-                (true, Some(t)) => format!("{} (FP8 from {})", l.label, human(t as f64)),
-                (true, None) => format!("{} (no rule: BF16)", l.label),
-            };
-            legend_area
-                .draw(&Text::new(label, (50, y - 7), font.clone()))
-                .map_err(e)?;
-            y += 22;
-        }
-        root.present().map_err(e)?;
     }
-    Ok(svg)
+    if lines.iter().any(|l| !l.band.is_empty()) {
+        legend_area
+            .draw(&Rectangle::new(
+                [(10, y - 5), (40, y + 5)],
+                BLACK.mix(0.18).filled(),
+            ))
+            .map_err(e)?;
+        legend_area
+            .draw(&Text::new("p10-p90 band", (50, y - 7), font.clone()))
+            .map_err(e)?;
+        y += 22;
+    }
+    for (i, l) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        legend_area
+            .draw(&PathElement::new(
+                vec![(10, y), (40, y)],
+                color.stroke_width(2),
+            ))
+            .map_err(e)?;
+        let label = match (axes.rules, l.min_tokens) {
+            (false, _) => l.label.clone(),
+            (true, Some(t)) => format!("{} (FP8 from {})", l.label, human(t as f64)),
+            (true, None) => format!("{} (no rule: BF16)", l.label),
+        };
+        legend_area
+            .draw(&Text::new(label, (50, y - 7), font.clone()))
+            .map_err(e)?;
+        y += 22;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
