@@ -10,7 +10,7 @@ use fp8_policy::{KindFamily, Lookup, ModuleKind};
 use serde::Serialize;
 
 use crate::classify::{TeClass, promote_expert};
-use crate::model::{Component, Norm, Role};
+use crate::model::{Component, Mla, Moe, Norm, Role};
 use crate::parallel::Parallel;
 
 /// One TE linear module (or a group of identical ones across layers).
@@ -168,114 +168,138 @@ impl Builder<'_> {
 
 /// Lists every TE linear module the component builds on one rank under `parallel`.
 pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, LayoutError> {
-    use TeClass::*;
     let a = &c.arch;
     let mut b = Builder {
         c,
         p: parallel,
         out: Vec::new(),
     };
-    let tp = parallel.tp;
     let n = a.num_layers;
-    let g = if a.gated_mlp { 2 } else { 1 };
-    let h = a.hidden_size;
-    // Attention.
     match a.mla {
-        None => {
-            let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
-            let groups = b.split("num_query_groups", a.num_query_groups, "tp", tp)?;
+        None => attention(&mut b, n)?,
+        Some(m) => mla_attention(&mut b, m, n)?,
+    }
+    let dense_layers = a.moe.map_or(n, |m| m.dense_layers.min(n));
+    dense_mlp(&mut b, dense_layers)?;
+    if let Some(m) = a.moe {
+        moe_mlp(&mut b, m, n - dense_layers)?;
+    }
+    if a.mtp_layers > 0 && c.role == Role::Llm {
+        mtp(&mut b, a.mtp_layers, a.moe.is_some() && dense_layers < n)?;
+    }
+    Ok(b.out)
+}
+
+/// MHA/GQA attention of `n` layers: the fused norm + QKV projection and the output projection.
+fn attention(b: &mut Builder<'_>, n: u64) -> Result<(), LayoutError> {
+    use TeClass::*;
+    let (a, tp) = (&b.c.arch, b.p.tp);
+    let h = a.hidden_size;
+    let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
+    let groups = b.split("num_query_groups", a.num_query_groups, "tp", tp)?;
+    b.push(
+        "self_attention.linear_qkv",
+        n,
+        LayerNormColumnParallelLinear,
+        "qkv",
+        false,
+        h,
+        a.head_dim * (heads + 2 * groups),
+        1,
+    );
+    b.push(
+        "self_attention.linear_proj",
+        n,
+        RowParallelLinear,
+        "proj",
+        false,
+        a.head_dim * heads,
+        h,
+        1,
+    );
+    Ok(())
+}
+
+/// Multi-latent attention of `n` layers (DeepSeek's): the down and up projections of q and kv,
+/// and the output projection.
+fn mla_attention(b: &mut Builder<'_>, m: Mla, n: u64) -> Result<(), LayoutError> {
+    use TeClass::*;
+    let (a, tp) = (&b.c.arch, b.p.tp);
+    let h = a.hidden_size;
+    let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
+    let q_head = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    match m.q_lora_rank {
+        Some(r) => {
             b.push(
-                "self_attention.linear_qkv",
-                n,
-                LayerNormColumnParallelLinear,
-                "qkv",
-                false,
-                h,
-                a.head_dim * (heads + 2 * groups),
-                1,
-            );
-            b.push(
-                "self_attention.linear_proj",
-                n,
-                RowParallelLinear,
-                "proj",
-                false,
-                a.head_dim * heads,
-                h,
-                1,
-            );
-        }
-        Some(m) => {
-            let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
-            let q_head = m.qk_head_dim + m.qk_pos_emb_head_dim;
-            match m.q_lora_rank {
-                Some(r) => {
-                    b.push(
-                        "self_attention.linear_q_down_proj",
-                        n,
-                        Linear,
-                        "q_down_proj",
-                        false,
-                        h,
-                        r,
-                        1,
-                    );
-                    b.push(
-                        "self_attention.linear_q_up_proj",
-                        n,
-                        LayerNormColumnParallelLinear,
-                        "q_up_proj",
-                        false,
-                        r,
-                        heads * q_head,
-                        1,
-                    );
-                }
-                None => b.push(
-                    "self_attention.linear_q_proj",
-                    n,
-                    ColumnParallelLinear,
-                    "q_proj",
-                    false,
-                    h,
-                    heads * q_head,
-                    1,
-                ),
-            }
-            b.push(
-                "self_attention.linear_kv_down_proj",
+                "self_attention.linear_q_down_proj",
                 n,
                 Linear,
-                "kv_down_proj",
+                "q_down_proj",
                 false,
                 h,
-                m.kv_lora_rank + m.qk_pos_emb_head_dim,
+                r,
                 1,
             );
             b.push(
-                "self_attention.linear_kv_up_proj",
+                "self_attention.linear_q_up_proj",
                 n,
                 LayerNormColumnParallelLinear,
-                "kv_up_proj",
+                "q_up_proj",
                 false,
-                m.kv_lora_rank,
-                heads * (m.qk_head_dim + m.v_head_dim),
-                1,
-            );
-            b.push(
-                "self_attention.linear_proj",
-                n,
-                RowParallelLinear,
-                "proj",
-                false,
-                heads * m.v_head_dim,
-                h,
+                r,
+                heads * q_head,
                 1,
             );
         }
+        None => b.push(
+            "self_attention.linear_q_proj",
+            n,
+            ColumnParallelLinear,
+            "q_proj",
+            false,
+            h,
+            heads * q_head,
+            1,
+        ),
     }
-    // MLP.
-    let dense_layers = a.moe.map_or(n, |m| m.dense_layers.min(n));
+    b.push(
+        "self_attention.linear_kv_down_proj",
+        n,
+        Linear,
+        "kv_down_proj",
+        false,
+        h,
+        m.kv_lora_rank + m.qk_pos_emb_head_dim,
+        1,
+    );
+    b.push(
+        "self_attention.linear_kv_up_proj",
+        n,
+        LayerNormColumnParallelLinear,
+        "kv_up_proj",
+        false,
+        m.kv_lora_rank,
+        heads * (m.qk_head_dim + m.v_head_dim),
+        1,
+    );
+    b.push(
+        "self_attention.linear_proj",
+        n,
+        RowParallelLinear,
+        "proj",
+        false,
+        heads * m.v_head_dim,
+        h,
+        1,
+    );
+    Ok(())
+}
+
+/// The dense MLP of the first `dense_layers` layers (all of a dense model's).
+fn dense_mlp(b: &mut Builder<'_>, dense_layers: u64) -> Result<(), LayoutError> {
+    use TeClass::*;
+    let (a, tp) = (&b.c.arch, b.p.tp);
+    let (h, g) = (a.hidden_size, if a.gated_mlp { 2 } else { 1 });
     let ffn = b.split("ffn_hidden_size", a.ffn_hidden_size, "tp", tp)?;
     b.push(
         "mlp.linear_fc1",
@@ -297,64 +321,67 @@ pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, L
         h,
         1,
     );
-    if let Some(m) = a.moe {
-        let moe_layers = n - dense_layers;
-        let local = b.split("num_experts", m.num_experts, "ep", parallel.ep)?;
-        let num_gemms = u32::try_from(local).unwrap_or(u32::MAX);
-        let eff = b.split(
-            "moe_ffn_hidden_size",
-            m.moe_ffn_hidden_size,
-            "etp",
-            parallel.etp,
-        )?;
+    Ok(())
+}
+
+/// The MoE MLP of `moe_layers` layers: routed experts (grouped, one GEMM per local expert) and
+/// the shared experts, if any.
+fn moe_mlp(b: &mut Builder<'_>, m: Moe, moe_layers: u64) -> Result<(), LayoutError> {
+    use TeClass::*;
+    let (a, tp, parallel) = (&b.c.arch, b.p.tp, b.p);
+    let (h, g) = (a.hidden_size, if a.gated_mlp { 2 } else { 1 });
+    let local = b.split("num_experts", m.num_experts, "ep", parallel.ep)?;
+    let num_gemms = u32::try_from(local).unwrap_or(u32::MAX);
+    let eff = b.split(
+        "moe_ffn_hidden_size",
+        m.moe_ffn_hidden_size,
+        "etp",
+        parallel.etp,
+    )?;
+    b.push(
+        "mlp.experts.linear_fc1",
+        moe_layers,
+        ColumnParallelGroupedLinear,
+        "fc1",
+        true,
+        h,
+        g * eff,
+        num_gemms,
+    );
+    b.push(
+        "mlp.experts.linear_fc2",
+        moe_layers,
+        RowParallelGroupedLinear,
+        "fc2",
+        true,
+        eff,
+        h,
+        num_gemms,
+    );
+    if let Some(s) = m.shared_expert_ffn_hidden_size {
+        let sff = b.split("moe_shared_expert_intermediate_size", s, "tp", tp)?;
         b.push(
-            "mlp.experts.linear_fc1",
+            "mlp.shared_experts.linear_fc1",
             moe_layers,
-            ColumnParallelGroupedLinear,
+            ColumnParallelLinear,
             "fc1",
-            true,
+            false,
             h,
-            g * eff,
-            num_gemms,
+            g * sff,
+            1,
         );
         b.push(
-            "mlp.experts.linear_fc2",
+            "mlp.shared_experts.linear_fc2",
             moe_layers,
-            RowParallelGroupedLinear,
+            RowParallelLinear,
             "fc2",
-            true,
-            eff,
+            false,
+            sff,
             h,
-            num_gemms,
+            1,
         );
-        if let Some(s) = m.shared_expert_ffn_hidden_size {
-            let sff = b.split("moe_shared_expert_intermediate_size", s, "tp", tp)?;
-            b.push(
-                "mlp.shared_experts.linear_fc1",
-                moe_layers,
-                ColumnParallelLinear,
-                "fc1",
-                false,
-                h,
-                g * sff,
-                1,
-            );
-            b.push(
-                "mlp.shared_experts.linear_fc2",
-                moe_layers,
-                RowParallelLinear,
-                "fc2",
-                false,
-                sff,
-                h,
-                1,
-            );
-        }
     }
-    if a.mtp_layers > 0 && c.role == Role::Llm {
-        mtp(&mut b, a.mtp_layers, a.moe.is_some() && dense_layers < n)?;
-    }
-    Ok(b.out)
+    Ok(())
 }
 
 /// Multi-token-prediction layers (Megatron's `mtp.layers.N`): each projects the concatenated
