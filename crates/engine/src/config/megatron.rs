@@ -87,6 +87,57 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
+    let variant_warning = attention_variant(f)?;
+    let mut defaults = Vec::new();
+    let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
+    let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
+        Some(v) => v,
+        None => {
+            defaults.push(format!(
+                "ffn_hidden_size absent: 4 x hidden_size = {}",
+                4 * hidden
+            ));
+            4 * hidden
+        }
+    };
+    let groups = query_groups(f, heads, &mut defaults)?;
+    let is_mla = f.opt_bool(&["multi_latent_attention"])? == Some(true);
+    let head_dim = head_dim(f, hidden, heads, is_mla, &mut defaults)?;
+    let gated = gated_mlp(f, &mut defaults)?;
+    let norm = normalization(f, &mut defaults)?;
+    let mla = if is_mla {
+        Some(mla(f, &mut defaults)?)
+    } else {
+        None
+    };
+    let moe = moe(f, num_layers, ffn, &mut defaults)?;
+    Ok(Component {
+        role,
+        arch: Arch {
+            num_layers,
+            hidden_size: hidden,
+            ffn_hidden_size: ffn,
+            num_attention_heads: heads,
+            num_query_groups: groups,
+            head_dim,
+            gated_mlp: gated,
+            norm,
+            mla,
+            moe,
+            mtp_layers: f.opt_u64(&["mtp_num_layers"])?.unwrap_or(0),
+        },
+        fp8: fp8_settings(f)?,
+        recommended: recommended_run(f)?,
+        defaults_applied: defaults,
+        warnings: likely_typos(f).into_iter().chain(variant_warning).collect(),
+    })
+}
+
+/// `experimental_attention_variant`: none, or DSA (planned as MLA, with a warning); any other
+/// is refused.
+fn attention_variant(f: Fields<'_>) -> Result<Option<String>, ConfigError> {
     let mut variant_warning = None;
     match f.opt_str(&["experimental_attention_variant"])? {
         None => {}
@@ -107,20 +158,11 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             ));
         }
     }
-    let mut defaults = Vec::new();
-    let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
-    let hidden = f.req_pos(&["hidden_size"], "model width")?;
-    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
-    let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
-        Some(v) => v,
-        None => {
-            defaults.push(format!(
-                "ffn_hidden_size absent: 4 x hidden_size = {}",
-                4 * hidden
-            ));
-            4 * hidden
-        }
-    };
+    Ok(variant_warning)
+}
+
+/// Query groups (GQA), MHA when absent or `group_query_attention: false`.
+fn query_groups(f: Fields<'_>, heads: u64, defaults: &mut Vec<String>) -> Result<u64, ConfigError> {
     let gqa_off = f.opt_bool(&["group_query_attention"])? == Some(false);
     let groups = match f.opt_u64(&["num_query_groups"])? {
         Some(g) if !gqa_off => g,
@@ -138,8 +180,18 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             "use a divisor of num_attention_heads",
         ));
     }
-    let is_mla = f.opt_bool(&["multi_latent_attention"])? == Some(true);
-    let head_dim = match f.opt_u64(&["kv_channels"])? {
+    Ok(groups)
+}
+
+/// The per-head width: `kv_channels`, else hidden / heads.
+fn head_dim(
+    f: Fields<'_>,
+    hidden: u64,
+    heads: u64,
+    is_mla: bool,
+    defaults: &mut Vec<String>,
+) -> Result<u64, ConfigError> {
+    Ok(match f.opt_u64(&["kv_channels"])? {
         Some(0) => {
             return Err(f.err(
                 "kv_channels",
@@ -167,7 +219,11 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             ));
             hidden / heads
         }
-    };
+    })
+}
+
+/// A gated (SwiGLU) MLP, from the flag or the activation's name.
+fn gated_mlp(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<bool, ConfigError> {
     let act = f.opt_str(&["activation_func", "hidden_act"])?.unwrap_or("");
     let gated = match f.opt_bool(&["swiglu", "gated_linear_unit"])? {
         Some(g) => g,
@@ -177,6 +233,11 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             false
         }
     };
+    Ok(gated)
+}
+
+/// RMSNorm or LayerNorm, in any framework's spelling.
+fn normalization(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Norm, ConfigError> {
     // Framework spellings too: Torch_RMSNorm (ERNIE 4.5), TERMSNorm, FusedLayerNorm.
     let norm = match f.opt_str(&["normalization"])? {
         Some(n) if n.to_ascii_lowercase().ends_with("rmsnorm") => Norm::RmsNorm,
@@ -193,18 +254,22 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             Norm::LayerNorm
         }
     };
-    let mla = if is_mla {
-        Some(mla(f, &mut defaults)?)
-    } else {
-        None
-    };
-    let moe = moe(f, num_layers, ffn, &mut defaults)?;
+    Ok(norm)
+}
+
+/// The config's selective-FP8 fields (the seed's).
+fn fp8_settings(f: Fields<'_>) -> Result<Fp8Settings, ConfigError> {
     let fp8 = Fp8Settings {
         selective_fp8: f.opt_bool(&["selective_fp8"])?.unwrap_or(false),
         policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
         num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
         recipe: f.opt_str(&["fp8_recipe"])?.map(str::to_owned),
     };
+    Ok(fp8)
+}
+
+/// The run the config recommends: sequence, micro-batch and parallel sizes.
+fn recommended_run(f: Fields<'_>) -> Result<RecommendedRun, ConfigError> {
     let small = |keys: &[&'static str]| -> Result<Option<u32>, ConfigError> {
         f.opt_u64(keys)?
             .map(|v| {
@@ -218,33 +283,13 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             })
             .transpose()
     };
-    let recommended = RecommendedRun {
+    Ok(RecommendedRun {
         seq_length: f.opt_u64(&["seq_length"])?,
         micro_batch_size: f.opt_u64(&["micro_batch_size"])?,
         tp: small(&["tensor_model_parallel_size"])?,
         ep: small(&["expert_model_parallel_size"])?,
         etp: small(&["expert_tensor_parallel_size"])?,
         cp: small(&["context_parallel_size"])?,
-    };
-    Ok(Component {
-        role,
-        arch: Arch {
-            num_layers,
-            hidden_size: hidden,
-            ffn_hidden_size: ffn,
-            num_attention_heads: heads,
-            num_query_groups: groups,
-            head_dim,
-            gated_mlp: gated,
-            norm,
-            mla,
-            moe,
-            mtp_layers: f.opt_u64(&["mtp_num_layers"])?.unwrap_or(0),
-        },
-        fp8,
-        recommended,
-        defaults_applied: defaults,
-        warnings: likely_typos(f).into_iter().chain(variant_warning).collect(),
     })
 }
 
