@@ -110,65 +110,24 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let act = f.opt_str(&["hidden_act"])?.unwrap_or("silu");
     // Every supported text family uses a gated MLP (SwiGLU with silu).
     let gated = matches!(act, "silu" | "swish" | "gelu" | "gelu_pytorch_tanh");
-    let mut mla = None;
-    let mut moe = None;
-    match family {
-        Family::Dense => {}
-        Family::QwenMoe => {
-            let num_experts = f.req_pos(&["num_experts"], "routed experts")?;
-            let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
-            let topk = f.req_pos(&["num_experts_per_tok"], "router top-k")?;
-            let step = f.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
-            let mlp_only = f
-                .map
-                .get("mlp_only_layers")
-                .and_then(|v| v.as_array())
-                .map_or(0, |a| a.len() as u64);
-            let sparse = (0..num_layers)
-                .filter(|i| (i + 1).is_multiple_of(step))
-                .count() as u64;
-            let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
-            moe = Some(Moe {
-                num_experts,
-                moe_ffn_hidden_size: moe_ffn,
-                router_topk: topk,
-                shared_expert_ffn_hidden_size: f
-                    .opt_u64(&["shared_expert_intermediate_size"])?
-                    .filter(|s| *s > 0),
-                dense_layers,
-            });
-        }
-        Family::Mixtral => {
-            moe = Some(Moe {
+    let (moe, mla) = match family {
+        Family::Dense => (None, None),
+        Family::QwenMoe => (Some(qwen_moe(f, num_layers)?), None),
+        Family::Mixtral => (
+            Some(Moe {
                 num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
                 moe_ffn_hidden_size: ffn,
                 router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
                 shared_expert_ffn_hidden_size: None,
                 dense_layers: 0,
-            });
-        }
+            }),
+            None,
+        ),
         Family::DeepSeek => {
-            let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
-            let shared = f.opt_u64(&["n_shared_experts"])?.unwrap_or(0);
-            moe = Some(Moe {
-                num_experts: f.req_pos(&["n_routed_experts"], "routed experts")?,
-                moe_ffn_hidden_size: moe_ffn,
-                router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
-                shared_expert_ffn_hidden_size: (shared > 0).then_some(shared * moe_ffn),
-                dense_layers: f
-                    .opt_u64(&["first_k_dense_replace"])?
-                    .unwrap_or(0)
-                    .min(num_layers),
-            });
-            mla = Some(Mla {
-                q_lora_rank: f.opt_u64(&["q_lora_rank"])?.filter(|r| *r > 0),
-                kv_lora_rank: f.req_pos(&["kv_lora_rank"], "MLA key/value rank")?,
-                qk_head_dim: f.req_pos(&["qk_nope_head_dim"], "MLA per-head q/k dim")?,
-                qk_pos_emb_head_dim: f.req_u64(&["qk_rope_head_dim"], "MLA rotary dim")?,
-                v_head_dim: f.req_pos(&["v_head_dim"], "MLA value dim")?,
-            });
+            let (moe, mla) = deepseek(f, num_layers)?;
+            (Some(moe), Some(mla))
         }
-    }
+    };
     Ok(Component {
         role: Role::Llm,
         arch: Arch {
@@ -189,6 +148,56 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
         defaults_applied: defaults,
         warnings: Vec::new(),
     })
+}
+
+/// Qwen2/3-MoE experts: every `decoder_sparse_step`-th layer sparse, `mlp_only_layers` dense.
+fn qwen_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
+    let num_experts = f.req_pos(&["num_experts"], "routed experts")?;
+    let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
+    let topk = f.req_pos(&["num_experts_per_tok"], "router top-k")?;
+    let step = f.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
+    let mlp_only = f
+        .map
+        .get("mlp_only_layers")
+        .and_then(|v| v.as_array())
+        .map_or(0, |a| a.len() as u64);
+    let sparse = (0..num_layers)
+        .filter(|i| (i + 1).is_multiple_of(step))
+        .count() as u64;
+    let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
+    Ok(Moe {
+        num_experts,
+        moe_ffn_hidden_size: moe_ffn,
+        router_topk: topk,
+        shared_expert_ffn_hidden_size: f
+            .opt_u64(&["shared_expert_intermediate_size"])?
+            .filter(|s| *s > 0),
+        dense_layers,
+    })
+}
+
+/// DeepSeek-V2/V3: routed and shared experts after the first dense layers, and MLA.
+fn deepseek(f: Fields<'_>, num_layers: u64) -> Result<(Moe, Mla), ConfigError> {
+    let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
+    let shared = f.opt_u64(&["n_shared_experts"])?.unwrap_or(0);
+    let moe = Moe {
+        num_experts: f.req_pos(&["n_routed_experts"], "routed experts")?,
+        moe_ffn_hidden_size: moe_ffn,
+        router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
+        shared_expert_ffn_hidden_size: (shared > 0).then_some(shared * moe_ffn),
+        dense_layers: f
+            .opt_u64(&["first_k_dense_replace"])?
+            .unwrap_or(0)
+            .min(num_layers),
+    };
+    let mla = Mla {
+        q_lora_rank: f.opt_u64(&["q_lora_rank"])?.filter(|r| *r > 0),
+        kv_lora_rank: f.req_pos(&["kv_lora_rank"], "MLA key/value rank")?,
+        qk_head_dim: f.req_pos(&["qk_nope_head_dim"], "MLA per-head q/k dim")?,
+        qk_pos_emb_head_dim: f.req_u64(&["qk_rope_head_dim"], "MLA rotary dim")?,
+        v_head_dim: f.req_pos(&["v_head_dim"], "MLA value dim")?,
+    };
+    Ok((moe, mla))
 }
 
 fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
