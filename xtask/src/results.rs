@@ -116,6 +116,24 @@ pub fn render(root: &Path) -> Result<String, String> {
     let held: Vec<Report3> = read_reports(&h200.join("heldout"))?;
     let opt = MergeOptions::default();
     let mut s = String::new();
+    write_header(&mut s, &sweeps, &opt);
+    let _ = writeln!(
+        s,
+        "## The seed's section 4, measured\n\n\
+         | scenario | tokens | all-BF16 ms | all-FP8 ms | adaptive ms | oracle ms | adaptive / BF16 (time) | adaptive / FP8 (time) | adaptive / oracle (speed) | FP8 modules |\n\
+         |---|---|---|---|---|---|---|---|---|---|"
+    );
+    let mut policies_cache: BTreeMap<&'static str, BTreeMap<Role, fp8_policy::Policy>> =
+        BTreeMap::new();
+    let misses = section4_rows(root, &sweeps, &held, &opt, &mut policies_cache, &mut s)?;
+    write_targets(&mut s, &misses);
+    density(root, &sweeps, &held, &policies_cache, &mut s)?;
+    stability(root, &sweeps, &mut s)?;
+    Ok(s)
+}
+
+/// The title and how the numbers were made (device, method, held-out counts).
+fn write_header(s: &mut String, sweeps: &[Report3], opt: &MergeOptions) {
     // The device as the reports record it.
     let dev = sweeps
         .first()
@@ -142,14 +160,18 @@ pub fn render(root: &Path) -> Result<String, String> {
         opt.threshold,
         opt.margin
     );
-    let _ = writeln!(
-        s,
-        "## The seed's section 4, measured\n\n\
-         | scenario | tokens | all-BF16 ms | all-FP8 ms | adaptive ms | oracle ms | adaptive / BF16 (time) | adaptive / FP8 (time) | adaptive / oracle (speed) | FP8 modules |\n\
-         |---|---|---|---|---|---|---|---|---|---|"
-    );
+}
+
+/// One row per scenario and held-out count; returns the rows that miss a target.
+fn section4_rows(
+    root: &Path,
+    sweeps: &[Report3],
+    held: &[Report3],
+    opt: &MergeOptions,
+    policies_cache: &mut BTreeMap<&'static str, BTreeMap<Role, fp8_policy::Policy>>,
+    s: &mut String,
+) -> Result<Vec<String>, String> {
     let mut misses = Vec::new();
-    let mut policies_cache: BTreeMap<&str, BTreeMap<Role, fp8_policy::Policy>> = BTreeMap::new();
     for sc in SCENARIOS {
         let model =
             load_model(root.join("fixtures/models").join(sc.config)).map_err(|e| e.to_string())?;
@@ -158,10 +180,10 @@ pub fn render(root: &Path) -> Result<String, String> {
                 .iter()
                 .filter(|r| r.1.provenance.model == model.name)
                 .collect();
-            policies_cache.insert(sc.config, build_model(&model, &mine, &opt)?.policies);
+            policies_cache.insert(sc.config, build_model(&model, &mine, opt)?.policies);
         }
         let policies = &policies_cache[sc.config];
-        let index = PointIndex::new(heldout_points(&held, sc));
+        let index = PointIndex::new(heldout_points(held, sc));
         for &t in sc.tokens {
             let st = step_times(&model, sc.parallel, t, policies, &index, sc.roles);
             if !st.missing.is_empty() {
@@ -206,6 +228,11 @@ pub fn render(root: &Path) -> Result<String, String> {
             );
         }
     }
+    Ok(misses)
+}
+
+/// The targets, and each miss with why.
+fn write_targets(s: &mut String, misses: &[String]) {
     let _ = writeln!(
         s,
         "\nTargets: adaptive / BF16 (time) <= 1.00 everywhere (never slower than BF16); adaptive / oracle \
@@ -218,7 +245,7 @@ pub fn render(root: &Path) -> Result<String, String> {
             s,
             "Rows that miss a target (thresholds were not tuned to these points):\n"
         );
-        for m in &misses {
+        for m in misses {
             let _ = writeln!(s, "- {m}");
         }
         let _ = writeln!(
@@ -235,9 +262,6 @@ pub fn render(root: &Path) -> Result<String, String> {
              shrink the p10-p90 spread, were not tried.\n"
         );
     }
-    density(root, &sweeps, &held, &policies_cache, &mut s)?;
-    stability(root, &sweeps, &mut s)?;
-    Ok(s)
 }
 
 /// The MoE scenarios again, with policies from the denser sweeps in `dense2/`.
@@ -333,23 +357,7 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
          The Qwen2.5-72B sweep (TP 1, 2, 4, 8) ran twice, one after the other in the same device call \
          on the same H200 (`reports/h200/` and `reports/h200/rerun/`).\n"
     );
-    // Point-level spread of the speedup between the runs.
-    let mut diffs = Vec::new();
-    let key = |p: &fp8_report::Point| (p.module.clone(), p.tp, p.tokens);
-    let first: BTreeMap<_, f64> = a
-        .iter()
-        .flat_map(|r| &r.1.points)
-        .filter_map(|p| p.speedup.map(|s| (key(p), s)))
-        .collect();
-    for p in b.iter().flat_map(|r| &r.1.points) {
-        if let (Some(s2), Some(s1)) = (p.speedup, first.get(&key(p))) {
-            diffs.push((s2 - s1).abs());
-        }
-    }
-    diffs.sort_by(f64::total_cmp);
-    if diffs.is_empty() {
-        return Err("no matching points between the two stability runs".into());
-    }
+    let diffs = run_to_run(&a, &b)?;
     let q = |f: f64| diffs[((diffs.len() - 1) as f64 * f).round() as usize];
     let median = q(0.5);
     let _ = writeln!(
@@ -366,53 +374,9 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
     );
     let mut same_at = Vec::new();
     for margin in [0.0, 0.01, 0.02, 0.05] {
-        let opt = MergeOptions {
-            margin,
-            ..MergeOptions::default()
-        };
-        let ra = build_model(&model, &a, &opt)?;
-        let rb = build_model(&model, &b.iter().collect::<Vec<_>>(), &opt)?;
-        let rules = |p: &fp8_policy::Policy| -> BTreeMap<String, u64> {
-            let mut m = BTreeMap::new();
-            for kind in fp8_policy::DenseKind::ALL {
-                for (ub, rs) in p.dense_rules(kind) {
-                    for r in rs {
-                        m.insert(format!("{kind}/{ub}/tp{}", r.tp), r.min_tokens);
-                    }
-                }
-            }
-            m
-        };
-        let (ma, mb) = (
-            rules(&ra.policies[&Role::Llm]),
-            rules(&rb.policies[&Role::Llm]),
-        );
-        let keys: std::collections::BTreeSet<&String> = ma.keys().chain(mb.keys()).collect();
-        let mut same = 0;
-        let mut moved = 0;
-        let mut largest = String::from("-");
-        let mut largest_ratio = 1.0f64;
-        for k in keys {
-            match (ma.get(k), mb.get(k)) {
-                (Some(x), Some(y)) if x == y => same += 1,
-                (x, y) => {
-                    moved += 1;
-                    let (x, y) = (x.copied().unwrap_or(0), y.copied().unwrap_or(0));
-                    let ratio = (x.max(y) as f64 + 1.0) / (x.min(y) as f64 + 1.0);
-                    if ratio > largest_ratio {
-                        largest_ratio = ratio;
-                        largest = format!("{k}: {} -> {}", show(x), show(y));
-                    }
-                }
-            }
-        }
+        let (row, same) = margin_row(&model, &a, &b, margin)?;
         same_at.push((margin, same));
-        let _ = writeln!(
-            s,
-            "| {margin} | {} | {} | {same} | {moved} | {largest} |",
-            ma.len(),
-            mb.len()
-        );
+        let _ = writeln!(s, "{row}");
     }
     let same = |m: f64| same_at.iter().find(|(x, _)| *x == m).map_or(0, |(_, n)| *n);
     let (at_default, at_wider) = (same(0.02), same(0.05));
@@ -440,6 +404,86 @@ fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), Stri
          costs little.\n"
     );
     Ok(())
+}
+
+/// The speedup differences of the points both runs measured, sorted.
+fn run_to_run(a: &[&Report3], b: &[Report3]) -> Result<Vec<f64>, String> {
+    let mut diffs = Vec::new();
+    let key = |p: &fp8_report::Point| (p.module.clone(), p.tp, p.tokens);
+    let first: BTreeMap<_, f64> = a
+        .iter()
+        .flat_map(|r| &r.1.points)
+        .filter_map(|p| p.speedup.map(|s| (key(p), s)))
+        .collect();
+    for p in b.iter().flat_map(|r| &r.1.points) {
+        if let (Some(s2), Some(s1)) = (p.speedup, first.get(&key(p))) {
+            diffs.push((s2 - s1).abs());
+        }
+    }
+    diffs.sort_by(f64::total_cmp);
+    if diffs.is_empty() {
+        return Err("no matching points between the two stability runs".into());
+    }
+    diffs.sort_by(f64::total_cmp);
+    if diffs.is_empty() {
+        return Err("no matching points between the two stability runs".into());
+    }
+    Ok(diffs)
+}
+
+/// One margin's row: both runs' rules, how many kept their `min_tokens`, the largest move.
+fn margin_row(
+    model: &fp8_engine::ModelDesc,
+    a: &[&Report3],
+    b: &[Report3],
+    margin: f64,
+) -> Result<(String, usize), String> {
+    let opt = MergeOptions {
+        margin,
+        ..MergeOptions::default()
+    };
+    let ra = build_model(model, a, &opt)?;
+    let rb = build_model(model, &b.iter().collect::<Vec<_>>(), &opt)?;
+    let rules = |p: &fp8_policy::Policy| -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for kind in fp8_policy::DenseKind::ALL {
+            for (ub, rs) in p.dense_rules(kind) {
+                for r in rs {
+                    m.insert(format!("{kind}/{ub}/tp{}", r.tp), r.min_tokens);
+                }
+            }
+        }
+        m
+    };
+    let (ma, mb) = (
+        rules(&ra.policies[&Role::Llm]),
+        rules(&rb.policies[&Role::Llm]),
+    );
+    let keys: std::collections::BTreeSet<&String> = ma.keys().chain(mb.keys()).collect();
+    let mut same = 0;
+    let mut moved = 0;
+    let mut largest = String::from("-");
+    let mut largest_ratio = 1.0f64;
+    for k in keys {
+        match (ma.get(k), mb.get(k)) {
+            (Some(x), Some(y)) if x == y => same += 1,
+            (x, y) => {
+                moved += 1;
+                let (x, y) = (x.copied().unwrap_or(0), y.copied().unwrap_or(0));
+                let ratio = (x.max(y) as f64 + 1.0) / (x.min(y) as f64 + 1.0);
+                if ratio > largest_ratio {
+                    largest_ratio = ratio;
+                    largest = format!("{k}: {} -> {}", show(x), show(y));
+                }
+            }
+        }
+    }
+    let row = format!(
+        "| {margin} | {} | {} | {same} | {moved} | {largest} |",
+        ma.len(),
+        mb.len()
+    );
+    Ok((row, same))
 }
 
 /// The held-out points of a scenario's sweeps.

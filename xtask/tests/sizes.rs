@@ -24,8 +24,6 @@ const LONG_FNS: &[(&str, &str)] = &[
     ("xtask/src/e2e_results.rs", "render"),
     ("xtask/src/e2e_results.rs", "render_combine"),
     ("xtask/src/recipe_results.rs", "render"),
-    ("xtask/src/results.rs", "render"),
-    ("xtask/src/results.rs", "stability"),
 ];
 
 fn root() -> PathBuf {
