@@ -119,6 +119,17 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             runs.insert((model, recipe), run_recipe(root, &dir, model)?);
         }
     }
+    write_thresholds(&runs, &mut s);
+    write_curves(&runs, &mut s, &mut files)?;
+    s.push('\n');
+    te_agreement(root, &mut s)?;
+    Ok((s, files))
+}
+
+type Runs<'a> = BTreeMap<(&'a str, &'a str), RecipeRun>;
+
+/// Per model, every key's threshold in each recipe, and the comparison in words.
+fn write_thresholds(runs: &Runs<'_>, s: &mut String) {
     // Per model: every key with the three thresholds.
     let mut lower = [0usize; 2];
     let mut higher = [0usize; 2];
@@ -183,6 +194,10 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
          recipe would win.\n",
         lower[0], same[0], higher[0], lower[1], same[1], higher[1]
     );
+}
+
+/// One plot per module of the plotted layouts, the three recipes' curves on it.
+fn write_curves(runs: &Runs<'_>, s: &mut String, files: &mut Files) -> Result<(), String> {
     // Plots: one per module of the plotted layouts, the three recipes' curves on it.
     let _ = writeln!(s, "### Curves\n");
     for (model, file_suffix) in PLOTTED {
@@ -224,9 +239,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             let _ = writeln!(s, "- [{title}](plots/recipes/{name}.svg)");
         }
     }
-    s.push('\n');
-    te_agreement(root, &mut s)?;
-    Ok((s, files))
+    Ok(())
 }
 
 /// How often the cuBLASLt backend's FP8-or-BF16 answer matches TE's, per recipe and layout, on

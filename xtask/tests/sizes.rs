@@ -23,7 +23,6 @@ const LONG_FNS: &[(&str, &str)] = &[
     ("crates/bench/src/cuda/perf.rs", "quant_bandwidth"),
     ("xtask/src/e2e_results.rs", "render"),
     ("xtask/src/e2e_results.rs", "render_combine"),
-    ("xtask/src/recipe_results.rs", "render"),
 ];
 
 fn root() -> PathBuf {
