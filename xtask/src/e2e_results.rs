@@ -250,7 +250,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
          TP 2 measurements over a real TP group (now the TP 2 eager rules of `policies/<model>.json`); `cost model` \
          is `fp8sel gen-policy --backend model` for the two models that have no measured reports.\n"
     );
-    let mut tallies: std::collections::BTreeMap<(String, String), Tally> = Default::default();
+    let mut tallies: Tallies = Default::default();
     let mut agree: Vec<(String, u32, u32, u32, u32)> = Vec::new();
     for (i, sc) in SCENARIOS.iter().enumerate() {
         let _ = writeln!(s, "### {}: {}\n", sc.name, sc.what);
@@ -263,119 +263,161 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             );
             files.insert(PathBuf::from(name), svg.into_bytes());
         }
-        let _ = writeln!(
-            s,
-            "| run | execution | tokens | BF16 ms | all-FP8 / BF16 | oracle / BF16 | policy: / BF16 (band) verdict, / best |\n|---|---|---|---|---|---|---|"
-        );
-        let (mut same_g, mut tot_g, mut same_e, mut tot_e) = (0, 0, 0, 0);
-        for rel in sc.files {
-            let v = read(root, rel)?;
-            let mut run = rel.split('/').next().unwrap_or(rel).to_owned();
-            if v["complete"] == false {
-                // A run cut by its time limit: only the cases it finished.
-                run.push_str(" (partial)");
-            }
-            for row in v["results"].as_array().into_iter().flatten() {
-                let exec = row["execution"].as_str().unwrap_or("eager");
-                let tokens = row["tokens"].as_u64().unwrap_or(0);
-                if let Some(e) = row["error"].as_str() {
-                    let _ = writeln!(s, "| {run} | {exec} | {tokens} | error: {e} | | | |");
-                    continue;
-                }
-                let modes = &row["modes"];
-                let bf = &modes["bf16"];
-                let fp = &modes["fp8"];
-                let oracle = modes
-                    .get("oracle")
-                    .map_or("-".to_owned(), |o| format!("{:.3}", f(o, "vs_bf16_median")));
-                let mut cells = Vec::new();
-                let mut cub: Option<Vec<String>> = None;
-                let mut te: Vec<(String, Vec<String>)> = Vec::new();
-                for (name, m) in modes.as_object().into_iter().flatten() {
-                    if !name.starts_with("policy:") {
-                        continue;
-                    }
-                    let label = policy_label(name, rel);
-                    let ratio = f(m, "vs_bf16_median");
-                    let best = f(m, "vs_best_of_bf16_fp8");
-                    let verdict = m["verdict_vs_bf16"].as_str().unwrap_or("?");
-                    cells.push(if f(m, "vs_bf16_p10").is_nan() {
-                        format!("{label}: {ratio:.3} ({verdict}), {best:.3}")
-                    } else {
-                        format!(
-                            "{label}: {ratio:.3} ({:.3}-{:.3}) {verdict}, {best:.3}",
-                            f(m, "vs_bf16_p10"),
-                            f(m, "vs_bf16_p90")
-                        )
-                    });
-                    if label.starts_with("cuBLASLt, ") || label.starts_with("cost model") {
-                        cub = Some(groups(m));
-                    }
-                    if label == "TE, eager" || label == "TE, GPU time" {
-                        te.push((label.to_owned(), groups(m)));
-                    }
-                    if is_objective_policy(label, exec) {
-                        let t = tallies
-                            .entry((exec.to_owned(), label.to_owned()))
-                            .or_default();
-                        t.rows += 1;
-                        if verdict != "slower" {
-                            t.not_slower += 1;
-                        }
-                        if best <= 1.02 {
-                            t.within_2pct += 1;
-                        }
-                        if verdict == "slower" || best > 1.02 {
-                            t.misses.push(format!(
-                                "{} ({}) {exec} {tokens}: {ratio:.3} of BF16 ({verdict}), {best:.3} of best; FP8 groups: {}",
-                                sc.what.split(',').next().unwrap_or(""),
-                                sc.name,
-                                groups(m).join(",")
-                            ));
-                        }
-                    }
-                }
-                // Decision agreement, once per token count (eager rows; both executions share
-                // the same policies).
-                if exec == "eager"
-                    && let Some(c) = &cub
-                {
-                    let all = groups(&modes["fp8"]);
-                    for (label, t) in &te {
-                        let same = all
-                            .iter()
-                            .filter(|g| c.contains(g) == t.contains(g))
-                            .count() as u32;
-                        let n = all.len() as u32;
-                        if label == "TE, GPU time" {
-                            same_g += same;
-                            tot_g += n;
-                        } else {
-                            same_e += same;
-                            tot_e += n;
-                        }
-                    }
-                }
-                let ms = f(bf, "ms_median");
-                let ms = if ms.is_nan() {
-                    "- (log)".to_owned()
-                } else {
-                    format!("{ms:.2}")
-                };
-                let _ = writeln!(
-                    s,
-                    "| {run} | {exec} | {tokens} | {ms} | {:.3} ({}) | {oracle} | {} |",
-                    f(fp, "vs_bf16_median"),
-                    fp["verdict_vs_bf16"].as_str().unwrap_or("?"),
-                    cells.join("<br>")
-                );
-            }
-        }
+        let (same_g, tot_g, same_e, tot_e) = scenario_table(root, sc, &mut s, &mut tallies)?;
         s.push('\n');
         if tot_g + tot_e > 0 {
             agree.push((sc.what.to_owned(), same_g, tot_g, same_e, tot_e));
         }
     }
+    write_tallies(&mut s, &tallies, &agree);
+    render_accum(root, &mut s)?;
+    render_combine(root, &mut s)?;
+    render_tp(root, &mut s, &mut files)?;
+    s.push_str(WHY);
+    Ok((s, files))
+}
+
+/// Per (execution, policy label): the rows judged against that objective's targets.
+type Tallies = std::collections::BTreeMap<(String, String), Tally>;
+
+/// One scenario's table: a row per run, execution and token count; returns the decision
+/// agreement with TE (same and total groups, against TE's GPU time and TE's eager policy).
+fn scenario_table(
+    root: &Path,
+    sc: &Scenario,
+    s: &mut String,
+    tallies: &mut Tallies,
+) -> Result<(u32, u32, u32, u32), String> {
+    let _ = writeln!(
+        s,
+        "| run | execution | tokens | BF16 ms | all-FP8 / BF16 | oracle / BF16 | policy: / BF16 (band) verdict, / best |\n|---|---|---|---|---|---|---|"
+    );
+    let (mut same_g, mut tot_g, mut same_e, mut tot_e) = (0, 0, 0, 0);
+    for rel in sc.files {
+        let v = read(root, rel)?;
+        let mut run = rel.split('/').next().unwrap_or(rel).to_owned();
+        if v["complete"] == false {
+            // A run cut by its time limit: only the cases it finished.
+            run.push_str(" (partial)");
+        }
+        for row in v["results"].as_array().into_iter().flatten() {
+            let exec = row["execution"].as_str().unwrap_or("eager");
+            let tokens = row["tokens"].as_u64().unwrap_or(0);
+            if let Some(e) = row["error"].as_str() {
+                let _ = writeln!(s, "| {run} | {exec} | {tokens} | error: {e} | | | |");
+                continue;
+            }
+            let modes = &row["modes"];
+            let bf = &modes["bf16"];
+            let fp = &modes["fp8"];
+            let oracle = modes
+                .get("oracle")
+                .map_or("-".to_owned(), |o| format!("{:.3}", f(o, "vs_bf16_median")));
+            let (cells, cub, te) = policy_cells(modes, rel, sc, exec, tokens, tallies);
+            // Decision agreement, once per token count (eager rows; both executions share
+            // the same policies).
+            if exec == "eager"
+                && let Some(c) = &cub
+            {
+                let all = groups(&modes["fp8"]);
+                for (label, t) in &te {
+                    let same = all
+                        .iter()
+                        .filter(|g| c.contains(g) == t.contains(g))
+                        .count() as u32;
+                    let n = all.len() as u32;
+                    if label == "TE, GPU time" {
+                        same_g += same;
+                        tot_g += n;
+                    } else {
+                        same_e += same;
+                        tot_e += n;
+                    }
+                }
+            }
+            let ms = f(bf, "ms_median");
+            let ms = if ms.is_nan() {
+                "- (log)".to_owned()
+            } else {
+                format!("{ms:.2}")
+            };
+            let _ = writeln!(
+                s,
+                "| {run} | {exec} | {tokens} | {ms} | {:.3} ({}) | {oracle} | {} |",
+                f(fp, "vs_bf16_median"),
+                fp["verdict_vs_bf16"].as_str().unwrap_or("?"),
+                cells.join("<br>")
+            );
+        }
+    }
+    Ok((same_g, tot_g, same_e, tot_e))
+}
+
+/// The FP8 groups of each TE policy mode of a row, by label.
+type TeGroups = Vec<(String, Vec<String>)>;
+
+/// Each policy mode's cell of a row; the tallies of the objective policies are counted here.
+/// Also returns the cuBLASLt (or cost-model) policy's FP8 groups and the TE policies'.
+fn policy_cells(
+    modes: &Value,
+    rel: &str,
+    sc: &Scenario,
+    exec: &str,
+    tokens: u64,
+    tallies: &mut Tallies,
+) -> (Vec<String>, Option<Vec<String>>, TeGroups) {
+    let mut cells = Vec::new();
+    let mut cub: Option<Vec<String>> = None;
+    let mut te: TeGroups = Vec::new();
+    for (name, m) in modes.as_object().into_iter().flatten() {
+        if !name.starts_with("policy:") {
+            continue;
+        }
+        let label = policy_label(name, rel);
+        let ratio = f(m, "vs_bf16_median");
+        let best = f(m, "vs_best_of_bf16_fp8");
+        let verdict = m["verdict_vs_bf16"].as_str().unwrap_or("?");
+        cells.push(if f(m, "vs_bf16_p10").is_nan() {
+            format!("{label}: {ratio:.3} ({verdict}), {best:.3}")
+        } else {
+            format!(
+                "{label}: {ratio:.3} ({:.3}-{:.3}) {verdict}, {best:.3}",
+                f(m, "vs_bf16_p10"),
+                f(m, "vs_bf16_p90")
+            )
+        });
+        if label.starts_with("cuBLASLt, ") || label.starts_with("cost model") {
+            cub = Some(groups(m));
+        }
+        if label == "TE, eager" || label == "TE, GPU time" {
+            te.push((label.to_owned(), groups(m)));
+        }
+        if is_objective_policy(label, exec) {
+            let t = tallies
+                .entry((exec.to_owned(), label.to_owned()))
+                .or_default();
+            t.rows += 1;
+            if verdict != "slower" {
+                t.not_slower += 1;
+            }
+            if best <= 1.02 {
+                t.within_2pct += 1;
+            }
+            if verdict == "slower" || best > 1.02 {
+                t.misses.push(format!(
+                    "{} ({}) {exec} {tokens}: {ratio:.3} of BF16 ({verdict}), {best:.3} of best; FP8 groups: {}",
+                    sc.what.split(',').next().unwrap_or(""),
+                    sc.name,
+                    groups(m).join(",")
+                ));
+            }
+        }
+    }
+    (cells, cub, te)
+}
+
+/// The targets per objective, their misses, and the cuBLASLt-vs-TE decision agreement.
+fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, u32, u32)]) {
     let _ = writeln!(
         s,
         "### Targets, per objective\n\n\
@@ -385,7 +427,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
          and all-FP8.\n\n\
          | execution | policy | rows | not slower than BF16 | within 1.02x of best |\n|---|---|---|---|---|"
     );
-    for ((exec, label), t) in &tallies {
+    for ((exec, label), t) in tallies {
         let _ = writeln!(
             s,
             "| {exec} | {label} | {} | {} | {} |",
@@ -396,7 +438,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         s,
         "\nMisses, with the FP8 groups the policy switched on (the modules that cost the time; \"Reading the misses\" below says why):\n"
     );
-    for ((exec, label), t) in &tallies {
+    for ((exec, label), t) in tallies {
         for m in &t.misses {
             let _ = writeln!(s, "- {exec}, {label}: {m}");
         }
@@ -415,14 +457,9 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             format!("{a}/{b} ({:.0}%)", 100.0 * f64::from(a) / f64::from(b))
         }
     };
-    for (what, sg, tg, se, te) in &agree {
+    for (what, sg, tg, se, te) in agree {
         let _ = writeln!(s, "| {what} | {} | {} |", pct(*sg, *tg), pct(*se, *te));
     }
-    render_accum(root, &mut s)?;
-    render_combine(root, &mut s)?;
-    render_tp(root, &mut s, &mut files)?;
-    s.push_str(WHY);
-    Ok((s, files))
 }
 
 /// One plot per execution: each mode's speedup over BF16 (BF16 / mode, so above 1 is faster)
