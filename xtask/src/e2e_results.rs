@@ -734,37 +734,11 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
                     f(&row["modes"]["bf16"], "ms_median"),
                     f(&row["modes"]["fp8"], "ms_median"),
                 );
-                let groups = ["qkv", "proj", "fc1", "fc2"];
-                let get = |m: &BTreeMap<(String, u64), Value>,
-                           g: &str,
-                           prec: &str|
-                 -> Option<(f64, f64)> {
-                    let p = m.get(&(g.to_owned(), tokens))?;
-                    let kind = p["module_kind"].as_str()?;
-                    let h = host["kinds"][kind][format!("{prec}_ms")].as_f64()?;
-                    Some((p[prec]["total_ms"]["median"].as_f64()?, h))
-                };
-                let layer = |rule: &str, prec: &str| -> Option<f64> {
-                    let mut gpu = 0.0;
-                    let mut hst = 0.0;
-                    let mut tot = 0.0;
-                    for g in groups {
-                        let (gt, h) = get(&c, g, prec)?;
-                        gpu += gt;
-                        hst += h;
-                        tot += match rule {
-                            "A" => gt,
-                            "B" => gt.max(h),
-                            "C" => get(&t, g, prec)?.0,
-                            _ => gt + h,
-                        };
-                    }
-                    Some(if rule == "D" { gpu.max(hst) } else { tot })
-                };
                 let measured = f8 / b;
                 let mut cells = Vec::new();
                 for (k, _) in RULES {
-                    let (Some(lb), Some(lf)) = (layer(k, "bf16"), layer(k, "fp8")) else {
+                    let predict = |prec| predicted_layer(k, prec, tokens, &c, &t, &host);
+                    let (Some(lb), Some(lf)) = (predict("bf16"), predict("fp8")) else {
                         cells.push("-".to_owned());
                         continue;
                     };
@@ -784,6 +758,48 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
             }
         }
     }
+    write_rule_errors(s, &err, &sign, rows);
+    Ok(())
+}
+
+/// One layer's module time under a combination rule (`RULES`), from the cuBLASLt points `c`,
+/// the TE points `t` and the host profile; `None` where a figure is missing.
+fn predicted_layer(
+    rule: &str,
+    prec: &str,
+    tokens: u64,
+    c: &BTreeMap<(String, u64), Value>,
+    t: &BTreeMap<(String, u64), Value>,
+    host: &Value,
+) -> Option<f64> {
+    let get = |m: &BTreeMap<(String, u64), Value>, g: &str| -> Option<(f64, f64)> {
+        let p = m.get(&(g.to_owned(), tokens))?;
+        let kind = p["module_kind"].as_str()?;
+        let h = host["kinds"][kind][format!("{prec}_ms")].as_f64()?;
+        Some((p[prec]["total_ms"]["median"].as_f64()?, h))
+    };
+    let (mut gpu, mut hst, mut tot) = (0.0, 0.0, 0.0);
+    for g in ["qkv", "proj", "fc1", "fc2"] {
+        let (gt, h) = get(c, g)?;
+        gpu += gt;
+        hst += h;
+        tot += match rule {
+            "A" => gt,
+            "B" => gt.max(h),
+            "C" => get(t, g)?.0,
+            _ => gt + h,
+        };
+    }
+    Some(if rule == "D" { gpu.max(hst) } else { tot })
+}
+
+/// Each rule's prediction error over the measured steps, and how often it got FP8's side of 1.
+fn write_rule_errors(
+    s: &mut String,
+    err: &BTreeMap<&str, Vec<f64>>,
+    sign: &BTreeMap<&str, u32>,
+    rows: u32,
+) {
     let _ = writeln!(
         s,
         "\n| rule | mean abs error | largest | FP8 faster or not, as measured |\n|---|---|---|---|"
@@ -801,7 +817,6 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
             sign.get(k).copied().unwrap_or(0)
         );
     }
-    Ok(())
 }
 
 /// TP 2 with real communication against the one-GPU per-rank mode.

@@ -21,7 +21,6 @@ const LONG_FNS: &[(&str, &str)] = &[
     ("crates/bench/src/cuda/measure/verify.rs", "check_fp8"),
     ("crates/bench/src/cuda/perf.rs", "gemm_throughput"),
     ("crates/bench/src/cuda/perf.rs", "quant_bandwidth"),
-    ("xtask/src/e2e_results.rs", "render_combine"),
 ];
 
 fn root() -> PathBuf {
