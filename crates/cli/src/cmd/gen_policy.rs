@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use fp8_bench::cuda::{DEFAULT_ITERS, DEFAULT_WARMUP, MeasureOptions};
-use fp8_merge::MergeOptions;
 use fp8_pipeline::generate::{GenOptions, TermProgress, gen_policy};
 
 use crate::error::{CliError, CliResult};
@@ -73,7 +72,9 @@ pub struct Args {
     #[arg(long, default_value_t = 0.02)]
     pub margin: f64,
     /// The trainer the policies are for (graphed: GPU time; eager: the eager step, which needs
-    /// TE-backend reports) [default: the reports' own times].
+    /// TE-backend reports or --host-profile) [default: both in one file, min_tokens eager and
+    /// min_tokens_graphed graphed, where the backend gives an eager objective (te, or
+    /// --host-profile); else GPU time].
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
     #[command(flatten)]
@@ -147,7 +148,6 @@ pub struct Args {
 pub fn run(args: &Args) -> CliResult {
     let progress = TermProgress::new(args.quiet || args.json);
     let recipe = args.recipe.options()?;
-    let (shared_key, host_profile) = args.objective.options()?;
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -159,20 +159,11 @@ pub fn run(args: &Args) -> CliResult {
         tp: args.tp.clone(),
         ep: args.ep.clone(),
         etp: args.etp.clone(),
-        merge: MergeOptions {
-            threshold: args.speedup_threshold,
-            margin: args.margin,
-            trainer: args
-                .trainer
-                .as_deref()
-                .map(str::parse::<fp8_merge::Trainer>)
-                .transpose()
-                .map_err(CliError::input)?,
-            shared_key,
-            host_profile,
-            numerics: args.objective.numerics()?,
-            ..MergeOptions::default()
-        },
+        merge: args.objective.merge_options(
+            args.speedup_threshold,
+            args.margin,
+            args.trainer.as_deref(),
+        )?,
         backend: args.backend.clone(),
         python: args.te.python.clone(),
         recompute: args.te.recompute,

@@ -244,23 +244,15 @@ pub fn run(args: &Args) -> CliResult {
     if !args.step.is_empty() {
         return run_step(args);
     }
-    let (shared_key, host_profile) = args.objective.options()?;
     let opt = MergeOptions {
-        threshold: args.speedup_threshold,
-        margin: args.margin,
         component: args.component.clone(),
         allow_mixed: args.allow_mixed,
         host_floor_ms: args.host_floor_ms.as_deref().map(parse_floor).transpose()?,
-        trainer: args
-            .trainer
-            .as_deref()
-            .filter(|t| *t != "both")
-            .map(str::parse::<fp8_merge::Trainer>)
-            .transpose()
-            .map_err(CliError::input)?,
-        shared_key,
-        host_profile,
-        numerics: args.objective.numerics()?,
+        ..args.objective.merge_options(
+            args.speedup_threshold,
+            args.margin,
+            args.trainer.as_deref(),
+        )?
     };
     let (loaded, merged) = if args.trainer.as_deref() == Some("both") {
         merge_both(&args.reports, opt, args.fp8_pad)?

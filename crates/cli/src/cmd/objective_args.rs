@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use fp8_merge::SharedKey;
 use fp8_merge::host::{HostProfile, MAX_HOST_PROFILE_BYTES};
 use fp8_merge::numerics::{MAX_NUMERICS_BYTES, NumericsBound, parse_numerics};
+use fp8_merge::{MergeOptions, SharedKey, Trainer};
 
 use crate::error::{CliError, CliResult};
 
@@ -36,6 +36,31 @@ pub struct ObjectiveArgs {
 }
 
 impl ObjectiveArgs {
+    /// The merge settings of `merge-policy` and `gen-policy`, built once: these flags, the
+    /// threshold and margin, and `--trainer` (`both` and absent leave it unset: the caller
+    /// folds or keeps the reports' own times).
+    pub fn merge_options(
+        &self,
+        threshold: f64,
+        margin: f64,
+        trainer: Option<&str>,
+    ) -> CliResult<MergeOptions> {
+        let (shared_key, host_profile) = self.options()?;
+        Ok(MergeOptions {
+            threshold,
+            margin,
+            trainer: trainer
+                .filter(|t| *t != "both")
+                .map(str::parse::<Trainer>)
+                .transpose()
+                .map_err(CliError::input)?,
+            shared_key,
+            host_profile,
+            numerics: self.numerics()?,
+            ..MergeOptions::default()
+        })
+    }
+
     /// The shared-key rule and the loaded host profile, validated.
     pub fn options(&self) -> CliResult<(SharedKey, Option<HostProfile>)> {
         let shared = self.shared_key.parse().map_err(CliError::input)?;
