@@ -64,6 +64,43 @@ pub enum MergeError {
     /// Invalid options.
     #[error("{0}")]
     Options(String),
+    /// A merge setting that cannot make a policy, in the library's words (a front end names
+    /// its own flag for `setting`).
+    #[error("{setting}: {problem}")]
+    Setting {
+        /// Which setting.
+        setting: Setting,
+        /// What is wrong, and the fix.
+        problem: String,
+    },
+}
+
+/// A merge setting, as [`MergeError::Setting`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// `MergeOptions::threshold`.
+    SpeedupThreshold,
+    /// `MergeOptions::margin`.
+    Margin,
+    /// `MergeOptions::host_floor_ms` against `host_profile`.
+    HostFloors,
+    /// `MergeOptions::host_profile`.
+    HostProfile,
+    /// `MergeOptions::trainer`.
+    Trainer,
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Setting::SpeedupThreshold => "speedup threshold",
+            Setting::Margin => "margin",
+            Setting::HostFloors => "host floors",
+            Setting::HostProfile => "host profile",
+            Setting::Trainer => "trainer",
+        })
+    }
 }
 
 /// The fix for reports that disagree on `what`.

@@ -20,7 +20,7 @@ mod reference;
 pub mod sample;
 pub mod step;
 
-pub use error::MergeError;
+pub use error::{MergeError, Setting};
 pub use load::{load, parse};
 pub use merge::{Merged, RuleOutcome, merge, module_of, rule_key, threshold_of};
 pub use options::{MergeOptions, SharedKey, Trainer};

@@ -2,7 +2,7 @@
 //! host model, how keys shared by several modules are decided, the numerics bound; and the
 //! report samples each trainer's thresholds are made from.
 
-use crate::error::MergeError;
+use crate::error::{MergeError, Setting};
 use crate::sample::{Loaded, Sample};
 
 /// Merge settings.
@@ -113,20 +113,26 @@ pub(crate) fn for_trainer(
                 fp8,
                 ..s.clone()
             }),
-            (Trainer::Graphed, true, None) => Err(MergeError::Options(format!(
-                "{}: --trainer graphed needs GPU times, and this report has only eager times \
-                 ({}); fix: measure with fp8sel bench --backend te (both figures) or --backend \
-                 cuda (GPU time)",
-                l.file.display(),
-                l.origin.timing
-            ))),
-            (Trainer::Eager, false, _) => Err(MergeError::Options(format!(
-                "{}: --trainer eager needs eager step times (host included), and this report \
-                 has GPU times only ({}); fix: measure with fp8sel bench --backend te, or model \
-                 the host with --host-profile (python -m adaptive_fp8.probe_host)",
-                l.file.display(),
-                l.origin.timing
-            ))),
+            (Trainer::Graphed, true, None) => Err(MergeError::Setting {
+                setting: Setting::Trainer,
+                problem: format!(
+                    "{}: graphed needs GPU times, and this report has only eager times ({}); \
+                     fix: measure with the TE backend (both figures) or the cuBLASLt backend \
+                     (GPU time)",
+                    l.file.display(),
+                    l.origin.timing
+                ),
+            }),
+            (Trainer::Eager, false, _) => Err(MergeError::Setting {
+                setting: Setting::Trainer,
+                problem: format!(
+                    "{}: eager needs eager step times (host included), and this report has GPU \
+                     times only ({}); fix: measure with the TE backend, or model the host with a \
+                     host profile (python -m adaptive_fp8.probe_host)",
+                    l.file.display(),
+                    l.origin.timing
+                ),
+            }),
         })
         .collect()
 }
@@ -150,29 +156,32 @@ impl Default for MergeOptions {
 impl MergeOptions {
     /// Refuses settings that cannot make a policy, before any report is read.
     pub(crate) fn check(&self) -> Result<(), MergeError> {
+        let bad = |setting, problem: String| Err(MergeError::Setting { setting, problem });
         if !(self.threshold.is_finite() && self.threshold > 0.0) {
-            return Err(MergeError::Options(format!(
-                "--speedup-threshold {} must be a positive number",
-                self.threshold
-            )));
+            return bad(
+                Setting::SpeedupThreshold,
+                format!("{} must be a positive number", self.threshold),
+            );
         }
         if !(self.margin.is_finite() && self.margin >= 0.0) {
-            return Err(MergeError::Options(format!(
-                "--margin {} must be a non-negative number",
-                self.margin
-            )));
+            return bad(
+                Setting::Margin,
+                format!("{} must be a non-negative number", self.margin),
+            );
         }
         if self.host_profile.is_some() && self.host_floor_ms.is_some() {
-            return Err(MergeError::Options(
-                "--host-floor-ms and --host-profile both set host floors; give one (the profile is per kind, precision and expert)".into(),
-            ));
+            return bad(
+                Setting::HostFloors,
+                "host floors and a host profile both set floors; give one (the profile is per \
+                 kind, precision and expert)"
+                    .into(),
+            );
         }
         if self.host_profile.is_some() && self.trainer == Some(Trainer::Graphed) {
-            return Err(MergeError::Options(
-                "--host-profile models an eager trainer's host, and --trainer graphed has none to model; \
-                 use --trainer eager with it (or leave --host-profile out)"
-                    .into(),
-            ));
+            return bad(
+                Setting::HostProfile,
+                "it models an eager trainer's host, and a graphed trainer has none to model".into(),
+            );
         }
         Ok(())
     }

@@ -131,9 +131,28 @@ fn merge_both(
     Ok((loaded, eager))
 }
 
-fn merge_error(e: fp8_merge::MergeError) -> CliError {
+pub(super) fn merge_error(e: fp8_merge::MergeError) -> CliError {
+    use fp8_merge::{MergeError, Setting};
     match e {
-        fp8_merge::MergeError::Report(r) if !r.is_user_input() => CliError::other(r),
+        MergeError::Report(r) if !r.is_user_input() => CliError::other(r),
+        // The library names its settings; here they are flags.
+        MergeError::Setting { setting, problem } => {
+            let (flag, hint) = match setting {
+                Setting::SpeedupThreshold => ("--speedup-threshold", ""),
+                Setting::Margin => ("--margin", ""),
+                Setting::HostFloors => ("--host-floor-ms", " (give it or --host-profile)"),
+                Setting::HostProfile => (
+                    "--host-profile",
+                    "; use --trainer eager with it (or leave --host-profile out)",
+                ),
+                Setting::Trainer => (
+                    "--trainer",
+                    " (the flags: fp8sel bench --backend te, or --host-profile FILE)",
+                ),
+                _ => ("a merge setting", ""),
+            };
+            CliError::input(format!("{flag}: {problem}{hint}"))
+        }
         other => CliError::input(other),
     }
 }
