@@ -61,7 +61,7 @@ impl HostProfile {
     pub fn parse(text: &str, origin: &str) -> Result<HostProfile, MergeError> {
         let bad = |what: String| {
             MergeError::Options(format!(
-                "--host-profile {origin}: {what}; fix: measure it again with `python -m adaptive_fp8.probe_host --out FILE`"
+                "host profile {origin}: {what}; fix: measure it again with `python -m adaptive_fp8.probe_host --out FILE`"
             ))
         };
         let f: File =
