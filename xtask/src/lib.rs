@@ -12,6 +12,7 @@
 pub mod e2e_results;
 pub mod recipe_results;
 pub mod results;
+pub mod written;
 
 pub use fp8_pipeline::{build, eval, generate, plot};
 
@@ -150,34 +151,8 @@ fn te_policies(models: &[PathBuf], dir: &Path) -> Result<build::Files, String> {
     Ok(files)
 }
 
-/// The folder of RESULTS.md sections written by hand (Markdown, each naming its commands and
-/// device logs), appended in file-name order after the rendered ones.
-pub const WRITTEN_RESULTS: &str = "docs/results";
-
-/// The hand-written sections, each after a blank line.
-fn written_sections(root: &Path) -> Result<String, String> {
-    let dir = root.join(WRITTEN_RESULTS);
-    let mut names: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "md"))
-            .collect(),
-        Err(_) => return Ok(String::new()),
-    };
-    names.sort();
-    let mut out = String::new();
-    for p in names {
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        out.push('\n');
-        out.push_str(text.trim_end());
-        out.push('\n');
-    }
-    Ok(out)
-}
-
 /// Renders docs/RESULTS.md (the rendered sections, then the written ones of
-/// [`WRITTEN_RESULTS`]) and returns whether the committed one is stale; with `update`, writes it.
+/// [`written::WRITTEN_RESULTS`]) and returns whether the committed one is stale; with `update`, writes it.
 pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     let mut text = results::render(root)?;
     let (section, plots) = recipe_results::render(root)?;
@@ -185,7 +160,7 @@ pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     text.push('\n');
     let (e2e, e2e_plots) = e2e_results::render(root)?;
     text.push_str(&e2e);
-    text.push_str(&written_sections(root)?);
+    text.push_str(&written::render(root)?);
     let path = root.join("docs/RESULTS.md");
     let plot_dir = root.join(recipe_results::PLOT_DIR);
     let e2e_dir = root.join(e2e_results::PLOT_DIR);

@@ -283,7 +283,7 @@ def run(args, log=print, progress=None) -> dict:
 
     def snapshot(complete: bool) -> dict:
         return {
-            "model": args.model, "component": "llm", "trainer": "megatron", "tp": args.tp,
+            "model": args.model, "component": "llm", "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
             "tp_comm": False, "layers": args.layers, "layer_types": [], "steps": args.steps,
             "grad_accum": 1, "repeats": args.repeats, "execution": "eager", "recipe": recipe,
             "fp8_param": bool(args.fp8_param),

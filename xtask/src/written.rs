@@ -1,0 +1,248 @@
+//! The hand-written sections of docs/RESULTS.md (`docs/results/*.md`, in name order): their prose
+//! is Markdown, and every measured number in them comes from a table rendered here from the
+//! device logs a placeholder line names, so no measured number is typed by hand:
+//!
+//! - `{{probe: FILE...}}`: numerics reports (`fp8sel-numerics`), the worst operand per module;
+//! - `{{convergence: FILE...}}`: `convergence.json` files, final losses and gaps;
+//! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16.
+//!
+//! Paths are relative to the repository.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The folder of the written sections.
+pub const WRITTEN_RESULTS: &str = "docs/results";
+
+/// Every written section, placeholders replaced, each after a blank line.
+pub fn render(root: &Path) -> Result<String, String> {
+    let dir = root.join(WRITTEN_RESULTS);
+    let mut names: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect(),
+        Err(_) => return Ok(String::new()),
+    };
+    names.sort();
+    let mut out = String::new();
+    for p in names {
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        out.push('\n');
+        for line in text.trim_end().lines() {
+            match placeholder(line) {
+                Some((kind, files)) => out.push_str(
+                    &table(root, kind, &files).map_err(|e| format!("{}: {e}", p.display()))?,
+                ),
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `{{kind: a b c}}` as `(kind, [a, b, c])`.
+fn placeholder(line: &str) -> Option<(&str, Vec<&str>)> {
+    let inner = line.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+    let (kind, files) = inner.split_once(':')?;
+    Some((kind.trim(), files.split_whitespace().collect()))
+}
+
+fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
+    let docs: Vec<(String, Value)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(root.join(f)).map_err(|e| format!("{f}: {e}"))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| format!("{f}: {e}"))?;
+            Ok(((*f).to_owned(), v))
+        })
+        .collect::<Result<_, String>>()?;
+    match kind {
+        "probe" => Ok(probe(&docs)),
+        "convergence" => Ok(convergence(&docs)),
+        "judge" => Ok(judge(&docs)),
+        other => Err(format!(
+            "unknown placeholder `{other}` (probe, convergence, judge)"
+        )),
+    }
+}
+
+fn num(v: &Value, k: &str) -> f64 {
+    v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN)
+}
+
+/// A module group without its `decoder.layers.` prefix.
+fn short(name: &str) -> &str {
+    name.strip_prefix("decoder.layers.").unwrap_or(name)
+}
+
+fn probe(docs: &[(String, Value)]) -> String {
+    let mut s = String::from(
+        "| model | recipe | module | worst operand | rel. RMS | max underflow | max saturated |\n|---|---|---|---|---:|---:|---:|\n",
+    );
+    for (_, r) in docs {
+        let ep = r["settings"]["ep"].as_u64().unwrap_or(1);
+        let model = match ep {
+            1 => r["model"].as_str().unwrap_or("?").to_owned(),
+            e => format!("{}, EP {e}", r["model"].as_str().unwrap_or("?")),
+        };
+        for m in r["modules"].as_array().into_iter().flatten() {
+            let ops = m["operands"].as_object().cloned().unwrap_or_default();
+            let worst = ops
+                .iter()
+                .max_by(|a, b| num(a.1, "rel_rms").total_cmp(&num(b.1, "rel_rms")));
+            let Some((op, w)) = worst else { continue };
+            let max = |k: &str| ops.values().map(|o| num(o, k)).fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "| {model} | {} | {} | {op} | {:.4} | {:.1e} | {:.1e} |",
+                r["recipe"].as_str().unwrap_or("?"),
+                short(m["name"].as_str().unwrap_or("?")),
+                num(w, "rel_rms"),
+                max("underflow"),
+                max("saturated")
+            );
+        }
+    }
+    s
+}
+
+fn convergence(docs: &[(String, Value)]) -> String {
+    let mut s = String::from(
+        "| run | recipe | tokens/step | plan's FP8 groups | BF16 | all-FP8 gap | plan gap | BF16 repeat gap | NaN/Inf steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for (file, c) in docs {
+        let run = Path::new(file)
+            .parent()
+            .and_then(|p| p.strip_prefix("docs/device-logs/").ok())
+            .map_or_else(|| file.clone(), |p| p.display().to_string());
+        let st = &c["settings"];
+        let tokens =
+            st["seq_length"].as_u64().unwrap_or(0) * st["micro_batch_size"].as_u64().unwrap_or(0);
+        let gaps = &c["summary"]["gap_to_bf16"];
+        let gap = |m: &str| {
+            gaps.get(m)
+                .and_then(Value::as_f64)
+                .map_or("-".to_owned(), |g| format!("{g:+.4}"))
+        };
+        let plan: Vec<&str> = c["plan_fp8"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(short)
+            .collect();
+        let plan = if c["runs"].get("adaptive").is_none() {
+            "-".to_owned()
+        } else if plan.is_empty() {
+            "none (all BF16)".to_owned()
+        } else {
+            plan.join(", ")
+        };
+        let bad: u64 = c["runs"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, r)| r["nonfinite_steps"].as_u64().unwrap_or(0))
+            .sum();
+        let _ = writeln!(
+            s,
+            "| {run} ({}) | {} | {tokens} | {plan} | {:.4} | {} | {} | {} | {bad} |",
+            c["model"].as_str().unwrap_or("?"),
+            c["recipe"].as_str().unwrap_or("?"),
+            num(&c["summary"]["final_eval"], "bf16"),
+            gap("fp8"),
+            gap("adaptive"),
+            gap("bf16-repeat"),
+        );
+    }
+    s
+}
+
+fn judge(docs: &[(String, Value)]) -> String {
+    let mut s = String::from(
+        "| model | execution | tokens | FP8 groups | / BF16 (p10-p90) | verdict | all-FP8 / BF16 | / min |\n|---|---|---:|---:|---|---|---:|---:|\n",
+    );
+    for (_, v) in docs {
+        let path = v["model"].as_str().unwrap_or("?");
+        let p = Path::new(path);
+        let stem = p
+            .file_stem()
+            .map(|x| x.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = if stem == "config" {
+            p.parent()
+                .and_then(Path::file_name)
+                .map(|x| x.to_string_lossy().into_owned())
+                .unwrap_or(stem)
+        } else {
+            stem
+        };
+        let ep = v["ep"]
+            .as_u64()
+            .filter(|e| *e > 1)
+            .map(|e| format!(" EP {e}"))
+            .unwrap_or_default();
+        let label = format!(
+            "{name}, TP {}{ep}, {} layer(s)",
+            v["tp"].as_u64().unwrap_or(1),
+            v["layers"].as_u64().unwrap_or(0)
+        );
+        let trainer = v["trainer"].as_str().unwrap_or("te");
+        for r in v["results"].as_array().into_iter().flatten() {
+            let modes = &r["modes"];
+            let Some((mode, m)) = modes
+                .as_object()
+                .into_iter()
+                .flatten()
+                .find(|(k, _)| k.starts_with("hook:") || k.starts_with("policy:"))
+            else {
+                continue;
+            };
+            let exec = format!(
+                "{}{}",
+                r["execution"].as_str().unwrap_or("?"),
+                if trainer == "megatron" {
+                    " (Megatron, hook)"
+                } else {
+                    " (TE blocks)"
+                }
+            );
+            let _ = mode;
+            let _ = writeln!(
+                s,
+                "| {label} | {exec} | {} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {:.3} |",
+                r["tokens"].as_u64().unwrap_or(0),
+                m["fp8_groups"].as_array().map_or(0, Vec::len),
+                num(m, "vs_bf16_median"),
+                num(m, "vs_bf16_p10"),
+                num(m, "vs_bf16_p90"),
+                m["verdict_vs_bf16"].as_str().unwrap_or("?"),
+                num(&modes["fp8"], "vs_bf16_median"),
+                num(m, "vs_best_of_bf16_fp8"),
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_whole_lines() {
+        assert_eq!(
+            placeholder("{{probe: a.json b.json}}"),
+            Some(("probe", vec!["a.json", "b.json"]))
+        );
+        assert_eq!(placeholder("text {{probe: a}}"), None);
+        assert_eq!(short("decoder.layers.mlp.linear_fc1"), "mlp.linear_fc1");
+    }
+}
