@@ -254,7 +254,7 @@ pub enum PlanError {
     },
     /// No token settings for a component.
     #[error(
-        "no token settings for the {0} component; fix: give --seq-length/--micro-batch-size or a token override for it"
+        "no token settings for the {0} component; fix: give its sequence length and micro-batch size, or a token count override"
     )]
     NoTokens(Role),
 }

@@ -45,7 +45,7 @@ pub struct Resolved {
 /// A component with neither a sequence length nor a token override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no sequence length for the {0} component; fix: pass --seq-length (or --num-tokens / --vit-num-tokens), or set seq_length in the config"
+    "no sequence length for the {0} component; fix: give the sequence length (or a token count override), or set seq_length in the config"
 )]
 pub struct NoTokens(pub Role);
 

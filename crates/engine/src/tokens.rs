@@ -109,7 +109,7 @@ impl TokenConfig {
 /// A token count too large for 64 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{what} does not fit in 64 bits; fix: check --seq-length, --micro-batch-size and --topk (or the config's values)"
+    "{what} does not fit in 64 bits; fix: check the sequence length, micro-batch size and router top-k (or the config's values)"
 )]
 pub struct TokenOverflow {
     what: &'static str,

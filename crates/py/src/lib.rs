@@ -369,9 +369,11 @@ fn make_plan(
     req.micro_batch_size = a.micro_batch_size;
     req.num_tokens = a.num_tokens;
     req.vit_num_tokens = a.vit_num_tokens;
-    let resolved = desc
-        .resolve(&req)
-        .map_err(|e| PlanError::new_err(format!("{shown}: {e}")))?;
+    let resolved = desc.resolve(&req).map_err(|e| {
+        PlanError::new_err(format!(
+            "{shown}: {e} (seq_length=, or num_tokens= / vit_num_tokens=)"
+        ))
+    })?;
     let root = root.unwrap_or_else(|| PathBuf::from("."));
     let mut policies = BTreeMap::new();
     for c in &desc.components {

@@ -100,9 +100,12 @@ impl ModelArgs {
     /// Loads the model and fills every unset value from the config.
     pub fn resolve(&self) -> CliResult<Resolved> {
         let model = load_config(&self.model, self.config_root.as_deref())?;
-        let r = model
-            .resolve(&self.request())
-            .map_err(|e| CliError::input(format!("{}: {e}", self.model.display())))?;
+        let r = model.resolve(&self.request()).map_err(|e| {
+            CliError::input(format!(
+                "{}: {e} (--seq-length, or --num-tokens / --vit-num-tokens)",
+                self.model.display()
+            ))
+        })?;
         Ok(Resolved {
             model,
             parallel: r.parallel,
