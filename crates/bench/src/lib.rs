@@ -16,6 +16,7 @@
 //! belong to `fp8-engine`. TP/EP
 //! communication is not timed (see docs/BENCHMARK.md).
 
+pub mod backend;
 pub mod costmodel;
 pub mod cuda;
 pub mod driver;

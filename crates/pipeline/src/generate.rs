@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use fp8_bench::cuda::MeasureOptions;
 use fp8_bench::driver;
 use fp8_bench::job::{SweepJob, points, provenance};
-use fp8_bench::runner::{Backend, CudaBackend};
+use fp8_bench::runner::Backend;
 use fp8_bench::sweep::BenchPoint;
 use fp8_bench::sweep::SplitMode;
 use fp8_engine::{ModelDesc, Parallel, inventory};
@@ -67,29 +67,10 @@ pub fn default_layouts(
     out
 }
 
-/// Which backend a run uses.
-pub enum Chosen {
-    /// The GPU.
-    Cuda(Box<CudaBackend>),
-    /// The cost model.
-    Model(fp8_bench::costmodel::ModelBackend),
-    /// Transformer Engine itself, through `python -m adaptive_fp8.te_worker`.
-    Te(Box<fp8_bench::te::TeBackend>),
-}
+pub use fp8_bench::backend::Chosen;
 
-impl Chosen {
-    /// The backend.
-    pub fn backend(&mut self) -> &mut dyn Backend {
-        match self {
-            Chosen::Cuda(c) => c.as_mut(),
-            Chosen::Model(m) => m,
-            Chosen::Te(t) => t.as_mut(),
-        }
-    }
-}
-
-/// Picks the backend: `auto` is the GPU when one opens, else the cost model; `te` starts the
-/// TE worker with `python` (and activation recompute when asked).
+/// Picks the backend (`fp8_bench::backend::choose`, on GPU 0): `auto` is the GPU when one opens,
+/// else the cost model, with a note; `te` starts the TE worker with `python`.
 pub fn choose(
     kind: &str,
     profile: &str,
@@ -97,29 +78,17 @@ pub fn choose(
     recompute: bool,
     progress: &dyn Progress,
 ) -> Result<Chosen, String> {
-    fp8_bench::te::check_recompute(kind, recompute)?;
-    let model = || {
-        fp8_bench::costmodel::profile(profile)
-            .map(|p| Chosen::Model(fp8_bench::costmodel::ModelBackend(p)))
-            .ok_or_else(|| format!("unknown --device-profile {profile} (h200, h100, b200)"))
+    let spec = fp8_bench::backend::BackendSpec {
+        kind: kind
+            .parse()
+            .map_err(|e: fp8_bench::backend::BackendError| e.to_string())?,
+        device_profile: profile,
+        device: 0,
+        python,
+        recompute,
     };
-    match kind {
-        "model" => model(),
-        "cuda" => fp8_bench::cuda::Gpu::open(0)
-            .map(|g| Chosen::Cuda(Box::new(CudaBackend(g))))
-            .map_err(|e| e.to_string()),
-        "auto" => match fp8_bench::cuda::Gpu::open(0) {
-            Ok(g) => Ok(Chosen::Cuda(Box::new(CudaBackend(g)))),
-            Err(e) => {
-                progress.note(&format!(
-                    "gen-policy: no usable GPU ({e}); falling back to the cost model"
-                ));
-                model()
-            }
-        },
-        "te" => fp8_bench::te::TeBackend::start(python, recompute).map(|t| Chosen::Te(Box::new(t))),
-        other => Err(format!("unknown --backend {other} (auto, cuda, model, te)")),
-    }
+    fp8_bench::backend::choose(&spec, &|m| progress.note(&format!("gen-policy: {m}")))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs every layout of `model` and writes one report per layout into `reports_dir`.

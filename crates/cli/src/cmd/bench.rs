@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use fp8_bench::cuda::{Gpu, MeasureOptions};
+use fp8_bench::backend::{BackendError, BackendKind, BackendSpec, Chosen};
+use fp8_bench::cuda::MeasureOptions;
 use fp8_bench::driver;
 use fp8_bench::job::{SweepJob, points, provenance};
-use fp8_bench::runner::{Backend, CudaBackend};
+use fp8_bench::runner::Backend;
 use fp8_bench::shard::{RankEnv, rank_report_path};
 use fp8_bench::sweep::{BenchPoint, SplitMode, parse_shape_sweep};
 use fp8_engine::Role;
@@ -356,21 +357,45 @@ fn placement(args: &Args) -> CliResult<(Option<RankEnv>, PathBuf, Vec<usize>)> {
     Ok((rank, report_path, devices))
 }
 
-/// One worker's backend on `dev`.
+/// One worker's backend on `dev` (`fp8_bench::backend` chooses; this adds the flags' words).
 fn make_backend(args: &Args, opt: &MeasureOptions, dev: usize) -> Result<Box<dyn Backend>, String> {
-    if args.backend == "te" {
-        if dev != 0 {
-            return Err(format!(
-                "--backend te measures on the worker's default device; run one process per \
-                 GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
-            ));
-        }
-        return fp8_bench::te::TeBackend::start(&args.te.python, args.te.recompute)
-            .map(|b| Box::new(b) as Box<dyn Backend>);
+    let kind: BackendKind = args
+        .backend
+        .parse()
+        .map_err(|e: BackendError| e.to_string())?;
+    if kind == BackendKind::Te && dev != 0 {
+        return Err(format!(
+            "--backend te measures on the worker's default device; run one process per \
+             GPU with CUDA_VISIBLE_DEVICES instead of --devices (device {dev})"
+        ));
     }
-    let b = open_backend(&args.backend, &args.device_profile, dev, args.quiet)
-        .map_err(|e| e.message)?;
-    fp8_bench::recipe::check_device(opt.recipe.recipe(), &b.device())?;
+    let spec = BackendSpec {
+        kind,
+        device_profile: &args.device_profile,
+        device: dev,
+        python: &args.te.python,
+        recompute: args.te.recompute,
+    };
+    let chosen = fp8_bench::backend::choose(&spec, &|_| {}).map_err(|e| match e {
+        BackendError::UnknownProfile { profile, known } => {
+            format!("--device-profile {profile}: unknown profile; known: {known}")
+        }
+        BackendError::Gpu(m) => format!(
+            "{m}\n  (fp8sel bench needs an NVIDIA Hopper GPU with the CUDA 13 driver, cuBLASLt and NVRTC; \
+             without one, estimate with the cost model: fp8sel bench --backend model)"
+        ),
+        other => other.to_string(),
+    })?;
+    if matches!(chosen, Chosen::Model(_)) && !args.quiet {
+        eprintln!(
+            "warning: --backend model: these are ESTIMATES from the cost model ({}), not measurements",
+            args.device_profile.to_lowercase()
+        );
+    }
+    let b = chosen.into_backend();
+    if kind != BackendKind::Te {
+        fp8_bench::recipe::check_device(opt.recipe.recipe(), &b.device())?;
+    }
     Ok(b)
 }
 
@@ -427,41 +452,6 @@ fn parse_devices(s: &str) -> CliResult<Vec<usize>> {
         return Err(CliError::input("--devices: empty list"));
     }
     Ok(v)
-}
-
-/// Opens the measuring backend: the GPU, or the cost model (with a loud warning).
-pub fn open_backend(
-    kind: &str,
-    profile: &str,
-    device: usize,
-    quiet: bool,
-) -> CliResult<Box<dyn Backend>> {
-    if kind == "model" {
-        let p = fp8_bench::costmodel::profile(profile).ok_or_else(|| {
-            let names: Vec<&str> = fp8_bench::costmodel::profiles()
-                .iter()
-                .map(|p| p.name)
-                .collect();
-            CliError::input(format!(
-                "--device-profile {profile}: unknown profile; known: {}",
-                names.join(", ")
-            ))
-        })?;
-        if !quiet {
-            eprintln!(
-                "warning: --backend model: these are ESTIMATES from the cost model ({}), not measurements",
-                p.name
-            );
-        }
-        return Ok(Box::new(fp8_bench::costmodel::ModelBackend(p)));
-    }
-    let gpu = Gpu::open(device).map_err(|e| {
-        CliError::input(format!(
-            "{e}\n  (fp8sel bench needs an NVIDIA Hopper GPU with the CUDA 13 driver, cuBLASLt and NVRTC; \
-             without one, estimate with the cost model: fp8sel bench --backend model)"
-        ))
-    })?;
-    Ok(Box::new(CudaBackend(gpu)))
 }
 
 fn parse_precisions(s: &str) -> CliResult<(bool, bool)> {
