@@ -7,6 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::{root, rust_files};
+
 /// `(crate folder, modules of the circle)`.
 const KNOWN_CIRCLES: &[(&str, &[&str])] = &[(
     "crates/bench",
@@ -18,24 +21,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[(
         "cuda::measure::verify",
     ],
 )];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `lib.rs` and `main.rs` are the root, `""`.
 fn module_name(src: &Path, file: &Path) -> String {

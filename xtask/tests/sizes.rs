@@ -7,6 +7,9 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::{root, rust_files};
+
 const MAX_FILE_LINES: usize = 600;
 const MAX_FN_LINES: usize = 120;
 
@@ -22,24 +25,6 @@ const LONG_FNS: &[(&str, &str)] = &[
     ("crates/bench/src/cuda/perf.rs", "gemm_throughput"),
     ("crates/bench/src/cuda/perf.rs", "quant_bandwidth"),
 ];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 fn sources() -> Vec<PathBuf> {
     let mut files = Vec::new();
