@@ -29,8 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.gpt_train import MODES
-from adaptive_fp8.numerics import add_model_args, check_model_args
+from adaptive_fp8.gpt_train import MODES, add_model_args, check_model_args
 
 COLORS = {"bf16": "#1f77b4", "bf16-repeat": "#9ecae1", "fp8": "#d62728", "adaptive": "#2ca02c"}
 

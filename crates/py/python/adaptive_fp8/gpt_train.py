@@ -13,11 +13,13 @@ The top half is pure; :class:`GptTrainer` imports torch and Megatron.
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from adaptive_fp8.corpus import Corpus
+from adaptive_fp8.quant_error import RECIPES
 
 MODES = ("bf16", "bf16-repeat", "fp8", "adaptive")
 
@@ -59,20 +61,48 @@ def plan_kwargs(args: Any) -> dict:
 def model_kwargs(af8: Any, args: Any) -> tuple[dict, dict, list[str]]:
     """``(TransformerConfig kwargs, plan, notes)`` for ``args.layers`` layers of ``args.model``
     (the plan's architecture; its rows give each module group's policy key)."""
-    from adaptive_fp8.megatron_step import config_kwargs
+    from adaptive_fp8.megatron_step import config_kwargs, one_rank_experts
 
     plan = af8._plan(args.model, None, plan_kwargs(args))
     arch = plan["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
     notes = []
-    if kw.get("num_moe_experts") and (args.ep or 1) > 1:
-        kw["num_moe_experts"] //= args.ep
+    if one_rank_experts(kw, args.ep or 1):
         notes.append(f"EP {args.ep} on one GPU: the model holds one EP rank's {kw['num_moe_experts']} experts")
         if kw.get("moe_router_topk", 1) > kw["num_moe_experts"]:
             kw["moe_router_topk"] = kw["num_moe_experts"]
             notes.append(f"router top-k lowered to the rank's {kw['num_moe_experts']} experts")
     return kw, plan, notes
+
+
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    """The model, layout and training flags the probe and the convergence check share."""
+    ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
+    ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per rank; default 1)")
+    ap.add_argument("--ep", type=int, help="expert-parallel size: the model holds one EP rank's experts (default: 1)")
+    ap.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default 0)")
+    ap.add_argument("--seq-length", type=int, default=4096, help="tokens per sequence (default 4096)")
+    ap.add_argument("--micro-batch-size", type=int, default=1, help="sequences per step (default 1)")
+    ap.add_argument("--recipe", choices=list(RECIPES), default="blockwise", help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
+    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], default="e4m3", help="as Megatron's --fp8-format (default e4m3)")
+    ap.add_argument("--vocab", type=int, default=4096, help="the corpus's vocabulary (default 4096)")
+    ap.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
+    ap.add_argument("--seed", type=int, default=0, help="weights and corpus seed (default 0)")
+
+
+def check_model_args(args: Any) -> Optional[str]:
+    """The first bad value in words, or None (before torch is imported)."""
+    for name in ("tp", "layers", "seq_length", "micro_batch_size", "vocab"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1"
+    if args.ep is not None and args.ep < 1:
+        return f"--ep {args.ep}: must be at least 1"
+    if not (args.lr > 0):
+        return f"--lr {args.lr}: must be positive"
+    return None
 
 
 class GptTrainer:

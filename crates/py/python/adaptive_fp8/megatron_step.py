@@ -146,6 +146,16 @@ def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, 
     return row
 
 
+def one_rank_experts(kw: dict, ep: int) -> bool:
+    """Shrinks an MoE model's ``TransformerConfig`` kwargs to one of ``ep`` EP ranks' experts (in
+    place): what one GPU builds for a layout whose experts are spread over ``ep`` ranks. True when
+    it did."""
+    if not kw.get("num_moe_experts") or ep <= 1:
+        return False
+    kw["num_moe_experts"] //= ep
+    return True
+
+
 def first_microbatch(model: Any) -> None:
     """What Megatron's schedule does before a step's first micro-batch
     (``forward_step(..., is_first_microbatch=True)``): re-arms each TE module's FP8 weight cache,
@@ -318,10 +328,9 @@ def _one_count(judge: Judge, args, tokens: int, modes: list, recipe: str, notes:
     arch = base["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
-    if kw.get("num_moe_experts") and (args.ep or 1) > judge.ep:
-        # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
-        # without the all-to-all.
-        kw["num_moe_experts"] //= args.ep // judge.ep
+    # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
+    # without the all-to-all.
+    if one_rank_experts(kw, (args.ep or 1) // judge.ep):
         if tokens == args.tokens[0]:
             notes.append(f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step")
     models, steps, groups = {}, {}, {}

@@ -26,7 +26,8 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from adaptive_fp8.quant_error import OPERANDS, RECIPES, ErrorSums, OperandRule, error_sums, recipe_rules
+from adaptive_fp8.gpt_train import add_model_args, check_model_args
+from adaptive_fp8.quant_error import OPERANDS, ErrorSums, OperandRule, error_sums, recipe_rules
 
 FORMAT = "fp8sel-numerics"
 VERSION = 1
@@ -188,35 +189,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="write the numerics report (JSON) here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
-
-
-def add_model_args(ap: argparse.ArgumentParser) -> None:
-    """The model, layout and training flags the probe and the convergence check share."""
-    ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
-    ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per rank; default 1)")
-    ap.add_argument("--ep", type=int, help="expert-parallel size: the model holds one EP rank's experts (default: 1)")
-    ap.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
-    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default 0)")
-    ap.add_argument("--seq-length", type=int, default=4096, help="tokens per sequence (default 4096)")
-    ap.add_argument("--micro-batch-size", type=int, default=1, help="sequences per step (default 1)")
-    ap.add_argument("--recipe", choices=list(RECIPES), default="blockwise", help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
-    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], default="e4m3", help="as Megatron's --fp8-format (default e4m3)")
-    ap.add_argument("--vocab", type=int, default=4096, help="the corpus's vocabulary (default 4096)")
-    ap.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
-    ap.add_argument("--seed", type=int, default=0, help="weights and corpus seed (default 0)")
-
-
-def check_model_args(args: Any) -> Optional[str]:
-    """The first bad value in words, or None (before torch is imported)."""
-    for name in ("tp", "layers", "seq_length", "micro_batch_size", "vocab"):
-        if getattr(args, name) < 1:
-            return f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1"
-    if args.ep is not None and args.ep < 1:
-        return f"--ep {args.ep}: must be at least 1"
-    if not (args.lr > 0):
-        return f"--lr {args.lr}: must be positive"
-    return None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
