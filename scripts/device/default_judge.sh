@@ -10,9 +10,11 @@
 #            OLMoE-1B-7B at EP 8; not among the shipped policies' models), `fp8sel gen-policy
 #            --backend step` over 1024-8192 tokens, eager and graphed (timed: the cost target);
 #   <model>-judge: both judges of that policy at 1536-12288 (same machine, right after -gen).
+#   eager:   the Megatron judge of the four above on the committed policies (after the FP8
+#            weight-cache fix: the judge re-arms TE's cache each step, as Megatron's loop does).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen or olmoe-judge}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge or eager}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -74,6 +76,13 @@ mistral-gen) gen mistral_7b 2 ;;
 mistral-judge) judge mistral_7b 2 ;;
 olmoe-gen) gen olmoe_1b_7b 2 --ep 8 ;;
 olmoe-judge) judge olmoe_1b_7b 2 --ep 8 ;;
+eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
+  H=docs/device-logs/default_judge
+  megatron l1_megatron 200 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS
+  megatron q72_megatron 200 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144
+  megatron mistral_7b_megatron 200 $H/mistral-gen/pol/mistral_7b.json --model scripts/device/heldout/mistral_7b/config.json --layers 2 --tokens $COUNTS
+  megatron olmoe_1b_7b_megatron 200 $H/olmoe-gen/pol/olmoe_1b_7b.json --model scripts/device/heldout/olmoe_1b_7b/config.json --layers 2 --tokens $COUNTS --ep 8
+  ;;
 esac
 tar -C /tmp/dj -czf "$OUT/$phase.tar.gz" "$phase"
 cat "$W/steps.txt"
