@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Megatron judge on the H200 (issue: upstream Megatron natively, an integration that costs
 # nothing). After the TE install (../shared/tools/te-device, parts a-g), one call per phase:
-#   bash scripts/device/megatron_judge.sh smoke|dense|moe
+#   bash scripts/device/megatron_judge.sh smoke|dense|overhead|moe
 # Needs in devcarry/: the adaptive_fp8 wheel (maturin build --release) and
-# mc/megatron_core-0.19.2-*.whl. Writes $OUT/<phase>.tar.gz (JSON, markdown, logs).
+# .te/mc/megatron_core-0.19.2-*.whl (carry .te/mc). Writes $OUT/<phase>.tar.gz (JSON, markdown, logs).
 #   smoke: one layer, two rounds: every mode builds, trains and matches `fp8sel explain`.
 #   dense: integration overhead, Llama-3.2-1B dims (4 layers), 256 and 1024 tokens, the BF16 and
 #          FP8 steps against all-BF16-by-policy and half-FP8 (attention) plans, hook and native,
@@ -11,12 +11,12 @@
 #   moe:   the same on Qwen3-30B-A3B dims at EP 16 (one rank's 8 experts, 2 layers), with the
 #          experts-FP8 plan too; decisions on Mixtral-8x7B dims at EP 4.
 set -uo pipefail
-phase=${1:?smoke, dense or moe}
+phase=${1:?smoke, dense, overhead or moe}
 OUT=${OUT:-/tmp/out}
 W=/tmp/mj/$phase
 mkdir -p "$W" "$OUT"
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
-python3 -m pip install -q --no-index --no-deps --target /root/te/site devcarry/mc/*.whl 2>/dev/null
+[ -d /root/te/site/megatron ] || python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
 # The working tree's pure-Python modules over the wheel's (the native core stays the wheel's).
@@ -51,6 +51,11 @@ dense)
     --policy "$W/pol_l1/all_bf16.json" --policy "$W/pol_l1/attn_fp8.json"
   judge l8_decisions 200 --model $L8 --layers 2 --tokens 1024,4096 --repeats 7 --steps 5 \
     --policy "$W/pol_l8/attn_fp8.json" --policy "$W/pol_l8/mlp_fp8.json"
+  ;;
+overhead)  # dense's overhead run alone (re-run after the FP8 weight-cache fix)
+  pol $L1 l1
+  judge l1_overhead 330 --model $L1 --layers 4 --tokens 256,1024 --repeats 21 --steps 10 --regions both \
+    --policy "$W/pol_l1/all_bf16.json" --policy "$W/pol_l1/attn_fp8.json"
   ;;
 moe)
   pol $Q3 q3 16; pol $MX mx 4

@@ -11,7 +11,12 @@
 #               Llama-3.2-1B dims, 4 layers, 1024 x 8 tokens (plan: dense fc1 FP8, BF16 region);
 #               Qwen3-30B-A3B dims at EP 16, 4 layers, 1024 x 4 tokens with the Qwen3-VL LLM
 #               policy (plan: routed-expert fc1 FP8, FP8 region).
+#   bash scripts/device/numerics.sh moe
+#   the MoE convergence check alone where the model learns within 300 steps: Qwen3-30B-A3B dims
+#   at EP 4 (one rank's 32 experts, top-8), 2 layers, 1024 x 8 tokens, lr 1e-3 (plan: qkv, proj
+#   and routed-expert fc1 FP8), deterministic kernels (the default of the check).
 set -uo pipefail
+phase=${1:-all}
 OUT=${OUT:-/tmp/out}
 W=/tmp/num
 mkdir -p "$W" "$OUT"
@@ -30,9 +35,17 @@ step() {  # name, timeout, command...
   echo "$name rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$W/steps.txt"
   grep -E "Error|error|Traceback" "$W/$name.log" | head -5
 }
-step crosscheck 120 python3 scripts/device/quant_crosscheck.py
 L1=fixtures/models/llama3_2_1b.yaml
 Q3=examples/models/qwen3_30b_a3b.json
+if [ "$phase" = moe ]; then
+  step conv_q3_ep4 420 python3 -m adaptive_fp8.convergence --model $Q3 --ep 4 --layers 2 --seq-length 1024 --micro-batch-size 8 \
+    --steps 300 --lr 1e-3 --policy policies/qwen3_vl_235b_a22b.llm.json --out "$W/conv_q3_ep4"
+  tar -C /tmp -czf "$OUT/numerics.tar.gz" num
+  cat "$W/steps.txt"; grep -E "step (50|150|300)/" "$W/conv_q3_ep4.log"
+  cat "$W/conv_q3_ep4/convergence.md" 2>/dev/null || tail -8 "$W/conv_q3_ep4.log"
+  exit 0
+fi
+step crosscheck 120 python3 scripts/device/quant_crosscheck.py
 step num_l1_blockwise 200 python3 -m adaptive_fp8.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \
   --recipe blockwise --out "$W/num_l1_blockwise.json" --md "$W/num_l1_blockwise.md"
 step num_l1_tensorwise 200 python3 -m adaptive_fp8.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \

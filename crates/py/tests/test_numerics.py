@@ -249,3 +249,17 @@ def test_a_fused_norm_modules_input_is_taken_after_its_norm():
     s = probe.sums[("n", "input")]
     # The normalized input has unit RMS: its energy is rows * cols, not 1e6 times that.
     assert s.ref2 == pytest.approx(8 * 128, rel=1e-3)
+
+
+def test_the_check_is_deterministic_by_default_and_sets_what_megatrons_mode_needs():
+    base = ["--model", "m.yaml", "--policy", "p.json", "--out", "o"]
+    assert convergence.parser().parse_args(base).deterministic is True
+    assert convergence.parser().parse_args(base + ["--no-deterministic"]).deterministic is False
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    notes = convergence.deterministic_setup(env)
+    # TE refuses deterministic_mode unless this is 0; the user's own cuBLAS setting is kept.
+    assert env == {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0", "CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    assert notes and "deterministic" in notes[0]
+    env = {}
+    convergence.deterministic_setup(env)
+    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"

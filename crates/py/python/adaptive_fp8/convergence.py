@@ -140,6 +140,15 @@ def markdown(out: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def deterministic_setup(env) -> list[str]:
+    """What Megatron's ``--deterministic-mode`` asks of the environment, set in ``env`` before
+    CUDA starts (cuBLAS reads its workspace setting once; TE refuses a non-deterministic
+    attention under ``deterministic_mode``). Returns the notes for the report."""
+    env["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "0"
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return ["deterministic kernels (deterministic_mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, torch deterministic algorithms)"]
+
+
 # -- torch half ---------------------------------------------------------------------------------
 
 
@@ -150,7 +159,13 @@ def run(args: Any, log=print) -> dict:
     from adaptive_fp8.megatron_step import plan_name
 
     kw, plan, notes = model_kwargs(af8, args)
+    if args.deterministic:
+        notes.extend(deterministic_setup(os.environ))
+        kw["deterministic_mode"] = True
     trainer = GptTrainer(args, kw)
+    if args.deterministic:
+        # warn_only: an op with no deterministic kernel warns on stderr instead of stopping the run
+        trainer.torch.use_deterministic_algorithms(True, warn_only=True)
     corpus = Corpus(seed=args.seed, vocab=args.vocab)
     log(f"convergence: generating {args.steps} x {args.micro_batch_size} sequences of {args.seq_length} tokens", file=sys.stderr)
     train = list(token_batches(corpus, args.seq_length, args.micro_batch_size, args.steps, stream=0))
@@ -189,7 +204,7 @@ def run(args: Any, log=print) -> dict:
         "model": plan["model"], "recipe": args.recipe, "policy": args.policy, "notes": notes,
         "plan_fp8": runs.get("adaptive", {}).get("fp8_groups", []), "groups": all_groups,
         "corpus_floor": corpus.entropy_floor(),
-        "settings": {k: getattr(args, k) for k in ("layers", "seq_length", "micro_batch_size", "steps", "warmup_steps", "lr", "seed", "vocab", "ep", "eval_batches")},
+        "settings": {k: getattr(args, k) for k in ("layers", "seq_length", "micro_batch_size", "steps", "warmup_steps", "lr", "seed", "vocab", "ep", "eval_batches", "deterministic")},
         "device": trainer.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
         "megatron_core_version": getattr(mc, "__version__", "?"), "runs": runs,
     }
@@ -215,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-batches", type=int, default=8, help="held-out micro-batches per evaluation (default 8)")
     ap.add_argument("--modes", type=_modes, default=list(MODES), help="modes to train, bf16 first (default bf16,bf16-repeat,fp8,adaptive)")
     ap.add_argument("--out", required=True, help="directory for convergence.json, convergence.md and curves.svg")
+    ap.add_argument("--no-deterministic", dest="deterministic", action="store_false",
+                    help="allow non-deterministic kernels (faster; the BF16 repeat then measures their drift). "
+                    "Default: deterministic, as Megatron's --deterministic-mode")
     return ap
 
 
