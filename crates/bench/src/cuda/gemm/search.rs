@@ -57,169 +57,18 @@ impl Lt {
         plan: &Plan,
         seeds: &[lt::cublasLtMatmulAlgo_t],
     ) -> Result<(Vec<lt::cublasLtMatmulAlgo_t>, usize), BenchError> {
-        use lt::cublasLtMatmulAlgoCapAttributes_t as Cap;
-        use lt::cublasLtMatmulAlgoConfigAttributes_t as Cfg;
-        const MAX_CHECKS: usize = 400_000;
-        const MAX_VALID: usize = 400;
-        let debug = std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some();
-        let (ty, compute) = types(plan.shape.dt);
-        let (tyb, _) = types(plan.shape.dtb);
-        let bf16 = lt::cudaDataType::CUDA_R_16BF;
-        let f32t = lt::cudaDataType::CUDA_R_32F;
-        let mut ids = vec![0i32; 1024];
-        let mut n_ids = 0;
-        // SAFETY: `ids` has room for 1024 entries.
-        unsafe {
-            ck(
-                lt::cublasLtMatmulAlgoGetIds(
-                    self.handle,
-                    compute,
-                    f32t,
-                    ty,
-                    tyb,
-                    bf16,
-                    bf16,
-                    ids.len() as i32,
-                    ids.as_mut_ptr(),
-                    &mut n_ids,
-                ),
-                "cublasLtMatmulAlgoGetIds",
-            )?;
-        }
-        ids.truncate(n_ids.clamp(0, 1024) as usize);
-        let seed_ids: Vec<i32> = seeds
-            .iter()
-            .map(|a| config(a, Cfg::CUBLASLT_ALGO_CONFIG_ID) as i32)
-            .collect();
-        ids.sort_by_key(|id| !seed_ids.contains(id));
-        let mut checked = 0usize;
-        let mut out: Vec<lt::cublasLtMatmulAlgo_t> = Vec::new();
-        let check = |a: &lt::cublasLtMatmulAlgo_t,
-                     out: &mut Vec<lt::cublasLtMatmulAlgo_t>,
-                     checked: &mut usize| {
-            *checked += 1;
-            let mut r = MaybeUninit::<lt::cublasLtMatmulHeuristicResult_t>::uninit();
-            // SAFETY: live descriptors; `r` is an out-parameter.
-            let st = unsafe {
-                lt::cublasLtMatmulAlgoCheck(
-                    self.handle,
-                    plan.desc,
-                    plan.a,
-                    plan.b,
-                    plan.d,
-                    plan.d,
-                    a,
-                    r.as_mut_ptr(),
-                )
-            };
-            if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-                // SAFETY: written by the successful check.
-                let r = unsafe { r.assume_init() };
-                if r.workspaceSize <= WORKSPACE_BYTES as usize
-                    && !out.contains(a)
-                    && !seeds.contains(a)
-                {
-                    out.push(*a);
-                }
-            }
+        let mut en = Enumeration {
+            lt: self,
+            plan,
+            seeds,
+            out: Vec::new(),
+            checked: 0,
         };
-        let set = |a: &mut lt::cublasLtMatmulAlgo_t, attr: Cfg, v: u32| {
-            // SAFETY: 4-byte attribute values.
-            let st = unsafe {
-                lt::cublasLtMatmulAlgoConfigSetAttribute(a, attr, (&v as *const u32).cast(), 4)
-            };
-            st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-        };
-        'ids: for &id in &ids {
-            let mut algo = MaybeUninit::<lt::cublasLtMatmulAlgo_t>::uninit();
-            // SAFETY: out-parameter initialisation; skipped when it fails.
-            let ok = unsafe {
-                lt::cublasLtMatmulAlgoInit(
-                    self.handle,
-                    compute,
-                    f32t,
-                    ty,
-                    tyb,
-                    bf16,
-                    bf16,
-                    id,
-                    algo.as_mut_ptr(),
-                )
-            };
-            if ok != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-                continue;
-            }
-            // SAFETY: initialised by the successful call above.
-            let base = unsafe { algo.assume_init() };
-            let or_zero = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
-            let tiles = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_TILE_IDS));
-            let stages = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_STAGES_IDS));
-            let customs = cap_u32(&base, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
-            let before = out.len();
-            for &tile in &tiles {
-                for &stage in &stages {
-                    for custom in 0..=customs {
-                        if checked >= MAX_CHECKS * 3 / 4 || out.len() >= MAX_VALID * 3 / 4 {
-                            break 'ids;
-                        }
-                        let mut a = base;
-                        if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
-                            && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_STAGES_ID, stage)
-                            && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
-                        {
-                            check(&a, &mut out, &mut checked);
-                        }
-                    }
-                }
-            }
-            if debug {
-                eprintln!(
-                    "  algo id {id}: {} tiles, {} stages, custom options 0..={customs}: {} accepted",
-                    tiles.len(),
-                    stages.len(),
-                    out.len() - before
-                );
-            }
-        }
-        // Every tile and custom option with the stages the heuristic chose: block-scaled FP8
-        // advertises stage ids its own choice does not use, so the loop above can find nothing.
-        for seed in seeds {
-            let tiles = cap_list(seed, Cap::CUBLASLT_ALGO_CAP_TILE_IDS);
-            let customs = cap_u32(seed, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
-            for &tile in &tiles {
-                for custom in 0..=customs {
-                    if checked >= MAX_CHECKS || out.len() >= MAX_VALID {
-                        return Ok((out, checked));
-                    }
-                    let mut a = *seed;
-                    if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
-                        && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
-                    {
-                        check(&a, &mut out, &mut checked);
-                    }
-                }
-            }
-        }
-        // Cluster shapes (1x1x1, 2x1x1, 1x2x1, 2x2x1) and the CTA swizzle, around what was
-        // accepted and the heuristic's own choices.
-        let around: Vec<lt::cublasLtMatmulAlgo_t> =
-            seeds.iter().chain(out.iter()).copied().collect();
-        for a0 in around {
-            for cluster in [2u32, 3, 5, 6] {
-                for swizzle in [0u32, 1] {
-                    if checked >= MAX_CHECKS || out.len() >= MAX_VALID {
-                        return Ok((out, checked));
-                    }
-                    let mut a = a0;
-                    if set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster)
-                        && set(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle)
-                    {
-                        check(&a, &mut out, &mut checked);
-                    }
-                }
-            }
-        }
-        Ok((out, checked))
+        let ids = en.algo_ids()?;
+        en.sweep_ids(&ids);
+        en.sweep_seed_tiles();
+        en.sweep_clusters();
+        Ok((en.out, en.checked))
     }
 
     /// Relative Frobenius difference between the outputs of two algorithms on the same inputs.
@@ -254,6 +103,207 @@ impl Lt {
             f64::INFINITY
         })
     }
+}
+
+use lt::cublasLtMatmulAlgoCapAttributes_t as Cap;
+use lt::cublasLtMatmulAlgoConfigAttributes_t as Cfg;
+
+/// Configurations checked at most, and accepted at most, per plan.
+const MAX_CHECKS: usize = 400_000;
+const MAX_VALID: usize = 400;
+
+/// One plan's search in progress: what was accepted and how many configurations were checked.
+struct Enumeration<'a> {
+    lt: &'a Lt,
+    plan: &'a Plan,
+    seeds: &'a [lt::cublasLtMatmulAlgo_t],
+    out: Vec<lt::cublasLtMatmulAlgo_t>,
+    checked: usize,
+}
+
+impl Enumeration<'_> {
+    /// Whether `share` (in quarters) of either budget is spent.
+    fn spent(&self, quarters: usize) -> bool {
+        self.checked >= MAX_CHECKS * quarters / 4 || self.out.len() >= MAX_VALID * quarters / 4
+    }
+
+    /// The algorithm ids of the plan's types, the heuristic's own ids first.
+    fn algo_ids(&self) -> Result<Vec<i32>, BenchError> {
+        let (ty, compute) = types(self.plan.shape.dt);
+        let (tyb, _) = types(self.plan.shape.dtb);
+        let (bf16, f32t) = (lt::cudaDataType::CUDA_R_16BF, lt::cudaDataType::CUDA_R_32F);
+        let mut ids = vec![0i32; 1024];
+        let mut n_ids = 0;
+        // SAFETY: `ids` has room for 1024 entries.
+        unsafe {
+            ck(
+                lt::cublasLtMatmulAlgoGetIds(
+                    self.lt.handle,
+                    compute,
+                    f32t,
+                    ty,
+                    tyb,
+                    bf16,
+                    bf16,
+                    ids.len() as i32,
+                    ids.as_mut_ptr(),
+                    &mut n_ids,
+                ),
+                "cublasLtMatmulAlgoGetIds",
+            )?;
+        }
+        ids.truncate(n_ids.clamp(0, 1024) as usize);
+        let seed_ids: Vec<i32> = self
+            .seeds
+            .iter()
+            .map(|a| config(a, Cfg::CUBLASLT_ALGO_CONFIG_ID) as i32)
+            .collect();
+        ids.sort_by_key(|id| !seed_ids.contains(id));
+        Ok(ids)
+    }
+
+    /// Keeps `a` when cuBLASLt accepts it for the plan within the workspace and it is new.
+    fn check(&mut self, a: &lt::cublasLtMatmulAlgo_t) {
+        self.checked += 1;
+        let plan = self.plan;
+        let mut r = MaybeUninit::<lt::cublasLtMatmulHeuristicResult_t>::uninit();
+        // SAFETY: live descriptors; `r` is an out-parameter.
+        let st = unsafe {
+            lt::cublasLtMatmulAlgoCheck(
+                self.lt.handle,
+                plan.desc,
+                plan.a,
+                plan.b,
+                plan.d,
+                plan.d,
+                a,
+                r.as_mut_ptr(),
+            )
+        };
+        if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            // SAFETY: written by the successful check.
+            let r = unsafe { r.assume_init() };
+            if r.workspaceSize <= WORKSPACE_BYTES as usize
+                && !self.out.contains(a)
+                && !self.seeds.contains(a)
+            {
+                self.out.push(*a);
+            }
+        }
+    }
+
+    /// The initialised algorithm `id` of the plan's types, or None when cuBLASLt refuses it.
+    fn init(&self, id: i32) -> Option<lt::cublasLtMatmulAlgo_t> {
+        let (ty, compute) = types(self.plan.shape.dt);
+        let (tyb, _) = types(self.plan.shape.dtb);
+        let (bf16, f32t) = (lt::cudaDataType::CUDA_R_16BF, lt::cudaDataType::CUDA_R_32F);
+        let mut algo = MaybeUninit::<lt::cublasLtMatmulAlgo_t>::uninit();
+        // SAFETY: out-parameter initialisation; read only when it succeeds.
+        let ok = unsafe {
+            lt::cublasLtMatmulAlgoInit(
+                self.lt.handle,
+                compute,
+                f32t,
+                ty,
+                tyb,
+                bf16,
+                bf16,
+                id,
+                algo.as_mut_ptr(),
+            )
+        };
+        // SAFETY: initialised by the successful call above.
+        (ok == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS).then(|| unsafe { algo.assume_init() })
+    }
+
+    /// Every (tile, stages, custom option) of every id, within three quarters of the budgets.
+    fn sweep_ids(&mut self, ids: &[i32]) {
+        let debug = std::env::var_os("FP8SEL_DEBUG_AUTOTUNE").is_some();
+        for &id in ids {
+            let Some(base) = self.init(id) else { continue };
+            let or_zero = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
+            let tiles = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_TILE_IDS));
+            let stages = or_zero(cap_list(&base, Cap::CUBLASLT_ALGO_CAP_STAGES_IDS));
+            let customs = cap_u32(&base, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
+            let before = self.out.len();
+            for &tile in &tiles {
+                for &stage in &stages {
+                    for custom in 0..=customs {
+                        if self.spent(3) {
+                            return;
+                        }
+                        let mut a = base;
+                        if set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
+                            && set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_STAGES_ID, stage)
+                            && set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
+                        {
+                            self.check(&a);
+                        }
+                    }
+                }
+            }
+            if debug {
+                eprintln!(
+                    "  algo id {id}: {} tiles, {} stages, custom options 0..={customs}: {} accepted",
+                    tiles.len(),
+                    stages.len(),
+                    self.out.len() - before
+                );
+            }
+        }
+    }
+
+    /// Every tile and custom option with the stages the heuristic chose: block-scaled FP8
+    /// advertises stage ids its own choice does not use, so [`Self::sweep_ids`] can find nothing.
+    fn sweep_seed_tiles(&mut self) {
+        for seed in self.seeds {
+            let tiles = cap_list(seed, Cap::CUBLASLT_ALGO_CAP_TILE_IDS);
+            let customs = cap_u32(seed, Cap::CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX).min(63);
+            for &tile in &tiles {
+                for custom in 0..=customs {
+                    if self.spent(4) {
+                        return;
+                    }
+                    let mut a = *seed;
+                    if set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_TILE_ID, tile)
+                        && set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom)
+                    {
+                        self.check(&a);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cluster shapes (1x1x1, 2x1x1, 1x2x1, 2x2x1) and the CTA swizzle, around what was
+    /// accepted and the heuristic's own choices.
+    fn sweep_clusters(&mut self) {
+        let around: Vec<lt::cublasLtMatmulAlgo_t> =
+            self.seeds.iter().chain(self.out.iter()).copied().collect();
+        for a0 in around {
+            for cluster in [2u32, 3, 5, 6] {
+                for swizzle in [0u32, 1] {
+                    if self.spent(4) {
+                        return;
+                    }
+                    let mut a = a0;
+                    if set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster)
+                        && set_config(&mut a, Cfg::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle)
+                    {
+                        self.check(&a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sets one 4-byte configuration attribute; false when cuBLASLt refuses the value.
+fn set_config(a: &mut lt::cublasLtMatmulAlgo_t, attr: Cfg, v: u32) -> bool {
+    // SAFETY: 4-byte attribute values.
+    let st =
+        unsafe { lt::cublasLtMatmulAlgoConfigSetAttribute(a, attr, (&v as *const u32).cast(), 4) };
+    st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
 }
 
 /// A u32 array capability (tile or stage ids); empty when the algorithm has none.

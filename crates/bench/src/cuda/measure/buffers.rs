@@ -15,25 +15,43 @@ pub(super) struct Set {
     pub(super) x: DevBuf,
     pub(super) w: DevBuf,
     pub(super) dy: DevBuf,
-    // FP8 inputs: padded copies of x and dy, and the FP8 weights.
-    pub(super) xp: Option<DevBuf>,
-    pub(super) dyp: Option<DevBuf>,
-    pub(super) wq: Option<DevBuf>,
-    pub(super) sw: Option<DevBuf>,
-    pub(super) wqt: Option<DevBuf>,
-    pub(super) swt: Option<DevBuf>,
+    /// The FP8 operands, when the point measures FP8.
+    pub(super) fp8: Option<Fp8Set>,
+}
+
+/// The FP8 side of a rotation set: padded copies of x and dy, the FP8 weights and their
+/// transposes, with their scales (blockwise: 128x128 tiles; per-tensor: `scale_inv` slots).
+pub(super) struct Fp8Set {
+    pub(super) xp: DevBuf,
+    pub(super) dyp: DevBuf,
+    pub(super) wq: DevBuf,
+    pub(super) sw: DevBuf,
+    pub(super) wqt: DevBuf,
+    pub(super) swt: DevBuf,
 }
 
 impl Set {
     /// Every allocation of the set, for bounds-checked reads.
     pub(super) fn bufs(&self) -> impl Iterator<Item = &DevBuf> {
-        [&self.x, &self.w, &self.dy].into_iter().chain(
-            [
-                &self.xp, &self.dyp, &self.wq, &self.sw, &self.wqt, &self.swt,
-            ]
+        [&self.x, &self.w, &self.dy]
             .into_iter()
-            .flatten(),
-        )
+            .chain(self.fp8.iter().flat_map(Fp8Set::bufs))
+    }
+
+    /// The FP8 operands; an internal error when the point allocated none.
+    pub(super) fn fp8(&self) -> Result<&Fp8Set, BenchError> {
+        self.fp8
+            .as_ref()
+            .ok_or_else(|| BenchError::Internal("FP8 operands not allocated".into()))
+    }
+}
+
+impl Fp8Set {
+    fn bufs(&self) -> impl Iterator<Item = &DevBuf> {
+        [
+            &self.xp, &self.dyp, &self.wq, &self.sw, &self.wqt, &self.swt,
+        ]
+        .into_iter()
     }
 }
 
@@ -222,12 +240,7 @@ pub(super) fn allocate(
             x: gpu.alloc(d.x_bytes())?,
             w: gpu.alloc(d.w_bytes())?,
             dy: gpu.alloc(d.y_bytes())?,
-            xp: None,
-            dyp: None,
-            wq: None,
-            sw: None,
-            wqt: None,
-            swt: None,
+            fp8: None,
         };
         gpu.fill_normal(&set.x, d.rows * k, seed, 1.0)?;
         gpu.fill_normal(&set.w, g * n * k, seed ^ 0xa5a5, 0.05)?;
@@ -292,16 +305,14 @@ pub(super) fn setup_fp8(
             )?;
             src_row += r;
         }
-        let wq = gpu.alloc(g * n * k)?;
-        let sw = gpu.alloc(4 * g * sw_len)?;
-        let wqt = gpu.alloc(g * n * k)?;
-        let swt = gpu.alloc(4 * g * swt_len)?;
-        set.xp = Some(xp);
-        set.dyp = Some(dyp);
-        set.wq = Some(wq);
-        set.sw = Some(sw);
-        set.wqt = Some(wqt);
-        set.swt = Some(swt);
+        set.fp8 = Some(Fp8Set {
+            xp,
+            dyp,
+            wq: gpu.alloc(g * n * k)?,
+            sw: gpu.alloc(4 * g * sw_len)?,
+            wqt: gpu.alloc(g * n * k)?,
+            swt: gpu.alloc(4 * g * swt_len)?,
+        });
         if opt.fp8_param && opt.recipe.recipe() == crate::recipe::Recipe::Blockwise {
             // FP8 params: the weights are quantized once, outside the step (the other recipes
             // do it in their own setup, `tensor::setup` and `mx::setup`, with their scales).
@@ -339,15 +350,13 @@ pub(super) fn quant_weights(gpu: &Gpu, set: &Set, d: &Dims, pow2: bool) -> Resul
     let (k, n) = (d.k, d.n);
     let sw_len = round_up(blk128_scale_len(n, k), 4);
     let swt_len = round_up(blk128_scale_len(k, n), 4);
-    let (Some(wq), Some(sw), Some(wqt), Some(swt)) = (&set.wq, &set.sw, &set.wqt, &set.swt) else {
-        return Err(BenchError::Internal("FP8 weights not allocated".into()));
-    };
+    let f = set.fp8()?;
     for e in 0..d.g {
         let out = [
-            wq.at(e * n * k),
-            sw.at(4 * e * sw_len),
-            wqt.at(e * n * k),
-            swt.at(4 * e * swt_len),
+            f.wq.at(e * n * k),
+            f.sw.at(4 * e * sw_len),
+            f.wqt.at(e * n * k),
+            f.swt.at(4 * e * swt_len),
         ];
         launch::quant_128x128(gpu, set.w.at(2 * e * n * k), n, k, pow2, out)?;
     }

@@ -1,16 +1,22 @@
 //! One point: set up buffers, check every kernel and GEMM once, then time fwd+bwd in both
 //! precisions with CUDA events, rotating input sets so repeated steps do not hit L2.
 //!
-//! `buffers` allocates, `plans` prepares the GEMMs, `steps` runs one step, `verify` checks it,
-//! `timing` times it.
+//! `buffers` allocates, `plans` prepares the GEMMs; `ctx` is what every step and check shares,
+//! `ops` the operations they are made of, `sampling` what the checks share. Each precision is a
+//! file with its step and its checks: `bf16`, `blockwise`, `tensor` (+ `tensor_check`) for the
+//! per-tensor recipes, `mx`. `timing` times a step. `run` chooses the FP8 recipe, once.
 
+mod bf16;
+mod blockwise;
 mod buffers;
+mod ctx;
 mod mx;
+mod ops;
 mod plans;
-mod steps;
+mod sampling;
 mod tensor;
+mod tensor_check;
 mod timing;
-mod verify;
 
 use fp8_engine::model::Norm;
 use fp8_policy::ModuleKind;
@@ -19,7 +25,9 @@ use fp8_report::{Point, Status};
 use super::Gpu;
 use crate::error::BenchError;
 use crate::layout::Segments;
+use crate::recipe::Recipe;
 use crate::sweep::BenchPoint;
+use ctx::{Ctx, Fp8Recipe};
 
 /// Untimed steps per point, everywhere (the seed's `TE_LAYER_PERF_WARMUP` default).
 pub const DEFAULT_WARMUP: u32 = 10;
@@ -109,16 +117,16 @@ fn run(
         check_arch(gpu, recipe)?;
     }
     let (rot, outs, fp8) = buffers::allocate(gpu, bp, &d, seg, opt)?;
-    let pt = match (&fp8, recipe.per_tensor()) {
-        (Some(f), true) => Some(tensor::setup(gpu, &rot, &d, seg, &outs, f, opt)?),
-        _ => None,
-    };
-    let mx_state = match (&fp8, recipe) {
-        (Some(_), crate::recipe::Recipe::Mxfp8) => Some(mx::setup(gpu, &rot, &d, seg, opt)?),
-        _ => None,
+    let fp8_recipe: Option<Box<dyn Fp8Recipe>> = match (&fp8, recipe) {
+        (None, _) => None,
+        (Some(f), r) if r.per_tensor() => {
+            Some(Box::new(tensor::setup(gpu, &rot, &d, seg, &outs, f, opt)?))
+        }
+        (Some(_), Recipe::Mxfp8) => Some(Box::new(mx::setup(gpu, &rot, &d, seg, opt)?)),
+        (Some(_), _) => Some(Box::new(blockwise::Blockwise)),
     };
     let (plans, bf16_shapes, fp8_shapes) = plans::build(gpu, &d, seg, fp8.is_some(), &opt.recipe)?;
-    let ctx = steps::Ctx {
+    let ctx = Ctx {
         d: &d,
         seg,
         opt,
@@ -127,34 +135,22 @@ fn run(
         plans: &plans,
         bf16_shapes: &bf16_shapes,
         fp8_shapes: &fp8_shapes,
-        pt: pt.as_ref(),
-        mx: mx_state.as_ref(),
-    };
-    let fp8_step: timing::StepFn = if pt.is_some() {
-        tensor::step
-    } else if mx_state.is_some() {
-        mx::step
-    } else {
-        steps::fp8_step
     };
     // Correctness first: poison the outputs, run one step of each precision, check.
     if opt.bf16 {
-        verify::bf16(gpu, &ctx, &rot[0], point)?;
+        bf16::verify(gpu, &ctx, &rot[0], point)?;
     }
-    if fp8.is_some() {
-        if pt.is_some() {
-            tensor::verify(gpu, &ctx, &rot[0], point)?;
-        } else if mx_state.is_some() {
-            mx::verify(gpu, &ctx, &rot[0], point)?;
-        } else {
-            verify::fp8(gpu, &ctx, &rot[0], point)?;
-        }
+    if let Some(r) = &fp8_recipe {
+        r.verify(gpu, &ctx, &rot[0], point)?;
     }
     if opt.bf16 {
-        point.bf16 = Some(timing::time(gpu, &ctx, &rot, steps::bf16_step)?);
+        point.bf16 = Some(timing::time(gpu, &ctx, &rot, &bf16::Bf16)?);
     }
     if opt.fp8 {
-        point.fp8 = Some(timing::time(gpu, &ctx, &rot, fp8_step)?);
+        let r = fp8_recipe
+            .as_deref()
+            .ok_or_else(|| BenchError::Internal("fp8 buffers missing".into()))?;
+        point.fp8 = Some(timing::time(gpu, &ctx, &rot, r)?);
     }
     if let (Some(b), Some(f)) = (point.bf16, point.fp8) {
         point.speedup = Some(b.total_ms.median / f.total_ms.median);
@@ -164,14 +160,14 @@ fn run(
 
 /// Refuses a recipe the device cannot run, before anything is allocated. MXFP8's scaled GEMMs
 /// and E8M0 scales exist from sm_100 (Blackwell); Hopper runs the other three.
-fn check_arch(gpu: &Gpu, recipe: crate::recipe::Recipe) -> Result<(), BenchError> {
+fn check_arch(gpu: &Gpu, recipe: Recipe) -> Result<(), BenchError> {
     let cc = &gpu.info.compute_capability;
     let major: u32 = cc
         .split('.')
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
-    if recipe == crate::recipe::Recipe::Mxfp8 && major < 10 {
+    if recipe == Recipe::Mxfp8 && major < 10 {
         return Err(BenchError::Unsupported(format!(
             "the mxfp8 recipe needs compute capability 10.0 or newer (Blackwell); {} is {cc}: measure it on a B200, or estimate it with --backend model --device-profile b200",
             gpu.info.name

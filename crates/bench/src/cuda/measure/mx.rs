@@ -12,9 +12,10 @@ use super::super::check::{DeviceReader, Sampler, dot, e4m3_to_f32, rel_err};
 use super::super::gemm::Ptrs;
 use super::super::{Gpu, launch};
 use super::MeasureOptions;
-use super::buffers::{Dims, Fp8Outs, Set};
-use super::steps::{Ctx, Marks, Phase, fp8_bprops, fp8_fprops, norm_launch};
-use super::verify::{pick_row, push, record, run_poisoned};
+use super::buffers::{Dims, Set};
+use super::ctx::{Ctx, Fp8Recipe, Marks, Phase, Step};
+use super::ops::{fp8_bprops, fp8_fprops, norm_launch};
+use super::sampling::{pick_row, push, record, run_poisoned};
 use super::{GEMM_TOL, QUANT_TOL};
 use crate::error::BenchError;
 use crate::layout::{MX_BLOCK, Segments, mx_scale_bytes, mx_scale_index};
@@ -76,9 +77,7 @@ pub(super) fn setup(
         w: rot
             .iter()
             .map(|set| -> Result<_, BenchError> {
-                let (Some(wq), Some(wqt)) = (&set.wq, &set.wqt) else {
-                    return Err(BenchError::Internal("FP8 weights not allocated".into()));
-                };
+                let (wq, wqt) = (&set.fp8()?.wq, &set.fp8()?.wqt);
                 let (rs, cs) = (mx_scale_bytes(n, k), mx_scale_bytes(k, n));
                 let (wr, wc) = (gpu.alloc(g * rs)?, gpu.alloc(g * cs)?);
                 for e in 0..g {
@@ -129,29 +128,41 @@ fn quant_segments(
     Ok(launches)
 }
 
-fn state<'a>(ctx: &'a Ctx<'_>) -> Result<(&'a Fp8Outs, &'a Mx), BenchError> {
-    match (ctx.fp8, ctx.mx) {
-        (Some(f), Some(m)) => Ok((f, m)),
-        _ => Err(BenchError::Internal("MXFP8 state missing".into())),
+impl Mx {
+    /// This set's weight scales (rowwise of W, columnwise of W^T).
+    fn weight_scales(&self, set: &Set) -> Result<&(DevBuf, DevBuf), BenchError> {
+        self.w
+            .get(&set.w.ptr())
+            .ok_or_else(|| BenchError::Internal("MXFP8 weight scales missing".into()))
     }
 }
 
 /// One MXFP8 training step: norm (bf16), the casts of the input, fprop; the casts of the output
 /// gradient, dgrad and wgrad. Weights are FP8 params (cast once in `setup`).
-pub(super) fn step(
+impl Step for Mx {
+    fn step(
+        &self,
+        gpu: &mut Gpu,
+        ctx: &Ctx<'_>,
+        set: &Set,
+        marks: &mut dyn Marks,
+    ) -> Result<u32, BenchError> {
+        step(self, gpu, ctx, set, marks)
+    }
+}
+
+fn step(
+    mx: &Mx,
     gpu: &mut Gpu,
     ctx: &Ctx<'_>,
     set: &Set,
     marks: &mut dyn Marks,
 ) -> Result<u32, BenchError> {
     let (d, seg) = (ctx.d, ctx.seg);
-    let (f, mx) = state(ctx)?;
-    let (Some(xp), Some(dyp), Some(wq), Some(wqt)) = (&set.xp, &set.dyp, &set.wq, &set.wqt) else {
-        return Err(BenchError::Internal("fp8 set incomplete".into()));
-    };
-    let (wr, wc) =
-        mx.w.get(&set.w.ptr())
-            .ok_or_else(|| BenchError::Internal("MXFP8 weight scales missing".into()))?;
+    let f = ctx.fp8_outs()?;
+    let s8 = set.fp8()?;
+    let (xp, dyp, wq, wqt) = (&s8.xp, &s8.dyp, &s8.wq, &s8.wqt);
+    let (wr, wc) = mx.weight_scales(set)?;
     let (k, n) = (d.k, d.n);
     let p = seg.total_padded();
     let lay = &f.lay;
@@ -259,23 +270,34 @@ fn bytes(gpu: &Gpu, b: &DevBuf) -> Result<Vec<u8>, BenchError> {
     Ok(v)
 }
 
-/// One MXFP8 step on poisoned outputs, then sampled casts against the source and GEMM entries
-/// against f64 products of the dequantized operands.
-pub(super) fn verify(
-    gpu: &mut Gpu,
+/// One MXFP8 step on poisoned outputs, then the checks.
+impl Fp8Recipe for Mx {
+    fn verify(
+        &self,
+        gpu: &mut Gpu,
+        ctx: &Ctx<'_>,
+        set: &Set,
+        point: &mut Point,
+    ) -> Result<(), BenchError> {
+        run_poisoned(gpu, ctx, set, self, "mxfp8")?;
+        check(self, gpu, ctx, set, point)
+    }
+}
+
+/// Sampled casts against the source and GEMM entries against f64 products of the dequantized
+/// operands.
+fn check(
+    mx: &Mx,
+    gpu: &Gpu,
     ctx: &Ctx<'_>,
     set: &Set,
     point: &mut Point,
 ) -> Result<(), BenchError> {
     let (d, seg, opt) = (ctx.d, ctx.seg, ctx.opt);
-    let (f, mx) = state(ctx)?;
-    run_poisoned(gpu, ctx, set, step, "mxfp8")?;
-    let (Some(xp), Some(wq), Some(wqt)) = (&set.xp, &set.wq, &set.wqt) else {
-        return Err(BenchError::Internal("fp8 set incomplete".into()));
-    };
-    let (wr, wc) =
-        mx.w.get(&set.w.ptr())
-            .ok_or_else(|| BenchError::Internal("MXFP8 weight scales missing".into()))?;
+    let f = ctx.fp8_outs()?;
+    let s8 = set.fp8()?;
+    let (xp, wq, wqt) = (&s8.xp, &s8.wq, &s8.wqt);
+    let (wr, wc) = mx.weight_scales(set)?;
     let (k, n) = (d.k, d.n);
     let (rs, cs) = (mx_scale_bytes(n, k) as usize, mx_scale_bytes(k, n) as usize);
     let host = |b: &DevBuf| bytes(gpu, b);

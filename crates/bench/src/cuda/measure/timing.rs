@@ -8,22 +8,22 @@ use super::super::Gpu;
 use crate::error::BenchError;
 
 use super::buffers::Set;
-use super::steps::{Ctx, EventMarks, Marks, NoMarks, Phase};
+use super::ctx::{Ctx, EventMarks, NoMarks, Phase, Step};
 
-pub(super) type StepFn = fn(&mut Gpu, &Ctx<'_>, &Set, &mut dyn Marks) -> Result<u32, BenchError>;
-
+/// Times `step`: the warmups, then the timed steps, rotating over `rot`; the phases from the
+/// events each step records.
 pub(super) fn time(
     gpu: &mut Gpu,
     ctx: &Ctx<'_>,
     rot: &[Set],
-    step: StepFn,
+    step: &dyn Step,
 ) -> Result<Timing, BenchError> {
     let opt = ctx.opt;
     let mut launches = 0;
     let mut host = std::time::Duration::ZERO;
     for i in 0..opt.warmup as usize {
         let t = std::time::Instant::now();
-        launches = step(gpu, ctx, &rot[i % rot.len()], &mut NoMarks)?;
+        launches = step.step(gpu, ctx, &rot[i % rot.len()], &mut NoMarks)?;
         host = host.max(t.elapsed());
     }
     let iters = opt.iters.max(1) as usize;
@@ -42,7 +42,7 @@ pub(super) fn time(
         })
         .collect::<Result<_, _>>()?;
     for i in 0..iters {
-        launches = step(
+        launches = step.step(
             gpu,
             ctx,
             &rot[i % rot.len()],
