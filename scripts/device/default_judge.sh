@@ -22,7 +22,7 @@ export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_AT
 [ -d /root/te/site/megatron ] || python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 COUNTS=1536,3072,6144,12288
 
@@ -35,12 +35,12 @@ step() {  # name, timeout, command...
 }
 megatron() {  # name, timeout, policy, model args...
   local name=$1 t=$2 pol=$3; shift 3
-  step "$name" "$t" python3 -m adaptive_fp8.step_bench --trainer megatron --policy "$pol" --steps 5 \
+  step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --policy "$pol" --steps 5 \
     --json "$W/$name.json" --md "$W/$name.md" "$@"
 }
 graphed() {  # name, timeout, policy, model args...
   local name=$1 t=$2 pol=$3; shift 3
-  step "$name" "$t" python3 -m adaptive_fp8.step_bench --execution graphed --oracle none --policy "$pol" \
+  step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --execution graphed --oracle none --policy "$pol" \
     --json "$W/$name.json" --md "$W/$name.md" "$@"
 }
 gen() {  # model dir, layers, extra layout args...

@@ -20,14 +20,14 @@ export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_AT
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
 # The working tree's pure-Python modules over the wheel's (the native core stays the wheel's).
-cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 python3 -c "import megatron.core as m, transformer_engine as t; print('megatron-core', m.__version__, 'TE', t.__version__)" | tee -a "$W/gpu.txt"
 
 pol() { python3 scripts/device/megatron_policies.py "$1" "$W/pol_$2" --tp 1 --ep "${3:-1}" > /dev/null; }
 judge() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
-  timeout "$t" python3 -m adaptive_fp8.step_bench --trainer megatron "$@" \
+  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron "$@" \
     --json "$W/$name.json" --md "$W/$name.md" > "$W/$name.log" 2>&1
   echo "$name rc=$?"
   grep -E "MISMATCH|Error|error" "$W/$name.log" | head -5

@@ -24,7 +24,7 @@ export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_AT
 python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl 2>/dev/null
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 python3 -c "import megatron.core as m, transformer_engine as t; print('megatron-core', m.__version__, 'TE', t.__version__)" | tee -a "$W/gpu.txt"
 
@@ -38,7 +38,7 @@ step() {  # name, timeout, command...
 L1=fixtures/models/llama3_2_1b.yaml
 Q3=examples/models/qwen3_30b_a3b.json
 if [ "$phase" = moe ]; then
-  step conv_q3_ep4 420 python3 -m adaptive_fp8.convergence --model $Q3 --ep 4 --layers 2 --seq-length 1024 --micro-batch-size 8 \
+  step conv_q3_ep4 420 python3 -m adaptive_fp8.bench.convergence --model $Q3 --ep 4 --layers 2 --seq-length 1024 --micro-batch-size 8 \
     --steps 300 --lr 1e-3 --policy policies/qwen3_vl_235b_a22b.llm.json --out "$W/conv_q3_ep4"
   tar -C /tmp -czf "$OUT/numerics.tar.gz" num
   cat "$W/steps.txt"; grep -E "step (50|150|300)/" "$W/conv_q3_ep4.log"
@@ -46,15 +46,15 @@ if [ "$phase" = moe ]; then
   exit 0
 fi
 step crosscheck 120 python3 scripts/device/quant_crosscheck.py
-step num_l1_blockwise 200 python3 -m adaptive_fp8.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \
+step num_l1_blockwise 200 python3 -m adaptive_fp8.bench.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \
   --recipe blockwise --out "$W/num_l1_blockwise.json" --md "$W/num_l1_blockwise.md"
-step num_l1_tensorwise 200 python3 -m adaptive_fp8.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \
+step num_l1_tensorwise 200 python3 -m adaptive_fp8.bench.numerics --model $L1 --layers 2 --seq-length 4096 --steps 4 \
   --recipe tensorwise --out "$W/num_l1_tensorwise.json" --md "$W/num_l1_tensorwise.md"
-step num_q3_blockwise 200 python3 -m adaptive_fp8.numerics --model $Q3 --ep 16 --layers 2 --seq-length 4096 --steps 4 \
+step num_q3_blockwise 200 python3 -m adaptive_fp8.bench.numerics --model $Q3 --ep 16 --layers 2 --seq-length 4096 --steps 4 \
   --recipe blockwise --out "$W/num_q3_blockwise.json" --md "$W/num_q3_blockwise.md"
-step conv_l1 420 python3 -m adaptive_fp8.convergence --model $L1 --layers 4 --seq-length 1024 --micro-batch-size 8 \
+step conv_l1 420 python3 -m adaptive_fp8.bench.convergence --model $L1 --layers 4 --seq-length 1024 --micro-batch-size 8 \
   --steps 300 --lr 6e-4 --policy policies/llama3_2_1b.json --out "$W/conv_l1"
-step conv_q3 420 python3 -m adaptive_fp8.convergence --model $Q3 --ep 16 --layers 4 --seq-length 1024 --micro-batch-size 4 \
+step conv_q3 420 python3 -m adaptive_fp8.bench.convergence --model $Q3 --ep 16 --layers 4 --seq-length 1024 --micro-batch-size 4 \
   --steps 300 --lr 6e-4 --policy policies/qwen3_vl_235b_a22b.llm.json --out "$W/conv_q3"
 tar -C /tmp -czf "$OUT/numerics.tar.gz" num
 cat "$W/steps.txt"

@@ -1,11 +1,11 @@
-"""The numerics probe's FP8 round trip (adaptive_fp8.quant_error) against Transformer Engine's
+"""The numerics probe's FP8 round trip (adaptive_fp8.bench.quant_error) against Transformer Engine's
 own quantizers on the H200: the same random BF16 tensors (with blocks of tiny and of large values
 mixed in) through both, the share of elements whose dequantized values differ and both relative
 RMS errors. A quantizer TE does not offer under the expected name is reported, not fatal."""
 
 import torch
 
-from adaptive_fp8.quant_error import error_sums, recipe_rules, round_trip
+from adaptive_fp8.bench.quant_error import error_sums, recipe_rules, round_trip
 
 
 def tensors():

@@ -9,7 +9,7 @@ mkdir -p "$W" "$OUT"
 export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
 t0=$(date +%s)
 timeout 300 ./devcarry/fp8sel gen-policy --backend step --model fixtures/models/llama3_2_1b.yaml --tp 1 \

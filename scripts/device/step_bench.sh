@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call after the TE install (../shared/tools/te-device): the step benchmark
-# (python -m adaptive_fp8.step_bench), real TE training steps per mode. Needs the adaptive_fp8
+# (python -m adaptive_fp8.bench.step_bench), real TE training steps per mode. Needs the adaptive_fp8
 # wheel in devcarry/ and the TE-derived policies in devcarry/pol/ (fp8sel merge-policy
 # --trainer eager|graphed over reports/h200/te/te_qwen2_5_72b_tp*.json).
 # Results under $OUT/step_bench/; prints the tables last.
@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site 
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
 S=$OUT/step_bench
 sb() { local name=$1; shift; local t0=$(date +%s)
-  timeout 200 python3 -m adaptive_fp8.step_bench "$@" --json "$S/$name.json" --md "$S/$name.md" > "$S/$name.log" 2>&1
+  timeout 200 python3 -m adaptive_fp8.bench.step_bench "$@" --json "$S/$name.json" --md "$S/$name.md" > "$S/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 )) s"; }
 Q=fixtures/models/qwen2_5_72b.yaml
 QP="--policy policies/qwen2_5_72b.json --policy devcarry/pol/qwen2_5_72b_te_eager.json --policy devcarry/pol/qwen2_5_72b_te_graphed.json"

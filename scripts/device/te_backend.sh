@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call after the TE install (../shared/tools/te-device): `fp8sel bench --backend te`
-# with the real worker (python -m adaptive_fp8.te_worker). Needs devcarry/fp8sel and the
+# with the real worker (python -m adaptive_fp8.bench.te_worker). Needs devcarry/fp8sel and the
 # adaptive_fp8 wheel in devcarry/. Prints a short table last; reports under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

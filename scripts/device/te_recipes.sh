@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 15's TE side, in the device call after the TE install (../shared/tools/te-device): the TE
-# backend (`fp8sel bench --backend te`, worker `python -m adaptive_fp8.te_worker`) in every recipe
+# backend (`fp8sel bench --backend te`, worker `python -m adaptive_fp8.bench.te_worker`) in every recipe
 # the H200 runs, on Qwen2.5-72B TP 8 and DeepSeek-V3's experts. Needs
 # devcarry/{fp8sel, adaptive_fp8 wheel, anchors/}. Reports and logs as one tarball in $OUT.
 set -uo pipefail

@@ -42,7 +42,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
   || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
 # The Python sources of this checkout win over the wheel's (a fix needs no rebuild).
-cp crates/py/python/adaptive_fp8/*.py /root/te/site/adaptive_fp8/
+cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
 F=./devcarry/fp8sel
 H=reports/h200
 SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphed"
@@ -50,11 +50,11 @@ SB="--steps 5 --repeats 7 --oracle-repeats 3 --warmup 3 --execution eager,graphe
 # A lane (phase h) snapshots into its own tarball: two lanes never write one file.
 snap() { tar czf "$OUT/trainer_loop_$PHASE${LANE:+_$LANE}.tar.gz" -C $R . 2>/dev/null; }
 sb() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  CUDA_VISIBLE_DEVICES=${GPU:-0} timeout "$limit" python3 -m adaptive_fp8.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
+  CUDA_VISIBLE_DEVICES=${GPU:-0} timeout "$limit" python3 -m adaptive_fp8.bench.step_bench "$@" --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 )) s"; snap; }
 # The step over a real TP group of 2 GPUs (rank 0 writes).
 sbtp() { local name=$1 limit=$2; shift 2; local t0=$(date +%s)
-  timeout "$limit" python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m adaptive_fp8.step_bench --tp-comm --tp 2 "$@" \
+  timeout "$limit" python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m adaptive_fp8.bench.step_bench --tp-comm --tp 2 "$@" \
     --json "$R/sb/$name.json" --md "$R/sb/$name.md" > "$R/sb/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 )) s"; snap; }
 pol() { for f in "$@"; do [ -f "$f" ] && echo --policy "$f"; done; }
@@ -65,7 +65,7 @@ hostpol() { # model, output name, cuBLASLt reports...
 case $PHASE in
 a)
   t0=$(date +%s)
-  CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m adaptive_fp8.probe_host --out $R/host.json > $R/probe_host.log 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m adaptive_fp8.bench.probe_host --out $R/host.json > $R/probe_host.log 2>&1
   echo "probe_host rc=$? $(( $(date +%s) - t0 )) s"; tail -n 12 $R/probe_host.log
   hostpol qwen qwen2_5_72b_host $H/qwen2_5_72b_tp{1,2,4,8}.json
   hostpol ds deepseek_v3_host $H/deepseek_v3_tp{1,2,4,8}_ep*.json
@@ -78,7 +78,7 @@ a)
   ;;
 b)
   t0=$(date +%s)
-  timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 -m adaptive_fp8.te_tp --model fixtures/models/qwen2_5_72b.yaml \
+  timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 -m adaptive_fp8.bench.te_tp --model fixtures/models/qwen2_5_72b.yaml \
     --tokens 1024,2048,4096,8192,16384 --json $R/te_tp2_qwen2_5_72b.json --md $R/te_tp2_qwen2_5_72b.md \
     --report $R/te_tp2_qwen2_5_72b_report.json > $R/te_tp2.log 2>&1
   echo "te_tp rc=$? $(( $(date +%s) - t0 )) s"

@@ -1,5 +1,5 @@
 //! The end-to-end section of docs/RESULTS.md: real TE training steps on the H200
-//! (`python -m adaptive_fp8.step_bench`, run by `scripts/device/trainer_loop.sh`), adaptive
+//! (`python -m adaptive_fp8.bench.step_bench`, run by `scripts/device/trainer_loop.sh`), adaptive
 //! policies against all-BF16, all-FP8 and the per-module oracle, per scenario of the seed's
 //! section 4, eager and CUDA-graphed; how far the cuBLASLt backend's decisions match TE's; what
 //! gradient accumulation and real TP communication change. Everything is read from the step
@@ -232,7 +232,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         "## End to end: the training step\n\n\
          Real Transformer Engine 2.20.2 training steps on one NVIDIA H200 (the `nvidia-h200-x2` and \
          `nvidia-h200` device machines; the scenarios marked TP 2 with communication ran on both GPUs \
-         of `nvidia-h200-x2` under torchrun, `--tp-comm`), `python -m adaptive_fp8.step_bench`: one rank's layers \
+         of `nvidia-h200-x2` under torchrun, `--tp-comm`), `python -m adaptive_fp8.bench.step_bench`: one rank's layers \
          built from the model config through the engine's plan (attention or MLA, dense MLP or MoE \
          with router, permutation, token-count sync, grouped and shared experts), forward + backward \
          + FusedAdam step with FP8 parameters, blockwise recipe. Every mode is timed interleaved \
@@ -825,7 +825,7 @@ fn render_tp(root: &Path, s: &mut String, files: &mut Files) -> Result<(), Strin
     let _ = writeln!(
         s,
         "\n### TP 2 with communication vs one rank alone\n\n\
-         `torchrun --nproc-per-node 2 -m adaptive_fp8.te_tp` on two H200s of one host: each dense \
+         `torchrun --nproc-per-node 2 -m adaptive_fp8.bench.te_tp` on two H200s of one host: each dense \
          module of Qwen2.5-72B as a TE `parallel_mode` module over a real TP group with sequence \
          parallelism (all-gather before column modules, reduce-scatter after row modules; FP8 \
          gathers the quantized input), against the per-rank module alone (what the one-GPU mode \

@@ -46,7 +46,7 @@ pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 /// their policies go to `policies/<recipe>/`.
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 
-/// The host profile measured on the H200 by `python -m adaptive_fp8.probe_host` (TE 2.20.2,
+/// The host profile measured on the H200 by `python -m adaptive_fp8.bench.probe_host` (TE 2.20.2,
 /// blockwise): what the default policies' eager thresholds model an eager trainer's host with
 /// where the TE reports did not measure a key.
 pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";

@@ -240,15 +240,28 @@ fn device_scripts_parse_and_name_existing_python_modules() {
             );
             let text = read(&p);
             for m in text.split("adaptive_fp8.").skip(1) {
+                // A dotted module path: `bench.step_bench` is bench/step_bench.py.
                 let name: String = m
                     .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
                     .collect();
+                let name = name.trim_end_matches('.');
                 if name.is_empty() || name.starts_with('_') {
                     continue;
                 }
+                // The module is the longest prefix that is a file or a package; what follows it
+                // is an attribute (`megatron.run_in_fp8`). A package's next part must be a module.
+                let parts: Vec<&str> = name.split('.').collect();
+                let is_module = |n: usize| {
+                    let f = pkg.join(parts[..n].join("/"));
+                    f.with_extension("py").exists() || f.join("__init__.py").exists()
+                };
+                let longest = (1..=parts.len()).rev().find(|&n| is_module(n));
+                let in_package = longest.is_some_and(|n| {
+                    n == parts.len() || !pkg.join(parts[..n].join("/")).join("__init__.py").exists()
+                });
                 assert!(
-                    pkg.join(format!("{name}.py")).exists(),
+                    in_package,
                     "{} names adaptive_fp8.{name}, which does not exist",
                     p.display()
                 );

@@ -17,7 +17,7 @@ pub enum BackendKind {
     Cuda,
     /// The cost model: estimates, never measurements.
     Model,
-    /// Transformer Engine itself, through `python -m adaptive_fp8.te_worker`.
+    /// Transformer Engine itself, through `python -m adaptive_fp8.bench.te_worker`.
     Te,
 }
 

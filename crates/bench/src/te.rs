@@ -1,7 +1,7 @@
 //! The Transformer Engine backend: the same sweep, timed through TE itself.
 //!
 //! TE is a Python library, so this backend drives a worker process,
-//! `python -m adaptive_fp8.te_worker` (the Python package of this repository), over JSON lines on
+//! `python -m adaptive_fp8.bench.te_worker` (the Python package of this repository), over JSON lines on
 //! its stdin and stdout: one request per point, one report point back. The worker times the
 //! eager step as TE users run it (host included) and, beside it, the GPU's busy time
 //! (`Timing::gpu_total_ms`); it checks every output against a float32 reference first.
@@ -43,17 +43,17 @@ pub struct TeBackend {
 }
 
 impl TeBackend {
-    /// Starts `python -m adaptive_fp8.te_worker` and asks it for the device; an error (with the
+    /// Starts `python -m adaptive_fp8.bench.te_worker` and asks it for the device; an error (with the
     /// fix) when Python, the package, torch, TE or a GPU is missing.
     pub fn start(python: &str, recompute: bool) -> Result<TeBackend, String> {
         let mut child = Command::new(python)
-            .args(["-m", "adaptive_fp8.te_worker"])
+            .args(["-m", "adaptive_fp8.bench.te_worker"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| {
-                format!("cannot start `{python} -m adaptive_fp8.te_worker`: {e}; fix: pass --python with the interpreter that has torch and transformer_engine")
+                format!("cannot start `{python} -m adaptive_fp8.bench.te_worker`: {e}; fix: pass --python with the interpreter that has torch and transformer_engine")
             })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err("the TE worker has no stdin/stdout".into());

@@ -311,7 +311,7 @@ fn tp_comm_launches_torchrun_on_the_dense_modules_and_checks_what_comes_back() {
     assert_ok(&o);
     assert!(
         argv.contains(
-            "-m torch.distributed.run --standalone --nproc-per-node=2 -m adaptive_fp8.te_tp"
+            "-m torch.distributed.run --standalone --nproc-per-node=2 -m adaptive_fp8.bench.te_tp"
         ) && argv.contains("--tokens 1024,4096")
             && argv.contains("--recipe blockwise"),
         "{argv}"
@@ -327,7 +327,7 @@ fn tp_comm_launches_torchrun_on_the_dense_modules_and_checks_what_comes_back() {
         &fake().join("te_tp_report.json"),
     );
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("adaptive_fp8.te_tp` failed"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("adaptive_fp8.bench.te_tp` failed"));
     // What came back is a one-GPU report: refused, not taken for a TP-communication one.
     let plain = root().join("reports/h200/te/te_qwen2_5_72b_tp2.json");
     let (o, _) = tp_comm(dir.path(), &[], &plain);

@@ -1,5 +1,5 @@
 //! Host profiles: what an eager trainer's host pays per module step, per kind and precision (and
-//! per local expert for grouped modules), as `python -m adaptive_fp8.probe_host` measures it on
+//! per local expert for grouped modules), as `python -m adaptive_fp8.bench.probe_host` measures it on
 //! the user's machine. The merge turns each module's times into `max(gpu, host)` with it: in an
 //! eager step the host enqueues a module while the GPU runs the previous ones, so a module costs
 //! whichever of the two is longer (docs/POLICY.md says why, with the step measurements behind it).
@@ -61,7 +61,7 @@ impl HostProfile {
     pub fn parse(text: &str, origin: &str) -> Result<HostProfile, MergeError> {
         let bad = |what: String| {
             MergeError::Options(format!(
-                "host profile {origin}: {what}; fix: measure it again with `python -m adaptive_fp8.probe_host --out FILE`"
+                "host profile {origin}: {what}; fix: measure it again with `python -m adaptive_fp8.bench.probe_host --out FILE`"
             ))
         };
         let f: File =

@@ -2,7 +2,7 @@
 //! it: a module whose FP8 quantize-dequantize error is over the bound runs BF16 whatever its
 //! speedup.
 //!
-//! The report is what `python -m adaptive_fp8.numerics` writes from real training steps, per TE
+//! The report is what `python -m adaptive_fp8.bench.numerics` writes from real training steps, per TE
 //! module and per GEMM operand (`input`, `weight`, `grad_output`): the relative RMS error of the
 //! FP8 round trip against the BF16 tensor, and the shares of elements that underflow to zero and
 //! that saturate. This module owns the format: the parser is the only reader.
@@ -121,7 +121,7 @@ pub fn parse_numerics(text: &str, file: &Path) -> Result<NumericsReport, MergeEr
             file,
             "format",
             format!(
-                "not \"{NUMERICS_FORMAT}\"; fix: pass the report `python -m adaptive_fp8.numerics` wrote"
+                "not \"{NUMERICS_FORMAT}\"; fix: pass the report `python -m adaptive_fp8.bench.numerics` wrote"
             ),
         ));
     }

@@ -128,7 +128,7 @@ pub(crate) fn for_trainer(
                 problem: format!(
                     "{}: eager needs eager step times (host included), and this report has GPU \
                      times only ({}); fix: measure with the TE backend, or model the host with a \
-                     host profile (python -m adaptive_fp8.probe_host)",
+                     host profile (python -m adaptive_fp8.bench.probe_host)",
                     l.file.display(),
                     l.origin.timing
                 ),

@@ -74,7 +74,7 @@ pub struct Origin {
     /// Whether the forward was recomputed in the backward; `None` when the report does not say
     /// (the reference tool's list format).
     pub recompute: Option<bool>,
-    /// Whether TP communication was in the times (`adaptive_fp8.te_tp`); `None` when the report
+    /// Whether TP communication was in the times (`adaptive_fp8.bench.te_tp`); `None` when the report
     /// does not say (the reference tool's list format).
     pub tp_comm: Option<bool>,
     /// The TP sizes above 1 of its points (only those differ with and without communication).

@@ -119,7 +119,7 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
     }
 }
 
-/// Reads `python -m adaptive_fp8.step_bench --json` results (the caller reads the file, bounded
+/// Reads `python -m adaptive_fp8.bench.step_bench --json` results (the caller reads the file, bounded
 /// by [`MAX_STEP_BYTES`]): one [`StepRun`] per execution swept. The oracle must have run
 /// (`--oracle greedy`, the default) and the file must carry `group_keys` (step benchmarks from
 /// this version on).
@@ -127,7 +127,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
     let v: Value =
         serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
     let keys = v.get("group_keys").and_then(Value::as_object).filter(|m| !m.is_empty()).ok_or_else(|| {
-        format_err(file, "no `group_keys`: not step benchmark results, or written before they carried each group's policy key; re-run `python -m adaptive_fp8.step_bench --json`")
+        format_err(file, "no `group_keys`: not step benchmark results, or written before they carried each group's policy key; re-run `python -m adaptive_fp8.bench.step_bench --json`")
     })?;
     let mut groups = Vec::new();
     for (g, k) in keys {

@@ -840,7 +840,7 @@ proptest! {
 
 #[test]
 fn the_profile_probe_host_writes_parses() {
-    // fixtures/host/example.json is what adaptive_fp8.probe_host.profile makes of example inputs
+    // fixtures/host/example.json is what adaptive_fp8.bench.probe_host.profile makes of example inputs
     // (crates/py/tests/test_probe_host.py checks that side).
     let text = std::fs::read_to_string(root().join("fixtures/host/example.json")).unwrap();
     let p = fp8_merge::host::HostProfile::parse(&text, "example.json").unwrap();

@@ -21,7 +21,7 @@ fn a_good_report_reads_with_its_worst_operand() {
     assert_eq!(r.modules[0].worst(), Some(("input", 0.031)));
 }
 
-/// The report the Python probe writes (`adaptive_fp8.numerics.report`; its test checks that it
+/// The report the Python probe writes (`adaptive_fp8.bench.numerics.report`; its test checks that it
 /// writes exactly this file) reads here, and bounds the module it should.
 #[test]
 fn the_python_probes_report_reads_and_bounds() {

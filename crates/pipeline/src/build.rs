@@ -263,7 +263,7 @@ fn write_origin(s: &mut String, reports: &[&(PathBuf, Report, Loaded)], opt: &Me
                 .join(", ");
             let _ = writeln!(
                 s,
-                "TP {list}: measured over a real TP group with sequence parallelism (`adaptive_fp8.te_tp`), \
+                "TP {list}: measured over a real TP group with sequence parallelism (`adaptive_fp8.bench.te_tp`), \
                  so the all-gathers and reduce-scatters are in those rules' times; the other TP sizes are \
                  one rank's GEMMs alone.\n"
             );

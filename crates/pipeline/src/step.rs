@@ -1,5 +1,5 @@
 //! `gen-policy --backend step`: the policy from the training step itself. For each model and
-//! layout, `python -m adaptive_fp8.step_bench` sweeps the token counts in each execution asked
+//! layout, `python -m adaptive_fp8.bench.step_bench` sweeps the token counts in each execution asked
 //! for and finds the per-group oracle at every count; `fp8_merge::step` turns the verdicts into
 //! `min_tokens` (eager) and `min_tokens_graphed` (graphed).
 
@@ -37,7 +37,7 @@ fn command(
     let list = |v: Vec<String>| v.join(",");
     let mut a = vec![
         "-m".to_owned(),
-        "adaptive_fp8.step_bench".to_owned(),
+        "adaptive_fp8.bench.step_bench".to_owned(),
         "--model".to_owned(),
         config.display().to_string(),
         "--tp".to_owned(),
@@ -204,7 +204,7 @@ mod tests {
         .join(" ");
         assert_eq!(
             a,
-            "-m adaptive_fp8.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
+            "-m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
              --execution eager,graphed --grad-accum 8 --trainer te --layers 2 --recipe blockwise \
              --json r.json --config-root configs"
         );

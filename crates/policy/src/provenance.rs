@@ -96,7 +96,7 @@ pub struct Provenance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trainer: Option<String>,
     /// The TP sizes whose rules were measured with TP communication in the times (a real TP
-    /// group with sequence parallelism, `adaptive_fp8.te_tp`); the other sizes' rules come from
+    /// group with sequence parallelism, `adaptive_fp8.bench.te_tp`); the other sizes' rules come from
     /// one rank's GEMMs alone. Empty when no such report was merged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tp_comm: Vec<u32>,

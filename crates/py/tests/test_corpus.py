@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from adaptive_fp8.corpus import Corpus
+from adaptive_fp8.bench.corpus import Corpus
 
 
 def test_the_same_seed_gives_the_same_tokens_and_another_does_not():

@@ -4,8 +4,8 @@ from a plan's architecture, and the precision check against the plan."""
 from __future__ import annotations
 
 import adaptive_fp8 as af8
-from adaptive_fp8 import megatron_step as ms
-from adaptive_fp8.step_bench import parser
+from adaptive_fp8.bench import megatron_step as ms
+from adaptive_fp8.bench.step_bench import parser
 
 
 def test_paths_and_modes():
@@ -40,7 +40,7 @@ def test_precision_check_names_every_difference(root):
 def test_the_cli_takes_the_megatron_trainer():
     a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--regions", "both", "--no-fp8-param"])
     assert a.trainer == "megatron" and a.regions == "both" and a.fp8_param is False and a.vocab == 8192
-    from adaptive_fp8.step_bench import default_repeats
+    from adaptive_fp8.bench.step_bench import default_repeats
 
     default_repeats(a)
     assert a.repeats == 21
@@ -50,14 +50,14 @@ def test_the_cli_takes_the_megatron_trainer():
 
 
 def test_megatron_refuses_what_it_does_not_time(root, capsys):
-    from adaptive_fp8.step_bench import main
+    from adaptive_fp8.bench.step_bench import main
 
     rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--execution", "graphed"])
     assert rc == 2 and "eager steps" in capsys.readouterr().err
 
 
 def test_group_keys_for_merge_policy_step(root):
-    from adaptive_fp8.step_spec import group_keys
+    from adaptive_fp8.bench.step_spec import group_keys
 
     p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=8, ep=64, etp=1, seq_length=1024))
     keys = group_keys(p["modules"], "llm", p["architecture"]["llm"])
@@ -79,7 +79,7 @@ def test_the_step_backend_command_line_parses():
 def test_each_step_re_arms_the_fp8_weight_cache_as_megatrons_schedule_does():
     from types import SimpleNamespace
 
-    from adaptive_fp8.megatron_step import first_microbatch
+    from adaptive_fp8.bench.megatron_step import first_microbatch
 
     calls = []
     model = SimpleNamespace(set_is_first_microbatch=lambda: calls.append(1))

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from adaptive_fp8 import convergence, numerics
-from adaptive_fp8.gpt_train import Schedule, token_batches
-from adaptive_fp8.corpus import Corpus
-from adaptive_fp8.quant_error import ErrorSums, OperandRule, recipe_rules
+from adaptive_fp8.bench import convergence, numerics
+from adaptive_fp8.bench.gpt_train import Schedule, token_batches
+from adaptive_fp8.bench.corpus import Corpus
+from adaptive_fp8.bench.quant_error import ErrorSums, OperandRule, recipe_rules
 
 
 def test_recipe_rules_follow_each_recipe_and_the_epsilons():
@@ -84,12 +84,12 @@ def test_model_flags_are_checked_before_any_import():
 
 def test_the_probe_and_the_check_fail_clearly_without_a_gpu_stack(tmp_path):
     for mod, extra in (("numerics", []), ("convergence", ["--policy", "policies/llama3_2_1b.json", "--out", str(tmp_path)])):
-        r = subprocess.run([sys.executable, "-m", f"adaptive_fp8.{mod}", "--model", "fixtures/models/llama3_2_1b.yaml", "--layers", "1", *extra],
+        r = subprocess.run([sys.executable, "-m", f"adaptive_fp8.bench.{mod}", "--model", "fixtures/models/llama3_2_1b.yaml", "--layers", "1", *extra],
                            capture_output=True, text=True, cwd=_root())
         assert r.returncode == 2, r.stderr
         assert f"{mod}: " in r.stderr and ("skipped" in r.stderr or "CUDA" in r.stderr), r.stderr
         assert r.stdout == ""
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.numerics", "--model", "no/such.yaml"], capture_output=True, text=True, cwd=_root())
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.numerics", "--model", "no/such.yaml"], capture_output=True, text=True, cwd=_root())
     assert r.returncode == 2 and "numerics:" in r.stderr and "no/such.yaml" in r.stderr
 
 
@@ -153,7 +153,7 @@ torch = pytest.importorskip("torch", reason="skipped: torch not installed (the r
 
 
 def test_round_trip_is_exact_on_representable_values_and_bounded_on_random_data():
-    from adaptive_fp8.quant_error import error_sums, round_trip
+    from adaptive_fp8.bench.quant_error import error_sums, round_trip
 
     torch.manual_seed(0)
     exact = torch.tensor([[1.0, -2.0, 0.5, 0.0] * 32])  # powers of two: exact in E4M3 under any pow2 scale
@@ -170,7 +170,7 @@ def test_round_trip_is_exact_on_representable_values_and_bounded_on_random_data(
 
 
 def test_per_tensor_scaling_underflows_small_values_that_blocks_keep():
-    from adaptive_fp8.quant_error import error_sums
+    from adaptive_fp8.bench.quant_error import error_sums
 
     x = torch.randn(64, 256)
     x[:, :128] *= 1e-6  # one block of tiny values beside one of normal ones, in every row
@@ -182,7 +182,7 @@ def test_per_tensor_scaling_underflows_small_values_that_blocks_keep():
 
 
 def test_epsilon_floors_the_amax_of_an_all_small_block():
-    from adaptive_fp8.quant_error import error_sums
+    from adaptive_fp8.bench.quant_error import error_sums
 
     x = torch.full((1, 128), 1e-20)
     free = error_sums(x, recipe_rules("blockwise")["input"]).summary()
@@ -191,7 +191,7 @@ def test_epsilon_floors_the_amax_of_an_all_small_block():
 
 
 def test_non_finite_elements_are_counted_and_left_out():
-    from adaptive_fp8.quant_error import error_sums
+    from adaptive_fp8.bench.quant_error import error_sums
 
     x = torch.ones(2, 128)
     x[0, 0] = float("inf")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_fp8 import probe_host
+from adaptive_fp8.bench import probe_host
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -55,15 +55,15 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
 
 def test_without_a_gpu_it_skips_and_writes_nothing(tmp_path):
     out = tmp_path / "host.json"
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.probe_host", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.probe_host", "--out", str(out)], capture_output=True, text=True)
     if "skipped" not in r.stdout:
         pytest.skip(f"this machine has TE and a GPU: {r.stdout[-200:]}")
     assert r.returncode == 0 and not out.exists()
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.probe_host", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.probe_host", "--help"], capture_output=True, text=True)
     assert "--host-profile" in r.stdout and "max(gpu time, host time)" in r.stdout
 
 
 def test_importing_it_does_not_import_torch():
-    code = "import sys, adaptive_fp8.probe_host; print('torch' in sys.modules)"
+    code = "import sys, adaptive_fp8.bench.probe_host; print('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"

@@ -11,8 +11,8 @@ import pytest
 import adaptive_fp8 as af8
 
 GROUPS = ["qkv", "proj", "fc1", "fc2"]
-from adaptive_fp8 import step_bench as sb
-from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions
+from adaptive_fp8.bench import step_bench as sb
+from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions
 
 
 def _spec(root, model="qwen2_5_72b.yaml", component="llm", **kw):
@@ -117,14 +117,14 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
 
 
 def test_help_teaches_and_bad_tokens_are_refused():
-    run = lambda *a: subprocess.run([sys.executable, "-m", "adaptive_fp8.step_bench", *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.step_bench", *a], capture_output=True, text=True)
     h = run("--help")
     assert h.returncode == 0 and "oracle" in h.stdout and "--tokens" in h.stdout
     bad = run("--model", "x.yaml", "--tokens", "2048,abc")
     assert bad.returncode == 2 and "comma-separated positive integers" in bad.stderr
 
 
-@pytest.mark.parametrize("module", ["step_bench", "step_spec", "step_layers", "te_worker", "te_tp", "megatron", "te", "probe_host"])
+@pytest.mark.parametrize("module", ["bench.step_bench", "bench.step_spec", "bench.step_layers", "bench.te_worker", "bench.te_tp", "megatron", "te", "bench.probe_host", "bench.numerics", "bench.convergence", "amax_eps"])
 def test_importing_does_not_import_torch(module):
     code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -177,7 +177,7 @@ def test_oracle_inside_the_noise_stays_bf16():
 def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():
     import sys
 
-    from adaptive_fp8 import step_bench
+    from adaptive_fp8.bench import step_bench
 
     a = step_bench.parser().parse_args(["--model", "m.yaml", "--recipe", "current"])
     assert step_bench.te_recipe_name(a) == "Float8CurrentScaling(fp8_format=E4M3)"
@@ -189,7 +189,7 @@ def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():
 
 
 def test_bad_layer_mix_and_execution_are_refused_before_torch(root):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "adaptive_fp8.step_bench", *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.step_bench", *a], capture_output=True, text=True)
     ds = str(root / "fixtures" / "models" / "deepseek_v3.yaml")
     r = run("--model", ds, "--tp", "8", "--tokens", "1024", "--layers", "2", "--dense-layers", "5")
     assert r.returncode == 2 and "--dense-layers 5 must be between 0 and --layers 2" in r.stderr
@@ -271,7 +271,7 @@ def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
     import adaptive_fp8 as af8
 
     spec, _ = sb._spec(af8, args, 40)
-    from adaptive_fp8 import step_layers
+    from adaptive_fp8.bench import step_layers
 
     bench = step_layers.Bench(args, fake_te, "cpu")
     outs = {}
@@ -333,7 +333,7 @@ def test_results_are_written_after_each_case_so_a_time_limit_keeps_them(tmp_path
 
 
 def test_tp_comm_is_refused_with_the_fix_where_it_cannot_run(root):
-    from adaptive_fp8.step_spec import full_features, tp_comm_layout
+    from adaptive_fp8.bench.step_spec import full_features, tp_comm_layout
 
     q = _spec(root, tp=2, seq_length=4096)
     kinds = composition(q, 2)
@@ -350,7 +350,7 @@ def test_tp_comm_is_refused_with_the_fix_where_it_cannot_run(root):
     # Column modules get their out features back, row modules their in features.
     m = q.modules
     assert full_features(m["qkv"], 2) == (8192, 10240) and full_features(m["fc2"], 2) == (29568, 8192)
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.step_bench", "--model", str(root / "fixtures" / "models" / "qwen2_5_72b.yaml"),
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.step_bench", "--model", str(root / "fixtures" / "models" / "qwen2_5_72b.yaml"),
                         "--tp", "2", "--tp-comm", "--tokens", "1024"], capture_output=True, text=True, env={k: v for k, v in __import__("os").environ.items() if k != "WORLD_SIZE"})
     assert r.returncode == 2 and "runs under torchrun" in r.stderr, r.stderr
 
@@ -359,7 +359,7 @@ _TP_DRIVER = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
 import torch, fake_te
-from adaptive_fp8 import step_bench as sb
+from adaptive_fp8.bench import step_bench as sb
 args = sb.parser().parse_args({argv!r})
 torch.manual_seed(0)
 out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import adaptive_fp8 as af8
-from adaptive_fp8 import te_tp
+from adaptive_fp8.bench import te_tp
 
 
 def test_modules_at_tp_have_full_and_per_rank_shapes(root):
@@ -52,11 +52,11 @@ def test_summary_and_table_show_both_crossovers():
 
 
 def test_outside_torchrun_it_says_how_to_run():
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--model", "m.yaml"], capture_output=True, text=True, env={"PATH": ""})
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.te_tp", "--model", "m.yaml"], capture_output=True, text=True, env={"PATH": ""})
     assert r.returncode == 2 and "run under torchrun" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--model", "m.yaml", "--tokens", "1,x"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.te_tp", "--model", "m.yaml", "--tokens", "1,x"], capture_output=True, text=True)
     assert r.returncode == 2 and "comma-separated positive integers" in r.stderr
-    h = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--help"], capture_output=True, text=True)
+    h = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.te_tp", "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and "sequence_parallel" in h.stdout and "crossover" in h.stdout
 
 
@@ -108,12 +108,13 @@ def test_the_report_merges_into_a_policy_and_never_with_one_rank_tp_reports(root
 
 
 def test_report_with_delayed_is_refused_with_the_fix():
-    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.te_tp", "--model", "m.yaml", "--recipe", "delayed", "--report", "x.json"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.te_tp", "--model", "m.yaml", "--recipe", "delayed", "--report", "x.json"], capture_output=True, text=True)
     assert r.returncode == 2 and "--report is for blockwise and tensorwise" in r.stderr
 
 
 def test_one_timing_summary_for_every_benchmark():
-    from adaptive_fp8 import _common, te_worker
+    from adaptive_fp8 import _common
+    from adaptive_fp8.bench import te_worker
 
     v = [float(x) for x in range(11, 0, -1)]
     assert _common.stat(v) == {"median": 6.0, "p10": 2.0, "p90": 10.0}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from adaptive_fp8.te_worker import recipe_spec
+from adaptive_fp8.bench.te_worker import recipe_spec
 
 
 def test_each_recipe_maps_to_its_te_class_with_te_defaults():
@@ -70,14 +70,15 @@ def _fake_te_recipe(monkeypatch):
 
 
 def test_the_seeds_epsilon_variables_set_amax_epsilon(monkeypatch):
-    from adaptive_fp8 import te_worker
+    from adaptive_fp8 import amax_eps
+    from adaptive_fp8.bench import te_worker
 
     _fake_te_recipe(monkeypatch)
-    te_worker._said_eps.clear()
+    amax_eps._said_eps.clear()
     env = {"FP8_QUANT_FWD_INP_AMAX_EPS": "1e-12", "FP8_QUANT_FWD_WEIGHT_AMAX_EPS": "1e-12",
            "FP8_QUANT_BWD_GRAD_AMAX_EPS": "1e-12"}
     said: list[str] = []
-    r = te_worker.apply_amax_epsilons(te_worker.make_recipe({}, environ={}), env, said.append)
+    r = amax_eps.apply_amax_epsilons(te_worker.make_recipe({}, environ={}), env, said.append)
     for f in ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad"):
         q = getattr(r, f)
         assert q.amax_epsilon == 1e-12 and q.power_2_scale is True  # the rest of TE's default kept
@@ -86,7 +87,7 @@ def test_the_seeds_epsilon_variables_set_amax_epsilon(monkeypatch):
     assert said == ["adaptive_fp8: Float8BlockScaling: fp8_quant_fwd_inp.amax_epsilon=1e-12, "
                     "fp8_quant_fwd_weight.amax_epsilon=1e-12, fp8_quant_bwd_grad.amax_epsilon=1e-12 (from FP8_QUANT_*_AMAX_EPS)"]
     # Said once.
-    te_worker.apply_amax_epsilons(te_worker.make_recipe({}, environ={}), env, said.append)
+    amax_eps.apply_amax_epsilons(te_worker.make_recipe({}, environ={}), env, said.append)
     assert len(said) == 1
     # make_recipe reads the environment it is given; one variable sets one field.
     r = te_worker.make_recipe({}, environ={"FP8_QUANT_BWD_GRAD_AMAX_EPS": "1e-10"})
@@ -94,7 +95,7 @@ def test_the_seeds_epsilon_variables_set_amax_epsilon(monkeypatch):
     # Delayed scaling has no such parameters: left alone, with a note.
     te_worker.make_recipe({"recipe": "delayed"}, environ=env)
     with pytest.raises(ValueError, match="FP8_QUANT_FWD_INP_AMAX_EPS='tiny'.*1e-12"):
-        te_worker.amax_epsilons({"FP8_QUANT_FWD_INP_AMAX_EPS": "tiny"})
+        amax_eps.amax_epsilons({"FP8_QUANT_FWD_INP_AMAX_EPS": "tiny"})
     with pytest.raises(ValueError, match="non-negative"):
-        te_worker.amax_epsilons({"FP8_QUANT_BWD_GRAD_AMAX_EPS": "-1"})
-    assert te_worker.amax_epsilons({}) == {}
+        amax_eps.amax_epsilons({"FP8_QUANT_BWD_GRAD_AMAX_EPS": "-1"})
+    assert amax_eps.amax_epsilons({}) == {}

@@ -9,21 +9,35 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "python" / "adaptive_fp8"
 
 
+def module_name(path: Path) -> str:
+    """``megatron``, ``bench.step_bench``: the dotted name under the package (``__init__`` is
+    its folder's name, the package's own is ``""``)."""
+    parts = list(path.relative_to(PKG).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
 def imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports, at the top or inside a function."""
+    here = module_name(path)
+    folder = here if path.name == "__init__.py" else here.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.level:  # from .x import y, inside the package
-                names = [node.module.split(".")[0]]
-            elif node.module == "adaptive_fp8":
-                names = [a.name for a in node.names]
-            elif node.module.startswith("adaptive_fp8."):
-                names = [node.module.split(".")[1]]
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:  # from .x import y, relative to the module's folder
+                base = ".".join(p for p in [folder, mod] if p)
+            elif mod == "adaptive_fp8" or mod.startswith("adaptive_fp8."):
+                base = mod.removeprefix("adaptive_fp8").lstrip(".")
+            else:
+                continue
+            names = [base] + [".".join(p for p in [base, a.name] if p) for a in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] for a in node.names if a.name.startswith("adaptive_fp8.")]
+            names = [a.name.removeprefix("adaptive_fp8.") for a in node.names if a.name.startswith("adaptive_fp8.")]
         out |= {n for n in names if n in modules}
-    return out - {path.stem}
+    return out - {here, ""}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -63,8 +77,24 @@ def test_the_finder_sees_a_circle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py")}
+
+
 def test_no_module_imports_one_that_imports_it_back():
-    modules = {p.stem for p in PKG.glob("*.py")}
-    graph = {m: imports(PKG / f"{m}.py", modules) for m in modules}
-    assert graph["step_bench"], "the parser found no imports: the test would pass vacuously"
+    mods = all_modules()
+    graph = {m: imports(p, set(mods)) for m, p in mods.items()}
+    assert graph["bench.step_bench"], "the parser found no imports: the test would pass vacuously"
+    assert "bench.step_spec" in graph["bench.step_bench"] and "amax_eps" in graph["bench.te_worker"]
     assert cycles(graph) == []
+
+
+def test_the_trainer_side_never_imports_the_measurement_tools():
+    """The hooks a trainer imports (the package's top) stand alone: ``adaptive_fp8.bench`` is the
+    tools', and depends on the top, never the other way."""
+    mods = all_modules()
+    top = {m: p for m, p in mods.items() if not m.startswith("bench")}
+    assert {"", "megatron", "te", "amax_eps"} <= set(top)
+    for m, p in top.items():
+        reached = {i for i in imports(p, set(mods)) if i.startswith("bench")}
+        assert not reached, f"adaptive_fp8.{m or '__init__'} imports {sorted(reached)}"

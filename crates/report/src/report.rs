@@ -76,7 +76,7 @@ pub struct Provenance {
     #[serde(default)]
     pub recompute: bool,
     /// Timed as TE tensor-parallel modules over a real TP group with sequence parallelism, so
-    /// the all-gathers and reduce-scatters are in the times (`adaptive_fp8.te_tp` under
+    /// the all-gathers and reduce-scatters are in the times (`adaptive_fp8.bench.te_tp` under
     /// torchrun). Reports with and without it do not merge.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tp_comm: bool,

@@ -109,7 +109,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// `cuda` measures our cuBLASLt/NVRTC implementation of the recipe (GPU time); `te` times
-    /// Transformer Engine itself through `python -m adaptive_fp8.te_worker` (eager step time,
+    /// Transformer Engine itself through `python -m adaptive_fp8.bench.te_worker` (eager step time,
     /// host included, and GPU time beside it); `model` estimates with the offline cost model (no
     /// GPU needed; the report is marked estimated).
     #[arg(long, default_value = "cuda", value_parser = ["cuda", "te", "model"])]
@@ -119,7 +119,7 @@ pub struct Args {
     /// With --backend te: the torchrun mode. Times the dense modules as TE tensor-parallel
     /// modules over a real TP group of --tp GPUs of this node, sequence parallel, so the
     /// all-gathers and reduce-scatters are in the times (`python -m torch.distributed.run -m
-    /// adaptive_fp8.te_tp`). The report is marked `tp_comm`; merge-policy never mixes it with
+    /// adaptive_fp8.bench.te_tp`). The report is marked `tp_comm`; merge-policy never mixes it with
     /// one-GPU reports of TP > 1. Expert modules are left out (all-to-all, not TP).
     #[arg(long)]
     pub tp_comm: bool,

@@ -80,10 +80,10 @@ pub struct Args {
     #[command(flatten)]
     pub objective: super::objective_args::ObjectiveArgs,
     /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
-    /// itself through `python -m adaptive_fp8.te_worker` (reports to <reports-dir>/<gpu>/te/; the
+    /// itself through `python -m adaptive_fp8.bench.te_worker` (reports to <reports-dir>/<gpu>/te/; the
     /// policy holds both executions: TE's eager step times as min_tokens, its GPU times as
     /// min_tokens_graphed, unless --trainer picks one; cuda does the same with --host-profile);
-    /// step: the training step itself through `python -m adaptive_fp8.step_bench` (its per-group
+    /// step: the training step itself through `python -m adaptive_fp8.bench.step_bench` (its per-group
     /// oracle over --tokens in each --execution; eager sets min_tokens, graphed
     /// min_tokens_graphed; results under <reports-dir>/step/).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]

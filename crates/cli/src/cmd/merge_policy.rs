@@ -20,7 +20,7 @@ use crate::error::{CliError, CliResult};
 ///       --output policies/qwen2_5_72b.json --speedup-threshold 1.0
 ///   fp8sel merge-policy --reports out/vlm_*.json --output-dir policies --name qwen3_vl_235b_a22b
 ///
-/// From the training step instead (`python -m adaptive_fp8.step_bench --json`, with its oracle):
+/// From the training step instead (`python -m adaptive_fp8.bench.step_bench --json`, with its oracle):
 /// each key FP8 from the smallest swept count from which the oracle kept it FP8 at every larger
 /// count; an eager sweep sets min_tokens, a graphed one min_tokens_graphed:
 ///   fp8sel merge-policy --step step_eager_graphed.json --output policies/my_model.json
@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, num_args = 1.., required_unless_present = "step", value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
     /// Step benchmark results to make the policy from instead of reports (`python -m
-    /// adaptive_fp8.step_bench --json`, oracle on; eager and graphed sweeps in one file or two).
+    /// adaptive_fp8.bench.step_bench --json`, oracle on; eager and graphed sweeps in one file or two).
     #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir"], requires = "output", value_name = "RESULTS")]
     pub step: Vec<PathBuf>,
     /// Output policy (one component).

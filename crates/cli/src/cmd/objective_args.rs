@@ -19,12 +19,12 @@ pub struct ObjectiveArgs {
     /// module wins on its own. The policy's provenance lists each module's own verdict.
     #[arg(long, default_value = "step", value_parser = ["step", "all-win"])]
     pub shared_key: String,
-    /// For eager trainers: the host profile `python -m adaptive_fp8.probe_host --out FILE`
+    /// For eager trainers: the host profile `python -m adaptive_fp8.bench.probe_host --out FILE`
     /// measured on this machine (per kind and precision, and per local expert for grouped
     /// modules); each module's times become max(time, host). Exclusive with --host-floor-ms.
     #[arg(long, value_name = "FILE")]
     pub host_profile: Option<PathBuf>,
-    /// A numerics report (`python -m adaptive_fp8.numerics`): with --max-quant-error, every
+    /// A numerics report (`python -m adaptive_fp8.bench.numerics`): with --max-quant-error, every
     /// module whose FP8 quantize-dequantize error (relative RMS, worst operand) is over the
     /// bound runs BF16 whatever its speedup; provenance names the bound and each key it kept
     /// BF16, and explain gives that as the reason.

@@ -1,6 +1,6 @@
 //! `fp8sel bench --backend te --tp-comm`: the TE backend's torchrun mode. The one-GPU mode times
 //! one rank's GEMMs alone; this one launches `python -m torch.distributed.run --nproc-per-node TP
-//! -m adaptive_fp8.te_tp` on this node, which times each dense module as a TE tensor-parallel
+//! -m adaptive_fp8.bench.te_tp` on this node, which times each dense module as a TE tensor-parallel
 //! module over a real TP group with sequence parallelism (the all-gathers and reduce-scatters in
 //! the times) and writes the report (`provenance.tp_comm`). fp8sel checks the report it gets
 //! back and prints the usual summary. Grouped (expert) modules are not in it: their communication
@@ -58,7 +58,7 @@ pub fn command_line(
         "--standalone".into(),
         format!("--nproc-per-node={tp}"),
         "-m".into(),
-        "adaptive_fp8.te_tp".into(),
+        "adaptive_fp8.bench.te_tp".into(),
         "--model".into(),
         model.display().to_string(),
         "--tokens".into(),
@@ -119,7 +119,7 @@ pub fn run(
     })?;
     if !status.success() {
         return Err(CliError::input(format!(
-            "--tp-comm: `{python} -m torch.distributed.run ... adaptive_fp8.te_tp` failed ({status}); its messages are above"
+            "--tp-comm: `{python} -m torch.distributed.run ... adaptive_fp8.bench.te_tp` failed ({status}); its messages are above"
         )));
     }
     let text = fp8_report::read_text(report).map_err(CliError::input)?;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Stands in for `python -m torch.distributed.run ... -m adaptive_fp8.te_tp` in the CLI tests:
+# Stands in for `python -m torch.distributed.run ... -m adaptive_fp8.bench.te_tp` in the CLI tests:
 # records its arguments in $FAKE_ARGV and writes $FAKE_REPORT (a te_tp report with made-up
 # times) where --report points; exits $FAKE_EXIT (default 0).
 echo "$@" > "$FAKE_ARGV"

@@ -538,7 +538,7 @@ def _fp8_context_factory(config: Any) -> Any:
     # TE 2.8 renamed fp8_autocast's fp8_group to autocast's amax_reduction_group.
     params = inspect.signature(autocast).parameters
     group_kw = "amax_reduction_group" if "amax_reduction_group" in params else "fp8_group"
-    from adaptive_fp8.te_worker import apply_amax_epsilons
+    from adaptive_fp8.amax_eps import apply_amax_epsilons
 
     recipe = apply_amax_epsilons(get_fp8_recipe(config), dict(os.environ))
     group = None

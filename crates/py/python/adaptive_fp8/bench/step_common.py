@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from adaptive_fp8._common import quantile as _quantile
-from adaptive_fp8.step_spec import StepBenchError
+from adaptive_fp8.bench.step_spec import StepBenchError
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -53,7 +53,7 @@ def recipe_options(args) -> dict:
 
 def te_recipe_name(args) -> str:
     """The TE recipe class the run used, with its keyword arguments (pure)."""
-    from adaptive_fp8.te_worker import recipe_spec
+    from adaptive_fp8.bench.te_worker import recipe_spec
 
     cls, kw = recipe_spec(recipe_options(args))
     return cls + ("(" + ", ".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")" if kw else "")

@@ -254,7 +254,7 @@ def tp_comm_layout(spec: Spec, kinds: list[str], tp: int, world: int | None) -> 
     (MHA/GQA attention and dense MLPs; MLA's duplicated down projections and MoE's all-to-all are
     not built with communication)."""
     if world is None:
-        raise StepBenchError(f"--tp-comm runs under torchrun: torchrun --nproc-per-node {tp} -m adaptive_fp8.step_bench --tp-comm ...")
+        raise StepBenchError(f"--tp-comm runs under torchrun: torchrun --nproc-per-node {tp} -m adaptive_fp8.bench.step_bench --tp-comm ...")
     if world != tp:
         raise StepBenchError(f"--tp-comm: the torchrun world has {world} rank(s) but --tp is {tp}; give --nproc-per-node {tp}")
     if tp < 2:

@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from adaptive_fp8.corpus import Corpus
-from adaptive_fp8.quant_error import RECIPES
+from adaptive_fp8.bench.corpus import Corpus
+from adaptive_fp8.bench.quant_error import RECIPES
 
 MODES = ("bf16", "bf16-repeat", "fp8", "adaptive")
 
@@ -61,7 +61,7 @@ def plan_kwargs(args: Any) -> dict:
 def model_kwargs(af8: Any, args: Any) -> tuple[dict, dict, list[str]]:
     """``(TransformerConfig kwargs, plan, notes)`` for ``args.layers`` layers of ``args.model``
     (the plan's architecture; its rows give each module group's policy key)."""
-    from adaptive_fp8.megatron_step import config_kwargs, one_rank_experts
+    from adaptive_fp8.bench.megatron_step import config_kwargs, one_rank_experts
 
     plan = af8._plan(args.model, None, plan_kwargs(args))
     arch = plan["architecture"]["llm"]
@@ -110,7 +110,7 @@ class GptTrainer:
     architecture."""
 
     def __init__(self, args: Any, kw: dict) -> None:
-        from adaptive_fp8.megatron_step import Judge
+        from adaptive_fp8.bench.megatron_step import Judge
 
         args.fp8_param = False  # FP8 weights need Megatron's optimizer; the masters stay fp32
         self.judge = Judge(args)
@@ -153,7 +153,7 @@ class GptTrainer:
     def train_step(self, model, opt, batch: list[list[int]], lr: float) -> tuple[float, float]:
         """``(loss, gradient norm)`` of one step; the step is skipped (weights kept) when either
         is not finite, as Megatron skips an overflowed step."""
-        from adaptive_fp8.megatron_step import first_microbatch
+        from adaptive_fp8.bench.megatron_step import first_microbatch
 
         torch = self.torch
         ids, labels, pos = self.tensors(batch)
@@ -171,7 +171,7 @@ class GptTrainer:
         return value, gnorm
 
     def eval_loss(self, model, batches: list[list[list[int]]]) -> float:
-        from adaptive_fp8.megatron_step import first_microbatch
+        from adaptive_fp8.bench.megatron_step import first_microbatch
 
         torch = self.torch
         total = 0.0

@@ -1,9 +1,9 @@
 """The convergence check: does the adaptive plan train as well as BF16? Trains a few layers of a
 model's megatron-core ``GPTModel`` from one seed on the synthetic corpus
-(``adaptive_fp8.corpus``: generated, no download, a loss floor a perfect model reaches) in BF16,
+(``adaptive_fp8.bench.corpus``: generated, no download, a loss floor a perfect model reaches) in BF16,
 all-FP8 and the policy's plan, with the same initial weights and batches in each.
 
-    python -m adaptive_fp8.convergence --model fixtures/models/llama3_2_1b.yaml --layers 4 \\
+    python -m adaptive_fp8.bench.convergence --model fixtures/models/llama3_2_1b.yaml --layers 4 \\
         --seq-length 1024 --micro-batch-size 8 --steps 300 --policy policies/llama3_2_1b.json \\
         --out conv/
 
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.gpt_train import MODES, add_model_args, check_model_args
+from adaptive_fp8.bench.gpt_train import MODES, add_model_args, check_model_args
 
 COLORS = {"bf16": "#1f77b4", "bf16-repeat": "#9ecae1", "fp8": "#d62728", "adaptive": "#2ca02c"}
 
@@ -154,9 +154,9 @@ def deterministic_setup(env) -> list[str]:
 
 def run(args: Any, log=print) -> dict:
     import adaptive_fp8 as af8
-    from adaptive_fp8.corpus import Corpus
-    from adaptive_fp8.gpt_train import GptTrainer, Schedule, model_kwargs, token_batches
-    from adaptive_fp8.megatron_step import plan_name
+    from adaptive_fp8.bench.corpus import Corpus
+    from adaptive_fp8.bench.gpt_train import GptTrainer, Schedule, model_kwargs, token_batches
+    from adaptive_fp8.bench.megatron_step import plan_name
 
     kw, plan, notes = model_kwargs(af8, args)
     if args.deterministic:
@@ -221,7 +221,7 @@ def _modes(s: str) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
-    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.convergence", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.convergence", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(ap)
     ap.add_argument("--policy", required=True, help="the policy whose plan is the adaptive mode")
     ap.add_argument("--steps", type=int, default=300, help="training steps per mode (default 300)")
@@ -238,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from adaptive_fp8._common import write_atomic
-    from adaptive_fp8.step_spec import StepBenchError
+    from adaptive_fp8.bench.step_spec import StepBenchError
 
     args = parser().parse_args(argv)
     bad = check_model_args(args)
@@ -252,7 +252,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         import adaptive_fp8 as af8
 
         af8.Policy.load(args.policy)  # a bad policy or config fails before any GPU work
-        from adaptive_fp8.gpt_train import plan_kwargs
+        from adaptive_fp8.bench.gpt_train import plan_kwargs
 
         af8._plan(args.model, None, plan_kwargs(args))
         out = run(args)

@@ -45,7 +45,7 @@ class OperandRule:
 
 def recipe_rules(recipe: str, fp8_format: str = "e4m3", epsilons: Optional[dict[str, float]] = None) -> dict[str, OperandRule]:
     """The rule of each operand under ``recipe``; ``epsilons`` maps the recipe's ``QParams`` field
-    names (``fp8_quant_fwd_inp``...) to their ``amax_epsilon`` (see ``te_worker.amax_epsilons``)."""
+    names (``fp8_quant_fwd_inp``...) to their ``amax_epsilon`` (see ``adaptive_fp8.amax_eps.amax_epsilons``)."""
     if recipe not in RECIPES:
         raise ValueError(f"recipe {recipe!r}: expected one of {', '.join(RECIPES)}")
     if fp8_format not in ("e4m3", "hybrid"):

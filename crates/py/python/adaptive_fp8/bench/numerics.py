@@ -1,13 +1,13 @@
 """The numerics probe: what FP8 would do to each GEMM operand of a model's TE modules, measured in
 real BF16 training steps of its megatron-core ``GPTModel`` on the synthetic corpus.
 
-    python -m adaptive_fp8.numerics --model fixtures/models/llama3_2_1b.yaml --layers 2 \\
+    python -m adaptive_fp8.bench.numerics --model fixtures/models/llama3_2_1b.yaml --layers 2 \\
         --seq-length 4096 --steps 4 --recipe blockwise --out numerics.json
 
 For every TE module (grouped by the plan's name, layers together) and every operand of its GEMM
 (``input``: what the GEMM reads, after the module's own norm; ``weight``; ``grad_output``: the
 gradient the backward GEMMs read), the probe takes the BF16 tensor of each probed step through
-the recipe's FP8 round trip (``adaptive_fp8.quant_error``) and sums the error. The report
+the recipe's FP8 round trip (``adaptive_fp8.bench.quant_error``) and sums the error. The report
 (``fp8sel-numerics`` version 1, read by ``fp8sel merge-policy --numerics``) gives per module and
 operand the relative RMS error over all its tensors, the share of non-zero elements that
 underflow to zero and the share at the format's largest magnitude. A markdown table, worst
@@ -26,8 +26,8 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from adaptive_fp8.gpt_train import add_model_args, check_model_args
-from adaptive_fp8.quant_error import OPERANDS, ErrorSums, OperandRule, error_sums, recipe_rules
+from adaptive_fp8.bench.gpt_train import add_model_args, check_model_args
+from adaptive_fp8.bench.quant_error import OPERANDS, ErrorSums, OperandRule, error_sums, recipe_rules
 
 FORMAT = "fp8sel-numerics"
 VERSION = 1
@@ -143,10 +143,10 @@ class Probe:
 def run(args: Any, log=print) -> dict:
     """Trains the BF16 model ``--warmup`` steps, then probes ``--steps`` more."""
     import adaptive_fp8 as af8
-    from adaptive_fp8.corpus import Corpus
-    from adaptive_fp8.gpt_train import GptTrainer, Schedule, model_kwargs, token_batches
-    from adaptive_fp8.megatron_step import TE_CLASSES, plan_name
-    from adaptive_fp8.te_worker import amax_epsilons
+    from adaptive_fp8.bench.corpus import Corpus
+    from adaptive_fp8.bench.gpt_train import GptTrainer, Schedule, model_kwargs, token_batches
+    from adaptive_fp8.bench.megatron_step import TE_CLASSES, plan_name
+    from adaptive_fp8.amax_eps import amax_epsilons
 
     kw, plan, notes = model_kwargs(af8, args)
     rows = [r for r in plan["modules"] if r["component"] == "llm"]
@@ -172,7 +172,7 @@ def run(args: Any, log=print) -> dict:
         "layers": args.layers, "seq_length": args.seq_length, "micro_batch_size": args.micro_batch_size,
         "warmup_steps": args.warmup, "probed_steps": args.steps, "ep": args.ep or 1, "seed": args.seed,
         "rules": {op: dataclasses.asdict(r) for op, r in rules.items()},
-        "emulation": "adaptive_fp8.quant_error (torch round trip of the recipe's documented rules)",
+        "emulation": "adaptive_fp8.bench.quant_error (torch round trip of the recipe's documented rules)",
         "device": trainer.torch.cuda.get_device_name(),
     }
     out = report(plan["model"], args.recipe, args.fp8_format, rows, probe.sums, settings)
@@ -182,7 +182,7 @@ def run(args: Any, log=print) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
-    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.numerics", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.numerics", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(ap)
     ap.add_argument("--steps", type=int, default=4, help="probed training steps (default 4)")
     ap.add_argument("--warmup", type=int, default=2, help="BF16 steps before the probe (default 2)")
@@ -193,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from adaptive_fp8._common import emit
-    from adaptive_fp8.step_spec import StepBenchError
+    from adaptive_fp8.bench.step_spec import StepBenchError
 
     args = parser().parse_args(argv)
     bad = check_model_args(args) or (None if args.steps >= 1 and args.warmup >= 0 else "--steps must be >= 1 and --warmup >= 0")
@@ -203,7 +203,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         import adaptive_fp8 as af8
 
-        from adaptive_fp8.gpt_train import plan_kwargs
+        from adaptive_fp8.bench.gpt_train import plan_kwargs
 
         af8._plan(args.model, None, plan_kwargs(args))  # a bad config fails first
         out = run(args)

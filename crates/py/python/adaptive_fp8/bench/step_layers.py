@@ -1,14 +1,14 @@
 """The step benchmark's torch half: one rank's layers built with TE (or a stand-in with TE's
 signatures), the training step (micro-batches of forward + backward, one optimizer step), CUDA
-graph capture, and timing. Imported by `adaptive_fp8.step_bench` only when a benchmark runs;
-what it builds is described in `adaptive_fp8.step_spec`."""
+graph capture, and timing. Imported by `adaptive_fp8.bench.step_bench` only when a benchmark runs;
+what it builds is described in `adaptive_fp8.bench.step_spec`."""
 
 from __future__ import annotations
 
 import time
 
 from adaptive_fp8._common import te_api
-from adaptive_fp8.step_spec import PARALLEL_MODE, Spec, StepBenchError, full_features
+from adaptive_fp8.bench.step_spec import PARALLEL_MODE, Spec, StepBenchError, full_features
 
 
 class Bench:
@@ -23,8 +23,8 @@ class Bench:
 
             if not torch.cuda.is_available():
                 raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
-        from adaptive_fp8.step_common import recipe_options
-        from adaptive_fp8.te_worker import make_recipe
+        from adaptive_fp8.bench.step_common import recipe_options
+        from adaptive_fp8.bench.te_worker import make_recipe
 
         self.torch, self.te, self.args, self.device = torch, te, args, device
         self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None

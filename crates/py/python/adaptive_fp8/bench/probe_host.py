@@ -1,6 +1,6 @@
 """Measure what an eager trainer's host pays per TE module step, on this machine.
 
-    python -m adaptive_fp8.probe_host --out host.json [--recipe blockwise] [--steps 30]
+    python -m adaptive_fp8.bench.probe_host --out host.json [--recipe blockwise] [--steps 30]
 
 For each module kind (`te.LayerNormLinear`, `te.Linear` as column, row and duplicated,
 `te.GroupedLinear` for the two grouped kinds) it times the eager forward + backward of a module
@@ -130,7 +130,7 @@ class Probe:
         if not torch.cuda.is_available():
             raise ProbeError("skipped: no CUDA device (torch.cuda.is_available() is False)")
         from adaptive_fp8._common import te_api
-        from adaptive_fp8.te_worker import make_recipe
+        from adaptive_fp8.bench.te_worker import make_recipe
 
         self.torch, self.te, self.steps, self.warmup = torch, te, steps, warmup
         self.te_version = transformer_engine.__version__
@@ -190,7 +190,7 @@ class Probe:
 
 def parser() -> argparse.ArgumentParser:
     head, _, rest = (__doc__ or "").partition("\n\n")
-    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.probe_host", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.probe_host", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="where to write the host profile (JSON)")
     ap.add_argument("--recipe", default="blockwise", choices=["blockwise", "tensorwise", "current", "delayed", "mxfp8"], help="the FP8 recipe the trainer runs (default blockwise)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per figure (default 30)")

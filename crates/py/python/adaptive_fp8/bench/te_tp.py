@@ -1,6 +1,6 @@
 """Tensor-parallel TE modules with real communication, timed against the one-GPU per-rank mode.
 
-    torchrun --nproc-per-node 2 -m adaptive_fp8.te_tp --model fixtures/models/qwen2_5_72b.yaml \\
+    torchrun --nproc-per-node 2 -m adaptive_fp8.bench.te_tp --model fixtures/models/qwen2_5_72b.yaml \\
         --tokens 1024,2048,4096,8192,16384 --json tp2.json --md tp2.md
 
 The one-GPU mode of `fp8sel bench --backend te` times each module at one rank's shape with no
@@ -121,7 +121,7 @@ def to_report(out: dict, plans: dict[int, dict], model_config: str, recipe: str,
         "report_version": 1,
         "estimated": False,
         "provenance": {
-            "tool_version": "adaptive_fp8.te_tp",
+            "tool_version": "adaptive_fp8.bench.te_tp",
             "device": device,
             "recipe": recipe,
             "scale_mode": "pow2",
@@ -202,9 +202,9 @@ class Runner:
         import torch.distributed as dist
         import transformer_engine.pytorch as te
 
-        from adaptive_fp8.te_worker import make_recipe
+        from adaptive_fp8.bench.te_worker import make_recipe
 
-        from adaptive_fp8.step_common import recipe_options
+        from adaptive_fp8.bench.step_common import recipe_options
 
         if not torch.cuda.is_available():
             raise TpError("skipped: no CUDA device (torch.cuda.is_available() is False)")
@@ -321,7 +321,7 @@ def run(args) -> dict | None:
             if rn.rank == 0:
                 print(f"  {m.group} {tokens}: " + (f"tp {r['tp']['speedup']:.2f} local {r['local']['speedup']:.2f}" if r["status"] == "ok" else r["status"]), file=sys.stderr, flush=True)
     rn.dist.barrier(group=rn.group)
-    from adaptive_fp8.step_common import te_recipe_name
+    from adaptive_fp8.bench.step_common import te_recipe_name
 
     out = {
         "model": args.model,
@@ -344,7 +344,7 @@ def run(args) -> dict | None:
             "nvrtc": "",
             "sm_count": props.multi_processor_count,
         }
-        from adaptive_fp8.step_common import recipe_options
+        from adaptive_fp8.bench.step_common import recipe_options
 
         recipe = {"current": "tensorwise"}.get(recipe_options(args)["recipe"], recipe_options(args)["recipe"])
         write_report(args.report, to_report(out, plans, args.model, recipe, device))
@@ -359,7 +359,7 @@ def write_report(path: str, report: dict) -> None:
 
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
-    ap = argparse.ArgumentParser(prog="torchrun --nproc-per-node TP -m adaptive_fp8.te_tp", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="torchrun --nproc-per-node TP -m adaptive_fp8.bench.te_tp", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--tokens", default="1024,2048,4096,8192,16384", help="sequence lengths (micro-batch 1), comma-separated")
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         print("te_tp: --report is for blockwise and tensorwise (a delayed report needs its amax options); drop --report or pick another recipe", file=sys.stderr)
         return 2
     if "WORLD_SIZE" not in os.environ:
-        print("te_tp: run under torchrun: torchrun --nproc-per-node 2 -m adaptive_fp8.te_tp --model ...", file=sys.stderr)
+        print("te_tp: run under torchrun: torchrun --nproc-per-node 2 -m adaptive_fp8.bench.te_tp --model ...", file=sys.stderr)
         return 2
     try:
         out = run(args)

@@ -1,9 +1,9 @@
 """The end-to-end judge: real Transformer Engine training steps, all-BF16 vs all-FP8 vs policies
 vs a per-module oracle found by trying.
 
-    python -m adaptive_fp8.step_bench --model fixtures/models/qwen2_5_72b.yaml --tp 8 \\
+    python -m adaptive_fp8.bench.step_bench --model fixtures/models/qwen2_5_72b.yaml --tp 8 \\
         --tokens 2048,8192 --policy policies/qwen2_5_72b.json --json out.json --md out.md
-    python -m adaptive_fp8.step_bench --model fixtures/models/deepseek_v3.yaml --tp 8 \\
+    python -m adaptive_fp8.bench.step_bench --model fixtures/models/deepseek_v3.yaml --tp 8 \\
         --tokens 1024,4096 --execution eager,graphed --policy policies/deepseek_v3.json
 
 From the model config, through the engine's plan (the same per-rank shapes and the same
@@ -42,15 +42,15 @@ the step; every rank runs the same modes in the same order, each timing is the s
 and rank 0 writes the results. It builds MHA/GQA attention and dense MLPs (MoE and MLA layers are
 one-rank only):
 
-    torchrun --nproc-per-node 2 -m adaptive_fp8.step_bench --tp-comm --tp 2 \
+    torchrun --nproc-per-node 2 -m adaptive_fp8.bench.step_bench --tp-comm --tp 2 \
         --model fixtures/models/qwen2_5_72b.yaml --tokens 2048,8192 --policy tp2_comm.json
 
-`--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.megatron_step`): upstream
+`--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.bench.megatron_step`): upstream
 megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
 and through Megatron's native per-module config), each TE module's precision checked against the
 plan, eager steps timed interleaved (21 rounds by default):
 
-    python -m adaptive_fp8.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
+    python -m adaptive_fp8.bench.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
         --layers 4 --tokens 256,1024 --policy policies/llama3_2_1b.json --regions both
 """
 
@@ -63,8 +63,8 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit
-from adaptive_fp8.step_common import default_repeats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
-from adaptive_fp8.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
+from adaptive_fp8.bench.step_common import default_repeats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
@@ -217,7 +217,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     """Every token count and execution; `progress(out)` gets the results so far (marked
     `"complete": false`) after each one, so a run cut short by a time limit keeps what it did."""
     import adaptive_fp8 as af8
-    from adaptive_fp8.step_layers import Bench
+    from adaptive_fp8.bench.step_layers import Bench
 
     default_repeats(args)
     bench = Bench(args, te, device)
@@ -362,7 +362,7 @@ def _executions(s: str) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
-    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.step_bench", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.step_bench", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="which component's layers to build (a VLM's vision encoder: vit)")
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.trainer == "megatron":
-            from adaptive_fp8 import megatron_step
+            from adaptive_fp8.bench import megatron_step
 
             out = megatron_step.run(args, progress=partial if (args.json or args.md) else None)
         else:

@@ -1,4 +1,4 @@
-"""A stand-in for `python -m adaptive_fp8.step_bench` in the `gen-policy --backend step` test (no
+"""A stand-in for `python -m adaptive_fp8.bench.step_bench` in the `gen-policy --backend step` test (no
 torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
 step-time model in which FP8 pays from 4096 tokens eager and from 1024 graphed, and proj never
 eager. It records its command line in the results."""

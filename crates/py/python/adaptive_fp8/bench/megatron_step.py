@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.step_spec import StepBenchError
+from adaptive_fp8.bench.step_spec import StepBenchError
 
 #: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
 TE_CLASSES = (
@@ -125,7 +125,7 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
 def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]]) -> dict:
     """One token count's row: every mode against the BF16 mode's paired rounds (the same table
     fields as the TE-block judge)."""
-    from adaptive_fp8.step_common import quantile, verdict
+    from adaptive_fp8.bench.step_common import quantile, verdict
 
     base = times["bf16"]
     best = min(statistics.median(base), statistics.median(times["fp8"]))
@@ -280,7 +280,7 @@ def run(args, log=print, progress=None) -> dict:
     import megatron.core as mc
     import transformer_engine
 
-    from adaptive_fp8.step_common import default_repeats, policy_mode_name
+    from adaptive_fp8.bench.step_common import default_repeats, policy_mode_name
 
     default_repeats(args)
     judge = Judge(args)

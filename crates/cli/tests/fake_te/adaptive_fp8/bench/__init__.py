@@ -1,0 +1,1 @@
+"""The stand-in measurement tools (see the package's __init__)."""
