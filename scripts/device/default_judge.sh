@@ -18,12 +18,8 @@ phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge or eager}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
-export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
-[ -d /root/te/site/megatron ] || python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl
-python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
-  || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+. scripts/device/te_env.sh
+te_env "$W"
 COUNTS=1536,3072,6144,12288
 
 step() {  # name, timeout, command...

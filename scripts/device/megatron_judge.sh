@@ -15,14 +15,8 @@ phase=${1:?smoke, dense, overhead or moe}
 OUT=${OUT:-/tmp/out}
 W=/tmp/mj/$phase
 mkdir -p "$W" "$OUT"
-export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
-[ -d /root/te/site/megatron ] || python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl
-python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
-  || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-# The working tree's pure-Python modules over the wheel's (the native core stays the wheel's).
-cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
-python3 -c "import megatron.core as m, transformer_engine as t; print('megatron-core', m.__version__, 'TE', t.__version__)" | tee -a "$W/gpu.txt"
+. scripts/device/te_env.sh
+te_env "$W"
 
 pol() { python3 scripts/device/megatron_policies.py "$1" "$W/pol_$2" --tp 1 --ep "${3:-1}" > /dev/null; }
 judge() {  # name, timeout, args...

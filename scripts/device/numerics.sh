@@ -20,13 +20,8 @@ phase=${1:-all}
 OUT=${OUT:-/tmp/out}
 W=/tmp/num
 mkdir -p "$W" "$OUT"
-export PYTHONPATH=/root/te/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NVTE_FLASH_ATTN=1
-python3 -m pip install -q --no-index --no-deps --target /root/te/site .te/mc/*.whl 2>/dev/null
-python3 -m pip install -q --no-index --no-deps --upgrade --target /root/te/site devcarry/adaptive_fp8-*.whl \
-  || python3 -m zipfile -e devcarry/adaptive_fp8-*.whl /root/te/site
-cp -r crates/py/python/adaptive_fp8/. /root/te/site/adaptive_fp8/
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
-python3 -c "import megatron.core as m, transformer_engine as t; print('megatron-core', m.__version__, 'TE', t.__version__)" | tee -a "$W/gpu.txt"
+. scripts/device/te_env.sh
+te_env "$W"
 
 step() {  # name, timeout, command...
   local name=$1 t=$2; shift 2

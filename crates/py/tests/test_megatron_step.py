@@ -3,10 +3,11 @@ from a plan's architecture, and the precision check against the plan."""
 
 from __future__ import annotations
 
+import pytest
+
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import megatron_step as ms
 from adaptive_fp8.bench.step_bench import parser
-
 
 def test_paths_and_modes():
     assert ms.plan_name("decoder.layers.11.mlp.experts.linear_fc1") == "decoder.layers.mlp.experts.linear_fc1"
@@ -16,14 +17,12 @@ def test_paths_and_modes():
     both = [m[0] for m in ms.mode_names(["p/a.json"], True, ["policy:a.json"])]
     assert both[2:5] == ["hook:a.json", "hook:a.json@fp8", "hook:a.json@bf16"] and len(set(both)) == len(both)
 
-
 def test_config_from_a_moe_plan(root):
     p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=64, etp=1, seq_length=1024))
     kw = ms.config_kwargs(p["architecture"]["llm"], 3, 1, 4096)
     assert kw["num_layers"] == 3 and kw["moe_layer_freq"] == [0, 1, 1] and kw["num_moe_experts"] == 256
     assert kw["multi_latent_attention"] and kw["kv_lora_rank"] == 512 and kw["moe_shared_expert_intermediate_size"] == 2048
     assert kw["normalization"] == "RMSNorm" and kw["gated_linear_unit"] and kw["_vocab"] == 4096
-
 
 def test_precision_check_names_every_difference(root):
     plan = af8.plan(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=4096)
@@ -36,7 +35,6 @@ def test_precision_check_names_every_difference(root):
     missing = {k: v for k, v in seen.items() if "linear_proj" not in k}
     assert ms.compare_precisions(missing, plan) == ["decoder.layers.self_attention.linear_proj: planned, not built"]
 
-
 def test_the_cli_takes_the_megatron_trainer():
     a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--regions", "both", "--no-fp8-param"])
     assert a.trainer == "megatron" and a.regions == "both" and a.fp8_param is False and a.vocab == 8192
@@ -48,13 +46,11 @@ def test_the_cli_takes_the_megatron_trainer():
     default_repeats(b)
     assert b.trainer == "te" and b.repeats == 7
 
-
 def test_megatron_refuses_what_it_does_not_time(root, capsys):
     from adaptive_fp8.bench.step_bench import main
 
     rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--execution", "graphed"])
     assert rc == 2 and "eager steps" in capsys.readouterr().err
-
 
 def test_group_keys_for_merge_policy_step(root):
     from adaptive_fp8.bench.step_spec import group_keys
@@ -66,7 +62,6 @@ def test_group_keys_for_merge_policy_step(root):
     assert keys["experts.fc1"] == {"key": {"kind": "column_grouped", "etp": 1, "num_gemms": 4}, "scale": 8}
     assert keys["q_down_proj"]["scale"] == 1 and "mtp" not in "".join(keys)
 
-
 def test_the_step_backend_command_line_parses():
     # What `fp8sel gen-policy --backend step` runs (crates/pipeline/src/step.rs asserts the same
     # line): the real worker must take it.
@@ -74,7 +69,6 @@ def test_the_step_backend_command_line_parses():
             "--grad-accum 8 --trainer te --layers 2 --recipe blockwise --json r.json --config-root configs").split()
     a = parser().parse_args(argv)
     assert (a.tp, a.ep, a.etp, a.tokens, a.execution, a.grad_accum, a.trainer, a.layers) == (2, 8, 1, [1024, 4096], ["eager", "graphed"], 8, "te", 2)
-
 
 def test_each_step_re_arms_the_fp8_weight_cache_as_megatrons_schedule_does():
     from types import SimpleNamespace
@@ -87,3 +81,17 @@ def test_each_step_re_arms_the_fp8_weight_cache_as_megatrons_schedule_does():
     first_microbatch(model)
     assert calls == [1, 1]
     first_microbatch(object())  # a model without the method (plain TE) is left alone
+
+def test_both_judges_report_a_mode_with_the_same_fields():
+    from adaptive_fp8.bench import megatron_step
+    from adaptive_fp8.bench.step_common import mode_stats
+
+    base = [10.0, 10.0, 12.0, 10.0, 10.0]
+    fp8 = [8.0, 8.0, 9.6, 8.0, 8.0]
+    s = mode_stats(fp8, base, best=8.0, fp8_groups=["a"], baseline=False)
+    assert s["vs_bf16_median"] == pytest.approx(0.8) and s["verdict_vs_bf16"] == "faster"
+    assert s["ms_median"] == 8.0 and s["vs_best_of_bf16_fp8"] == pytest.approx(1.0)
+    assert mode_stats(base, base, 8.0, [], baseline=True)["verdict_vs_bf16"] == "-"
+    row = megatron_step.summarize_modes(4096, {"bf16": [], "fp8": ["a"]}, {"bf16": base, "fp8": fp8})
+    assert row["execution"] == "eager" and row["modes"]["fp8"] == s
+    assert row["modes"]["bf16"]["vs_bf16_median"] == 1.0 and row["modes"]["bf16"]["vs_best_of_bf16_fp8"] == pytest.approx(1.25)

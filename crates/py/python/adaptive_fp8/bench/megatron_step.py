@@ -125,24 +125,13 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
 def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]]) -> dict:
     """One token count's row: every mode against the BF16 mode's paired rounds (the same table
     fields as the TE-block judge)."""
-    from adaptive_fp8.bench.step_common import quantile, verdict
+    from adaptive_fp8.bench.step_common import mode_stats
 
     base = times["bf16"]
     best = min(statistics.median(base), statistics.median(times["fp8"]))
     row: dict = {"tokens": tokens, "execution": "eager", "modes": {}}
     for m, ts in times.items():
-        paired = [t / b for t, b in zip(ts, base)]
-        row["modes"][m] = {
-            "fp8_groups": groups[m],
-            "ms_median": statistics.median(ts),
-            "ms_p10": quantile(ts, 0.1),
-            "ms_p90": quantile(ts, 0.9),
-            "vs_bf16_median": statistics.median(paired),
-            "vs_bf16_p10": quantile(paired, 0.1),
-            "vs_bf16_p90": quantile(paired, 0.9),
-            "verdict_vs_bf16": verdict(paired) if m != "bf16" else "-",
-            "vs_best_of_bf16_fp8": statistics.median(ts) / best,
-        }
+        row["modes"][m] = mode_stats(ts, base, best, groups[m], baseline=m == "bf16")
     return row
 
 

@@ -63,7 +63,7 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit
-from adaptive_fp8.bench.step_common import default_repeats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import default_repeats, mode_stats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
@@ -82,19 +82,8 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
     best = min(statistics.median(base), statistics.median(times[key(modes["fp8"])]))
     row = {"tokens": tokens, "modes": {}, "oracle_trials": trials}
     for m, fp8 in modes.items():
-        ts = times[key(fp8)]
-        paired = [t / b for t, b in zip(ts, base)]
-        row["modes"][m] = {
-            "fp8_groups": [g for g, on in fp8.items() if on],
-            "ms_median": statistics.median(ts),
-            "ms_p10": quantile(ts, 0.1),
-            "ms_p90": quantile(ts, 0.9),
-            "vs_bf16_median": statistics.median(paired),
-            "vs_bf16_p10": quantile(paired, 0.1),
-            "vs_bf16_p90": quantile(paired, 0.9),
-            "verdict_vs_bf16": verdict(paired) if m != "bf16" else "-",
-            "vs_best_of_bf16_fp8": statistics.median(ts) / best,
-        }
+        groups = [g for g, on in fp8.items() if on]
+        row["modes"][m] = mode_stats(times[key(fp8)], base, best, groups, baseline=m == "bf16")
     return row
 
 

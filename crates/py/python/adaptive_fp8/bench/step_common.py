@@ -28,6 +28,26 @@ def verdict(ratios: list[float]) -> str:
     return "tie"
 
 
+def mode_stats(ts: list[float], base: list[float], best: float, fp8_groups: list[str], baseline: bool) -> dict:
+    """One mode's table fields: its rounds `ts` against the BF16 rounds `base` (paired by round)
+    and against `best`, the better of the BF16 and all-FP8 medians; `baseline` is the BF16 mode
+    itself, which gets no verdict."""
+    import statistics
+
+    paired = [t / b for t, b in zip(ts, base)]
+    return {
+        "fp8_groups": fp8_groups,
+        "ms_median": statistics.median(ts),
+        "ms_p10": quantile(ts, 0.1),
+        "ms_p90": quantile(ts, 0.9),
+        "vs_bf16_median": statistics.median(paired),
+        "vs_bf16_p10": quantile(paired, 0.1),
+        "vs_bf16_p90": quantile(paired, 0.9),
+        "verdict_vs_bf16": "-" if baseline else verdict(paired),
+        "vs_best_of_bf16_fp8": statistics.median(ts) / best,
+    }
+
+
 def policy_mode_name(path: str, all_paths: list[str]) -> str:
     """`policy:<file name>`, with its folder when another policy has the same name
     (policies/qwen2_5_72b.json and policies/tensorwise/qwen2_5_72b.json are different policies)."""
