@@ -121,7 +121,29 @@ struct Enumeration<'a> {
     checked: usize,
 }
 
+/// The data and compute types cuBLASLt's algorithm queries take, in their argument order.
+struct AlgoTypes {
+    compute: lt::cublasComputeType_t,
+    f32t: lt::cudaDataType,
+    ty: lt::cudaDataType,
+    tyb: lt::cudaDataType,
+    bf16: lt::cudaDataType,
+}
+
 impl Enumeration<'_> {
+    /// The plan's types: A's and B's, FP32 scale, BF16 C and D.
+    fn types(&self) -> AlgoTypes {
+        let (ty, compute) = types(self.plan.shape.dt);
+        let (tyb, _) = types(self.plan.shape.dtb);
+        AlgoTypes {
+            compute,
+            f32t: lt::cudaDataType::CUDA_R_32F,
+            ty,
+            tyb,
+            bf16: lt::cudaDataType::CUDA_R_16BF,
+        }
+    }
+
     /// Whether `share` (in quarters) of either budget is spent.
     fn spent(&self, quarters: usize) -> bool {
         self.checked >= MAX_CHECKS * quarters / 4 || self.out.len() >= MAX_VALID * quarters / 4
@@ -129,9 +151,13 @@ impl Enumeration<'_> {
 
     /// The algorithm ids of the plan's types, the heuristic's own ids first.
     fn algo_ids(&self) -> Result<Vec<i32>, BenchError> {
-        let (ty, compute) = types(self.plan.shape.dt);
-        let (tyb, _) = types(self.plan.shape.dtb);
-        let (bf16, f32t) = (lt::cudaDataType::CUDA_R_16BF, lt::cudaDataType::CUDA_R_32F);
+        let AlgoTypes {
+            compute,
+            f32t,
+            ty,
+            tyb,
+            bf16,
+        } = self.types();
         let mut ids = vec![0i32; 1024];
         let mut n_ids = 0;
         // SAFETY: `ids` has room for 1024 entries.
@@ -194,9 +220,13 @@ impl Enumeration<'_> {
 
     /// The initialised algorithm `id` of the plan's types, or None when cuBLASLt refuses it.
     fn init(&self, id: i32) -> Option<lt::cublasLtMatmulAlgo_t> {
-        let (ty, compute) = types(self.plan.shape.dt);
-        let (tyb, _) = types(self.plan.shape.dtb);
-        let (bf16, f32t) = (lt::cudaDataType::CUDA_R_16BF, lt::cudaDataType::CUDA_R_32F);
+        let AlgoTypes {
+            compute,
+            f32t,
+            ty,
+            tyb,
+            bf16,
+        } = self.types();
         let mut algo = MaybeUninit::<lt::cublasLtMatmulAlgo_t>::uninit();
         // SAFETY: out-parameter initialisation; read only when it succeeds.
         let ok = unsafe {
