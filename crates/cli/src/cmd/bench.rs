@@ -401,22 +401,17 @@ fn make_backend(args: &Args, opt: &MeasureOptions, dev: usize) -> Result<Box<dyn
 
 /// `--policy-out`: the report merged into a policy (one file per component for a VLM).
 fn write_policy(args: &Args, out: &Path, model_name: &str) -> CliResult {
+    use fp8_pipeline::outputs::{Destination, merge_reports, write_policies};
+
     let opt = fp8_merge::MergeOptions {
         threshold: args.speedup_threshold,
         ..Default::default()
     };
-    let (_, merged) =
-        super::merge_policy::merge_reports(std::slice::from_ref(&args.report), &opt, args.fp8_pad)?;
-    let written = if merged.policies.len() > 1 {
-        let dir = out.parent().unwrap_or(Path::new("."));
-        let stem = out.file_stem().map_or_else(
-            || model_name.to_owned(),
-            |s| s.to_string_lossy().into_owned(),
-        );
-        super::merge_policy::write_outputs(&merged, None, Some(dir), &stem, &[&args.report])?
-    } else {
-        super::merge_policy::write_outputs(&merged, Some(out), None, model_name, &[&args.report])?
-    };
+    let (_, merged) = merge_reports(std::slice::from_ref(&args.report), &opt, args.fp8_pad)
+        .map_err(super::merge_policy::merge_error)?;
+    let dest = Destination::beside(out, &merged, model_name);
+    let written = write_policies(&merged, &dest, &[&args.report])
+        .map_err(super::merge_policy::output_error)?;
     for w in written {
         println!("wrote {}", w.display());
     }

@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use fp8_merge::{Loaded, MergeOptions, Merged, load, merge};
+use fp8_merge::{MergeOptions, Merged};
+use fp8_pipeline::outputs::{
+    BothError, Destination, OutputError, merge_both, merge_reports, write_policies,
+};
 
 use crate::error::{CliError, CliResult};
 
@@ -83,54 +86,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Loads, merges and writes; returns what was written.
-pub fn merge_reports(
-    reports: &[PathBuf],
-    opt: &MergeOptions,
-    pad: u64,
-) -> CliResult<(Vec<Loaded>, Merged)> {
-    let loaded: Vec<Loaded> = reports
-        .iter()
-        .map(|p| load(p, pad))
-        .collect::<Result<_, _>>()
-        .map_err(merge_error)?;
-    let merged = merge(&loaded, opt).map_err(merge_error)?;
-    Ok((loaded, merged))
-}
-
-/// `--trainer both`: the eager merge (with the host profile, if any) and the graphed merge (GPU
-/// time) folded into one policy per component; the summary and outcomes are the eager merge's.
-fn merge_both(
-    reports: &[PathBuf],
-    opt: MergeOptions,
-    pad: u64,
-) -> CliResult<(Vec<Loaded>, Merged)> {
-    let graphed_opt = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Graphed),
-        host_profile: None,
-        host_floor_ms: None,
-        ..opt.clone()
-    };
-    let eager_opt = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
-        ..opt
-    };
-    let (loaded, mut eager) = merge_reports(reports, &eager_opt, pad)?;
-    let (_, graphed) = merge_reports(reports, &graphed_opt, pad)?;
-    for (component, p) in &mut eager.policies {
-        if let Some(g) = graphed.policies.get(component) {
-            *p = fp8_merge::fold::fold(p, g).map_err(CliError::input)?;
-        }
-    }
-    eager.warnings.extend(
-        graphed
-            .warnings
-            .into_iter()
-            .map(|w| format!("graphed: {w}")),
-    );
-    Ok((loaded, eager))
-}
-
 pub(super) fn merge_error(e: fp8_merge::MergeError) -> CliError {
     use fp8_merge::{MergeError, Setting};
     match e {
@@ -157,65 +112,24 @@ pub(super) fn merge_error(e: fp8_merge::MergeError) -> CliError {
     }
 }
 
-/// Writes the merged policies where the flags say; returns the written paths. Refuses, before
-/// writing anything, an output that is one of `inputs` or another output.
-pub fn write_outputs(
-    merged: &Merged,
-    output: Option<&Path>,
-    output_dir: Option<&Path>,
-    name: &str,
-    inputs: &[&Path],
-) -> CliResult<Vec<PathBuf>> {
-    let targets = output_paths(merged, output, output_dir, name)?;
-    for (i, t) in targets.iter().enumerate() {
-        let earlier = targets[..i].iter().map(|(p, _)| p.as_path());
-        fp8_io::refuse_same_file(t.0.as_path(), inputs.iter().copied().chain(earlier))
-            .map_err(CliError::input)?;
+/// The output errors in the flags' words.
+pub(super) fn output_error(e: OutputError) -> CliError {
+    match e {
+        OutputError::SeveralComponents(_) => {
+            CliError::input(format!("{e}: pass --component or --output-dir"))
+        }
+        OutputError::Overwrite(e) => CliError::input(e),
+        OutputError::Folder(e) => e.into(),
+        OutputError::Write(e) => e.into(),
+        other => CliError::input(other),
     }
-    let mut written = Vec::new();
-    for (path, policy) in targets {
-        fp8_io::create_parent_dir(&path)?;
-        policy.write(&path)?;
-        written.push(path);
-    }
-    Ok(written)
 }
 
-fn output_paths<'m>(
-    merged: &'m Merged,
-    output: Option<&Path>,
-    output_dir: Option<&Path>,
-    name: &str,
-) -> CliResult<Vec<(PathBuf, &'m fp8_policy::Policy)>> {
-    let mut written = Vec::new();
-    match (output, output_dir) {
-        (Some(out), _) => {
-            if merged.policies.len() > 1 {
-                let comps: Vec<&str> = merged.policies.keys().map(String::as_str).collect();
-                return Err(CliError::input(format!(
-                    "the reports hold {} components ({}); a VLM gets one policy per component: pass --component or --output-dir",
-                    comps.len(),
-                    comps.join(", ")
-                )));
-            }
-            if let Some(p) = merged.policies.values().next() {
-                written.push((out.to_path_buf(), p));
-            }
-        }
-        (None, Some(dir)) => {
-            let single = merged.policies.len() == 1;
-            for (comp, p) in &merged.policies {
-                let file = if single {
-                    format!("{name}.json")
-                } else {
-                    format!("{name}.{comp}.json")
-                };
-                written.push((dir.join(file), p));
-            }
-        }
-        (None, None) => return Err(CliError::input("give --output or --output-dir")),
+fn both_error(e: BothError) -> CliError {
+    match e {
+        BothError::Merge(e) => merge_error(e),
+        other => CliError::input(other),
     }
-    Ok(written)
 }
 
 /// Prints the per-rule summary and the warnings.
@@ -274,9 +188,9 @@ pub fn run(args: &Args) -> CliResult {
         )?
     };
     let (loaded, merged) = if args.trainer.as_deref() == Some("both") {
-        merge_both(&args.reports, opt, args.fp8_pad)?
+        merge_both(&args.reports, opt, args.fp8_pad).map_err(both_error)?
     } else {
-        merge_reports(&args.reports, &opt, args.fp8_pad)?
+        merge_reports(&args.reports, &opt, args.fp8_pad).map_err(merge_error)?
     };
     let name = args
         .name
@@ -289,13 +203,15 @@ pub fn run(args: &Args) -> CliResult {
         })
         .unwrap_or_else(|| "policy".to_owned());
     let inputs: Vec<&Path> = args.reports.iter().map(PathBuf::as_path).collect();
-    let written = write_outputs(
-        &merged,
-        args.output.as_deref(),
-        args.output_dir.as_deref(),
-        &name,
-        &inputs,
-    )?;
+    let dest = match (&args.output, &args.output_dir) {
+        (Some(out), _) => Destination::File(out.clone()),
+        (None, Some(dir)) => Destination::Dir {
+            dir: dir.clone(),
+            name,
+        },
+        (None, None) => return Err(CliError::input("give --output or --output-dir")),
+    };
+    let written = write_policies(&merged, &dest, &inputs).map_err(output_error)?;
     let estimated = loaded.iter().any(|l| l.origin.estimated);
     if args.json {
         let rules: Vec<serde_json::Value> = merged
