@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fp8_bench::cuda::MeasureOptions;
 use fp8_bench::driver;
-use fp8_bench::job::{SweepJob, points, provenance};
+use fp8_bench::job::{SweepJob, points};
 use fp8_bench::runner::Backend;
 use fp8_bench::sweep::BenchPoint;
 use fp8_bench::sweep::SplitMode;
@@ -15,6 +15,7 @@ use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
 use crate::build::{Files, build_model, read_reports};
+use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
 
 /// The models of `fixtures/models/` (top-level configs only; `parts/` and `sel/` are pieces and
@@ -130,19 +131,20 @@ pub fn measure(
             .cloned()
             .collect();
         progress.layout(&model.name, parallel, todo.len(), pts.len() - todo.len());
-        let prov = provenance(model, &config.display().to_string(), &job, opt, "pow2");
-        let mut report = driver::run(
-            driver::Sweep {
-                points: &todo,
-                opt,
-                provenance: prov,
-                rank: None,
-                resume_from: None,
-            },
-            driver::Workers::One(&mut *backend),
-            progress,
-        )
-        .map_err(|e| e.to_string())?;
+        let config = config.display().to_string();
+        let layout = LayoutJob {
+            model,
+            config: &config,
+            job: &job,
+            opt,
+            scales: "pow2",
+            recompute: false,
+            rank: None,
+            resume_from: None,
+        };
+        let workers = driver::Workers::One(&mut *backend);
+        let mut report =
+            bench_layout(&layout, &todo, workers, progress).map_err(|e| e.to_string())?;
         let mut fresh: HashMap<PointId, Point> =
             report.points.drain(..).map(|p| (p.id(), p)).collect();
         for bp in &pts {

@@ -2,8 +2,8 @@
 //! `cargo xtask gen-policy`: sweep every requested layout (each distinct per-rank shape measured
 //! once per device and reused across layouts), merge, and write per model a policy, SVG plots of
 //! every curve with its threshold, and a markdown summary with the step time of the module set.
-//! `outputs` is the merge-and-write step alone, which `fp8sel merge-policy` and `fp8sel bench
-//! --policy-out` call too.
+//! `layout` is one layout's sweep, the job `fp8sel bench` runs; `outputs` is the merge-and-write
+//! step alone, which `fp8sel merge-policy` and `fp8sel bench --policy-out` call too.
 //!
 //! It measures through `fp8-bench`'s driver and merges through `fp8-merge`; it adds no measuring
 //! or merging logic of its own. It prints only through a `progress::Progress` the caller
@@ -13,6 +13,7 @@ pub mod build;
 pub mod eval;
 pub mod fold;
 pub mod generate;
+pub mod layout;
 pub mod outputs;
 pub mod plot;
 pub mod progress;

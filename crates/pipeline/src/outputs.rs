@@ -208,7 +208,12 @@ mod tests {
     fn merged(components: &[&str]) -> Merged {
         let policies: BTreeMap<String, Policy> = components
             .iter()
-            .map(|c| ((*c).to_owned(), Policy::new(1.0).expect("a valid threshold")))
+            .map(|c| {
+                (
+                    (*c).to_owned(),
+                    Policy::new(1.0).expect("a valid threshold"),
+                )
+            })
             .collect();
         Merged {
             policies,

@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use fp8_bench::backend::{BackendError, BackendKind, BackendSpec, Chosen};
 use fp8_bench::cuda::MeasureOptions;
 use fp8_bench::driver;
-use fp8_bench::job::{SweepJob, points, provenance};
+use fp8_bench::job::SweepJob;
 use fp8_bench::runner::Backend;
 use fp8_bench::shard::{RankEnv, rank_report_path};
 use fp8_bench::sweep::{BenchPoint, SplitMode, parse_shape_sweep};
 use fp8_engine::Role;
+use fp8_pipeline::layout::{LayoutError, LayoutJob, bench_layout, layout_points};
 
 use super::bench_output::{Bar, print_json, print_summary, write_report};
 use crate::error::{CliError, CliResult};
@@ -180,12 +181,7 @@ pub fn run(args: &Args) -> CliResult {
     }
     let job = sweep_job(args, &model)?;
     warn_default_topk(&model);
-    let points = points(&model, &job).map_err(CliError::input)?;
-    if points.is_empty() {
-        return Err(CliError::input(
-            "nothing to measure: no module matched --modules/--component",
-        ));
-    }
+    let points = layout_points(&model, &job).map_err(layout_error)?;
     if args.tp_comm {
         return run_tp_comm(args, &job, &points, recipe.recipe().name());
     }
@@ -204,35 +200,25 @@ pub fn run(args: &Args) -> CliResult {
         recipe,
         ..MeasureOptions::default()
     };
-    let mut provenance = provenance(
-        &model,
-        &args.model.display().to_string(),
-        &job,
-        &opt,
-        &args.scales,
-    );
-    provenance.recompute = args.te.recompute;
     let (rank, report_path, devices) = placement(args)?;
     let make = |dev: usize| make_backend(args, &opt, dev);
     let progress = Bar::new(args.quiet || args.json);
-    let report = driver::run(
-        driver::Sweep {
-            points: &points,
-            opt: &opt,
-            provenance,
-            rank,
-            resume_from: args.resume.then_some(report_path.as_path()),
-        },
-        driver::Workers::Devices {
-            make: &make,
-            devices: &devices,
-        },
-        &progress,
-    )
-    .map_err(|e| match e {
-        driver::DriverError::NoDevice(m) => CliError::input(m),
-        other => CliError::input(other),
-    })?;
+    let config = args.model.display().to_string();
+    let layout = LayoutJob {
+        model: &model,
+        config: &config,
+        job: &job,
+        opt: &opt,
+        scales: &args.scales,
+        recompute: args.te.recompute,
+        rank,
+        resume_from: args.resume.then_some(report_path.as_path()),
+    };
+    let workers = driver::Workers::Devices {
+        make: &make,
+        devices: &devices,
+    };
+    let report = bench_layout(&layout, &points, workers, &progress).map_err(layout_error)?;
     progress.0.finish_and_clear();
     write_report(&report, &report_path)?;
     if args.json {
@@ -258,6 +244,17 @@ pub fn run(args: &Args) -> CliResult {
         write_policy(args, out, &model.name)?;
     }
     Ok(())
+}
+
+/// The layout errors in the flags' words.
+fn layout_error(e: LayoutError) -> CliError {
+    match e {
+        LayoutError::NoPoints => {
+            CliError::input("nothing to measure: no module matched --modules/--component")
+        }
+        LayoutError::Driver(driver::DriverError::NoDevice(m)) => CliError::input(m),
+        other => CliError::input(other),
+    }
 }
 
 /// The sweep the flags ask for.
