@@ -17,91 +17,31 @@ use crate::plot::{Chart, Line, chart_svg};
 /// The logs' folder.
 pub const LOGS: &str = "docs/device-logs/trainer_loop";
 
-/// One scenario: its name, what ran, and the step benchmark outputs (relative to [`LOGS`]).
+/// One scenario: its name, what ran, and the step benchmark outputs (relative to [`LOGS`]);
+/// listed in `SCENARIOS_FILE` beside the logs.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Scenario {
-    name: &'static str,
-    what: &'static str,
-    files: &'static [&'static str],
+    name: String,
+    what: String,
+    files: Vec<String>,
 }
 
-const SCENARIOS: &[Scenario] = &[
-    Scenario {
-        name: "Large dense model",
-        what: "Qwen2.5-72B, TP 8, 2 layers",
-        files: &["ab/sb/qwen72b_tp8.json", "sb4/qwen72b_tp8_b.json"],
-    },
-    Scenario {
-        name: "Large dense model, TP 2 with communication in the step",
-        what: "Qwen2.5-72B, TP 2 over two H200s (sequence parallel, `--tp-comm`), 2 layers",
-        files: &["g/sb/qwen72b_tp2_comm_b.json"],
-    },
-    Scenario {
-        name: "Short sequences",
-        what: "Llama-3.2-1B, TP 1, 4 layers",
-        files: &[
-            "ab/sb/llama1b_tp1.json",
-            "sb4/llama1b_tp1_b.json",
-            "sb2/llama3_2_1b.json",
-        ],
-    },
-    Scenario {
-        name: "Short sequences, TP 2 with communication in the step",
-        what: "Llama-3.2-1B, TP 2 over two H200s (sequence parallel, `--tp-comm`), 4 layers",
-        files: &["h/sb/llama1b_tp2_comm.json"],
-    },
-    Scenario {
-        name: "Small MoE experts (not in fixtures/)",
-        what: "Qwen3-30B-A3B (`examples/models/`), TP 1, EP 8 (16 local experts of 768), 2 layers",
-        files: &["ab/sb/qwen3_30b_a3b_tp1.json", "sb2/qwen3_30b_a3b.json"],
-    },
-    Scenario {
-        name: "Small MoE experts in a VLM's language model",
-        what: "Qwen3-VL-235B-A22B LLM, TP 4, EP 16 (8 local experts of 1536), 2 layers",
-        files: &[
-            "sb3/qwen3_vl_llm_tp4.json",
-            "h/sb/qwen3_vl_llm_tp4_eager.json",
-            "i/sb/qwen3_vl_235b_a22b_te.json",
-        ],
-    },
-    Scenario {
-        name: "High-TP MoE with MLA",
-        what: "DeepSeek-V3, TP 8, EP 64, 2 MoE layers (MLA, 4 local experts, shared expert)",
-        files: &[
-            "ab/sb/deepseek_v3_tp8.json",
-            "h/sb/deepseek_v3_tp8_eager.json",
-            "i/sb/deepseek_v3_te.json",
-        ],
-    },
-    Scenario {
-        name: "MoE with a dense layer (the shared row/fc2 key)",
-        what: "DeepSeek-V3, TP 2, EP 16, 1 dense + 1 MoE layer",
-        files: &["sb3/deepseek_v3_tp2_dense_moe.json"],
-    },
-    Scenario {
-        name: "Large experts (not in fixtures/)",
-        what: "Mixtral-8x7B (`examples/models/`), TP 2, EP 8, ETP 1, 2 layers",
-        files: &["c/sb/mixtral_8x7b_tp2_etp1.json"],
-    },
-    Scenario {
-        name: "VLM vision encoder",
-        what: "Qwen3-VL-235B-A22B ViT, TP 1, 4 layers",
-        files: &[
-            "h/sb/qwen3_vl_vit_tp1_b.json",
-            "j/sb/qwen3_vl_vit_te.json",
-            "ab/sb/qwen3_vl_vit_tp1.log",
-        ],
-    },
-    Scenario {
-        name: "Tensorwise recipe",
-        what: "Qwen2.5-72B, TP 8, 2 layers, `--recipe tensorwise` (Float8CurrentScaling) with `policies/tensorwise/`",
-        files: &["h/sb/qwen72b_tp8_tensorwise.json"],
-    },
-    Scenario {
-        name: "Delayed recipe",
-        what: "Qwen2.5-72B, TP 8, 2 layers, `--recipe delayed` (DelayedScaling) with `policies/delayed/`",
-        files: &["h/sb/qwen72b_tp8_delayed.json"],
-    },
-];
+/// The scenarios, in the section's order.
+const SCENARIOS_FILE: &str = "docs/device-logs/trainer_loop/scenarios.json";
+/// The section's prose: its opening, and the reading of the misses that closes it.
+const INTRO: &str = "docs/results/e2e/intro.md";
+const MISSES: &str = "docs/results/e2e/misses.md";
+
+fn scenarios(root: &Path) -> Result<Vec<Scenario>, String> {
+    let text = std::fs::read_to_string(root.join(SCENARIOS_FILE))
+        .map_err(|e| format!("{SCENARIOS_FILE}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{SCENARIOS_FILE}: {e}"))
+}
+
+fn prose(root: &Path, rel: &str) -> Result<String, String> {
+    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("{rel}: {e}"))
+}
 
 /// A run that hit its time limit before writing JSON keeps its per-token summary lines
 /// (`  tokens N eager: bf16 1.000, fp8 1.275, policy:x.json 1.000, oracle 1.000`): medians only.
@@ -227,32 +167,11 @@ pub const PLOT_DIR: &str = "docs/plots/e2e";
 pub fn render(root: &Path) -> Result<(String, Files), String> {
     let mut s = String::new();
     let mut files = Files::new();
-    let _ = writeln!(
-        s,
-        "## End to end: the training step\n\n\
-         Real Transformer Engine 2.20.2 training steps on one NVIDIA H200 (the `nvidia-h200-x2` and \
-         `nvidia-h200` device machines; the scenarios marked TP 2 with communication ran on both GPUs \
-         of `nvidia-h200-x2` under torchrun, `--tp-comm`), `python -m adaptive_fp8.bench.step_bench`: one rank's layers \
-         built from the model config through the engine's plan (attention or MLA, dense MLP or MoE \
-         with router, permutation, token-count sync, grouped and shared experts), forward + backward \
-         + FusedAdam step with FP8 parameters, blockwise recipe. Every mode is timed interleaved \
-         (5 steps x 7-9 rounds); `x / BF16` is the median of the per-round paired ratios with its \
-         p10-p90 band, and a band that contains 1 is a **tie**. `/ best` is the median step time over \
-         the better of all-BF16 and all-FP8. `graphed` captures attention and dense MLP blocks with \
-         TE's make_graphed_callables (MoE blocks stay eager: the token-count sync cannot be captured). \
-         Commands: `bash scripts/device/trainer_loop.sh a|b|te|d|e|f|c|g|h` (phases, logs and JSON in \
-         `{LOGS}/`, see its README).\n\n\
-         Policies, by backend and objective: `cuBLASLt, GPU time` is the shipped default \
-         (`policies/<model>.json` then; now its `min_tokens_graphed`); `cuBLASLt + host profile (eager)` was `policies/eager/` (the same \
-         reports, each module's time raised to the host profile `probe_host` measured on this machine); \
-         `TE, eager` and `TE, GPU time` are merged from TE-backend sweeps of one rank alone (the former `policies/te/` \
-         as it was before its TP 2 rules came from the TP group); `TE, eager, TP communication` from `te_tp`'s \
-         TP 2 measurements over a real TP group (now the TP 2 eager rules of `policies/<model>.json`); `cost model` \
-         is `fp8sel gen-policy --backend model` for the two models that have no measured reports.\n"
-    );
+    s.push_str(&prose(root, INTRO)?);
+    s.push('\n');
     let mut tallies: Tallies = Default::default();
     let mut agree: Vec<(String, u32, u32, u32, u32)> = Vec::new();
-    for (i, sc) in SCENARIOS.iter().enumerate() {
+    for (i, sc) in scenarios(root)?.iter().enumerate() {
         let _ = writeln!(s, "### {}: {}\n", sc.name, sc.what);
         for (exec, svg) in plots(root, sc)? {
             let name = format!("{:02}_{exec}.svg", i + 1);
@@ -266,14 +185,15 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         let (same_g, tot_g, same_e, tot_e) = scenario_table(root, sc, &mut s, &mut tallies)?;
         s.push('\n');
         if tot_g + tot_e > 0 {
-            agree.push((sc.what.to_owned(), same_g, tot_g, same_e, tot_e));
+            agree.push((sc.what.clone(), same_g, tot_g, same_e, tot_e));
         }
     }
     write_tallies(&mut s, &tallies, &agree);
     render_accum(root, &mut s)?;
     render_combine(root, &mut s)?;
     render_tp(root, &mut s, &mut files)?;
-    s.push_str(WHY);
+    s.push('\n');
+    s.push_str(&prose(root, MISSES)?);
     Ok((s, files))
 }
 
@@ -293,7 +213,7 @@ fn scenario_table(
         "| run | execution | tokens | BF16 ms | all-FP8 / BF16 | oracle / BF16 | policy: / BF16 (band) verdict, / best |\n|---|---|---|---|---|---|---|"
     );
     let (mut same_g, mut tot_g, mut same_e, mut tot_e) = (0, 0, 0, 0);
-    for rel in sc.files {
+    for rel in sc.files.iter().map(String::as_str) {
         let v = read(root, rel)?;
         let mut run = rel.split('/').next().unwrap_or(rel).to_owned();
         if v["complete"] == false {
@@ -467,7 +387,7 @@ fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, 
 /// run of the scenario that has them.
 fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
     let mut by_exec: BTreeMap<String, BTreeMap<String, Line>> = BTreeMap::new();
-    for rel in sc.files {
+    for rel in sc.files.iter().map(String::as_str) {
         let v = read(root, rel)?;
         for row in v["results"].as_array().into_iter().flatten() {
             let exec = row["execution"].as_str().unwrap_or("eager").to_owned();
@@ -509,7 +429,7 @@ fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for (exec, lines) in by_exec {
         let lines = sorted_lines(lines.into_values());
-        let title = format!("{}, {exec}", sc.what.split(" (").next().unwrap_or(sc.what));
+        let title = format!("{}, {exec}", sc.what.split(" (").next().unwrap_or(&sc.what));
         let chart = Chart {
             x_desc: "tokens per sequence (log scale)",
             y_desc: "step speedup over all-BF16 (BF16 ms / mode ms)",
@@ -534,60 +454,6 @@ fn sorted_lines(lines: impl Iterator<Item = Line>) -> Vec<Line> {
     }
     lines
 }
-
-/// What the tables above say about the misses (no numbers of its own: they are in the tables).
-const WHY: &str = "
-### Reading the misses
-
-- **Graphed, one micro-batch per step, short sequences (dense).** The GPU-time policies switch FC1/FC2
-  to FP8 where their forward + backward GEMMs are faster, and the step is still slower: with FP8
-  parameters the optimizer re-quantizes every FP8 weight once per step, a cost that the per-module
-  sweeps (ours and the reference's) never time and that does not shrink with the tokens. With 8
-  micro-batches per step (the gradient accumulation table) the same policies beat BF16 at those
-  token counts in graphed steps: the miss belongs to the one-micro-batch step, not to the modules.
-  Trainers with gradient accumulation (the usual case) are served by the GPU-time policies; a trainer
-  that steps the optimizer every micro-batch should use the eager policies at short sequences.
-- **Graphed, mid sizes, a few percent behind all-FP8.** The GPU-time policy kept a module BF16 whose
-  per-module speedup did not clear the threshold plus the noise margin (Qwen2.5-72B TP 8 qkv at
-  4096 tokens); in the step it would have gained a little. That is the price of the margin, which
-  keeps noise from switching modules to FP8; it is never slower than BF16 there.
-- **Eager, short sequences.** The host decides (see the host profile in
-  `docs/device-logs/trainer_loop/ab/host.json`: an FP8 module step costs the host more than a BF16
-  one); all-FP8 is slower than BF16 with 1 or 8 micro-batches. The eager policies (then `policies/te/`
-  and `policies/eager/`, now the default files' eager thresholds) keep these sizes BF16 and tie with
-  BF16 in every row; the GPU-time policies lose.
-- **Eager, mid sizes.** The eager policies give back a few percent against all-FP8 on the dense
-  models: their per-module floors keep qkv/proj BF16 where the step, whose layers overlap host and
-  GPU work, already gains from them. Never slower than BF16, but not within 1.02x of the best.
-- **Small experts (Qwen3-30B-A3B).** FP8 does not pay in the step at any token count measured.
-  The cost model (calibrated on cuBLASLt) switches the experts' FC1 and the attention to FP8 and
-  loses; the TE-measured policies keep them BF16 and tie. A model without measured reports should be
-  measured with `--backend te` before its policy is trusted.
-- **TP communication (TP 2 over two GPUs).** The policies made from one rank alone switch modules
-  to FP8 at the short end whose all-gather or reduce-scatter (FP8 gathers its quantized input, and
-  the quantize-then-gather path costs the host and the GPU more than the BF16 gather) make them lose
-  in the step; the policy made from the TP group's times keeps them BF16 and ties, and matches the
-  others from the count where all of them switch. An eager Llama-3.2-1B at TP 2 is bound by host and
-  communication at every count measured (its BF16 step barely grows with the tokens), so all-FP8
-  and the GPU-time policies lose throughout; under CUDA graphs the TP-group policy, made for the
-  eager objective, leaves the large-count FP8 gain on the table.
-- **MoE steps under CUDA graphs at short sequences (DeepSeek-V3, Qwen3-VL, Mixtral).** Only
-  attention is captured; the MoE blocks, experts included, run eager in a graphed step (the
-  token-count sync cannot be captured, as in Megatron's `attn` graph scope). The GPU-time policies
-  switch the experts to FP8 at 1024 tokens (Qwen3-VL: up to 4096) and lose a few percent there; the eager policies (cuBLASLt + host
-  profile, TE eager) keep them BF16 and tie. For expert modules of a graphed trainer, the eager
-  objective is the right one.
-- **The ViT at 16384 tokens (graphed and eager).** The default policy switches fc1/fc2 (1152 x 4304
-  at TP 1) to FP8; the step was about 1% slower in one run and tied in the next: the cast costs
-  about what the small GEMMs save. The eager and TE policies keep them BF16.
-- **Eager policies for MoE models and the ViT.** The host-profile policies (then `policies/eager/`) for DeepSeek-V3 (TP 8, EP 64) and
-  Qwen3-VL (LLM TP 4, ViT TP 1), judged by eager steps: ties or wins against BF16; the wide bands of
-  the MoE steps at short sequences decide little there.
-- **Noise.** Compare the bands: graphed steps are tight, eager steps at short sequences are wide, and
-  the DeepSeek-V3 dense + MoE run (eager, two MoE syncs per step) has bands so wide at 2048 tokens
-  that its rows decide nothing there. Mixtral's eager 1024-token row with the TE eager policy
-  (experts.fc1 in FP8) is such a tie: its median is above BF16's, its band contains 1.
-";
 
 /// Gradient accumulation: the optimizer (which re-quantizes FP8 parameters) once per 8
 /// micro-batches instead of once per micro-batch.
