@@ -45,15 +45,9 @@ pub struct Args {
     /// Only this component of a VLM (llm or vit) [default: all].
     #[arg(long)]
     pub component: Option<Role>,
-    /// Tensor-parallel size [default: the config's, else 1].
-    #[arg(long, alias = "tensor-model-parallel-size", env = "TE_LAYER_PERF_TP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
-    pub tp: Option<u32>,
-    /// Expert-parallel size [default: the config's, else 1].
-    #[arg(long, alias = "expert-model-parallel-size", env = "TE_LAYER_PERF_EP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
-    pub ep: Option<u32>,
-    /// Expert tensor-parallel size [default: the config's, else --tp].
-    #[arg(long, alias = "expert-tensor-parallel-size", env = "TE_LAYER_PERF_ETP_SIZE", value_parser = clap::value_parser!(u32).range(1..))]
-    pub etp: Option<u32>,
+    // --tp, --ep, --etp; sweep_job falls back to the reference tool's TE_LAYER_PERF_*_SIZE.
+    #[command(flatten)]
+    pub layout: super::layout_args::LayoutArgs,
     /// Precisions to measure.
     #[arg(
         long,
@@ -261,7 +255,10 @@ fn layout_error(e: LayoutError) -> CliError {
 fn sweep_job(args: &Args, model: &fp8_engine::ModelDesc) -> CliResult<SweepJob> {
     Ok(SweepJob {
         component: args.component,
-        parallel: model.layout(args.tp, args.ep, args.etp, None),
+        parallel: {
+            let l = args.layout.or_reference_env(|k| std::env::var(k).ok())?;
+            model.layout(l.tp, l.ep, l.etp, None)
+        },
         tokens: args
             .shape_sweep
             .as_deref()

@@ -24,15 +24,8 @@ pub struct ModelArgs {
     /// else the config's own directory].
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
-    /// Tensor-parallel size [default: the config's tensor_model_parallel_size, else 1].
-    #[arg(long, alias = "tensor-model-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
-    pub tp: Option<u32>,
-    /// Expert-parallel size [default: the config's, else 1].
-    #[arg(long, alias = "expert-model-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
-    pub ep: Option<u32>,
-    /// Expert tensor-parallel size [default: the config's, else --tp as in Megatron].
-    #[arg(long, alias = "expert-tensor-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
-    pub etp: Option<u32>,
+    #[command(flatten)]
+    pub layout: super::layout_args::LayoutArgs,
     /// Context-parallel size: divides the tokens each rank's GEMMs see [default: config, else 1].
     #[arg(long, alias = "context-parallel-size", value_parser = clap::value_parser!(u32).range(1..))]
     pub cp: Option<u32>,
@@ -85,9 +78,9 @@ impl ModelArgs {
     /// The request these flags make.
     pub fn request(&self) -> PlanRequest {
         let mut r = PlanRequest::default();
-        r.tp = self.tp;
-        r.ep = self.ep;
-        r.etp = self.etp;
+        r.tp = self.layout.tp;
+        r.ep = self.layout.ep;
+        r.etp = self.layout.etp;
         r.cp = self.cp;
         r.no_sequence_parallel = self.no_sequence_parallel;
         r.seq_length = self.seq_length;
