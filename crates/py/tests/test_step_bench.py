@@ -124,7 +124,7 @@ def test_help_teaches_and_bad_tokens_are_refused():
     assert bad.returncode == 2 and "comma-separated positive integers" in bad.stderr
 
 
-@pytest.mark.parametrize("module", ["bench.step_bench", "bench.step_spec", "bench.step_layers", "bench.te_worker", "bench.te_tp", "megatron", "te", "bench.probe_host", "bench.numerics", "bench.convergence", "amax_eps"])
+@pytest.mark.parametrize("module", ["bench.step_bench", "bench.step_spec", "bench.step_layers", "bench.te_worker", "bench.te_tp", "megatron", "te", "bench.probe_host", "bench.numerics", "bench.convergence", "bench.recipe_names", "amax_eps"])
 def test_importing_does_not_import_torch(module):
     code = f"import sys, adaptive_fp8.{module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -415,3 +415,18 @@ def test_policies_with_one_file_name_stay_apart_in_the_modes(root):
     spec, kw = sb._spec(af8, args, 1024)
     _, modes, _ = sb.modes_for(af8, args, spec, composition(spec, 2), kw)
     assert len([m for m in modes if m.startswith("policy:")]) == 3
+
+
+def test_every_tool_takes_the_recipe_names_of_one_list():
+    from adaptive_fp8.bench import convergence, numerics, probe_host, te_tp
+    from adaptive_fp8.bench.recipe_names import RECIPE_CLASSES, RECIPES
+    from adaptive_fp8.bench.te_worker import recipe_spec
+
+    def choices(ap):
+        return next(a.choices for a in ap._actions if "--recipe" in a.option_strings)
+
+    for tool in (sb, probe_host, numerics, convergence):
+        assert list(choices(tool.parser())) == list(RECIPES), tool.__name__
+    assert list(choices(te_tp.parser())) == [r for r in RECIPES if r != "mxfp8"]
+    # Each name builds the TE class it maps to.
+    assert all(recipe_spec({"recipe": r})[0] == RECIPE_CLASSES[r] for r in RECIPES)

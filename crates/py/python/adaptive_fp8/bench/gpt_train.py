@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from adaptive_fp8.bench.corpus import Corpus
-from adaptive_fp8.bench.quant_error import RECIPES
+from adaptive_fp8.bench.recipe_names import RECIPES
 
 MODES = ("bf16", "bf16-repeat", "fp8", "adaptive")
 

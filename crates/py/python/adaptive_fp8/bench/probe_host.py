@@ -27,6 +27,8 @@ import sys
 import tempfile
 from typing import Iterable, Optional
 
+from adaptive_fp8.bench.recipe_names import RECIPES
+
 FORMAT = "adaptive-fp8-host-profile"
 
 #: Module kinds and how each is built.
@@ -192,7 +194,7 @@ def parser() -> argparse.ArgumentParser:
     head, _, rest = (__doc__ or "").partition("\n\n")
     ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.probe_host", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="where to write the host profile (JSON)")
-    ap.add_argument("--recipe", default="blockwise", choices=["blockwise", "tensorwise", "current", "delayed", "mxfp8"], help="the FP8 recipe the trainer runs (default blockwise)")
+    ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe the trainer runs (default blockwise)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per figure (default 30)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     return ap

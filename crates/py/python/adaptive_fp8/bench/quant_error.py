@@ -23,13 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from adaptive_fp8.bench.recipe_names import RECIPES
+
 #: The operands of one GEMM the report names, in its order.
 OPERANDS = ("input", "weight", "grad_output")
 
 #: Largest magnitude and the largest power-of-two exponent of each FP8 format.
 FORMATS = {"e4m3": (448.0, 8), "e5m2": (57344.0, 15)}
 
-RECIPES = ("blockwise", "tensorwise", "current", "delayed", "mxfp8")
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit
 from adaptive_fp8.bench.step_common import default_repeats, mode_stats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
@@ -384,7 +385,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--recipe",
         default="blockwise",
-        choices=["blockwise", "tensorwise", "current", "delayed", "mxfp8"],
+        choices=list(RECIPES),
         help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise; compare a policy made for the same recipe)",
     )
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")

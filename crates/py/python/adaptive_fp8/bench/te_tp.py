@@ -34,6 +34,7 @@ import json
 from dataclasses import dataclass
 
 from adaptive_fp8._common import emit, stat, te_api, time_fwd_bwd, write_atomic
+from adaptive_fp8.bench.recipe_names import RECIPES  # te_tp runs every recipe but MXFP8 (Blackwell only)
 
 DENSE = ("qkv", "proj", "fc1", "fc2")
 FP8_TOL = 1.5e-1
@@ -365,7 +366,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tokens", default="1024,2048,4096,8192,16384", help="sequence lengths (micro-batch 1), comma-separated")
     ap.add_argument("--warmup", type=int, default=5, help="untimed iterations per module and precision (default 5)")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations; the median is kept (default 20)")
-    ap.add_argument("--recipe", default="blockwise", choices=["blockwise", "tensorwise", "current", "delayed"], help="the FP8 recipe (default blockwise)")
+    ap.add_argument("--recipe", default="blockwise", choices=[r for r in RECIPES if r != "mxfp8"], help="the FP8 recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
     ap.add_argument("--json", help="write the results here (rank 0)")
     ap.add_argument(

@@ -30,21 +30,11 @@ from typing import Any
 from adaptive_fp8._common import stat as _stat
 from adaptive_fp8._common import time_fwd_bwd
 from adaptive_fp8.amax_eps import apply_amax_epsilons
+from adaptive_fp8.bench.recipe_names import RECIPE_CLASSES
 
 #: Relative Frobenius error bounds of the checks.
 BF16_TOL = 2e-2
 FP8_TOL = 1.5e-1
-
-
-#: TE recipe classes by our recipe names (Megatron's --fp8-recipe values; `current` is the
-#: reference tool's name for tensorwise).
-RECIPE_CLASSES = {
-    "blockwise": "Float8BlockScaling",
-    "tensorwise": "Float8CurrentScaling",
-    "current": "Float8CurrentScaling",
-    "delayed": "DelayedScaling",
-    "mxfp8": "MXFP8BlockScaling",
-}
 
 
 def recipe_spec(opt: dict) -> tuple[str, dict]:
