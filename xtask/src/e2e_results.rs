@@ -17,8 +17,23 @@ use crate::plot::{Chart, Line, chart_svg};
 /// The logs' folder.
 pub const LOGS: &str = "docs/device-logs/trainer_loop";
 
-/// One scenario: its name, what ran, and the step benchmark outputs (relative to [`LOGS`]);
-/// listed in `SCENARIOS_FILE` beside the logs.
+/// What the section reads, listed beside the logs in `SCENARIOS_FILE` (paths relative to
+/// [`LOGS`] unless they say otherwise).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sections {
+    /// The scenarios, in the section's order.
+    scenarios: Vec<Scenario>,
+    /// The gradient-accumulation table: per model, its step runs with 1 and 8 micro-batches.
+    grad_accum: Vec<GradAccum>,
+    /// The host-and-GPU combination table: per model, its reports (from the repository's root)
+    /// and its eager step runs.
+    combine: Vec<Combine>,
+    /// `te_tp`'s results over a real TP 2 group.
+    tp_comm: String,
+}
+
+/// One scenario: its name, what ran, and the step benchmark outputs.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Scenario {
@@ -27,13 +42,125 @@ struct Scenario {
     files: Vec<String>,
 }
 
-/// The scenarios, in the section's order.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GradAccum {
+    model: String,
+    files: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Combine {
+    model: String,
+    cublaslt: String,
+    te: String,
+    steps: Vec<String>,
+}
+
+/// One step benchmark output (`step_bench --json`), as this section reads it.
+#[derive(serde::Deserialize, Default)]
+struct StepRun {
+    /// False for a run its time limit cut short.
+    #[serde(default = "yes")]
+    complete: bool,
+    #[serde(default)]
+    grad_accum: Option<u64>,
+    #[serde(default)]
+    layers: Option<f64>,
+    #[serde(default)]
+    results: Vec<StepRow>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One token count and execution.
+#[derive(serde::Deserialize, Default)]
+struct StepRow {
+    #[serde(default)]
+    execution: Option<String>,
+    #[serde(default)]
+    tokens: Option<u64>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    modes: BTreeMap<String, ModeRow>,
+}
+
+/// One mode's figures; a missing one reads as NaN.
+#[derive(serde::Deserialize, Default)]
+struct ModeRow {
+    #[serde(default)]
+    fp8_groups: Vec<String>,
+    #[serde(default)]
+    ms_median: Option<f64>,
+    #[serde(default)]
+    vs_bf16_median: Option<f64>,
+    #[serde(default)]
+    vs_bf16_p10: Option<f64>,
+    #[serde(default)]
+    vs_bf16_p90: Option<f64>,
+    #[serde(default)]
+    verdict_vs_bf16: Option<String>,
+    #[serde(default)]
+    vs_best_of_bf16_fp8: Option<f64>,
+}
+
+/// A mode a row does not have.
+static NO_MODE: ModeRow = ModeRow {
+    fp8_groups: Vec::new(),
+    ms_median: None,
+    vs_bf16_median: None,
+    vs_bf16_p10: None,
+    vs_bf16_p90: None,
+    verdict_vs_bf16: None,
+    vs_best_of_bf16_fp8: None,
+};
+
+impl StepRow {
+    fn tokens(&self) -> u64 {
+        self.tokens.unwrap_or(0)
+    }
+
+    fn mode(&self, name: &str) -> &ModeRow {
+        self.modes.get(name).unwrap_or(&NO_MODE)
+    }
+}
+
+impl ModeRow {
+    fn median(&self) -> f64 {
+        self.vs_bf16_median.unwrap_or(f64::NAN)
+    }
+
+    fn best(&self) -> f64 {
+        self.vs_best_of_bf16_fp8.unwrap_or(f64::NAN)
+    }
+
+    fn band(&self) -> (f64, f64) {
+        (
+            self.vs_bf16_p10.unwrap_or(f64::NAN),
+            self.vs_bf16_p90.unwrap_or(f64::NAN),
+        )
+    }
+
+    fn ms(&self) -> f64 {
+        self.ms_median.unwrap_or(f64::NAN)
+    }
+
+    fn verdict(&self) -> &str {
+        self.verdict_vs_bf16.as_deref().unwrap_or("?")
+    }
+}
+
+/// The section's inputs and prose files.
 const SCENARIOS_FILE: &str = "docs/device-logs/trainer_loop/scenarios.json";
 /// The section's prose: its opening, and the reading of the misses that closes it.
 const INTRO: &str = "docs/results/e2e/intro.md";
 const MISSES: &str = "docs/results/e2e/misses.md";
 
-fn scenarios(root: &Path) -> Result<Vec<Scenario>, String> {
+fn sections(root: &Path) -> Result<Sections, String> {
     let text = std::fs::read_to_string(root.join(SCENARIOS_FILE))
         .map_err(|e| format!("{SCENARIOS_FILE}: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("{SCENARIOS_FILE}: {e}"))
@@ -45,7 +172,7 @@ fn prose(root: &Path, rel: &str) -> Result<String, String> {
 
 /// A run that hit its time limit before writing JSON keeps its per-token summary lines
 /// (`  tokens N eager: bf16 1.000, fp8 1.275, policy:x.json 1.000, oracle 1.000`): medians only.
-fn from_log(text: &str) -> Value {
+fn from_log(text: &str) -> StepRun {
     let mut results = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("tokens ") else {
@@ -60,29 +187,39 @@ fn from_log(text: &str) -> Value {
         if !tail.starts_with("bf16 ") {
             continue;
         }
-        let mut modes = serde_json::Map::new();
+        let mut modes = BTreeMap::new();
         for part in tail.split(", ") {
             if let Some((name, v)) = part.rsplit_once(' ')
                 && let Ok(x) = v.parse::<f64>()
             {
-                modes.insert(
-                    name.to_owned(),
-                    serde_json::json!({"vs_bf16_median": x, "vs_bf16_p10": f64::NAN, "vs_bf16_p90": f64::NAN,
-                        "verdict_vs_bf16": "median only", "vs_best_of_bf16_fp8": f64::NAN, "ms_median": f64::NAN}),
-                );
+                let m = ModeRow {
+                    vs_bf16_median: Some(x),
+                    verdict_vs_bf16: Some("median only".to_owned()),
+                    ..ModeRow::default()
+                };
+                modes.insert(name.to_owned(), m);
             }
         }
         let fp8 = modes
             .get("fp8")
-            .and_then(|m| m["vs_bf16_median"].as_f64())
+            .and_then(|m| m.vs_bf16_median)
             .unwrap_or(1.0);
         for m in modes.values_mut() {
-            let x = m["vs_bf16_median"].as_f64().unwrap_or(f64::NAN);
-            m["vs_best_of_bf16_fp8"] = serde_json::json!(x / fp8.min(1.0));
+            m.vs_best_of_bf16_fp8 = Some(m.median() / fp8.min(1.0));
         }
-        results.push(serde_json::json!({"tokens": tokens.parse::<u64>().unwrap_or(0), "execution": exec, "modes": modes}));
+        results.push(StepRow {
+            tokens: Some(tokens.parse::<u64>().unwrap_or(0)),
+            execution: Some(exec.to_owned()),
+            error: None,
+            modes,
+        });
     }
-    serde_json::json!({"results": results, "from_log": true})
+    StepRun {
+        complete: true,
+        grad_accum: None,
+        layers: None,
+        results,
+    }
 }
 
 /// Which backend and objective made a policy, from its file name in the logs (`policy:<name>`,
@@ -126,7 +263,8 @@ fn is_objective_policy(label: &str, execution: &str) -> bool {
     }
 }
 
-fn read(root: &Path, rel: &str) -> Result<Value, String> {
+/// A step run under [`LOGS`]: its JSON, or what a log cut short kept.
+fn read_run(root: &Path, rel: &str) -> Result<StepRun, String> {
     let p = root.join(LOGS).join(rel);
     let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
     if rel.ends_with(".log") {
@@ -135,19 +273,15 @@ fn read(root: &Path, rel: &str) -> Result<Value, String> {
     serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-fn f(v: &Value, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or(f64::NAN)
+/// Any other JSON under [`LOGS`].
+fn read(root: &Path, rel: &str) -> Result<Value, String> {
+    let p = root.join(LOGS).join(rel);
+    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-fn groups(v: &Value) -> Vec<String> {
-    v["fp8_groups"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|g| g.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
 }
 
 /// Tallies of the targets, per objective policy.
@@ -171,7 +305,8 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     s.push('\n');
     let mut tallies: Tallies = Default::default();
     let mut agree: Vec<(String, u32, u32, u32, u32)> = Vec::new();
-    for (i, sc) in scenarios(root)?.iter().enumerate() {
+    let sec = sections(root)?;
+    for (i, sc) in sec.scenarios.iter().enumerate() {
         let _ = writeln!(s, "### {}: {}\n", sc.name, sc.what);
         for (exec, svg) in plots(root, sc)? {
             let name = format!("{:02}_{exec}.svg", i + 1);
@@ -189,9 +324,9 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
         }
     }
     write_tallies(&mut s, &tallies, &agree);
-    render_accum(root, &mut s)?;
-    render_combine(root, &mut s)?;
-    render_tp(root, &mut s, &mut files)?;
+    render_accum(root, &sec.grad_accum, &mut s)?;
+    render_combine(root, &sec.combine, &mut s)?;
+    render_tp(root, &sec.tp_comm, &mut s, &mut files)?;
     s.push('\n');
     s.push_str(&prose(root, MISSES)?);
     Ok((s, files))
@@ -214,32 +349,31 @@ fn scenario_table(
     );
     let (mut same_g, mut tot_g, mut same_e, mut tot_e) = (0, 0, 0, 0);
     for rel in sc.files.iter().map(String::as_str) {
-        let v = read(root, rel)?;
+        let v = read_run(root, rel)?;
         let mut run = rel.split('/').next().unwrap_or(rel).to_owned();
-        if v["complete"] == false {
+        if !v.complete {
             // A run cut by its time limit: only the cases it finished.
             run.push_str(" (partial)");
         }
-        for row in v["results"].as_array().into_iter().flatten() {
-            let exec = row["execution"].as_str().unwrap_or("eager");
-            let tokens = row["tokens"].as_u64().unwrap_or(0);
-            if let Some(e) = row["error"].as_str() {
+        for row in &v.results {
+            let exec = row.execution.as_deref().unwrap_or("eager");
+            let tokens = row.tokens();
+            if let Some(e) = &row.error {
                 let _ = writeln!(s, "| {run} | {exec} | {tokens} | error: {e} | | | |");
                 continue;
             }
-            let modes = &row["modes"];
-            let bf = &modes["bf16"];
-            let fp = &modes["fp8"];
-            let oracle = modes
+            let (bf, fp) = (row.mode("bf16"), row.mode("fp8"));
+            let oracle = row
+                .modes
                 .get("oracle")
-                .map_or("-".to_owned(), |o| format!("{:.3}", f(o, "vs_bf16_median")));
-            let (cells, cub, te) = policy_cells(modes, rel, sc, exec, tokens, tallies);
+                .map_or("-".to_owned(), |o| format!("{:.3}", o.median()));
+            let (cells, cub, te) = policy_cells(&row.modes, rel, sc, exec, tokens, tallies);
             // Decision agreement, once per token count (eager rows; both executions share
             // the same policies).
             if exec == "eager"
                 && let Some(c) = &cub
             {
-                let all = groups(&modes["fp8"]);
+                let all = &fp.fp8_groups;
                 for (label, t) in &te {
                     let same = all
                         .iter()
@@ -255,7 +389,7 @@ fn scenario_table(
                     }
                 }
             }
-            let ms = f(bf, "ms_median");
+            let ms = bf.ms();
             let ms = if ms.is_nan() {
                 "- (log)".to_owned()
             } else {
@@ -264,8 +398,8 @@ fn scenario_table(
             let _ = writeln!(
                 s,
                 "| {run} | {exec} | {tokens} | {ms} | {:.3} ({}) | {oracle} | {} |",
-                f(fp, "vs_bf16_median"),
-                fp["verdict_vs_bf16"].as_str().unwrap_or("?"),
+                fp.median(),
+                fp.verdict(),
                 cells.join("<br>")
             );
         }
@@ -279,7 +413,7 @@ type TeGroups = Vec<(String, Vec<String>)>;
 /// Each policy mode's cell of a row; the tallies of the objective policies are counted here.
 /// Also returns the cuBLASLt (or cost-model) policy's FP8 groups and the TE policies'.
 fn policy_cells(
-    modes: &Value,
+    modes: &BTreeMap<String, ModeRow>,
     rel: &str,
     sc: &Scenario,
     exec: &str,
@@ -289,28 +423,23 @@ fn policy_cells(
     let mut cells = Vec::new();
     let mut cub: Option<Vec<String>> = None;
     let mut te: TeGroups = Vec::new();
-    for (name, m) in modes.as_object().into_iter().flatten() {
+    for (name, m) in modes {
         if !name.starts_with("policy:") {
             continue;
         }
         let label = policy_label(name, rel);
-        let ratio = f(m, "vs_bf16_median");
-        let best = f(m, "vs_best_of_bf16_fp8");
-        let verdict = m["verdict_vs_bf16"].as_str().unwrap_or("?");
-        cells.push(if f(m, "vs_bf16_p10").is_nan() {
+        let (ratio, best, verdict) = (m.median(), m.best(), m.verdict());
+        let (lo, hi) = m.band();
+        cells.push(if lo.is_nan() {
             format!("{label}: {ratio:.3} ({verdict}), {best:.3}")
         } else {
-            format!(
-                "{label}: {ratio:.3} ({:.3}-{:.3}) {verdict}, {best:.3}",
-                f(m, "vs_bf16_p10"),
-                f(m, "vs_bf16_p90")
-            )
+            format!("{label}: {ratio:.3} ({lo:.3}-{hi:.3}) {verdict}, {best:.3}")
         });
         if label.starts_with("cuBLASLt, ") || label.starts_with("cost model") {
-            cub = Some(groups(m));
+            cub = Some(m.fp8_groups.clone());
         }
         if label == "TE, eager" || label == "TE, GPU time" {
-            te.push((label.to_owned(), groups(m)));
+            te.push((label.to_owned(), m.fp8_groups.clone()));
         }
         if is_objective_policy(label, exec) {
             let t = tallies
@@ -328,7 +457,7 @@ fn policy_cells(
                     "{} ({}) {exec} {tokens}: {ratio:.3} of BF16 ({verdict}), {best:.3} of best; FP8 groups: {}",
                     sc.what.split(',').next().unwrap_or(""),
                     sc.name,
-                    groups(m).join(",")
+                    m.fp8_groups.join(",")
                 ));
             }
         }
@@ -388,11 +517,11 @@ fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, 
 fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
     let mut by_exec: BTreeMap<String, BTreeMap<String, Line>> = BTreeMap::new();
     for rel in sc.files.iter().map(String::as_str) {
-        let v = read(root, rel)?;
-        for row in v["results"].as_array().into_iter().flatten() {
-            let exec = row["execution"].as_str().unwrap_or("eager").to_owned();
-            let tokens = row["tokens"].as_u64().unwrap_or(0);
-            for (name, m) in row["modes"].as_object().into_iter().flatten() {
+        let v = read_run(root, rel)?;
+        for row in &v.results {
+            let exec = row.execution.as_deref().unwrap_or("eager").to_owned();
+            let tokens = row.tokens();
+            for (name, m) in &row.modes {
                 if name == "bf16" {
                     continue;
                 }
@@ -414,12 +543,12 @@ fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
                 if line.points.iter().any(|p| p.0 == tokens) {
                     continue;
                 }
-                let med = f(m, "vs_bf16_median");
+                let med = m.median();
                 if !med.is_finite() || med <= 0.0 {
                     continue;
                 }
                 line.points.push((tokens, 1.0 / med));
-                let (lo, hi) = (f(m, "vs_bf16_p10"), f(m, "vs_bf16_p90"));
+                let (lo, hi) = m.band();
                 if lo.is_finite() && hi.is_finite() && lo > 0.0 {
                     line.band.push((tokens, 1.0 / hi, 1.0 / lo));
                 }
@@ -457,7 +586,7 @@ fn sorted_lines(lines: impl Iterator<Item = Line>) -> Vec<Line> {
 
 /// Gradient accumulation: the optimizer (which re-quantizes FP8 parameters) once per 8
 /// micro-batches instead of once per micro-batch.
-fn render_accum(root: &Path, s: &mut String) -> Result<(), String> {
+fn render_accum(root: &Path, cases: &[GradAccum], s: &mut String) -> Result<(), String> {
     let _ = writeln!(
         s,
         "\n### Gradient accumulation: where the optimizer's cost goes\n\n\
@@ -466,46 +595,30 @@ fn render_accum(root: &Path, s: &mut String) -> Result<(), String> {
          shrink with the tokens. Medians of the paired ratios to BF16.\n\n\
          | model | micro-batches | execution | tokens | all-FP8 / BF16 | cuBLASLt policy / BF16 |\n|---|---|---|---|---|---|"
     );
-    for (model, files) in [
-        (
-            "Qwen2.5-72B TP 8",
-            ["c/sb/qwen72b_tp8_ga1.json", "c/sb/qwen72b_tp8_ga8.json"],
-        ),
-        (
-            "Llama-3.2-1B TP 1",
-            ["sb4/llama1b_tp1_b.json", "sb5/llama1b_ga8.json"],
-        ),
-        (
-            "Qwen3-30B-A3B TP 1",
-            ["sb2/qwen3_30b_a3b.json", "sb5/qwen3_30b_a3b_ga8.json"],
-        ),
-    ] {
-        for rel in files {
-            let v = read(root, rel)?;
-            let ga = v["grad_accum"].as_u64().unwrap_or(1);
-            for row in v["results"].as_array().into_iter().flatten() {
-                let modes = &row["modes"];
-                let pol = modes
-                    .as_object()
-                    .into_iter()
-                    .flatten()
+    for case in cases {
+        for rel in case.files.iter().map(String::as_str) {
+            let v = read_run(root, rel)?;
+            let ga = v.grad_accum.unwrap_or(1);
+            for row in &v.results {
+                let pol = row
+                    .modes
+                    .iter()
                     .find(|(n, _)| {
                         let l = policy_label(n, rel);
                         n.starts_with("policy:")
                             && (l == "cuBLASLt, GPU time" || l == "cost model, GPU time")
                     })
-                    .map_or("-".to_owned(), |(_, m)| {
-                        format!("{:.3}", f(m, "vs_bf16_median"))
-                    });
-                let tokens = row["tokens"].as_u64().unwrap_or(0);
+                    .map_or("-".to_owned(), |(_, m)| format!("{:.3}", m.median()));
+                let tokens = row.tokens();
                 if !(1024..=4096).contains(&tokens) {
                     continue;
                 }
                 let _ = writeln!(
                     s,
-                    "| {model} | {ga} | {} | {tokens} | {:.3} | {pol} |",
-                    row["execution"].as_str().unwrap_or("?"),
-                    f(&modes["fp8"], "vs_bf16_median")
+                    "| {} | {ga} | {} | {tokens} | {:.3} | {pol} |",
+                    case.model,
+                    row.execution.as_deref().unwrap_or("?"),
+                    row.mode("fp8").median()
                 );
             }
         }
@@ -522,36 +635,27 @@ const RULES: [(&str, &str); 5] = [
     ("E", "per module GPU + host"),
 ];
 
-/// Per (module, tokens): the report's point.
-fn points_by(root: &Path, rel: &str) -> Result<BTreeMap<(String, u64), Value>, String> {
-    let p = root.join(rel);
-    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let v: Value = serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
-    Ok(v["points"]
-        .as_array()
+/// Per (module, tokens): the report's measured points.
+type Points = BTreeMap<(String, u64), fp8_report::Point>;
+
+fn points_by(root: &Path, rel: &str) -> Result<Points, String> {
+    let report = fp8_report::read(&root.join(rel)).map_err(|e| e.to_string())?;
+    Ok(report
+        .points
         .into_iter()
-        .flatten()
-        .filter(|p| p["status"] == "ok")
-        .map(|p| {
-            (
-                (
-                    p["ub_name"].as_str().unwrap_or("").to_owned(),
-                    p["tokens"].as_u64().unwrap_or(0),
-                ),
-                p.clone(),
-            )
-        })
+        .filter(|p| p.status == fp8_report::Status::Ok)
+        .map(|p| ((p.ub_name.clone().unwrap_or_default(), p.tokens), p))
         .collect())
 }
 
 /// Predicts all-FP8 / BF16 of each measured eager step from per-module figures under each rule:
 /// the step's time outside the four modules (attention core, norms, optimizer) is what the
 /// measured BF16 step leaves after the rule's BF16 module times, and is kept for FP8.
-fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
-    let host: Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join(crate::H200_HOST_PROFILE)).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
+fn render_combine(root: &Path, cases: &[Combine], s: &mut String) -> Result<(), String> {
+    let host_text =
+        std::fs::read_to_string(root.join(crate::H200_HOST_PROFILE)).map_err(|e| e.to_string())?;
+    let host = fp8_merge::host::HostProfile::parse(&host_text, crate::H200_HOST_PROFILE)
+        .map_err(|e| e.to_string())?;
     let _ = writeln!(
         s,
         "\n### How host and GPU time combine: predictions against the measured eager steps\n\n\
@@ -568,38 +672,21 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
         s,
         "\n| model | tokens | measured | A | B | C | D | E |\n|---|---|---|---|---|---|---|---|"
     );
-    let cases = [
-        (
-            "Qwen2.5-72B TP 8",
-            "reports/h200/qwen2_5_72b_tp8.json",
-            "reports/h200/te/te_qwen2_5_72b_tp8.json",
-            ["ab/sb/qwen72b_tp8.json", "sb4/qwen72b_tp8_b.json"],
-        ),
-        (
-            "Llama-3.2-1B TP 1",
-            "reports/h200/llama3_2_1b_tp1.json",
-            "reports/h200/te/te_llama3_2_1b_tp1.json",
-            ["ab/sb/llama1b_tp1.json", "sb4/llama1b_tp1_b.json"],
-        ),
-    ];
     let mut err: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut sign: BTreeMap<&str, u32> = BTreeMap::new();
     let mut rows = 0u32;
-    for (model, cub, te, steps) in cases {
-        let (c, t) = (points_by(root, cub)?, points_by(root, te)?);
+    for case in cases {
+        let (c, t) = (points_by(root, &case.cublaslt)?, points_by(root, &case.te)?);
         let mut seen = std::collections::BTreeSet::new();
-        for rel in steps {
-            let v = read(root, rel)?;
-            let layers = v["layers"].as_f64().unwrap_or(1.0);
-            for row in v["results"].as_array().into_iter().flatten() {
-                let tokens = row["tokens"].as_u64().unwrap_or(0);
-                if row["execution"] != "eager" || !seen.insert(tokens) {
+        for rel in case.steps.iter().map(String::as_str) {
+            let v = read_run(root, rel)?;
+            let layers = v.layers.unwrap_or(1.0);
+            for row in &v.results {
+                let tokens = row.tokens();
+                if row.execution.as_deref() != Some("eager") || !seen.insert(tokens) {
                     continue;
                 }
-                let (b, f8) = (
-                    f(&row["modes"]["bf16"], "ms_median"),
-                    f(&row["modes"]["fp8"], "ms_median"),
-                );
+                let (b, f8) = (row.mode("bf16").ms(), row.mode("fp8").ms());
                 let measured = f8 / b;
                 let mut cells = Vec::new();
                 for (k, _) in RULES {
@@ -618,7 +705,8 @@ fn render_combine(root: &Path, s: &mut String) -> Result<(), String> {
                 rows += 1;
                 let _ = writeln!(
                     s,
-                    "| {model} | {tokens} | {measured:.3} | {} |",
+                    "| {} | {tokens} | {measured:.3} | {} |",
+                    case.model,
                     cells.join(" | ")
                 );
             }
@@ -634,15 +722,19 @@ fn predicted_layer(
     rule: &str,
     prec: &str,
     tokens: u64,
-    c: &BTreeMap<(String, u64), Value>,
-    t: &BTreeMap<(String, u64), Value>,
-    host: &Value,
+    c: &Points,
+    t: &Points,
+    host: &fp8_merge::host::HostProfile,
 ) -> Option<f64> {
-    let get = |m: &BTreeMap<(String, u64), Value>, g: &str| -> Option<(f64, f64)> {
+    let get = |m: &Points, g: &str| -> Option<(f64, f64)> {
         let p = m.get(&(g.to_owned(), tokens))?;
-        let kind = p["module_kind"].as_str()?;
-        let h = host["kinds"][kind][format!("{prec}_ms")].as_f64()?;
-        Some((p[prec]["total_ms"]["median"].as_f64()?, h))
+        let (hb, hf) = host.floors(p.module_kind, 1)?;
+        let (timing, h) = if prec == "bf16" {
+            (p.bf16.as_ref(), hb)
+        } else {
+            (p.fp8.as_ref(), hf)
+        };
+        Some((timing?.total_ms.median, h))
     };
     let (mut gpu, mut hst, mut tot) = (0.0, 0.0, 0.0);
     for g in ["qkv", "proj", "fc1", "fc2"] {
@@ -686,8 +778,8 @@ fn write_rule_errors(
 }
 
 /// TP 2 with real communication against the one-GPU per-rank mode.
-fn render_tp(root: &Path, s: &mut String, files: &mut Files) -> Result<(), String> {
-    let v = read(root, "ab/te_tp2_qwen2_5_72b.json")?;
+fn render_tp(root: &Path, rel: &str, s: &mut String, files: &mut Files) -> Result<(), String> {
+    let v = read(root, rel)?;
     let _ = writeln!(
         s,
         "\n### TP 2 with communication vs one rank alone\n\n\
@@ -838,7 +930,9 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{TP_COMM_LABEL, from_log, is_objective_policy, policy_label};
+    use std::path::Path;
+
+    use super::{LOGS, TP_COMM_LABEL, from_log, is_objective_policy, policy_label, sections};
 
     #[test]
     fn a_log_keeps_its_per_token_medians_and_best_of() {
@@ -846,18 +940,33 @@ mod tests {
             "  tokens 1024 eager: oracle up qkv: 0.99 (not kept)\n  tokens 1024 eager: bf16 1.000, fp8 1.250, policy:a.json 1.100, oracle 1.000\n\
              junk\n  tokens 4096 graphed: bf16 1.000, fp8 0.800, policy:a.json 0.880, oracle 0.800\n",
         );
-        let r = v["results"].as_array().unwrap();
+        let r = &v.results;
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0]["tokens"], 1024);
-        assert_eq!(r[1]["execution"], "graphed");
-        let p = &r[1]["modes"]["policy:a.json"];
-        assert!((p["vs_bf16_median"].as_f64().unwrap() - 0.88).abs() < 1e-12);
+        assert_eq!(r[0].tokens, Some(1024));
+        assert_eq!(r[1].execution.as_deref(), Some("graphed"));
+        let p = r[1].mode("policy:a.json");
+        assert!((p.median() - 0.88).abs() < 1e-12);
         // best of BF16 and FP8 is FP8 (0.8): 0.88 / 0.8
-        assert!((p["vs_best_of_bf16_fp8"].as_f64().unwrap() - 1.1).abs() < 1e-12);
-        assert_eq!(
-            r[0]["modes"]["policy:a.json"]["verdict_vs_bf16"],
-            "median only"
-        );
+        assert!((p.best() - 1.1).abs() < 1e-12);
+        assert_eq!(r[0].mode("policy:a.json").verdict(), "median only");
+        assert!(v.complete && r[0].mode("policy:a.json").band().0.is_nan());
+    }
+
+    #[test]
+    fn the_sections_data_file_reads_and_names_existing_runs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let sec = sections(&root).unwrap();
+        assert!(sec.scenarios.len() >= 10 && !sec.grad_accum.is_empty() && !sec.combine.is_empty());
+        for rel in sec.scenarios.iter().flat_map(|s| &s.files) {
+            assert!(root.join(LOGS).join(rel).exists(), "{rel}");
+        }
+        for c in &sec.combine {
+            assert!(
+                root.join(&c.cublaslt).exists() && root.join(&c.te).exists(),
+                "{}",
+                c.model
+            );
+        }
     }
 
     #[test]
