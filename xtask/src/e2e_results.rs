@@ -159,6 +159,41 @@ const SCENARIOS_FILE: &str = "docs/device-logs/trainer_loop/scenarios.json";
 /// The section's prose: its opening, and the reading of the misses that closes it.
 const INTRO: &str = "docs/results/e2e/intro.md";
 const MISSES: &str = "docs/results/e2e/misses.md";
+/// The prose between the tables, in named blocks.
+const PARTS: &str = "docs/results/e2e/parts.md";
+
+/// The named blocks of [`PARTS`]: each `<!-- name -->` line opens one, which runs to the next.
+struct Parts(BTreeMap<String, String>);
+
+impl Parts {
+    fn parse(text: &str) -> Parts {
+        let mut blocks = BTreeMap::new();
+        let mut current: Option<String> = None;
+        for line in text.split_inclusive('\n') {
+            let name = line
+                .trim_end()
+                .strip_prefix("<!-- ")
+                .and_then(|l| l.strip_suffix(" -->"))
+                .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
+            match (name, &current) {
+                (Some(n), _) => {
+                    blocks.insert(n.to_owned(), String::new());
+                    current = Some(n.to_owned());
+                }
+                (None, Some(c)) => blocks.get_mut(c).expect("opened").push_str(line),
+                (None, None) => {}
+            }
+        }
+        Parts(blocks)
+    }
+
+    fn get(&self, name: &str) -> Result<&str, String> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| format!("{PARTS}: no block <!-- {name} -->"))
+    }
+}
 
 fn sections(root: &Path) -> Result<Sections, String> {
     let text = std::fs::read_to_string(root.join(SCENARIOS_FILE))
@@ -306,6 +341,7 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     let mut tallies: Tallies = Default::default();
     let mut agree: Vec<(String, u32, u32, u32, u32)> = Vec::new();
     let sec = sections(root)?;
+    let parts = Parts::parse(&prose(root, PARTS)?);
     for (i, sc) in sec.scenarios.iter().enumerate() {
         let _ = writeln!(s, "### {}: {}\n", sc.name, sc.what);
         for (exec, svg) in plots(root, sc)? {
@@ -323,10 +359,10 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
             agree.push((sc.what.clone(), same_g, tot_g, same_e, tot_e));
         }
     }
-    write_tallies(&mut s, &tallies, &agree);
-    render_accum(root, &sec.grad_accum, &mut s)?;
-    render_combine(root, &sec.combine, &mut s)?;
-    render_tp(root, &sec.tp_comm, &mut s, &mut files)?;
+    write_tallies(&mut s, &parts, &tallies, &agree)?;
+    render_accum(root, &parts, &sec.grad_accum, &mut s)?;
+    render_combine(root, &parts, &sec.combine, &mut s)?;
+    render_tp(root, &parts, &sec.tp_comm, &mut s, &mut files)?;
     s.push('\n');
     s.push_str(&prose(root, MISSES)?);
     Ok((s, files))
@@ -466,16 +502,13 @@ fn policy_cells(
 }
 
 /// The targets per objective, their misses, and the cuBLASLt-vs-TE decision agreement.
-fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, u32, u32)]) {
-    let _ = writeln!(
-        s,
-        "### Targets, per objective\n\n\
-         For each execution, the policies made for that objective (eager: `TE, eager`, `TE, eager, TP communication` and \
-         `cuBLASLt + host profile`; graphed: the GPU-time ones), over every scenario and token count \
-         above. Target: not slower than BF16 (a tie counts) and within 1.02x of the better of BF16 \
-         and all-FP8.\n\n\
-         | execution | policy | rows | not slower than BF16 | within 1.02x of best |\n|---|---|---|---|---|"
-    );
+fn write_tallies(
+    s: &mut String,
+    parts: &Parts,
+    tallies: &Tallies,
+    agree: &[(String, u32, u32, u32, u32)],
+) -> Result<(), String> {
+    s.push_str(parts.get("targets")?);
     for ((exec, label), t) in tallies {
         let _ = writeln!(
             s,
@@ -483,22 +516,13 @@ fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, 
             t.rows, t.not_slower, t.within_2pct
         );
     }
-    let _ = writeln!(
-        s,
-        "\nMisses, with the FP8 groups the policy switched on (the modules that cost the time; \"Reading the misses\" below says why):\n"
-    );
+    s.push_str(parts.get("misses-intro")?);
     for ((exec, label), t) in tallies {
         for m in &t.misses {
             let _ = writeln!(s, "- {exec}, {label}: {m}");
         }
     }
-    let _ = writeln!(
-        s,
-        "\n### cuBLASLt vs TE decisions in the step\n\n\
-         Per module group and token count, whether the cuBLASLt-backend policy (or the cost model's, \
-         for the models without reports) switches the group like the TE-backend policy.\n\n\
-         | scenario | same as TE, GPU time | same as TE, eager |\n|---|---|---|"
-    );
+    s.push_str(parts.get("agreement")?);
     let pct = |a: u32, b: u32| {
         if b == 0 {
             "-".to_owned()
@@ -509,6 +533,7 @@ fn write_tallies(s: &mut String, tallies: &Tallies, agree: &[(String, u32, u32, 
     for (what, sg, tg, se, te) in agree {
         let _ = writeln!(s, "| {what} | {} | {} |", pct(*sg, *tg), pct(*se, *te));
     }
+    Ok(())
 }
 
 /// One plot per execution: each mode's speedup over BF16 (BF16 / mode, so above 1 is faster)
@@ -586,15 +611,13 @@ fn sorted_lines(lines: impl Iterator<Item = Line>) -> Vec<Line> {
 
 /// Gradient accumulation: the optimizer (which re-quantizes FP8 parameters) once per 8
 /// micro-batches instead of once per micro-batch.
-fn render_accum(root: &Path, cases: &[GradAccum], s: &mut String) -> Result<(), String> {
-    let _ = writeln!(
-        s,
-        "\n### Gradient accumulation: where the optimizer's cost goes\n\n\
-         The same steps with 1 and 8 micro-batches per optimizer step (`--grad-accum`); with FP8 \
-         parameters, FusedAdam re-quantizes every FP8 weight at each step, a cost that does not \
-         shrink with the tokens. Medians of the paired ratios to BF16.\n\n\
-         | model | micro-batches | execution | tokens | all-FP8 / BF16 | cuBLASLt policy / BF16 |\n|---|---|---|---|---|---|"
-    );
+fn render_accum(
+    root: &Path,
+    parts: &Parts,
+    cases: &[GradAccum],
+    s: &mut String,
+) -> Result<(), String> {
+    s.push_str(parts.get("accum")?);
     for case in cases {
         for rel in case.files.iter().map(String::as_str) {
             let v = read_run(root, rel)?;
@@ -651,20 +674,17 @@ fn points_by(root: &Path, rel: &str) -> Result<Points, String> {
 /// Predicts all-FP8 / BF16 of each measured eager step from per-module figures under each rule:
 /// the step's time outside the four modules (attention core, norms, optimizer) is what the
 /// measured BF16 step leaves after the rule's BF16 module times, and is kept for FP8.
-fn render_combine(root: &Path, cases: &[Combine], s: &mut String) -> Result<(), String> {
+fn render_combine(
+    root: &Path,
+    parts: &Parts,
+    cases: &[Combine],
+    s: &mut String,
+) -> Result<(), String> {
     let host_text =
         std::fs::read_to_string(root.join(crate::H200_HOST_PROFILE)).map_err(|e| e.to_string())?;
     let host = fp8_merge::host::HostProfile::parse(&host_text, crate::H200_HOST_PROFILE)
         .map_err(|e| e.to_string())?;
-    let _ = writeln!(
-        s,
-        "\n### How host and GPU time combine: predictions against the measured eager steps\n\n\
-         For each eager step above with all four module groups in BF16 and in FP8 (Qwen2.5-72B TP 8, \
-         Llama-3.2-1B TP 1), all-FP8 / BF16 as measured and as predicted from per-module figures: \
-         the committed cuBLASLt and TE reports of the same layout and the H200 host profile. The \
-         step's time outside the modules (attention core, norms, optimizer) is what the measured \
-         BF16 step leaves after the rule's BF16 module times, and is kept for FP8.\n"
-    );
+    s.push_str(parts.get("combine")?);
     for (k, what) in RULES {
         let _ = writeln!(s, "- {k}: {what}");
     }
@@ -778,21 +798,15 @@ fn write_rule_errors(
 }
 
 /// TP 2 with real communication against the one-GPU per-rank mode.
-fn render_tp(root: &Path, rel: &str, s: &mut String, files: &mut Files) -> Result<(), String> {
+fn render_tp(
+    root: &Path,
+    parts: &Parts,
+    rel: &str,
+    s: &mut String,
+    files: &mut Files,
+) -> Result<(), String> {
     let v = read(root, rel)?;
-    let _ = writeln!(
-        s,
-        "\n### TP 2 with communication vs one rank alone\n\n\
-         `torchrun --nproc-per-node 2 -m adaptive_fp8.bench.te_tp` on two H200s of one host: each dense \
-         module of Qwen2.5-72B as a TE `parallel_mode` module over a real TP group with sequence \
-         parallelism (all-gather before column modules, reduce-scatter after row modules; FP8 \
-         gathers the quantized input), against the per-rank module alone (what the one-GPU mode \
-         times). Eager forward + backward, slowest rank's median ({} iterations). Communication \
-         moves the crossovers of the modules whose GEMMs are small against their gather or \
-         scatter: one rank alone is optimistic for them.\n\n\
-         | module | FP8 from, TP 2 with communication | FP8 from, one rank alone | speedup at 16384 (comm / alone) |\n|---|---|---|---|",
-        v["iters"]
-    );
+    s.push_str(&parts.get("tp")?.replace("{iters}", &v["iters"].to_string()));
     let results = v["results"].as_array().cloned().unwrap_or_default();
     for c in v["crossovers"].as_array().into_iter().flatten() {
         let g = c["group"].as_str().unwrap_or("?");
@@ -821,7 +835,7 @@ fn render_tp(root: &Path, rel: &str, s: &mut String, files: &mut Files) -> Resul
         s,
         "\n![FP8 speedup per module against tokens, TP 2 with communication and one rank alone](plots/e2e/{name})"
     );
-    render_tp_policies(root, s)
+    render_tp_policies(root, parts, s)
 }
 
 /// Each module's FP8 speedup (BF16 / FP8, eager forward + backward) against tokens, over the TP
@@ -867,16 +881,8 @@ fn tp_plot(results: &[Value]) -> Result<String, String> {
 
 /// The TP 2 rules merged (eager objective) from one rank alone and from the TP group, and where
 /// the step over the group judged them.
-fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
-    let _ = writeln!(
-        s,
-        "\n`fp8sel bench --backend te --tp-comm --tp 2` (which runs `te_tp --report` under torchrun) \
-         measured the same modules again as reports (`reports/h200/te/te_*_tp2_comm.json`, \
-         logs in `{LOGS}/g/`), and `merge-policy --trainer eager` made policies of them. Their TP 2 \
-         rules against the same merge of the one-rank TE report, FP8 from (min_tokens; `BF16` = FP8 \
-         never won by the margin):\n\n\
-         | model | module | one rank alone | TP group (communication) |\n|---|---|---|---|"
-    );
+fn render_tp_policies(root: &Path, parts: &Parts, s: &mut String) -> Result<(), String> {
+    s.push_str(parts.get("tp-policies")?);
     let opt = fp8_merge::MergeOptions {
         trainer: Some(fp8_merge::Trainer::Eager),
         ..fp8_merge::MergeOptions::default()
@@ -917,14 +923,7 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
             let _ = writeln!(s, "| {model} | {ub} | {a} | {} |", show(*c));
         }
     }
-    let _ = writeln!(
-        s,
-        "\nThe step over the TP group (the two \"TP 2 with communication in the step\" scenarios above) \
-         judges them: at the short end the policies from one rank alone switch modules to FP8 whose \
-         gathers and scatters make them lose, and the TP-group policy keeps them BF16. Since then \
-         the default policies take their TP 2 eager rules from the TP-group reports (`provenance.tp_comm: [2]`); \
-         TP 4 and 8 remain one rank alone (two GPUs could not measure them)."
-    );
+    s.push_str(parts.get("tp-closing")?);
     Ok(())
 }
 
@@ -932,7 +931,9 @@ fn render_tp_policies(root: &Path, s: &mut String) -> Result<(), String> {
 mod tests {
     use std::path::Path;
 
-    use super::{LOGS, TP_COMM_LABEL, from_log, is_objective_policy, policy_label, sections};
+    use super::{
+        LOGS, PARTS, Parts, TP_COMM_LABEL, from_log, is_objective_policy, policy_label, sections,
+    };
 
     #[test]
     fn a_log_keeps_its_per_token_medians_and_best_of() {
@@ -950,6 +951,30 @@ mod tests {
         assert!((p.best() - 1.1).abs() < 1e-12);
         assert_eq!(r[0].mode("policy:a.json").verdict(), "median only");
         assert!(v.complete && r[0].mode("policy:a.json").band().0.is_nan());
+    }
+
+    #[test]
+    fn prose_blocks_run_from_their_marker_to_the_next_as_written() {
+        let p = Parts::parse(
+            "<!-- a note, not a block -->\nignored\n<!-- one -->\n\n### A\ntext\n<!-- two -->\nlast",
+        );
+        assert_eq!(p.get("one").unwrap(), "\n### A\ntext\n");
+        assert_eq!(p.get("two").unwrap(), "last");
+        assert!(p.get("three").unwrap_err().contains("<!-- three -->"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let shipped = Parts::parse(&std::fs::read_to_string(root.join(PARTS)).unwrap());
+        for name in [
+            "targets",
+            "misses-intro",
+            "agreement",
+            "accum",
+            "combine",
+            "tp",
+            "tp-policies",
+            "tp-closing",
+        ] {
+            assert!(!shipped.get(name).unwrap().trim().is_empty(), "{name}");
+        }
     }
 
     #[test]
