@@ -27,22 +27,27 @@ fn report(dir: &Path, fc2_error: f64) -> PathBuf {
     f
 }
 
+/// merge-policy of the Llama-3.2-1B report into `out`, with `numerics` and a bound of 0.05.
+fn merge_with_bound(numerics: &Path, out: &Path) -> std::process::Output {
+    fp8sel(&[
+        "merge-policy",
+        "--reports",
+        "reports/h200/llama3_2_1b_tp1.json",
+        "--output",
+        out.to_str().unwrap(),
+        "--numerics",
+        numerics.to_str().unwrap(),
+        "--max-quant-error",
+        "0.05",
+    ])
+}
+
 #[test]
 fn a_module_over_the_bound_runs_bf16_and_explain_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let n = report(dir.path(), 0.2);
     let p = dir.path().join("p.json");
-    let o = fp8sel(&[
-        "merge-policy",
-        "--reports",
-        "reports/h200/llama3_2_1b_tp1.json",
-        "--output",
-        p.to_str().unwrap(),
-        "--numerics",
-        n.to_str().unwrap(),
-        "--max-quant-error",
-        "0.05",
-    ]);
+    let o = merge_with_bound(&n, &p);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
         err(&o).contains("kept BF16 by the numerics bound"),
@@ -91,17 +96,7 @@ fn a_module_over_the_bound_runs_bf16_and_explain_says_why() {
     // Under the bound, the module keeps its speed rule.
     let n = report(dir.path(), 0.01);
     let q = dir.path().join("q.json");
-    let o = fp8sel(&[
-        "merge-policy",
-        "--reports",
-        "reports/h200/llama3_2_1b_tp1.json",
-        "--output",
-        q.to_str().unwrap(),
-        "--numerics",
-        n.to_str().unwrap(),
-        "--max-quant-error",
-        "0.05",
-    ]);
+    let o = merge_with_bound(&n, &q);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&q).unwrap()).unwrap();
     assert!(v["rules"]["row"]["fc2"].is_array());
