@@ -12,9 +12,16 @@
 #   <model>-judge: both judges of that policy at 1536-12288 (same machine, right after -gen).
 #   eager:   the Megatron judge of the four above on the committed policies (after the FP8
 #            weight-cache fix: the judge re-arms TE's cache each step, as Megatron's loop does).
+#   graphed: the Megatron judge of the same four in Megatron's own CUDA graphs
+#            (--execution graphed: cuda_graph_impl=local), after a short eager+graphed smoke run
+#            that stops the phase early if the graphed path fails.
+#   llama-step: `fp8sel gen-policy --backend step` for the shipped Llama-3.2-1B on its defaults
+#            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
+#   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
+#            eager and graphed, at the unswept counts.
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge or eager}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step or llama-step-judge}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -72,6 +79,31 @@ mistral-gen) gen mistral_7b 2 ;;
 mistral-judge) judge mistral_7b 2 ;;
 olmoe-gen) gen olmoe_1b_7b 2 --ep 8 ;;
 olmoe-judge) judge olmoe_1b_7b 2 --ep 8 ;;
+graphed)  # the Megatron judge in Megatron's local CUDA graphs, on the committed policies
+  H=docs/device-logs/default_judge
+  L1="--model fixtures/models/llama3_2_1b.yaml --layers 4"
+  step smoke 120 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --policy policies/llama3_2_1b.json $L1 \
+    --tokens 2048 --execution eager,graphed --steps 2 --repeats 3 --warmup 2 --json "$W/smoke.json" --md "$W/smoke.md"
+  if ! python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; sys.exit(any('error' in x for x in r) or len(r) != 2)" "$W/smoke.json"; then
+    echo "smoke run failed: the graphed phase stops here"; tail -n 40 "$W/smoke.log"
+  else
+    G="--execution graphed"
+    megatron l1_megatron_graphed 140 policies/llama3_2_1b.json $L1 --tokens $COUNTS $G
+    megatron q72_megatron_graphed 130 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144 $G
+    megatron mistral_7b_megatron_graphed 140 $H/mistral-gen/pol/mistral_7b.json --model scripts/device/heldout/mistral_7b/config.json --layers 2 --tokens $COUNTS $G
+    megatron olmoe_1b_7b_megatron_graphed 140 $H/olmoe-gen/pol/olmoe_1b_7b.json --model scripts/device/heldout/olmoe_1b_7b/config.json --layers 2 --tokens $COUNTS --ep 8 $G
+  fi
+  ;;
+llama-step)  # the step backend for a shipped model, on gen-policy's default token sweep and layers
+  step gen_policy 560 ./devcarry/fp8sel gen-policy --backend step --model fixtures/models/llama3_2_1b.yaml --tp 1 \
+    --python python3 --out /tmp/dj/pol_l1 --reports-dir "$W/rep"
+  tail -n 3 "$W/gen_policy.log"
+  cp -r /tmp/dj/pol_l1 "$W/pol"
+  ;;
+llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eager and graphed
+  megatron l1_step_megatron 300 docs/device-logs/default_judge/llama-step/pol/llama3_2_1b.json \
+    --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+  ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
   megatron l1_megatron 200 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS

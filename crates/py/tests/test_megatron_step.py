@@ -49,8 +49,83 @@ def test_the_cli_takes_the_megatron_trainer():
 def test_megatron_refuses_what_it_does_not_time(root, capsys):
     from adaptive_fp8.bench.step_bench import main
 
-    rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--execution", "graphed"])
-    assert rc == 2 and "eager steps" in capsys.readouterr().err
+    rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--tp-comm"])
+    assert rc == 2 and "no --tp-comm" in capsys.readouterr().err
+
+def test_graphed_is_megatrons_local_graphs_in_the_scope_each_layer_allows():
+    assert ms.graph_kwargs({"num_layers": 2}, "eager") == {}
+    assert ms.graph_kwargs({"num_layers": 2}, "graphed") == {"cuda_graph_impl": "local", "cuda_graph_modules": []}
+    moe = ms.graph_kwargs({"num_moe_experts": 8}, "graphed")
+    assert moe == {"cuda_graph_impl": "local", "cuda_graph_modules": ["moe_router", "moe_preprocess"]}
+    with pytest.raises(ms.StepBenchError, match="expected eager or graphed"):
+        ms.graph_kwargs({}, "full_iteration")
+
+class _FakeJudge:
+    """The torch half's interface, recording what the orchestration asks of it; its modules
+    run as ``precisions_from`` plans them."""
+
+    ep = 1
+
+    def __init__(self, root, precisions_from: str):
+        self.calls: list[str] = []
+        self.root, self.precisions_from = root, precisions_from
+
+    def build(self, kw, integ, policy, region, recipe, tokens, execution):
+        self.calls.append(f"build {integ} {execution}")
+        return {"integ": integ, "policy": policy, "tokens": tokens}, "fp8"
+
+    def step_fn(self, model, tokens, vocab, grad_accum=1):
+        calls = self.calls
+
+        def step():
+            calls.append(f"step {model['integ']}")
+            step.losses.append(2.5)
+
+        step.losses = []
+        return step
+
+    def capture_graphs(self):
+        self.calls.append("capture")
+
+    def precisions(self, model):
+        if model["policy"] is None:
+            return {}
+        plan = af8._plan(self.root / "fixtures/models/llama3_2_1b.yaml", model["policy"],
+                         dict(tp=1, seq_length=model["tokens"], execution=self.precisions_from))["modules"]
+        return {m["name"].replace("layers.", f"layers.{i}.", 1): m["use_fp8"] for m in plan for i in range(2)}
+
+    def time_ms(self, step, steps):
+        step()
+        return 10.0
+
+def _count_args(root, **kw):
+    a = parser().parse_args(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron",
+                             "--layers", "2", "--warmup", "2", "--repeats", "3", "--policy", str(root / "policies/llama3_2_1b.json")])
+    for k, v in kw.items():
+        setattr(a, k, v)
+    return a
+
+def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    judge, notes, checks = _FakeJudge(root, "graphed"), [], []
+    row = ms._one_count(judge, args, 2048, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    first = judge.calls.index("capture")
+    assert judge.calls[:first] == [x for m in ("bf16", "fp8", "hook", "native") for x in (f"build {m} graphed", f"step {m}")]
+    assert judge.calls.count("capture") == 1 and all(c.startswith("step") for c in judge.calls[first + 1:])
+    assert row["execution"] == "graphed" and set(row["modes"]) == {"bf16", "fp8", "hook:llama3_2_1b.json", "native:llama3_2_1b.json"}
+    # The policy's graphed thresholds decided: checked against the graphed plan, which differs
+    # from the eager one at this count.
+    assert [c["execution"] for c in checks] == ["graphed", "graphed"] and checks[0]["mismatches"] == []
+    assert checks[0]["fp8_modules"] > 0
+
+def test_eager_counts_check_against_the_eager_plan(root):
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    judge = _FakeJudge(root, "graphed")  # runs the graphed decisions in an eager step
+    with pytest.raises(ms.StepBenchError, match="precisions differ from the plan"):
+        ms._one_count(judge, args, 2048, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+    assert "capture" not in judge.calls
 
 def test_group_keys_for_merge_policy_step(root):
     from adaptive_fp8.bench.step_spec import group_keys
@@ -94,4 +169,5 @@ def test_both_judges_report_a_mode_with_the_same_fields():
     assert mode_stats(base, base, 8.0, [], baseline=True)["verdict_vs_bf16"] == "-"
     row = megatron_step.summarize_modes(4096, {"bf16": [], "fp8": ["a"]}, {"bf16": base, "fp8": fp8})
     assert row["execution"] == "eager" and row["modes"]["fp8"] == s
+    assert megatron_step.summarize_modes(4096, {"bf16": [], "fp8": ["a"]}, {"bf16": base, "fp8": fp8}, "graphed")["execution"] == "graphed"
     assert row["modes"]["bf16"]["vs_bf16_median"] == 1.0 and row["modes"]["bf16"]["vs_best_of_bf16_fp8"] == pytest.approx(1.25)

@@ -12,9 +12,20 @@ Modes, each a model built on its own (no mode reuses another's timing):
 
 Each integration runs in its automatic launch region; ``--regions both`` adds ``@fp8`` and
 ``@bf16`` variants of each (a BF16 region is skipped where the plan runs FP8 experts). A step is
-forward (``GPTModel`` with labels), the mean loss's backward and a TE ``FusedAdam`` step with
-fp32 master weights. Before timing, every TE module's precision in the last warm-up step (TE's
-``module.fp8``) is compared with ``fp8sel explain``'s plan; a difference is an error.
+``--grad-accum`` micro-batches of forward (``GPTModel`` with labels) and the mean loss's
+backward, the first re-arming TE's FP8 weight cache as Megatron's schedule does, then a TE
+``FusedAdam`` step with fp32 master weights. Before timing, every TE module's precision in the
+last eager forward (TE's ``module.fp8``) is compared with ``fp8sel explain``'s plan for the
+execution; a difference is an error.
+
+Executions: ``eager`` is Megatron's default (``cuda_graph_impl="none"``). ``graphed`` is
+Megatron's own CUDA graphs (``cuda_graph_impl="local"``, TE's RNG tracker): a dense layer is
+captured whole; an MoE layer in the scope Megatron allows for dropless training
+(``moe_router`` + ``moe_preprocess``: norm, router and the dispatch's preprocessing captured, the
+token-count copy, attention and the experts eager). Every mode's model records its graphs in its
+first step; ``create_cudagraphs()`` (what Megatron's schedule calls after a step) then captures
+all of them at once, because Megatron's graph record is one per process; the graphs are deleted
+before the next token count. The policy decides by the execution (``min_tokens_graphed``).
 
 This module's top half is pure (tested on the CPU); :func:`run` imports torch and Megatron.
 """
@@ -103,6 +114,18 @@ def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dic
     return kw
 
 
+def graph_kwargs(kw: dict, execution: str) -> dict:
+    """The ``TransformerConfig`` CUDA-graph fields for an execution: none for ``eager``; for
+    ``graphed``, Megatron's local graphs over the whole layer, or, where the layers are MoE
+    (``kw`` has experts), the MoE scope Megatron supports for dropless training."""
+    if execution == "eager":
+        return {}
+    if execution != "graphed":
+        raise StepBenchError(f"execution {execution!r}: expected eager or graphed")
+    modules = ["moe_router", "moe_preprocess"] if kw.get("num_moe_experts") else []
+    return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
+
+
 def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
     """Module paths whose precision in the step differs from the plan's, in words; also every
     TE module the plan does not know and every planned group the model did not build."""
@@ -122,14 +145,14 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
     return bad
 
 
-def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]]) -> dict:
+def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]], execution: str = "eager") -> dict:
     """One token count's row: every mode against the BF16 mode's paired rounds (the same table
     fields as the TE-block judge)."""
     from adaptive_fp8.bench.step_common import mode_stats
 
     base = times["bf16"]
     best = min(statistics.median(base), statistics.median(times["fp8"]))
-    row: dict = {"tokens": tokens, "execution": "eager", "modes": {}}
+    row: dict = {"tokens": tokens, "execution": execution, "modes": {}}
     for m, ts in times.items():
         row["modes"][m] = mode_stats(ts, base, best, groups[m], baseline=m == "bf16")
     return row
@@ -184,14 +207,17 @@ class Judge:
         # The world is the TP group; EP beyond it is one rank's experts (see run).
         self.ep = 1
         parallel_state.initialize_model_parallel(args.tp, 1, expert_model_parallel_size=self.ep)
-        model_parallel_cuda_manual_seed(0)
+        # Megatron's local CUDA graphs need a graph-safe RNG tracker (TE's), as its training
+        # loop sets up with --te-rng-tracker.
+        model_parallel_cuda_manual_seed(0, te_rng_tracker="graphed" in args.execution)
         self.torch, self.args = torch, args
 
-    def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int):
+    def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int, execution: str = "eager"):
         from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
         kw = dict(kw)
         kw.pop("_vocab")
+        kw.update(graph_kwargs(kw, execution))
         if kw.get("gated_linear_unit"):
             kw["activation_func"] = self.torch.nn.functional.silu  # SwiGLU, as the configs say
         cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
@@ -203,13 +229,13 @@ class Judge:
             c.fp8_dynamic_policy_path = str(Path(policy).resolve())
         return c
 
-    def build(self, kw: dict, name: str, integ: str, policy: Optional[str], region: str, recipe: str, tokens: int):
+    def build(self, kw: dict, integ: str, policy: Optional[str], region: str, recipe: str, tokens: int, execution: str):
         from megatron.core.models.gpt import GPTModel
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
         import adaptive_fp8.megatron as af8m
 
-        c = self.config(kw, integ, recipe, policy, tokens)
+        c = self.config(kw, integ, recipe, policy, tokens, execution)
         note = ""
         if integ == "hook":
             plan = af8m.enable(c, region=region)
@@ -223,8 +249,11 @@ class Judge:
             af8m.disable()
         return model.cuda().bfloat16(), note
 
-    def step_fn(self, model, tokens: int, vocab: int):
+    def step_fn(self, model, tokens: int, vocab: int, grad_accum: int = 1):
+        """One training step as Megatron's schedule runs it without pipelining: ``grad_accum``
+        micro-batches (the first re-arms the FP8 weight cache), then the optimizer."""
         torch = self.torch
+        from megatron.core.transformer.cuda_graphs import set_current_microbatch
         from transformer_engine.pytorch.optimizers import FusedAdam
 
         gen = torch.Generator(device="cuda").manual_seed(11)
@@ -235,9 +264,14 @@ class Judge:
         losses: list = []
 
         def step():
-            first_microbatch(model)
-            loss = model(ids, pos, None, labels=labels).float().mean()
-            loss.backward()
+            for i in range(grad_accum):
+                if i == 0:
+                    first_microbatch(model)
+                set_current_microbatch(model, i)
+                loss = model(ids, pos, None, labels=labels).float().mean()
+                if grad_accum > 1:
+                    loss = loss / grad_accum
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(loss.detach())
@@ -248,6 +282,26 @@ class Judge:
     def precisions(self, model) -> dict[str, bool]:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
         return {n: bool(getattr(m, "fp8", False)) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
+
+    def capture_graphs(self) -> None:
+        """Captures every graph the models recorded in their first step, in recording order
+        into Megatron's one memory pool: what its schedule's ``create_cudagraphs()`` does."""
+        from megatron.core.transformer.cuda_graphs import create_cudagraphs
+
+        create_cudagraphs()
+        self.torch.cuda.synchronize()
+
+    def release_graphs(self, execution: str) -> None:
+        """After a token count: Megatron's graph state is per process, so the next count's
+        models can record only once this count's graphs are deleted."""
+        import gc
+
+        if execution == "graphed":
+            from megatron.core.transformer.cuda_graphs import delete_cuda_graphs
+
+            delete_cuda_graphs()
+        gc.collect()
+        self.torch.cuda.empty_cache()
 
     def time_ms(self, step, steps: int) -> float:
         torch = self.torch
@@ -263,9 +317,8 @@ class Judge:
 
 
 def run(args, log=print, progress=None) -> dict:
-    """Every token count: build each mode's model, check it (finite loss, precisions as
-    planned), then time all modes interleaved for ``--repeats`` rounds."""
-    import adaptive_fp8 as af8
+    """Every token count and execution: build each mode's model, check it (finite loss,
+    precisions as planned), then time all modes interleaved for ``--repeats`` rounds."""
     import megatron.core as mc
     import transformer_engine
 
@@ -284,28 +337,31 @@ def run(args, log=print, progress=None) -> dict:
         return {
             "model": args.model, "component": "llm", "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
             "tp_comm": False, "layers": args.layers, "layer_types": [], "steps": args.steps,
-            "grad_accum": 1, "repeats": args.repeats, "execution": "eager", "recipe": recipe,
-            "fp8_param": bool(args.fp8_param),
+            "grad_accum": args.grad_accum, "repeats": args.repeats, "execution": ",".join(args.execution),
+            "recipe": recipe, "fp8_param": bool(args.fp8_param),
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
             "megatron_core_version": getattr(mc, "__version__", "?"), "notes": notes,
             "precision_checks": checks, "complete": complete, "results": list(results),
         }
 
     for tokens in args.tokens:
-        try:
-            results.append(_one_count(judge, args, tokens, modes, recipe, notes, checks, log))
-        except StepBenchError:
-            raise
-        except Exception as e:  # a build or kernel failure is a result row, not a crash
-            log(f"  tokens {tokens}: {type(e).__name__}: {e}", file=sys.stderr)
-            results.append({"tokens": tokens, "execution": "eager", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        judge.torch.cuda.empty_cache()
-        if progress:
-            progress(snapshot(False))
+        for execution in args.execution:
+            try:
+                results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log))
+            except StepBenchError:
+                raise
+            except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
+                log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+                results.append({"tokens": tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            finally:
+                judge.release_graphs(execution)
+            if progress:
+                progress(snapshot(False))
     return snapshot(True)
 
 
-def _one_count(judge: Judge, args, tokens: int, modes: list, recipe: str, notes: list, checks: list, log) -> dict:
+def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict]:
+    """The plan's layout arguments and the ``TransformerConfig`` kwargs of one token count."""
     import adaptive_fp8 as af8
 
     kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
@@ -313,48 +369,63 @@ def _one_count(judge: Judge, args, tokens: int, modes: list, recipe: str, notes:
         kwp["ep"] = args.ep
     if args.etp:
         kwp["etp"] = args.etp
-    base = af8._plan(args.model, None, kwp)
-    arch = base["architecture"]["llm"]
+    arch = af8._plan(args.model, None, kwp)["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
     # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
     # without the all-to-all.
     if one_rank_experts(kw, (args.ep or 1) // judge.ep):
-        if tokens == args.tokens[0]:
-            notes.append(f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step")
-    models, steps, groups = {}, {}, {}
+        note = f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step"
+        if note not in notes:
+            notes.append(note)
+    return kwp, kw
+
+
+def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log) -> dict:
+    import adaptive_fp8 as af8
+
+    kwp, kw = _model_kwargs(judge, args, tokens, notes)
+    where = f"tokens {tokens} {execution}"
+    built = []
     for name, integ, policy, region in modes:
         try:
-            model, note = judge.build(kw, name, integ, policy, region, recipe, tokens)
+            model, note = judge.build(kw, integ, policy, region, recipe, tokens, execution)
         except ValueError as e:
-            notes.append(f"tokens {tokens} {name}: not built: {e}")
+            notes.append(f"{where} {name}: not built: {e}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
             continue
-        step = judge.step_fn(model, tokens, args.vocab)
+        step = judge.step_fn(model, tokens, args.vocab, args.grad_accum)
+        # Eager, this is the first warm-up step; graphed, it records the graphs to capture.
+        step()
+        built.append((name, policy, note, model, step))
+    if execution == "graphed":
+        judge.capture_graphs()
+    steps, groups = {}, {}
+    for name, policy, note, model, step in built:
         for _ in range(args.warmup):
             step()
         ls = [float(v) for v in step.losses]
         step.losses.clear()
         if not all(v == v and 0 < v < float("inf") for v in ls):
-            raise StepBenchError(f"mode {name}: warm-up losses are not finite and positive: {ls}")
+            raise StepBenchError(f"mode {name} ({execution}): warm-up losses are not finite and positive: {ls}")
         seen = judge.precisions(model)
         groups[name] = sorted({plan_name(p) for p, on in seen.items() if on})
         if policy:
-            planned = af8._plan(args.model, policy, kwp)["modules"]
+            planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
-            checks.append({"tokens": tokens, "mode": name, "region": note, "te_modules": len(seen),
+            checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
                            "fp8_modules": sum(seen.values()), "mismatches": bad})
-            log(f"  tokens {tokens} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
+            log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
                 f"{len(bad)} differ from fp8sel explain", file=sys.stderr)
             if bad:
-                raise StepBenchError(f"mode {name}: precisions differ from the plan: {bad[:5]}")
-        models[name], steps[name] = model, step
+                raise StepBenchError(f"mode {name} ({execution}): precisions differ from the plan: {bad[:5]}")
+        steps[name] = step
     times: dict[str, list[float]] = {m: [] for m in steps}
     for _ in range(args.repeats):
         for m in steps:
             times[m].append(judge.time_ms(steps[m], args.steps))
-    row = summarize_modes(tokens, groups, times)
-    log(f"  tokens {tokens}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
-    models.clear()
+    row = summarize_modes(tokens, groups, times, execution)
+    log(f"  {where}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
+    built.clear()
     steps.clear()
     return row

@@ -48,10 +48,13 @@ one-rank only):
 `--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.bench.megatron_step`): upstream
 megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
 and through Megatron's native per-module config), each TE module's precision checked against the
-plan, eager steps timed interleaved (21 rounds by default):
+plan, steps timed interleaved (21 rounds by default), eager or in Megatron's own CUDA graphs
+(`--execution graphed`: `cuda_graph_impl="local"`), with `--grad-accum` micro-batches per step:
 
     python -m adaptive_fp8.bench.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
         --layers 4 --tokens 256,1024 --policy policies/llama3_2_1b.json --regions both
+    python -m adaptive_fp8.bench.step_bench --trainer megatron --execution eager,graphed --grad-accum 4 \
+        --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens 2048 --policy policies/llama3_2_1b.json
 """
 
 from __future__ import annotations
@@ -393,9 +396,9 @@ def parser() -> argparse.ArgumentParser:
         "--trainer",
         choices=["te", "megatron"],
         default="te",
-        help="te: the toolkit's TE blocks (fast; eager and graphed; the oracle). megatron: upstream "
+        help="te: the toolkit's TE blocks (fast; the oracle; --tp-comm). megatron: upstream "
         "megatron-core GPTModel with each integration (bf16, fp8, hook:<policy>, native:<policy>), "
-        "eager, one model per mode (default te)",
+        "one model per mode; graphed is Megatron's local CUDA graphs (cuda_graph_impl=local) (default te)",
     )
     ap.add_argument("--regions", choices=["auto", "both"], default="auto", help="megatron: also time each integration in the FP8 and the BF16 launch region (default auto: the engine's choice)")
     ap.add_argument("--vocab", type=_positive, default=8192, help="megatron: vocabulary size of the GPTModel (default 8192)")
@@ -408,6 +411,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     default_repeats(args)
+    if args.trainer == "megatron" and args.tp_comm:
+        print("step_bench: --trainer megatron times one rank's GPTModel (no --tp-comm; use the TE blocks for a TP group)", file=sys.stderr)
+        return 2
     import adaptive_fp8 as af8
 
     try:
@@ -427,9 +433,6 @@ def main(argv: list[str] | None = None) -> int:
         # Quietly, atomically enough for a reader after a kill: the next write replaces it.
         emit(out, markdown(out), args.json, args.md, quiet=True)
 
-    if args.trainer == "megatron" and (args.tp_comm or args.execution != ["eager"] or args.grad_accum != 1):
-        print("step_bench: --trainer megatron times eager steps of one micro-batch (no --tp-comm, --execution graphed or --grad-accum)", file=sys.stderr)
-        return 2
     try:
         if args.trainer == "megatron":
             from adaptive_fp8.bench import megatron_step
