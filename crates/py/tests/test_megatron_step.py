@@ -74,7 +74,7 @@ class _FakeJudge:
         self.calls.append(f"build {integ} {execution}")
         return {"integ": integ, "policy": policy, "tokens": tokens}, "fp8"
 
-    def step_fn(self, model, tokens, vocab, grad_accum=1):
+    def step_fn(self, model, tokens, vocab, grad_accum=1, execution="eager"):
         calls = self.calls
 
         def step():

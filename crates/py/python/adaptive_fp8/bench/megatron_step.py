@@ -249,9 +249,15 @@ class Judge:
             af8m.disable()
         return model.cuda().bfloat16(), note
 
-    def step_fn(self, model, tokens: int, vocab: int, grad_accum: int = 1):
+    def step_fn(self, model, tokens: int, vocab: int, grad_accum: int = 1, execution: str = "eager"):
         """One training step as Megatron's schedule runs it without pipelining: ``grad_accum``
-        micro-batches (the first re-arms the FP8 weight cache), then the optimizer."""
+        micro-batches (the first re-arms the FP8 weight cache), then the optimizer.
+
+        Graphed, the model is wrapped in Megatron's ``DistributedDataParallel`` (one rank, BF16
+        grad buffers), as Megatron's training does: its local graphs add each weight gradient
+        into ``param.main_grad`` inside the backward graph. The optimizer then reads the grad
+        buffer (``param.grad`` aliased to ``main_grad``) and the buffer is zeroed for the next
+        step (``zero_grad_buffer``)."""
         torch = self.torch
         from megatron.core.transformer.cuda_graphs import set_current_microbatch
         from transformer_engine.pytorch.optimizers import FusedAdam
@@ -260,24 +266,39 @@ class Judge:
         ids = torch.randint(0, vocab, (1, tokens), device="cuda", generator=gen)
         labels = torch.randint(0, vocab, (1, tokens), device="cuda", generator=gen)
         pos = torch.arange(tokens, device="cuda").unsqueeze(0)
-        opt = FusedAdam([p for p in model.parameters() if p.requires_grad], lr=1e-5, master_weights=True)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = FusedAdam(params, lr=1e-5, master_weights=True)
+        ddp = self.wrap_ddp(model) if execution == "graphed" else None
+        net = ddp or model
         losses: list = []
 
         def step():
             for i in range(grad_accum):
                 if i == 0:
-                    first_microbatch(model)
+                    first_microbatch(net)
                 set_current_microbatch(model, i)
-                loss = model(ids, pos, None, labels=labels).float().mean()
+                loss = net(ids, pos, None, labels=labels).float().mean()
                 if grad_accum > 1:
                     loss = loss / grad_accum
                 loss.backward()
+            if ddp is not None:
+                for p in params:
+                    p.grad = p.main_grad
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if ddp is not None:
+                ddp.zero_grad_buffer()
             losses.append(loss.detach())
 
         step.losses = losses
+        step.keep = net  # the wrapper lives as long as the step
         return step
+
+    def wrap_ddp(self, model):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+        cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False, use_distributed_optimizer=False)
+        return DistributedDataParallel(model.config, cfg, model)
 
     def precisions(self, model) -> dict[str, bool]:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
@@ -394,7 +415,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             notes.append(f"{where} {name}: not built: {e}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
             continue
-        step = judge.step_fn(model, tokens, args.vocab, args.grad_accum)
+        step = judge.step_fn(model, tokens, args.vocab, args.grad_accum, execution)
         # Eager, this is the first warm-up step; graphed, it records the graphs to capture.
         step()
         built.append((name, policy, note, model, step))
