@@ -28,6 +28,7 @@ mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W"
 COUNTS=1536,3072,6144,12288
+T0=$(date +%s)
 
 step() {  # name, timeout, command...
   local name=$1 t=$2; shift 2
@@ -99,6 +100,9 @@ llama-step)  # the step backend for a shipped model, on gen-policy's default tok
     --python python3 --out /tmp/dj/pol_l1 --reports-dir "$W/rep"
   tail -n 3 "$W/gen_policy.log"
   cp -r /tmp/dj/pol_l1 "$W/pol"
+  left=$(( 570 - ($(date +%s) - T0) ))  # the judge too, where the call's time allows
+  [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && [ $left -gt 150 ] && megatron l1_step_megatron $left /tmp/dj/pol_l1/llama3_2_1b.json \
+    --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
   ;;
 llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eager and graphed
   megatron l1_step_megatron 300 docs/device-logs/default_judge/llama-step/pol/llama3_2_1b.json \

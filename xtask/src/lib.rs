@@ -77,6 +77,7 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
         &generate::build_all(&models, &h200, &graphed, &Stderr)?,
         &generate::build_all(&models, &h200, &eager, &Stderr)?,
         &te_policies(&models, &h200.join("te"))?,
+        &fp8_pipeline::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
     )?;
     for recipe in RECIPE_DIRS {
         let dir = h200.join(recipe);

@@ -179,6 +179,91 @@ pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
     Ok(out)
 }
 
+/// Every rule's key and both thresholds (`min_tokens`, `min_tokens_graphed`) and speedup.
+type BothThresholds = BTreeMap<RuleKey, (u64, Option<u64>, Option<f64>)>;
+
+fn both_thresholds(p: &Policy) -> BothThresholds {
+    let mut out = BTreeMap::new();
+    for kind in DenseKind::ALL {
+        for (ub, rules) in p.dense_rules(kind) {
+            for r in rules {
+                let key = RuleKey::Dense {
+                    kind,
+                    ub_name: ub.clone(),
+                    tp: r.tp,
+                };
+                out.insert(key, (r.min_tokens, r.min_tokens_graphed, r.measured_speedup));
+            }
+        }
+    }
+    for kind in GroupedKind::ALL {
+        for r in p.grouped_rules(kind) {
+            let key = RuleKey::Grouped {
+                kind,
+                etp: r.etp,
+                num_gemms: r.num_gemms,
+            };
+            out.insert(key, (r.min_tokens, r.min_tokens_graphed, r.measured_speedup));
+        }
+    }
+    out
+}
+
+/// The training step's answer where it was measured, `default`'s elsewhere: `step` (a policy
+/// from `step::step_policy`, both executions) decides every key it has a rule for or found BF16
+/// at every swept count; `default` (a folded policy) keeps the other keys, e.g. the TP sizes the
+/// step was not run at. Provenance: `default`'s, with the step's record and inputs added and
+/// each threshold's source naming both.
+pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError> {
+    let mine = both_thresholds(step);
+    let step_bf16: BTreeSet<RuleKey> = step
+        .provenance()
+        .map(|p| p.measured_bf16_keys.iter().cloned().collect())
+        .unwrap_or_default();
+    let mut out = Policy::new(default.speedup_threshold())?;
+    let mut kept = 0usize;
+    for (key, (min_tokens, graphed, speedup)) in both_thresholds(default) {
+        if !mine.contains_key(&key) && !step_bf16.contains(&key) {
+            add_rule(&mut out, &key, min_tokens, graphed, speedup)?;
+            kept += 1;
+        }
+    }
+    for (key, (min_tokens, graphed, speedup)) in &mine {
+        add_rule(&mut out, key, *min_tokens, *graphed, *speedup)?;
+    }
+    let mut prov = default.provenance().cloned().unwrap_or_default();
+    if let Some(sp) = step.provenance() {
+        union(&mut prov.timing, &sp.timing);
+        union(&mut prov.reports, &sp.reports);
+        union(&mut prov.device, &sp.device);
+        prov.step.clone_from(&sp.step);
+        prov.measured_bf16_keys.retain(|k| !mine.contains_key(k));
+        for k in &step_bf16 {
+            if !prov.measured_bf16_keys.contains(k) {
+                prov.measured_bf16_keys.push(k.clone());
+            }
+        }
+        prov.measured_bf16_keys.sort();
+    }
+    let measured = mine.len() + step_bf16.len();
+    for field in ["min_tokens", "min_tokens_graphed"] {
+        let rest = prov
+            .thresholds
+            .get(field)
+            .cloned()
+            .unwrap_or_else(|| source(default, field));
+        prov.thresholds.insert(
+            field.to_owned(),
+            format!(
+                "the training step's per-group oracle for the {measured} key(s) it measured \
+                 (provenance.step); elsewhere ({kept} rule(s)): {rest}"
+            ),
+        );
+    }
+    out.set_provenance(prov);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,5 +371,47 @@ mod tests {
             prov.thresholds["min_tokens_graphed"],
             "gpu with host profile h.json"
         );
+    }
+
+    #[test]
+    fn the_step_decides_the_keys_it_measured_both_ways_and_the_default_the_rest() {
+        let step = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 8192, "min_tokens_graphed": 4096}]}},
+                "provenance": {"timing": ["step"], "measured_bf16_keys": [
+                    {"kind": "row", "ub_name": "proj", "tp": 1}]}}"#,
+            "step.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let default = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 16384, "min_tokens_graphed": 1024},
+                                          {"tp": 2, "min_tokens": 4096}],
+                                  "proj": [{"tp": 1, "min_tokens": 2048}]}},
+                "provenance": {"timing": ["gpu"], "thresholds": {"min_tokens": "te", "min_tokens_graphed": "cublaslt"}}}"#,
+            "default.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = step_first(&step, &default).unwrap_or_else(|e| panic!("{e}"));
+        let at = |ub: &'static str, tp: u32, t: u64, e: Execution| {
+            let l = Lookup::Dense {
+                kind: DenseKind::Row,
+                ub_name: Some(ub),
+                tp,
+            };
+            o.decide_in(l, t, e).use_fp8
+        };
+        use Execution::{Eager, Graphed};
+        // The step's thresholds in both executions, not the default's.
+        assert!(!at("fc2", 1, 4096, Eager) && at("fc2", 1, 8192, Eager));
+        assert!(!at("fc2", 1, 2048, Graphed) && at("fc2", 1, 4096, Graphed));
+        // The step found proj BF16 at every count: the default's rule is gone.
+        assert!(!at("proj", 1, 1 << 20, Eager) && !at("proj", 1, 1 << 20, Graphed));
+        // The TP 2 key the step never ran stays the default's.
+        assert!(!at("fc2", 2, 2048, Eager) && at("fc2", 2, 4096, Graphed));
+        let prov = o.provenance().unwrap_or_else(|| panic!("provenance"));
+        assert_eq!(prov.timing, ["gpu", "step"]);
+        let text = &prov.thresholds["min_tokens_graphed"];
+        assert!(text.contains("2 key(s) it measured") && text.ends_with("(1 rule(s)): cublaslt"), "{text}");
     }
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fp8_merge::fold::{fold, overlay};
+use fp8_merge::fold::{fold, overlay, step_first};
 use fp8_policy::{DenseKind, GroupedKind, Policy};
 
 use crate::build::Files;
@@ -28,9 +28,22 @@ fn summary_of(path: &Path) -> Option<PathBuf> {
 
 /// Every policy of `graphed` folded with its eager counterpart: `eager` (the host-profile
 /// objective, same layouts), overlaid by `measured_eager` where that has the file (the TE
-/// backend's eager times, for the keys it measured). A policy with no eager counterpart stays
-/// graphed only.
-pub fn fold_files(graphed: &Files, eager: &Files, measured_eager: &Files) -> Result<Files, String> {
+/// backend's eager times, for the keys it measured); then, where `step` has the file (a policy
+/// from the training step, both executions), the step's answer for every key it measured. A
+/// policy with no eager counterpart stays graphed only; a step policy with no default to fold
+/// into is an error.
+pub fn fold_files(
+    graphed: &Files,
+    eager: &Files,
+    measured_eager: &Files,
+    step: &Files,
+) -> Result<Files, String> {
+    if let Some(p) = step.keys().find(|p| !graphed.contains_key(*p) || !eager.contains_key(*p)) {
+        return Err(format!(
+            "a step policy for {} has no default policy of both executions to fold into",
+            p.display()
+        ));
+    }
     let mut out = graphed.clone();
     for (path, bytes) in graphed {
         let Some(md) = summary_of(path) else { continue };
@@ -42,7 +55,10 @@ pub fn fold_files(graphed: &Files, eager: &Files, measured_eager: &Files) -> Res
         if let Some(m) = measured_eager.get(path) {
             e = overlay(&parse(m, path)?, &e).map_err(|e| e.to_string())?;
         }
-        let folded = fold(&e, &g).map_err(|e| e.to_string())?;
+        let mut folded = fold(&e, &g).map_err(|e| e.to_string())?;
+        if let Some(sp) = step.get(path) {
+            folded = step_first(&parse(sp, path)?, &folded).map_err(|e| e.to_string())?;
+        }
         out.insert(path.clone(), folded.to_json().into_bytes());
         if let Some(text) = out.get_mut(&md) {
             text.extend_from_slice(section(path, &folded).as_bytes());
@@ -129,6 +145,7 @@ mod tests {
             &g,
             &files(&[("m.json", E), ("v.llm.json", E)]),
             &files(&[("m.json", T)]),
+            &Files::new(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let m =
@@ -148,7 +165,8 @@ mod tests {
     #[test]
     fn a_policy_without_an_eager_counterpart_stays_as_it_is() {
         let g = files(&[("m.json", G)]);
-        let out = fold_files(&g, &Files::new(), &Files::new()).unwrap_or_else(|e| panic!("{e}"));
+        let out = fold_files(&g, &Files::new(), &Files::new(), &Files::new())
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out, g);
         assert_eq!(summary_of(Path::new("plots/m.json")), None);
         assert_eq!(

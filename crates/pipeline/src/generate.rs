@@ -473,6 +473,7 @@ fn merged_files(
         &build_all_with(configs, root, reports_dir, &graphed, progress)?,
         &build_all_with(configs, root, reports_dir, &eager, progress)?,
         &Files::new(),
+        &Files::new(),
     )
 }
 
