@@ -196,6 +196,15 @@ fn judge(docs: &[(String, Value)]) -> String {
         );
         let trainer = v["trainer"].as_str().unwrap_or("te");
         for r in v["results"].as_array().into_iter().flatten() {
+            if let Some(e) = r["error"].as_str() {
+                let _ = writeln!(
+                    s,
+                    "| {label} | {} | {} | - | error: {e} | - | - | - |",
+                    r["execution"].as_str().unwrap_or("?"),
+                    r["tokens"].as_u64().unwrap_or(0)
+                );
+                continue;
+            }
             let modes = &r["modes"];
             let Some((mode, m)) = modes
                 .as_object()
@@ -244,5 +253,26 @@ mod tests {
         );
         assert_eq!(placeholder("text {{probe: a}}"), None);
         assert_eq!(short("decoder.layers.mlp.linear_fc1"), "mlp.linear_fc1");
+    }
+
+    #[test]
+    fn judge_rows_name_the_trainer_and_keep_failed_counts() {
+        let v: Value = serde_json::from_str(
+            r#"{"model": "scripts/device/heldout/m7/config.json", "tp": 1, "ep": 8, "layers": 2,
+                "trainer": "megatron", "results": [
+                  {"tokens": 1536, "execution": "graphed", "modes": {
+                    "bf16": {"vs_bf16_median": 1.0},
+                    "fp8": {"vs_bf16_median": 1.2},
+                    "hook:p.json": {"fp8_groups": ["a"], "vs_bf16_median": 0.9, "vs_bf16_p10": 0.8,
+                                    "vs_bf16_p90": 0.95, "verdict_vs_bf16": "faster", "vs_best_of_bf16_fp8": 0.9}}},
+                  {"tokens": 3072, "execution": "graphed", "error": "AssertionError: capture"}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t = judge(&[("f.json".to_owned(), v)]);
+        assert!(
+            t.contains("| m7, TP 1 EP 8, 2 layer(s) | graphed (Megatron, hook) | 1536 | 1 | 0.900 (0.800-0.950) | faster | 1.200 | 0.900 |"),
+            "{t}"
+        );
+        assert!(t.contains("| 3072 | - | error: AssertionError: capture |"), "{t}");
     }
 }
