@@ -273,6 +273,9 @@ mod tests {
             t.contains("| m7, TP 1 EP 8, 2 layer(s) | graphed (Megatron, hook) | 1536 | 1 | 0.900 (0.800-0.950) | faster | 1.200 | 0.900 |"),
             "{t}"
         );
-        assert!(t.contains("| 3072 | - | error: AssertionError: capture |"), "{t}");
+        assert!(
+            t.contains("| 3072 | - | error: AssertionError: capture |"),
+            "{t}"
+        );
     }
 }

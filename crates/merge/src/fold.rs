@@ -192,7 +192,10 @@ fn both_thresholds(p: &Policy) -> BothThresholds {
                     ub_name: ub.clone(),
                     tp: r.tp,
                 };
-                out.insert(key, (r.min_tokens, r.min_tokens_graphed, r.measured_speedup));
+                out.insert(
+                    key,
+                    (r.min_tokens, r.min_tokens_graphed, r.measured_speedup),
+                );
             }
         }
     }
@@ -203,7 +206,10 @@ fn both_thresholds(p: &Policy) -> BothThresholds {
                 etp: r.etp,
                 num_gemms: r.num_gemms,
             };
-            out.insert(key, (r.min_tokens, r.min_tokens_graphed, r.measured_speedup));
+            out.insert(
+                key,
+                (r.min_tokens, r.min_tokens_graphed, r.measured_speedup),
+            );
         }
     }
     out
@@ -412,6 +418,9 @@ mod tests {
         let prov = o.provenance().unwrap_or_else(|| panic!("provenance"));
         assert_eq!(prov.timing, ["gpu", "step"]);
         let text = &prov.thresholds["min_tokens_graphed"];
-        assert!(text.contains("2 key(s) it measured") && text.ends_with("(1 rule(s)): cublaslt"), "{text}");
+        assert!(
+            text.contains("2 key(s) it measured") && text.ends_with("(1 rule(s)): cublaslt"),
+            "{text}"
+        );
     }
 }

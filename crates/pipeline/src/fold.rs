@@ -38,7 +38,10 @@ pub fn fold_files(
     measured_eager: &Files,
     step: &Files,
 ) -> Result<Files, String> {
-    if let Some(p) = step.keys().find(|p| !graphed.contains_key(*p) || !eager.contains_key(*p)) {
+    if let Some(p) = step
+        .keys()
+        .find(|p| !graphed.contains_key(*p) || !eager.contains_key(*p))
+    {
         return Err(format!(
             "a step policy for {} has no default policy of both executions to fold into",
             p.display()

@@ -168,15 +168,20 @@ pub fn step_policies(dir: &Path, label: &Path) -> Result<crate::build::Files, St
                 dir.join(&name).display()
             ));
         };
-        let text = fp8_io::read_to_string_limited(&dir.join(&name), fp8_merge::step::MAX_STEP_BYTES)
-            .map_err(|e| e.to_string())?;
-        let runs = fp8_merge::step::parse_results(&text, &label.join(&name)).map_err(|e| e.to_string())?;
+        let text =
+            fp8_io::read_to_string_limited(&dir.join(&name), fp8_merge::step::MAX_STEP_BYTES)
+                .map_err(|e| e.to_string())?;
+        let runs =
+            fp8_merge::step::parse_results(&text, &label.join(&name)).map_err(|e| e.to_string())?;
         by_model.entry(model.to_owned()).or_default().extend(runs);
     }
     let mut out = crate::build::Files::new();
     for (model, runs) in by_model {
         let policy = fp8_merge::step::step_policy(&runs).map_err(|e| format!("{model}: {e}"))?;
-        out.insert(PathBuf::from(format!("{model}.json")), policy.to_json().into_bytes());
+        out.insert(
+            PathBuf::from(format!("{model}.json")),
+            policy.to_json().into_bytes(),
+        );
     }
     Ok(out)
 }
@@ -202,7 +207,6 @@ fn run_worker(python: &str, args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     #[test]
     fn the_worker_gets_the_layout_the_sweep_and_the_recipe() {
