@@ -109,7 +109,7 @@ def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
     args = _count_args(root)
     modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
     judge, notes, checks = _FakeJudge(root, "graphed"), [], []
-    row = ms._one_count(judge, args, 2048, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    row = ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
     first = judge.calls.index("capture")
     assert judge.calls[:first] == [x for m in ("bf16", "fp8", "hook", "native") for x in (f"build {m} graphed", f"step {m}")]
     assert judge.calls.count("capture") == 1 and all(c.startswith("step") for c in judge.calls[first + 1:])
@@ -124,7 +124,7 @@ def test_eager_counts_check_against_the_eager_plan(root):
     modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
     judge = _FakeJudge(root, "graphed")  # runs the graphed decisions in an eager step
     with pytest.raises(ms.StepBenchError, match="precisions differ from the plan"):
-        ms._one_count(judge, args, 2048, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+        ms._one_count(judge, args, 4096, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
     assert "capture" not in judge.calls
 
 def test_group_keys_for_merge_policy_step(root):
