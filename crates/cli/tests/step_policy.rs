@@ -213,18 +213,45 @@ fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
         ),
         "{argv}"
     );
-    // The Megatron judge is eager only.
-    let o = fp8sel(&[
-        "gen-policy",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--backend",
-        "step",
-        "--step-trainer",
-        "megatron",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(err(&o).contains("eager"), "{}", err(&o));
+    // The Megatron judge is the worker with --step-trainer megatron, in both executions.
+    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .env("PYTHONPATH", &fake)
+        .args([
+            "gen-policy",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--backend",
+            "step",
+            "--step-trainer",
+            "megatron",
+            "--tp",
+            "1",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            dir.path()
+                .join("reports/llama3_2_1b_tp1_ep1_etp1_step.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["trainer"], "megatron");
+    let argv = r["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        argv.contains("--execution eager,graphed")
+            && argv.contains("--trainer megatron --layers 2 --oracle greedy"),
+        "{argv}"
+    );
 }

@@ -107,8 +107,8 @@ pub struct Args {
     /// --backend step: micro-batches per optimizer step.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub grad_accum: u32,
-    /// --backend step: te (the toolkit's TE blocks, fast, eager and graphed) or megatron
-    /// (upstream GPTModel, eager).
+    /// --backend step: te (the toolkit's TE blocks, fast) or megatron (upstream GPTModel, each
+    /// oracle candidate a model build; graphed in Megatron's own CUDA graphs).
     #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
     pub step_trainer: String,
     /// --backend step: transformer layers per step.

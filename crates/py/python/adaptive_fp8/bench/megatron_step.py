@@ -8,7 +8,9 @@ Modes, each a model built on its own (no mode reuses another's timing):
 - ``hook:<policy>``: the policy through :func:`adaptive_fp8.megatron.enable`;
 - ``native:<policy>``: the policy through Megatron's own per-module config
   (:func:`adaptive_fp8.megatron.apply_te_precision_config`, what
-  ``--te-precision-config-file`` loads).
+  ``--te-precision-config-file`` loads);
+- ``oracle`` (``--oracle greedy``): the per-module oracle, searched first
+  (:mod:`adaptive_fp8.bench.megatron_oracle`) and built through the hook.
 
 Each integration runs in its automatic launch region; ``--regions both`` adds ``@fp8`` and
 ``@bf16`` variants of each (a BF16 region is skipped where the plan runs FP8 experts). A step is
@@ -35,6 +37,7 @@ from __future__ import annotations
 import re
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -124,6 +127,27 @@ def graph_kwargs(kw: dict, execution: str) -> dict:
         raise StepBenchError(f"execution {execution!r}: expected eager or graphed")
     modules = ["moe_router", "moe_preprocess"] if kw.get("num_moe_experts") else []
     return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
+
+
+def group_names(rows: list[dict]) -> dict[str, str]:
+    """Each plan name's module group (``decoder.layers.mlp.linear_fc1`` -> ``fc1``): the names
+    the step results and the step merge use."""
+    from adaptive_fp8.bench.step_spec import component_rows, group_of
+
+    return {r["name"]: group_of(r) for r in component_rows(rows, "llm")}
+
+
+def fp8_capable_groups(rows: list[dict]) -> list[str]:
+    """The groups TE can run FP8 (both dimensions multiples of 16), in plan order: the oracle's
+    search space."""
+    from adaptive_fp8.bench.step_spec import component_rows, group_of
+
+    out: list[str] = []
+    for r in component_rows(rows, "llm"):
+        g = group_of(r)
+        if r["in_features"] % 16 == 0 and r["out_features"] % 16 == 0 and g not in out:
+            out.append(g)
+    return out
 
 
 def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
@@ -353,10 +377,14 @@ def run(args, log=print, progress=None) -> dict:
     results: list[dict] = []
     notes: list[str] = []
     checks: list[dict] = []
+    keys: dict[str, dict] = {}
+    named: dict[str, str] = {}
 
     def snapshot(complete: bool) -> dict:
         return {
-            "model": args.model, "component": "llm", "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
+            "model": args.model, "model_name": named.get("model", ""), "component": "llm", "group_keys": keys,
+            "oracle": args.oracle, "oracle_repeats": args.oracle_repeats or args.repeats, "fp8_recipe": recipe,
+            "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
             "tp_comm": False, "layers": args.layers, "layer_types": [], "steps": args.steps,
             "grad_accum": args.grad_accum, "repeats": args.repeats, "execution": ",".join(args.execution),
             "recipe": recipe, "fp8_param": bool(args.fp8_param),
@@ -365,10 +393,13 @@ def run(args, log=print, progress=None) -> dict:
             "precision_checks": checks, "complete": complete, "results": list(results),
         }
 
+    tmp = Path(tempfile.mkdtemp(prefix="af8_oracle_"))
     for tokens in args.tokens:
+        if not keys:
+            keys.update(_group_keys(args, tokens, named))
         for execution in args.execution:
             try:
-                results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log))
+                results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log, keys, tmp))
             except StepBenchError:
                 raise
             except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
@@ -381,15 +412,31 @@ def run(args, log=print, progress=None) -> dict:
     return snapshot(True)
 
 
-def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict]:
-    """The plan's layout arguments and the ``TransformerConfig`` kwargs of one token count."""
+def _group_keys(args, tokens: int, named: dict) -> dict[str, dict]:
+    """Each module group's policy key (what the step merge turns verdicts into rules with); the
+    model's name goes into ``named``."""
     import adaptive_fp8 as af8
+    from adaptive_fp8.bench.step_spec import group_keys
 
+    planned = af8._plan(args.model, None, _plan_kwargs(args, tokens))
+    named["model"] = planned.get("model", "")
+    return group_keys(planned["modules"], "llm", planned["architecture"]["llm"])
+
+
+def _plan_kwargs(args, tokens: int) -> dict:
     kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
     if args.ep:
         kwp["ep"] = args.ep
     if args.etp:
         kwp["etp"] = args.etp
+    return kwp
+
+
+def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict]:
+    """The plan's layout arguments and the ``TransformerConfig`` kwargs of one token count."""
+    import adaptive_fp8 as af8
+
+    kwp = _plan_kwargs(args, tokens)
     arch = af8._plan(args.model, None, kwp)["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
@@ -402,11 +449,23 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
     return kwp, kw
 
 
-def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log) -> dict:
+def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log,
+               keys: Optional[dict] = None, tmp: Optional[Path] = None) -> dict:
     import adaptive_fp8 as af8
 
     kwp, kw = _model_kwargs(judge, args, tokens, notes)
     where = f"tokens {tokens} {execution}"
+    rows = af8._plan(args.model, None, kwp)["modules"]
+    names = group_names(rows)
+    trials: list[dict] = []
+    if getattr(args, "oracle", "none") == "greedy":
+        # First, on its own: graphed candidates need Megatron's graph record to themselves.
+        from adaptive_fp8.bench import megatron_oracle as mo
+
+        cands = mo.Candidates(judge, args, tokens, execution, kw, recipe, keys or {}, tmp or Path("."))
+        units = mo.search_units(keys or {}, fp8_capable_groups(rows))
+        found, trials = mo.search(cands, units, args.oracle_repeats or args.repeats, log)
+        modes = list(modes) + [("oracle", "hook", cands.policy_path(found), "auto")]
     built = []
     for name, integ, policy, region in modes:
         try:
@@ -430,7 +489,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         if not all(v == v and 0 < v < float("inf") for v in ls):
             raise StepBenchError(f"mode {name} ({execution}): warm-up losses are not finite and positive: {ls}")
         seen = judge.precisions(model)
-        groups[name] = sorted({plan_name(p) for p, on in seen.items() if on})
+        groups[name] = sorted({names.get(plan_name(p), plan_name(p)) for p, on in seen.items() if on})
         if policy:
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
@@ -446,6 +505,8 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         for m in steps:
             times[m].append(judge.time_ms(steps[m], args.steps))
     row = summarize_modes(tokens, groups, times, execution)
+    if trials:
+        row["oracle_trials"] = trials
     log(f"  {where}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
     built.clear()
     steps.clear()

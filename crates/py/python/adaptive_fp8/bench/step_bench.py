@@ -49,7 +49,10 @@ one-rank only):
 megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
 and through Megatron's native per-module config), each TE module's precision checked against the
 plan, steps timed interleaved (21 rounds by default), eager or in Megatron's own CUDA graphs
-(`--execution graphed`: `cuda_graph_impl="local"`), with `--grad-accum` micro-batches per step:
+(`--execution graphed`: `cuda_graph_impl="local"`), with `--grad-accum` micro-batches per step;
+`--oracle greedy` adds the per-module oracle (`adaptive_fp8.bench.megatron_oracle`: each candidate
+a GPTModel built through the hook), what `fp8sel gen-policy --backend step --step-trainer
+megatron` runs:
 
     python -m adaptive_fp8.bench.step_bench --trainer megatron --model fixtures/models/llama3_2_1b.yaml \
         --layers 4 --tokens 256,1024 --policy policies/llama3_2_1b.json --regions both
@@ -66,18 +69,13 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit
-from adaptive_fp8.bench.step_common import default_repeats, mode_stats, policy_mode_name, quantile, recipe_options, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import default_repeats, key, mode_stats, policy_mode_name, quantile, recipe_options, search_oracle, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
 EXECUTIONS = ("eager", "graphed")
-
-
-def key(fp8: dict[str, bool]) -> str:
-    """A mode's name: its FP8 groups, in the spec's order (`-` for none)."""
-    return "+".join(g for g, on in fp8.items() if on) or "-"
 
 
 def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, list[float]], trials: list[dict]) -> dict:
@@ -89,49 +87,6 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
         groups = [g for g, on in fp8.items() if on]
         row["modes"][m] = mode_stats(times[key(fp8)], base, best, groups, baseline=m == "bf16")
     return row
-
-
-def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
-    """The per-module oracle over `groups`, found by trying: `pair(a, b)` times modes a and b back
-    to back once and returns ms(a) / ms(b).
-
-    Two greedy passes, because a group can pay only together with others (a shared cast or
-    optimizer cost) or lose only in company: upward from all-BF16 (switch a group to FP8 and keep
-    it when the step is faster beyond the noise) and downward from all-FP8 (switch a group back to
-    BF16 and keep that when faster beyond the noise). When the passes disagree, their results are
-    compared head to head and the faster wins; a tie keeps the upward one (fewer FP8 groups).
-    `release(mode)` is told of each mode the search no longer needs, so memory stays bounded.
-    """
-    trials: list[dict] = []
-
-    def trial(search: str, group: str, cand: dict, cur: dict) -> bool:
-        ratios = [pair(cand, cur) for _ in range(repeats)]
-        t = {
-            "search": search,
-            "group": group,
-            "ratio_median": statistics.median(ratios),
-            "ratio_p10": quantile(ratios, 0.1),
-            "ratio_p90": quantile(ratios, 0.9),
-            "kept": verdict(ratios) == "faster",
-        }
-        trials.append(t)
-        say(t)
-        release(cur if t["kept"] else cand)
-        return t["kept"]
-
-    up = dict.fromkeys(groups, False)
-    for g in groups:
-        cand = dict(up, **{g: True})
-        if trial("up", g, cand, up):
-            up = cand
-    down = dict.fromkeys(groups, True)
-    for g in groups:
-        cand = dict(down, **{g: False})
-        if trial("down", g, cand, down):
-            down = cand
-    if key(up) == key(down):
-        return up, trials
-    return (down if trial("final", key(down) + " vs " + key(up), down, up) else up), trials
 
 
 def markdown(out: dict) -> str:
@@ -373,7 +328,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share, rounded)")
     ap.add_argument("--execution", type=_executions, default=["eager"], help="eager, graphed, or eager,graphed (default eager)")
     ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable (vit: the vision policy)")
-    ap.add_argument("--oracle", choices=["greedy", "none"], default="greedy", help="search the per-module oracle (default greedy)")
+    ap.add_argument("--oracle", choices=["greedy", "none"], help="search the per-module oracle (default greedy; none with --trainer megatron, where each candidate is a GPTModel build)")
     ap.add_argument("--oracle-repeats", type=_positive, help="paired timings per oracle trial (default --repeats)")
     ap.add_argument(
         "--grad-accum",

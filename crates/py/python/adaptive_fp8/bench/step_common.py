@@ -1,10 +1,11 @@
 """What the step judges share (pure): the summary statistics and verdict of paired timings,
-mode names, the recipe options from the command line. ``step_bench`` (the TE blocks),
+mode names, the recipe options from the command line, the greedy oracle search. ``step_bench`` (the TE blocks),
 ``megatron_step`` (upstream GPTModel), ``step_layers`` and ``te_tp`` import it; it imports none
 of them, so none of them imports another back."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from adaptive_fp8._common import quantile as _quantile
@@ -32,7 +33,6 @@ def mode_stats(ts: list[float], base: list[float], best: float, fp8_groups: list
     """One mode's table fields: its rounds `ts` against the BF16 rounds `base` (paired by round)
     and against `best`, the better of the BF16 and all-FP8 medians; `baseline` is the BF16 mode
     itself, which gets no verdict."""
-    import statistics
 
     paired = [t / b for t, b in zip(ts, base)]
     return {
@@ -58,9 +58,14 @@ def policy_mode_name(path: str, all_paths: list[str]) -> str:
 
 
 def default_repeats(args) -> None:
-    """`--repeats` when not given: 7 for the TE blocks, 21 for the Megatron judge."""
+    """The defaults that depend on the trainer: `--repeats` 7 for the TE blocks, 21 for the
+    Megatron judge (short host-bound steps); `--oracle` greedy for the TE blocks, none for the
+    Megatron judge (each of its candidates is a model build)."""
+    megatron = getattr(args, "trainer", "te") == "megatron"
     if args.repeats is None:
-        args.repeats = 21 if getattr(args, "trainer", "te") == "megatron" else 7
+        args.repeats = 21 if megatron else 7
+    if getattr(args, "oracle", "") is None:
+        args.oracle = "none" if megatron else "greedy"
 
 
 def recipe_options(args) -> dict:
@@ -77,3 +82,51 @@ def te_recipe_name(args) -> str:
 
     cls, kw = recipe_spec(recipe_options(args))
     return cls + ("(" + ", ".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")" if kw else "")
+
+
+def key(fp8: dict[str, bool]) -> str:
+    """A mode's name: its FP8 groups, in the spec's order (`-` for none)."""
+    return "+".join(g for g, on in fp8.items() if on) or "-"
+
+
+def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
+    """The per-module oracle over `groups`, found by trying: `pair(a, b)` times modes a and b back
+    to back once and returns ms(a) / ms(b).
+
+    Two greedy passes, because a group can pay only together with others (a shared cast or
+    optimizer cost) or lose only in company: upward from all-BF16 (switch a group to FP8 and keep
+    it when the step is faster beyond the noise) and downward from all-FP8 (switch a group back to
+    BF16 and keep that when faster beyond the noise). When the passes disagree, their results are
+    compared head to head and the faster wins; a tie keeps the upward one (fewer FP8 groups).
+    `release(mode)` is told of each mode the search no longer needs, so memory stays bounded.
+    """
+    trials: list[dict] = []
+
+    def trial(search: str, group: str, cand: dict, cur: dict) -> bool:
+        ratios = [pair(cand, cur) for _ in range(repeats)]
+        t = {
+            "search": search,
+            "group": group,
+            "ratio_median": statistics.median(ratios),
+            "ratio_p10": quantile(ratios, 0.1),
+            "ratio_p90": quantile(ratios, 0.9),
+            "kept": verdict(ratios) == "faster",
+        }
+        trials.append(t)
+        say(t)
+        release(cur if t["kept"] else cand)
+        return t["kept"]
+
+    up = dict.fromkeys(groups, False)
+    for g in groups:
+        cand = dict(up, **{g: True})
+        if trial("up", g, cand, up):
+            up = cand
+    down = dict.fromkeys(groups, True)
+    for g in groups:
+        cand = dict(down, **{g: False})
+        if trial("down", g, cand, down):
+            down = cand
+    if key(up) == key(down):
+        return up, trials
+    return (down if trial("final", key(down) + " vs " + key(up), down, up) else up), trials

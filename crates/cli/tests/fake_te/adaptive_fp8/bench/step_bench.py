@@ -13,9 +13,12 @@ import sys
 def main() -> int:
     ap = argparse.ArgumentParser()
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
-                 "--grad-accum", "--trainer", "--layers", "--recipe", "--json"):
+                 "--grad-accum", "--trainer", "--layers", "--oracle", "--recipe", "--json"):
         ap.add_argument(flag)
     a = ap.parse_args()
+    if a.oracle != "greedy":
+        print("stand-in step_bench: the thresholds need --oracle greedy", file=sys.stderr)
+        return 2
     tp = int(a.tp)
     keys = {g: {"key": {"kind": k, "ub_name": g, "tp": tp}, "scale": 1}
             for g, k in (("qkv", "layernorm_column"), ("proj", "row"), ("fc1", "layernorm_column"), ("fc2", "row"))}
@@ -25,7 +28,7 @@ def main() -> int:
             start = 4096 if execution == "eager" else 1024
             groups = [g for g in keys if t >= start and not (g == "proj" and execution == "eager")]
             rows.append({"tokens": t, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}})
-    out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp,
+    out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp, "trainer": a.trainer,
            "fp8_recipe": a.recipe, "device": "stand-in", "te_version": "stand-in", "complete": True,
            "grad_accum": int(a.grad_accum), "argv": sys.argv[1:], "group_keys": keys, "results": rows}
     with open(a.json, "w") as f:
