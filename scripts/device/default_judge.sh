@@ -17,11 +17,13 @@
 #            that stops the phase early if the graphed path fails.
 #   llama-step: `fp8sel gen-policy --backend step` for the shipped Llama-3.2-1B on its defaults
 #            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
+#   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
+#            graphed, at one count: the check of --step-trainer megatron's worker.
 #   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
 #            eager and graphed, at the unswept counts.
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step or llama-step-judge}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge or megatron-oracle}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -107,6 +109,12 @@ llama-step)  # the step backend for a shipped model, on gen-policy's default tok
 llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eager and graphed
   megatron l1_step_megatron 300 docs/device-logs/default_judge/llama-step/pol/llama3_2_1b.json \
     --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+  ;;
+megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron runs), a short check
+  step megatron_oracle 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --oracle greedy \
+    --model fixtures/models/llama3_2_1b.yaml --layers 2 --tokens 4096 --execution eager,graphed \
+    --steps 2 --repeats 3 --oracle-repeats 3 --warmup 1 --json "$W/megatron_oracle.json" --md "$W/megatron_oracle.md"
+  grep -E "oracle (up|down|final)" "$W/megatron_oracle.log" | head -30
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
