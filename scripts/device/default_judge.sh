@@ -17,13 +17,15 @@
 #            that stops the phase early if the graphed path fails.
 #   llama-step: `fp8sel gen-policy --backend step` for the shipped Llama-3.2-1B on its defaults
 #            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
+#   moe-shipped: the Megatron judge of the shipped DeepSeek-V3 (TP 1 EP 8) and Qwen3-VL LLM (TP 1
+#            EP 4) defaults, eager and graphed (written for the next session; not yet run).
 #   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
 #            graphed, at one count: the check of --step-trainer megatron's worker.
 #   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
 #            eager and graphed, at the unswept counts.
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge or megatron-oracle}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped or megatron-oracle}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -109,6 +111,12 @@ llama-step)  # the step backend for a shipped model, on gen-policy's default tok
 llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eager and graphed
   megatron l1_step_megatron 300 docs/device-logs/default_judge/llama-step/pol/llama3_2_1b.json \
     --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+  ;;
+moe-shipped)  # the shipped MoE defaults in the Megatron judge (not yet run: the next session's)
+  megatron dsv3_megatron 280 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 8 \
+    --layers 2 --dense-layers 1 --tokens 1536,3072,6144 --execution eager,graphed
+  megatron q3vl_megatron 280 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
+    --tp 1 --ep 4 --layers 2 --tokens 1536,3072,6144 --execution eager,graphed
   ;;
 megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron runs), a short check
   step megatron_oracle 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --oracle greedy \
