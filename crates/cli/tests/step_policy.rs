@@ -152,30 +152,57 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
     assert!(!p.exists());
 }
 
-#[test]
-fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
-    let dir = tempfile::tempdir().unwrap();
+/// `fp8sel gen-policy --backend step` for Llama-3.2-1B into `out`, the stand-in worker on the
+/// path; and the command line the worker got for the layout `tp`.
+fn gen_step(out: &Path, extra: &[&str], tp: u32) -> (std::process::Output, String) {
     let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
+    let mut args = vec![
+        "gen-policy",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--backend",
+        "step",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
     let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())
         .env("PYTHONPATH", &fake)
-        .args([
-            "gen-policy",
-            "--model",
-            "fixtures/models/llama3_2_1b.yaml",
-            "--backend",
-            "step",
+        .args(&args)
+        .output()
+        .unwrap();
+    let results = out.join(format!("reports/llama3_2_1b_tp{tp}_ep1_etp{tp}_step.json"));
+    let argv = std::fs::read_to_string(results)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|r| {
+            let a = r["argv"].as_array().cloned().unwrap_or_default();
+            let a: Vec<String> = a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect();
+            format!("{} trainer={}", a.join(" "), r["trainer"])
+        })
+        .unwrap_or_default();
+    (o, argv)
+}
+
+#[test]
+fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, argv) = gen_step(
+        dir.path(),
+        &[
             "--tp",
             "1,2",
             "--tokens",
             "1024,2048,4096,8192",
             "--grad-accum",
             "8",
-            "--out",
-            dir.path().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+        ],
+        2,
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     // The worker's tables stay off our stdout; its progress reaches stderr.
     assert!(!out(&o).contains("tables go to stdout"), "{}", out(&o));
@@ -195,18 +222,6 @@ fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
         );
     }
     assert_eq!(v["rules"]["row"]["proj"][0]["min_tokens"], 1u64 << 53);
-    let results = dir
-        .path()
-        .join("reports/llama3_2_1b_tp2_ep1_etp2_step.json");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(results).unwrap()).unwrap();
-    let argv = r["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join(" ");
     assert!(
         argv.contains(
             "--tokens 1024,2048,4096,8192 --execution eager,graphed --grad-accum 8 --trainer te"
@@ -214,44 +229,12 @@ fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
         "{argv}"
     );
     // The Megatron judge is the worker with --step-trainer megatron, in both executions.
-    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .args([
-            "gen-policy",
-            "--model",
-            "fixtures/models/llama3_2_1b.yaml",
-            "--backend",
-            "step",
-            "--step-trainer",
-            "megatron",
-            "--tp",
-            "1",
-            "--out",
-            dir.path().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let (o, argv) = gen_step(dir.path(), &["--step-trainer", "megatron", "--tp", "1"], 1);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let r: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            dir.path()
-                .join("reports/llama3_2_1b_tp1_ep1_etp1_step.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(r["trainer"], "megatron");
-    let argv = r["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join(" ");
     assert!(
         argv.contains("--execution eager,graphed")
-            && argv.contains("--trainer megatron --layers 2 --oracle greedy"),
+            && argv.contains("--trainer megatron --layers 2 --oracle greedy")
+            && argv.ends_with("trainer=\"megatron\""),
         "{argv}"
     );
 }

@@ -13,30 +13,10 @@ use crate::step::NEVER;
 
 /// `(min_tokens, measured_speedup)` per key of one policy.
 fn thresholds(p: &Policy) -> BTreeMap<RuleKey, (u64, Option<f64>)> {
-    let mut out = BTreeMap::new();
-    for kind in DenseKind::ALL {
-        for (ub, rules) in p.dense_rules(kind) {
-            for r in rules {
-                let key = RuleKey::Dense {
-                    kind,
-                    ub_name: ub.clone(),
-                    tp: r.tp,
-                };
-                out.insert(key, (r.min_tokens, r.measured_speedup));
-            }
-        }
-    }
-    for kind in GroupedKind::ALL {
-        for r in p.grouped_rules(kind) {
-            let key = RuleKey::Grouped {
-                kind,
-                etp: r.etp,
-                num_gemms: r.num_gemms,
-            };
-            out.insert(key, (r.min_tokens, r.measured_speedup));
-        }
-    }
-    out
+    both_thresholds(p)
+        .into_iter()
+        .map(|(k, (min_tokens, _, speedup))| (k, (min_tokens, speedup)))
+        .collect()
 }
 
 /// Adds one rule of either shape to `out`.
