@@ -393,22 +393,22 @@ def run(args, log=print, progress=None) -> dict:
             "precision_checks": checks, "complete": complete, "results": list(results),
         }
 
-    tmp = Path(tempfile.mkdtemp(prefix="af8_oracle_"))
-    for tokens in args.tokens:
-        if not keys:
-            keys.update(_group_keys(args, tokens, named))
-        for execution in args.execution:
-            try:
-                results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log, keys, tmp))
-            except StepBenchError:
-                raise
-            except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
-                log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-                results.append({"tokens": tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-            finally:
-                judge.release_graphs(execution)
-            if progress:
-                progress(snapshot(False))
+    with tempfile.TemporaryDirectory(prefix="af8_oracle_") as tmp:  # the oracle's forced policies
+        for tokens in args.tokens:
+            if not keys:
+                keys.update(_group_keys(args, tokens, named))
+            for execution in args.execution:
+                try:
+                    results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log, keys, Path(tmp)))
+                except StepBenchError:
+                    raise
+                except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
+                    log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+                    results.append({"tokens": tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                finally:
+                    judge.release_graphs(execution)
+                if progress:
+                    progress(snapshot(False))
     return snapshot(True)
 
 
@@ -432,12 +432,14 @@ def _plan_kwargs(args, tokens: int) -> dict:
     return kwp
 
 
-def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict]:
-    """The plan's layout arguments and the ``TransformerConfig`` kwargs of one token count."""
+def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict, list[dict]]:
+    """The plan's layout arguments, the ``TransformerConfig`` kwargs and the plan's rows (no
+    policy) of one token count."""
     import adaptive_fp8 as af8
 
     kwp = _plan_kwargs(args, tokens)
-    arch = af8._plan(args.model, None, kwp)["architecture"]["llm"]
+    planned = af8._plan(args.model, None, kwp)
+    arch = planned["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
     # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
@@ -446,16 +448,15 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
         note = f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step"
         if note not in notes:
             notes.append(note)
-    return kwp, kw
+    return kwp, kw, planned["modules"]
 
 
 def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log,
                keys: Optional[dict] = None, tmp: Optional[Path] = None) -> dict:
     import adaptive_fp8 as af8
 
-    kwp, kw = _model_kwargs(judge, args, tokens, notes)
+    kwp, kw, rows = _model_kwargs(judge, args, tokens, notes)
     where = f"tokens {tokens} {execution}"
-    rows = af8._plan(args.model, None, kwp)["modules"]
     names = group_names(rows)
     trials: list[dict] = []
     if getattr(args, "oracle", "none") == "greedy":
