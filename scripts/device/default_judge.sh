@@ -17,7 +17,7 @@
 #            that stops the phase early if the graphed path fails.
 #   llama-step: `fp8sel gen-policy --backend step` for the shipped Llama-3.2-1B on its defaults
 #            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
-#   moe-shipped: the Megatron judge of the shipped DeepSeek-V3 (TP 1 EP 8) and Qwen3-VL LLM (TP 1
+#   moe-shipped: the Megatron judge of the shipped DeepSeek-V3 (TP 1 EP 16) and Qwen3-VL LLM (TP 1
 #            EP 4) defaults, eager and graphed (written for the next session; not yet run).
 #   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
 #            graphed, at one count: the check of --step-trainer megatron's worker.
@@ -113,7 +113,8 @@ llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eage
     --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
   ;;
 moe-shipped)  # the shipped MoE defaults in the Megatron judge (not yet run: the next session's)
-  megatron dsv3_megatron 280 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 8 \
+  # EP 16: 16 local experts, so the four models (bf16, fp8, hook, native) fit one H200 (~25 GB each)
+  megatron dsv3_megatron 280 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
     --layers 2 --dense-layers 1 --tokens 1536,3072,6144 --execution eager,graphed
   megatron q3vl_megatron 280 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
     --tp 1 --ep 4 --layers 2 --tokens 1536,3072,6144 --execution eager,graphed
