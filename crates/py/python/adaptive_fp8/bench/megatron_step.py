@@ -137,19 +137,6 @@ def group_names(rows: list[dict]) -> dict[str, str]:
     return {r["name"]: group_of(r) for r in component_rows(rows, "llm")}
 
 
-def fp8_capable_groups(rows: list[dict]) -> list[str]:
-    """The groups TE can run FP8 (both dimensions multiples of 16), in plan order: the oracle's
-    search space."""
-    from adaptive_fp8.bench.step_spec import component_rows, group_of
-
-    out: list[str] = []
-    for r in component_rows(rows, "llm"):
-        g = group_of(r)
-        if r["in_features"] % 16 == 0 and r["out_features"] % 16 == 0 and g not in out:
-            out.append(g)
-    return out
-
-
 def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
     """Module paths whose precision in the step differs from the plan's, in words; also every
     TE module the plan does not know and every planned group the model did not build."""
@@ -432,9 +419,9 @@ def _plan_kwargs(args, tokens: int) -> dict:
     return kwp
 
 
-def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict, list[dict]]:
-    """The plan's layout arguments, the ``TransformerConfig`` kwargs and the plan's rows (no
-    policy) of one token count."""
+def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, dict, dict]:
+    """The plan's layout arguments, the ``TransformerConfig`` kwargs and the plan (no policy) of
+    one token count."""
     import adaptive_fp8 as af8
 
     kwp = _plan_kwargs(args, tokens)
@@ -448,23 +435,26 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
         note = f"EP {args.ep} on {judge.ep} rank(s): each model holds one EP rank's {kw['num_moe_experts']} experts, no all-to-all in the step"
         if note not in notes:
             notes.append(note)
-    return kwp, kw, planned["modules"]
+    return kwp, kw, planned
 
 
 def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log,
                keys: Optional[dict] = None, tmp: Optional[Path] = None) -> dict:
     import adaptive_fp8 as af8
 
-    kwp, kw, rows = _model_kwargs(judge, args, tokens, notes)
+    kwp, kw, planned = _model_kwargs(judge, args, tokens, notes)
     where = f"tokens {tokens} {execution}"
-    names = group_names(rows)
+    names = group_names(planned["modules"])
     trials: list[dict] = []
     if getattr(args, "oracle", "none") == "greedy":
         # First, on its own: graphed candidates need Megatron's graph record to themselves.
         from adaptive_fp8.bench import megatron_oracle as mo
 
         cands = mo.Candidates(judge, args, tokens, execution, kw, recipe, keys or {}, tmp or Path("."))
-        units = mo.search_units(keys or {}, fp8_capable_groups(rows))
+        from adaptive_fp8.bench.step_spec import Spec
+
+        spec = Spec.from_plan(planned["modules"], planned["architecture"]["llm"], args.model)
+        units = mo.search_units(keys or {}, [g for g, ok in spec.fp8_capable().items() if ok])
         found, trials = mo.search(cands, units, args.oracle_repeats or args.repeats, log)
         modes = list(modes) + [("oracle", "hook", cands.policy_path(found), "auto")]
     built = []
