@@ -18,14 +18,21 @@
 #   llama-step: `fp8sel gen-policy --backend step` for the shipped Llama-3.2-1B on its defaults
 #            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
 #   moe-shipped: the Megatron judge of the shipped DeepSeek-V3 (TP 1 EP 16) and Qwen3-VL LLM (TP 1
-#            EP 4) defaults, eager and graphed (written for the next session; not yet run).
+#            EP 4) defaults, eager and graphed.
 #   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
 #            graphed, at one count: the check of --step-trainer megatron's worker.
 #   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
 #            eager and graphed, at the unswept counts.
+#   oracle-dense / oracle-moe: the Megatron judge with its per-module oracle (--oracle greedy, 7
+#            paired timings per trial) at 1536, 3072, 6144, eager and graphed, so each row's
+#            minimum is min(BF16, all-FP8, oracle): dense = the shipped Llama-3.2-1B and the held-out
+#            Mistral-7B; moe = the shipped Qwen2.5-72B (TP 1) and the held-out OLMoE-1B-7B (EP 8).
+#   grad-accum: the Megatron judge with 4 micro-batches per step (Llama-3.2-1B, both executions,
+#            one count): the check that --grad-accum runs on the GPU as the schedule does.
+#   OT=<seconds> bounds each oracle-phase run (default 275).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped or megatron-oracle}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe or grad-accum}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -112,11 +119,28 @@ llama-step-judge)  # the Megatron judge of llama-step's policy (committed), eage
   megatron l1_step_megatron 300 docs/device-logs/default_judge/llama-step/pol/llama3_2_1b.json \
     --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
   ;;
-moe-shipped)  # the shipped MoE defaults in the Megatron judge (not yet run: the next session's)
+oracle-dense|oracle-moe)  # the Megatron judge with its oracle in every row's minimum
+  H=docs/device-logs/default_judge
+  O="--oracle greedy --oracle-repeats 7 --tokens 1536,3072,6144 --execution eager,graphed"
+  if [ "$phase" = oracle-dense ]; then
+    megatron l1_oracle ${OT:-275} policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 $O
+    megatron mistral_7b_oracle ${OT:-275} $H/mistral-gen/pol/mistral_7b.json --model scripts/device/heldout/mistral_7b/config.json --layers 2 $O
+  else
+    megatron q72_oracle ${OT:-275} policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 $O
+    megatron olmoe_1b_7b_oracle ${OT:-275} $H/olmoe-gen/pol/olmoe_1b_7b.json --model scripts/device/heldout/olmoe_1b_7b/config.json --layers 2 --ep 8 $O
+  fi
+  grep -hE "oracle (up|down|final)" "$W"/*_oracle.log | cut -c1-120 | tail -12
+  ;;
+grad-accum)  # 4 micro-batches per step in the Megatron judge, both executions
+  step grad_accum 70 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --policy policies/llama3_2_1b.json \
+    --model fixtures/models/llama3_2_1b.yaml --layers 2 --tokens 4096 --grad-accum 4 --execution eager,graphed \
+    --steps 3 --repeats 7 --warmup 2 --json "$W/grad_accum.json" --md "$W/grad_accum.md"
+  ;;
+moe-shipped)  # the shipped MoE defaults in the Megatron judge
   # EP 16: 16 local experts, so the four models (bf16, fp8, hook, native) fit one H200 (~25 GB each)
-  megatron dsv3_megatron 280 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+  megatron dsv3_megatron 240 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
     --layers 2 --dense-layers 1 --tokens 1536,3072,6144 --execution eager,graphed
-  megatron q3vl_megatron 280 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
+  megatron q3vl_megatron 240 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
     --tp 1 --ep 4 --layers 2 --tokens 1536,3072,6144 --execution eager,graphed
   ;;
 megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron runs), a short check
