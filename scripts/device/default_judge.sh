@@ -30,9 +30,11 @@
 #   grad-accum: the Megatron judge with 4 micro-batches per step (Llama-3.2-1B, both executions,
 #            one count): the check that --grad-accum runs on the GPU as the schedule does.
 #   OT=<seconds> bounds each oracle-phase run (default 275).
+#   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
+#            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe or grad-accum}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum or fix-check}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -135,6 +137,15 @@ grad-accum)  # 4 micro-batches per step in the Megatron judge, both executions
   step grad_accum 70 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --policy policies/llama3_2_1b.json \
     --model fixtures/models/llama3_2_1b.yaml --layers 2 --tokens 4096 --grad-accum 4 --execution eager,graphed \
     --steps 3 --repeats 7 --warmup 2 --json "$W/grad_accum.json" --md "$W/grad_accum.md"
+  ;;
+fix-check)  # after moe-shipped and oracle-*: the memory release between graphed models, and
+  # DeepSeek-V3's MLA up projections built as the plan has them (qk_layernorm)
+  step leak 60 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --oracle greedy \
+    --model fixtures/models/llama3_2_1b.yaml --layers 2 --tokens 1536,3072 --execution graphed \
+    --steps 2 --repeats 3 --oracle-repeats 3 --warmup 1 --json "$W/leak.json" --md "$W/leak.md"
+  tr '\r' '\n' < "$W/leak.log" | grep -E "100%" | grep -oE "alloc [0-9.]+ gb" | paste -sd' ' | tee "$W/leak_alloc.txt"
+  megatron dsv3_megatron 150 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+    --layers 2 --dense-layers 1 --tokens 1536,6144 --execution eager,graphed
   ;;
 moe-shipped)  # the shipped MoE defaults in the Megatron judge
   # EP 16: 16 local experts, so the four models (bf16, fp8, hook, native) fit one H200 (~25 GB each)

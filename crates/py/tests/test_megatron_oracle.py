@@ -88,8 +88,10 @@ def test_the_oracle_finds_the_group_that_pays_and_the_merge_reads_it(root, tmp_p
         assert judge.calls[:first] == ["release graphed", "build hook graphed ['qkv']", "step hook", "build hook graphed []", "step hook"]
         assert judge.calls.count("release graphed") >= len(row["oracle_trials"])
     else:
-        # Eager candidates are reused across trials: all-BF16 is built once for the upward pass.
+        # Eager candidates are reused across trials: all-BF16 is built once for the upward pass;
+        # each one the search gives up is dropped (its memory freed) before the fixed modes.
         assert builds.count("build hook eager []") == 1
+        assert judge.calls[:fixed].count("drop") >= sum(1 for t in row["oracle_trials"] if t["search"] != "final")
     # The step merge turns the Megatron worker's results into rules.
     out = {"model": args.model, "model_name": "llama3_2_1b", "component": "llm", "group_keys": keys, "trainer": "megatron",
            "tp": 1, "grad_accum": 1, "recipe": "Float8BlockScaling", "fp8_recipe": "blockwise", "device": "fake", "te_version": "fake",

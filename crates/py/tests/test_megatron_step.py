@@ -23,6 +23,52 @@ def test_config_from_a_moe_plan(root):
     assert kw["num_layers"] == 3 and kw["moe_layer_freq"] == [0, 1, 1] and kw["num_moe_experts"] == 256
     assert kw["multi_latent_attention"] and kw["kv_lora_rank"] == 512 and kw["moe_shared_expert_intermediate_size"] == 2048
     assert kw["normalization"] == "RMSNorm" and kw["gated_linear_unit"] and kw["_vocab"] == 4096
+    # The q/kv up projections as the plan has them (TELayerNormColumnParallelLinear).
+    assert kw["qk_layernorm"] is True
+    assert "qk_layernorm" not in ms.config_kwargs(af8._plan(root / "fixtures/models/llama3_2_1b.yaml", None, {})["architecture"]["llm"], 2, 2, 4096)
+
+def test_class_check_names_a_module_built_as_another_kind(root):
+    plan = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=16, seq_length=1536))["modules"]
+    built = {r["name"].replace("layers.", "layers.1.", 1): r["te_class"] for r in plan if r["component"] == "llm"}
+    assert ms.compare_classes(built, plan) == []
+    q_up = "decoder.layers.1.self_attention.linear_q_up_proj"
+    bad = ms.compare_classes(dict(built, **{q_up: "TEColumnParallelLinear"}), plan)
+    assert bad == [f"{q_up}: built as TEColumnParallelLinear, the plan has TELayerNormColumnParallelLinear"]
+
+def test_a_model_built_unlike_its_plan_is_an_error_not_a_row(root):
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    judge = _FakeJudge(root, "eager")
+    judge.te_classes = lambda model: {"decoder.layers.0.mlp.linear_fc2": "TELinear"}
+    with pytest.raises(ms.StepBenchError, match="mode bf16 .*linear_fc2: built as TELinear"):
+        ms._one_count(judge, args, 4096, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+
+def test_a_dropped_model_gives_its_storage_back():
+    from types import SimpleNamespace as NS
+
+    class FP8Param:  # TE's FP8 weights refuse a plain tensor as data and clear themselves
+        grad = main_grad = None
+        cleared = False
+
+        @property
+        def data(self):
+            return "fp8"
+
+        @data.setter
+        def data(self, value):
+            raise TypeError("incompatible tensor type")
+
+        def clear(self):
+            self.cleared = True
+
+    plain, fp8 = NS(data="w", grad="g", main_grad="mg"), FP8Param()
+    bucket = NS(param_data=None, grad_data="view")
+    buffer = NS(grad_data="base", shared_buffer="base", buckets=[bucket])
+    state, ws = {"p": "moments"}, {"weight": "fp8 copy"}
+    ms.release_storage([plain, fp8], [buffer], state, [NS(_fp8_workspaces=ws), NS()], lambda p: "empty")
+    assert (plain.data, plain.grad, plain.main_grad) == ("empty", None, None) and fp8.cleared
+    assert buffer.grad_data is buffer.shared_buffer is bucket.grad_data is None
+    assert state == {} and ws == {}
 
 def test_precision_check_names_every_difference(root):
     plan = af8.plan(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=4096)
@@ -93,6 +139,13 @@ class _FakeJudge:
         plan = af8._plan(self.root / "fixtures/models/llama3_2_1b.yaml", model["policy"],
                          dict(tp=1, seq_length=model["tokens"], execution=self.precisions_from))["modules"]
         return {m["name"].replace("layers.", f"layers.{i}.", 1): m["use_fp8"] for m in plan for i in range(2)}
+
+    def te_classes(self, model):
+        plan = af8._plan(self.root / "fixtures/models/llama3_2_1b.yaml", None, dict(tp=1, seq_length=model["tokens"]))["modules"]
+        return {m["name"].replace("layers.", f"layers.{i}.", 1): m["te_class"] for m in plan for i in range(2)}
+
+    def drop(self, step):
+        self.calls.append("drop")
 
     def time_ms(self, step, steps):
         step()

@@ -104,7 +104,9 @@ class Candidates:
         """An eager candidate the search no longer needs is dropped (graphed ones go with their
         pair)."""
         if self.execution == "eager":
-            self.steps.pop(groups, None)
+            step = self.steps.pop(groups, None)
+            if step is not None:
+                self.judge.drop(step)
             self.warm.discard(groups)
 
     def clear(self) -> None:

@@ -112,6 +112,10 @@ def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dic
             qk_head_dim=mla["qk_head_dim"],
             qk_pos_emb_head_dim=mla["qk_pos_emb_head_dim"],
             v_head_dim=mla["v_head_dim"],
+            # DeepSeek-V3's q_a/kv_a layernorms: Megatron then builds the up projections as
+            # TELayerNormColumnParallelLinear, the class (and policy kind) the plan has. Without
+            # it they are TEColumnParallelLinear, a kind the policy has no rule for.
+            qk_layernorm=True,
         )
     kw["_vocab"] = vocab
     return kw
@@ -154,6 +158,48 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
         if not name.startswith("mtp."):
             bad.append(f"{name}: planned, not built")
     return bad
+
+
+def compare_classes(seen: dict[str, str], plan_modules: list[dict]) -> list[str]:
+    """Module paths whose TE class in the built model differs from the plan's: the judge would
+    time a model the policy's rules were not written for (another kind, another rule)."""
+    want = {m["name"]: m["te_class"] for m in plan_modules if m["component"] == "llm"}
+    return [
+        f"{path}: built as {cls}, the plan has {want[plan_name(path)]}"
+        for path, cls in sorted(seen.items())
+        if plan_name(path) in want and want[plan_name(path)] != cls
+    ]
+
+
+def release_storage(params: list, buffers: list, optimizer_state: Optional[dict], modules: list, empty) -> None:
+    """Frees, in place, what a dropped model holds on the GPU: each parameter's data, grad and
+    Megatron ``main_grad``, the DDP grad buffers and their buckets' views, the optimizer's state
+    and TE's FP8 weight workspaces. ``empty(p)`` gives a 0-element tensor like ``p``.
+
+    Why by hand: after ``delete_cuda_graphs()`` Megatron's graph state keeps a dropped graphed
+    model's layers reachable (on the H200 each graphed pair of Mistral-7B 2-layer models left
+    ~4 GB allocated, and the judge ran out of memory by its second or third count); the garbage
+    collector cannot free what is still referenced, so the storage is released instead."""
+    for p in params:
+        p.grad = None
+        if getattr(p, "main_grad", None) is not None:
+            p.main_grad = None
+        try:
+            p.data = empty(p)
+        except (RuntimeError, TypeError):  # a TE FP8 parameter: its own buffers
+            if hasattr(p, "clear"):
+                p.clear()
+    for b in buffers:
+        for holder in [b, *getattr(b, "buckets", [])]:
+            for attr in ("param_data", "grad_data", "shared_buffer"):
+                if getattr(holder, attr, None) is not None:
+                    setattr(holder, attr, None)
+    if optimizer_state is not None:
+        optimizer_state.clear()
+    for m in modules:
+        ws = getattr(m, "_fp8_workspaces", None)
+        if isinstance(ws, dict):
+            ws.clear()
 
 
 def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]], execution: str = "eager") -> dict:
@@ -222,6 +268,7 @@ class Judge:
         # loop sets up with --te-rng-tracker.
         model_parallel_cuda_manual_seed(0, te_rng_tracker="graphed" in args.execution)
         self.torch, self.args = torch, args
+        self.live: list = []  # the steps built since the last release (their models and optimizers)
 
     def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int, execution: str = "eager"):
         from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
@@ -302,8 +349,24 @@ class Judge:
             losses.append(loss.detach())
 
         step.losses = losses
-        step.keep = net  # the wrapper lives as long as the step
+        step.keep, step.opt = net, opt  # the wrapper lives as long as the step
+        self.live.append(step)
         return step
+
+    def drop(self, step) -> None:
+        """A step (its model, grad buffers and optimizer) no longer needed: its GPU memory freed
+        now (see :func:`release_storage`); eager only, graphed models go in ``release_graphs``."""
+        model = getattr(step.keep, "module", step.keep)
+        buffers = getattr(step.keep, "buffers", None)
+        release_storage(
+            list(model.parameters()),
+            (buffers + step.keep.expert_parallel_buffers) if isinstance(buffers, list) else [],
+            step.opt.state,
+            list(model.modules()),
+            lambda p: self.torch.empty(0, dtype=p.dtype, device=p.device),
+        )
+        if step in self.live:
+            self.live.remove(step)
 
     def wrap_ddp(self, model):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -315,6 +378,10 @@ class Judge:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
         return {n: bool(getattr(m, "fp8", False)) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
 
+    def te_classes(self, model) -> dict[str, str]:
+        """Each TE module's class, by module path."""
+        return {n: type(m).__name__ for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
+
     def capture_graphs(self) -> None:
         """Captures every graph the models recorded in their first step, in recording order
         into Megatron's one memory pool: what its schedule's ``create_cudagraphs()`` does."""
@@ -324,14 +391,17 @@ class Judge:
         self.torch.cuda.synchronize()
 
     def release_graphs(self, execution: str) -> None:
-        """After a token count: Megatron's graph state is per process, so the next count's
-        models can record only once this count's graphs are deleted."""
+        """After a token count (or an oracle pair): Megatron's graph state is per process, so the
+        next count's models can record only once this count's graphs are deleted; then every
+        model built since the last release is freed."""
         import gc
 
         if execution == "graphed":
             from megatron.core.transformer.cuda_graphs import delete_cuda_graphs
 
             delete_cuda_graphs()
+        for step in list(self.live):  # after the graphs: nothing replays into this memory now
+            self.drop(step)
         gc.collect()
         self.torch.cuda.empty_cache()
 
@@ -443,6 +513,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
     import adaptive_fp8 as af8
 
     kwp, kw, planned = _model_kwargs(judge, args, tokens, notes)
+    planned_rows = planned["modules"]
     where = f"tokens {tokens} {execution}"
     names = group_names(planned["modules"])
     trials: list[dict] = []
@@ -479,6 +550,9 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         step.losses.clear()
         if not all(v == v and 0 < v < float("inf") for v in ls):
             raise StepBenchError(f"mode {name} ({execution}): warm-up losses are not finite and positive: {ls}")
+        wrong = compare_classes(judge.te_classes(model), planned_rows)
+        if wrong:
+            raise StepBenchError(f"mode {name} ({execution}): the model is not the planned one: {wrong[:5]}")
         seen = judge.precisions(model)
         groups[name] = sorted({names.get(plan_name(p), plan_name(p)) for p, on in seen.items() if on})
         if policy:
