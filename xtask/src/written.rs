@@ -197,6 +197,7 @@ fn judge(docs: &[(String, Value)]) -> String {
         let trainer = v["trainer"].as_str().unwrap_or("te");
         for r in v["results"].as_array().into_iter().flatten() {
             if let Some(e) = r["error"].as_str() {
+                let e = error_head(e);
                 let _ = writeln!(
                     s,
                     "| {label} | {} | {} | - | error: {e} | - | - | - | - |",
@@ -242,6 +243,17 @@ fn judge(docs: &[(String, Value)]) -> String {
         }
     }
     s
+}
+
+/// An error's kind and first sentences, at most 100 characters: the table names the failure,
+/// the JSON beside it keeps the whole message.
+fn error_head(e: &str) -> String {
+    let two = e.match_indices(". ").nth(1).map_or(e, |(i, _)| &e[..=i]);
+    if two.chars().count() <= 100 {
+        return two.to_owned();
+    }
+    let cut: String = two.chars().take(99).collect();
+    format!("{cut}…")
 }
 
 /// The policy mode's median over the fastest of BF16, all-FP8 and (where the row searched one)
@@ -291,6 +303,18 @@ mod tests {
             t.contains("| 3072 | - | error: AssertionError: capture |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn judge_errors_keep_their_kind_and_first_sentences() {
+        let oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.80 GiB. GPU 0 has a total capacity";
+        assert_eq!(
+            error_head(oom),
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.80 GiB."
+        );
+        assert_eq!(error_head("AssertionError: capture"), "AssertionError: capture");
+        let long = "x".repeat(150);
+        assert_eq!(error_head(&long).chars().count(), 100);
     }
 
     #[test]

@@ -186,7 +186,7 @@ def release_storage(params: list, buffers: list, optimizer_state: Optional[dict]
             p.main_grad = None
         try:
             p.data = empty(p)
-        except (RuntimeError, TypeError):  # a TE FP8 parameter: its own buffers
+        except (RuntimeError, TypeError, ValueError):  # a TE FP8 parameter: its own buffers
             if hasattr(p, "clear"):
                 p.clear()
     for b in buffers:
