@@ -225,9 +225,10 @@ fn judge(docs: &[(String, Value)]) -> String {
                 }
             );
             let _ = mode;
-            let oracle = modes
-                .get("oracle")
-                .map_or_else(|| "-".to_owned(), |o| format!("{:.3}", num(o, "vs_bf16_median")));
+            let oracle = modes.get("oracle").map_or_else(
+                || "-".to_owned(),
+                |o| format!("{:.3}", num(o, "vs_bf16_median")),
+            );
             let _ = writeln!(
                 s,
                 "| {label} | {exec} | {} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {oracle} | {:.3} |",
@@ -312,7 +313,10 @@ mod tests {
             error_head(oom),
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.80 GiB."
         );
-        assert_eq!(error_head("AssertionError: capture"), "AssertionError: capture");
+        assert_eq!(
+            error_head("AssertionError: capture"),
+            "AssertionError: capture"
+        );
         let long = "x".repeat(150);
         assert_eq!(error_head(&long).chars().count(), 100);
     }
