@@ -224,3 +224,22 @@ def test_both_judges_report_a_mode_with_the_same_fields():
     assert row["execution"] == "eager" and row["modes"]["fp8"] == s
     assert megatron_step.summarize_modes(4096, {"bf16": [], "fp8": ["a"]}, {"bf16": base, "fp8": fp8}, "graphed")["execution"] == "graphed"
     assert row["modes"]["bf16"]["vs_bf16_median"] == 1.0 and row["modes"]["bf16"]["vs_best_of_bf16_fp8"] == pytest.approx(1.25)
+
+def test_a_release_frees_every_model_built_since_the_last():
+    from types import SimpleNamespace as NS
+
+    class Step:  # what Judge.step_fn returns: the step's model (or DDP wrapper) and optimizer
+        def __init__(self, name):
+            self.param = NS(data=name, grad="g", dtype=None, device=None)
+            self.keep = NS(parameters=lambda: [self.param], modules=lambda: [])
+            self.opt = NS(state={"moments": name})
+
+    calls = []
+    judge = object.__new__(ms.Judge)  # the torch half without torch: a stand-in module
+    judge.torch = NS(empty=lambda n, dtype, device: "empty", cuda=NS(empty_cache=lambda: calls.append("empty_cache")))
+    a, b = Step("a"), Step("b")
+    judge.live = [a, b]
+    judge.drop(a)  # an eager candidate the oracle gave up
+    assert a.param.data == "empty" and a.opt.state == {} and judge.live == [b] and b.param.data == "b"
+    judge.release_graphs("eager")  # the end of a count: the rest
+    assert b.param.data == "empty" and b.param.grad is None and judge.live == [] and calls == ["empty_cache"]
