@@ -355,7 +355,8 @@ class Judge:
 
     def drop(self, step) -> None:
         """A step (its model, grad buffers and optimizer) no longer needed: its GPU memory freed
-        now (see :func:`release_storage`); eager only, graphed models go in ``release_graphs``."""
+        now (see :func:`release_storage`). The oracle calls it for an eager candidate it gives
+        up; ``release_graphs`` calls it for every other model, after deleting the graphs."""
         model = getattr(step.keep, "module", step.keep)
         buffers = getattr(step.keep, "buffers", None)
         release_storage(
