@@ -243,3 +243,9 @@ def test_a_release_frees_every_model_built_since_the_last():
     assert a.param.data == "empty" and a.opt.state == {} and judge.live == [b] and b.param.data == "b"
     judge.release_graphs("eager")  # the end of a count: the rest
     assert b.param.data == "empty" and b.param.grad is None and judge.live == [] and calls == ["empty_cache"]
+
+def test_the_judge_reads_precision_and_class_of_te_modules_only():
+    TELinear = type("TELinear", (), {"fp8": True})
+    model = type("Model", (), {"named_modules": lambda self: [("a", TELinear()), ("b", object())]})()
+    judge = object.__new__(ms.Judge)
+    assert judge.precisions(model) == {"a": True} and judge.te_classes(model) == {"a": "TELinear"}

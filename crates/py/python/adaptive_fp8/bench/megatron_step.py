@@ -375,13 +375,17 @@ class Judge:
         cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False, use_distributed_optimizer=False)
         return DistributedDataParallel(model.config, cfg, model)
 
+    @staticmethod
+    def _te_modules(model) -> list[tuple[str, Any]]:
+        return [(n, m) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES]
+
     def precisions(self, model) -> dict[str, bool]:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
-        return {n: bool(getattr(m, "fp8", False)) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
+        return {n: bool(getattr(m, "fp8", False)) for n, m in self._te_modules(model)}
 
     def te_classes(self, model) -> dict[str, str]:
         """Each TE module's class, by module path."""
-        return {n: type(m).__name__ for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES}
+        return {n: type(m).__name__ for n, m in self._te_modules(model)}
 
     def capture_graphs(self) -> None:
         """Captures every graph the models recorded in their first step, in recording order
