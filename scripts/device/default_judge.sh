@@ -32,12 +32,13 @@
 #   OT=<seconds> bounds each oracle-phase run (default 275).
 #   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
 #            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
-#   rerun-dense / rerun-moe / rerun-rest: after that fix, the rows of oracle-dense, oracle-moe and
-#            moe-shipped that ran out of memory or out of time, each count and execution again
-#            (same flags; the judge table puts a re-run row in place of the failed one).
+#   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
+#            memory or out of time, each count and execution again (same flags; the judge table
+#            puts a re-run row in place of the failed one). A queue: call it again on the same
+#            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun-dense, rerun-moe or rerun-rest}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check or rerun}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -53,8 +54,8 @@ step() {  # name, timeout, command...
   echo "$name rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$W/steps.txt"
   grep -E "Error|error:|Traceback|differ from fp8sel" "$W/$name.log" | sort | uniq -c | head -8
 }
-left() {  # seconds left of this call's 570, at least 30
-  local l=$(( 570 - ($(date +%s) - T0) )); [ $l -gt 30 ] && echo $l || echo 30
+left() {  # seconds left of this call's BUDGET (570), at least 30
+  local l=$(( ${BUDGET:-570} - ($(date +%s) - T0) )); [ $l -gt 30 ] && echo $l || echo 30
 }
 megatron() {  # name, timeout, policy, model args...
   local name=$1 t=$2 pol=$3; shift 3
@@ -166,34 +167,32 @@ megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron ru
     --steps 2 --repeats 3 --oracle-repeats 3 --warmup 1 --json "$W/megatron_oracle.json" --md "$W/megatron_oracle.md"
   grep -E "oracle (up|down|final)" "$W/megatron_oracle.log" | head -30
   ;;
-rerun-dense|rerun-moe|rerun-rest)  # the failed rows again, after the memory fix
+rerun)  # the failed rows again, after the memory fix: a queue over calls (see the header)
   H=docs/device-logs/default_judge
   O="--oracle greedy --oracle-repeats 7"
-  L1="--model fixtures/models/llama3_2_1b.yaml --layers 4"
+  L1="policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4"
   M7="$H/mistral-gen/pol/mistral_7b.json --model scripts/device/heldout/mistral_7b/config.json --layers 2"
   Q72="policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1"
   OL="$H/olmoe-gen/pol/olmoe_1b_7b.json --model scripts/device/heldout/olmoe_1b_7b/config.json --layers 2 --ep 8"
-  case $phase in
-  rerun-dense)
-    megatron l1_oracle_6144g 100 policies/llama3_2_1b.json $L1 $O --tokens 6144 --execution graphed
-    megatron mistral_7b_oracle_3072g 90 $M7 $O --tokens 3072 --execution graphed
-    megatron mistral_7b_oracle_6144 150 $M7 $O --tokens 6144 --execution eager,graphed
-    megatron q72_oracle_1536g 80 $Q72 $O --tokens 1536 --execution graphed
-    megatron q72_oracle_3072 $(left) $Q72 $O --tokens 3072 --execution eager,graphed
-    ;;
-  rerun-moe)
-    megatron dsv3_megatron_rest 200 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager,graphed
-    megatron q3vl_megatron_6144g 90 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
-      --tp 1 --ep 4 --layers 2 --tokens 6144 --execution graphed
-    megatron olmoe_1b_7b_oracle_3072g 100 $OL $O --tokens 3072 --execution graphed
-    megatron olmoe_1b_7b_oracle_6144 $(left) $OL $O --tokens 6144 --execution eager,graphed
-    ;;
-  rerun-rest)
-    megatron q72_oracle_6144 $(left) $Q72 $O --tokens 6144 --execution eager,graphed
-    ;;
-  esac
-  grep -hE "oracle (up|down|final)" "$W"/*.log | cut -c1-120 | tail -12
+  DS="policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1"
+  Q3="policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 --ep 4 --layers 2"
+  queued() {  # name, seconds: run unless done in an earlier call; wait for the next if it won't fit
+    local name=$1 t=$2; shift 2
+    [ -e "$W/$name.done" ] && return
+    [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
+    megatron "$name" "$t" "$@"; touch "$W/$name.done"
+  }
+  queued l1_oracle_6144g 100 $L1 $O --tokens 6144 --execution graphed
+  queued mistral_7b_oracle_3072g 90 $M7 $O --tokens 3072 --execution graphed
+  queued mistral_7b_oracle_6144 150 $M7 $O --tokens 6144 --execution eager,graphed
+  queued q72_oracle_1536g 80 $Q72 $O --tokens 1536 --execution graphed
+  queued dsv3_megatron_rest 200 $DS --tokens 3072,6144 --execution eager,graphed
+  queued q3vl_megatron_6144g 90 $Q3 --tokens 6144 --execution graphed
+  queued olmoe_1b_7b_oracle_3072g 100 $OL $O --tokens 3072 --execution graphed
+  queued q72_oracle_3072 150 $Q72 $O --tokens 3072 --execution eager,graphed
+  queued q72_oracle_6144 150 $Q72 $O --tokens 6144 --execution eager,graphed
+  queued olmoe_1b_7b_oracle_6144 180 $OL $O --tokens 6144 --execution eager,graphed
+  ls "$W"/*.done | wc -l | xargs echo "done of 10:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
