@@ -192,7 +192,12 @@ rerun)  # the failed rows again, after the memory fix: a queue over calls (see t
   queued q72_oracle_3072 150 $Q72 $O --tokens 3072 --execution eager,graphed
   queued q72_oracle_6144 150 $Q72 $O --tokens 6144 --execution eager,graphed
   queued olmoe_1b_7b_oracle_6144 180 $OL $O --tokens 6144 --execution eager,graphed
-  ls "$W"/*.done | wc -l | xargs echo "done of 10:"
+  # graphed alone, in a process of its own: after a count's eager oracle, Qwen2.5-72B's graphed one
+  # ran out of memory; DeepSeek-V3's graphed 6144 did not fit the first bound
+  queued q72_oracle_3072g 120 $Q72 $O --tokens 3072 --execution graphed
+  queued q72_oracle_6144g 140 $Q72 $O --tokens 6144 --execution graphed
+  queued dsv3_megatron_6144g 150 $DS --tokens 6144 --execution graphed
+  ls "$W"/*.done | wc -l | xargs echo "done of 13:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

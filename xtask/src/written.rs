@@ -165,85 +165,121 @@ fn convergence(docs: &[(String, Value)]) -> String {
     s
 }
 
+/// One row per model, execution and count. A failed row that a later file ran again (the same
+/// model, layout, execution and count) is replaced in place by that run, marked "(re-run)".
 fn judge(docs: &[(String, Value)]) -> String {
+    let mut rows: Vec<JudgeRow> = Vec::new();
+    for (_, v) in docs {
+        let label = judge_label(v);
+        let trainer = v["trainer"].as_str().unwrap_or("te");
+        for r in v["results"].as_array().into_iter().flatten() {
+            let execution = r["execution"].as_str().unwrap_or("?").to_owned();
+            let tokens = r["tokens"].as_u64().unwrap_or(0);
+            let key = (label.clone(), execution, tokens);
+            let failed_before = rows.iter().position(|row| row.failed && row.key == key);
+            if let Some(e) = r["error"].as_str() {
+                if failed_before.is_none() {
+                    let line = format!(
+                        "| {label} | {} | {tokens} | - | error: {} | - | - | - | - |",
+                        key.1,
+                        error_head(e)
+                    );
+                    rows.push(JudgeRow {
+                        key,
+                        line,
+                        failed: true,
+                    });
+                }
+                continue;
+            }
+            let rerun = failed_before.map_or("", |_| " (re-run)");
+            let Some(line) = judge_line(&label, trainer, r, rerun) else {
+                continue;
+            };
+            let row = JudgeRow {
+                key,
+                line,
+                failed: false,
+            };
+            match failed_before {
+                Some(i) => rows[i] = row,
+                None => rows.push(row),
+            }
+        }
+    }
     let mut s = String::from(
         "| model | execution | tokens | FP8 groups | / BF16 (p10-p90) | verdict | all-FP8 / BF16 | oracle / BF16 | / min |\n|---|---|---:|---:|---|---|---:|---:|---:|\n",
     );
-    for (_, v) in docs {
-        let path = v["model"].as_str().unwrap_or("?");
-        let p = Path::new(path);
-        let stem = p
-            .file_stem()
-            .map(|x| x.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let name = if stem == "config" {
-            p.parent()
-                .and_then(Path::file_name)
-                .map(|x| x.to_string_lossy().into_owned())
-                .unwrap_or(stem)
-        } else {
-            stem
-        };
-        let ep = v["ep"]
-            .as_u64()
-            .filter(|e| *e > 1)
-            .map(|e| format!(" EP {e}"))
-            .unwrap_or_default();
-        let label = format!(
-            "{name}, TP {}{ep}, {} layer(s)",
-            v["tp"].as_u64().unwrap_or(1),
-            v["layers"].as_u64().unwrap_or(0)
-        );
-        let trainer = v["trainer"].as_str().unwrap_or("te");
-        for r in v["results"].as_array().into_iter().flatten() {
-            if let Some(e) = r["error"].as_str() {
-                let e = error_head(e);
-                let _ = writeln!(
-                    s,
-                    "| {label} | {} | {} | - | error: {e} | - | - | - | - |",
-                    r["execution"].as_str().unwrap_or("?"),
-                    r["tokens"].as_u64().unwrap_or(0)
-                );
-                continue;
-            }
-            let modes = &r["modes"];
-            let Some((mode, m)) = modes
-                .as_object()
-                .into_iter()
-                .flatten()
-                .find(|(k, _)| k.starts_with("hook:") || k.starts_with("policy:"))
-            else {
-                continue;
-            };
-            let exec = format!(
-                "{}{}",
-                r["execution"].as_str().unwrap_or("?"),
-                if trainer == "megatron" {
-                    " (Megatron, hook)"
-                } else {
-                    " (TE blocks)"
-                }
-            );
-            let _ = mode;
-            let oracle = modes.get("oracle").map_or_else(
-                || "-".to_owned(),
-                |o| format!("{:.3}", num(o, "vs_bf16_median")),
-            );
-            let _ = writeln!(
-                s,
-                "| {label} | {exec} | {} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {oracle} | {:.3} |",
-                r["tokens"].as_u64().unwrap_or(0),
-                m["fp8_groups"].as_array().map_or(0, Vec::len),
-                num(m, "vs_bf16_median"),
-                num(m, "vs_bf16_p10"),
-                num(m, "vs_bf16_p90"),
-                m["verdict_vs_bf16"].as_str().unwrap_or("?"),
-                num(&modes["fp8"], "vs_bf16_median"),
-                vs_min(modes, m),
-            );
-        }
+    for row in rows {
+        s.push_str(&row.line);
+        s.push('\n');
     }
     s
+}
+
+struct JudgeRow {
+    key: (String, String, u64),
+    line: String,
+    failed: bool,
+}
+
+fn judge_label(v: &Value) -> String {
+    let path = v["model"].as_str().unwrap_or("?");
+    let p = Path::new(path);
+    let stem = p
+        .file_stem()
+        .map(|x| x.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // A held-out model is a folder with a config.json: the folder names it.
+    let name = if stem == "config" {
+        p.parent()
+            .and_then(Path::file_name)
+            .map(|x| x.to_string_lossy().into_owned())
+            .unwrap_or(stem)
+    } else {
+        stem
+    };
+    let ep = v["ep"]
+        .as_u64()
+        .filter(|e| *e > 1)
+        .map(|e| format!(" EP {e}"))
+        .unwrap_or_default();
+    format!(
+        "{name}, TP {}{ep}, {} layer(s)",
+        v["tp"].as_u64().unwrap_or(1),
+        v["layers"].as_u64().unwrap_or(0)
+    )
+}
+
+/// The policy mode's line of a row that ran; `None` where the row has no policy mode.
+fn judge_line(label: &str, trainer: &str, r: &Value, rerun: &str) -> Option<String> {
+    let modes = &r["modes"];
+    let (_, m) = modes
+        .as_object()
+        .into_iter()
+        .flatten()
+        .find(|(k, _)| k.starts_with("hook:") || k.starts_with("policy:"))?;
+    let via = if trainer == "megatron" {
+        " (Megatron, hook)"
+    } else {
+        " (TE blocks)"
+    };
+    let oracle = modes.get("oracle").map_or_else(
+        || "-".to_owned(),
+        |o| format!("{:.3}", num(o, "vs_bf16_median")),
+    );
+    Some(format!(
+        "| {label} | {}{via} | {}{rerun} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {oracle} | {:.3} |",
+        r["execution"].as_str().unwrap_or("?"),
+        r["tokens"].as_u64().unwrap_or(0),
+        m["fp8_groups"].as_array().map_or(0, Vec::len),
+        num(m, "vs_bf16_median"),
+        num(m, "vs_bf16_p10"),
+        num(m, "vs_bf16_p90"),
+        m["verdict_vs_bf16"].as_str().unwrap_or("?"),
+        num(&modes["fp8"], "vs_bf16_median"),
+        vs_min(modes, m),
+    ))
 }
 
 /// An error's kind and first sentences, at most 100 characters: the table names the failure,
@@ -336,5 +372,48 @@ mod tests {
         let t = judge(&[("f.json".to_owned(), v)]);
         // 9.9 ms over the oracle's 9.0, not over BF16's 10.0: a miss the BF16/FP8 minimum hides.
         assert!(t.contains("| tie | 1.100 | 0.900 | 1.100 |"), "{t}");
+    }
+
+    #[test]
+    fn a_later_run_of_a_failed_row_takes_its_place() {
+        let ran = |tokens: u64| {
+            format!(
+                r#"{{"tokens": {tokens}, "execution": "graphed", "modes": {{
+                    "bf16": {{"ms_median": 10.0, "vs_bf16_median": 1.0}},
+                    "fp8": {{"ms_median": 9.0, "vs_bf16_median": 0.9}},
+                    "hook:p.json": {{"ms_median": 9.5, "fp8_groups": ["a"], "vs_bf16_median": 0.95, "vs_bf16_p10": 0.9,
+                                    "vs_bf16_p90": 1.0, "verdict_vs_bf16": "faster", "vs_best_of_bf16_fp8": 1.055}}}}}}"#
+            )
+        };
+        let doc = |results: String| -> Value {
+            serde_json::from_str(&format!(
+                r#"{{"model": "fixtures/models/l1.yaml", "tp": 1, "layers": 4, "trainer": "megatron", "results": [{results}]}}"#
+            ))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let oom = r#"{"tokens": 3072, "execution": "graphed", "error": "OutOfMemoryError: CUDA out of memory."}"#;
+        let first = doc(format!("{}, {oom}, {}", ran(1536), ran(6144)));
+        let again = doc(ran(3072));
+        let t = judge(&[
+            ("a.json".to_owned(), first.clone()),
+            ("b.json".to_owned(), again),
+        ]);
+        let lines: Vec<&str> = t.lines().skip(2).collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].contains("| 1536 |"), "{t}");
+        assert!(lines[1].contains("| 3072 (re-run) | 1 | 0.950"), "{t}");
+        assert!(lines[2].contains("| 6144 |"), "{t}");
+        assert!(!t.contains("error"), "{t}");
+        // Another layout's run is not a re-run of this row.
+        let other = doc(ran(3072))
+            .to_string()
+            .replace("\"layers\":4", "\"layers\":2");
+        let other: Value = serde_json::from_str(&other).unwrap_or_else(|e| panic!("{e}"));
+        let t = judge(&[("a.json".to_owned(), first), ("c.json".to_owned(), other)]);
+        assert!(
+            t.contains("error: OutOfMemoryError")
+                && t.contains("2 layer(s) | graphed (Megatron, hook) | 3072 |"),
+            "{t}"
+        );
     }
 }

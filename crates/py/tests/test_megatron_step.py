@@ -3,11 +3,14 @@ from a plan's architecture, and the precision check against the plan."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import megatron_step as ms
 from adaptive_fp8.bench.step_bench import parser
+from adaptive_fp8.bench.step_spec import StepBenchError
 
 def test_paths_and_modes():
     assert ms.plan_name("decoder.layers.11.mlp.experts.linear_fc1") == "decoder.layers.mlp.experts.linear_fc1"
@@ -91,6 +94,30 @@ def test_the_cli_takes_the_megatron_trainer():
     b = parser().parse_args(["--model", "m.yaml"])
     default_repeats(b)
     assert b.trainer == "te" and b.repeats == 7
+
+def test_the_judge_prefers_expandable_segments_and_keeps_the_users_setting():
+    from adaptive_fp8.bench.step_bench import ALLOC_CONF, prefer_expandable_segments
+
+    env: dict = {}
+    assert prefer_expandable_segments(env) == "expandable_segments:True" and env[ALLOC_CONF] == "expandable_segments:True"
+    mine = {ALLOC_CONF: "max_split_size_mb:512"}
+    assert prefer_expandable_segments(mine) == "max_split_size_mb:512"
+
+
+def test_the_allocator_is_set_before_the_megatron_judge_loads(root, monkeypatch, capsys):
+    from adaptive_fp8.bench import step_bench
+
+    monkeypatch.delenv(step_bench.ALLOC_CONF, raising=False)
+    seen = []
+
+    def run(args, progress=None):
+        seen.append(os.environ.get(step_bench.ALLOC_CONF))
+        raise StepBenchError("stop here")
+
+    monkeypatch.setattr(ms, "run", run)
+    rc = step_bench.main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--tokens", "1024"])
+    assert rc == 2 and seen == ["expandable_segments:True"] and "stop here" in capsys.readouterr().err
+
 
 def test_megatron_refuses_what_it_does_not_time(root, capsys):
     from adaptive_fp8.bench.step_bench import main

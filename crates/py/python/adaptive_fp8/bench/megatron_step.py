@@ -34,6 +34,7 @@ This module's top half is pure (tested on the CPU); :func:`run` imports torch an
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
@@ -452,6 +453,7 @@ def run(args, log=print, progress=None) -> dict:
             "recipe": recipe, "fp8_param": bool(args.fp8_param),
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
             "megatron_core_version": getattr(mc, "__version__", "?"), "notes": notes,
+            "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
             "precision_checks": checks, "complete": complete, "results": list(results),
         }
 
