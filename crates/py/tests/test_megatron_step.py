@@ -90,10 +90,13 @@ def test_the_cli_takes_the_megatron_trainer():
     from adaptive_fp8.bench.step_bench import default_repeats
 
     default_repeats(a)
-    assert a.repeats == 21
+    assert a.repeats == 21 and a.oracle_repeats == 7
     b = parser().parse_args(["--model", "m.yaml"])
     default_repeats(b)
-    assert b.trainer == "te" and b.repeats == 7
+    assert b.trainer == "te" and b.repeats == 7 and b.oracle_repeats is None
+    c = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--oracle-repeats", "11"])
+    default_repeats(c)
+    assert c.oracle_repeats == 11
 
 def test_the_judge_prefers_expandable_segments_and_keeps_the_users_setting():
     from adaptive_fp8.bench.step_bench import ALLOC_CONF, prefer_expandable_segments

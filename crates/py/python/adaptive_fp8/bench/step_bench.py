@@ -329,7 +329,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--execution", type=_executions, default=["eager"], help="eager, graphed, or eager,graphed (default eager)")
     ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable (vit: the vision policy)")
     ap.add_argument("--oracle", choices=["greedy", "none"], help="search the per-module oracle (default greedy; none with --trainer megatron, where each candidate is a GPTModel build)")
-    ap.add_argument("--oracle-repeats", type=_positive, help="paired timings per oracle trial (default --repeats)")
+    ap.add_argument("--oracle-repeats", type=_positive, help="paired timings per oracle trial (default --repeats; 7 with --trainer megatron, each trial two GPTModel builds)")
     ap.add_argument(
         "--grad-accum",
         type=_positive,

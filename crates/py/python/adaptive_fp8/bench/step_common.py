@@ -60,10 +60,14 @@ def policy_mode_name(path: str, all_paths: list[str]) -> str:
 def default_repeats(args) -> None:
     """The defaults that depend on the trainer: `--repeats` 7 for the TE blocks, 21 for the
     Megatron judge (short host-bound steps); `--oracle` greedy for the TE blocks, none for the
-    Megatron judge (each of its candidates is a model build)."""
+    Megatron judge (each of its candidates is a model build). The Megatron oracle's trials
+    stay at 7 paired timings (`--oracle-repeats`): each is two model builds, 7 is what its
+    H200 runs used (50-75 s per count and execution), and the search re-times its final set."""
     megatron = getattr(args, "trainer", "te") == "megatron"
     if args.repeats is None:
         args.repeats = 21 if megatron else 7
+    if megatron and getattr(args, "oracle_repeats", 0) is None:
+        args.oracle_repeats = 7
     if getattr(args, "oracle", "") is None:
         args.oracle = "none" if megatron else "greedy"
 
