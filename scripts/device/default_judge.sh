@@ -32,13 +32,15 @@
 #   OT=<seconds> bounds each oracle-phase run (default 275).
 #   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
 #            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
+#   retune:  `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
+#            Llama-3.2-1B, each policy then judged at the unswept counts; a queue as rerun.
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
 #            puts a re-run row in place of the failed one). A queue: call it again on the same
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check or rerun}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun or retune}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -66,6 +68,13 @@ graphed() {  # name, timeout, policy, model args...
   local name=$1 t=$2 pol=$3; shift 3
   step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --execution graphed --oracle none --policy "$pol" \
     --json "$W/$name.json" --md "$W/$name.md" "$@"
+}
+queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on one machine
+  # Runs unless an earlier call did; waits for the next call where the bound won't fit this one.
+  local fn=$1 name=$2 t=$3; shift 3
+  [ -e "$W/$name.done" ] && return
+  [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
+  "$fn" "$name" "$t" "$@"; touch "$W/$name.done"
 }
 gen() {  # model dir, layers, extra layout args...
   local m=$1 layers=$2; shift 2
@@ -176,28 +185,40 @@ rerun)  # the failed rows again, after the memory fix: a queue over calls (see t
   OL="$H/olmoe-gen/pol/olmoe_1b_7b.json --model scripts/device/heldout/olmoe_1b_7b/config.json --layers 2 --ep 8"
   DS="policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1"
   Q3="policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 --ep 4 --layers 2"
-  queued() {  # name, seconds: run unless done in an earlier call; wait for the next if it won't fit
-    local name=$1 t=$2; shift 2
-    [ -e "$W/$name.done" ] && return
-    [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
-    megatron "$name" "$t" "$@"; touch "$W/$name.done"
-  }
-  queued l1_oracle_6144g 100 $L1 $O --tokens 6144 --execution graphed
-  queued mistral_7b_oracle_3072g 90 $M7 $O --tokens 3072 --execution graphed
-  queued mistral_7b_oracle_6144 150 $M7 $O --tokens 6144 --execution eager,graphed
-  queued q72_oracle_1536g 80 $Q72 $O --tokens 1536 --execution graphed
-  queued dsv3_megatron_rest 200 $DS --tokens 3072,6144 --execution eager,graphed
-  queued q3vl_megatron_6144g 90 $Q3 --tokens 6144 --execution graphed
-  queued olmoe_1b_7b_oracle_3072g 100 $OL $O --tokens 3072 --execution graphed
-  queued q72_oracle_3072 150 $Q72 $O --tokens 3072 --execution eager,graphed
-  queued q72_oracle_6144 150 $Q72 $O --tokens 6144 --execution eager,graphed
-  queued olmoe_1b_7b_oracle_6144 180 $OL $O --tokens 6144 --execution eager,graphed
+  queued megatron l1_oracle_6144g 100 $L1 $O --tokens 6144 --execution graphed
+  queued megatron mistral_7b_oracle_3072g 90 $M7 $O --tokens 3072 --execution graphed
+  queued megatron mistral_7b_oracle_6144 150 $M7 $O --tokens 6144 --execution eager,graphed
+  queued megatron q72_oracle_1536g 80 $Q72 $O --tokens 1536 --execution graphed
+  queued megatron dsv3_megatron_rest 200 $DS --tokens 3072,6144 --execution eager,graphed
+  queued megatron q3vl_megatron_6144g 90 $Q3 --tokens 6144 --execution graphed
+  queued megatron olmoe_1b_7b_oracle_3072g 100 $OL $O --tokens 3072 --execution graphed
+  queued megatron q72_oracle_3072 150 $Q72 $O --tokens 3072 --execution eager,graphed
+  queued megatron q72_oracle_6144 150 $Q72 $O --tokens 6144 --execution eager,graphed
+  queued megatron olmoe_1b_7b_oracle_6144 180 $OL $O --tokens 6144 --execution eager,graphed
   # graphed alone, in a process of its own: after a count's eager oracle, Qwen2.5-72B's graphed one
   # ran out of memory; DeepSeek-V3's graphed 6144 did not fit the first bound
-  queued q72_oracle_3072g 120 $Q72 $O --tokens 3072 --execution graphed
-  queued q72_oracle_6144g 140 $Q72 $O --tokens 6144 --execution graphed
-  queued dsv3_megatron_6144g 150 $DS --tokens 6144 --execution graphed
+  queued megatron q72_oracle_3072g 120 $Q72 $O --tokens 3072 --execution graphed
+  queued megatron q72_oracle_6144g 140 $Q72 $O --tokens 6144 --execution graphed
+  queued megatron dsv3_megatron_6144g 150 $DS --tokens 6144 --execution graphed
   ls "$W"/*.done | wc -l | xargs echo "done of 13:"
+  ;;
+retune)  # the misses' remedy: thresholds from Megatron's own step, then judged where not swept
+  # A queue over calls, as rerun. Qwen2.5-72B (TP 1, 1 layer: its eager thresholds came from
+  # per-module TE timing) and Llama-3.2-1B (its step thresholds from the TE blocks' step) tuned
+  # by `gen-policy --backend step --step-trainer megatron`, each judged at 1536-12288 eager and
+  # graphed; then DeepSeek-V3's native row at eager 3072 again (1.09 x BF16 in rerun/).
+  MS="--backend step --step-trainer megatron --tp 1 --python python3"
+  queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
+    --tokens 1024,2048,4096 --out /tmp/dj/pol_q72 --reports-dir "$W/rep_q72"
+  [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && cp -r /tmp/dj/pol_q72 "$W/" && queued megatron q72_step_judge 240 \
+    /tmp/dj/pol_q72/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144 --execution eager,graphed
+  queued step l1_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/llama3_2_1b.yaml \
+    --out /tmp/dj/pol_l1 --reports-dir "$W/rep_l1"
+  [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && cp -r /tmp/dj/pol_l1 "$W/" && queued megatron l1_step_judge 300 \
+    /tmp/dj/pol_l1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+  queued megatron dsv3_native_3072 120 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+    --layers 2 --dense-layers 1 --tokens 3072 --execution eager
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
