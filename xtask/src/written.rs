@@ -269,7 +269,7 @@ fn judge_line(label: &str, trainer: &str, r: &Value, rerun: &str) -> Option<Stri
         |o| format!("{:.3}", num(o, "vs_bf16_median")),
     );
     Some(format!(
-        "| {label} | {}{via} | {}{rerun} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {oracle} | {:.3} |",
+        "| {label} | {}{via} | {}{rerun} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} | {oracle} | {} |",
         r["execution"].as_str().unwrap_or("?"),
         r["tokens"].as_u64().unwrap_or(0),
         m["fp8_groups"].as_array().map_or(0, Vec::len),
@@ -293,15 +293,25 @@ fn error_head(e: &str) -> String {
     format!("{cut}…")
 }
 
-/// The policy mode's median over the fastest of BF16, all-FP8 and (where the row searched one)
-/// the oracle: the issue's `/min`. Without an oracle it is the row's own `vs_best_of_bf16_fp8`.
-fn vs_min(modes: &Value, policy: &Value) -> f64 {
+/// The policy mode over the fastest of BF16, all-FP8 and (where the row searched one) the
+/// oracle: the issue's `/min`. Paired by round with its p10-p90 band where the judge wrote it
+/// (`vs_min_*`); from older results the unpaired ratio of medians, and without an oracle the
+/// row's own `vs_best_of_bf16_fp8`.
+fn vs_min(modes: &Value, policy: &Value) -> String {
+    if policy.get("vs_min_median").is_some() {
+        return format!(
+            "{:.3} ({:.3}-{:.3})",
+            num(policy, "vs_min_median"),
+            num(policy, "vs_min_p10"),
+            num(policy, "vs_min_p90")
+        );
+    }
     let Some(oracle) = modes.get("oracle") else {
-        return num(policy, "vs_best_of_bf16_fp8");
+        return format!("{:.3}", num(policy, "vs_best_of_bf16_fp8"));
     };
     let ms = |m: &Value| num(m, "ms_median");
     let best = ms(&modes["bf16"]).min(ms(&modes["fp8"])).min(ms(oracle));
-    ms(policy) / best
+    format!("{:.3}", ms(policy) / best)
 }
 
 #[cfg(test)]
@@ -415,5 +425,23 @@ mod tests {
                 && t.contains("2 layer(s) | graphed (Megatron, hook) | 3072 |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn judge_minimum_is_paired_with_its_band_where_the_judge_wrote_it() {
+        let v: Value = serde_json::from_str(
+            r#"{"model": "fixtures/models/l1.yaml", "tp": 1, "layers": 4, "trainer": "megatron", "results": [
+                  {"tokens": 1536, "execution": "eager", "modes": {
+                    "bf16": {"ms_median": 10.0, "vs_bf16_median": 1.0},
+                    "fp8": {"ms_median": 11.0, "vs_bf16_median": 1.1},
+                    "hook:p.json": {"ms_median": 9.9, "fp8_groups": [], "vs_bf16_median": 0.99, "vs_bf16_p10": 0.9,
+                                    "vs_bf16_p90": 1.1, "verdict_vs_bf16": "tie", "vs_best_of_bf16_fp8": 0.99,
+                                    "vs_min_of": "oracle", "vs_min_median": 1.08, "vs_min_p10": 1.02, "vs_min_p90": 1.15},
+                    "oracle": {"ms_median": 9.0, "vs_bf16_median": 0.9}}}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t = judge(&[("f.json".to_owned(), v)]);
+        // The paired median (1.08), not the ratio of medians (9.9 / 9.0 = 1.100).
+        assert!(t.contains("| 0.900 | 1.080 (1.020-1.150) |"), "{t}");
     }
 }

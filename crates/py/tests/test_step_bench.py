@@ -108,11 +108,16 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
     assert row["modes"]["oracle"]["fp8_groups"] == ["fc1"]
     assert row["modes"]["oracle"]["verdict_vs_bf16"] == "faster"
     assert row["modes"]["oracle"]["vs_best_of_bf16_fp8"] == pytest.approx(10.5 / 10.0)
+    # all-FP8 has the least median (10.0); the oracle against it per round: 1.056, 0.846, 1.05
+    assert row["modes"]["oracle"]["vs_min_of"] == "fp8"
+    assert row["modes"]["oracle"]["vs_min_median"] == pytest.approx(1.05)
+    assert row["modes"]["oracle"]["vs_min_p10"] < 0.9 < 1.05 < row["modes"]["oracle"]["vs_min_p90"]
     failed = {"tokens": 1024, "execution": "graphed", "error": "RuntimeError: capture failed"}
     out = {"model": "m", "tp": 8, "layers": 2, "execution": "eager", "steps": 10, "repeats": 3, "recipe": "r",
            "device": "d", "te_version": "t", "results": [row, failed]}
     md = sb.markdown(out)
     assert "| eager | 4096 | oracle | fc1 |" in md and md.count("\n") == 4 + 3 + 1
+    assert "| faster | 1.050 (0.846-1.056) of fp8 |" in md
     assert "| graphed | 1024 | - | - | - | - | error: RuntimeError: capture failed | - |" in md
 
 

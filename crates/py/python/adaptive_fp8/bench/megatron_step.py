@@ -204,15 +204,16 @@ def release_storage(params: list, buffers: list, optimizer_state: Optional[dict]
 
 
 def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]], execution: str = "eager") -> dict:
-    """One token count's row: every mode against the BF16 mode's paired rounds (the same table
-    fields as the TE-block judge)."""
-    from adaptive_fp8.bench.step_common import mode_stats
+    """One token count's row: every mode against the BF16 mode's paired rounds and against the
+    fastest of BF16, all-FP8 and the oracle (the same table fields as the TE-block judge)."""
+    from adaptive_fp8.bench.step_common import fastest_reference, mode_stats
 
     base = times["bf16"]
     best = min(statistics.median(base), statistics.median(times["fp8"]))
+    ref = fastest_reference(times)
     row: dict = {"tokens": tokens, "execution": execution, "modes": {}}
     for m, ts in times.items():
-        row["modes"][m] = mode_stats(ts, base, best, groups[m], baseline=m == "bf16")
+        row["modes"][m] = mode_stats(ts, base, best, groups[m], baseline=m == "bf16", fastest=(ref, times[ref]))
     return row
 
 

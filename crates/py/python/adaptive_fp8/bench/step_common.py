@@ -29,13 +29,24 @@ def verdict(ratios: list[float]) -> str:
     return "tie"
 
 
-def mode_stats(ts: list[float], base: list[float], best: float, fp8_groups: list[str], baseline: bool) -> dict:
+REFERENCES = ("bf16", "fp8", "oracle")
+
+
+def fastest_reference(times: dict[str, list[float]]) -> str:
+    """Of BF16, all-FP8 and (where the row searched one) the oracle, the mode with the smallest
+    median: the minimum a policy is judged against."""
+    return min((m for m in REFERENCES if m in times), key=lambda m: statistics.median(times[m]))
+
+
+def mode_stats(ts: list[float], base: list[float], best: float, fp8_groups: list[str], baseline: bool, fastest: tuple[str, list[float]] | None = None) -> dict:
     """One mode's table fields: its rounds `ts` against the BF16 rounds `base` (paired by round)
     and against `best`, the better of the BF16 and all-FP8 medians; `baseline` is the BF16 mode
-    itself, which gets no verdict."""
+    itself, which gets no verdict. With `fastest` (a reference mode's name and rounds, from
+    :func:`fastest_reference`), also against that mode paired by round: the band of the ratio to
+    the minimum, which unpaired medians of host-bound rounds cannot give."""
 
     paired = [t / b for t, b in zip(ts, base)]
-    return {
+    stats = {
         "fp8_groups": fp8_groups,
         "ms_median": statistics.median(ts),
         "ms_p10": quantile(ts, 0.1),
@@ -46,6 +57,11 @@ def mode_stats(ts: list[float], base: list[float], best: float, fp8_groups: list
         "verdict_vs_bf16": "-" if baseline else verdict(paired),
         "vs_best_of_bf16_fp8": statistics.median(ts) / best,
     }
+    if fastest is not None:
+        name, ref = fastest
+        vs = [t / r for t, r in zip(ts, ref)]
+        stats.update(vs_min_of=name, vs_min_median=statistics.median(vs), vs_min_p10=quantile(vs, 0.1), vs_min_p90=quantile(vs, 0.9))
+    return stats
 
 
 def policy_mode_name(path: str, all_paths: list[str]) -> str:
