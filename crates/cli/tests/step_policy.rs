@@ -155,6 +155,16 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
 /// `fp8sel gen-policy --backend step` for Llama-3.2-1B into `out`, the stand-in worker on the
 /// path; and the command line the worker got for the layout `tp`.
 fn gen_step(out: &Path, extra: &[&str], tp: u32) -> (std::process::Output, String) {
+    gen_step_with(out, extra, tp, "4096")
+}
+
+/// As `gen_step`, with the stand-in's eager FP8 from `eager_from` tokens.
+fn gen_step_with(
+    out: &Path,
+    extra: &[&str],
+    tp: u32,
+    eager_from: &str,
+) -> (std::process::Output, String) {
     let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
     let mut args = vec![
         "gen-policy",
@@ -169,6 +179,7 @@ fn gen_step(out: &Path, extra: &[&str], tp: u32) -> (std::process::Output, Strin
     let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())
         .env("PYTHONPATH", &fake)
+        .env("FAKE_STEP_EAGER_FROM", eager_from)
         .args(&args)
         .output()
         .unwrap();
@@ -236,5 +247,85 @@ fn gen_policy_backend_step_sweeps_every_layout_through_the_worker() {
             && argv.contains("--trainer megatron --layers 2 --oracle greedy")
             && argv.ends_with("trainer=\"megatron\""),
         "{argv}"
+    );
+}
+
+#[test]
+fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = ["--tp", "1", "--tokens", "1024,2048,4096,8192"];
+    // FP8 pays from 2800 eager: the sweep says 4096, the midpoint of (2048, 4096) says 2896.
+    let (o, _) = gen_step_with(dir.path(), &tokens, 1, "2800");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("refinement 1, eager at 2896"),
+        "{}",
+        err(&o)
+    );
+    let refined = dir
+        .path()
+        .join("reports/llama3_2_1b_tp1_ep1_etp1_refine1_eager_step.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&refined).unwrap()).unwrap();
+    let argv = r["argv"].to_string();
+    assert!(
+        argv.contains(r#""--tokens","2896","--execution","eager""#),
+        "{argv}"
+    );
+    let policy = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("llama3_2_1b.json")).unwrap()).unwrap()
+    };
+    let v = policy(dir.path());
+    let fc1 = &v["rules"]["layernorm_column"]["fc1"][0];
+    // Graphed is FP8 from the sweep's first count: nothing to refine there.
+    assert_eq!(
+        (
+            fc1["min_tokens"].as_u64(),
+            fc1["min_tokens_graphed"].as_u64()
+        ),
+        (Some(2896), Some(1024)),
+        "{v}"
+    );
+    assert!(
+        !dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_refine1_graphed_step.json")
+            .exists()
+    );
+    assert_eq!(
+        v["provenance"]["reports"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    // Two rounds bisect again, (2048, 2896) at 2432: BF16 there, so the threshold stays.
+    let two = tempfile::tempdir().unwrap();
+    let (o, _) = gen_step_with(
+        two.path(),
+        &[&tokens[..], &["--refine", "2"]].concat(),
+        1,
+        "2800",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("refinement 2, eager at 2432"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(
+        policy(two.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"],
+        2896
+    );
+    // --refine 0 is the sweep alone.
+    let none = tempfile::tempdir().unwrap();
+    let (o, _) = gen_step_with(
+        none.path(),
+        &[&tokens[..], &["--refine", "0"]].concat(),
+        1,
+        "2800",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!err(&o).contains("refinement"), "{}", err(&o));
+    assert_eq!(
+        policy(none.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"],
+        4096
     );
 }

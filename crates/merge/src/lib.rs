@@ -17,6 +17,7 @@ pub mod merge;
 pub mod numerics;
 pub mod options;
 mod reference;
+pub mod refine;
 pub mod sample;
 pub mod step;
 

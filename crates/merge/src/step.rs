@@ -261,7 +261,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
     // grouped key two layouts share (the same EP and ETP under two TP sizes) takes the larger
     // threshold, BF16 if either never held FP8.
     let mut per_exec: BTreeMap<Execution, BTreeMap<RuleKey, KeyThreshold>> = BTreeMap::new();
-    for r in runs {
+    for r in &joined(runs) {
         let into = per_exec.entry(r.execution).or_default();
         for (key, t) in thresholds(&r.counts, &r.groups) {
             match into.get_mut(&key) {
@@ -335,6 +335,23 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
     }));
     policy.set_provenance(prov);
     Ok(policy)
+}
+
+/// One sweep per layout and execution: the runs of one layout (their groups map to the same
+/// keys) and execution, from several files (a sweep and its refinements), with their counts
+/// together, so a threshold is read over every count the step was timed at.
+pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
+    let mut out: Vec<StepRun> = Vec::new();
+    for r in runs {
+        match out
+            .iter_mut()
+            .find(|o| o.execution == r.execution && o.groups == r.groups)
+        {
+            Some(o) => o.counts.extend(r.counts.iter().cloned()),
+            None => out.push(r.clone()),
+        }
+    }
+    out
 }
 
 fn policy_err(file: &Path, e: PolicyError) -> MergeError {

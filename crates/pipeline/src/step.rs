@@ -1,7 +1,8 @@
 //! `gen-policy --backend step`: the policy from the training step itself. For each model and
 //! layout, `python -m adaptive_fp8.bench.step_bench` sweeps the token counts in each execution asked
-//! for and finds the per-group oracle at every count; `fp8_merge::step` turns the verdicts into
-//! `min_tokens` (eager) and `min_tokens_graphed` (graphed).
+//! for and finds the per-group oracle at every count; `fp8_merge::refine` names the midpoints
+//! to time next, where a threshold falls between two swept counts, and `fp8_merge::step` turns
+//! the verdicts of every count into `min_tokens` (eager) and `min_tokens_graphed` (graphed).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,6 +26,9 @@ pub struct StepJob {
     pub trainer: String,
     /// Transformer layers per step.
     pub layers: u32,
+    /// Rounds of refinement: each times the midpoints `fp8_merge::refine` asks for, so a
+    /// threshold can land between the sweep's counts; 0 is the sweep alone.
+    pub refine: u32,
 }
 
 /// The worker's command line for one layout, writing `json`.
@@ -48,7 +52,7 @@ fn command(
         "--etp".to_owned(),
         p.etp.to_string(),
         "--tokens".to_owned(),
-        list(job.tokens.iter().map(u64::to_string).collect()),
+        list_counts(&job.tokens),
         "--execution".to_owned(),
         list(job.executions.iter().map(|e| e.name().to_owned()).collect()),
         "--grad-accum".to_owned(),
@@ -128,10 +132,39 @@ pub fn gen_policy_step(
                     .join(" and ")
             ));
             run_worker(&o.python, &args)?;
-            let text = fp8_io::read_to_string_limited(&json, fp8_merge::step::MAX_STEP_BYTES)
-                .map_err(|e| e.to_string())?;
-            runs.extend(fp8_merge::step::parse_results(&text, &json).map_err(|e| e.to_string())?);
+            let mut layout = read_runs(&json)?;
             outcome.reports.push(json);
+            for round in 1..=job.refine {
+                let asked = fp8_merge::refine::refinements(&layout);
+                if asked.is_empty() {
+                    break;
+                }
+                for (execution, counts) in asked {
+                    let json = reports_dir.join(format!(
+                        "{}_tp{}_ep{}_etp{}_refine{round}_{}_step.json",
+                        model.name,
+                        p.tp,
+                        p.ep,
+                        p.etp,
+                        execution.name()
+                    ));
+                    let more = StepJob {
+                        tokens: counts.into_iter().collect(),
+                        executions: vec![execution],
+                        ..job.clone()
+                    };
+                    say(&format!(
+                        "{} {p}: refinement {round}, {} at {}",
+                        model.name,
+                        execution.name(),
+                        list_counts(&more.tokens)
+                    ));
+                    run_worker(&o.python, &command(o, &more, config, p, &json))?;
+                    layout.extend(read_runs(&json)?);
+                    outcome.reports.push(json);
+                }
+            }
+            runs.extend(layout);
         }
         let policy = fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?;
         let name = if model.components.len() > 1 {
@@ -187,6 +220,20 @@ pub fn step_policies(dir: &Path, label: &Path) -> Result<crate::build::Files, St
     Ok(out)
 }
 
+fn read_runs(json: &Path) -> Result<Vec<fp8_merge::step::StepRun>, String> {
+    let text = fp8_io::read_to_string_limited(json, fp8_merge::step::MAX_STEP_BYTES)
+        .map_err(|e| e.to_string())?;
+    fp8_merge::step::parse_results(&text, json).map_err(|e| e.to_string())
+}
+
+fn list_counts(tokens: &[u64]) -> String {
+    tokens
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Runs `python args...`; the worker's progress goes to stderr, its tables are not needed (the
 /// results are in the JSON it writes).
 fn run_worker(python: &str, args: &[String]) -> Result<(), String> {
@@ -233,6 +280,7 @@ mod tests {
             grad_accum: 8,
             trainer: "te".into(),
             layers: 2,
+            refine: 1,
         };
         let a = command(
             &o,

@@ -111,6 +111,12 @@ pub struct Args {
     /// oracle candidate a model build; graphed in Megatron's own CUDA graphs).
     #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
     pub step_trainer: String,
+    /// --backend step: rounds of refinement. Each times, per execution, the geometric midpoint
+    /// (on the 16-token grid) of the two counts a key's threshold falls between, so a threshold
+    /// can land between the counts of a coarse sweep; about one count per round and execution.
+    /// 0: the sweep alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=4))]
+    pub refine: u32,
     /// --backend step: transformer layers per step.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub layers: u32,
@@ -185,6 +191,7 @@ pub fn run(args: &Args) -> CliResult {
             grad_accum: args.grad_accum,
             trainer: args.step_trainer.clone(),
             layers: args.layers,
+            refine: args.refine,
         };
         fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?

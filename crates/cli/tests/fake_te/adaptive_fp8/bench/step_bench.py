@@ -1,12 +1,13 @@
 """A stand-in for `python -m adaptive_fp8.bench.step_bench` in the `gen-policy --backend step` test (no
 torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
-step-time model in which FP8 pays from 4096 tokens eager and from 1024 graphed, and proj never
-eager. It records its command line in the results."""
+step-time model in which FP8 pays from 4096 tokens eager (FAKE_STEP_EAGER_FROM) and from 1024
+graphed, and proj never eager. It records its command line in the results."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -25,7 +26,7 @@ def main() -> int:
     rows = []
     for execution in a.execution.split(","):
         for t in (int(x) for x in a.tokens.split(",")):
-            start = 4096 if execution == "eager" else 1024
+            start = int(os.environ.get("FAKE_STEP_EAGER_FROM", "4096")) if execution == "eager" else 1024
             groups = [g for g in keys if t >= start and not (g == "proj" and execution == "eager")]
             rows.append({"tokens": t, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}})
     out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp, "trainer": a.trainer,

@@ -1,0 +1,152 @@
+//! Where a step sweep should be timed again: between the two swept counts a key's threshold
+//! falls between. A threshold from the step can only sit at a swept count, so a coarse sweep
+//! (powers of two) leaves a key BF16 up to twice the count at which FP8 started to pay. Timing
+//! the geometric midpoint of that interval and reading the thresholds over every count halves
+//! the gap (in log tokens) each round.
+//!
+//! Pure: the sweeps in, the counts to add out; the worker runs elsewhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fp8_policy::Execution;
+
+use crate::step::{StepRun, joined, thresholds};
+
+/// TE's blockwise FP8 asks for token counts that are multiples of 16.
+const ALIGN: u64 = 16;
+
+/// The counts to add to each execution's sweep: for every key whose threshold lies above a
+/// BF16 verdict, the midpoint of the two counts it lies between, where it is a new count.
+/// A key FP8 from the smallest swept count, or never, adds nothing (the sweep's ends are the
+/// user's choice).
+pub fn refinements(runs: &[StepRun]) -> BTreeMap<Execution, BTreeSet<u64>> {
+    let mut out: BTreeMap<Execution, BTreeSet<u64>> = BTreeMap::new();
+    for run in joined(runs) {
+        let swept: BTreeSet<u64> = run.counts.iter().map(|c| c.tokens).collect();
+        for t in thresholds(&run.counts, &run.groups).into_values() {
+            let from = t.verdicts.iter().rposition(|(_, fp8)| !fp8).map(|i| i + 1);
+            let Some(from) = from.filter(|&i| i < t.verdicts.len()) else {
+                continue;
+            };
+            let (below, at) = (t.verdicts[from - 1].0, t.verdicts[from].0);
+            if let Some(m) = midpoint(below, at).filter(|m| !swept.contains(m)) {
+                out.entry(run.execution).or_default().insert(m);
+            }
+        }
+    }
+    out
+}
+
+/// The geometric midpoint of `lo` and `hi` on the 16-token grid, strictly between them; `None`
+/// where the grid has no count there.
+pub fn midpoint(lo: u64, hi: u64) -> Option<u64> {
+    // Token counts are far below 2^52: the float round trip is exact on the grid.
+    let m = (((lo as f64) * (hi as f64)).sqrt() / ALIGN as f64).round() as u64 * ALIGN;
+    (m > lo && m < hi).then_some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::{GroupKey, StepCount};
+    use fp8_policy::{DenseKind, RuleKey};
+    use std::path::PathBuf;
+
+    fn key(ub: &str) -> RuleKey {
+        RuleKey::Dense {
+            kind: DenseKind::Row,
+            ub_name: ub.to_owned(),
+            tp: 1,
+        }
+    }
+
+    /// One execution's sweep in which each group is FP8 from its own count.
+    fn run(execution: Execution, counts: &[u64], from: &[(&str, u64)]) -> StepRun {
+        StepRun {
+            file: PathBuf::from("s.json"),
+            execution,
+            counts: counts
+                .iter()
+                .map(|&t| StepCount {
+                    tokens: t,
+                    fp8_groups: from
+                        .iter()
+                        .filter(|(_, f)| t >= *f)
+                        .map(|(g, _)| (*g).to_owned())
+                        .collect(),
+                })
+                .collect(),
+            groups: from
+                .iter()
+                .map(|(g, _)| GroupKey {
+                    group: (*g).to_owned(),
+                    key: key(g),
+                    scale: 1,
+                })
+                .collect(),
+            model: "m".into(),
+            component: "llm".into(),
+            device: "d".into(),
+            recipe: "blockwise".into(),
+            info: serde_json::Value::Null,
+        }
+    }
+
+    const SWEEP: [u64; 5] = [1024, 2048, 4096, 8192, 16384];
+
+    #[test]
+    fn midpoints_are_geometric_on_the_16_token_grid() {
+        assert_eq!(midpoint(2048, 4096), Some(2896));
+        assert_eq!(midpoint(1024, 2048), Some(1456));
+        assert_eq!(midpoint(16, 32), None);
+        assert_eq!(midpoint(16, 48), Some(32));
+        for (lo, hi) in [(1024, 2048), (2896, 4096), (100, 10_000)] {
+            let m = midpoint(lo, hi).unwrap_or_else(|| panic!("{lo} {hi}"));
+            assert!(m.is_multiple_of(16) && lo < m && m < hi);
+        }
+    }
+
+    #[test]
+    fn each_threshold_above_a_bf16_count_asks_for_its_midpoint() {
+        let eager = run(
+            Execution::Eager,
+            &SWEEP,
+            &[
+                ("fc1", 4096),
+                ("fc2", 4096),
+                ("proj", 1 << 40),
+                ("qkv", 512),
+            ],
+        );
+        let graphed = run(Execution::Graphed, &SWEEP, &[("fc1", 2000), ("fc2", 8192)]);
+        let r = refinements(&[eager, graphed]);
+        // fc1 and fc2 share an interval; proj never FP8 and qkv FP8 from the first count add
+        // nothing.
+        assert_eq!(r[&Execution::Eager], BTreeSet::from([2896]));
+        assert_eq!(r[&Execution::Graphed], BTreeSet::from([1456, 5792]));
+    }
+
+    #[test]
+    fn a_refined_sweep_reads_its_thresholds_over_every_count() {
+        let first = run(Execution::Eager, &SWEEP, &[("fc1", 2800)]);
+        assert_eq!(
+            refinements(std::slice::from_ref(&first))[&Execution::Eager],
+            BTreeSet::from([2896])
+        );
+        let again = run(Execution::Eager, &[2896], &[("fc1", 2800)]);
+        let both = [first, again];
+        let t = thresholds(&joined(&both)[0].counts, &joined(&both)[0].groups);
+        assert_eq!(t[&key("fc1")].min_tokens, Some(2896));
+        // The next round bisects (2048, 2896); a count already timed is not asked for again.
+        assert_eq!(
+            refinements(&both)[&Execution::Eager],
+            BTreeSet::from([2432])
+        );
+        let policy = crate::step::step_policy(&both).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            policy.to_json().contains("\"min_tokens\": 2896"),
+            "{}",
+            policy.to_json()
+        );
+    }
+}
