@@ -149,4 +149,27 @@ mod tests {
             policy.to_json()
         );
     }
+
+    #[test]
+    fn only_runs_of_the_same_step_are_one_sweep() {
+        let with = |info: serde_json::Value, file: &str| StepRun {
+            info,
+            file: PathBuf::from(file),
+            ..run(Execution::Eager, &[2896], &[("fc1", 2800)])
+        };
+        let a = with(
+            serde_json::json!({"trainer": "te", "layers": 2, "file": "a.json"}),
+            "a.json",
+        );
+        let b = with(
+            serde_json::json!({"trainer": "te", "layers": 2, "file": "b.json"}),
+            "b.json",
+        );
+        let c = with(
+            serde_json::json!({"trainer": "megatron", "layers": 2, "file": "c.json"}),
+            "c.json",
+        );
+        assert_eq!(joined(&[a.clone(), b]).len(), 1);
+        assert_eq!(joined(&[a, c]).len(), 2);
+    }
 }

@@ -338,14 +338,22 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
 }
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
-/// keys) and execution, from several files (a sweep and its refinements), with their counts
-/// together, so a threshold is read over every count the step was timed at.
+/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file),
+/// from several files (a sweep and its refinements), with their counts together, so a
+/// threshold is read over every count the step was timed at.
 pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
+    let step = |r: &StepRun| {
+        let mut info = r.info.clone();
+        if let Some(m) = info.as_object_mut() {
+            m.remove("file");
+        }
+        info
+    };
     let mut out: Vec<StepRun> = Vec::new();
     for r in runs {
         match out
             .iter_mut()
-            .find(|o| o.execution == r.execution && o.groups == r.groups)
+            .find(|o| o.execution == r.execution && o.groups == r.groups && step(o) == step(r))
         {
             Some(o) => o.counts.extend(r.counts.iter().cloned()),
             None => out.push(r.clone()),
