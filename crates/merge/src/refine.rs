@@ -172,4 +172,34 @@ mod tests {
         assert_eq!(joined(&[a.clone(), b]).len(), 1);
         assert_eq!(joined(&[a, c]).len(), 2);
     }
+
+    proptest::proptest! {
+        /// With FP8 paying from `crossover` up (a monotone step), refinement never asks for a
+        /// count already timed, and each round's threshold is FP8-true, no higher than the
+        /// sweep's, and never below the crossover.
+        #[test]
+        fn refinement_only_tightens_a_monotone_threshold(crossover in 600u64..20_000, rounds in 1usize..4) {
+            let sweep = [1024, 2048, 4096, 8192, 16384];
+            let mut runs = vec![run(Execution::Graphed, &sweep, &[("fc1", crossover)])];
+            let threshold = |runs: &[StepRun]| {
+                let j = joined(runs);
+                thresholds(&j[0].counts, &j[0].groups)[&key("fc1")].min_tokens
+            };
+            let first = threshold(&runs);
+            for _ in 0..rounds {
+                let asked = refinements(&runs);
+                let timed: BTreeSet<u64> = joined(&runs)[0].counts.iter().map(|c| c.tokens).collect();
+                let Some(counts) = asked.get(&Execution::Graphed) else { break };
+                proptest::prop_assert!(counts.iter().all(|c| !timed.contains(c) && c.is_multiple_of(16)));
+                let counts: Vec<u64> = counts.iter().copied().collect();
+                runs.push(run(Execution::Graphed, &counts, &[("fc1", crossover)]));
+                let now = threshold(&runs);
+                // A sweep FP8 nowhere asks for nothing, so `first` is a threshold here.
+                let (Some(f), Some(t)) = (first, now) else {
+                    return Err(proptest::test_runner::TestCaseError::fail(format!("{first:?} -> {now:?}")));
+                };
+                proptest::prop_assert!(crossover <= t && t <= f, "{crossover}: {f} -> {t}");
+            }
+        }
+    }
 }
