@@ -367,9 +367,9 @@ mod tests {
         assert_eq!(error_head(&long).chars().count(), 100);
     }
 
-    #[test]
-    fn judge_minimum_includes_the_oracle_where_the_row_searched_one() {
-        let v: Value = serde_json::from_str(
+    /// A Megatron judge's results with one row that searched the oracle (9.0 ms, the fastest).
+    fn oracle_results() -> Value {
+        serde_json::from_str(
             r#"{"model": "fixtures/models/l1.yaml", "tp": 1, "layers": 4, "trainer": "megatron", "results": [
                   {"tokens": 1536, "execution": "eager", "modes": {
                     "bf16": {"ms_median": 10.0, "vs_bf16_median": 1.0},
@@ -378,7 +378,12 @@ mod tests {
                                     "vs_bf16_p90": 1.1, "verdict_vs_bf16": "tie", "vs_best_of_bf16_fp8": 0.99},
                     "oracle": {"ms_median": 9.0, "vs_bf16_median": 0.9}}}]}"#,
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn judge_minimum_includes_the_oracle_where_the_row_searched_one() {
+        let v = oracle_results();
         let t = judge(&[("f.json".to_owned(), v)]);
         // 9.9 ms over the oracle's 9.0, not over BF16's 10.0: a miss the BF16/FP8 minimum hides.
         assert!(t.contains("| tie | 1.100 | 0.900 | 1.100 |"), "{t}");
@@ -429,17 +434,16 @@ mod tests {
 
     #[test]
     fn judge_minimum_is_paired_with_its_band_where_the_judge_wrote_it() {
-        let v: Value = serde_json::from_str(
-            r#"{"model": "fixtures/models/l1.yaml", "tp": 1, "layers": 4, "trainer": "megatron", "results": [
-                  {"tokens": 1536, "execution": "eager", "modes": {
-                    "bf16": {"ms_median": 10.0, "vs_bf16_median": 1.0},
-                    "fp8": {"ms_median": 11.0, "vs_bf16_median": 1.1},
-                    "hook:p.json": {"ms_median": 9.9, "fp8_groups": [], "vs_bf16_median": 0.99, "vs_bf16_p10": 0.9,
-                                    "vs_bf16_p90": 1.1, "verdict_vs_bf16": "tie", "vs_best_of_bf16_fp8": 0.99,
-                                    "vs_min_of": "oracle", "vs_min_median": 1.08, "vs_min_p10": 1.02, "vs_min_p90": 1.15},
-                    "oracle": {"ms_median": 9.0, "vs_bf16_median": 0.9}}}]}"#,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut v = oracle_results();
+        let hook = &mut v["results"][0]["modes"]["hook:p.json"];
+        for (k, x) in [
+            ("vs_min_of", Value::from("oracle")),
+            ("vs_min_median", Value::from(1.08)),
+            ("vs_min_p10", Value::from(1.02)),
+            ("vs_min_p90", Value::from(1.15)),
+        ] {
+            hook[k] = x;
+        }
         let t = judge(&[("f.json".to_owned(), v)]);
         // The paired median (1.08), not the ratio of medians (9.9 / 9.0 = 1.100).
         assert!(t.contains("| 0.900 | 1.080 (1.020-1.150) |"), "{t}");

@@ -296,36 +296,29 @@ fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
         Some(2),
         "{v}"
     );
+    // The stderr and fc1's eager threshold after `rounds` rounds.
+    let after = |rounds: &str| {
+        let d = tempfile::tempdir().unwrap();
+        let (o, _) = gen_step_with(
+            d.path(),
+            &[&tokens[..], &["--refine", rounds]].concat(),
+            1,
+            "2800",
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let fc1 = policy(d.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"].as_u64();
+        (err(&o), fc1)
+    };
     // Two rounds bisect again, (2048, 2896) at 2432: BF16 there, so the threshold stays.
-    let two = tempfile::tempdir().unwrap();
-    let (o, _) = gen_step_with(
-        two.path(),
-        &[&tokens[..], &["--refine", "2"]].concat(),
-        1,
-        "2800",
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let (e, fc1) = after("2");
     assert!(
-        err(&o).contains("refinement 2, eager at 2432"),
-        "{}",
-        err(&o)
-    );
-    assert_eq!(
-        policy(two.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"],
-        2896
+        e.contains("refinement 2, eager at 2432") && fc1 == Some(2896),
+        "{fc1:?} {e}"
     );
     // --refine 0 is the sweep alone.
-    let none = tempfile::tempdir().unwrap();
-    let (o, _) = gen_step_with(
-        none.path(),
-        &[&tokens[..], &["--refine", "0"]].concat(),
-        1,
-        "2800",
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert!(!err(&o).contains("refinement"), "{}", err(&o));
-    assert_eq!(
-        policy(none.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"],
-        4096
+    let (e, fc1) = after("0");
+    assert!(
+        !e.contains("refinement") && fc1 == Some(4096),
+        "{fc1:?} {e}"
     );
 }
