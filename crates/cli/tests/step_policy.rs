@@ -155,15 +155,16 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
 /// `fp8sel gen-policy --backend step` for Llama-3.2-1B into `out`, the stand-in worker on the
 /// path; and the command line the worker got for the layout `tp`.
 fn gen_step(out: &Path, extra: &[&str], tp: u32) -> (std::process::Output, String) {
-    gen_step_with(out, extra, tp, "4096")
+    gen_step_with(out, extra, tp, &[])
 }
 
-/// As `gen_step`, with the stand-in's eager FP8 from `eager_from` tokens.
+/// As `gen_step`, with the stand-in's settings in `env` (`FAKE_STEP_EAGER_FROM`: eager FP8 from
+/// that count; `FAKE_STEP_FAIL_TOKENS`: fail when asked for exactly those counts).
 fn gen_step_with(
     out: &Path,
     extra: &[&str],
     tp: u32,
-    eager_from: &str,
+    env: &[(&str, &str)],
 ) -> (std::process::Output, String) {
     let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
     let mut args = vec![
@@ -179,7 +180,7 @@ fn gen_step_with(
     let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())
         .env("PYTHONPATH", &fake)
-        .env("FAKE_STEP_EAGER_FROM", eager_from)
+        .envs(env.iter().copied())
         .args(&args)
         .output()
         .unwrap();
@@ -255,7 +256,7 @@ fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = ["--tp", "1", "--tokens", "1024,2048,4096,8192"];
     // FP8 pays from 2800 eager: the sweep says 4096, the midpoint of (2048, 4096) says 2896.
-    let (o, _) = gen_step_with(dir.path(), &tokens, 1, "2800");
+    let (o, _) = gen_step_with(dir.path(), &tokens, 1, &[("FAKE_STEP_EAGER_FROM", "2800")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
         err(&o).contains("refinement 1, eager at 2896"),
@@ -303,7 +304,7 @@ fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
             d.path(),
             &[&tokens[..], &["--refine", rounds]].concat(),
             1,
-            "2800",
+            &[("FAKE_STEP_EAGER_FROM", "2800")],
         );
         assert_eq!(o.status.code(), Some(0), "{}", err(&o));
         let fc1 = policy(d.path())["rules"]["layernorm_column"]["fc1"][0]["min_tokens"].as_u64();
@@ -320,5 +321,41 @@ fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
     assert!(
         !e.contains("refinement") && fc1 == Some(4096),
         "{fc1:?} {e}"
+    );
+}
+
+#[test]
+fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("FAKE_STEP_EAGER_FROM", "2800"),
+        ("FAKE_STEP_FAIL_TOKENS", "2896"),
+    ];
+    let (o, _) = gen_step_with(
+        dir.path(),
+        &["--tp", "1", "--tokens", "1024,2048,4096,8192"],
+        1,
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains(
+            "refinement 1 (eager) failed, the thresholds keep the counts timed before it"
+        ),
+        "{}",
+        err(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        v["rules"]["layernorm_column"]["fc1"][0]["min_tokens"], 4096,
+        "{v}"
+    );
+    assert_eq!(
+        v["provenance"]["reports"].as_array().map(Vec::len),
+        Some(1),
+        "{v}"
     );
 }

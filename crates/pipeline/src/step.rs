@@ -159,9 +159,21 @@ pub fn gen_policy_step(
                         execution.name(),
                         list_counts(&more.tokens)
                     ));
-                    run_worker(&o.python, &command(o, &more, config, p, &json))?;
-                    layout.extend(read_runs(&json)?);
-                    outcome.reports.push(json);
+                    // A refinement only sharpens the sweep's thresholds: its failure keeps them.
+                    match run_worker(&o.python, &command(o, &more, config, p, &json))
+                        .and_then(|()| read_runs(&json))
+                    {
+                        Ok(more) => {
+                            layout.extend(more);
+                            outcome.reports.push(json);
+                        }
+                        Err(e) => outcome.notes.push(format!(
+                            "{} {p}: refinement {round} ({}) failed, the thresholds keep the \
+                             counts timed before it: {e}",
+                            model.name,
+                            execution.name()
+                        )),
+                    }
                 }
             }
             runs.extend(layout);

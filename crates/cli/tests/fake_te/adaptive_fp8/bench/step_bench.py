@@ -1,7 +1,8 @@
 """A stand-in for `python -m adaptive_fp8.bench.step_bench` in the `gen-policy --backend step` test (no
 torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
 step-time model in which FP8 pays from 4096 tokens eager (FAKE_STEP_EAGER_FROM) and from 1024
-graphed, and proj never eager. It records its command line in the results."""
+graphed, and proj never eager; it fails where --tokens is FAKE_STEP_FAIL_TOKENS. It records its
+command line in the results."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ def main() -> int:
                  "--grad-accum", "--trainer", "--layers", "--oracle", "--recipe", "--json"):
         ap.add_argument(flag)
     a = ap.parse_args()
+    if a.tokens == os.environ.get("FAKE_STEP_FAIL_TOKENS"):
+        print(f"stand-in step_bench: failing at {a.tokens} as asked", file=sys.stderr)
+        return 1
     if a.oracle != "greedy":
         print("stand-in step_bench: the thresholds need --oracle greedy", file=sys.stderr)
         return 2
