@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fp8_policy::Execution;
 
-use crate::step::{StepRun, joined, thresholds};
+use crate::step::{StepRun, fp8_from, joined, thresholds};
 
 /// TE's blockwise FP8 asks for token counts that are multiples of 16.
 const ALIGN: u64 = 16;
@@ -24,8 +24,8 @@ pub fn refinements(runs: &[StepRun]) -> BTreeMap<Execution, BTreeSet<u64>> {
     for run in joined(runs) {
         let swept: BTreeSet<u64> = run.counts.iter().map(|c| c.tokens).collect();
         for t in thresholds(&run.counts, &run.groups).into_values() {
-            let from = t.verdicts.iter().rposition(|(_, fp8)| !fp8).map(|i| i + 1);
-            let Some(from) = from.filter(|&i| i < t.verdicts.len()) else {
+            // FP8 from the first count (nothing below to bisect) or never: nothing to ask for.
+            let Some(from) = fp8_from(&t.verdicts).filter(|&i| i > 0) else {
                 continue;
             };
             let (below, at) = (t.verdicts[from - 1].0, t.verdicts[from].0);

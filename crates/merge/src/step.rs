@@ -67,11 +67,7 @@ pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey
                 .iter()
                 .map(|c| (c.tokens, members.iter().all(|g| c.fp8_groups.contains(*g))))
                 .collect();
-            let from = verdicts
-                .iter()
-                .rposition(|(_, fp8)| !fp8)
-                .map_or(0, |last_bf16| last_bf16 + 1);
-            let min_tokens = verdicts.get(from).map(|(t, _)| t.saturating_mul(scale));
+            let min_tokens = fp8_from(&verdicts).map(|i| verdicts[i].0.saturating_mul(scale));
             let threshold = KeyThreshold {
                 min_tokens,
                 verdicts,
@@ -80,6 +76,16 @@ pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey
             (key.clone(), threshold)
         })
         .collect()
+}
+
+/// The index of the first verdict from which every verdict is FP8 (ascending counts); `None`
+/// where the largest count is BF16.
+pub fn fp8_from(verdicts: &[(u64, bool)]) -> Option<usize> {
+    let from = verdicts
+        .iter()
+        .rposition(|(_, fp8)| !fp8)
+        .map_or(0, |last_bf16| last_bf16 + 1);
+    (from < verdicts.len()).then_some(from)
 }
 
 /// Largest step-results file read (a sweep's JSON is tens of KiB).
