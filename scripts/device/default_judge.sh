@@ -32,7 +32,8 @@
 #   OT=<seconds> bounds each oracle-phase run (default 275).
 #   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
 #            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
-#   retune:  `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
+#   retune:  DeepSeek-V3's native row at eager 3072 with and without FP8 weights, then
+#            `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
 #            Llama-3.2-1B, each policy then judged at the unswept counts; a queue as rerun.
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -206,8 +207,13 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # A queue over calls, as rerun. Qwen2.5-72B (TP 1, 1 layer: its eager thresholds came from
   # per-module TE timing) and Llama-3.2-1B (its step thresholds from the TE blocks' step) tuned
   # by `gen-policy --backend step --step-trainer megatron`, each judged at 1536-12288 eager and
-  # graphed; then DeepSeek-V3's native row at eager 3072 again (1.09 x BF16 in rerun/).
+  # graphed.
   MS="--backend step --step-trainer megatron --tp 1 --python python3"
+  # First the cheap check of the native rows' cause: with FP8 weights Megatron 0.19 gives the
+  # native config's BF16 modules FP8 weights too (POLICY.md); without them native = hook.
+  D3="--model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 3072 --execution eager"
+  queued megatron dsv3_native_3072 120 policies/deepseek_v3.json $D3
+  queued megatron dsv3_native_3072_bf16w 120 policies/deepseek_v3.json $D3 --no-fp8-param
   queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
     --tokens 1024,2048,4096 --out /tmp/dj/pol_q72 --reports-dir "$W/rep_q72"
   [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && cp -r /tmp/dj/pol_q72 "$W/" && queued megatron q72_step_judge 240 \
@@ -216,9 +222,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
     --out /tmp/dj/pol_l1 --reports-dir "$W/rep_l1"
   [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && cp -r /tmp/dj/pol_l1 "$W/" && queued megatron l1_step_judge 300 \
     /tmp/dj/pol_l1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
-  queued megatron dsv3_native_3072 120 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-    --layers 2 --dense-layers 1 --tokens 3072 --execution eager
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

@@ -245,18 +245,66 @@ impl NativeConfig {
                 format!("--te-precision-config-file {file}"),
                 "and no --fp8-format: the FP8 modules enter FP8 themselves (override_nonquantized_autocast), the BF16 modules cost nothing".to_owned(),
             ],
-            (Region::Fp8, _) => vec![
-                format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
-                "the global FP8 region is needed: routed experts run FP8, and Megatron pads their token counts only with --fp8-format set".to_owned(),
-                "with --fp8-param-gather Megatron builds every layer's weights in FP8 before it reads this file (the BF16 modules too); the hook (adaptive_fp8.megatron.enable) builds BF16 modules with BF16 weights".to_owned(),
-            ],
+            (Region::Fp8, _) => {
+                let mut flags = vec![
+                    format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
+                    "the global FP8 region is needed: routed experts run FP8, and Megatron pads their token counts only with --fp8-format set".to_owned(),
+                ];
+                if self.has_bf16_group() {
+                    flags.push("without --fp8-param-gather: megatron-core 0.19 builds every module's weights in FP8 before this file reaches it (modules get their names after construction), so the BF16 modules would dequantize their weights in every forward; to keep FP8 weights, decide modules with the hook (adaptive_fp8.megatron.enable), which builds BF16 modules with BF16 weights".to_owned());
+                }
+                flags
+            }
         }
+    }
+
+    /// Whether a planned module group (not the catch-all) runs BF16.
+    fn has_bf16_group(&self) -> bool {
+        self.matchers.iter().any(|m| !m.fp8 && m.instances > 0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(region: Region, fp8: &[bool]) -> NativeConfig {
+        let mut matchers: Vec<Matcher> = fp8
+            .iter()
+            .enumerate()
+            .map(|(i, &fp8)| Matcher {
+                name: format!("m{i}"),
+                pattern: format!("decoder.layers.*.m{i}"),
+                fp8,
+                reason: String::new(),
+                instances: 2,
+            })
+            .collect();
+        matchers.push(Matcher {
+            name: "default".to_owned(),
+            pattern: "*".to_owned(),
+            fp8: false,
+            reason: String::new(),
+            instances: 0,
+        });
+        NativeConfig {
+            header: vec![],
+            matchers,
+            region,
+            fp8_instances: 2 * fp8.iter().filter(|f| **f).count() as u64,
+            recipe: Recipe::Blockwise,
+            format: Format::E4m3,
+        }
+    }
+
+    #[test]
+    fn fp8_weights_are_advised_against_only_where_a_bf16_group_would_hold_them() {
+        let said = |c: NativeConfig| c.launch_flags("f.yaml").join("\n");
+        assert!(said(config(Region::Fp8, &[true, false])).contains("without --fp8-param-gather"));
+        // Every planned group FP8 (the catch-all matches nothing planned): FP8 weights cost nothing.
+        assert!(!said(config(Region::Fp8, &[true, true])).contains("--fp8-param-gather"));
+        assert!(!said(config(Region::Bf16, &[true, false])).contains("--fp8-param-gather"));
+    }
 
     #[test]
     fn patterns_put_a_star_where_the_layer_index_goes() {

@@ -191,6 +191,24 @@ def test_native_config_on_a_transformer_config(stand_ins, tmp_path):
         af8m.apply_te_precision_config(config(tmp_path, fp8_recipe="delayed"))
 
 
+def test_native_fp8_region_with_fp8_weights_names_the_bf16_modules(stand_ins, tmp_path):
+    # qkv BF16 at every count, routed experts FP8 at 4096 x 2: the FP8 region with a BF16 group.
+    c = moe(tmp_path)
+    pol = json.loads(json.dumps(POLICY))
+    pol["rules"]["layernorm_column"]["qkv"][0]["min_tokens"] = 1 << 30
+    (tmp_path / "qkv_bf16.json").write_text(json.dumps(pol))
+    c.fp8_dynamic_policy_path = str(tmp_path / "qkv_bf16.json")
+    with pytest.warns(UserWarning, match="dequantize"):
+        n = af8m.apply_te_precision_config(c)
+    assert n.region == "fp8" and len(n.notes) == 1
+    assert "self_attention_linear_qkv" in n.notes[0] and "adaptive_fp8.megatron.enable" in n.notes[0]
+    assert "note: config.fp8_param" in str(n)
+    # Without FP8 weights, or with no BF16 group in the region, there is nothing to say.
+    c.fp8_param = False
+    assert af8m.apply_te_precision_config(c).notes == []
+    assert af8m.apply_te_precision_config(moe(tmp_path)).notes == []
+
+
 def test_megatron_fields_read_a_transformer_config(tmp_path):
     c = moe(tmp_path, multi_latent_attention=False, mtp_num_layers=None)
     f = af8m.megatron_fields(c)

@@ -92,6 +92,8 @@ def test_regions_follow_the_experts(root):
     # DeepSeek-V3 at TP 8 EP 64, 4096 tokens: routed experts run FP8 -> the global FP8 region.
     e = af8m.native_export(root / "fixtures/models/deepseek_v3.yaml", root / "policies/deepseek_v3.json", tp=8, ep=64, etp=1, seq_length=4096)
     assert e["region"] == "fp8" and e["fp8_instances"] > 0
+    # Its BF16 groups would hold FP8 weights under --fp8-param-gather (Megatron 0.19 builds them so).
+    assert any("without --fp8-param-gather" in line for line in e["launch"])
     # Llama-3.2-1B at 256 tokens: nothing runs FP8 -> the BF16 model, launched without --fp8-format.
     e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=256)
     assert e["region"] == "bf16" and e["fp8_instances"] == 0

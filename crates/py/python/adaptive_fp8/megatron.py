@@ -471,7 +471,10 @@ def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
     ``fp8_dynamic_num_tokens``, ``fp8_recipe`` and ``fp8``. Call it before the model is built.
     When the plan's launch region is BF16 (no routed expert in FP8), ``config.fp8`` is cleared:
     BF16 modules then cost nothing and FP8 modules enter FP8 themselves. ``region`` forces
-    ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused)."""
+    ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused).
+    In the FP8 region with ``config.fp8_param``, Megatron builds the BF16 modules with FP8
+    weights, which they dequantize every forward: a warning and a note say so (the hook has
+    no such cost)."""
     from megatron.core.quantization.quant_config import RecipeConfig
 
     policy = load_policy(config)
@@ -498,8 +501,32 @@ def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
             else "FP8 modules enter FP8 themselves (override_nonquantized_autocast)"
         )
         notes = _clear_fp8(config, why)
+    elif getattr(config, "fp8_param", False):
+        notes = _fp8_weights_in_bf16_modules(out["config"])
+        for n in notes:
+            _say_once(n)
     config.quant_recipe = RecipeConfig.from_config_dict(out["config"])
     return NativePlan(out["region"], out["fp8_instances"], out["config"], notes)
+
+
+def _fp8_weights_in_bf16_modules(native: dict) -> list[str]:
+    """What ``config.fp8_param`` costs the native config in the FP8 region: megatron-core 0.19
+    names its modules only after building them (``GPTModel`` hands each its per-module config
+    in ``finish_init``), so the config reaches every module's forward but not its construction,
+    and under the layers' FP8 weight init every module is built with FP8 weights. A module the
+    config runs BF16 then dequantizes its weights in every forward (TE warns "quantized weights
+    without quantized compute"); NVIDIA/Megatron-LM#7376 names modules during construction.
+    The hook builds BF16 modules with BF16 weights."""
+    bf16 = [n for n, m in native["matchers"].items() if n != "default" and m["config"] == "bf16"]
+    if not bf16:
+        return []
+    return [
+        f"config.fp8_param (--fp8-param-gather) with the native per-module config: megatron-core "
+        f"builds every TE module's weights in FP8 before the config reaches it, so the "
+        f"{len(bf16)} BF16 module group(s) ({', '.join(bf16)}) hold FP8 weights and dequantize "
+        f"them in every forward; fix: decide the modules with adaptive_fp8.megatron.enable "
+        f"(BF16 modules get BF16 weights), or train without fp8_param"
+    ]
 
 
 def _predict_region(config: Any, policy: Optional[Policy]) -> tuple[str, Optional[int], str]:
