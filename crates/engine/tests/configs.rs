@@ -275,6 +275,93 @@ fn hf_errors() {
     );
 }
 
+/// The LLM arch of one HF config.
+fn hf_llm(json: &str) -> fp8_engine::model::Arch {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "config.json", json);
+    load_model(&p).unwrap().components[0].arch.clone()
+}
+
+#[test]
+fn more_hf_families_read_as_their_layouts() {
+    // OLMoE: num_experts, and the experts use intermediate_size.
+    let a = hf_llm(
+        r#"{"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "num_experts": 64, "num_experts_per_tok": 8}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(
+        (moe.num_experts, moe.moe_ffn_hidden_size, moe.router_topk),
+        (64, 1024, 8)
+    );
+    assert_eq!(
+        (moe.dense_layers, moe.shared_expert_ffn_hidden_size),
+        (0, None)
+    );
+    // GLM-4.5: DeepSeek's experts (shared = n_shared x moe size, first dense layers), GQA
+    // attention with its own head_dim, no MLA.
+    let a = hf_llm(
+        r#"{"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "num_hidden_layers": 92, "num_attention_heads": 96,
+        "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 160,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert!(a.mla.is_none());
+    assert_eq!(
+        (a.head_dim, a.num_query_groups, a.ffn_hidden_size),
+        (128, 8, 12288)
+    );
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.shared_expert_ffn_hidden_size,
+            moe.dense_layers
+        ),
+        (160, 1536, Some(1536), 3)
+    );
+    // Gemma 2: hidden_activation (GeGLU, gated), head_dim wider than hidden / heads.
+    let a = hf_llm(
+        r#"{"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+        "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh"}"#,
+    );
+    assert!(a.gated_mlp && a.moe.is_none());
+    assert_eq!((a.head_dim, a.num_attention_heads), (256, 16));
+    // Granite MoE: Mixtral's fields.
+    let a = hf_llm(
+        r#"{"model_type": "granitemoe", "hidden_size": 1024, "intermediate_size": 512,
+        "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "num_local_experts": 32, "num_experts_per_tok": 8}"#,
+    );
+    assert_eq!(a.moe.unwrap().num_experts, 32);
+    // Gemma 3 (VLM): the LLM from text_config, the SigLIP ViT (ungated) from vision_config.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh"},
+        "vision_config": {"hidden_size": 1152, "intermediate_size": 4304,
+        "num_hidden_layers": 27, "num_attention_heads": 16}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    assert_eq!(m.components.len(), 2);
+    assert!(m.components[0].arch.gated_mlp && !m.components[1].arch.gated_mlp);
+    // A family with another MLP layout is refused by name.
+    let p = write(
+        &dir,
+        "s.json",
+        r#"{"model_type": "starcoder2", "hidden_size": 64, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert!(f == "model_type" && problem.contains("starcoder2"));
+}
+
 #[test]
 fn hydra_defaults_errors_and_forms() {
     let dir = tempfile::tempdir().unwrap();

@@ -33,6 +33,10 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("num_hidden_layers"),
         Just("intermediate_size"),
         Just("n_routed_experts"),
+        Just("num_experts"),
+        Just("num_local_experts"),
+        Just("moe_intermediate_size"),
+        Just("hidden_activation"),
         Just("num_experts_per_tok"),
         Just("defaults"),
     ];
@@ -50,6 +54,9 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("llama"),
             Just("deepseek_v3"),
             Just("qwen3_vl_moe"),
+            Just("olmoe"),
+            Just("glm4_moe"),
+            Just("gemma3"),
             Just("([0]*3+[1]*58)"),
             Just("[1]*9999999999"),
             Just("x")

@@ -1,16 +1,25 @@
 //! HuggingFace `config.json` -> components.
 //!
-//! Supported `model_type`s: llama, mistral, qwen2, qwen3 (dense); qwen2_moe, qwen3_moe, mixtral
-//! (MoE); deepseek_v3 / deepseek_v2 (MLA, shared experts, first dense layers); qwen3_vl_moe and
-//! qwen3_vl (LLM from `text_config`, ViT from `vision_config`).
+//! Supported `model_type`s, each a gated MLP with RMSNorm:
+//! - dense: llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, gemma2,
+//!   gemma3_text;
+//! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); mixtral,
+//!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
+//!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
+//!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
+//! - VLMs: qwen3_vl_moe, qwen3_vl, gemma3 (LLM from `text_config`, ViT from `vision_config`).
+//!
+//! Not read, because the GEMMs differ from these layouts: ungated MLPs (gpt2, gpt_neox,
+//! starcoder2), parallel attention and MLP (cohere), hybrid or linear attention (qwen3_next).
 
 use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun, Role};
 
 use super::error::ConfigError;
 use super::fields::Fields;
 
-const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, \
-                         deepseek_v3, qwen3_vl, qwen3_vl_moe";
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
+                         gemma2, gemma3_text, qwen2_moe, qwen3_moe, mixtral, granitemoe, phimoe, \
+                         olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, gemma3";
 
 pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let model_type = f.opt_str(&["model_type"])?.ok_or_else(|| {
@@ -21,16 +30,19 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
         )
     })?;
     match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" => Ok(vec![text(f, Family::Dense)?]),
+        "llama" | "mistral" | "qwen2" | "qwen3" | "olmo2" | "granite" | "internlm3" | "phi3"
+        | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Ok(vec![text(f, Family::Dense)?]),
         "qwen2_moe" | "qwen3_moe" => Ok(vec![text(f, Family::QwenMoe)?]),
-        "mixtral" => Ok(vec![text(f, Family::Mixtral)?]),
+        "mixtral" | "granitemoe" | "phimoe" => Ok(vec![text(f, Family::Mixtral)?]),
+        "olmoe" => Ok(vec![text(f, Family::Olmoe)?]),
+        "glm4_moe" => Ok(vec![text(f, Family::DeepSeekMoe)?]),
         "deepseek_v3" | "deepseek_v2" => Ok(vec![text(f, Family::DeepSeek)?]),
-        "qwen3_vl_moe" | "qwen3_vl" => {
+        "qwen3_vl_moe" | "qwen3_vl" | "gemma3" => {
             let t = f.sub("text_config", "text_config")?.ok_or_else(|| {
                 f.err(
                     "text_config",
                     "missing",
-                    "a Qwen3-VL config carries the LLM under text_config",
+                    "a VLM config carries the LLM under text_config",
                 )
             })?;
             let family = if model_type == "qwen3_vl_moe" {
@@ -42,7 +54,7 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
                 f.err(
                     "vision_config",
                     "missing",
-                    "a Qwen3-VL config carries the ViT under vision_config",
+                    "a VLM config carries the ViT under vision_config",
                 )
             })?;
             Ok(vec![text(t, family)?, vision(v)?])
@@ -60,6 +72,10 @@ enum Family {
     Dense,
     QwenMoe,
     Mixtral,
+    Olmoe,
+    /// DeepSeek's experts with GQA attention.
+    DeepSeekMoe,
+    /// DeepSeek's experts with MLA.
     DeepSeek,
 }
 
@@ -107,26 +123,19 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             hidden / heads
         }
     };
-    let act = f.opt_str(&["hidden_act"])?.unwrap_or("silu");
+    // Gemma 2 and 3 name it hidden_activation.
+    let act = f
+        .opt_str(&["hidden_act", "hidden_activation"])?
+        .unwrap_or("silu");
     // Every supported text family uses a gated MLP (SwiGLU with silu).
     let gated = matches!(act, "silu" | "swish" | "gelu" | "gelu_pytorch_tanh");
     let (moe, mla) = match family {
         Family::Dense => (None, None),
         Family::QwenMoe => (Some(qwen_moe(f, num_layers)?), None),
-        Family::Mixtral => (
-            Some(Moe {
-                num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
-                moe_ffn_hidden_size: ffn,
-                router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
-                shared_expert_ffn_hidden_size: None,
-                dense_layers: 0,
-            }),
-            None,
-        ),
-        Family::DeepSeek => {
-            let (moe, mla) = deepseek(f, num_layers)?;
-            (Some(moe), Some(mla))
-        }
+        Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
+        Family::Olmoe => (Some(every_layer_moe(f, "num_experts", ffn)?), None),
+        Family::DeepSeekMoe => (Some(deepseek_moe(f, num_layers)?), None),
+        Family::DeepSeek => (Some(deepseek_moe(f, num_layers)?), Some(mla(f)?)),
     };
     Ok(Component {
         role: Role::Llm,
@@ -176,11 +185,23 @@ fn qwen_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     })
 }
 
-/// DeepSeek-V2/V3: routed and shared experts after the first dense layers, and MLA.
-fn deepseek(f: Fields<'_>, num_layers: u64) -> Result<(Moe, Mla), ConfigError> {
+/// Mixtral-style experts in every layer, `ffn` wide, no shared expert; `experts` names the
+/// field with the routed expert count.
+fn every_layer_moe(f: Fields<'_>, experts: &'static str, ffn: u64) -> Result<Moe, ConfigError> {
+    Ok(Moe {
+        num_experts: f.req_pos(&[experts], "routed experts")?,
+        moe_ffn_hidden_size: ffn,
+        router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
+        shared_expert_ffn_hidden_size: None,
+        dense_layers: 0,
+    })
+}
+
+/// DeepSeek-V2/V3 and GLM-4.5 experts: routed and shared experts after the first dense layers.
+fn deepseek_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
     let shared = f.opt_u64(&["n_shared_experts"])?.unwrap_or(0);
-    let moe = Moe {
+    Ok(Moe {
         num_experts: f.req_pos(&["n_routed_experts"], "routed experts")?,
         moe_ffn_hidden_size: moe_ffn,
         router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
@@ -189,15 +210,18 @@ fn deepseek(f: Fields<'_>, num_layers: u64) -> Result<(Moe, Mla), ConfigError> {
             .opt_u64(&["first_k_dense_replace"])?
             .unwrap_or(0)
             .min(num_layers),
-    };
-    let mla = Mla {
+    })
+}
+
+/// DeepSeek-V2/V3's multi-latent attention.
+fn mla(f: Fields<'_>) -> Result<Mla, ConfigError> {
+    Ok(Mla {
         q_lora_rank: f.opt_u64(&["q_lora_rank"])?.filter(|r| *r > 0),
         kv_lora_rank: f.req_pos(&["kv_lora_rank"], "MLA key/value rank")?,
         qk_head_dim: f.req_pos(&["qk_nope_head_dim"], "MLA per-head q/k dim")?,
         qk_pos_emb_head_dim: f.req_u64(&["qk_rope_head_dim"], "MLA rotary dim")?,
         v_head_dim: f.req_pos(&["v_head_dim"], "MLA value dim")?,
-    };
-    Ok((moe, mla))
+    })
 }
 
 fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
