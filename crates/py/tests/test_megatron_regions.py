@@ -61,6 +61,9 @@ def stand_ins(monkeypatch):
         setattr(mte, name, type(name, (Wrapper,), {}))
 
     class RecipeConfig:
+        def __init__(self, matchers, config_dict):
+            self.matchers, self.configs = matchers, config_dict
+
         @staticmethod
         def from_config_dict(d):
             return SimpleNamespace(content=d)
@@ -132,13 +135,34 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     qkv, fc1 = build_dense(stand_ins.mte)
     assert [r["fp8"] for r in plan.rows] == [True, False]
     assert qkv._selective_fp8_enabled and "forward" not in vars(fc1)
-    # Megatron re-arms the FP8 weight cache each step only under config.fp8, which this region
-    # cleared: the FP8 module must not cache (it would keep its first step's FP8 weights).
-    assert qkv.disable_parameter_transpose_cache is True
-    assert getattr(fc1, "disable_parameter_transpose_cache", False) is False
+    # Megatron re-arms the FP8 weight cache each step only under config.fp8 (cleared here) or a
+    # quant_recipe: eager, an empty one is set and the FP8 module keeps its cache.
+    assert c.quant_recipe.matchers == [] and c.quant_recipe.match(None) is None
+    assert any("re-arms" in n for n in plan.notes)
+    assert getattr(qkv, "disable_parameter_transpose_cache", False) is False
     qkv.forward(1)
     # The trainer's recipe, read before config.fp8 was cleared.
     assert stand_ins.state["autocast"] == [(True, "recipe:blockwise:e4m3")]
+    # Graphed, Megatron refreshes cached FP8 weights only in the global region: no cache, and
+    # no quant_recipe.
+    c = config(tmp_path, cuda_graph_impl="local")
+    plan = af8m.enable(c)
+    qkv, fc1 = build_dense(stand_ins.mte)
+    assert getattr(c, "quant_recipe", None) is None and not any("re-arms" in n for n in plan.notes)
+    assert qkv.disable_parameter_transpose_cache is True
+    # A plan with no FP8 module needs no cache either.
+    c = config(tmp_path, seq_length=512)
+    af8m.enable(c)
+    assert getattr(c, "quant_recipe", None) is None
+
+
+def test_the_empty_recipe_pickles_by_name(stand_ins, tmp_path):
+    import pickle
+
+    c = config(tmp_path)
+    af8m.enable(c)
+    assert type(c.quant_recipe).__qualname__ == "_NoOverrides"
+    assert type(pickle.loads(pickle.dumps(c.quant_recipe))) is type(c.quant_recipe)
 
 
 def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):

@@ -303,17 +303,20 @@ def run_in_bf16(module: Any, autocast: Any = None) -> None:
     module._selective_fp8_disabled = True
 
 
-def run_in_fp8(module: Any, fp8_context: Any) -> None:
+def run_in_fp8(module: Any, fp8_context: Any, cache_weights: bool = False) -> None:
     """Runs a built TE module's forward in FP8 outside any FP8 region: ``fp8_context()`` is a
     fresh TE autocast with the trainer's recipe (and amax group), entered per call.
 
-    The module's FP8 weight cache is turned off (``disable_parameter_transpose_cache``, which
-    Megatron's TE wrappers read each forward): Megatron re-arms the cache each step only while
-    ``config.fp8`` is set (``MegatronModule.set_is_first_microbatch``), and the BF16 region
-    clears it, so a cached module would run every later step on its first step's FP8 weights.
-    The weights are quantized each forward instead (once per micro-batch)."""
+    ``cache_weights``: whether the trainer re-arms the module's FP8 weight cache each step
+    (``MegatronModule.set_is_first_microbatch``, which Megatron runs only while ``config.fp8``
+    or ``config.quant_recipe`` is set; :func:`enable` sets an empty ``quant_recipe`` in eager
+    steps). Then the weights are quantized once per step, as under Megatron's own FP8. Without
+    it the cache is turned off (``disable_parameter_transpose_cache``, read by Megatron's TE
+    wrappers each forward), since a cached module would run every later step on its first
+    step's FP8 weights; the weights are then quantized each forward (once per micro-batch)."""
     forward = module.forward
-    module.disable_parameter_transpose_cache = True
+    if not cache_weights:
+        module.disable_parameter_transpose_cache = True
 
     @functools.wraps(forward)
     def fp8_forward(*args: Any, **kwargs: Any) -> Any:
@@ -642,7 +645,7 @@ def _build(
                 "pads expert tokens for FP8 only under config.fp8. Fix: set every field of the "
                 "model on the config before enable() (num_moe_experts, moe_router_topk, the layout)"
             )
-        run_in_fp8(module, _active["fp8_context"])
+        run_in_fp8(module, _active["fp8_context"], cache_weights=_active.get("cache_weights", False))
 
 
 def enable(config: Any, region: str = "auto") -> Plan:
@@ -682,6 +685,8 @@ def enable(config: Any, region: str = "auto") -> Plan:
             _fp8_context_factory(config) if getattr(config, "fp8", None) else None
         )
         plan.notes = _clear_fp8(config, why) or [why]
+        if _active["fp8_context"] is not None and fp8_instances != 0:
+            plan.notes += _rearm_weight_cache(config)
     else:
         plan.notes = [f"global FP8 region kept: {why}"]
     _active["config"] = config
@@ -690,6 +695,45 @@ def enable(config: Any, region: str = "auto") -> Plan:
     for c in WRAPPED_CLASSES:
         _wrap(getattr(mte, c), plan)
     return plan
+
+
+def _no_overrides() -> Any:
+    """A Megatron ``RecipeConfig`` with no matchers (and no per-module log line): every module
+    keeps the hook's decision. Defined on first use (importing this module imports no
+    Megatron) under a module-level name, so a pickled config finds it."""
+    from megatron.core.quantization.quant_config import RecipeConfig
+
+    cls = globals().get("_NoOverrides")
+    if cls is None or cls.__bases__ != (RecipeConfig,):  # made once per Megatron imported
+
+        class _NoOverrides(RecipeConfig):  # type: ignore[misc, valid-type]
+            def __init__(self) -> None:
+                super().__init__(matchers=[], config_dict={})
+
+            def match(self, operator_context: Any) -> None:
+                return None
+
+        _NoOverrides.__qualname__ = "_NoOverrides"
+        globals()["_NoOverrides"] = cls = _NoOverrides
+    return cls()
+
+
+def _rearm_weight_cache(config: Any) -> list[str]:
+    """In the BF16 region of an eager step, lets Megatron re-arm the FP8 modules' weight cache
+    each step: ``set_is_first_microbatch`` acts only under ``config.fp8`` (cleared here) or a
+    ``config.quant_recipe``, so an empty one is set. The FP8 modules then quantize their
+    weights once per step, not once per micro-batch. Graphed steps keep the cache off: Megatron
+    refreshes cached FP8 weights inside its graphs only under the global FP8 region."""
+    if execution_of(config) != "eager":
+        return []
+    _active["cache_weights"] = True
+    if getattr(config, "quant_recipe", None) is not None:
+        return []
+    config.quant_recipe = _no_overrides()
+    return [
+        "config.quant_recipe set to an empty recipe: Megatron then re-arms the FP8 modules' "
+        "weight cache each step, and they quantize their weights once per step"
+    ]
 
 
 def disable() -> None:
