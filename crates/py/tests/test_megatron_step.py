@@ -107,6 +107,14 @@ def test_the_judge_prefers_expandable_segments_and_keeps_the_users_setting():
     assert prefer_expandable_segments(mine) == "max_split_size_mb:512"
 
 
+def test_a_tp_group_runs_with_megatrons_one_hardware_queue_unless_the_user_chose():
+    from adaptive_fp8._common import MAX_CONNECTIONS, megatron_tp_environment
+
+    env: dict = {}
+    assert megatron_tp_environment(env) == "1" and env[MAX_CONNECTIONS] == "1"
+    assert megatron_tp_environment({MAX_CONNECTIONS: "8"}) == "8"
+
+
 def test_the_allocator_is_set_before_the_megatron_judge_loads(root, monkeypatch, capsys):
     from adaptive_fp8.bench import step_bench
 

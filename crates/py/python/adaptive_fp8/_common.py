@@ -50,6 +50,17 @@ def te_api(te: Any) -> tuple[Callable, Callable, str]:
     return model_init, autocast, recipe_kw
 
 
+MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+def megatron_tp_environment(environ: Any = os.environ) -> str:
+    """``CUDA_DEVICE_MAX_CONNECTIONS=1`` unless set, before CUDA starts: Megatron's training
+    asserts it for tensor (or context) parallelism on Hopper, so a TP group is timed with the
+    one hardware queue Megatron's TP runs have (TE warns without it that TP/SP collectives may
+    not overlap the backward GEMMs). Returns the value in force."""
+    return environ.setdefault(MAX_CONNECTIONS, "1")
+
+
 def write_atomic(path: str, text: str) -> None:
     """Writes a temp file beside `path` and renames it over: a reader sees the old file or the
     new one, never half of one."""

@@ -68,7 +68,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from adaptive_fp8._common import emit
+from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, search_oracle, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
@@ -197,6 +197,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "group_keys": keys,
             "tp": args.tp,
             "tp_comm": bool(getattr(args, "tp_comm", False)),
+            "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", ""),
             "layers": args.layers,
             "layer_types": kinds,
             "steps": args.steps,
@@ -409,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         # Quietly, atomically enough for a reader after a kill: the next write replaces it.
         emit(out, markdown(out), args.json, args.md, quiet=True)
 
+    if args.tp_comm:
+        megatron_tp_environment()
     try:
         if args.trainer == "megatron":
             prefer_expandable_segments()

@@ -33,7 +33,7 @@ import sys
 import json
 from dataclasses import dataclass
 
-from adaptive_fp8._common import emit, stat, te_api, time_fwd_bwd, write_atomic
+from adaptive_fp8._common import emit, megatron_tp_environment, stat, te_api, time_fwd_bwd, write_atomic
 from adaptive_fp8.bench.recipe_names import RECIPES  # te_tp runs every recipe but MXFP8 (Blackwell only)
 
 DENSE = ("qkv", "proj", "fc1", "fc2")
@@ -332,6 +332,7 @@ def run(args) -> dict | None:
         "te_version": __import__("transformer_engine").__version__,
         "warmup": args.warmup,
         "iters": args.iters,
+        "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", ""),
         "results": results,
         "crossovers": summarize(results),
     }
@@ -393,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     if "WORLD_SIZE" not in os.environ:
         print("te_tp: run under torchrun: torchrun --nproc-per-node 2 -m adaptive_fp8.bench.te_tp --model ...", file=sys.stderr)
         return 2
+    megatron_tp_environment()
     try:
         out = run(args)
     except TpError as e:
