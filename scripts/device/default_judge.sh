@@ -32,8 +32,8 @@
 #   OT=<seconds> bounds each oracle-phase run (default 275).
 #   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
 #            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
-#   retune:  DeepSeek-V3's native row at eager 3072 with and without FP8 weights, the hook's
-#            eager weight cache under 4 micro-batches (Llama-3.2-1B at 8192), then
+#   retune:  the hook's eager weight cache under 4 micro-batches (Llama-3.2-1B at 8192),
+#            DeepSeek-V3's native row at eager 3072 with and without FP8 weights, then
 #            `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
 #            Llama-3.2-1B, each policy then judged at the unswept counts; a queue as rerun.
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
@@ -210,15 +210,16 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # by `gen-policy --backend step --step-trainer megatron`, each judged at 1536-12288 eager and
   # graphed.
   MS="--backend step --step-trainer megatron --tp 1 --python python3"
-  # First the cheap check of the native rows' cause: with FP8 weights Megatron 0.19 gives the
+  # First the newest integration code (not yet run on a GPU): the hook's BF16 region keeps the
+  # FP8 weight cache in eager steps (an empty quant_recipe lets Megatron re-arm it); Llama's
+  # eager policy runs all four groups FP8 at 8192, here with 4 micro-batches.
+  queued megatron l1_grad_accum_8192 150 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
+    --layers 2 --tokens 8192 --grad-accum 4 --execution eager --steps 3
+  # Then the cheap check of the native rows' cause: with FP8 weights Megatron 0.19 gives the
   # native config's BF16 modules FP8 weights too (POLICY.md); without them native = hook.
   D3="--model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 3072 --execution eager"
   queued megatron dsv3_native_3072 120 policies/deepseek_v3.json $D3
   queued megatron dsv3_native_3072_bf16w 120 policies/deepseek_v3.json $D3 --no-fp8-param
-  # The hook's BF16 region keeps the FP8 weight cache in eager steps (an empty quant_recipe lets
-  # Megatron re-arm it): Llama's eager policy runs all four groups FP8 at 8192, 4 micro-batches.
-  queued megatron l1_grad_accum_8192 150 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
-    --layers 2 --tokens 8192 --grad-accum 4 --execution eager --steps 3
   queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
     --tokens 1024,2048,4096 --out /tmp/dj/pol_q72 --reports-dir "$W/rep_q72"
   [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && cp -r /tmp/dj/pol_q72 "$W/" && queued megatron q72_step_judge 240 \
