@@ -211,7 +211,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # graphed.
   MS="--backend step --step-trainer megatron --tp 1 --python python3"
   # First the newest integration code (not yet run on a GPU): the hook's BF16 region keeps the
-  # FP8 weight cache in eager steps (an empty quant_recipe lets Megatron re-arm it); Llama's
+  # FP8 weight cache in eager steps (each FP8 module re-arms it after an optimizer step); Llama's
   # eager policy runs all four groups FP8 at 8192, here with 4 micro-batches.
   queued megatron l1_grad_accum_8192 150 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
     --layers 2 --tokens 8192 --grad-accum 4 --execution eager --steps 3

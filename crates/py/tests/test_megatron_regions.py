@@ -51,8 +51,12 @@ def stand_ins(monkeypatch):
     class Wrapper:
         def __init__(self, *args, **kwargs):
             self.args, self.kwargs = args, kwargs
+            self.is_first_microbatch, self.cache_flags = True, []
 
         def forward(self, x):
+            # Megatron's TE wrappers hand the weight-cache flag to TE, then clear it.
+            self.cache_flags.append(self.is_first_microbatch)
+            self.is_first_microbatch = False
             return x
 
     mte = types.ModuleType("megatron.core.extensions.transformer_engine")
@@ -61,14 +65,17 @@ def stand_ins(monkeypatch):
         setattr(mte, name, type(name, (Wrapper,), {}))
 
     class RecipeConfig:
-        def __init__(self, matchers, config_dict):
-            self.matchers, self.configs = matchers, config_dict
-
         @staticmethod
         def from_config_dict(d):
             return SimpleNamespace(content=d)
 
+    # torch's global optimizer-step hook, which the BF16 region's FP8 modules count steps by.
+    optim = types.ModuleType("torch.optim.optimizer")
+    optim.register_optimizer_step_post_hook = state.setdefault("step_hooks", []).append
     mods = {
+        "torch": types.ModuleType("torch"),
+        "torch.optim": types.ModuleType("torch.optim"),
+        "torch.optim.optimizer": optim,
         "transformer_engine": te,
         "transformer_engine.pytorch": tep,
         "megatron": types.ModuleType("megatron"),
@@ -88,6 +95,7 @@ def stand_ins(monkeypatch):
     for k, v in mods.items():
         monkeypatch.setitem(sys.modules, k, v)
     af8m._said.clear()
+    monkeypatch.setattr(af8m, "_steps_taken", None)
     yield SimpleNamespace(mte=mte, state=state)
     af8m.disable()
 
@@ -135,34 +143,21 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     qkv, fc1 = build_dense(stand_ins.mte)
     assert [r["fp8"] for r in plan.rows] == [True, False]
     assert qkv._selective_fp8_enabled and "forward" not in vars(fc1)
-    # Megatron re-arms the FP8 weight cache each step only under config.fp8 (cleared here) or a
-    # quant_recipe: eager, an empty one is set and the FP8 module keeps its cache.
-    assert c.quant_recipe.matchers == [] and c.quant_recipe.match(None) is None
-    assert any("re-arms" in n for n in plan.notes)
+    # Megatron re-arms the FP8 weight cache each step only under config.fp8, which this region
+    # cleared: eager, the module keeps its cache and re-arms it itself after each optimizer step.
     assert getattr(qkv, "disable_parameter_transpose_cache", False) is False
-    qkv.forward(1)
+    hooks = stand_ins.state["step_hooks"]
+    assert len(hooks) == 1  # torch's global optimizer-step hook, registered once
+    qkv.forward(1), qkv.forward(1)  # two micro-batches: quantize the weights once, then reuse
+    hooks[0](None, (), {})  # optimizer.step()
+    qkv.forward(1), qkv.forward(1)
+    assert qkv.cache_flags == [True, False, True, False]
     # The trainer's recipe, read before config.fp8 was cleared.
-    assert stand_ins.state["autocast"] == [(True, "recipe:blockwise:e4m3")]
-    # Graphed, Megatron refreshes cached FP8 weights only in the global region: no cache, and
-    # no quant_recipe.
-    c = config(tmp_path, cuda_graph_impl="local")
-    plan = af8m.enable(c)
+    assert stand_ins.state["autocast"][0] == (True, "recipe:blockwise:e4m3")
+    # Graphed, replays skip the wrapper: no cache.
+    plan = af8m.enable(config(tmp_path, cuda_graph_impl="local"))
     qkv, fc1 = build_dense(stand_ins.mte)
-    assert getattr(c, "quant_recipe", None) is None and not any("re-arms" in n for n in plan.notes)
     assert qkv.disable_parameter_transpose_cache is True
-    # A plan with no FP8 module needs no cache either.
-    c = config(tmp_path, seq_length=512)
-    af8m.enable(c)
-    assert getattr(c, "quant_recipe", None) is None
-
-
-def test_the_empty_recipe_pickles_by_name(stand_ins, tmp_path):
-    import pickle
-
-    c = config(tmp_path)
-    af8m.enable(c)
-    assert type(c.quant_recipe).__qualname__ == "_NoOverrides"
-    assert type(pickle.loads(pickle.dumps(c.quant_recipe))) is type(c.quant_recipe)
 
 
 def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):

@@ -307,24 +307,52 @@ def run_in_fp8(module: Any, fp8_context: Any, cache_weights: bool = False) -> No
     """Runs a built TE module's forward in FP8 outside any FP8 region: ``fp8_context()`` is a
     fresh TE autocast with the trainer's recipe (and amax group), entered per call.
 
-    ``cache_weights``: whether the trainer re-arms the module's FP8 weight cache each step
-    (``MegatronModule.set_is_first_microbatch``, which Megatron runs only while ``config.fp8``
-    or ``config.quant_recipe`` is set; :func:`enable` sets an empty ``quant_recipe`` in eager
-    steps). Then the weights are quantized once per step, as under Megatron's own FP8. Without
-    it the cache is turned off (``disable_parameter_transpose_cache``, read by Megatron's TE
-    wrappers each forward), since a cached module would run every later step on its first
-    step's FP8 weights; the weights are then quantized each forward (once per micro-batch)."""
+    Megatron re-arms a module's FP8 weight cache each step (``set_is_first_microbatch``) only
+    while ``config.fp8`` is set, and the BF16 region clears it: left alone, a cached module
+    would run every later step on its first step's FP8 weights. With ``cache_weights`` (eager
+    steps) the module re-arms its own cache on its first forward after each optimizer step
+    (:func:`_optimizer_steps`, any ``torch.optim.Optimizer``), so it quantizes its weights once
+    per step, as under Megatron's own FP8, in any training loop. Otherwise (graphed steps,
+    whose replays skip this Python) the cache is turned off (``disable_parameter_transpose_cache``,
+    read by Megatron's TE wrappers each forward) and the weights are quantized each forward,
+    once per micro-batch."""
     forward = module.forward
-    if not cache_weights:
+    steps = _optimizer_steps() if cache_weights else None
+    if steps is None:
         module.disable_parameter_transpose_cache = True
+    armed_at = [-1]
 
     @functools.wraps(forward)
     def fp8_forward(*args: Any, **kwargs: Any) -> Any:
+        if steps is not None and armed_at[0] != steps[0]:
+            module.is_first_microbatch = True  # the optimizer may have changed the weights
+            armed_at[0] = steps[0]
         with fp8_context():
             return forward(*args, **kwargs)
 
     module.forward = fp8_forward
     module._selective_fp8_enabled = True
+
+
+_steps_taken: Optional[list[int]] = None
+
+
+def _optimizer_steps() -> list[int]:
+    """A one-element list counting the optimizer steps of this process (every
+    ``torch.optim.Optimizer``'s ``step``, through torch's global step hook, registered once):
+    the FP8 modules of the BF16 region re-arm their weight cache when it moves."""
+    global _steps_taken
+    if _steps_taken is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        counter = [0]
+
+        def count(optimizer: Any, args: Any, kwargs: Any) -> None:
+            counter[0] += 1
+
+        register_optimizer_step_post_hook(count)
+        _steps_taken = counter
+    return _steps_taken
 
 
 def _recipe_name(config: Any) -> Optional[str]:
@@ -685,8 +713,8 @@ def enable(config: Any, region: str = "auto") -> Plan:
             _fp8_context_factory(config) if getattr(config, "fp8", None) else None
         )
         plan.notes = _clear_fp8(config, why) or [why]
-        if _active["fp8_context"] is not None and fp8_instances != 0:
-            plan.notes += _rearm_weight_cache(config)
+        # Graphed replays skip the forward's Python, where a module re-arms its weight cache.
+        _active["cache_weights"] = execution_of(config) == "eager"
     else:
         plan.notes = [f"global FP8 region kept: {why}"]
     _active["config"] = config
@@ -695,45 +723,6 @@ def enable(config: Any, region: str = "auto") -> Plan:
     for c in WRAPPED_CLASSES:
         _wrap(getattr(mte, c), plan)
     return plan
-
-
-def _no_overrides() -> Any:
-    """A Megatron ``RecipeConfig`` with no matchers (and no per-module log line): every module
-    keeps the hook's decision. Defined on first use (importing this module imports no
-    Megatron) under a module-level name, so a pickled config finds it."""
-    from megatron.core.quantization.quant_config import RecipeConfig
-
-    cls = globals().get("_NoOverrides")
-    if cls is None or cls.__bases__ != (RecipeConfig,):  # made once per Megatron imported
-
-        class _NoOverrides(RecipeConfig):  # type: ignore[misc, valid-type]
-            def __init__(self) -> None:
-                super().__init__(matchers=[], config_dict={})
-
-            def match(self, operator_context: Any) -> None:
-                return None
-
-        _NoOverrides.__qualname__ = "_NoOverrides"
-        globals()["_NoOverrides"] = cls = _NoOverrides
-    return cls()
-
-
-def _rearm_weight_cache(config: Any) -> list[str]:
-    """In the BF16 region of an eager step, lets Megatron re-arm the FP8 modules' weight cache
-    each step: ``set_is_first_microbatch`` acts only under ``config.fp8`` (cleared here) or a
-    ``config.quant_recipe``, so an empty one is set. The FP8 modules then quantize their
-    weights once per step, not once per micro-batch. Graphed steps keep the cache off: Megatron
-    refreshes cached FP8 weights inside its graphs only under the global FP8 region."""
-    if execution_of(config) != "eager":
-        return []
-    _active["cache_weights"] = True
-    if getattr(config, "quant_recipe", None) is not None:
-        return []
-    config.quant_recipe = _no_overrides()
-    return [
-        "config.quant_recipe set to an empty recipe: Megatron then re-arms the FP8 modules' "
-        "weight cache each step, and they quantize their weights once per step"
-    ]
 
 
 def disable() -> None:
