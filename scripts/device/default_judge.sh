@@ -36,13 +36,14 @@
 #            DeepSeek-V3's native row at eager 3072 with and without FP8 weights, then
 #            `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
 #            Llama-3.2-1B, each policy then judged at the unswept counts; a queue as rerun.
+#   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
 #            puts a re-run row in place of the failed one). A queue: call it again on the same
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun or retune}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, retune or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -177,6 +178,21 @@ megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron ru
     --model fixtures/models/llama3_2_1b.yaml --layers 2 --tokens 4096 --execution eager,graphed \
     --steps 2 --repeats 3 --oracle-repeats 3 --warmup 1 --json "$W/megatron_oracle.json" --md "$W/megatron_oracle.md"
   grep -E "oracle (up|down|final)" "$W/megatron_oracle.log" | head -30
+  ;;
+oracle-shipped)  # the oracle for the shipped MoE defaults (their /min is BF16/all-FP8 only): a queue
+  O="--oracle greedy --oracle-repeats 7"
+  DS="policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1"
+  Q3="policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 --ep 4 --layers 2"
+  # Qwen3-VL: 4 search units (OLMoE's took 50-100 s a count and execution); DeepSeek-V3: 10.
+  for t in 1536 3072 6144; do
+    queued megatron q3vl_oracle_$t 200 $Q3 $O --tokens $t --execution eager,graphed
+  done
+  for t in 1536 3072 6144; do
+    for e in eager graphed; do
+      queued megatron dsv3_oracle_$t${e:0:1} 330 $DS $O --tokens $t --execution $e
+    done
+  done
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 9:"
   ;;
 rerun)  # the failed rows again, after the memory fix: a queue over calls (see the header)
   H=docs/device-logs/default_judge
