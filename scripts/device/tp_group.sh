@@ -6,8 +6,9 @@
 #                                          # Llama-3.2-1B, and a policy of both executions from each
 #                                          # report (`merge-policy --trainer both`)
 #   bash scripts/device/tp_group.sh judge   # the step over the real TP group (torchrun step_bench
-#                                          # --tp-comm), 1024-8192 tokens, eager and graphed: the
-#                                          # shipped default (one rank alone at TP 4/8) against the
+#                                          # --tp-comm, then --trainer megatron: GPTModel at TP N),
+#                                          # 1024-8192 tokens, eager and graphed: the shipped
+#                                          # default (one rank alone at TP 4/8) against the
 #                                          # TP-group policy of `bench` (same machine, right after)
 # Then commit the reports as reports/h200/te/te_<model>_tp<N>_comm.json and run
 # `cargo xtask gen-policy`: the TP-group rules replace the one-rank ones for those TP sizes.
@@ -54,6 +55,11 @@ judge)
         -m adaptive_fp8.bench.step_bench --tp-comm --tp "$tp" --model fixtures/models/$m.yaml --layers $layers \
         --tokens 1024,2048,4096,8192 --execution eager,graphed --steps 5 --repeats 21 --oracle none \
         --policy policies/$m.json --policy "$p" --json "$W/$phase/${m}_tp${tp}_step.json" --md "$W/$phase/${m}_tp${tp}_step.md"
+      # The same in Megatron's own GPTModel at TP N (sequence parallel), hook and native.
+      run "${m}_tp${tp}_megatron" 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$tp" \
+        -m adaptive_fp8.bench.step_bench --trainer megatron --tp "$tp" --model fixtures/models/$m.yaml --layers $layers \
+        --tokens 1024,2048,4096,8192 --execution eager,graphed --steps 5 --repeats 21 \
+        --policy policies/$m.json --policy "$p" --json "$W/$phase/${m}_tp${tp}_megatron.json" --md "$W/$phase/${m}_tp${tp}_megatron.md"
     done
   done
   ;;

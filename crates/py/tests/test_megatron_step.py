@@ -30,6 +30,19 @@ def test_config_from_a_moe_plan(root):
     assert kw["qk_layernorm"] is True
     assert "qk_layernorm" not in ms.config_kwargs(af8._plan(root / "fixtures/models/llama3_2_1b.yaml", None, {})["architecture"]["llm"], 2, 2, 4096)
 
+def test_a_tp_group_is_built_as_megatron_trains_one(root):
+    # TP 1: nothing changes. TP 4: sequence parallel, and the experts' TP as the plan has it
+    # (DeepSeek-V3's config pins expert_tensor_parallel_size 1 at any TP).
+    assert ms.parallel_kwargs(1, 1) == {} and ms.parallel_kwargs(1, None) == {}
+    p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=4, seq_length=4096))
+    assert ms.expert_tp(p["modules"]) == 1
+    assert ms.parallel_kwargs(4, ms.expert_tp(p["modules"])) == {
+        "tensor_model_parallel_size": 4, "sequence_parallel": True, "expert_tensor_parallel_size": 1}
+    dense = af8._plan(root / "fixtures/models/llama3_2_1b.yaml", None, dict(tp=2, seq_length=4096))
+    assert ms.expert_tp(dense["modules"]) is None
+    assert ms.parallel_kwargs(2, None) == {"tensor_model_parallel_size": 2, "sequence_parallel": True}
+
+
 def test_class_check_names_a_module_built_as_another_kind(root):
     plan = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=16, seq_length=1536))["modules"]
     built = {r["name"].replace("layers.", "layers.1.", 1): r["te_class"] for r in plan if r["component"] == "llm"}

@@ -29,6 +29,11 @@ first step; ``create_cudagraphs()`` (what Megatron's schedule calls after a step
 all of them at once, because Megatron's graph record is one per process; the graphs are deleted
 before the next token count. The policy decides by the execution (``min_tokens_graphed``).
 
+A TP group: under ``torchrun --nproc-per-node N`` with ``--tp N`` the world is the group, the
+models are built as Megatron trains at TP N (sequence parallel, the experts' TP as the plan has
+it: :func:`parallel_kwargs`), and every timing is the slowest rank's, so all ranks take the
+oracle's decisions alike; rank 0 writes the results.
+
 This module's top half is pure (tested on the CPU); :func:`run` imports torch and Megatron.
 """
 
@@ -132,6 +137,24 @@ def graph_kwargs(kw: dict, execution: str) -> dict:
         raise StepBenchError(f"execution {execution!r}: expected eager or graphed")
     modules = ["moe_router", "moe_preprocess"] if kw.get("num_moe_experts") else []
     return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
+
+
+def parallel_kwargs(tp: int, etp: Optional[int] = None) -> dict:
+    """The ``TransformerConfig`` fields of a TP group of ``tp`` ranks (the torchrun world), as
+    Megatron's training runs one: sequence parallelism on (Megatron's MoE layers require it with
+    TP), and the expert tensor-parallel size where one is given. Nothing at TP 1."""
+    if tp <= 1:
+        return {}
+    kw: dict = {"tensor_model_parallel_size": tp, "sequence_parallel": True}
+    if etp is not None:
+        kw["expert_tensor_parallel_size"] = etp
+    return kw
+
+
+def expert_tp(rows: list[dict]) -> Optional[int]:
+    """The expert tensor-parallel size the plan's routed experts have (the config's
+    ``expert_tensor_parallel_size``, else ``--etp``, else TP), or ``None`` without experts."""
+    return next((int(r["key"]["etp"]) for r in rows if r.get("key") and "etp" in r["key"]), None)
 
 
 def group_names(rows: list[dict]) -> dict[str, str]:
@@ -265,7 +288,16 @@ class Judge:
             )
         # The world is the TP group; EP beyond it is one rank's experts (see run).
         self.ep = 1
-        parallel_state.initialize_model_parallel(args.tp, 1, expert_model_parallel_size=self.ep)
+        import adaptive_fp8 as af8
+
+        # The experts' TP as the plan has it (DeepSeek-V3's config says 1 at any TP), as the
+        # models' configs will (parallel_kwargs).
+        etp = expert_tp(af8._plan(args.model, None, _plan_kwargs(args, args.tokens[0]))["modules"])
+        parallel_state.initialize_model_parallel(
+            args.tp, 1, expert_model_parallel_size=self.ep,
+            expert_tensor_parallel_size=etp if args.tp > 1 else None,
+        )
+        self.dist, self.world = dist, dist.get_world_size()
         # Megatron's local CUDA graphs need a graph-safe RNG tracker (TE's), as its training
         # loop sets up with --te-rng-tracker.
         model_parallel_cuda_manual_seed(0, te_rng_tracker="graphed" in args.execution)
@@ -422,7 +454,14 @@ class Judge:
         b.record()
         torch.cuda.synchronize()
         step.losses.clear()
-        return a.elapsed_time(b) / steps
+        ms = a.elapsed_time(b) / steps
+        if self.world > 1:
+            # A TP group's step waits for its slowest rank, and every rank must take the
+            # oracle's decisions alike (their builds run collectives together).
+            t = torch.tensor([ms], device="cuda")
+            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+            ms = float(t.item())
+        return ms
 
 
 def run(args, log=print, progress=None) -> dict:
@@ -449,7 +488,7 @@ def run(args, log=print, progress=None) -> dict:
             "model": args.model, "model_name": named.get("model", ""), "component": "llm", "group_keys": keys,
             "oracle": args.oracle, "oracle_repeats": args.oracle_repeats or args.repeats, "fp8_recipe": recipe,
             "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
-            "tp_comm": False, "layers": args.layers, "layer_types": [], "steps": args.steps,
+            "tp_comm": args.tp > 1, "layers": args.layers, "layer_types": [], "steps": args.steps,
             "grad_accum": args.grad_accum, "repeats": args.repeats, "execution": ",".join(args.execution),
             "recipe": recipe, "fp8_param": bool(args.fp8_param),
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
@@ -507,6 +546,7 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
     arch = planned["architecture"]["llm"]
     dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
     kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+    kw.update(parallel_kwargs(args.tp, expert_tp(planned["modules"])))
     # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
     # without the all-to-all.
     if one_rank_experts(kw, (args.ep or 1) // judge.ep):

@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     default_repeats(args)
     if args.trainer == "megatron" and args.tp_comm:
-        print("step_bench: --trainer megatron times one rank's GPTModel (no --tp-comm; use the TE blocks for a TP group)", file=sys.stderr)
+        print("step_bench: --trainer megatron needs no --tp-comm: with --tp N under torchrun (one process per TP rank) its GPTModel is the TP group, sequence parallel; drop --tp-comm", file=sys.stderr)
         return 2
     import adaptive_fp8 as af8
 
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         # Quietly, atomically enough for a reader after a kill: the next write replaces it.
         emit(out, markdown(out), args.json, args.md, quiet=True)
 
-    if args.tp_comm:
+    if args.tp_comm or (args.trainer == "megatron" and args.tp > 1):
         megatron_tp_environment()
     try:
         if args.trainer == "megatron":
