@@ -10,7 +10,7 @@ use fp8_policy::{KindFamily, Lookup, ModuleKind};
 use serde::Serialize;
 
 use crate::classify::{TeClass, promote_expert};
-use crate::model::{Component, Mla, Moe, Norm, Role};
+use crate::model::{Component, LinearAttention, Mla, Moe, Norm, Role};
 use crate::parallel::Parallel;
 
 /// One TE linear module (or a group of identical ones across layers).
@@ -175,9 +175,15 @@ pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, L
         out: Vec::new(),
     };
     let n = a.num_layers;
+    let full = a
+        .linear_attention
+        .map_or(n, |l| l.full_attention_layers.min(n));
     match a.mla {
-        None => attention(&mut b, n)?,
-        Some(m) => mla_attention(&mut b, m, n)?,
+        None => attention(&mut b, full)?,
+        Some(m) => mla_attention(&mut b, m, full)?,
+    }
+    if let Some(l) = a.linear_attention {
+        gated_delta_net(&mut b, l, n - full)?;
     }
     let dense_layers = a.moe.map_or(n, |m| m.dense_layers.min(n));
     dense_mlp(&mut b, dense_layers)?;
@@ -190,13 +196,18 @@ pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, L
     Ok(b.out)
 }
 
-/// MHA/GQA attention of `n` layers: the fused norm + QKV projection and the output projection.
+/// MHA/GQA attention of `n` layers: the fused norm + QKV projection (with an output gate, one
+/// more channel per query channel) and the output projection.
 fn attention(b: &mut Builder<'_>, n: u64) -> Result<(), LayoutError> {
     use TeClass::*;
+    if n == 0 {
+        return Ok(());
+    }
     let (a, tp) = (&b.c.arch, b.p.tp);
     let h = a.hidden_size;
     let heads = b.split("num_attention_heads", a.num_attention_heads, "tp", tp)?;
     let groups = b.split("num_query_groups", a.num_query_groups, "tp", tp)?;
+    let q = if a.attention_output_gate { 2 } else { 1 };
     b.push(
         "self_attention.linear_qkv",
         n,
@@ -204,7 +215,7 @@ fn attention(b: &mut Builder<'_>, n: u64) -> Result<(), LayoutError> {
         "qkv",
         false,
         h,
-        a.head_dim * (heads + 2 * groups),
+        a.head_dim * (q * heads + 2 * groups),
         1,
     );
     b.push(
@@ -214,6 +225,41 @@ fn attention(b: &mut Builder<'_>, n: u64) -> Result<(), LayoutError> {
         "proj",
         false,
         a.head_dim * heads,
+        h,
+        1,
+    );
+    Ok(())
+}
+
+/// Gated DeltaNet of `n` layers, as megatron-core builds it: the norm-fused input projection to
+/// q, k, v, the output gate z and the per-value-head beta and alpha (Megatron names it `fc1`),
+/// and the output projection from the values (`fc2`).
+fn gated_delta_net(b: &mut Builder<'_>, l: LinearAttention, n: u64) -> Result<(), LayoutError> {
+    use TeClass::*;
+    if n == 0 {
+        return Ok(());
+    }
+    let (h, tp) = (b.c.arch.hidden_size, b.p.tp);
+    let key_heads = b.split("linear_num_key_heads", l.num_key_heads, "tp", tp)?;
+    let value_heads = b.split("linear_num_value_heads", l.num_value_heads, "tp", tp)?;
+    let (qk, v) = (l.key_head_dim * key_heads, l.value_head_dim * value_heads);
+    b.push(
+        "self_attention.in_proj",
+        n,
+        LayerNormColumnParallelLinear,
+        "fc1",
+        false,
+        h,
+        2 * qk + 2 * v + 2 * value_heads,
+        1,
+    );
+    b.push(
+        "self_attention.out_proj",
+        n,
+        RowParallelLinear,
+        "fc2",
+        false,
+        v,
         h,
         1,
     );

@@ -68,6 +68,24 @@ pub struct Mla {
     pub v_head_dim: u64,
 }
 
+/// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5; Megatron's
+/// `experimental_attention_variant: gated_delta_net`): every layer that is not a full-attention
+/// layer runs it, with its input projection (`in_proj`, a norm-fused column module Megatron
+/// names `fc1`) and its output projection (`out_proj`, a row module named `fc2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LinearAttention {
+    /// Per-head key (and query) dimension.
+    pub key_head_dim: u64,
+    /// Per-head value dimension.
+    pub value_head_dim: u64,
+    /// Key (and query) heads.
+    pub num_key_heads: u64,
+    /// Value heads.
+    pub num_value_heads: u64,
+    /// Layers with full (softmax) attention; the other layers run Gated DeltaNet.
+    pub full_attention_layers: u64,
+}
+
 /// Mixture-of-experts dimensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Moe {
@@ -105,6 +123,11 @@ pub struct Arch {
     pub norm: Norm,
     /// MLA, when the model uses it.
     pub mla: Option<Mla>,
+    /// Gated DeltaNet in the layers without full attention, when the model has it.
+    pub linear_attention: Option<LinearAttention>,
+    /// Full attention with an output gate (Megatron's `attention_output_gate`, Qwen3-Next's
+    /// gated attention): the QKV projection also produces one gate per query channel.
+    pub attention_output_gate: bool,
     /// MoE, when the model has experts.
     pub moe: Option<Moe>,
     /// Multi-token-prediction layers (`mtp_num_layers`; DeepSeek-V3 has 1). Each is a

@@ -397,3 +397,83 @@ fn hydra_defaults_errors_and_forms() {
     );
     assert_eq!(load_model(&p).unwrap().components[0].arch.num_layers, 99);
 }
+
+#[test]
+fn gated_delta_net_patterns_and_their_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "num_layers: 4\nhidden_size: 512\nnum_attention_heads: 4\nffn_hidden_size: 1024\n";
+    let heads = "linear_key_head_dim: 64\nlinear_value_head_dim: 64\nlinear_num_key_heads: 2\nlinear_num_value_heads: 4\n";
+    // The variant named without a pattern: which layers are full is an error, not a guess.
+    let p = write(
+        &dir,
+        "a.yaml",
+        &format!("{base}{heads}experimental_attention_variant: gated_delta_net\n"),
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "linear_attention_freq"
+    );
+    // A pattern list of the wrong length, and an entry that is neither 0 nor 1.
+    let p = write(
+        &dir,
+        "b.yaml",
+        &format!("{base}{heads}linear_attention_freq: [1, 0]\n"),
+    );
+    assert!(
+        field_error(load_model(&p).unwrap_err())
+            .1
+            .contains("2 entries for 4 layers")
+    );
+    let p = write(
+        &dir,
+        "c.yaml",
+        &format!("{base}{heads}linear_attention_freq: [1, 2, 1, 0]\n"),
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "linear_attention_freq"
+    );
+    // Value heads must be a multiple of key heads (Megatron asserts it).
+    let p = write(
+        &dir,
+        "d.yaml",
+        &format!(
+            "{base}linear_key_head_dim: 64\nlinear_value_head_dim: 64\nlinear_num_key_heads: 3\nlinear_num_value_heads: 4\nfull_attention_interval: 2\n"
+        ),
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "linear_num_value_heads"
+    );
+    // Every layer full: no linear attention at all.
+    let p = write(
+        &dir,
+        "e.yaml",
+        &format!("{base}{heads}linear_attention_freq: [0, 0, 0, 0]\n"),
+    );
+    assert!(
+        load_model(&p).unwrap().components[0]
+            .arch
+            .linear_attention
+            .is_none()
+    );
+    // HF Qwen3-Next: layer_types, Qwen-MoE experts with the shared expert, gated attention.
+    let a = hf_llm(
+        r#"{"model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120,
+        "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "num_experts": 512, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+        "num_experts_per_tok": 10, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]}"#,
+    );
+    let l = a.linear_attention.unwrap();
+    assert_eq!((l.full_attention_layers, l.num_value_heads), (1, 32));
+    assert!(a.attention_output_gate && a.moe.unwrap().shared_expert_ffn_hidden_size == Some(512));
+    // Gemma 3's layer_types (sliding and full attention) are not a linear-attention pattern.
+    let a = hf_llm(
+        r#"{"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+        "layer_types": ["sliding_attention", "full_attention"]}"#,
+    );
+    assert!(a.linear_attention.is_none() && !a.attention_output_gate);
+}

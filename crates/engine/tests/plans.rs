@@ -463,3 +463,68 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
     );
     assert_eq!(keys.len(), 3, "{keys:?}");
 }
+
+/// A Qwen3.5-like dense model in Megatron's names: Gated DeltaNet in three of four layers.
+fn gated_delta_net_model(extra: &str) -> ModelDesc {
+    gated_delta_net_heads(4, 8, extra)
+}
+
+fn gated_delta_net_heads(keys: u64, values: u64, extra: &str) -> ModelDesc {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("qwen3_5_like.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "num_layers: 8\nhidden_size: 1024\nffn_hidden_size: 3072\nnum_attention_heads: 8\n\
+             num_query_groups: 2\nkv_channels: 256\nswiglu: true\nnormalization: RMSNorm\n\
+             linear_key_head_dim: 128\nlinear_value_head_dim: 128\nlinear_num_key_heads: {keys}\n\
+             linear_num_value_heads: {values}\n{extra}"
+        ),
+    )
+    .unwrap();
+    load_model(&p).unwrap()
+}
+
+#[test]
+fn gated_delta_net_layers_are_planned_as_megatron_builds_them() {
+    // Megatron's variant and frequency: layers 4 and 8 full (gated: the config says so), the
+    // other six Gated DeltaNet with in_proj (q, k, v, z, beta, alpha) and out_proj.
+    let m = gated_delta_net_model(
+        "experimental_attention_variant: gated_delta_net\nlinear_attention_freq: 4\nattention_output_gate: true\n",
+    );
+    let s = shapes(&m, Role::Llm, Parallel::tp(2));
+    use ModuleKind::*;
+    // qkv per rank: 4 heads x 256 x 2 (gate) + 2 x 1 group x 256.
+    assert_eq!(
+        s["linear_qkv<self_attention"],
+        (1024, 2560, 1, LayernormColumn, 2)
+    );
+    // in_proj per rank: 2 x (128 x 2 key heads) + 2 x (128 x 4 value heads) + 2 x 4.
+    assert_eq!(
+        s["in_proj<self_attention"],
+        (1024, 1544, 1, LayernormColumn, 6)
+    );
+    assert_eq!(s["out_proj<self_attention"], (512, 1024, 1, Row, 6));
+    assert_eq!(s["linear_fc1<mlp"].4, 8);
+    // A per-layer list (1 linear, 0 full) reads the same; without the gate the QKV is narrower.
+    let list = gated_delta_net_model("linear_attention_freq: [1, 1, 1, 0, 1, 1, 1, 0]\n");
+    let s = shapes(&list, Role::Llm, Parallel::tp(1));
+    assert_eq!(
+        s["linear_qkv<self_attention"],
+        (1024, 8 * 256 + 2 * 2 * 256, 1, LayernormColumn, 2)
+    );
+    assert_eq!(s["in_proj<self_attention"].4, 6);
+    // LoongForge's interval gates the full attention by default (Qwen3-Next and Qwen3.5 do).
+    let lf = gated_delta_net_model("full_attention_interval: 4\n");
+    assert!(lf.components[0].arch.attention_output_gate);
+    assert!(
+        lf.components[0]
+            .warnings
+            .iter()
+            .any(|w| w.contains("plain TE Linear"))
+    );
+    // Linear heads that do not split over TP are an error naming them.
+    let odd = gated_delta_net_heads(3, 6, "full_attention_interval: 4\n");
+    let e = inventory(odd.component(Role::Llm).unwrap(), Parallel::tp(2)).unwrap_err();
+    assert!(e.to_string().contains("linear_num_key_heads"), "{e}");
+}

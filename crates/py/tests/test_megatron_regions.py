@@ -228,6 +228,19 @@ def test_native_fp8_region_with_fp8_weights_names_the_bf16_modules(stand_ins, tm
     assert af8m.apply_te_precision_config(moe(tmp_path)).notes == []
 
 
+def test_megatron_fields_carry_gated_delta_net(tmp_path):
+    # A TransformerConfig with the gated_delta_net variant plans its linear-attention layers.
+    c = config(tmp_path, experimental_attention_variant=SimpleNamespace(value="gated_delta_net"),
+               linear_attention_freq=(1, 1, 1, 0), linear_num_key_heads=4, linear_num_value_heads=8,
+               linear_key_head_dim=128, linear_value_head_dim=128, attention_output_gate=True, num_layers=4)
+    f = af8m.megatron_fields(c)
+    assert f["experimental_attention_variant"] == "gated_delta_net" and f["linear_attention_freq"] == [1, 1, 1, 0]
+    plan = json.loads(af8m._plan_json(f, None, seq_length=4096))
+    rows = {m["name"]: m for m in plan["modules"]}
+    assert rows["decoder.layers.self_attention.in_proj"]["layers"] == 3
+    assert rows["decoder.layers.self_attention.linear_qkv"]["layers"] == 1
+
+
 def test_megatron_fields_read_a_transformer_config(tmp_path):
     c = moe(tmp_path, multi_latent_attention=False, mtp_num_layers=None)
     f = af8m.megatron_fields(c)

@@ -43,6 +43,16 @@ def test_a_tp_group_is_built_as_megatron_trains_one(root):
     assert ms.parallel_kwargs(2, None) == {"tensor_model_parallel_size": 2, "sequence_parallel": True}
 
 
+def test_gated_attention_is_built_and_gated_delta_net_refused():
+    arch = {"hidden_size": 1024, "ffn_hidden_size": 3072, "num_attention_heads": 8, "num_query_groups": 2,
+            "head_dim": 128, "gated_mlp": True, "norm": "RmsNorm", "attention_output_gate": True}
+    assert ms.config_kwargs(arch, 2, 2, 4096)["attention_output_gate"] is True
+    assert "attention_output_gate" not in ms.config_kwargs(dict(arch, attention_output_gate=False), 2, 2, 4096)
+    gdn = dict(arch, linear_attention={"full_attention_layers": 1})
+    with pytest.raises(ms.StepBenchError, match="Gated DeltaNet"):
+        ms.config_kwargs(gdn, 2, 2, 4096)
+
+
 def test_class_check_names_a_module_built_as_another_kind(root):
     plan = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=16, seq_length=1536))["modules"]
     built = {r["name"].replace("layers.", "layers.1.", 1): r["te_class"] for r in plan if r["component"] == "llm"}

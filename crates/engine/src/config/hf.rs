@@ -3,22 +3,24 @@
 //! Supported `model_type`s, each a gated MLP with RMSNorm:
 //! - dense: llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, gemma2,
 //!   gemma3_text;
-//! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); mixtral,
+//! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
+//!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
 //!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
 //!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
 //! - VLMs: qwen3_vl_moe, qwen3_vl, gemma3 (LLM from `text_config`, ViT from `vision_config`).
 //!
 //! Not read, because the GEMMs differ from these layouts: ungated MLPs (gpt2, gpt_neox,
-//! starcoder2), parallel attention and MLP (cohere), hybrid or linear attention (qwen3_next).
+//! starcoder2), parallel attention and MLP (cohere).
 
 use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun, Role};
 
 use super::error::ConfigError;
 use super::fields::Fields;
+use super::linear_attention::linear_attention;
 
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
-                         gemma2, gemma3_text, qwen2_moe, qwen3_moe, mixtral, granitemoe, phimoe, \
+                         gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
                          olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, gemma3";
 
 pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
@@ -33,6 +35,7 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
         "llama" | "mistral" | "qwen2" | "qwen3" | "olmo2" | "granite" | "internlm3" | "phi3"
         | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Ok(vec![text(f, Family::Dense)?]),
         "qwen2_moe" | "qwen3_moe" => Ok(vec![text(f, Family::QwenMoe)?]),
+        "qwen3_next" => Ok(vec![text(f, Family::QwenNext)?]),
         "mixtral" | "granitemoe" | "phimoe" => Ok(vec![text(f, Family::Mixtral)?]),
         "olmoe" => Ok(vec![text(f, Family::Olmoe)?]),
         "glm4_moe" => Ok(vec![text(f, Family::DeepSeekMoe)?]),
@@ -71,6 +74,8 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
 enum Family {
     Dense,
     QwenMoe,
+    /// Qwen-MoE experts with Gated DeltaNet in three of four layers and gated full attention.
+    QwenNext,
     Mixtral,
     Olmoe,
     /// DeepSeek's experts with GQA attention.
@@ -131,12 +136,13 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let gated = matches!(act, "silu" | "swish" | "gelu" | "gelu_pytorch_tanh");
     let (moe, mla) = match family {
         Family::Dense => (None, None),
-        Family::QwenMoe => (Some(qwen_moe(f, num_layers)?), None),
+        Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
         Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
         Family::Olmoe => (Some(every_layer_moe(f, "num_experts", ffn)?), None),
         Family::DeepSeekMoe => (Some(deepseek_moe(f, num_layers)?), None),
         Family::DeepSeek => (Some(deepseek_moe(f, num_layers)?), Some(mla(f)?)),
     };
+    let linear_attention = linear_attention(f, num_layers, family == Family::QwenNext)?;
     Ok(Component {
         role: Role::Llm,
         arch: Arch {
@@ -150,6 +156,8 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             norm: Norm::RmsNorm,
             mla,
             moe,
+            linear_attention,
+            attention_output_gate: linear_attention.is_some(),
             mtp_layers: f.opt_u64(&["num_nextn_predict_layers"])?.unwrap_or(0),
         },
         fp8: Fp8Settings::default(),
@@ -247,6 +255,8 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
             norm: Norm::LayerNorm,
             mla: None,
             moe: None,
+            linear_attention: None,
+            attention_output_gate: false,
             mtp_layers: 0,
         },
         fp8: Fp8Settings::default(),

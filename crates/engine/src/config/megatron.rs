@@ -4,6 +4,7 @@ use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun,
 
 use super::error::ConfigError;
 use super::fields::Fields;
+use super::linear_attention::linear_attention;
 
 /// Every field the engine reads from a Megatron/LoongForge config.
 pub(crate) const KNOWN_FIELDS: &[&str] = &[
@@ -44,6 +45,13 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "context_parallel_size",
     "mtp_num_layers",
     "experimental_attention_variant",
+    "linear_attention_freq",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "attention_output_gate",
 ];
 
 /// Keys that are one or two edits from a field the engine reads, while that field is absent: a
@@ -87,9 +95,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
-    let variant_warning = attention_variant(f)?;
+    let variant = attention_variant(f)?;
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
+    let linear_attention = linear_attention(f, num_layers, variant == Variant::GatedDeltaNet)?;
+    let attention_output_gate = output_gate(f, linear_attention.is_some(), &mut defaults)?;
     let hidden = f.req_pos(&["hidden_size"], "model width")?;
     let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
     let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
@@ -126,39 +136,94 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             norm,
             mla,
             moe,
+            linear_attention,
+            attention_output_gate,
             mtp_layers: f.opt_u64(&["mtp_num_layers"])?.unwrap_or(0),
         },
         fp8: fp8_settings(f)?,
         recommended: recommended_run(f)?,
         defaults_applied: defaults,
-        warnings: likely_typos(f).into_iter().chain(variant_warning).collect(),
+        warnings: likely_typos(f)
+            .into_iter()
+            .chain(variant.warning())
+            .chain(loongforge_linear_attention_warning(
+                f,
+                linear_attention.is_some(),
+            ))
+            .collect(),
     })
 }
 
-/// `experimental_attention_variant`: none, or DSA (planned as MLA, with a warning); any other
-/// is refused.
-fn attention_variant(f: Fields<'_>) -> Result<Option<String>, ConfigError> {
-    let mut variant_warning = None;
-    match f.opt_str(&["experimental_attention_variant"])? {
-        None => {}
-        // DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA plus a small lightning indexer.
-        Some("dsa") => {
-            variant_warning = Some(
-                "attention variant dsa: the MLA projections are planned; the lightning indexer's \
-                 small projections are not in the inventory (in the trainer, a module without a \
-                 rule runs BF16)"
-                    .to_owned(),
-            )
-        }
-        Some(v) => {
-            return Err(f.err(
-                "experimental_attention_variant",
-                format!("attention variant {v} is not supported: its TE modules are not in the engine's inventory"),
-                "plan the model's other modules with a config without this variant, or open an issue with its module list",
-            ));
-        }
+/// The attention variants the engine plans (Megatron's `experimental_attention_variant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// Ordinary attention (MHA/GQA, or MLA).
+    Standard,
+    /// DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA plus a small lightning indexer.
+    Dsa,
+    /// Gated DeltaNet linear attention in the layers without full attention.
+    GatedDeltaNet,
+}
+
+impl Variant {
+    fn warning(self) -> Option<String> {
+        (self == Variant::Dsa).then(|| {
+            "attention variant dsa: the MLA projections are planned; the lightning indexer's \
+             small projections are not in the inventory (in the trainer, a module without a \
+             rule runs BF16)"
+                .to_owned()
+        })
     }
-    Ok(variant_warning)
+}
+
+/// `experimental_attention_variant`: none, DSA (planned as MLA, with a warning) or Gated
+/// DeltaNet; any other is refused.
+fn attention_variant(f: Fields<'_>) -> Result<Variant, ConfigError> {
+    match f.opt_str(&["experimental_attention_variant"])? {
+        None => Ok(Variant::Standard),
+        Some("dsa") => Ok(Variant::Dsa),
+        Some("gated_delta_net") => Ok(Variant::GatedDeltaNet),
+        Some(v) => Err(f.err(
+            "experimental_attention_variant",
+            format!("attention variant {v} is not supported: its TE modules are not in the engine's inventory"),
+            "plan the model's other modules with a config without this variant, or open an issue with its module list",
+        )),
+    }
+}
+
+/// Whether full attention has an output gate: `attention_output_gate` as given, else on for a
+/// LoongForge Qwen3-Next/Qwen3.5 config (its pattern field, `full_attention_interval`, comes
+/// with the gated attention those models have), else off.
+fn output_gate(
+    f: Fields<'_>,
+    linear: bool,
+    defaults: &mut Vec<String>,
+) -> Result<bool, ConfigError> {
+    if let Some(g) = f.opt_bool(&["attention_output_gate"])? {
+        return Ok(g);
+    }
+    let gated = linear && f.has("full_attention_interval");
+    if gated {
+        defaults.push(
+            "attention_output_gate absent: on (Qwen3-Next and Qwen3.5 gate their full attention)"
+                .to_owned(),
+        );
+    }
+    Ok(gated)
+}
+
+/// LoongForge's own Qwen3-Next/Qwen3.5 layers build the Gated DeltaNet projections as plain TE
+/// `Linear` modules (not Megatron's wrappers) and the gated QKV without the fused norm; the
+/// engine plans them as upstream Megatron builds them.
+fn loongforge_linear_attention_warning(f: Fields<'_>, linear: bool) -> Option<String> {
+    (linear && f.has("full_attention_interval")).then(|| {
+        "Gated DeltaNet planned as upstream megatron-core builds it (in_proj: norm-fused column, \
+         fc1; out_proj: row, fc2; the gated QKV norm-fused). LoongForge's own Qwen3-Next/Qwen3.5 \
+         layers build those projections as plain TE Linear modules, which the build-time \
+         callback never sees (they run in the launch region's precision), and the gated QKV as a \
+         column module"
+            .to_owned()
+    })
 }
 
 /// Query groups (GQA), MHA when absent or `group_query_attention: false`.

@@ -6,6 +6,7 @@ mod fields;
 mod hf;
 pub(crate) mod hydra;
 mod interp;
+mod linear_attention;
 mod megatron;
 
 use std::path::Path;
@@ -225,6 +226,14 @@ fn check_dims(c: &crate::model::Component, file: &Path) -> Result<(), ConfigErro
             ("qk_head_dim", m.qk_head_dim),
             ("qk_pos_emb_head_dim", m.qk_pos_emb_head_dim),
             ("v_head_dim", m.v_head_dim),
+        ]);
+    }
+    if let Some(l) = a.linear_attention {
+        dims.extend([
+            ("linear_key_head_dim", l.key_head_dim),
+            ("linear_value_head_dim", l.value_head_dim),
+            ("linear_num_key_heads", l.num_key_heads),
+            ("linear_num_value_heads", l.num_value_heads),
         ]);
     }
     if let Some(m) = a.moe {

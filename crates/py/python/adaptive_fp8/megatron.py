@@ -372,7 +372,9 @@ _MODEL_FIELDS = (
     "kv_channels", "gated_linear_unit", "normalization", "multi_latent_attention", "q_lora_rank",
     "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_moe_experts",
     "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq", "mtp_num_layers",
+    "moe_layer_freq", "mtp_num_layers", "experimental_attention_variant", "linear_attention_freq",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "attention_output_gate",
 )
 
 
@@ -386,8 +388,10 @@ def megatron_fields(config: Any, name: Optional[str] = None) -> dict:
         v = getattr(config, f, None)
         if v is None or (f == "multi_latent_attention" and not v):
             continue
-        if f == "moe_layer_freq" and not isinstance(v, (int, list)):
+        if f in ("moe_layer_freq", "linear_attention_freq") and not isinstance(v, (int, list)):
             v = list(v)
+        if f == "experimental_attention_variant":
+            v = str(getattr(v, "value", v))
         out[f] = v
     name = name or getattr(config, "fp8_dynamic_model_name", None)
     if name:

@@ -81,7 +81,13 @@ def mode_names(policies: list[str], both_regions: bool, policy_names: list[str])
 
 def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dict:
     """``TransformerConfig`` keyword arguments for ``layers`` layers of the plan's architecture
-    (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has)."""
+    (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has). Gated DeltaNet
+    layers are refused: building them needs kernels this judge does not set up."""
+    if arch.get("linear_attention"):
+        raise StepBenchError(
+            "the model has Gated DeltaNet layers (Qwen3-Next, Qwen3.5): the Megatron judge builds "
+            "full-attention layers only; judge it in a trainer with the gated_delta_net variant"
+        )
     kw = dict(
         num_layers=layers,
         hidden_size=arch["hidden_size"],
@@ -96,6 +102,8 @@ def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dic
         hidden_dropout=0.0,
         attention_dropout=0.0,
     )
+    if arch.get("attention_output_gate"):
+        kw["attention_output_gate"] = True  # the QKV projection's width, as the plan has it
     moe = arch.get("moe")
     if moe:
         kw.update(

@@ -112,6 +112,11 @@ class Spec:
         for r in rows:
             g = group_of(r)
             mods[g] = Module(g, r["module_kind"], r["in_features"], r["out_features"], r["gemm_rows"], r["num_gemms"], r["layers"])
+        if arch.get("linear_attention") or arch.get("attention_output_gate"):
+            raise StepBenchError(
+                f"{model}: Gated DeltaNet or gated attention (Qwen3-Next, Qwen3.5) is not in the "
+                "step benchmark's layer types; its in_proj/out_proj share the fc1/fc2 keys"
+            )
         need = {"proj"}
         mla = arch.get("mla")
         moe = arch.get("moe")
