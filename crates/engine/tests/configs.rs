@@ -469,6 +469,22 @@ fn gated_delta_net_patterns_and_their_errors() {
     let l = a.linear_attention.unwrap();
     assert_eq!((l.full_attention_layers, l.num_value_heads), (1, 32));
     assert!(a.attention_output_gate && a.moe.unwrap().shared_expert_ffn_hidden_size == Some(512));
+    // HF Qwen3.5 (VLM): the MoE language model from text_config, with its Gated DeltaNet.
+    let dir2 = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir2,
+        "config.json",
+        r#"{"model_type": "qwen3_5_moe", "text_config": {"hidden_size": 2048,
+        "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "num_experts": 256, "moe_intermediate_size": 512,
+        "num_experts_per_tok": 8, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "full_attention_interval": 4},
+        "vision_config": {"depth": 2, "hidden_size": 1152, "num_heads": 16, "intermediate_size": 4304}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let a = &m.components[0].arch;
+    assert_eq!(a.linear_attention.unwrap().full_attention_layers, 2);
+    assert!(a.attention_output_gate && a.moe.is_some() && m.components.len() == 2);
     // Gemma 3's layer_types (sliding and full attention) are not a linear-attention pattern.
     let a = hf_llm(
         r#"{"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,

@@ -8,7 +8,10 @@
 //!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
 //!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
-//! - VLMs: qwen3_vl_moe, qwen3_vl, gemma3 (LLM from `text_config`, ViT from `vision_config`).
+//! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3 (LLM from `text_config`, ViT
+//!   from `vision_config`); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
+//!   Gated DeltaNet layers are read wherever the text config has their heads
+//!   (`config::linear_attention`), with gated full attention.
 //!
 //! Not read, because the GEMMs differ from these layouts: ungated MLPs (gpt2, gpt_neox,
 //! starcoder2), parallel attention and MLP (cohere).
@@ -21,7 +24,8 @@ use super::linear_attention::linear_attention;
 
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
                          gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
-                         olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, gemma3";
+                         olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
+                         qwen3_5_text, qwen3_5_moe_text, gemma3";
 
 pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let model_type = f.opt_str(&["model_type"])?.ok_or_else(|| {
@@ -36,11 +40,14 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
         | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Ok(vec![text(f, Family::Dense)?]),
         "qwen2_moe" | "qwen3_moe" => Ok(vec![text(f, Family::QwenMoe)?]),
         "qwen3_next" => Ok(vec![text(f, Family::QwenNext)?]),
+        // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
+        "qwen3_5_text" => Ok(vec![text(f, Family::Dense)?]),
+        "qwen3_5_moe_text" => Ok(vec![text(f, Family::QwenMoe)?]),
         "mixtral" | "granitemoe" | "phimoe" => Ok(vec![text(f, Family::Mixtral)?]),
         "olmoe" => Ok(vec![text(f, Family::Olmoe)?]),
         "glm4_moe" => Ok(vec![text(f, Family::DeepSeekMoe)?]),
         "deepseek_v3" | "deepseek_v2" => Ok(vec![text(f, Family::DeepSeek)?]),
-        "qwen3_vl_moe" | "qwen3_vl" | "gemma3" => {
+        "qwen3_vl_moe" | "qwen3_vl" | "qwen3_5_moe" | "qwen3_5" | "gemma3" => {
             let t = f.sub("text_config", "text_config")?.ok_or_else(|| {
                 f.err(
                     "text_config",
@@ -48,7 +55,7 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
                     "a VLM config carries the LLM under text_config",
                 )
             })?;
-            let family = if model_type == "qwen3_vl_moe" {
+            let family = if model_type.ends_with("_moe") {
                 Family::QwenMoe
             } else {
                 Family::Dense
