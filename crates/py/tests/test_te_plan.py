@@ -102,3 +102,13 @@ def test_name_map_can_be_replaced():
     r = plan(tokens=1 << 20, topk=8, names={"head": "fc2"})
     assert r["head"]["ub_name"] == "fc2" and r["head"]["fp8"]
     assert r["layers.0.self_attention.o_proj"]["ub_name"] is None
+
+
+def test_hf_style_projection_names():
+    # Separate q/k/v and input projections are attention inputs (qkv), not the output proj;
+    # gate_proj is the gated MLP's fc1, down_proj its fc2, o_proj the attention output.
+    names = {"self_attn.q_proj": "qkv", "self_attn.k_proj": "qkv", "self_attn.v_proj": "qkv",
+             "linear_attn.in_proj_qkvz": "qkv", "self_attn.o_proj": "proj", "linear_attn.out_proj": "proj",
+             "mlp.gate_proj": "fc1", "mlp.up_proj": "fc1", "mlp.down_proj": "fc2"}
+    for name, ub in names.items():
+        assert af8te.ub_name_of(name) == ub, name

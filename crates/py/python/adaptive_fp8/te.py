@@ -26,12 +26,19 @@ from typing import Any, Iterable, Mapping, Optional
 from . import Policy
 
 #: Default name -> ub_name map: the first key found in a module's own name (its last dotted
-#: component, lower-cased) wins. Order matters: `down_proj` before `proj`.
+#: component, lower-cased) wins. Order matters: `down_proj` and the input projections before
+#: `proj`. HF-style separate input projections (`q_proj`, `k_proj`, `v_proj`, `in_proj`) are
+#: attention inputs, decided as `qkv`; `gate_proj` is the gated MLP's first half, `fc1`.
 DEFAULT_NAMES: dict[str, str] = {
     "qkv": "qkv",
     "query_key_value": "qkv",
+    "q_proj": "qkv",
+    "k_proj": "qkv",
+    "v_proj": "qkv",
+    "in_proj": "qkv",
     "fc1": "fc1",
     "gate_up": "fc1",
+    "gate_proj": "fc1",
     "up_proj": "fc1",
     "w1": "fc1",
     "fc2": "fc2",
