@@ -99,7 +99,9 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
     let linear_attention = linear_attention(f, num_layers, variant == Variant::GatedDeltaNet)?;
-    let attention_output_gate = output_gate(f, linear_attention.is_some(), &mut defaults)?;
+    // LoongForge's pattern field: its Qwen3-Next/Qwen3.5 layers, with gated full attention.
+    let loongforge_form = linear_attention.is_some() && f.has("full_attention_interval");
+    let attention_output_gate = output_gate(f, loongforge_form, &mut defaults)?;
     let hidden = f.req_pos(&["hidden_size"], "model width")?;
     let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
     let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
@@ -146,10 +148,7 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
         warnings: likely_typos(f)
             .into_iter()
             .chain(variant.warning())
-            .chain(loongforge_linear_attention_warning(
-                f,
-                linear_attention.is_some(),
-            ))
+            .chain(loongforge_form.then(loongforge_linear_attention_warning))
             .collect(),
     })
 }
@@ -192,17 +191,16 @@ fn attention_variant(f: Fields<'_>) -> Result<Variant, ConfigError> {
 }
 
 /// Whether full attention has an output gate: `attention_output_gate` as given, else on for a
-/// LoongForge Qwen3-Next/Qwen3.5 config (its pattern field, `full_attention_interval`, comes
-/// with the gated attention those models have), else off.
+/// LoongForge Qwen3-Next/Qwen3.5 config (`loongforge_form`: those models gate it), else off.
 fn output_gate(
     f: Fields<'_>,
-    linear: bool,
+    loongforge_form: bool,
     defaults: &mut Vec<String>,
 ) -> Result<bool, ConfigError> {
     if let Some(g) = f.opt_bool(&["attention_output_gate"])? {
         return Ok(g);
     }
-    let gated = linear && f.has("full_attention_interval");
+    let gated = loongforge_form;
     if gated {
         defaults.push(
             "attention_output_gate absent: on (Qwen3-Next and Qwen3.5 gate their full attention)"
@@ -215,15 +213,12 @@ fn output_gate(
 /// LoongForge's own Qwen3-Next/Qwen3.5 layers build the Gated DeltaNet projections as plain TE
 /// `Linear` modules (not Megatron's wrappers) and the gated QKV without the fused norm; the
 /// engine plans them as upstream Megatron builds them.
-fn loongforge_linear_attention_warning(f: Fields<'_>, linear: bool) -> Option<String> {
-    (linear && f.has("full_attention_interval")).then(|| {
-        "Gated DeltaNet planned as upstream megatron-core builds it (in_proj: norm-fused column, \
-         fc1; out_proj: row, fc2; the gated QKV norm-fused). LoongForge's own Qwen3-Next/Qwen3.5 \
-         layers build those projections as plain TE Linear modules, which the build-time \
-         callback never sees (they run in the launch region's precision), and the gated QKV as a \
-         column module"
-            .to_owned()
-    })
+fn loongforge_linear_attention_warning() -> String {
+    "Gated DeltaNet planned as upstream megatron-core builds it (in_proj: norm-fused column, \
+     fc1; out_proj: row, fc2; the gated QKV norm-fused). LoongForge's own Qwen3-Next/Qwen3.5 \
+     layers build those projections as plain TE Linear modules, which the build-time callback \
+     never sees (they run in the launch region's precision), and the gated QKV as a column module"
+        .to_owned()
 }
 
 /// Query groups (GQA), MHA when absent or `group_query_attention: false`.
