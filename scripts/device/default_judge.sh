@@ -231,6 +231,10 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # eager policy runs all four groups FP8 at 8192, here with 4 micro-batches.
   queued megatron l1_grad_accum_8192 150 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
     --layers 2 --tokens 8192 --grad-accum 4 --execution eager --steps 3
+  # (all four FP8 there: the global region. Qwen2.5-72B at 2048 runs fc1 and fc2 FP8 alone, in
+  # the BF16 region, where the cache re-arm acts.)
+  queued megatron q72_grad_accum_2048 150 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml \
+    --tp 1 --layers 1 --tokens 2048 --grad-accum 4 --execution eager --steps 3
   # Then the cheap check of the native rows' cause: with FP8 weights Megatron 0.19 gives the
   # native config's BF16 modules FP8 weights too (POLICY.md); without them native = hook.
   D3="--model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 3072 --execution eager"
@@ -244,7 +248,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
     --out /tmp/dj/pol_l1 --reports-dir "$W/rep_l1"
   [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && cp -r /tmp/dj/pol_l1 "$W/" && queued megatron l1_step_judge 300 \
     /tmp/dj/pol_l1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

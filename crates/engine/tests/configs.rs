@@ -414,10 +414,11 @@ fn gated_delta_net_patterns_and_their_errors() {
         "linear_attention_freq"
     );
     // A pattern list of the wrong length, and an entry that is neither 0 nor 1.
+    let gdn = "experimental_attention_variant: gated_delta_net\n";
     let p = write(
         &dir,
         "b.yaml",
-        &format!("{base}{heads}linear_attention_freq: [1, 0]\n"),
+        &format!("{base}{heads}{gdn}linear_attention_freq: [1, 0]\n"),
     );
     assert!(
         field_error(load_model(&p).unwrap_err())
@@ -427,7 +428,7 @@ fn gated_delta_net_patterns_and_their_errors() {
     let p = write(
         &dir,
         "c.yaml",
-        &format!("{base}{heads}linear_attention_freq: [1, 2, 1, 0]\n"),
+        &format!("{base}{heads}{gdn}linear_attention_freq: [1, 2, 1, 0]\n"),
     );
     assert_eq!(
         field_error(load_model(&p).unwrap_err()).0,
@@ -449,7 +450,20 @@ fn gated_delta_net_patterns_and_their_errors() {
     let p = write(
         &dir,
         "e.yaml",
-        &format!("{base}{heads}linear_attention_freq: [0, 0, 0, 0]\n"),
+        &format!("{base}{heads}{gdn}linear_attention_freq: [0, 0, 0, 0]\n"),
+    );
+    assert!(
+        load_model(&p).unwrap().components[0]
+            .arch
+            .linear_attention
+            .is_none()
+    );
+    // Megatron's TransformerConfig carries linear head sizes and a frequency on every model:
+    // without the variant they mean nothing.
+    let p = write(
+        &dir,
+        "g.yaml",
+        &format!("{base}{heads}linear_attention_freq: 4\n"),
     );
     assert!(
         load_model(&p).unwrap().components[0]

@@ -507,7 +507,9 @@ fn gated_delta_net_layers_are_planned_as_megatron_builds_them() {
     assert_eq!(s["out_proj<self_attention"], (512, 1024, 1, Row, 6));
     assert_eq!(s["linear_fc1<mlp"].4, 8);
     // A per-layer list (1 linear, 0 full) reads the same; without the gate the QKV is narrower.
-    let list = gated_delta_net_model("linear_attention_freq: [1, 1, 1, 0, 1, 1, 1, 0]\n");
+    let list = gated_delta_net_model(
+        "experimental_attention_variant: gated_delta_net\nlinear_attention_freq: [1, 1, 1, 0, 1, 1, 1, 0]\n",
+    );
     let s = shapes(&list, Role::Llm, Parallel::tp(1));
     assert_eq!(
         s["linear_qkv<self_attention"],

@@ -239,6 +239,14 @@ def test_megatron_fields_carry_gated_delta_net(tmp_path):
     rows = {m["name"]: m for m in plan["modules"]}
     assert rows["decoder.layers.self_attention.in_proj"]["layers"] == 3
     assert rows["decoder.layers.self_attention.linear_qkv"]["layers"] == 1
+    # Every TransformerConfig has Gated DeltaNet defaults (0.19: 16 key heads, ...); without the
+    # variant they stay out, and the model plans as the full attention it is.
+    plain = config(tmp_path, linear_attention_freq=None, linear_num_key_heads=16, linear_num_value_heads=32,
+                   linear_key_head_dim=128, linear_value_head_dim=128, attention_output_gate=False)
+    f = af8m.megatron_fields(plain)
+    assert "linear_num_key_heads" not in f
+    names = {m["name"] for m in json.loads(af8m._plan_json(f, None, seq_length=4096))["modules"]}
+    assert "decoder.layers.self_attention.in_proj" not in names
 
 
 def test_megatron_fields_read_a_transformer_config(tmp_path):

@@ -23,17 +23,22 @@ const PATTERN_FIELDS: [&str; 3] = [
 /// The Gated DeltaNet layers of a config, or `None` when it has none. `required`: the config
 /// asked for them by name (Megatron's `experimental_attention_variant: gated_delta_net`), so a
 /// missing pattern is an error rather than a model without linear attention.
+///
+/// Without the variant, only LoongForge's and HuggingFace's form counts: linear heads with
+/// `full_attention_interval` or `layer_types`. Megatron's `TransformerConfig` carries linear
+/// head sizes and `linear_attention_freq` on every model (defaults it reads only under the
+/// variant), and Gemma 3's `layer_types` lists sliding and full attention.
 pub(crate) fn linear_attention(
     f: Fields<'_>,
     num_layers: u64,
     required: bool,
 ) -> Result<Option<LinearAttention>, ConfigError> {
-    // Other layer patterns share these field names (Gemma 3's `layer_types` lists sliding and
-    // full attention): only a config with Gated DeltaNet heads, or that names the variant, has one.
-    if !required && !f.has("linear_num_key_heads") {
+    let loongforge_form =
+        f.has("linear_num_key_heads") && (f.has("full_attention_interval") || f.has("layer_types"));
+    if !required && !loongforge_form {
         return Ok(None);
     }
-    let full = match full_attention_layers(f, num_layers)? {
+    let full = match full_attention_layers(f, num_layers, required)? {
         None => {
             return Err(f.err(
                 "linear_attention_freq",
@@ -67,10 +72,16 @@ pub(crate) fn linear_attention(
     Ok(Some(l))
 }
 
-/// How many layers keep full attention, from the first pattern field present.
-fn full_attention_layers(f: Fields<'_>, num_layers: u64) -> Result<Option<u64>, ConfigError> {
+/// How many layers keep full attention, from the first pattern field present (Megatron's own,
+/// `linear_attention_freq`, only under its variant).
+fn full_attention_layers(
+    f: Fields<'_>,
+    num_layers: u64,
+    megatron_variant: bool,
+) -> Result<Option<u64>, ConfigError> {
     let Some((key, v)) = PATTERN_FIELDS
         .iter()
+        .filter(|k| megatron_variant || **k != "linear_attention_freq")
         .find_map(|k| f.map.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)))
     else {
         return Ok(None);

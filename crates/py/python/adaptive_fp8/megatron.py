@@ -372,9 +372,14 @@ _MODEL_FIELDS = (
     "kv_channels", "gated_linear_unit", "normalization", "multi_latent_attention", "q_lora_rank",
     "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_moe_experts",
     "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq", "mtp_num_layers", "experimental_attention_variant", "linear_attention_freq",
-    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "attention_output_gate",
+    "moe_layer_freq", "mtp_num_layers", "experimental_attention_variant", "attention_output_gate",
+)
+
+#: Gated DeltaNet's fields: every TransformerConfig has defaults for them, which Megatron reads
+#: only under ``experimental_attention_variant="gated_delta_net"``; so are they passed.
+_GDN_FIELDS = (
+    "linear_attention_freq", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim",
 )
 
 
@@ -384,7 +389,9 @@ def megatron_fields(config: Any, name: Optional[str] = None) -> dict:
     for the policy's model check (default: ``config.fp8_dynamic_model_name``, else none, and
     the check is skipped: a TransformerConfig does not say which model it is)."""
     out: dict = {}
-    for f in _MODEL_FIELDS:
+    variant = getattr(config, "experimental_attention_variant", None)
+    gdn = str(getattr(variant, "value", variant)) == "gated_delta_net"
+    for f in _MODEL_FIELDS + (_GDN_FIELDS if gdn else ()):
         v = getattr(config, f, None)
         if v is None or (f == "multi_latent_attention" and not v):
             continue
