@@ -184,15 +184,19 @@ oracle-shipped)  # the oracle for the shipped MoE defaults (their /min is BF16/a
   DS="policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1"
   Q3="policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 --ep 4 --layers 2"
   # Qwen3-VL: 4 search units (OLMoE's took 50-100 s a count and execution); DeepSeek-V3: 10.
-  for t in 1536 3072 6144; do
-    queued megatron q3vl_oracle_$t 200 $Q3 $O --tokens $t --execution eager,graphed
+  # (1536 eager and graphed together ran past 200 s: one row per execution)
+  queued megatron q3vl_oracle_1536g 200 $Q3 $O --tokens 1536 --execution graphed
+  for t in 3072 6144; do
+    for e in eager graphed; do
+      queued megatron q3vl_oracle_$t${e:0:1} 200 $Q3 $O --tokens $t --execution $e
+    done
   done
   for t in 1536 3072 6144; do
     for e in eager graphed; do
       queued megatron dsv3_oracle_$t${e:0:1} 330 $DS $O --tokens $t --execution $e
     done
   done
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 9:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 11:"
   ;;
 rerun)  # the failed rows again, after the memory fix: a queue over calls (see the header)
   H=docs/device-logs/default_judge
