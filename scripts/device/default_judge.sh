@@ -32,9 +32,9 @@
 #   OT=<seconds> bounds each oracle-phase run (default 275).
 #   fix-check: the graphed oracle's memory per captured pair (flat once dropped models are freed)
 #            and DeepSeek-V3 in the Megatron judge again (its MLA up projections as planned).
-#   retune:  the hook's eager weight cache under 4 micro-batches (Llama-3.2-1B at 8192),
-#            DeepSeek-V3's native row at eager 3072 with and without FP8 weights, then
-#            `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
+#   checks:  the hook's eager weight cache under 4 micro-batches, DeepSeek-V3's native row at
+#            eager 3072 with and without FP8 weights (run: default_judge/retune/).
+#   retune:  `gen-policy --backend step --step-trainer megatron` for Qwen2.5-72B (TP 1) and
 #            Llama-3.2-1B, each policy then judged at the unswept counts; a queue as rerun.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
@@ -43,7 +43,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, retune or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -224,19 +224,12 @@ rerun)  # the failed rows again, after the memory fix: a queue over calls (see t
   queued megatron dsv3_megatron_6144g 150 $DS --tokens 6144 --execution graphed
   ls "$W"/*.done | wc -l | xargs echo "done of 13:"
   ;;
-retune)  # the misses' remedy: thresholds from Megatron's own step, then judged where not swept
-  # A queue over calls, as rerun. Qwen2.5-72B (TP 1, 1 layer: its eager thresholds came from
-  # per-module TE timing) and Llama-3.2-1B (its step thresholds from the TE blocks' step) tuned
-  # by `gen-policy --backend step --step-trainer megatron`, each judged at 1536-12288 eager and
-  # graphed.
-  MS="--backend step --step-trainer megatron --tp 1 --python python3"
-  # First the newest integration code (not yet run on a GPU): the hook's BF16 region keeps the
-  # FP8 weight cache in eager steps (each FP8 module re-arms it after an optimizer step); Llama's
-  # eager policy runs all four groups FP8 at 8192, here with 4 micro-batches.
+checks)  # the sixth session's checks (docs/device-logs/default_judge/retune/): a queue as rerun
+  # The hook's BF16 region keeps the FP8 weight cache in eager steps (each FP8 module re-arms it
+  # after an optimizer step), under 4 micro-batches: Llama's eager policy runs all four groups
+  # FP8 at 8192, Qwen2.5-72B's fc1 and fc2 alone at 2048.
   queued megatron l1_grad_accum_8192 150 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
     --layers 2 --tokens 8192 --grad-accum 4 --execution eager --steps 3
-  # (all four FP8 there: the global region. Qwen2.5-72B at 2048 runs fc1 and fc2 FP8 alone, in
-  # the BF16 region, where the cache re-arm acts.)
   queued megatron q72_grad_accum_2048 150 policies/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml \
     --tp 1 --layers 1 --tokens 2048 --grad-accum 4 --execution eager --steps 3
   # Then the cheap check of the native rows' cause: with FP8 weights Megatron 0.19 gives the
@@ -244,6 +237,14 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   D3="--model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 3072 --execution eager"
   queued megatron dsv3_native_3072 120 policies/deepseek_v3.json $D3
   queued megatron dsv3_native_3072_bf16w 120 policies/deepseek_v3.json $D3 --no-fp8-param
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 4:"
+  ;;
+retune)  # the misses' remedy: thresholds from Megatron's own step, then judged where not swept
+  # A queue over calls, as rerun. Qwen2.5-72B (TP 1, 1 layer: its eager thresholds came from
+  # per-module TE timing) and Llama-3.2-1B (its step thresholds from the TE blocks' step) tuned
+  # by `gen-policy --backend step --step-trainer megatron`, each judged at 1536-12288 eager and
+  # graphed.
+  MS="--backend step --step-trainer megatron --tp 1 --python python3"
   queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
     --tokens 1024,2048,4096 --out /tmp/dj/pol_q72 --reports-dir "$W/rep_q72"
   [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && cp -r /tmp/dj/pol_q72 "$W/" && queued megatron q72_step_judge 240 \
@@ -252,7 +253,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
     --out /tmp/dj/pol_l1 --reports-dir "$W/rep_l1"
   [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && cp -r /tmp/dj/pol_l1 "$W/" && queued megatron l1_step_judge 300 \
     /tmp/dj/pol_l1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 4:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
