@@ -446,31 +446,21 @@ fn gated_delta_net_patterns_and_their_errors() {
         field_error(load_model(&p).unwrap_err()).0,
         "linear_num_value_heads"
     );
-    // Every layer full: no linear attention at all.
-    let p = write(
-        &dir,
-        "e.yaml",
-        &format!("{base}{heads}{gdn}linear_attention_freq: [0, 0, 0, 0]\n"),
-    );
-    assert!(
+    let no_linear_attention = |name: &str, rest: &str| {
+        let p = write(&dir, name, &format!("{base}{heads}{rest}"));
         load_model(&p).unwrap().components[0]
             .arch
             .linear_attention
             .is_none()
-    );
+    };
+    // Every layer full: no linear attention at all.
+    assert!(no_linear_attention(
+        "e.yaml",
+        &format!("{gdn}linear_attention_freq: [0, 0, 0, 0]\n")
+    ));
     // Megatron's TransformerConfig carries linear head sizes and a frequency on every model:
     // without the variant they mean nothing.
-    let p = write(
-        &dir,
-        "g.yaml",
-        &format!("{base}{heads}linear_attention_freq: 4\n"),
-    );
-    assert!(
-        load_model(&p).unwrap().components[0]
-            .arch
-            .linear_attention
-            .is_none()
-    );
+    assert!(no_linear_attention("g.yaml", "linear_attention_freq: 4\n"));
     // HF Qwen3-Next: layer_types, Qwen-MoE experts with the shared expert, gated attention.
     let a = hf_llm(
         r#"{"model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120,
