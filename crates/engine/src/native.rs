@@ -250,7 +250,7 @@ impl NativeConfig {
                     format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
                     "the global FP8 region is needed: routed experts run FP8, and Megatron pads their token counts only with --fp8-format set".to_owned(),
                 ];
-                if self.has_bf16_group() {
+                if !self.bf16_groups().is_empty() {
                     flags.push("without --fp8-param-gather: megatron-core 0.19 builds every module's weights in FP8 before this file reaches it (modules get their names after construction), so the BF16 modules would dequantize their weights in every forward; to keep FP8 weights, decide modules with the hook (adaptive_fp8.megatron.enable), which builds BF16 modules with BF16 weights".to_owned());
                 }
                 flags
@@ -258,9 +258,14 @@ impl NativeConfig {
         }
     }
 
-    /// Whether a planned module group (not the catch-all) runs BF16.
-    fn has_bf16_group(&self) -> bool {
-        self.matchers.iter().any(|m| !m.fp8 && m.instances > 0)
+    /// The matchers of planned module groups (not the catch-all) that run BF16: in the FP8
+    /// region with FP8 weights, the modules that would hold FP8 weights they dequantize.
+    pub fn bf16_groups(&self) -> Vec<&str> {
+        self.matchers
+            .iter()
+            .filter(|m| !m.fp8 && m.instances > 0)
+            .map(|m| m.name.as_str())
+            .collect()
     }
 }
 

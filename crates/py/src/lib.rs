@@ -503,6 +503,7 @@ fn te_precision_config_json(
     let out = serde_json::json!({
         "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region,
         "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
+        "bf16_groups": cfg.bf16_groups(),
         "warnings": p.summary.warnings,
     });
     Ok(format!("{out:#}"))

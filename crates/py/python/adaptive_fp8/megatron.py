@@ -449,7 +449,7 @@ def te_precision_config(
 
 def native_export(model: Any, policy: Any = None, **kw: Any) -> dict:
     """:func:`te_precision_config` with everything ``fp8sel te-precision-config`` says:
-    ``{"config", "yaml", "region", "fp8_instances", "launch", "warnings"}``."""
+    ``{"config", "yaml", "region", "fp8_instances", "launch", "bf16_groups", "warnings"}``."""
     if model is not None and not isinstance(model, dict):
         model = os.fspath(model)
     out = json.loads(_native_json(model, policy, **kw))
@@ -544,22 +544,21 @@ def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
         )
         notes = _clear_fp8(config, why)
     elif getattr(config, "fp8_param", False):
-        notes = _fp8_weights_in_bf16_modules(out["config"])
+        notes = _fp8_weights_in_bf16_modules(out["bf16_groups"])
         for n in notes:
             _say_once(n)
     config.quant_recipe = RecipeConfig.from_config_dict(out["config"])
     return NativePlan(out["region"], out["fp8_instances"], out["config"], notes)
 
 
-def _fp8_weights_in_bf16_modules(native: dict) -> list[str]:
+def _fp8_weights_in_bf16_modules(bf16: list[str]) -> list[str]:
     """What ``config.fp8_param`` costs the native config in the FP8 region: megatron-core 0.19
     names its modules only after building them (``GPTModel`` hands each its per-module config
     in ``finish_init``), so the config reaches every module's forward but not its construction,
     and under the layers' FP8 weight init every module is built with FP8 weights. A module the
     config runs BF16 then dequantizes its weights in every forward (TE warns "quantized weights
     without quantized compute"); NVIDIA/Megatron-LM#7376 names modules during construction.
-    The hook builds BF16 modules with BF16 weights."""
-    bf16 = [n for n, m in native["matchers"].items() if n != "default" and m["config"] == "bf16"]
+    The hook builds BF16 modules with BF16 weights. ``bf16``: the export's BF16 groups."""
     if not bf16:
         return []
     return [
