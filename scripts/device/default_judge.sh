@@ -245,20 +245,25 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # thresholds came from per-module TE timing) tuned by `gen-policy --backend step
   # --step-trainer megatron` (one refinement round, the default), each policy then judged at
   # counts no sweep timed (no oracle in the judge rows: the oracle rows at those counts are in
-  # oracle-dense/, oracle-moe/ and rerun/). Bounds from the Megatron oracle's cost in those runs
-  # (~35 s per count and execution for Llama at 4 layers, 50-150 s for Qwen2.5-72B at 1 layer).
+  # oracle-dense/, oracle-moe/ and rerun/). Llama's eager sweep is extended by 12288 and 16384
+  # (its first judge, with the sweep to 8192, missed eager 12288) and merged with the sweep by
+  # `fp8sel merge-policy --step`. Run in 2026-12-01's five calls (retune-step/ in the logs).
   MS="--backend step --step-trainer megatron --tp 1 --python python3"
+  L1=/tmp/dj/pol_l1 R1=/tmp/dj/pol_l1/reports
   queued step l1_gen 420 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/llama3_2_1b.yaml \
-    --tokens 1024,2048,4096,8192 --out /tmp/dj/pol_l1 --reports-dir "$W/rep_l1"
-  [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && cp -r /tmp/dj/pol_l1 "$W/"
+    --tokens 1024,2048,4096,8192 --out $L1
   queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
-    --tokens 1024,2048,4096 --out /tmp/dj/pol_q72 --reports-dir "$W/rep_q72"
-  [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && cp -r /tmp/dj/pol_q72 "$W/"
-  [ -f /tmp/dj/pol_l1/llama3_2_1b.json ] && queued megatron l1_step_judge 180 \
-    /tmp/dj/pol_l1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+    --tokens 1024,2048,4096 --out /tmp/dj/pol_q72
   [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && queued megatron q72_step_judge 180 \
     /tmp/dj/pol_q72/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144 --execution eager,graphed
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 4:"
+  [ -f $R1/llama3_2_1b_tp1_ep1_etp1_step.json ] && queued step l1_extend 200 python3 -m adaptive_fp8.bench.step_bench \
+    --trainer megatron --oracle greedy --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 2 --tokens 12288,16384 \
+    --execution eager --recipe blockwise --json $R1/llama3_2_1b_tp1_ep1_etp1_ext_eager_step.json
+  [ -f $R1/llama3_2_1b_tp1_ep1_etp1_ext_eager_step.json ] && ./devcarry/fp8sel merge-policy --step $R1/*_step.json \
+    --output $L1/llama3_2_1b.json && queued megatron l1_step_judge 180 \
+    $L1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
+  cp -r /tmp/dj/pol_l1 /tmp/dj/pol_q72 "$W/" 2>/dev/null  # the policies and the worker's JSON, even from a cut run
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

@@ -4,6 +4,7 @@ from a plan's architecture, and the precision check against the plan."""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace as NS
 
 import pytest
 
@@ -70,7 +71,6 @@ def test_a_model_built_unlike_its_plan_is_an_error_not_a_row(root):
         ms._one_count(judge, args, 4096, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
 
 def test_a_dropped_model_gives_its_storage_back():
-    from types import SimpleNamespace as NS
 
     class FP8Param:  # TE's FP8 weights refuse a plain tensor as data and clear themselves
         grad = main_grad = None
@@ -331,3 +331,37 @@ def test_the_judge_reads_precision_and_class_of_te_modules_only():
     model = type("Model", (), {"named_modules": lambda self: [("a", TELinear()), ("b", object())]})()
     judge = object.__new__(ms.Judge)
     assert judge.precisions(model) == {"a": True} and judge.te_classes(model) == {"a": "TELinear"}
+
+
+def test_graph_pool_ledger_gives_back_what_megatrons_allocator_took():
+    # A stand-in for megatron.core.transformer.cuda_graphs: its allocator and its manager's pool.
+    calls = []
+    mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)))
+    mod.alloc_tensor_from_graph_mempool = lambda meta: calls.append(meta) or f"buf {meta}"
+    released = []
+    ledger = ms.GraphPoolLedger(released.append)
+    ledger.count(mod)
+    ledger.count(mod)  # a second Judge in the process wraps nothing twice
+    assert mod.alloc_tensor_from_graph_mempool("a") == "buf a"
+    mod.alloc_tensor_from_graph_mempool("b")
+    mod.CudaGraphManager.global_mempool = (0, 2)  # the next pair's pool, after a delete
+    mod.alloc_tensor_from_graph_mempool("c")
+    assert calls == ["a", "b", "c"]
+    assert ledger.give_back() == 3 and sorted(released) == [(0, 1), (0, 1), (0, 2)]
+    assert ledger.give_back() == 0  # each reference once
+
+
+def test_graph_pool_ledger_stops_a_pool_the_allocator_refuses():
+    def release(pool):
+        if pool == (0, 1):
+            raise RuntimeError("INTERNAL ASSERT FAILED: uc >= 0")
+        released.append(pool)
+
+    released = []
+    mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)), alloc_tensor_from_graph_mempool=lambda m: m)
+    ledger = ms.GraphPoolLedger(release)
+    ledger.count(mod)
+    for pool in [(0, 1), (0, 1), (0, 2)]:
+        mod.CudaGraphManager.global_mempool = pool
+        mod.alloc_tensor_from_graph_mempool(None)
+    assert ledger.give_back() == 1 and released == [(0, 2)]
