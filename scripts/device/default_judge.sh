@@ -247,13 +247,14 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   # counts no sweep timed (no oracle in the judge rows: the oracle rows at those counts are in
   # oracle-dense/, oracle-moe/ and rerun/). Llama's eager sweep is extended by 12288 and 16384
   # (its first judge, with the sweep to 8192, missed eager 12288) and merged with the sweep by
-  # `fp8sel merge-policy --step`. Run in 2026-12-01's five calls (retune-step/ in the logs).
+  # `fp8sel merge-policy --step`. Run in 2026-12-01's five calls (retune-step/ in the logs), before
+  # gen-policy had --time-limit (the Llama run was killed by the bound instead, and merged by hand).
   MS="--backend step --step-trainer megatron --tp 1 --python python3"
   L1=/tmp/dj/pol_l1 R1=/tmp/dj/pol_l1/reports
   queued step l1_gen 420 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/llama3_2_1b.yaml \
-    --tokens 1024,2048,4096,8192 --out $L1
+    --tokens 1024,2048,4096,8192 --time-limit 400 --out $L1
   queued step q72_gen 540 ./devcarry/fp8sel gen-policy $MS --model fixtures/models/qwen2_5_72b.yaml --layers 1 \
-    --tokens 1024,2048,4096 --out /tmp/dj/pol_q72
+    --tokens 1024,2048,4096 --time-limit 520 --out /tmp/dj/pol_q72
   [ -f /tmp/dj/pol_q72/qwen2_5_72b.json ] && queued megatron q72_step_judge 180 \
     /tmp/dj/pol_q72/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 1536,3072,6144 --execution eager,graphed
   [ -f $R1/llama3_2_1b_tp1_ep1_etp1_step.json ] && queued step l1_extend 200 python3 -m adaptive_fp8.bench.step_bench \

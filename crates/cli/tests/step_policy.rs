@@ -359,3 +359,66 @@ fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
         "{v}"
     );
 }
+
+#[test]
+fn a_time_limit_stops_the_worker_and_the_policy_comes_from_the_counts_it_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    // 0.5 s per count, 8 count-executions (eager first, FP8 from its first count): a 2 s limit
+    // stops the worker part way, however slowly the interpreter starts.
+    let limit = [
+        "--tp",
+        "1",
+        "--tokens",
+        "1024,2048,4096,8192",
+        "--time-limit",
+        "2",
+    ];
+    let slow = [
+        ("FAKE_STEP_SECONDS", "0.5"),
+        ("FAKE_STEP_EAGER_FROM", "1024"),
+    ];
+    let t0 = std::time::Instant::now();
+    let (o, _) = gen_step_with(dir.path(), &limit, 1, &slow);
+    assert!(t0.elapsed().as_secs_f64() < 3.5, "{:?}", t0.elapsed());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    let timed: usize = e
+        .split("stopped at the time limit with ")
+        .nth(1)
+        .and_then(|t| t.split(" of 8 count(s) timed").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!((1..8).contains(&timed), "{e}");
+    // Eager FP8 from 1024 (timed first). Graphed: from 1024 if its first count was reached;
+    // else no graphed threshold (a graphed step then follows min_tokens) and no graphed timing.
+    let p = dir.path().join("llama3_2_1b.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let fc1 = &v["rules"]["layernorm_column"]["fc1"][0];
+    assert_eq!(fc1["min_tokens"], 1024, "{v}");
+    if timed > 4 {
+        assert_eq!(fc1["min_tokens_graphed"], 1024, "{v}");
+    } else {
+        assert!(fc1.get("min_tokens_graphed").is_none(), "{v}");
+        assert!(
+            e.contains("(graphed not reached: no threshold of its own"),
+            "{e}"
+        );
+        assert_eq!(v["provenance"]["timing"], json!(["step-eager"]), "{v}");
+    }
+    // Stopped before the first count: an error with the fix, and no policy.
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _) = gen_step_with(
+        dir.path(),
+        &["--tp", "1", "--tokens", "1024", "--time-limit", "1"],
+        1,
+        &[("FAKE_STEP_SECONDS", "3")],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("the time limit ran out before the step finished one token count")
+            && err(&o).contains("fix:"),
+        "{}",
+        err(&o)
+    );
+    assert!(!dir.path().join("llama3_2_1b.json").exists());
+}

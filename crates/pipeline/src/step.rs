@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use fp8_engine::ModelDesc;
 use fp8_policy::Execution;
@@ -29,6 +30,10 @@ pub struct StepJob {
     /// Rounds of refinement: each times the midpoints `fp8_merge::refine` asks for, so a
     /// threshold can land between the sweep's counts; 0 is the sweep alone.
     pub refine: u32,
+    /// The whole run's wall-clock bound: at it the worker is stopped and the policy is written
+    /// from the counts it finished (each one saved as it ends); refinements and layouts not
+    /// begun by then are skipped, with a note. `None`: unbounded.
+    pub time_limit: Option<Duration>,
 }
 
 /// The worker's command line for one layout, writing `json`.
@@ -97,6 +102,7 @@ pub fn gen_policy_step(
         None => o.reports_base.join("step"),
     };
     fp8_io::create_parent_dir(&reports_dir.join("x")).map_err(|e| e.to_string())?;
+    let clock = Clock::start(job.time_limit);
     let mut outcome = GenOutcome {
         estimated: false,
         reports: Vec::new(),
@@ -116,67 +122,30 @@ pub fn gen_policy_step(
         }
         let mut runs = Vec::new();
         for p in layouts {
-            let json = reports_dir.join(format!(
-                "{}_tp{}_ep{}_etp{}_step.json",
-                model.name, p.tp, p.ep, p.etp
-            ));
-            let args = command(o, job, config, p, &json);
-            say(&format!(
-                "{} {p}: the step over {} token count(s), {}",
-                model.name,
-                job.tokens.len(),
-                job.executions
-                    .iter()
-                    .map(|e| e.name())
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-            ));
-            run_worker(&o.python, &args)?;
-            let mut layout = read_runs(&json)?;
-            outcome.reports.push(json);
-            for round in 1..=job.refine {
-                let asked = fp8_merge::refine::refinements(&layout);
-                if asked.is_empty() {
-                    break;
-                }
-                for (execution, counts) in asked {
-                    let json = reports_dir.join(format!(
-                        "{}_tp{}_ep{}_etp{}_refine{round}_{}_step.json",
-                        model.name,
-                        p.tp,
-                        p.ep,
-                        p.etp,
-                        execution.name()
-                    ));
-                    let more = StepJob {
-                        tokens: counts.into_iter().collect(),
-                        executions: vec![execution],
-                        ..job.clone()
-                    };
-                    say(&format!(
-                        "{} {p}: refinement {round}, {} at {}",
-                        model.name,
-                        execution.name(),
-                        list_counts(&more.tokens)
-                    ));
-                    // A refinement only sharpens the sweep's thresholds: its failure keeps them.
-                    match run_worker(&o.python, &command(o, &more, config, p, &json))
-                        .and_then(|()| read_runs(&json))
-                    {
-                        Ok(more) => {
-                            layout.extend(more);
-                            outcome.reports.push(json);
-                        }
-                        Err(e) => outcome.notes.push(format!(
-                            "{} {p}: refinement {round} ({}) failed, the thresholds keep the \
-                             counts timed before it: {e}",
-                            model.name,
-                            execution.name()
-                        )),
-                    }
-                }
+            if clock.out() {
+                outcome.notes.push(format!(
+                    "{} {p}: not measured, the time limit ran out before it",
+                    model.name
+                ));
+                continue;
             }
-            runs.extend(layout);
+            let ctx = Layout {
+                o,
+                job,
+                config,
+                model: &model.name,
+                p,
+                reports_dir: &reports_dir,
+                clock: &clock,
+            };
+            runs.extend(ctx.sweep(say, &mut outcome)?);
+        }
+        if runs.is_empty() {
+            return Err(format!(
+                "{}: the time limit ran out before the step finished one token count; fix: a \
+                 larger time limit, or fewer token counts, executions or layouts",
+                config.display()
+            ));
         }
         let policy = fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?;
         let name = if model.components.len() > 1 {
@@ -190,6 +159,142 @@ pub fn gen_policy_step(
         outcome.files.push(target);
     }
     Ok(outcome)
+}
+
+/// The run's time limit, if any.
+struct Clock(Option<Instant>);
+
+impl Clock {
+    fn start(limit: Option<Duration>) -> Self {
+        Self(limit.map(|d| Instant::now() + d))
+    }
+
+    fn out(&self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// One layout's sweep and refinements.
+struct Layout<'a> {
+    o: &'a GenOptions,
+    job: &'a StepJob,
+    config: &'a Path,
+    model: &'a str,
+    p: fp8_engine::Parallel,
+    reports_dir: &'a Path,
+    clock: &'a Clock,
+}
+
+impl Layout<'_> {
+    fn json(&self, tail: &str) -> PathBuf {
+        let p = self.p;
+        self.reports_dir.join(format!(
+            "{}_tp{}_ep{}_etp{}{tail}_step.json",
+            self.model, p.tp, p.ep, p.etp
+        ))
+    }
+
+    /// The sweep, then each refinement round: the oracle's verdicts of every count timed.
+    fn sweep(
+        &self,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) -> Result<Vec<fp8_merge::step::StepRun>, String> {
+        let (job, p, model) = (self.job, self.p, self.model);
+        let json = self.json("");
+        say(&format!(
+            "{model} {p}: the step over {} token count(s), {}",
+            job.tokens.len(),
+            job.executions
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+        let end = run_worker(
+            &self.o.python,
+            &command(self.o, job, self.config, p, &json),
+            self.clock,
+            &json,
+        )?;
+        let mut layout = match end {
+            WorkerEnd::Finished => read_runs(&json)?,
+            // What it finished is saved; nothing finished is no verdict.
+            WorkerEnd::Stopped => read_runs(&json).unwrap_or_default(),
+        };
+        if end == WorkerEnd::Stopped {
+            let unreached: Vec<&str> = job
+                .executions
+                .iter()
+                .filter(|e| !layout.iter().any(|r| r.execution == **e))
+                .map(|e| e.name())
+                .collect();
+            let unreached = if unreached.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} not reached: no threshold of its own, the policy's min_tokens serves it)",
+                    unreached.join(", ")
+                )
+            };
+            outcome.notes.push(format!(
+                "{model} {p}: stopped at the time limit with {} of {} count(s) timed; the \
+                 thresholds come from those{unreached}",
+                layout.iter().map(|r| r.counts.len()).sum::<usize>(),
+                job.tokens.len() * job.executions.len()
+            ));
+            if !layout.is_empty() {
+                outcome.reports.push(json);
+            }
+            return Ok(layout);
+        }
+        outcome.reports.push(json);
+        for round in 1..=job.refine {
+            let asked = fp8_merge::refine::refinements(&layout);
+            if asked.is_empty() {
+                break;
+            }
+            for (execution, counts) in asked {
+                if self.clock.out() {
+                    outcome.notes.push(format!(
+                        "{model} {p}: refinement {round} ({}) skipped, the time limit ran out; \
+                         the thresholds keep the counts timed before it",
+                        execution.name()
+                    ));
+                    continue;
+                }
+                let json = self.json(&format!("_refine{round}_{}", execution.name()));
+                let more = StepJob {
+                    tokens: counts.into_iter().collect(),
+                    executions: vec![execution],
+                    ..job.clone()
+                };
+                say(&format!(
+                    "{model} {p}: refinement {round}, {} at {}",
+                    execution.name(),
+                    list_counts(&more.tokens)
+                ));
+                // A refinement only sharpens the sweep's thresholds: its failure keeps them.
+                let args = command(self.o, &more, self.config, p, &json);
+                match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| match end
+                {
+                    WorkerEnd::Finished => read_runs(&json),
+                    WorkerEnd::Stopped => Err("stopped at the time limit".to_owned()),
+                }) {
+                    Ok(more) => {
+                        layout.extend(more);
+                        outcome.reports.push(json);
+                    }
+                    Err(e) => outcome.notes.push(format!(
+                        "{model} {p}: refinement {round} ({}) failed, the thresholds keep the \
+                         counts timed before it: {e}",
+                        execution.name()
+                    )),
+                }
+            }
+        }
+        Ok(layout)
+    }
 }
 
 /// The step policies of committed step results: every `<model>_tp*_step.json` in `dir` (the
@@ -246,17 +351,58 @@ fn list_counts(tokens: &[u64]) -> String {
         .join(",")
 }
 
-/// Runs `python args...`; the worker's progress goes to stderr, its tables are not needed (the
-/// results are in the JSON it writes).
-fn run_worker(python: &str, args: &[String]) -> Result<(), String> {
+/// How a worker run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerEnd {
+    Finished,
+    /// Stopped at the time limit: its results file holds the counts it finished, if any.
+    Stopped,
+}
+
+/// How often a bounded worker is looked at.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Runs `python args...`, writing `json`; the worker's progress goes to stderr, its tables are
+/// not needed (the results are in the JSON it writes). An earlier run's `json` is removed
+/// first, so a worker stopped before its first count leaves none to be taken for its own. At
+/// the clock's limit the worker is killed: it saves each finished count as it ends (by rename,
+/// never half a file), so its file is then what it finished.
+fn run_worker(
+    python: &str,
+    args: &[String],
+    clock: &Clock,
+    json: &Path,
+) -> Result<WorkerEnd, String> {
     let shown = format!("{python} {}", args.join(" "));
-    let status = Command::new(python)
+    match std::fs::remove_file(json) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: cannot replace it: {e}", json.display())),
+    }
+    let mut child = Command::new(python)
         .args(args)
         .stdout(Stdio::null())
-        .status()
+        .spawn()
         .map_err(|e| format!("cannot start `{shown}`: {e}; fix: pass --python with an interpreter that has torch, transformer_engine and adaptive_fp8"))?;
+    let status = loop {
+        let waited = match clock.0 {
+            None => child.wait().map(Some),
+            Some(_) => child.try_wait(),
+        }
+        .map_err(|e| format!("waiting for `{shown}`: {e}"))?;
+        if let Some(status) = waited {
+            break status;
+        }
+        if clock.out() {
+            // Killed, not asked: a worker inside a CUDA call would not see a signal soon.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(WorkerEnd::Stopped);
+        }
+        std::thread::sleep(POLL);
+    };
     if status.success() {
-        Ok(())
+        Ok(WorkerEnd::Finished)
     } else {
         Err(format!(
             "the step worker failed ({status}): `{shown}`; its messages are above"
@@ -293,6 +439,7 @@ mod tests {
             trainer: "te".into(),
             layers: 2,
             refine: 1,
+            time_limit: None,
         };
         let a = command(
             &o,

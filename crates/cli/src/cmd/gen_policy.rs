@@ -120,6 +120,11 @@ pub struct Args {
     /// --backend step: transformer layers per step.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub layers: u32,
+    /// --backend step: the run's wall-clock bound in seconds. At it the worker is stopped and
+    /// the policy is written from the counts it finished (each saved as it ends); refinements
+    /// and layouts not begun are skipped, with a note. [default: none]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub time_limit: Option<u64>,
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
     #[command(flatten)]
@@ -192,6 +197,7 @@ pub fn run(args: &Args) -> CliResult {
             trainer: args.step_trainer.clone(),
             layers: args.layers,
             refine: args.refine,
+            time_limit: args.time_limit.map(std::time::Duration::from_secs),
         };
         fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?

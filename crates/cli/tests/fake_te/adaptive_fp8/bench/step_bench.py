@@ -1,8 +1,9 @@
 """A stand-in for `python -m adaptive_fp8.bench.step_bench` in the `gen-policy --backend step` test (no
 torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
 step-time model in which FP8 pays from 4096 tokens eager (FAKE_STEP_EAGER_FROM) and from 1024
-graphed, and proj never eager; it fails where --tokens is FAKE_STEP_FAIL_TOKENS. It records its
-command line in the results."""
+graphed, and proj never eager; it fails where --tokens is FAKE_STEP_FAIL_TOKENS. With
+FAKE_STEP_SECONDS it takes that long per count and saves the results so far after each (as the
+real one does: a temp file renamed over). It records its command line in the results."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 
 def main() -> int:
@@ -28,16 +30,25 @@ def main() -> int:
     keys = {g: {"key": {"kind": k, "ub_name": g, "tp": tp}, "scale": 1}
             for g, k in (("qkv", "layernorm_column"), ("proj", "row"), ("fc1", "layernorm_column"), ("fc2", "row"))}
     rows = []
+    seconds = float(os.environ.get("FAKE_STEP_SECONDS", "0"))
+
+    def save(complete: bool) -> None:
+        out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp, "trainer": a.trainer,
+               "fp8_recipe": a.recipe, "device": "stand-in", "te_version": "stand-in", "complete": complete,
+               "grad_accum": int(a.grad_accum), "argv": sys.argv[1:], "group_keys": keys, "results": rows}
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(out, f)
+        os.replace(a.json + ".tmp", a.json)
+
     for execution in a.execution.split(","):
         for t in (int(x) for x in a.tokens.split(",")):
+            time.sleep(seconds)
             start = int(os.environ.get("FAKE_STEP_EAGER_FROM", "4096")) if execution == "eager" else 1024
             groups = [g for g in keys if t >= start and not (g == "proj" and execution == "eager")]
             rows.append({"tokens": t, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}})
-    out = {"model": a.model, "model_name": "llama3_2_1b", "component": "llm", "tp": tp, "trainer": a.trainer,
-           "fp8_recipe": a.recipe, "device": "stand-in", "te_version": "stand-in", "complete": True,
-           "grad_accum": int(a.grad_accum), "argv": sys.argv[1:], "group_keys": keys, "results": rows}
-    with open(a.json, "w") as f:
-        json.dump(out, f)
+            if seconds:
+                save(False)
+    save(True)
     print("tables go to stdout, which gen-policy discards")
     print(f"stand-in step_bench: tp {tp}", file=sys.stderr)
     return 0
