@@ -36,6 +36,9 @@
 #            eager 3072 with and without FP8 weights (run: default_judge/retune/).
 #   retune:  `gen-policy --backend step --step-trainer megatron` for Llama-3.2-1B and Qwen2.5-72B
 #            (TP 1), each policy then judged at the unswept counts; a queue as rerun.
+#   retune2: after retune, the graph-pool fix checked on Qwen2.5-72B's graphed oracle at 4096,
+#            Llama's missing graphed counts, both merged and judged; Mistral-7B re-tuned by
+#            Megatron's step and judged (a queue as rerun).
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -43,7 +46,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -265,6 +268,41 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
     $L1/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml --layers 4 --tokens $COUNTS --execution eager,graphed
   cp -r /tmp/dj/pol_l1 /tmp/dj/pol_q72 "$W/" 2>/dev/null  # the policies and the worker's JSON, even from a cut run
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  ;;
+retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"), as rerun:
+  # 1. The graph-pool fix (megatron_step.GraphPoolLedger) on the row that ran out of memory:
+  #    Qwen2.5-72B's Megatron oracle at 2048 and 4096, eager then graphed in one process, the
+  #    reserved memory per captured pair kept (q72_pool_reserved.txt: flat if the fix holds).
+  # 2. Llama-3.2-1B's graphed verdicts the cut run lacks: 2896 (its refinement), 12288, 16384.
+  # Both join the committed step results (a copy under step/, merged by `fp8sel merge-policy
+  # --step` per model into pol/), then judged where they move the policy: Llama graphed 3072
+  # with the oracle in the row, Qwen2.5-72B graphed 3072 and 6144.
+  # 3. Mistral-7B (held out) re-tuned by Megatron's step (its graphed misses came from the TE
+  #    blocks' step), bounded by --time-limit, and judged at the unswept counts.
+  S=reports/h200/step O="--oracle greedy --oracle-repeats 7"
+  mkdir -p "$W/step" "$W/pol"
+  [ -e "$W/step/.copied" ] || { cp $S/*_step.json "$W/step/" && touch "$W/step/.copied"; }
+  queued step q72_pool 300 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
+    --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048,4096 --execution eager,graphed \
+    --recipe blockwise --json "$W/step/qwen2_5_72b_tp1_ep1_etp1_ext_step.json"
+  [ -f "$W/q72_pool.log" ] && tr '\r' '\n' < "$W/q72_pool.log" | grep -oE "res [0-9.]+ gb" | uniq | paste -sd' ' > "$W/q72_pool_reserved.txt"
+  queued step l1_graphed_more 240 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
+    --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 2 --tokens 2896,12288,16384 --execution graphed \
+    --recipe blockwise --json "$W/step/llama3_2_1b_tp1_ep1_etp1_ext_graphed_step.json"
+  for m in llama3_2_1b qwen2_5_72b; do
+    ./devcarry/fp8sel merge-policy --step "$W"/step/${m}_tp*_step.json --output "$W/pol/$m.json"
+  done
+  queued megatron l1_judge_3072g 150 "$W/pol/llama3_2_1b.json" --model fixtures/models/llama3_2_1b.yaml --layers 4 \
+    --tokens 3072 --execution graphed $O
+  queued megatron q72_judge_g 150 "$W/pol/qwen2_5_72b.json" --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 \
+    --tokens 3072,6144 --execution graphed
+  queued step mistral_gen 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --python python3 --model scripts/device/heldout/mistral_7b/config.json --tokens 1024,2048,4096,8192 \
+    --time-limit 460 --out /tmp/dj/pol_m7
+  [ -f /tmp/dj/pol_m7/mistral_7b.json ] && queued megatron mistral_judge 200 /tmp/dj/pol_m7/mistral_7b.json \
+    --model scripts/device/heldout/mistral_7b/config.json --layers 2 --tokens $COUNTS --execution eager,graphed
+  cp -r /tmp/dj/pol_m7 "$W/" 2>/dev/null
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
