@@ -349,6 +349,19 @@ def test_graph_pool_ledger_gives_back_what_megatrons_allocator_took():
     assert calls == ["a", "b", "c"]
     assert ledger.give_back() == 3 and sorted(released) == [(0, 1), (0, 1), (0, 2)]
     assert ledger.give_back() == 0  # each reference once
+    # No pool (not Megatron's single-pool path) and a failed allocation take nothing.
+    mod.CudaGraphManager.global_mempool = None
+    mod.alloc_tensor_from_graph_mempool("d")
+    original = mod.alloc_tensor_from_graph_mempool
+    mod.CudaGraphManager.global_mempool = (0, 3)
+    calls.clear()
+    ledger2 = ms.GraphPoolLedger(released.append)
+    boom = NS(CudaGraphManager=mod.CudaGraphManager)
+    boom.alloc_tensor_from_graph_mempool = lambda meta: (_ for _ in ()).throw(RuntimeError("CUDA out of memory"))
+    ledger2.count(boom)
+    with pytest.raises(RuntimeError):
+        boom.alloc_tensor_from_graph_mempool("e")
+    assert ledger.give_back() == 0 and ledger2.give_back() == 0 and original("f") == "buf f"
 
 
 def test_graph_pool_ledger_stops_a_pool_the_allocator_refuses():

@@ -263,8 +263,13 @@ class GraphPoolLedger:
         manager = cuda_graphs.CudaGraphManager
 
         def counted(meta):
-            self.taken[manager.global_mempool] += 1
-            return original(meta)
+            pool = manager.global_mempool
+            # Counted once it returns: after a failed one, a release too few only keeps that
+            # pool (as before), where one too many would trip the allocator's assert.
+            out = original(meta)
+            if pool is not None:
+                self.taken[pool] += 1
+            return out
 
         counted._counted_by_ledger = True
         cuda_graphs.alloc_tensor_from_graph_mempool = counted
@@ -277,7 +282,7 @@ class GraphPoolLedger:
             for _ in range(n):
                 try:
                     self.release(pool)
-                except RuntimeError:
+                except (RuntimeError, TypeError):
                     break
                 given += 1
         self.taken.clear()
