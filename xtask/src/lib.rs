@@ -112,6 +112,16 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
     Ok(generate::stale(&out, &files))
 }
 
+/// Whether a measuring run of `gen-policy` refreshed the shipped H200 reports: every report it
+/// wrote is a blockwise cuBLASLt report directly under `reports/h200/` (its defaults on an
+/// H200). Then `policies/` is rebuilt the way it ships ([`check_policies`]: the fresh GPU times
+/// folded with the committed TE, step and host-profile sources), not from the GPU times alone,
+/// whose single threshold would serve eager trainers too.
+pub fn refreshed_shipped_reports(root: &Path, reports: &[PathBuf]) -> bool {
+    let h200 = root.join("reports/h200");
+    !reports.is_empty() && reports.iter().all(|r| r.parent() == Some(h200.as_path()))
+}
+
 /// TE-measured policies for an eager trainer, from the TE reports that cover every module of a
 /// model without activation recompute (the DeepSeek-V3 experts-only report and the recompute
 /// variant are for the RESULTS tables, not a policy).
@@ -175,4 +185,31 @@ pub fn check_results(root: &Path, update: bool) -> Result<bool, String> {
     Ok(text_stale
         || !generate::stale(&plot_dir, &plots).is_empty()
         || !generate::stale(&e2e_dir, &e2e_plots).is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_run_that_rewrote_the_shipped_h200_reports_rebuilds_policies_as_shipped() {
+        let root = Path::new("/repo");
+        let h200 = |f: &str| root.join("reports/h200").join(f);
+        assert!(refreshed_shipped_reports(
+            root,
+            &[h200("llama3_2_1b_tp1.json"), h200("qwen2_5_72b_tp8.json")]
+        ));
+        // Another GPU, the TE backend's folder, another recipe's, or nothing measured: no.
+        for other in [
+            root.join("reports/h100/llama3_2_1b_tp1.json"),
+            h200("te/llama3_2_1b_tp1.json"),
+            h200("tensorwise/llama3_2_1b_tp1.json"),
+        ] {
+            assert!(!refreshed_shipped_reports(
+                root,
+                &[h200("qwen2_5_72b_tp8.json"), other]
+            ));
+        }
+        assert!(!refreshed_shipped_reports(root, &[]));
+    }
 }

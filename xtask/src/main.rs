@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use fp8_bench::cuda::MeasureOptions;
 use fp8_merge::MergeOptions;
-use xtask::{UPDATE_ENV, check_policies, check_results, generate as gen_mod, root};
+use xtask::{
+    UPDATE_ENV, check_policies, check_results, generate as gen_mod, refreshed_shipped_reports, root,
+};
 
 /// Repository automation for the adaptive FP8 toolkit.
 #[derive(Debug, Parser)]
@@ -167,6 +169,13 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
     };
     let done = gen_mod::gen_policy(&o, &progress)?;
     progress.finish();
+    if !done.estimated && a.out.is_none() && refreshed_shipped_reports(&root, &done.reports) {
+        check_policies(&root, true)?;
+        println!(
+            "rebuilt policies/ from reports/h200 as shipped: the fresh GPU times for \
+             min_tokens_graphed, the committed TE, step and host-profile sources for min_tokens"
+        );
+    }
     if done.estimated {
         eprintln!(
             "warning: gen-policy is ESTIMATING with the cost model ({}); these are not measurements",
