@@ -270,7 +270,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"), as rerun:
-  # 1. The graph-pool fix (megatron_step.GraphPoolLedger) on the row that ran out of memory:
+  # 1. The graph-pool fix (adaptive_fp8.bench.graph_pools) on the row that ran out of memory:
   #    Qwen2.5-72B's Megatron oracle at 2048 and 4096, eager then graphed in one process, the
   #    reserved memory per captured pair kept (q72_pool_reserved.txt: flat if the fix holds).
   # 2. Llama-3.2-1B's graphed verdicts the cut run lacks: 2896 (its refinement), 12288, 16384.

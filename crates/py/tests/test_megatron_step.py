@@ -10,6 +10,7 @@ import pytest
 
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import megatron_step as ms
+from adaptive_fp8.bench.graph_pools import GraphPoolLedger
 from adaptive_fp8.bench.step_bench import parser
 from adaptive_fp8.bench.step_spec import StepBenchError
 
@@ -339,7 +340,7 @@ def test_graph_pool_ledger_gives_back_what_megatrons_allocator_took():
     mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)))
     mod.alloc_tensor_from_graph_mempool = lambda meta: calls.append(meta) or f"buf {meta}"
     released = []
-    ledger = ms.GraphPoolLedger(released.append)
+    ledger = GraphPoolLedger(released.append)
     ledger.count(mod)
     ledger.count(mod)  # a second Judge in the process wraps nothing twice
     assert mod.alloc_tensor_from_graph_mempool("a") == "buf a"
@@ -355,7 +356,7 @@ def test_graph_pool_ledger_gives_back_what_megatrons_allocator_took():
     original = mod.alloc_tensor_from_graph_mempool
     mod.CudaGraphManager.global_mempool = (0, 3)
     calls.clear()
-    ledger2 = ms.GraphPoolLedger(released.append)
+    ledger2 = GraphPoolLedger(released.append)
     boom = NS(CudaGraphManager=mod.CudaGraphManager)
     boom.alloc_tensor_from_graph_mempool = lambda meta: (_ for _ in ()).throw(RuntimeError("CUDA out of memory"))
     ledger2.count(boom)
@@ -372,7 +373,7 @@ def test_graph_pool_ledger_stops_a_pool_the_allocator_refuses():
 
     released = []
     mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)), alloc_tensor_from_graph_mempool=lambda m: m)
-    ledger = ms.GraphPoolLedger(release)
+    ledger = GraphPoolLedger(release)
     ledger.count(mod)
     for pool in [(0, 1), (0, 1), (0, 2)]:
         mod.CudaGraphManager.global_mempool = pool
