@@ -422,3 +422,21 @@ fn a_time_limit_stops_the_worker_and_the_policy_comes_from_the_counts_it_finishe
     );
     assert!(!dir.path().join("llama3_2_1b.json").exists());
 }
+
+#[test]
+fn the_megatron_judge_at_tp_2_asks_for_two_gpus_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _) = gen_step(
+        dir.path(),
+        &["--step-trainer", "megatron", "--tp", "1,2"],
+        1,
+    );
+    // Refused before any layout ran, TP 1's included (the tests run where there is no GPU).
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("TP 2 needs 2 GPUs") && err(&o).contains("fix: --tp"),
+        "{}",
+        err(&o)
+    );
+    assert!(!dir.path().join("reports").read_dir().unwrap().any(|_| true));
+}

@@ -45,7 +45,19 @@ fn command(
     json: &Path,
 ) -> Vec<String> {
     let list = |v: Vec<String>| v.join(",");
-    let mut a = vec![
+    // The Megatron judge at TP > 1 is one process per TP rank (its world is the TP group);
+    // the TE blocks time one rank's GEMMs in one process.
+    let mut a = if job.trainer == "megatron" && p.tp > 1 {
+        vec![
+            "-m".to_owned(),
+            "torch.distributed.run".to_owned(),
+            "--standalone".to_owned(),
+            format!("--nproc-per-node={}", p.tp),
+        ]
+    } else {
+        Vec::new()
+    };
+    a.extend([
         "-m".to_owned(),
         "adaptive_fp8.bench.step_bench".to_owned(),
         "--model".to_owned(),
@@ -73,11 +85,28 @@ fn command(
         o.measure.recipe.recipe().name().to_owned(),
         "--json".to_owned(),
         json.display().to_string(),
-    ];
+    ]);
     if let Some(r) = &o.config_root {
         a.extend(["--config-root".to_owned(), r.display().to_string()]);
     }
     a
+}
+
+/// The most processes a layout's Megatron judge runs (its TP), where that is more than one:
+/// each rank takes a GPU. `None` for the TE blocks, or at TP 1.
+fn megatron_ranks(job: &StepJob, layouts: &[fp8_engine::Parallel]) -> Option<u32> {
+    (job.trainer == "megatron")
+        .then(|| layouts.iter().map(|p| p.tp).max())
+        .flatten()
+        .filter(|&tp| tp > 1)
+}
+
+fn gpus_error(tp: u32, have: usize) -> String {
+    format!(
+        "--step-trainer megatron runs each layout over TP processes, one GPU each; TP {tp} needs \
+         {tp} GPUs and this machine has {have}; fix: --tp with the sizes its GPUs allow (--tp 1 \
+         on one GPU), or run on a node with {tp} GPUs"
+    )
 }
 
 fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
@@ -114,6 +143,14 @@ pub fn gen_policy_step(
         let model = load(config, o.config_root.as_deref())?;
         outcome.notes.extend(model.notes.iter().cloned());
         let layouts = default_layouts(&model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+        if let Some(tp) = megatron_ranks(job, &layouts) {
+            let have = fp8_bench::cuda::device_count().map_err(|e| {
+                format!("--step-trainer megatron at TP {tp} needs {tp} GPUs, and counting them failed ({e}); fix: --tp 1 here, or run on a node with {tp} GPUs")
+            })?;
+            if have < tp as usize {
+                return Err(gpus_error(tp, have));
+            }
+        }
         if layouts.is_empty() {
             return Err(format!(
                 "{}: no requested layout divides the model",
@@ -351,6 +388,32 @@ fn list_counts(tokens: &[u64]) -> String {
         .join(",")
 }
 
+/// How long a stopped worker gets to end its own processes (torchrun's agent stops its ranks
+/// on SIGTERM) before it is killed.
+const GRACE: Duration = Duration::from_secs(20);
+
+/// Stops a worker at the time limit: SIGTERM (a plain interpreter ends at once: Python keeps the
+/// default action; torchrun's launcher ends its ranks first), then SIGKILL after [`GRACE`].
+fn stop(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) on our own child's pid, which `child` has not yet reaped, so the pid
+        // names no other process.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let end = Instant::now() + GRACE;
+        while Instant::now() < end {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// How a worker run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WorkerEnd {
@@ -394,9 +457,7 @@ fn run_worker(
             break status;
         }
         if clock.out() {
-            // Killed, not asked: a worker inside a CUDA call would not see a signal soon.
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(&mut child);
             return Ok(WorkerEnd::Stopped);
         }
         std::thread::sleep(POLL);
@@ -454,6 +515,58 @@ mod tests {
             "-m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
              --execution eager,graphed --grad-accum 8 --trainer te --layers 2 --oracle greedy \
              --recipe blockwise --json r.json --config-root configs"
+        );
+        // The Megatron judge at TP 2: one process per rank, under torchrun; at TP 1 one process.
+        let megatron = StepJob {
+            trainer: "megatron".into(),
+            ..job
+        };
+        let at = |tp| {
+            command(
+                &o,
+                &megatron,
+                Path::new("m.yaml"),
+                fp8_engine::Parallel::new(tp, 1, tp, 1),
+                Path::new("r.json"),
+            )
+            .join(" ")
+        };
+        assert!(
+            at(2).starts_with(
+                "-m torch.distributed.run --standalone --nproc-per-node=2 \
+                 -m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 "
+            ),
+            "{}",
+            at(2)
+        );
+        assert!(
+            at(1).starts_with("-m adaptive_fp8.bench.step_bench "),
+            "{}",
+            at(1)
+        );
+    }
+
+    #[test]
+    fn the_megatron_judge_needs_a_gpu_per_tp_rank() {
+        let job = |trainer: &str| StepJob {
+            tokens: vec![1024],
+            executions: vec![Execution::Eager],
+            grad_accum: 1,
+            trainer: trainer.into(),
+            layers: 2,
+            refine: 0,
+            time_limit: None,
+        };
+        let layouts: Vec<_> = [1, 4, 2]
+            .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))
+            .into();
+        assert_eq!(megatron_ranks(&job("megatron"), &layouts), Some(4));
+        assert_eq!(megatron_ranks(&job("megatron"), &layouts[..1]), None);
+        assert_eq!(megatron_ranks(&job("te"), &layouts), None);
+        let e = gpus_error(4, 1);
+        assert!(
+            e.contains("TP 4 needs 4 GPUs and this machine has 1") && e.contains("fix: --tp"),
+            "{e}"
         );
     }
 }

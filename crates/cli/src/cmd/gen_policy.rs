@@ -108,7 +108,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub grad_accum: u32,
     /// --backend step: te (the toolkit's TE blocks, fast) or megatron (upstream GPTModel, each
-    /// oracle candidate a model build; graphed in Megatron's own CUDA graphs).
+    /// oracle candidate a model build; graphed in Megatron's own CUDA graphs; a layout at TP > 1
+    /// runs under torchrun, one process and one GPU per rank).
     #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
     pub step_trainer: String,
     /// --backend step: rounds of refinement. Each times, per execution, the geometric midpoint
