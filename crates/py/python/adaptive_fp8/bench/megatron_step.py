@@ -491,6 +491,8 @@ def run(args, log=print, progress=None) -> dict:
 
     default_repeats(args)
     judge = Judge(args)
+    if judge.dist.get_rank():
+        progress = None  # rank 0 writes, the snapshots too (one temp file, one writer)
     recipe = getattr(args, "recipe", "blockwise")
     pnames = [policy_mode_name(p, args.policy) for p in args.policy]
     modes = mode_names(args.policy, args.regions == "both", pnames)
