@@ -203,7 +203,10 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
     }
     let info = json!({
         "file": file.display().to_string(), "trainer": v.get("trainer").cloned().unwrap_or(json!("te")),
-        "layers": v.get("layer_types").cloned().unwrap_or(Value::Null),
+        // The layer kinds where the worker lists them (the TE blocks), else their count (the
+        // Megatron judge builds `layers` of the config's own kind).
+        "layers": v.get("layer_types").filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+            .or_else(|| v.get("layers")).cloned().unwrap_or(Value::Null),
         "grad_accum": v.get("grad_accum").cloned().unwrap_or(json!(1)),
         "recipe": v.get("recipe").cloned().unwrap_or(Value::Null),
         "te_version": v.get("te_version").cloned().unwrap_or(Value::Null),

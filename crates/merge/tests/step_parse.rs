@@ -22,6 +22,24 @@ fn good_results_make_a_policy() {
     assert_eq!(p.rule_count(), 2);
 }
 
+#[test]
+fn provenance_keeps_the_layer_kinds_else_the_layer_count() {
+    let layers = |extra: &str| {
+        let text = GOOD.replacen('{', &format!("{{{extra}"), 1);
+        parse_results(&text, Path::new("r.json")).unwrap()[0].info["layers"].clone()
+    };
+    // The TE blocks list each layer's kind; the Megatron judge, with an empty list, its count.
+    assert_eq!(
+        layers(r#""layer_types": ["dense", "moe"], "layers": 2, "#),
+        serde_json::json!(["dense", "moe"])
+    );
+    assert_eq!(
+        layers(r#""layer_types": [], "layers": 2, "#),
+        serde_json::json!(2)
+    );
+    assert_eq!(layers(""), serde_json::Value::Null);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
