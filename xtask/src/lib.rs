@@ -51,6 +51,13 @@ pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
 /// where the TE reports did not measure a key.
 pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";
 
+/// The committed H200 host profile ([`H200_HOST_PROFILE`]), parsed.
+pub fn h200_host_profile(root: &Path) -> Result<fp8_merge::host::HostProfile, String> {
+    let text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
+        .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
+    fp8_merge::host::HostProfile::parse(&text, H200_HOST_PROFILE).map_err(|e| e.to_string())
+}
+
 /// Rebuilds `policies/` from `reports/h200` (and `policies/<recipe>/` from each
 /// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
 /// instead. Each default `policies/<model>.json` serves both executions: `min_tokens_graphed`
@@ -64,13 +71,9 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
         trainer: Some(fp8_merge::Trainer::Graphed),
         ..MergeOptions::default()
     };
-    let host_text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
-        .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
-    let host = fp8_merge::host::HostProfile::parse(&host_text, H200_HOST_PROFILE)
-        .map_err(|e| e.to_string())?;
     let eager = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Eager),
-        host_profile: Some(host),
+        host_profile: Some(h200_host_profile(root)?),
         ..MergeOptions::default()
     };
     let mut files = fp8_pipeline::fold::fold_files(

@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand};
 use fp8_bench::cuda::MeasureOptions;
 use fp8_merge::MergeOptions;
 use xtask::{
-    UPDATE_ENV, check_policies, check_results, generate as gen_mod, refreshed_shipped_reports, root,
+    H200_HOST_PROFILE, UPDATE_ENV, check_policies, check_results, generate as gen_mod,
+    h200_host_profile, refreshed_shipped_reports, root,
 };
 
 /// Repository automation for the adaptive FP8 toolkit.
@@ -149,9 +150,13 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
         tp: a.tp.clone(),
         ep: a.ep.clone(),
         etp: a.etp.clone(),
+        // The eager thresholds (min_tokens) as the shipped policies have them where no TE or
+        // step source measured a key: the GPU times with the H200 host profile. Without it the
+        // one GPU-time threshold would serve eager trainers too.
         merge: MergeOptions {
             threshold: a.threshold,
             margin: a.margin,
+            host_profile: Some(h200_host_profile(&root)?),
             ..MergeOptions::default()
         },
         backend: a.backend.clone(),
@@ -167,6 +172,10 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
         reports_base: root.join("reports"),
         out: a.out.clone(),
     };
+    progress.say(&format!(
+        "gen-policy: min_tokens (eager) from the GPU times with the host profile {H200_HOST_PROFILE}; \
+         measure this machine's with `python -m adaptive_fp8.bench.probe_host`"
+    ));
     let done = gen_mod::gen_policy(&o, &progress)?;
     progress.finish();
     if !done.estimated && a.out.is_none() && refreshed_shipped_reports(&root, &done.reports) {

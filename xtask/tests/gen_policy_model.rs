@@ -32,6 +32,27 @@ fn estimated_pipeline_on_a_fixture_model() {
     let policy = out.path().join("llama3_2_1b.json");
     let p = fp8_policy::Policy::load(&policy).unwrap_or_else(|e| panic!("{e}"));
     assert!(p.estimated());
+    // One file for both executions: the eager threshold (the GPU times with the H200 host
+    // profile) above the graphed one (GPU time alone) where the host's cost matters.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&policy).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let fc1 = &v["rules"]["layernorm_column"]["fc1"][0];
+    let (eager, graphed) = (
+        fc1["min_tokens"].as_u64(),
+        fc1["min_tokens_graphed"].as_u64(),
+    );
+    assert!(
+        matches!((eager, graphed), (Some(e), Some(g)) if e > g),
+        "{fc1}"
+    );
+    assert!(
+        v["provenance"]["thresholds"]["min_tokens"]
+            .as_str()
+            .is_some_and(|t| t.contains("host profile fixtures/host/h200")),
+        "{}",
+        v["provenance"]
+    );
     // The CLI's validator accepts it too.
     let v = Command::new(env!("CARGO"))
         .current_dir(root())
