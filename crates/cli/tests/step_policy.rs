@@ -440,3 +440,54 @@ fn the_megatron_judge_at_tp_2_asks_for_two_gpus_before_any_work() {
     );
     assert!(!dir.path().join("reports").read_dir().unwrap().any(|_| true));
 }
+
+#[test]
+fn check_notes_counts_beyond_the_steps_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = results(dir.path());
+    let p = dir.path().join("policy.json");
+    let o = fp8sel(&[
+        "merge-policy",
+        "--step",
+        f.to_str().unwrap(),
+        "--output",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let notes = |tp: &str, tokens: &str, execution: &str| {
+        let o = fp8sel(&[
+            "check",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--policy",
+            p.to_str().unwrap(),
+            "--tp",
+            tp,
+            "--seq-length",
+            tokens,
+            "--execution",
+            execution,
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .filter(|n| n.contains("beyond the largest count the training step timed"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // Graphed was timed to 4096 (its 8192 row failed), eager to 16384.
+    let n = notes("1", "8192", "graphed");
+    assert!(
+        n.len() == 1 && n[0].contains("(graphed: 4096)") && n[0].contains("--tokens 4096,8192"),
+        "{n:?}"
+    );
+    assert!(notes("1", "4096", "graphed").is_empty());
+    assert!(notes("1", "8192", "eager").is_empty());
+    assert_eq!(notes("1", "32768", "eager").len(), 1);
+    // Another TP was not timed by the step: its rules come from elsewhere, no such note.
+    assert!(notes("2", "32768", "eager").is_empty());
+}

@@ -122,6 +122,14 @@ pub(super) fn make_plan(
     if let Some(n) = epsilon_note(trainer, &policies) {
         notes.push(n);
     }
+    for (role, pol) in &policies {
+        let tokens = r.tokens.get(role).and_then(|t| t.dense_tokens().ok());
+        if let Some(n) =
+            tokens.and_then(|(t, _)| beyond_step_note(pol, *role, tp, recipe.execution, t))
+        {
+            notes.push(n);
+        }
+    }
     Ok((
         p,
         r,
@@ -131,6 +139,40 @@ pub(super) fn make_plan(
             notes,
         },
     ))
+}
+
+/// Where the request's tokens exceed the largest count the training step timed for a policy
+/// at this TP and execution (`provenance.step`): the step says nothing above it, and a key it
+/// kept BF16 at that count stays BF16 (docs/POLICY.md, "From the training step").
+fn beyond_step_note(
+    pol: &fp8_policy::Policy,
+    role: Role,
+    tp: u32,
+    execution: fp8_policy::Execution,
+    tokens: u64,
+) -> Option<String> {
+    use serde_json::Value;
+    let runs = pol.provenance()?.step.as_ref()?.get("runs")?.as_array()?;
+    let largest = runs
+        .iter()
+        .filter(|r| r.get("execution").and_then(Value::as_str) == Some(execution.name()))
+        .filter(|r| r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp)))
+        .filter_map(|r| {
+            r.get("counts")?
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_u64)
+                .max()
+        })
+        .max()?;
+    (tokens > largest).then(|| {
+        format!(
+            "{tokens} tokens: beyond the largest count the training step timed for the {role} \
+             policy at TP {tp} ({execution}: {largest}); its keys keep their decision at \
+             {largest}, so one it kept BF16 there stays BF16. To time it: fp8sel gen-policy \
+             --backend step --tp {tp} --execution {execution} --tokens {largest},{tokens}"
+        )
+    })
 }
 
 /// The seed's epsilon guard, as its launch scripts set it (environment variables of the
