@@ -58,11 +58,10 @@ fn decide(policy: &str, ub: &str, class: &str, tokens: &str, execution: &str) ->
     out(&o).lines().next().unwrap().to_owned()
 }
 
-#[test]
-fn the_step_sets_both_thresholds() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = results(dir.path());
-    let p = dir.path().join("policy.json");
+/// `merge-policy --step` of [`results`] into `dir/policy.json`: the run and the policy's path.
+fn merged(dir: &Path) -> (std::process::Output, PathBuf) {
+    let f = results(dir);
+    let p = dir.join("policy.json");
     let o = fp8sel(&[
         "merge-policy",
         "--step",
@@ -71,6 +70,13 @@ fn the_step_sets_both_thresholds() {
         p.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    (o, p)
+}
+
+#[test]
+fn the_step_sets_both_thresholds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, p) = merged(dir.path());
     assert!(
         out(&o).contains("from the step (eager, graphed)"),
         "{}",
@@ -444,16 +450,7 @@ fn the_megatron_judge_at_tp_2_asks_for_two_gpus_before_any_work() {
 #[test]
 fn check_notes_counts_beyond_the_steps_sweep() {
     let dir = tempfile::tempdir().unwrap();
-    let f = results(dir.path());
-    let p = dir.path().join("policy.json");
-    let o = fp8sel(&[
-        "merge-policy",
-        "--step",
-        f.to_str().unwrap(),
-        "--output",
-        p.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let (_, p) = merged(dir.path());
     let notes = |tp: &str, tokens: &str, execution: &str| {
         let o = fp8sel(&[
             "check",
