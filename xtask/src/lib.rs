@@ -103,7 +103,16 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
             })
             .cloned()
             .collect();
-        for (rel, bytes) in generate::build_all(&mine, &dir, &graphed, &Stderr)? {
+        // One file for both executions, as the blockwise defaults: GPU time graphed, the same
+        // times with the host profile eager (measured with blockwise: the launches and casts of
+        // a module step; the provenance names it).
+        let folded = fp8_pipeline::fold::fold_files(
+            &generate::build_all(&mine, &dir, &graphed, &Stderr)?,
+            &generate::build_all(&mine, &dir, &eager, &Stderr)?,
+            &build::Files::new(),
+            &build::Files::new(),
+        )?;
+        for (rel, bytes) in folded {
             files.insert(Path::new(recipe).join(rel), bytes);
         }
     }

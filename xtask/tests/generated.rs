@@ -26,3 +26,27 @@ fn results_are_up_to_date_with_the_committed_reports() {
         "docs/RESULTS.md is stale: run `cargo xtask results`"
     );
 }
+
+#[test]
+fn every_recipes_default_serves_both_executions() {
+    // Blockwise, tensorwise and delayed: min_tokens for eager trainers from an eager objective,
+    // min_tokens_graphed from GPU time, both named in provenance.
+    for f in [
+        "policies/qwen2_5_72b.json",
+        "policies/tensorwise/qwen2_5_72b.json",
+        "policies/delayed/deepseek_v3.json",
+    ] {
+        let text = std::fs::read_to_string(root().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let t = &v["provenance"]["thresholds"];
+        assert!(
+            t["min_tokens"]
+                .as_str()
+                .is_some_and(|s| s.contains("host profile"))
+                && t["min_tokens_graphed"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("gpu")),
+            "{f}: {t}"
+        );
+    }
+}
