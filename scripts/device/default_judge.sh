@@ -290,6 +290,11 @@ retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"
     --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048,4096 --execution eager,graphed \
     --recipe blockwise --json "$W/step/qwen2_5_72b_tp1_ep1_etp1_ext_step.json"
   [ -f "$W/q72_pool.log" ] && tr '\r' '\n' < "$W/q72_pool.log" | grep -oE "res [0-9.]+ gb" | uniq | paste -sd' ' > "$W/q72_pool_reserved.txt"
+  for r in tensorwise delayed; do
+    queued step q72_${r}_eager 120 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
+      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
+      --tokens 1024,2048,4096 --execution eager --json "$W/q72_${r}_eager.json" --md "$W/q72_${r}_eager.md"
+  done
   queued step l1_graphed_more 240 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
     --model fixtures/models/llama3_2_1b.yaml --tp 1 --layers 2 --tokens 2896,12288,16384 --execution graphed \
     --recipe blockwise --json "$W/step/llama3_2_1b_tp1_ep1_etp1_ext_graphed_step.json"
@@ -306,11 +311,6 @@ retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"
   [ -f /tmp/dj/pol_m7/mistral_7b.json ] && queued megatron mistral_judge 200 /tmp/dj/pol_m7/mistral_7b.json \
     --model scripts/device/heldout/mistral_7b/config.json --layers 2 --tokens $COUNTS --execution eager,graphed
   cp -r /tmp/dj/pol_m7 "$W/" 2>/dev/null
-  for r in tensorwise delayed; do
-    queued step q72_${r}_eager 120 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
-      --tokens 1024,2048,4096 --execution eager --json "$W/q72_${r}_eager.json" --md "$W/q72_${r}_eager.md"
-  done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
