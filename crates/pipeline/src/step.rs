@@ -260,34 +260,54 @@ impl Layout<'_> {
             WorkerEnd::Stopped => read_runs(&json).unwrap_or_default(),
         };
         if end == WorkerEnd::Stopped {
-            let unreached: Vec<&str> = job
-                .executions
-                .iter()
-                .filter(|e| !layout.iter().any(|r| r.execution == **e))
-                .map(|e| e.name())
-                .collect();
-            let unreached = if unreached.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({} not reached: no threshold of its own, the policy's min_tokens serves it)",
-                    unreached.join(", ")
-                )
-            };
-            outcome.notes.push(format!(
-                "{model} {p}: stopped at the time limit with {} of {} count(s) timed; the \
-                 thresholds come from those{unreached}",
-                layout.iter().map(|r| r.counts.len()).sum::<usize>(),
-                job.tokens.len() * job.executions.len()
-            ));
+            outcome.notes.push(self.stopped_note(&layout));
             if !layout.is_empty() {
                 outcome.reports.push(json);
             }
             return Ok(layout);
         }
         outcome.reports.push(json);
+        self.refine(&mut layout, say, outcome);
+        Ok(layout)
+    }
+
+    /// What a sweep stopped at the time limit timed, and which executions it never reached.
+    fn stopped_note(&self, layout: &[fp8_merge::step::StepRun]) -> String {
+        let (job, p, model) = (self.job, self.p, self.model);
+        let unreached: Vec<&str> = job
+            .executions
+            .iter()
+            .filter(|e| !layout.iter().any(|r| r.execution == **e))
+            .map(|e| e.name())
+            .collect();
+        let unreached = if unreached.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} not reached: no threshold of its own, the policy's min_tokens serves it)",
+                unreached.join(", ")
+            )
+        };
+        format!(
+            "{model} {p}: stopped at the time limit with {} of {} count(s) timed; the \
+             thresholds come from those{unreached}",
+            layout.iter().map(|r| r.counts.len()).sum::<usize>(),
+            job.tokens.len() * job.executions.len()
+        )
+    }
+
+    /// Each refinement round: the midpoints `fp8_merge::refine` asks for, timed and added to
+    /// `layout`. A refinement only sharpens the sweep's thresholds: its failure (or the time
+    /// limit) keeps them, with a note.
+    fn refine(
+        &self,
+        layout: &mut Vec<fp8_merge::step::StepRun>,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) {
+        let (job, p, model) = (self.job, self.p, self.model);
         for round in 1..=job.refine {
-            let asked = fp8_merge::refine::refinements(&layout);
+            let asked = fp8_merge::refine::refinements(layout);
             if asked.is_empty() {
                 break;
             }
@@ -311,7 +331,6 @@ impl Layout<'_> {
                     execution.name(),
                     list_counts(&more.tokens)
                 ));
-                // A refinement only sharpens the sweep's thresholds: its failure keeps them.
                 let args = command(self.o, &more, self.config, p, &json);
                 match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| match end
                 {
@@ -330,7 +349,6 @@ impl Layout<'_> {
                 }
             }
         }
-        Ok(layout)
     }
 }
 
@@ -428,8 +446,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// Runs `python args...`, writing `json`; the worker's progress goes to stderr, its tables are
 /// not needed (the results are in the JSON it writes). An earlier run's `json` is removed
 /// first, so a worker stopped before its first count leaves none to be taken for its own. At
-/// the clock's limit the worker is killed: it saves each finished count as it ends (by rename,
-/// never half a file), so its file is then what it finished.
+/// the clock's limit the worker is stopped ([`stop`]): it saves each finished count as it ends
+/// (by rename, never half a file), so its file is then what it finished.
 fn run_worker(
     python: &str,
     args: &[String],
