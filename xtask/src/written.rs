@@ -244,8 +244,14 @@ fn judge_label(v: &Value) -> String {
         .filter(|e| *e > 1)
         .map(|e| format!(" EP {e}"))
         .unwrap_or_default();
+    // Blockwise is the default recipe; any other one is named, or its rows read as blockwise.
+    let recipe = v["fp8_recipe"]
+        .as_str()
+        .filter(|r| *r != "blockwise")
+        .map(|r| format!(", {r}"))
+        .unwrap_or_default();
     format!(
-        "{name}, TP {}{ep}, {} layer(s)",
+        "{name}, TP {}{ep}, {} layer(s){recipe}",
         v["tp"].as_u64().unwrap_or(1),
         v["layers"].as_u64().unwrap_or(0)
     )
@@ -350,6 +356,18 @@ mod tests {
             t.contains("| 3072 | - | error: AssertionError: capture |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn judge_rows_name_a_recipe_other_than_blockwise() {
+        let label = |recipe: &str| {
+            judge_label(
+                &serde_json::json!({"model": "fixtures/models/q.yaml", "tp": 8,
+                "layers": 2, "fp8_recipe": recipe}),
+            )
+        };
+        assert_eq!(label("delayed"), "q, TP 8, 2 layer(s), delayed");
+        assert_eq!(label("blockwise"), "q, TP 8, 2 layer(s)");
     }
 
     #[test]
