@@ -331,6 +331,65 @@ fn gen_policy_backend_step_times_the_midpoint_where_a_threshold_falls() {
 }
 
 #[test]
+fn a_count_out_of_memory_after_others_is_timed_alone_in_a_fresh_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = ["--tp", "1", "--tokens", "1024,2048,4096,8192"];
+    let (o, _) = gen_step_with(dir.path(), &tokens, 1, &[("FAKE_STEP_OOM_TOKENS", "4096")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    for e in ["eager", "graphed"] {
+        assert!(
+            err(&o).contains(&format!(
+                "{e} at 4096 ran out of memory after other counts; timing it alone"
+            )),
+            "{}",
+            err(&o)
+        );
+        let alone = format!("reports/llama3_2_1b_tp1_ep1_etp1_alone4096_{e}_step.json");
+        assert!(dir.path().join(alone).is_file(), "{}", err(&o));
+    }
+    assert!(
+        err(&o).contains("timed alone in a fresh one"),
+        "{}",
+        err(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
+    )
+    .unwrap();
+    // The stand-in's eager FP8 starts at 4096: only the retried count can place it there.
+    assert_eq!(v["rules"]["row"]["fc2"][0]["min_tokens"], 4096, "{v}");
+
+    // Out of memory alone too: no verdict there, said, and the policy from the other counts.
+    let (o, _) = gen_step_with(
+        dir.path(),
+        &tokens,
+        1,
+        &[
+            ("FAKE_STEP_OOM_TOKENS", "4096"),
+            ("FAKE_STEP_OOM_ALONE", "1"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("eager at 4096: no verdict, it ran out of memory after other counts and alone too (OutOfMemoryError: CUDA out of memory.)"),
+        "{}",
+        err(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
+    )
+    .unwrap();
+    let eager = v["rules"]["row"]["fc2"][0]["min_tokens"].as_u64().unwrap();
+    assert!(eager > 4096, "{v}");
+    // 4096 is the midpoint of 2048 and 8192: the refinement does not try it a third time.
+    assert!(
+        !err(&o).contains("refinement 1, eager at 4096"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
 fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let env = [

@@ -237,6 +237,62 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
         .collect())
 }
 
+/// A count the step benchmark could not time: a results row with an `error` (no verdict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedCount {
+    /// Its execution.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// The worker's message (`Kind: text`, as Python names the exception).
+    pub error: String,
+}
+
+impl FailedCount {
+    /// Whether the GPU ran out of memory there. In one process the Megatron judge's graphed
+    /// counts leave memory behind (docs/RESULTS.md, "The second retune"): a count that ran out
+    /// after others may finish alone in a fresh process.
+    pub fn out_of_memory(&self) -> bool {
+        self.error.starts_with("OutOfMemoryError") || self.error.contains("out of memory")
+    }
+}
+
+/// The counts of `python -m adaptive_fp8.bench.step_bench --json` results that failed, in file
+/// order ([`parse_results`] skips them).
+pub fn failed_counts(text: &str, file: &Path) -> Result<Vec<FailedCount>, MergeError> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
+    let mut out = Vec::new();
+    for (i, row) in v
+        .get("results")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(error) = row.get("error") else {
+            continue;
+        };
+        let execution: Execution = row
+            .get("execution")
+            .and_then(Value::as_str)
+            .unwrap_or("eager")
+            .parse()
+            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
+        let tokens = row.get("tokens").and_then(Value::as_u64).ok_or_else(|| {
+            format_err(file, format!("results[{i}].tokens: missing or not a count"))
+        })?;
+        out.push(FailedCount {
+            execution,
+            tokens,
+            error: error
+                .as_str()
+                .map_or_else(|| error.to_string(), str::to_owned),
+        });
+    }
+    Ok(out)
+}
+
 /// A policy from step sweeps: each key's `min_tokens` from the eager sweep and
 /// `min_tokens_graphed` from the graphed one (a key FP8 in only one execution gets [`NEVER`] in
 /// the other; in neither, it is a measured BF16 key). An execution not swept leaves its
@@ -411,6 +467,29 @@ fn add_rule(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn failed_counts_are_listed_and_out_of_memory_is_told_apart() {
+        let text = r#"{"results": [
+            {"tokens": 2048, "execution": "graphed", "modes": {"oracle": {"fp8_groups": []}}},
+            {"tokens": 4096, "execution": "graphed", "error": "OutOfMemoryError: CUDA out of memory. Tried"},
+            {"tokens": 8192, "error": "RuntimeError: capture failed"}]}"#;
+        let f = failed_counts(text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            f.iter()
+                .map(|c| (c.execution, c.tokens, c.out_of_memory()))
+                .collect::<Vec<_>>(),
+            [
+                (Execution::Graphed, 4096, true),
+                (Execution::Eager, 8192, false)
+            ]
+        );
+        let bad = failed_counts(r#"{"results": [{"error": "x"}]}"#, Path::new("s.json"));
+        assert!(
+            bad.is_err_and(|e| e.to_string().contains("results[0].tokens")),
+            "a failed row without its count is refused"
+        );
+    }
     use super::*;
     use fp8_policy::{DenseKind, GroupedKind};
 

@@ -4,6 +4,7 @@
 //! to time next, where a threshold falls between two swept counts, and `fp8_merge::step` turns
 //! the verdicts of every count into `min_tokens` (eager) and `min_tokens_graphed` (graphed).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -158,6 +159,7 @@ pub fn gen_policy_step(
             ));
         }
         let mut runs = Vec::new();
+        let notes_before = outcome.notes.len();
         for p in layouts {
             if clock.out() {
                 outcome.notes.push(format!(
@@ -178,11 +180,20 @@ pub fn gen_policy_step(
             runs.extend(ctx.sweep(say, &mut outcome)?);
         }
         if runs.is_empty() {
-            return Err(format!(
-                "{}: the time limit ran out before the step finished one token count; fix: a \
-                 larger time limit, or fewer token counts, executions or layouts",
-                config.display()
-            ));
+            return Err(if clock.out() {
+                format!(
+                    "{}: the time limit ran out before the step finished one token count; fix: a \
+                     larger time limit, or fewer token counts, executions or layouts",
+                    config.display()
+                )
+            } else {
+                format!(
+                    "{}: the step timed no token count ({}); fix: see the worker's messages \
+                     above",
+                    config.display(),
+                    outcome.notes[notes_before..].join("; ")
+                )
+            });
         }
         let policy = fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?;
         let name = if model.components.len() > 1 {
@@ -254,21 +265,91 @@ impl Layout<'_> {
             self.clock,
             &json,
         )?;
-        let mut layout = match end {
-            WorkerEnd::Finished => read_runs(&json)?,
+        let (mut layout, failed) = match end {
+            WorkerEnd::Finished => read_timed(&json)?,
             // What it finished is saved; nothing finished is no verdict.
-            WorkerEnd::Stopped => read_runs(&json).unwrap_or_default(),
+            WorkerEnd::Stopped => read_timed(&json).unwrap_or_default(),
         };
+        if end == WorkerEnd::Finished || !layout.is_empty() {
+            outcome.reports.push(json);
+        }
+        let mut unverdicted = BTreeSet::new();
+        self.retry_alone(job, &failed, &mut layout, &mut unverdicted, say, outcome);
         if end == WorkerEnd::Stopped {
             outcome.notes.push(self.stopped_note(&layout));
-            if !layout.is_empty() {
-                outcome.reports.push(json);
-            }
             return Ok(layout);
         }
-        outcome.reports.push(json);
-        self.refine(&mut layout, say, outcome);
+        self.refine(&mut layout, &mut unverdicted, say, outcome);
         Ok(layout)
+    }
+
+    /// The counts a run of `job` could not time: each one that ran out of memory after other
+    /// counts in that process is timed again alone, in a fresh worker (in one process the
+    /// Megatron judge's graphed counts leave memory behind; alone such a count can finish).
+    /// Every count left without a verdict gets a note and joins `unverdicted`.
+    fn retry_alone(
+        &self,
+        job: &StepJob,
+        failed: &[fp8_merge::step::FailedCount],
+        layout: &mut Vec<fp8_merge::step::StepRun>,
+        unverdicted: &mut BTreeSet<(Execution, u64)>,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) {
+        let (p, model) = (self.p, self.model);
+        let shared = job.tokens.len() * job.executions.len() > 1;
+        for f in failed {
+            unverdicted.insert((f.execution, f.tokens));
+            let at = format!("{model} {p}: {} at {}", f.execution.name(), f.tokens);
+            let why = first_sentence(&f.error);
+            if !(f.out_of_memory() && shared) {
+                outcome
+                    .notes
+                    .push(format!("{at}: no verdict, the step failed there: {why}"));
+                continue;
+            }
+            if self.clock.out() {
+                outcome.notes.push(format!(
+                    "{at}: no verdict, it ran out of memory ({why}) and the time limit left no \
+                     time to time it alone"
+                ));
+                continue;
+            }
+            say(&format!(
+                "{at} ran out of memory after other counts; timing it alone in a fresh worker"
+            ));
+            let json = self.json(&format!("_alone{}_{}", f.tokens, f.execution.name()));
+            let one = StepJob {
+                tokens: vec![f.tokens],
+                executions: vec![f.execution],
+                ..job.clone()
+            };
+            let args = command(self.o, &one, self.config, p, &json);
+            let note = match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| {
+                match end {
+                    WorkerEnd::Finished => read_timed(&json),
+                    WorkerEnd::Stopped => Err("stopped at the time limit".to_owned()),
+                }
+            }) {
+                Ok((runs, _)) if !runs.is_empty() => {
+                    unverdicted.remove(&(f.execution, f.tokens));
+                    layout.extend(runs);
+                    outcome.reports.push(json);
+                    format!(
+                        "{at}: ran out of memory after other counts in one process ({why}); \
+                         timed alone in a fresh one"
+                    )
+                }
+                Ok((_, again)) => format!(
+                    "{at}: no verdict, it ran out of memory after other counts and alone too ({})",
+                    again.first().map_or(why, |a| first_sentence(&a.error))
+                ),
+                Err(e) => format!(
+                    "{at}: no verdict, it ran out of memory ({why}) and timing it alone failed: {e}"
+                ),
+            };
+            outcome.notes.push(note);
+        }
     }
 
     /// What a sweep stopped at the time limit timed, and which executions it never reached.
@@ -297,17 +378,23 @@ impl Layout<'_> {
     }
 
     /// Each refinement round: the midpoints `fp8_merge::refine` asks for, timed and added to
-    /// `layout`. A refinement only sharpens the sweep's thresholds: its failure (or the time
-    /// limit) keeps them, with a note.
+    /// `layout`, but for the counts already tried without a verdict (`unverdicted`). A
+    /// refinement only sharpens the sweep's thresholds: its failure (or the time limit) keeps
+    /// them, with a note.
     fn refine(
         &self,
         layout: &mut Vec<fp8_merge::step::StepRun>,
+        unverdicted: &mut BTreeSet<(Execution, u64)>,
         say: &dyn Fn(&str),
         outcome: &mut GenOutcome,
     ) {
         let (job, p, model) = (self.job, self.p, self.model);
         for round in 1..=job.refine {
-            let asked = fp8_merge::refine::refinements(layout);
+            let mut asked = fp8_merge::refine::refinements(layout);
+            for (execution, counts) in &mut asked {
+                counts.retain(|t| !unverdicted.contains(&(*execution, *t)));
+            }
+            asked.retain(|_, counts| !counts.is_empty());
             if asked.is_empty() {
                 break;
             }
@@ -334,12 +421,15 @@ impl Layout<'_> {
                 let args = command(self.o, &more, self.config, p, &json);
                 match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| match end
                 {
-                    WorkerEnd::Finished => read_runs(&json),
+                    WorkerEnd::Finished => read_timed(&json),
                     WorkerEnd::Stopped => Err("stopped at the time limit".to_owned()),
                 }) {
-                    Ok(more) => {
-                        layout.extend(more);
-                        outcome.reports.push(json);
+                    Ok((runs, failed)) => {
+                        if !runs.is_empty() {
+                            layout.extend(runs);
+                            outcome.reports.push(json);
+                        }
+                        self.retry_alone(&more, &failed, layout, unverdicted, say, outcome);
                     }
                     Err(e) => outcome.notes.push(format!(
                         "{model} {p}: refinement {round} ({}) failed, the thresholds keep the \
@@ -392,10 +482,36 @@ pub fn step_policies(dir: &Path, label: &Path) -> Result<crate::build::Files, St
     Ok(out)
 }
 
-fn read_runs(json: &Path) -> Result<Vec<fp8_merge::step::StepRun>, String> {
+/// A worker's results: the verdicts it timed and the counts it could not (a file of failed
+/// counts only is no verdict, not an error).
+fn read_timed(
+    json: &Path,
+) -> Result<
+    (
+        Vec<fp8_merge::step::StepRun>,
+        Vec<fp8_merge::step::FailedCount>,
+    ),
+    String,
+> {
     let text = fp8_io::read_to_string_limited(json, fp8_merge::step::MAX_STEP_BYTES)
         .map_err(|e| e.to_string())?;
-    fp8_merge::step::parse_results(&text, json).map_err(|e| e.to_string())
+    let failed = fp8_merge::step::failed_counts(&text, json).map_err(|e| e.to_string())?;
+    match fp8_merge::step::parse_results(&text, json) {
+        Ok(runs) => Ok((runs, failed)),
+        Err(fp8_merge::MergeError::Empty { .. }) if !failed.is_empty() => Ok((Vec::new(), failed)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// An error message's first sentence (at most 160 characters): the note names the failure, the
+/// worker's results file keeps the whole message.
+fn first_sentence(e: &str) -> String {
+    let one = e.find(". ").map_or(e, |i| &e[..=i]);
+    if one.chars().count() <= 160 {
+        return one.to_owned();
+    }
+    let cut: String = one.chars().take(159).collect();
+    format!("{cut}…")
 }
 
 fn list_counts(tokens: &[u64]) -> String {

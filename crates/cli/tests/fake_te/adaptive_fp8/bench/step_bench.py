@@ -1,7 +1,9 @@
 """A stand-in for `python -m adaptive_fp8.bench.step_bench` in the `gen-policy --backend step` test (no
 torch, no GPU): it writes results in the real format for a dense model at the given TP, from a
 step-time model in which FP8 pays from 4096 tokens eager (FAKE_STEP_EAGER_FROM) and from 1024
-graphed, and proj never eager; it fails where --tokens is FAKE_STEP_FAIL_TOKENS. With
+graphed, and proj never eager; it fails where --tokens is FAKE_STEP_FAIL_TOKENS. A count in
+FAKE_STEP_OOM_TOKENS runs out of memory (an error row, as the real one writes) when the run has
+other counts too, and alone as well with FAKE_STEP_OOM_ALONE. With
 FAKE_STEP_SECONDS it takes that long per count and saves the results so far after each (as the
 real one does: a temp file renamed over). It records its command line in the results."""
 
@@ -45,6 +47,12 @@ def main() -> int:
             time.sleep(seconds)
             start = int(os.environ.get("FAKE_STEP_EAGER_FROM", "4096")) if execution == "eager" else 1024
             groups = [g for g in keys if t >= start and not (g == "proj" and execution == "eager")]
+            alone = len(a.tokens.split(",")) * len(a.execution.split(",")) == 1
+            if str(t) in os.environ.get("FAKE_STEP_OOM_TOKENS", "").split(",") and (
+                    not alone or os.environ.get("FAKE_STEP_OOM_ALONE")):
+                rows.append({"tokens": t, "execution": execution,
+                             "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 924.00 MiB."})
+                continue
             rows.append({"tokens": t, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}})
             if seconds:
                 save(False)
