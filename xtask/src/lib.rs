@@ -105,12 +105,14 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
             .collect();
         // One file for both executions, as the blockwise defaults: GPU time graphed, the same
         // times with the host profile eager (measured with blockwise: the launches and casts of
-        // a module step; the provenance names it).
+        // a module step; the provenance names it), and this recipe's step results
+        // (`<recipe>/step/`) first where they measured a key.
+        let step_label = Path::new("reports/h200").join(recipe).join("step");
         let folded = fp8_pipeline::fold::fold_files(
             &generate::build_all(&mine, &dir, &graphed, &Stderr)?,
             &generate::build_all(&mine, &dir, &eager, &Stderr)?,
             &build::Files::new(),
-            &build::Files::new(),
+            &fp8_pipeline::step::step_policies(&dir.join("step"), &step_label)?,
         )?;
         for (rel, bytes) in folded {
             files.insert(Path::new(recipe).join(rel), bytes);

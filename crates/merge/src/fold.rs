@@ -196,42 +196,78 @@ fn both_thresholds(p: &Policy) -> BothThresholds {
 }
 
 /// The training step's answer where it was measured, `default`'s elsewhere: `step` (a policy
-/// from `step::step_policy`, both executions) decides every key it has a rule for or found BF16
-/// at every swept count; `default` (a folded policy) keeps the other keys, e.g. the TP sizes the
-/// step was not run at. Provenance: `default`'s, with the step's record and inputs added and
-/// each threshold's source naming both.
+/// from `step::step_policy`) decides every key it has a rule for or found BF16 at every swept
+/// count, in each execution it swept; `default` (a folded policy) keeps the other keys (e.g. the
+/// TP sizes the step was not run at), a key's threshold in an execution the step did not sweep,
+/// and one above the step's largest count where the step kept the key BF16 to it (the step has
+/// no verdict there: a default threshold above it is consistent with every verdict). Provenance:
+/// `default`'s, with the step's record and inputs added and each threshold's source naming both.
 pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError> {
-    let mine = both_thresholds(step);
-    let step_bf16: BTreeSet<RuleKey> = step
-        .provenance()
-        .map(|p| p.measured_bf16_keys.iter().cloned().collect())
-        .unwrap_or_default();
+    let mut mine = both_thresholds(step);
+    let prov_step = step.provenance();
+    for k in prov_step
+        .map(|p| p.measured_bf16_keys.as_slice())
+        .unwrap_or_default()
+    {
+        mine.entry(k.clone()).or_insert((NEVER, None, None));
+    }
+    let theirs = both_thresholds(default);
     let mut out = Policy::new(default.speedup_threshold())?;
     let mut kept = 0usize;
-    for (key, (min_tokens, graphed, speedup)) in both_thresholds(default) {
-        if !mine.contains_key(&key) && !step_bf16.contains(&key) {
-            add_rule(&mut out, &key, min_tokens, graphed, speedup)?;
+    for (key, (min_tokens, graphed, speedup)) in &theirs {
+        if !mine.contains_key(key) {
+            add_rule(&mut out, key, *min_tokens, *graphed, *speedup)?;
             kept += 1;
         }
     }
+    let swept = |key: &RuleKey, e: &str| -> Option<u64> {
+        let v = prov_step?
+            .step
+            .as_ref()?
+            .get("verdicts")?
+            .get(key.to_string())?;
+        // Older provenance without `swept_to`: the step is taken as sweeping the execution
+        // it has verdicts for, to no bound.
+        v.get(e)?.as_array()?;
+        Some(
+            v.pointer(&format!("/swept_to/{e}"))
+                .and_then(|t| t.as_u64())
+                .unwrap_or(NEVER),
+        )
+    };
+    let mut bf16 = Vec::new();
     for (key, (min_tokens, graphed, speedup)) in &mine {
-        add_rule(&mut out, key, *min_tokens, *graphed, *speedup)?;
+        let d = theirs.get(key);
+        let pick = |step_t: u64, e: &str, default_t: Option<u64>| match swept(key, e) {
+            // Not swept in this execution (a step with verdicts lists it): the default's.
+            None if prov_step.and_then(|p| p.step.as_ref()).is_some() => {
+                default_t.unwrap_or(step_t)
+            }
+            Some(to) if step_t >= NEVER => default_t.filter(|t| *t > to).unwrap_or(step_t),
+            _ => step_t,
+        };
+        let e = pick(*min_tokens, "eager", d.map(|d| d.0));
+        let g = pick(
+            graphed.unwrap_or(*min_tokens),
+            "graphed",
+            d.map(|d| d.1.unwrap_or(d.0)),
+        );
+        if e >= NEVER && g >= NEVER {
+            bf16.push(key.clone());
+            continue;
+        }
+        add_rule(&mut out, key, e, Some(g).filter(|g| *g != e), *speedup)?;
     }
     let mut prov = default.provenance().cloned().unwrap_or_default();
-    if let Some(sp) = step.provenance() {
+    if let Some(sp) = prov_step {
         union(&mut prov.timing, &sp.timing);
         union(&mut prov.reports, &sp.reports);
         union(&mut prov.device, &sp.device);
         prov.step.clone_from(&sp.step);
         prov.measured_bf16_keys.retain(|k| !mine.contains_key(k));
-        for k in &step_bf16 {
-            if !prov.measured_bf16_keys.contains(k) {
-                prov.measured_bf16_keys.push(k.clone());
-            }
-        }
+        prov.measured_bf16_keys.extend(bf16);
         prov.measured_bf16_keys.sort();
     }
-    let measured = mine.len() + step_bf16.len();
     for field in ["min_tokens", "min_tokens_graphed"] {
         let rest = prov
             .thresholds
@@ -241,8 +277,10 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
         prov.thresholds.insert(
             field.to_owned(),
             format!(
-                "the training step's per-group oracle for the {measured} key(s) it measured \
-                 (provenance.step); elsewhere ({kept} rule(s)): {rest}"
+                "the training step's per-group oracle for the {} key(s) it measured, in the \
+                 executions and up to the counts it swept (provenance.step); elsewhere ({kept} \
+                 rule(s)): {rest}",
+                mine.len()
             ),
         );
     }
@@ -402,5 +440,52 @@ mod tests {
             text.contains("2 key(s) it measured") && text.ends_with("(1 rule(s)): cublaslt"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_step_decides_only_the_executions_and_counts_it_swept() {
+        // An eager-only step to 4096: fc1 FP8 from 4096, proj BF16 at every count to 4096.
+        let step = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc1": [{"tp": 8, "min_tokens": 4096}]}},
+                "provenance": {"timing": ["step-eager"], "measured_bf16_keys": [
+                    {"kind": "row", "ub_name": "proj", "tp": 8}],
+                  "step": {"verdicts": {
+                    "(kind=row, ub_name=fc1, tp=8)": {"eager": [[2048, false], [4096, true]], "graphed": null,
+                        "swept_to": {"eager": 4096, "graphed": null}},
+                    "(kind=row, ub_name=proj, tp=8)": {"eager": [[2048, false], [4096, false]], "graphed": null,
+                        "swept_to": {"eager": 4096, "graphed": null}}}}}}"#,
+            "step.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let default = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc1": [{"tp": 8, "min_tokens": 2048, "min_tokens_graphed": 256}],
+                                  "proj": [{"tp": 8, "min_tokens": 16384, "min_tokens_graphed": 2048}]}}}"#,
+            "default.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = step_first(&step, &default).unwrap_or_else(|e| panic!("{e}"));
+        let both = both_thresholds(&o);
+        let key = |ub: &str| RuleKey::Dense {
+            kind: DenseKind::Row,
+            ub_name: ub.to_owned(),
+            tp: 8,
+        };
+        // Eager from the step, graphed (not swept) from the default.
+        assert_eq!(both[&key("fc1")].0, 4096);
+        assert_eq!(both[&key("fc1")].1, Some(256));
+        // BF16 to 4096 in the step; the default's 16384 is above the sweep, so it stands.
+        assert_eq!(both[&key("proj")].0, 16384);
+        assert_eq!(both[&key("proj")].1, Some(2048));
+        // A default threshold inside the sweep is overruled: BF16 where the step said BF16.
+        let inside = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"proj": [{"tp": 8, "min_tokens": 2048, "min_tokens_graphed": 2048}]}}}"#,
+            "default.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = step_first(&step, &inside).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(both_thresholds(&o)[&key("proj")], (NEVER, Some(2048), None));
     }
 }

@@ -14,29 +14,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fp8_policy::{DenseRule, Execution, GroupedRule, Policy, PolicyError, Provenance, RuleKey};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::MergeError;
 
-/// The oracle's verdict at one swept count: the groups it kept FP8.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepCount {
-    /// The swept count: the dense token count of one micro-batch (`seq x mbs`).
-    pub tokens: u64,
-    /// Groups the oracle ran FP8.
-    pub fp8_groups: BTreeSet<String>,
-}
-
-/// A module group of the step and the policy key it is looked up with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupKey {
-    /// The step benchmark's group name (`qkv`, `experts.fc1`, `shared.fc2`, ...).
-    pub group: String,
-    /// The key.
-    pub key: RuleKey,
-    /// What the key's tokens are per swept token: `moe_router_topk` for experts, else 1.
-    pub scale: u64,
-}
+mod results;
+pub use results::{
+    FailedCount, GroupKey, MAX_STEP_BYTES, StepCount, StepRun, failed_counts, parse_results,
+};
 
 /// One key's threshold and the verdicts it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +31,8 @@ pub struct KeyThreshold {
     pub min_tokens: Option<u64>,
     /// `(swept count, FP8?)` for every count, ascending.
     pub verdicts: Vec<(u64, bool)>,
+    /// The largest swept count in the key's own tokens: above it the step has no verdict.
+    pub swept_to: u64,
     /// The groups that share the key.
     pub groups: Vec<String>,
 }
@@ -68,8 +55,10 @@ pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey
                 .map(|c| (c.tokens, members.iter().all(|g| c.fp8_groups.contains(*g))))
                 .collect();
             let min_tokens = fp8_from(&verdicts).map(|i| verdicts[i].0.saturating_mul(scale));
+            let swept_to = verdicts.last().map_or(0, |v| v.0.saturating_mul(scale));
             let threshold = KeyThreshold {
                 min_tokens,
+                swept_to,
                 verdicts,
                 groups: members.iter().map(|g| (*g).to_owned()).collect(),
             };
@@ -88,210 +77,9 @@ pub fn fp8_from(verdicts: &[(u64, bool)]) -> Option<usize> {
     (from < verdicts.len()).then_some(from)
 }
 
-/// Largest step-results file read (a sweep's JSON is tens of KiB).
-pub const MAX_STEP_BYTES: u64 = 16 * 1024 * 1024;
-
 /// The "never" threshold a rule gets for the execution where FP8 never held while the other
 /// execution has one: 2^53, the largest integer every JSON reader keeps exact.
 pub const NEVER: u64 = 1 << 53;
-
-/// One execution's sweep from a step benchmark's results file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepRun {
-    /// The results file.
-    pub file: PathBuf,
-    /// Its execution.
-    pub execution: Execution,
-    /// The oracle's verdict per swept count.
-    pub counts: Vec<StepCount>,
-    /// The groups and their keys.
-    pub groups: Vec<GroupKey>,
-    /// The model's name.
-    pub model: String,
-    /// The component (`llm` or `vit`).
-    pub component: String,
-    /// The device.
-    pub device: String,
-    /// Megatron's recipe name.
-    pub recipe: String,
-    /// What the step was, for provenance: layers, micro-batches, versions, trainer.
-    pub info: Value,
-}
-
-fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
-    MergeError::Format {
-        file: file.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-/// Reads `python -m adaptive_fp8.bench.step_bench --json` results (the caller reads the file, bounded
-/// by [`MAX_STEP_BYTES`]): one [`StepRun`] per execution swept. The oracle must have run
-/// (`--oracle greedy`, the default) and the file must carry `group_keys` (step benchmarks from
-/// this version on).
-pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
-    let keys = v.get("group_keys").and_then(Value::as_object).filter(|m| !m.is_empty()).ok_or_else(|| {
-        format_err(file, "no `group_keys`: not step benchmark results, or written before they carried each group's policy key; re-run `python -m adaptive_fp8.bench.step_bench --json`")
-    })?;
-    let mut groups = Vec::new();
-    for (g, k) in keys {
-        let key: RuleKey = serde_json::from_value(k.get("key").cloned().unwrap_or(Value::Null))
-            .map_err(|e| format_err(file, format!("group_keys.{g}.key: {e}")))?;
-        let scale = k
-            .get("scale")
-            .and_then(Value::as_u64)
-            .filter(|s| *s >= 1)
-            .unwrap_or(1);
-        groups.push(GroupKey {
-            group: g.clone(),
-            key,
-            scale,
-        });
-    }
-    let text_of = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let mut by_exec: BTreeMap<Execution, Vec<StepCount>> = BTreeMap::new();
-    for (i, row) in v
-        .get("results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        if row.get("error").is_some() {
-            continue;
-        }
-        let execution: Execution = row
-            .get("execution")
-            .and_then(Value::as_str)
-            .unwrap_or("eager")
-            .parse()
-            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
-        let tokens = row
-            .get("tokens")
-            .and_then(Value::as_u64)
-            .filter(|t| *t > 0)
-            .ok_or_else(|| {
-                format_err(
-                    file,
-                    format!("results[{i}].tokens: missing or not a positive count"),
-                )
-            })?;
-        let oracle = row.pointer("/modes/oracle/fp8_groups").and_then(Value::as_array).ok_or_else(|| {
-            format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
-        })?;
-        by_exec.entry(execution).or_default().push(StepCount {
-            tokens,
-            fp8_groups: oracle
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
-        });
-    }
-    if by_exec.is_empty() {
-        return Err(MergeError::Empty {
-            file: file.to_path_buf(),
-            problem: "no token count with an oracle result; fix: re-run the step benchmark".into(),
-        });
-    }
-    let info = json!({
-        "file": file.display().to_string(), "trainer": v.get("trainer").cloned().unwrap_or(json!("te")),
-        // The layer kinds where the worker lists them (the TE blocks), else their count (the
-        // Megatron judge builds `layers` of the config's own kind).
-        "layers": v.get("layer_types").filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-            .or_else(|| v.get("layers")).cloned().unwrap_or(Value::Null),
-        "grad_accum": v.get("grad_accum").cloned().unwrap_or(json!(1)),
-        "recipe": v.get("recipe").cloned().unwrap_or(Value::Null),
-        "te_version": v.get("te_version").cloned().unwrap_or(Value::Null),
-        "megatron_core_version": v.get("megatron_core_version").cloned().unwrap_or(Value::Null),
-        "tp": v.get("tp").cloned().unwrap_or(Value::Null), "complete": v.get("complete").cloned().unwrap_or(json!(true)),
-    });
-    Ok(by_exec
-        .into_iter()
-        .map(|(execution, counts)| StepRun {
-            file: file.to_path_buf(),
-            execution,
-            counts,
-            groups: groups.clone(),
-            model: text_of("model_name"),
-            component: v
-                .get("component")
-                .and_then(Value::as_str)
-                .unwrap_or("llm")
-                .to_owned(),
-            device: text_of("device"),
-            recipe: v
-                .get("fp8_recipe")
-                .and_then(Value::as_str)
-                .unwrap_or("blockwise")
-                .to_owned(),
-            info: info.clone(),
-        })
-        .collect())
-}
-
-/// A count the step benchmark could not time: a results row with an `error` (no verdict).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailedCount {
-    /// Its execution.
-    pub execution: Execution,
-    /// The count.
-    pub tokens: u64,
-    /// The worker's message (`Kind: text`, as Python names the exception).
-    pub error: String,
-}
-
-impl FailedCount {
-    /// Whether the GPU ran out of memory there. In one process the Megatron judge's graphed
-    /// counts leave memory behind (docs/RESULTS.md, "The second retune"): a count that ran out
-    /// after others may finish alone in a fresh process.
-    pub fn out_of_memory(&self) -> bool {
-        self.error.starts_with("OutOfMemoryError") || self.error.contains("out of memory")
-    }
-}
-
-/// The counts of `python -m adaptive_fp8.bench.step_bench --json` results that failed, in file
-/// order ([`parse_results`] skips them).
-pub fn failed_counts(text: &str, file: &Path) -> Result<Vec<FailedCount>, MergeError> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
-    let mut out = Vec::new();
-    for (i, row) in v
-        .get("results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(error) = row.get("error") else {
-            continue;
-        };
-        let execution: Execution = row
-            .get("execution")
-            .and_then(Value::as_str)
-            .unwrap_or("eager")
-            .parse()
-            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
-        let tokens = row.get("tokens").and_then(Value::as_u64).ok_or_else(|| {
-            format_err(file, format!("results[{i}].tokens: missing or not a count"))
-        })?;
-        out.push(FailedCount {
-            execution,
-            tokens,
-            error: error
-                .as_str()
-                .map_or_else(|| error.to_string(), str::to_owned),
-        });
-    }
-    Ok(out)
-}
 
 /// A policy from step sweeps: each key's `min_tokens` from the eager sweep and
 /// `min_tokens_graphed` from the graphed one (a key FP8 in only one execution gets [`NEVER`] in
@@ -335,6 +123,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
                 }
                 Some(have) => {
                     have.min_tokens = have.min_tokens.zip(t.min_tokens).map(|(a, b)| a.max(b));
+                    have.swept_to = have.swept_to.min(t.swept_to);
                     have.verdicts.extend(t.verdicts);
                 }
             }
@@ -352,6 +141,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
             json!({
                 "eager": eager.map(|k| &k.verdicts), "graphed": graphed.map(|k| &k.verdicts),
                 "groups": eager.or(graphed).map(|k| &k.groups),
+                "swept_to": {"eager": eager.map(|k| k.swept_to), "graphed": graphed.map(|k| k.swept_to)},
             }),
         );
         let e_min = eager.and_then(|k| k.min_tokens);
@@ -428,7 +218,10 @@ pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
 }
 
 fn policy_err(file: &Path, e: PolicyError) -> MergeError {
-    format_err(file, e.to_string())
+    MergeError::Format {
+        file: file.to_path_buf(),
+        message: e.to_string(),
+    }
 }
 
 fn add_rule(
@@ -467,29 +260,6 @@ fn add_rule(
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn failed_counts_are_listed_and_out_of_memory_is_told_apart() {
-        let text = r#"{"results": [
-            {"tokens": 2048, "execution": "graphed", "modes": {"oracle": {"fp8_groups": []}}},
-            {"tokens": 4096, "execution": "graphed", "error": "OutOfMemoryError: CUDA out of memory. Tried"},
-            {"tokens": 8192, "error": "RuntimeError: capture failed"}]}"#;
-        let f = failed_counts(text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            f.iter()
-                .map(|c| (c.execution, c.tokens, c.out_of_memory()))
-                .collect::<Vec<_>>(),
-            [
-                (Execution::Graphed, 4096, true),
-                (Execution::Eager, 8192, false)
-            ]
-        );
-        let bad = failed_counts(r#"{"results": [{"error": "x"}]}"#, Path::new("s.json"));
-        assert!(
-            bad.is_err_and(|e| e.to_string().contains("results[0].tokens")),
-            "a failed row without its count is refused"
-        );
-    }
     use super::*;
     use fp8_policy::{DenseKind, GroupedKind};
 
