@@ -457,9 +457,13 @@ class Judge:
         for step in list(self.live):  # after the graphs: nothing replays into this memory now
             self.drop(step)
         gc.collect()
-        if execution == "graphed":
-            self.pools.give_back()  # the deleted graphs' pools can be freed now (GraphPoolLedger)
+        given = self.pools.give_back() if execution == "graphed" else 0  # GraphPoolLedger
         self.torch.cuda.empty_cache()
+        if execution == "graphed" and os.environ.get("AF8_POOL_PROBE"):
+            from adaptive_fp8.bench.pool_probe import report
+
+            print(f"graph pools: {given} reference(s) given back", file=sys.stderr)
+            print(report(self.torch, gc), file=sys.stderr)
 
     def time_ms(self, step, steps: int) -> float:
         torch = self.torch
