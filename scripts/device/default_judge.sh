@@ -40,6 +40,10 @@
 #            Llama's missing graphed counts, both merged and judged; Mistral-7B re-tuned by
 #            Megatron's step and judged; the tensorwise and delayed defaults' new eager
 #            thresholds judged (a queue as rerun).
+#   retune3: after retune2, what it left (a queue as rerun): the pool probe on Qwen2.5-72B's
+#            graphed oracle (AF8_POOL_PROBE=1: what holds private-pool memory after each
+#            release), gen-policy's out-of-memory retry on the same model (2048,4096 graphed),
+#            Llama graphed 12288 with the oracle, the recipe defaults eager at unswept counts.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -47,7 +51,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -329,6 +333,26 @@ PY
       --tokens 1024,2048,4096 --execution eager --json "$W/q72_${r}_eager.json" --md "$W/q72_${r}_eager.md"
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7 (q72_judge_g only if moved):"
+  ;;
+retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as rerun
+  O="--oracle greedy --oracle-repeats 7"
+  AF8_POOL_PROBE=1 queued step q72_probe 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
+    --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048 --execution graphed \
+    --recipe blockwise --json "$W/q72_probe.json"
+  [ -f "$W/q72_probe.log" ] && tr '\r' '\n' < "$W/q72_probe.log" | grep -A9 -E "^graph pools:" > "$W/q72_probe_summary.txt"
+  queued megatron l1_judge_12288g 160 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
+    --layers 4 --tokens 12288 --execution graphed $O
+  for r in tensorwise delayed; do
+    queued step q72_${r}_unswept 100 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
+      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
+      --tokens 1536,3072,6144 --execution eager --json "$W/q72_${r}_unswept.json" --md "$W/q72_${r}_unswept.md"
+  done
+  # The retry: 4096 ran out of memory after 2048 in one worker (retune2); alone it finished.
+  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
+    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
+  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
