@@ -390,6 +390,64 @@ fn a_count_out_of_memory_after_others_is_timed_alone_in_a_fresh_worker() {
 }
 
 #[test]
+fn a_step_of_deepseek_v3_builds_a_dense_layer_beside_the_moe_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
+    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .env("PYTHONPATH", &fake)
+        .args([
+            "gen-policy",
+            "--model",
+            "fixtures/models/deepseek_v3.yaml",
+            "--backend",
+            "step",
+        ])
+        .args([
+            "--tp",
+            "1",
+            "--ep",
+            "16",
+            "--tokens",
+            "1024,2048",
+            "--refine",
+            "0",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let r = dir
+        .path()
+        .join("reports/deepseek_v3_tp1_ep16_etp1_step.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(r).unwrap()).unwrap();
+    let argv: Vec<&str> = v["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        argv.join(" ").contains("--layers 2 --dense-layers 1"),
+        "{argv:?}"
+    );
+}
+
+#[test]
+fn more_dense_layers_than_layers_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, argv) = gen_step(dir.path(), &["--layers", "2", "--dense-layers", "3"], 1);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("--dense-layers 3 is more than --layers 2; fix: at most --layers"),
+        "{}",
+        err(&o)
+    );
+    assert!(argv.is_empty(), "no worker ran: {argv}");
+}
+
+#[test]
 fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let env = [

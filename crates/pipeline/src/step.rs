@@ -30,6 +30,10 @@ pub struct StepJob {
     pub trainer: String,
     /// Transformer layers per step.
     pub layers: u32,
+    /// Of `layers`, how many have a dense MLP (an MoE model with dense layers, DeepSeek-V3);
+    /// `None`: the worker's default. [`gen_policy_step`] sets it per model
+    /// ([`dense_layers_for`]).
+    pub dense_layers: Option<u32>,
     /// Rounds of refinement: each times the midpoints `fp8_merge::refine` asks for, so a
     /// threshold can land between the sweep's counts; 0 is the sweep alone.
     pub refine: u32,
@@ -81,6 +85,11 @@ fn command(
         job.trainer.clone(),
         "--layers".to_owned(),
         job.layers.to_string(),
+    ]);
+    if let Some(d) = job.dense_layers {
+        a.extend(["--dense-layers".to_owned(), d.to_string()]);
+    }
+    a.extend([
         // The oracle is what the thresholds come from; the Megatron judge skips it by default.
         "--oracle".to_owned(),
         "greedy".to_owned(),
@@ -110,6 +119,17 @@ fn gpus_error(tp: u32, have: usize) -> String {
          {tp} GPUs and this machine has {have}; fix: --tp with the sizes its GPUs allow (--tp 1 \
          on one GPU), or run on a node with {tp} GPUs"
     )
+}
+
+/// The dense layers a step of `layers` builds for `model`: one, where its language model has
+/// both dense-MLP and MoE layers and the step has room for both, so the oracle measures the
+/// dense keys too (the workers' default follows the model's share: a 2-layer step of
+/// DeepSeek-V3, 3 dense of 61 layers, would build no dense layer and leave its dense `fc1` and
+/// `fc2` keys unmeasured); else the worker's default.
+pub fn dense_layers_for(model: &ModelDesc, layers: u32) -> Option<u32> {
+    let arch = &model.components.first()?.arch;
+    let moe = arch.moe?;
+    (moe.dense_layers > 0 && moe.dense_layers < arch.num_layers && layers >= 2).then_some(1)
 }
 
 fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
@@ -162,6 +182,10 @@ pub fn gen_policy_step(
         }
         let mut runs = Vec::new();
         let notes_before = outcome.notes.len();
+        let model_job = StepJob {
+            dense_layers: job.dense_layers.or(dense_layers_for(&model, job.layers)),
+            ..job.clone()
+        };
         for p in layouts {
             if clock.out() {
                 outcome.notes.push(format!(
@@ -172,7 +196,7 @@ pub fn gen_policy_step(
             }
             let ctx = Layout {
                 o,
-                job,
+                job: &model_job,
                 config,
                 model: &model.name,
                 p,
@@ -507,6 +531,7 @@ mod tests {
             grad_accum: 8,
             trainer: "te".into(),
             layers: 2,
+            dense_layers: None,
             refine: 1,
             time_limit: None,
         };
@@ -552,6 +577,36 @@ mod tests {
             "{}",
             at(1)
         );
+        let dense = StepJob {
+            dense_layers: Some(1),
+            ..megatron
+        };
+        let a = command(
+            &o,
+            &dense,
+            Path::new("m.yaml"),
+            fp8_engine::Parallel::new(1, 16, 1, 1),
+            Path::new("r.json"),
+        )
+        .join(" ");
+        assert!(
+            a.contains("--layers 2 --dense-layers 1 --oracle greedy"),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn a_step_of_an_moe_model_with_dense_layers_builds_one() {
+        let fixture = |m: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/models")
+                .join(m);
+            fp8_engine::load_model(&p).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let dsv3 = fixture("deepseek_v3.yaml");
+        assert_eq!(dense_layers_for(&dsv3, 2), Some(1));
+        assert_eq!(dense_layers_for(&dsv3, 1), None, "no room for both kinds");
+        assert_eq!(dense_layers_for(&fixture("llama3_2_1b.yaml"), 2), None);
     }
 
     #[test]
@@ -562,6 +617,7 @@ mod tests {
             grad_accum: 1,
             trainer: trainer.into(),
             layers: 2,
+            dense_layers: None,
             refine: 0,
             time_limit: None,
         };

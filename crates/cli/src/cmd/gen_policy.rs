@@ -121,6 +121,11 @@ pub struct Args {
     /// --backend step: transformer layers per step.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub layers: u32,
+    /// --backend step: of --layers, how many have a dense MLP, for an MoE model with dense
+    /// layers (DeepSeek-V3). [default: 1 where the model has both kinds and --layers >= 2, so
+    /// the step measures the dense keys too]
+    #[arg(long, value_name = "N")]
+    pub dense_layers: Option<u32>,
     /// --backend step: the run's wall-clock bound in seconds. At it the worker is stopped and
     /// the policy is written from the counts it finished (each saved as it ends); refinements
     /// and layouts not begun are skipped, with a note. [default: none]
@@ -191,12 +196,19 @@ pub fn run(args: &Args) -> CliResult {
         out: args.out.clone(),
     };
     let done = if args.backend == "step" {
+        if let Some(d) = args.dense_layers.filter(|d| *d > args.layers) {
+            return Err(CliError::input(format!(
+                "--dense-layers {d} is more than --layers {}; fix: at most --layers",
+                args.layers
+            )));
+        }
         let job = fp8_pipeline::step::StepJob {
             tokens: args.tokens.clone(),
             executions: args.execution.clone(),
             grad_accum: args.grad_accum,
             trainer: args.step_trainer.clone(),
             layers: args.layers,
+            dense_layers: args.dense_layers,
             refine: args.refine,
             time_limit: args.time_limit.map(std::time::Duration::from_secs),
         };

@@ -19,7 +19,7 @@ import time
 def main() -> int:
     ap = argparse.ArgumentParser()
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
-                 "--grad-accum", "--trainer", "--layers", "--oracle", "--recipe", "--json"):
+                 "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--json"):
         ap.add_argument(flag)
     a = ap.parse_args()
     if a.tokens == os.environ.get("FAKE_STEP_FAIL_TOKENS"):
