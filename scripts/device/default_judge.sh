@@ -43,7 +43,8 @@
 #   retune3: after retune2, what it left (a queue as rerun): the pool probe on Qwen2.5-72B's
 #            graphed oracle (AF8_POOL_PROBE=1: what holds private-pool memory after each
 #            release), gen-policy's out-of-memory retry on the same model (2048,4096 graphed),
-#            Llama graphed 12288 with the oracle, the recipe defaults eager at unswept counts.
+#            Llama graphed 12288 with the oracle, the recipe defaults eager at unswept counts,
+#            DeepSeek-V3's eager step oracle at 4096 and 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -352,7 +353,13 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
     --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
     --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
   cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  # DeepSeek-V3's eager 6144 miss (five keys BF16 that pay in the step): its eager step oracle at
+  # 4096 and 8192 (one dense and one MoE layer, 16 local experts; 11 groups, the costliest).
+  queued step dsv3_eager 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 4096,8192 \
+    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3
+  cp -r /tmp/dj/pol_dsv3 "$W/" 2>/dev/null
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
