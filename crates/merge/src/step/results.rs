@@ -55,6 +55,24 @@ pub struct StepRun {
     pub info: Value,
 }
 
+/// The `results` rows, numbered (none where the file has no list).
+fn result_rows(v: &Value) -> impl Iterator<Item = (usize, &Value)> {
+    v.get("results")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+/// A results row's execution (eager where the row does not say: older results).
+fn row_execution(row: &Value, i: usize, file: &Path) -> Result<Execution, MergeError> {
+    row.get("execution")
+        .and_then(Value::as_str)
+        .unwrap_or("eager")
+        .parse()
+        .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))
+}
+
 fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
     MergeError::Format {
         file: file.to_path_buf(),
@@ -94,22 +112,11 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
             .to_owned()
     };
     let mut by_exec: BTreeMap<Execution, Vec<StepCount>> = BTreeMap::new();
-    for (i, row) in v
-        .get("results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, row) in result_rows(&v) {
         if row.get("error").is_some() {
             continue;
         }
-        let execution: Execution = row
-            .get("execution")
-            .and_then(Value::as_str)
-            .unwrap_or("eager")
-            .parse()
-            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
+        let execution = row_execution(row, i, file)?;
         let tokens = row
             .get("tokens")
             .and_then(Value::as_u64)
@@ -200,22 +207,11 @@ pub fn failed_counts(text: &str, file: &Path) -> Result<Vec<FailedCount>, MergeE
     let v: Value =
         serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
     let mut out = Vec::new();
-    for (i, row) in v
-        .get("results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, row) in result_rows(&v) {
         let Some(error) = row.get("error") else {
             continue;
         };
-        let execution: Execution = row
-            .get("execution")
-            .and_then(Value::as_str)
-            .unwrap_or("eager")
-            .parse()
-            .map_err(|e: String| format_err(file, format!("results[{i}].execution: {e}")))?;
+        let execution = row_execution(row, i, file)?;
         let tokens = row.get("tokens").and_then(Value::as_u64).ok_or_else(|| {
             format_err(file, format!("results[{i}].tokens: missing or not a count"))
         })?;
