@@ -1,0 +1,266 @@
+//! What the step worker runs for one layout, and its command line.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fp8_engine::ModelDesc;
+use fp8_policy::Execution;
+
+use crate::generate::GenOptions;
+
+/// What the step worker runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepJob {
+    /// Token counts to sweep (sequence length at micro-batch 1).
+    pub tokens: Vec<u64>,
+    /// Executions to sweep.
+    pub executions: Vec<Execution>,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: u32,
+    /// `te` (the toolkit's TE blocks) or `megatron` (upstream GPTModel, its oracle's candidates
+    /// each a model build; graphed in Megatron's own CUDA graphs).
+    pub trainer: String,
+    /// Transformer layers per step.
+    pub layers: u32,
+    /// Of `layers`, how many have a dense MLP (an MoE model with dense layers, DeepSeek-V3);
+    /// `None`: the worker's default. [`gen_policy_step`] sets it per model
+    /// ([`dense_layers_for`]).
+    pub dense_layers: Option<u32>,
+    /// Rounds of refinement: each times the midpoints `fp8_merge::refine` asks for, so a
+    /// threshold can land between the sweep's counts; 0 is the sweep alone.
+    pub refine: u32,
+    /// The whole run's wall-clock bound: at it the worker is stopped and the policy is written
+    /// from the counts it finished (each one saved as it ends); refinements and layouts not
+    /// begun by then are skipped, with a note. `None`: unbounded.
+    pub time_limit: Option<Duration>,
+}
+
+/// The worker's command line for one layout, writing `json`.
+pub(super) fn command(
+    o: &GenOptions,
+    job: &StepJob,
+    config: &Path,
+    p: fp8_engine::Parallel,
+    json: &Path,
+) -> Vec<String> {
+    let list = |v: Vec<String>| v.join(",");
+    // The Megatron judge at TP > 1 is one process per TP rank (its world is the TP group);
+    // the TE blocks time one rank's GEMMs in one process.
+    let mut a = if job.trainer == "megatron" && p.tp > 1 {
+        vec![
+            "-m".to_owned(),
+            "torch.distributed.run".to_owned(),
+            "--standalone".to_owned(),
+            format!("--nproc-per-node={}", p.tp),
+        ]
+    } else {
+        Vec::new()
+    };
+    a.extend([
+        "-m".to_owned(),
+        "adaptive_fp8.bench.step_bench".to_owned(),
+        "--model".to_owned(),
+        config.display().to_string(),
+        "--tp".to_owned(),
+        p.tp.to_string(),
+        "--ep".to_owned(),
+        p.ep.to_string(),
+        "--etp".to_owned(),
+        p.etp.to_string(),
+        "--tokens".to_owned(),
+        list_counts(&job.tokens),
+        "--execution".to_owned(),
+        list(job.executions.iter().map(|e| e.name().to_owned()).collect()),
+        "--grad-accum".to_owned(),
+        job.grad_accum.to_string(),
+        "--trainer".to_owned(),
+        job.trainer.clone(),
+        "--layers".to_owned(),
+        job.layers.to_string(),
+    ]);
+    if let Some(d) = job.dense_layers {
+        a.extend(["--dense-layers".to_owned(), d.to_string()]);
+    }
+    a.extend([
+        // The oracle is what the thresholds come from; the Megatron judge skips it by default.
+        "--oracle".to_owned(),
+        "greedy".to_owned(),
+        "--recipe".to_owned(),
+        o.measure.recipe.recipe().name().to_owned(),
+        "--json".to_owned(),
+        json.display().to_string(),
+    ]);
+    if let Some(r) = &o.config_root {
+        a.extend(["--config-root".to_owned(), r.display().to_string()]);
+    }
+    a
+}
+
+/// The most processes a layout's Megatron judge runs (its TP), where that is more than one:
+/// each rank takes a GPU. `None` for the TE blocks, or at TP 1.
+pub(super) fn megatron_ranks(job: &StepJob, layouts: &[fp8_engine::Parallel]) -> Option<u32> {
+    (job.trainer == "megatron")
+        .then(|| layouts.iter().map(|p| p.tp).max())
+        .flatten()
+        .filter(|&tp| tp > 1)
+}
+
+pub(super) fn gpus_error(tp: u32, have: usize) -> String {
+    format!(
+        "--step-trainer megatron runs each layout over TP processes, one GPU each; TP {tp} needs \
+         {tp} GPUs and this machine has {have}; fix: --tp with the sizes its GPUs allow (--tp 1 \
+         on one GPU), or run on a node with {tp} GPUs"
+    )
+}
+
+/// The dense layers a step of `layers` builds for `model`: one, where its language model has
+/// both dense-MLP and MoE layers and the step has room for both, so the oracle measures the
+/// dense keys too (the workers' default follows the model's share: a 2-layer step of
+/// DeepSeek-V3, 3 dense of 61 layers, would build no dense layer and leave its dense `fc1` and
+/// `fc2` keys unmeasured); else the worker's default.
+pub fn dense_layers_for(model: &ModelDesc, layers: u32) -> Option<u32> {
+    let arch = &model.components.first()?.arch;
+    let moe = arch.moe?;
+    (moe.dense_layers > 0 && moe.dense_layers < arch.num_layers && layers >= 2).then_some(1)
+}
+
+pub(super) fn list_counts(tokens: &[u64]) -> String {
+    tokens
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_worker_gets_the_layout_the_sweep_and_the_recipe() {
+        let o = GenOptions {
+            models: vec![PathBuf::from("m.yaml")],
+            config_root: Some(PathBuf::from("configs")),
+            tp: None,
+            ep: None,
+            etp: None,
+            merge: fp8_merge::MergeOptions::default(),
+            backend: "step".into(),
+            python: "python3".into(),
+            recompute: false,
+            device_profile: "h200".into(),
+            measure: fp8_bench::cuda::MeasureOptions::default(),
+            policies_dir: PathBuf::from("policies"),
+            reports_base: PathBuf::from("reports"),
+            out: None,
+        };
+        let job = StepJob {
+            tokens: vec![1024, 4096],
+            executions: vec![Execution::Eager, Execution::Graphed],
+            grad_accum: 8,
+            trainer: "te".into(),
+            layers: 2,
+            dense_layers: None,
+            refine: 1,
+            time_limit: None,
+        };
+        let a = command(
+            &o,
+            &job,
+            Path::new("m.yaml"),
+            fp8_engine::Parallel::new(2, 8, 1, 1),
+            Path::new("r.json"),
+        )
+        .join(" ");
+        assert_eq!(
+            a,
+            "-m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
+             --execution eager,graphed --grad-accum 8 --trainer te --layers 2 --oracle greedy \
+             --recipe blockwise --json r.json --config-root configs"
+        );
+        // The Megatron judge at TP 2: one process per rank, under torchrun; at TP 1 one process.
+        let megatron = StepJob {
+            trainer: "megatron".into(),
+            ..job
+        };
+        let at = |tp| {
+            command(
+                &o,
+                &megatron,
+                Path::new("m.yaml"),
+                fp8_engine::Parallel::new(tp, 1, tp, 1),
+                Path::new("r.json"),
+            )
+            .join(" ")
+        };
+        assert!(
+            at(2).starts_with(
+                "-m torch.distributed.run --standalone --nproc-per-node=2 \
+                 -m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 "
+            ),
+            "{}",
+            at(2)
+        );
+        assert!(
+            at(1).starts_with("-m adaptive_fp8.bench.step_bench "),
+            "{}",
+            at(1)
+        );
+        let dense = StepJob {
+            dense_layers: Some(1),
+            ..megatron
+        };
+        let a = command(
+            &o,
+            &dense,
+            Path::new("m.yaml"),
+            fp8_engine::Parallel::new(1, 16, 1, 1),
+            Path::new("r.json"),
+        )
+        .join(" ");
+        assert!(
+            a.contains("--layers 2 --dense-layers 1 --oracle greedy"),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn a_step_of_an_moe_model_with_dense_layers_builds_one() {
+        let fixture = |m: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/models")
+                .join(m);
+            fp8_engine::load_model(&p).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let dsv3 = fixture("deepseek_v3.yaml");
+        assert_eq!(dense_layers_for(&dsv3, 2), Some(1));
+        assert_eq!(dense_layers_for(&dsv3, 1), None, "no room for both kinds");
+        assert_eq!(dense_layers_for(&fixture("llama3_2_1b.yaml"), 2), None);
+    }
+
+    #[test]
+    fn the_megatron_judge_needs_a_gpu_per_tp_rank() {
+        let job = |trainer: &str| StepJob {
+            tokens: vec![1024],
+            executions: vec![Execution::Eager],
+            grad_accum: 1,
+            trainer: trainer.into(),
+            layers: 2,
+            dense_layers: None,
+            refine: 0,
+            time_limit: None,
+        };
+        let layouts: Vec<_> = [1, 4, 2]
+            .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))
+            .into();
+        assert_eq!(megatron_ranks(&job("megatron"), &layouts), Some(4));
+        assert_eq!(megatron_ranks(&job("megatron"), &layouts[..1]), None);
+        assert_eq!(megatron_ranks(&job("te"), &layouts), None);
+        let e = gpus_error(4, 1);
+        assert!(
+            e.contains("TP 4 needs 4 GPUs and this machine has 1") && e.contains("fix: --tp"),
+            "{e}"
+        );
+    }
+}
