@@ -75,43 +75,63 @@ def block_of(blocks: list[Block], ptr: int) -> int | None:
     return i if i >= 0 and ptr < blocks[i].start + blocks[i].size else None
 
 
-def _holders(obj, gc, inspect) -> str:
-    """The types that refer to ``obj``, two levels up for containers (``dict<-Module``)."""
-    refs = gc.get_referrers(obj)
-    seen: collections.Counter = collections.Counter()
-    for r in refs:
-        if inspect.isframe(r):
+def holders(targets: list, gc, inspect) -> list[str]:
+    """What refers to each of ``targets``, by type, most common first: a container (list, dict,
+    tuple) is named with what refers to it (``dict<-TransformerLayer``). Two passes over the
+    collector's objects, whatever the number of targets (a lookup per target would be one pass
+    each)."""
+    ours = {id(targets)}
+    want = {id(t): i for i, t in enumerate(targets)}
+    seen = [collections.Counter() for _ in targets]
+    containers: dict[int, tuple[object, list[int]]] = {}
+    for o in gc.get_objects():
+        if id(o) in ours or inspect.isframe(o):
             continue
-        name = type(r).__name__
-        if isinstance(r, (list, dict, tuple)):
-            ups = {type(u).__name__ for u in gc.get_referrers(r) if u is not refs and not inspect.isframe(u)}
-            name = f"{name}<-{'/'.join(sorted(ups)[:2]) or '?'}"
-        seen[name] += 1
-    return ",".join(k for k, _ in seen.most_common(3)) or "?"
+        for r in gc.get_referents(o):
+            i = want.get(id(r))
+            if i is None:
+                continue
+            if isinstance(o, (list, dict, tuple)):
+                containers.setdefault(id(o), (o, []))[1].append(i)
+            else:
+                seen[i][type(o).__name__] += 1
+    if containers:
+        ours.add(id(containers))
+        for o in gc.get_objects():
+            if id(o) in ours or inspect.isframe(o) or id(o) in containers:
+                continue
+            for r in gc.get_referents(o):
+                c = containers.get(id(r))
+                for i in c[1] if c else ():
+                    seen[i][f"{type(c[0]).__name__}<-{type(o).__name__}"] += 1
+    return [",".join(k for k, _ in c.most_common(3)) or "?" for c in seen]
 
 
-def report(torch, gc, labelled: int = 40) -> str:
+def report(torch, gc, labelled: int = 16) -> str:
     """The summary for this process now (synchronising and slow: for diagnosis only). Only
     the ``labelled`` largest tensors in pool blocks get their holders looked up."""
     import inspect
 
     blocks = live_pool_blocks(torch.cuda.memory_snapshot())
-    inside = []
+    objs, found = [], []  # the tensors in pool blocks, and (block size, data_ptr) of each
     for o in gc.get_objects():
         try:
             if isinstance(o, torch.Tensor) and o.is_cuda:
                 ptr = o.untyped_storage().data_ptr()
                 i = block_of(blocks, ptr)
                 if i is not None:
-                    inside.append((blocks[i].size, ptr, o))
+                    objs.append(o)
+                    found.append((blocks[i].size, ptr))
         except (RuntimeError, ReferenceError, TypeError):
             continue  # a tensor without storage (TE's weak references), or one being freed
-    inside.sort(key=lambda t: -t[0])
+    order = sorted(range(len(objs)), key=lambda n: -found[n][0])
+    top = [objs[n] for n in order[:labelled]]
+    named = dict(zip(order[:labelled], holders(top, gc, inspect)))
+    del top
     tensors = []
-    for n, (_, ptr, o) in enumerate(inside):
+    for n, o in enumerate(objs):
         what = f"{tuple(o.shape)} {str(o.dtype).replace('torch.', '')}"
-        label = f"{what} held by {_holders(o, gc, inspect)}" if n < labelled else f"{what} (not looked up)"
-        tensors.append((ptr, label))
-    del inside
+        tensors.append((found[n][1], f"{what} held by {named[n]}" if n in named else f"{what} (not looked up)"))
+    del objs
     by_label, unowned = attribute(blocks, tensors)
     return summary(blocks, by_label, unowned)
