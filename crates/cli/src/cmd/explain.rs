@@ -142,8 +142,9 @@ pub(super) fn make_plan(
 }
 
 /// Where the request's tokens exceed the largest count the training step timed for a policy
-/// at this TP and execution (`provenance.step`): the step says nothing above it, and a key it
-/// kept BF16 at that count stays BF16 (docs/POLICY.md, "From the training step").
+/// at this TP and execution (`provenance.step`): the step says nothing above it; a key it
+/// kept BF16 at that count stays BF16 unless the default it was folded into has a threshold
+/// above the sweep (`fp8_merge::fold::step_first`; docs/POLICY.md, "From the training step").
 fn beyond_step_note(
     pol: &fp8_policy::Policy,
     role: Role,
@@ -168,9 +169,11 @@ fn beyond_step_note(
     (tokens > largest).then(|| {
         format!(
             "{tokens} tokens: beyond the largest count the training step timed for the {role} \
-             policy at TP {tp} ({execution}: {largest}); its keys keep their decision at \
-             {largest}, so one it kept BF16 there stays BF16. To time it: fp8sel gen-policy \
-             --backend step --tp {tp} --execution {execution} --tokens {largest},{tokens}"
+             policy at TP {tp} ({execution}: {largest}), which has no verdict above it: a key \
+             it found FP8 at {largest} stays FP8, one it kept BF16 there stays BF16 unless the \
+             per-module threshold the policy was folded with lies above {largest}. To time it: \
+             fp8sel gen-policy --backend step --tp {tp} --execution {execution} --tokens \
+             {largest},{tokens}"
         )
     })
 }
