@@ -195,6 +195,18 @@ fn both_thresholds(p: &Policy) -> BothThresholds {
     out
 }
 
+/// One execution's threshold of a key the step measured: the step's (`step_t`), but the
+/// default's where the step did not sweep this execution (`swept` is `None` in a step that
+/// records its verdicts) or kept the key BF16 up to its largest count `swept` and the default's
+/// threshold lies above that count.
+fn one_execution(step_t: u64, swept: Option<u64>, recorded: bool, default_t: Option<u64>) -> u64 {
+    match swept {
+        None if recorded => default_t.unwrap_or(step_t),
+        Some(to) if step_t >= NEVER => default_t.filter(|t| *t > to).unwrap_or(step_t),
+        _ => step_t,
+    }
+}
+
 /// The training step's answer where it was measured, `default`'s elsewhere: `step` (a policy
 /// from `step::step_policy`) decides every key it has a rule for or found BF16 at every swept
 /// count, in each execution it swept; `default` (a folded policy) keeps the other keys (e.g. the
@@ -238,13 +250,9 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
     let mut bf16 = Vec::new();
     for (key, (min_tokens, graphed, speedup)) in &mine {
         let d = theirs.get(key);
-        let pick = |step_t: u64, e: &str, default_t: Option<u64>| match swept(key, e) {
-            // Not swept in this execution (a step with verdicts lists it): the default's.
-            None if prov_step.and_then(|p| p.step.as_ref()).is_some() => {
-                default_t.unwrap_or(step_t)
-            }
-            Some(to) if step_t >= NEVER => default_t.filter(|t| *t > to).unwrap_or(step_t),
-            _ => step_t,
+        let recorded = prov_step.and_then(|p| p.step.as_ref()).is_some();
+        let pick = |step_t: u64, e: &str, default_t: Option<u64>| {
+            one_execution(step_t, swept(key, e), recorded, default_t)
         };
         let e = pick(*min_tokens, "eager", d.map(|d| d.0));
         let g = pick(
