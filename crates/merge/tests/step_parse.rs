@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use fp8_merge::step::{parse_results, step_policy};
+use fp8_merge::step::{failed_counts, parse_results, step_policy};
 use proptest::prelude::*;
 
 const GOOD: &str = r#"{"model_name": "m", "component": "llm", "fp8_recipe": "blockwise",
@@ -46,6 +46,31 @@ proptest! {
     #[test]
     fn arbitrary_text_never_panics(s in "\\PC{0,400}") {
         let _ = parse_results(&s, Path::new("x.json"));
+        let _ = failed_counts(&s, Path::new("x.json"));
+    }
+
+    #[test]
+    fn every_error_row_is_a_failed_count_and_no_verdict(
+        rows in proptest::collection::vec((1u64..1 << 20, any::<bool>(), any::<bool>()), 1..12)
+    ) {
+        // (tokens, graphed?, failed?) rows; a failed row carries only its error.
+        let results: Vec<serde_json::Value> = rows.iter().map(|(t, g, f)| {
+            let e = if *g { "graphed" } else { "eager" };
+            if *f {
+                serde_json::json!({"tokens": t, "execution": e, "error": "OutOfMemoryError: CUDA out of memory. x"})
+            } else {
+                serde_json::json!({"tokens": t, "execution": e, "modes": {"oracle": {"fp8_groups": []}}})
+            }
+        }).collect();
+        let text = serde_json::json!({"group_keys": {"fc2": {"key": {"kind": "row", "ub_name": "fc2", "tp": 1}}},
+                                      "results": results}).to_string();
+        let failed = failed_counts(&text, Path::new("x.json")).unwrap();
+        prop_assert_eq!(failed.len(), rows.iter().filter(|r| r.2).count());
+        prop_assert!(failed.iter().all(|f| f.out_of_memory()));
+        let timed: usize = parse_results(&text, Path::new("x.json"))
+            .map(|runs| runs.iter().map(|r| r.counts.len()).sum())
+            .unwrap_or(0);
+        prop_assert_eq!(timed, rows.iter().filter(|r| !r.2).count());
     }
 
     #[test]
