@@ -158,6 +158,11 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
     assert!(!p.exists());
 }
 
+/// The Llama-3.2-1B policy a `gen-policy` run wrote into `dir`, as JSON.
+fn llama_policy(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap()).unwrap()
+}
+
 /// `fp8sel gen-policy --backend step` for Llama-3.2-1B into `out`, the stand-in worker on the
 /// path; and the command line the worker got for the layout `tp`.
 fn gen_step(out: &Path, extra: &[&str], tp: u32) -> (std::process::Output, String) {
@@ -352,10 +357,7 @@ fn a_count_out_of_memory_after_others_is_timed_alone_in_a_fresh_worker() {
         "{}",
         err(&o)
     );
-    let v: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
-    )
-    .unwrap();
+    let v = llama_policy(dir.path());
     // The stand-in's eager FP8 starts at 4096: only the retried count can place it there.
     assert_eq!(v["rules"]["row"]["fc2"][0]["min_tokens"], 4096, "{v}");
 
@@ -375,10 +377,7 @@ fn a_count_out_of_memory_after_others_is_timed_alone_in_a_fresh_worker() {
         "{}",
         err(&o)
     );
-    let v: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
-    )
-    .unwrap();
+    let v = llama_policy(dir.path());
     let eager = v["rules"]["row"]["fc2"][0]["min_tokens"].as_u64().unwrap();
     assert!(eager > 4096, "{v}");
     // 4096 is the midpoint of 2048 and 8192: the refinement does not try it a third time.
@@ -468,10 +467,7 @@ fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
         "{}",
         err(&o)
     );
-    let v: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
-    )
-    .unwrap();
+    let v = llama_policy(dir.path());
     assert_eq!(
         v["rules"]["layernorm_column"]["fc1"][0]["min_tokens"], 4096,
         "{v}"

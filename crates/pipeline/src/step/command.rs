@@ -165,14 +165,11 @@ mod tests {
             refine: 1,
             time_limit: None,
         };
-        let a = command(
-            &o,
-            &job,
-            Path::new("m.yaml"),
-            fp8_engine::Parallel::new(2, 8, 1, 1),
-            Path::new("r.json"),
-        )
-        .join(" ");
+        // One layout's command line, as one string.
+        let line = |job: &StepJob, p| {
+            command(&o, job, Path::new("m.yaml"), p, Path::new("r.json")).join(" ")
+        };
+        let a = line(&job, fp8_engine::Parallel::new(2, 8, 1, 1));
         assert_eq!(
             a,
             "-m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
@@ -184,16 +181,7 @@ mod tests {
             trainer: "megatron".into(),
             ..job
         };
-        let at = |tp| {
-            command(
-                &o,
-                &megatron,
-                Path::new("m.yaml"),
-                fp8_engine::Parallel::new(tp, 1, tp, 1),
-                Path::new("r.json"),
-            )
-            .join(" ")
-        };
+        let at = |tp| line(&megatron, fp8_engine::Parallel::new(tp, 1, tp, 1));
         assert!(
             at(2).starts_with(
                 "-m torch.distributed.run --standalone --nproc-per-node=2 \
@@ -211,14 +199,7 @@ mod tests {
             dense_layers: Some(1),
             ..megatron
         };
-        let a = command(
-            &o,
-            &dense,
-            Path::new("m.yaml"),
-            fp8_engine::Parallel::new(1, 16, 1, 1),
-            Path::new("r.json"),
-        )
-        .join(" ");
+        let a = line(&dense, fp8_engine::Parallel::new(1, 16, 1, 1));
         assert!(
             a.contains("--layers 2 --dense-layers 1 --oracle greedy"),
             "{a}"
