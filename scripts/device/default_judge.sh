@@ -335,12 +335,9 @@ PY
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7 (q72_judge_g only if moved):"
   ;;
-retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as rerun
+retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as rerun; the judge rows
+  # and the DeepSeek-V3 oracle first, the diagnostics (pool probe, out-of-memory retry) last
   O="--oracle greedy --oracle-repeats 7"
-  AF8_POOL_PROBE=1 queued step q72_probe 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
-    --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048 --execution graphed \
-    --recipe blockwise --json "$W/q72_probe.json"
-  [ -f "$W/q72_probe.log" ] && tr '\r' '\n' < "$W/q72_probe.log" | grep -A9 -E "^graph pools:" > "$W/q72_probe_summary.txt"
   queued megatron l1_judge_12288g 160 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
     --layers 4 --tokens 12288 --execution graphed $O
   for r in tensorwise delayed; do
@@ -348,17 +345,21 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
       --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
       --tokens 1536,3072,6144 --execution eager --json "$W/q72_${r}_unswept.json" --md "$W/q72_${r}_unswept.md"
   done
-  # The retry: 4096 ran out of memory after 2048 in one worker (retune2); alone it finished.
-  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
-    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
-    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
-  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
   # DeepSeek-V3's eager 6144 miss (five keys BF16 that pay in the step): its eager step oracle at
   # 4096 and 8192 (one dense and one MoE layer, 16 local experts; 11 groups, the costliest).
   queued step dsv3_eager 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
     --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 4096,8192 \
     --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3
   cp -r /tmp/dj/pol_dsv3 "$W/" 2>/dev/null
+  AF8_POOL_PROBE=1 queued step q72_probe 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
+    --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048 --execution graphed \
+    --recipe blockwise --json "$W/q72_probe.json"
+  [ -f "$W/q72_probe.log" ] && tr '\r' '\n' < "$W/q72_probe.log" | grep -A9 -E "^graph pools:" > "$W/q72_probe_summary.txt"
+  # The retry: 4096 ran out of memory after 2048 in one worker (retune2); alone it finished.
+  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
+    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
+  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
