@@ -195,14 +195,27 @@ fn both_thresholds(p: &Policy) -> BothThresholds {
     out
 }
 
+/// The counts a step swept for one key and execution, in the key's own tokens (`from` is
+/// `None` in provenance older than `swept_from`).
+#[derive(Debug, Clone, Copy)]
+struct Swept {
+    from: Option<u64>,
+    to: u64,
+}
+
 /// One execution's threshold of a key the step measured: the step's (`step_t`), but the
-/// default's where the step did not sweep this execution (`swept` is `None` in a step that
-/// records its verdicts) or kept the key BF16 up to its largest count `swept` and the default's
-/// threshold lies above that count.
-fn one_execution(step_t: u64, swept: Option<u64>, recorded: bool, default_t: Option<u64>) -> u64 {
+/// default's where the step has no verdict to overrule it: an execution the step did not sweep
+/// (`swept` is `None` in a step that records its verdicts; BF16 where the default has no rule),
+/// a key the step kept BF16 up to its largest count when the default's threshold lies above
+/// that count, and a key the step kept FP8 from its smallest count when the default's threshold
+/// lies below that count.
+fn one_execution(step_t: u64, swept: Option<Swept>, recorded: bool, default_t: Option<u64>) -> u64 {
     match swept {
-        None if recorded => default_t.unwrap_or(step_t),
-        Some(to) if step_t >= NEVER => default_t.filter(|t| *t > to).unwrap_or(step_t),
+        None if recorded => default_t.unwrap_or(NEVER),
+        Some(s) if step_t >= NEVER => default_t.filter(|t| *t > s.to).unwrap_or(step_t),
+        Some(Swept { from: Some(from), .. }) if step_t == from => {
+            default_t.filter(|t| *t < from).unwrap_or(step_t)
+        }
         _ => step_t,
     }
 }
@@ -232,20 +245,20 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
             kept += 1;
         }
     }
-    let swept = |key: &RuleKey, e: &str| -> Option<u64> {
+    let swept = |key: &RuleKey, e: &str| -> Option<Swept> {
         let v = prov_step?
             .step
             .as_ref()?
             .get("verdicts")?
             .get(key.to_string())?;
-        // Older provenance without `swept_to`: the step is taken as sweeping the execution
-        // it has verdicts for, to no bound.
+        // Older provenance without `swept_to` / `swept_from`: the step is taken as sweeping
+        // the execution it has verdicts for, with no bound.
         v.get(e)?.as_array()?;
-        Some(
-            v.pointer(&format!("/swept_to/{e}"))
-                .and_then(|t| t.as_u64())
-                .unwrap_or(NEVER),
-        )
+        let bound = |which: &str| v.pointer(&format!("/{which}/{e}")).and_then(|t| t.as_u64());
+        Some(Swept {
+            from: bound("swept_from"),
+            to: bound("swept_to").unwrap_or(NEVER),
+        })
     };
     let mut bf16 = Vec::new();
     for (key, (min_tokens, graphed, speedup)) in &mine {
@@ -495,5 +508,58 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         let o = step_first(&step, &inside).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(both_thresholds(&o)[&key("proj")], (NEVER, Some(2048), None));
+    }
+
+    #[test]
+    fn below_its_sweep_the_step_leaves_a_lower_default_threshold_and_adds_none() {
+        // An eager-only step at 4096 alone: fc1 and q_down FP8 there, proj BF16.
+        let step = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 4096}]},
+                          "duplicated": {"q_down_proj": [{"tp": 1, "min_tokens": 4096}]}},
+                "provenance": {"timing": ["step-eager"],
+                  "step": {"verdicts": {
+                    "(kind=row, ub_name=fc1, tp=1)": {"eager": [[4096, true]], "graphed": null,
+                        "swept_from": {"eager": 4096, "graphed": null},
+                        "swept_to": {"eager": 4096, "graphed": null}},
+                    "(kind=duplicated, ub_name=q_down_proj, tp=1)": {"eager": [[4096, true]], "graphed": null,
+                        "swept_from": {"eager": 4096, "graphed": null},
+                        "swept_to": {"eager": 4096, "graphed": null}}}}}}"#,
+            "step.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The default: fc1 FP8 from 512 eager, q_down not at all (no rule: BF16 graphed too).
+        let default = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 512, "min_tokens_graphed": 256}]}}}"#,
+            "default.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = step_first(&step, &default).unwrap_or_else(|e| panic!("{e}"));
+        let both = both_thresholds(&o);
+        let fc1 = RuleKey::Dense {
+            kind: DenseKind::Row,
+            ub_name: "fc1".into(),
+            tp: 1,
+        };
+        let q_down = RuleKey::Dense {
+            kind: DenseKind::Duplicated,
+            ub_name: "q_down_proj".into(),
+            tp: 1,
+        };
+        // FP8 from the sweep's first count, and the default lower: the default's stands.
+        assert_eq!(both[&fc1], (512, Some(256), None));
+        // FP8 where the default had none: the step's threshold eager, and graphed (not swept)
+        // the default's answer, BF16.
+        assert_eq!(both[&q_down], (4096, Some(NEVER), None));
+        // A default above the sweep's first count is overruled by the step's FP8 verdict.
+        let higher = Policy::from_json_str(
+            r#"{"version": 1, "speedup_threshold": 1.0,
+                "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 16384}]}}}"#,
+            "default.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = step_first(&step, &higher).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(both_thresholds(&o)[&fc1], (4096, Some(16384), None));
     }
 }

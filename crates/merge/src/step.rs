@@ -31,6 +31,8 @@ pub struct KeyThreshold {
     pub min_tokens: Option<u64>,
     /// `(swept count, FP8?)` for every count, ascending.
     pub verdicts: Vec<(u64, bool)>,
+    /// The smallest swept count in the key's own tokens: below it the step has no verdict.
+    pub swept_from: u64,
     /// The largest swept count in the key's own tokens: above it the step has no verdict.
     pub swept_to: u64,
     /// The groups that share the key.
@@ -55,9 +57,11 @@ pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey
                 .map(|c| (c.tokens, members.iter().all(|g| c.fp8_groups.contains(*g))))
                 .collect();
             let min_tokens = fp8_from(&verdicts).map(|i| verdicts[i].0.saturating_mul(scale));
+            let swept_from = verdicts.first().map_or(0, |v| v.0.saturating_mul(scale));
             let swept_to = verdicts.last().map_or(0, |v| v.0.saturating_mul(scale));
             let threshold = KeyThreshold {
                 min_tokens,
+                swept_from,
                 swept_to,
                 verdicts,
                 groups: members.iter().map(|g| (*g).to_owned()).collect(),
@@ -123,6 +127,8 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
                 }
                 Some(have) => {
                     have.min_tokens = have.min_tokens.zip(t.min_tokens).map(|(a, b)| a.max(b));
+                    // The counts both sweeps cover: a verdict outside them is one layout's alone.
+                    have.swept_from = have.swept_from.max(t.swept_from);
                     have.swept_to = have.swept_to.min(t.swept_to);
                     have.verdicts.extend(t.verdicts);
                 }
@@ -141,6 +147,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
             json!({
                 "eager": eager.map(|k| &k.verdicts), "graphed": graphed.map(|k| &k.verdicts),
                 "groups": eager.or(graphed).map(|k| &k.groups),
+                "swept_from": {"eager": eager.map(|k| k.swept_from), "graphed": graphed.map(|k| k.swept_from)},
                 "swept_to": {"eager": eager.map(|k| k.swept_to), "graphed": graphed.map(|k| k.swept_to)},
             }),
         );
@@ -379,6 +386,10 @@ mod tests {
         let t = thresholds(&counts, &[group("experts.fc1", experts(), 8)]);
         assert_eq!(t[&experts()].min_tokens, Some(1024 * 8));
         assert!(t[&experts()].verdicts.windows(2).all(|w| w[0].0 < w[1].0));
+        // The sweep's bounds in the key's tokens too: the fold reads them against thresholds.
+        let (first, last) = (COUNTS[0], COUNTS[COUNTS.len() - 1]);
+        assert_eq!(t[&experts()].swept_from, first * 8);
+        assert_eq!(t[&experts()].swept_to, last * 8);
     }
 
     #[test]

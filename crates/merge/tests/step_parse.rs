@@ -20,6 +20,13 @@ fn good_results_make_a_policy() {
     assert_eq!(runs.len(), 2);
     let p = step_policy(&runs).unwrap();
     assert_eq!(p.rule_count(), 2);
+    // Each key's swept counts, in its own tokens, as the fold reads them.
+    let step = p.provenance().unwrap().step.as_ref().unwrap();
+    let experts = &step["verdicts"]["(kind=column_grouped, etp=1, num_gemms=8)"];
+    assert_eq!(experts["swept_from"]["graphed"], 2048 * 8);
+    assert_eq!(experts["swept_to"]["graphed"], 2048 * 8);
+    assert_eq!(experts["swept_from"]["eager"], 1024 * 8);
+    assert_eq!(step["verdicts"]["(kind=row, ub_name=fc2, tp=1)"]["swept_from"]["eager"], 1024);
 }
 
 #[test]
