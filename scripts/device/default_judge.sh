@@ -45,6 +45,10 @@
 #            release), gen-policy's out-of-memory retry on the same model (2048,4096 graphed),
 #            Llama graphed 12288 with the oracle, the recipe defaults eager at unswept counts,
 #            DeepSeek-V3's eager step oracle at 4096 and 8192.
+#   retune4: after retune3, a queue as rerun: Megatron's graph pool kept across releases, checked
+#            on the Qwen2.5-72B graphed oracle at 2048 then 4096 in one process (where retune2
+#            ran out of memory); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
+#            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -52,7 +56,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -85,6 +89,8 @@ queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on
   # Runs unless an earlier call did; waits for the next call where the bound won't fit this one.
   local fn=$1 name=$2 t=$3; shift 3
   [ -e "$W/$name.done" ] && return
+  # Committed from an earlier machine (docs/device-logs/default_judge/<phase>/): done too.
+  [ -e "docs/device-logs/default_judge/$phase/$name.out" ] && return
   [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
   "$fn" "$name" "$t" "$@"; touch "$W/$name.done"
 }
@@ -361,6 +367,28 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
     --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
   cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
+  ;;
+retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept graph pool checked
+  # where the ledger failed, the folded defaults judged above their new thresholds
+  O="--oracle greedy --oracle-repeats 7"
+  AF8_POOL_PROBE=1 queued step q72_pool_kept 260 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
+    --model fixtures/models/qwen2_5_72b.yaml --tp 1 --layers 1 --tokens 2048,4096 --execution graphed \
+    --recipe blockwise --json "$W/q72_pool_kept.json" --md "$W/q72_pool_kept.md"
+  [ -f "$W/q72_pool_kept.log" ] && tr '\r' '\n' < "$W/q72_pool_kept.log" | grep -E "^pool probe:|create cuda graphs.*0%" \
+    | grep -oE "^pool probe:.*|res [0-9.]+ gb" | uniq > "$W/q72_pool_kept_summary.txt"
+  queued megatron dsv3_judge_6144e 330 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml \
+    --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 6144 --execution eager $O
+  for r in tensorwise delayed; do
+    queued step q72_${r}_above 100 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
+      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
+      --tokens 8192,12288 --execution eager --json "$W/q72_${r}_above.json" --md "$W/q72_${r}_above.md"
+  done
+  # DeepSeek-V3's count that retune3's limit cut, alone: where its routed experts pay eager.
+  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
+    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
+  cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

@@ -213,9 +213,9 @@ fn one_execution(step_t: u64, swept: Option<Swept>, recorded: bool, default_t: O
     match swept {
         None if recorded => default_t.unwrap_or(NEVER),
         Some(s) if step_t >= NEVER => default_t.filter(|t| *t > s.to).unwrap_or(step_t),
-        Some(Swept { from: Some(from), .. }) if step_t == from => {
-            default_t.filter(|t| *t < from).unwrap_or(step_t)
-        }
+        Some(Swept {
+            from: Some(from), ..
+        }) if step_t == from => default_t.filter(|t| *t < from).unwrap_or(step_t),
         _ => step_t,
     }
 }

@@ -26,7 +26,10 @@ fn good_results_make_a_policy() {
     assert_eq!(experts["swept_from"]["graphed"], 2048 * 8);
     assert_eq!(experts["swept_to"]["graphed"], 2048 * 8);
     assert_eq!(experts["swept_from"]["eager"], 1024 * 8);
-    assert_eq!(step["verdicts"]["(kind=row, ub_name=fc2, tp=1)"]["swept_from"]["eager"], 1024);
+    assert_eq!(
+        step["verdicts"]["(kind=row, ub_name=fc2, tp=1)"]["swept_from"]["eager"],
+        1024
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ import pytest
 
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import megatron_step as ms
-from adaptive_fp8.bench.graph_pools import GraphPoolLedger
+from adaptive_fp8.bench.graph_pools import delete_graphs_keeping_pool
 from adaptive_fp8.bench.step_bench import parser
 from adaptive_fp8.bench.step_spec import StepBenchError
 
@@ -327,6 +327,7 @@ def test_a_release_frees_every_model_built_since_the_last():
     judge.release_graphs("eager")  # the end of a count: the rest
     assert b.param.data == "empty" and b.param.grad is None and judge.live == [] and calls == ["empty_cache"]
 
+
 def test_the_judge_reads_precision_and_class_of_te_modules_only():
     TELinear = type("TELinear", (), {"fp8": True})
     model = type("Model", (), {"named_modules": lambda self: [("a", TELinear()), ("b", object())]})()
@@ -334,48 +335,20 @@ def test_the_judge_reads_precision_and_class_of_te_modules_only():
     assert judge.precisions(model) == {"a": True} and judge.te_classes(model) == {"a": "TELinear"}
 
 
-def test_graph_pool_ledger_gives_back_what_megatrons_allocator_took():
-    # A stand-in for megatron.core.transformer.cuda_graphs: its allocator and its manager's pool.
-    calls = []
+def test_deleting_graphs_keeps_megatrons_pool_for_the_next_captures():
+    # A stand-in for megatron.core.transformer.cuda_graphs: delete_cuda_graphs() drops the
+    # manager's pool, as megatron-core 0.19.2 does.
+    deleted = []
     mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)))
-    mod.alloc_tensor_from_graph_mempool = lambda meta: calls.append(meta) or f"buf {meta}"
-    released = []
-    ledger = GraphPoolLedger(released.append)
-    ledger.count(mod)
-    ledger.count(mod)  # a second Judge in the process wraps nothing twice
-    assert mod.alloc_tensor_from_graph_mempool("a") == "buf a"
-    mod.alloc_tensor_from_graph_mempool("b")
-    mod.CudaGraphManager.global_mempool = (0, 2)  # the next pair's pool, after a delete
-    mod.alloc_tensor_from_graph_mempool("c")
-    assert calls == ["a", "b", "c"]
-    assert ledger.give_back() == 3 and sorted(released) == [(0, 1), (0, 1), (0, 2)]
-    assert ledger.give_back() == 0  # each reference once
-    # No pool (not Megatron's single-pool path) and a failed allocation take nothing.
+
+    def delete_cuda_graphs():
+        deleted.append(mod.CudaGraphManager.global_mempool)
+        mod.CudaGraphManager.global_mempool = None
+
+    mod.delete_cuda_graphs = delete_cuda_graphs
+    assert delete_graphs_keeping_pool(mod) == (0, 1)
+    assert deleted == [(0, 1)] and mod.CudaGraphManager.global_mempool == (0, 1)
+    # Before any capture there is no pool to keep: the next manager makes the first.
     mod.CudaGraphManager.global_mempool = None
-    mod.alloc_tensor_from_graph_mempool("d")
-    original = mod.alloc_tensor_from_graph_mempool
-    mod.CudaGraphManager.global_mempool = (0, 3)
-    calls.clear()
-    ledger2 = GraphPoolLedger(released.append)
-    boom = NS(CudaGraphManager=mod.CudaGraphManager)
-    boom.alloc_tensor_from_graph_mempool = lambda meta: (_ for _ in ()).throw(RuntimeError("CUDA out of memory"))
-    ledger2.count(boom)
-    with pytest.raises(RuntimeError):
-        boom.alloc_tensor_from_graph_mempool("e")
-    assert ledger.give_back() == 0 and ledger2.give_back() == 0 and original("f") == "buf f"
-
-
-def test_graph_pool_ledger_stops_a_pool_the_allocator_refuses():
-    def release(pool):
-        if pool == (0, 1):
-            raise RuntimeError("INTERNAL ASSERT FAILED: uc >= 0")
-        released.append(pool)
-
-    released = []
-    mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)), alloc_tensor_from_graph_mempool=lambda m: m)
-    ledger = GraphPoolLedger(release)
-    ledger.count(mod)
-    for pool in [(0, 1), (0, 1), (0, 2)]:
-        mod.CudaGraphManager.global_mempool = pool
-        mod.alloc_tensor_from_graph_mempool(None)
-    assert ledger.give_back() == 1 and released == [(0, 2)]
+    assert delete_graphs_keeping_pool(mod) is None and mod.CudaGraphManager.global_mempool is None
+    assert len(deleted) == 2

@@ -1,6 +1,6 @@
 """The pool probe's matching of live private-pool blocks to tensors (pure, no torch)."""
 
-from adaptive_fp8.bench.pool_probe import Block, attribute, block_of, live_pool_blocks, summary
+from adaptive_fp8.bench.pool_probe import Block, attribute, block_of, live_pool_blocks, pool_reserved, summary
 
 SNAPSHOT = [
     # The default pool: never counted.
@@ -17,6 +17,17 @@ def test_only_live_blocks_of_private_pools_count():
     assert live_pool_blocks(SNAPSHOT) == [Block(1050, 200, (1, 7)), Block(1250, 300, (1, 7))]
 
 
+def test_a_pool_with_only_free_blocks_still_counts_as_reserved():
+    # A released graph's pool that its owner still references: nothing live, all of it held.
+    kept = {"segment_pool_id": (1, 9), "address": 5000, "total_size": 2 << 30,
+            "blocks": [{"size": 2 << 30, "state": "inactive"}]}
+    snap = SNAPSHOT + [kept]
+    assert pool_reserved(snap) == {(1, 7): 550, (1, 9): 2 << 30}
+    assert all(b.pool != (1, 9) for b in live_pool_blocks(snap))
+    line = summary(live_pool_blocks(snap), {}, 500, pool_reserved(snap)).splitlines()[0]
+    assert line.startswith("pool probe: 2 private pool(s) holding 2.00 GiB reserved; 1 with live blocks")
+
+
 def test_tensors_are_matched_to_the_block_their_storage_lies_in():
     blocks = live_pool_blocks(SNAPSHOT)
     assert block_of(blocks, 1050) == 0 and block_of(blocks, 1249) == 0
@@ -25,8 +36,8 @@ def test_tensors_are_matched_to_the_block_their_storage_lies_in():
     # Two tensors in the first block count it once; nothing in the second: unowned.
     by_label, unowned = attribute(blocks, [(1060, "a"), (1100, "b"), (50, "outside")])
     assert by_label == {"a": 200} and unowned == 300
-    text = summary(blocks, by_label, unowned)
-    assert text.splitlines()[0].startswith("pool probe: 1 private pool(s)")
+    text = summary(blocks, by_label, unowned, pool_reserved(SNAPSHOT))
+    assert text.splitlines()[0].startswith("pool probe: 1 private pool(s) holding 0.00 GiB reserved; 1 with live")
     assert "a" in text.splitlines()[1]
 
 

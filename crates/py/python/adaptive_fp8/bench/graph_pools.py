@@ -1,61 +1,29 @@
-"""Megatron's CUDA-graph memory pools, given back after its graphs are deleted (the Megatron
-judge's workaround for a pool that megatron-core 0.19.2 never releases). Pure: the allocator
-call is passed in, so the CPU tests run it without torch."""
+"""Megatron's CUDA graphs deleted between the judge's token counts and oracle pairs, with its
+graph memory pool kept for the next captures. Pure: the module is passed in, so the CPU tests
+run it without torch or Megatron.
+
+Why: megatron-core 0.19.2's ``delete_cuda_graphs()`` ends by setting
+``CudaGraphManager.global_mempool`` to ``None``, so the next model's manager takes a fresh pool
+(``torch.cuda.graph_pool_handle()``). The old pool is never freed: Megatron allocates its graphs'
+static buffers into it through ``_cuda_beginAllocateCurrentThreadToPool`` and never calls
+``_cuda_releasePool``, so the pool stays referenced and PyTorch's caching allocator keeps its
+free blocks reserved for it alone. On the H200 (docs/RESULTS.md, "The third retune") the pool
+probe found no live block in any private pool after a release, while the reserved memory rose
+~4 GB with each captured candidate and the allocated memory stayed at 30.4 GB: the oracle of a
+large model ran out of memory in freed pools. Giving back the references Megatron's allocator
+took (an earlier workaround) did not stop that climb. Kept, the one pool serves every capture
+in the process, and each capture reuses the blocks the deleted graphs freed, as Megatron's own
+training loop does with one pool for all its graphs."""
 
 from __future__ import annotations
 
-import collections
 
-
-class GraphPoolLedger:
-    """The references Megatron's static graph buffers take on its graph memory pools, given
-    back once the graphs are deleted.
-
-    Why: megatron-core 0.19.2's ``alloc_tensor_from_graph_mempool`` allocates each graph's
-    static inputs, outputs and output grads into ``CudaGraphManager.global_mempool`` between
-    ``_cuda_beginAllocateCurrentThreadToPool`` and ``_cuda_endAllocateToPool``. The first takes
-    a reference on the pool (PyTorch's caching allocator: ``create_or_incref_pool``); only
-    ``_cuda_releasePool`` gives one back, which PyTorch's own CUDA-graph trees call after each
-    such block and Megatron never does. ``delete_cuda_graphs()`` then leaves every pool it
-    used referenced, so none is ever freed: the oracle, one pool per captured pair, ran
-    Qwen2.5-72B (1 layer, 4096 tokens, graphed) out of memory with 103 GiB in private pools
-    (docs/device-logs/default_judge/retune-step/). ``count`` wraps Megatron's allocator, by
-    the module-level name its callers look up at each call; ``give_back`` releases what it
-    counted."""
-
-    def __init__(self, release) -> None:
-        self.release = release  # (pool) -> None: torch._C._cuda_releasePool on this device
-        self.taken: collections.Counter = collections.Counter()
-
-    def count(self, cuda_graphs) -> None:
-        """Wraps ``cuda_graphs.alloc_tensor_from_graph_mempool`` (once per module)."""
-        original = cuda_graphs.alloc_tensor_from_graph_mempool
-        if getattr(original, "_counted_by_ledger", False):
-            return
-        manager = cuda_graphs.CudaGraphManager
-
-        def counted(meta):
-            pool = manager.global_mempool
-            # Counted once it returns: after a failed one, a release too few only keeps that
-            # pool (as before), where one too many would trip the allocator's assert.
-            out = original(meta)
-            if pool is not None:
-                self.taken[pool] += 1
-            return out
-
-        counted._counted_by_ledger = True
-        cuda_graphs.alloc_tensor_from_graph_mempool = counted
-
-    def give_back(self) -> int:
-        """Releases each counted reference once; returns how many. A release the allocator
-        refuses (the pool already gone) stops that pool's and is not retried."""
-        given = 0
-        for pool, n in self.taken.items():
-            for _ in range(n):
-                try:
-                    self.release(pool)
-                except (RuntimeError, TypeError):
-                    break
-                given += 1
-        self.taken.clear()
-        return given
+def delete_graphs_keeping_pool(cuda_graphs) -> object:
+    """``cuda_graphs.delete_cuda_graphs()``, then ``CudaGraphManager.global_mempool`` as it was
+    before (``None`` if no graph was ever captured: the next manager makes the first). Returns
+    that pool handle."""
+    manager = cuda_graphs.CudaGraphManager
+    pool = manager.global_mempool
+    cuda_graphs.delete_cuda_graphs()
+    manager.global_mempool = pool
+    return pool

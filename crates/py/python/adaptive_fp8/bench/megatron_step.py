@@ -47,7 +47,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.bench.graph_pools import GraphPoolLedger
+from adaptive_fp8.bench.graph_pools import delete_graphs_keeping_pool
 from adaptive_fp8.bench.step_spec import StepBenchError
 
 #: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
@@ -312,12 +312,6 @@ class Judge:
         model_parallel_cuda_manual_seed(0, te_rng_tracker="graphed" in args.execution)
         self.torch, self.args = torch, args
         self.live: list = []  # the steps built since the last release (their models and optimizers)
-        device = torch.cuda.current_device()
-        self.pools = GraphPoolLedger(lambda pool: torch._C._cuda_releasePool(device, pool))
-        if "graphed" in args.execution:
-            from megatron.core.transformer import cuda_graphs
-
-            self.pools.count(cuda_graphs)
 
     def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int, execution: str = "eager"):
         from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
@@ -451,18 +445,16 @@ class Judge:
         import gc
 
         if execution == "graphed":
-            from megatron.core.transformer.cuda_graphs import delete_cuda_graphs
+            from megatron.core.transformer import cuda_graphs
 
-            delete_cuda_graphs()
+            delete_graphs_keeping_pool(cuda_graphs)  # the next captures reuse its freed blocks
         for step in list(self.live):  # after the graphs: nothing replays into this memory now
             self.drop(step)
         gc.collect()
-        given = self.pools.give_back() if execution == "graphed" else 0  # GraphPoolLedger
         self.torch.cuda.empty_cache()
         if execution == "graphed" and os.environ.get("AF8_POOL_PROBE"):
             from adaptive_fp8.bench.pool_probe import report
 
-            print(f"graph pools: {given} reference(s) given back", file=sys.stderr)
             print(report(self.torch, gc), file=sys.stderr)
 
     def time_ms(self, step, steps: int) -> float:

@@ -2,9 +2,11 @@
 count's graphs: the live blocks of every private pool, matched to the Python tensors whose
 storage lies in them, summed by what the tensor is and what refers to it.
 
-Why: after ``delete_cuda_graphs()`` and the graph-pool ledger, Qwen2.5-72B's graphed oracle
-still ran out of memory with 93.7 GiB *allocated* in private pools (docs/RESULTS.md, "The second
-retune"): live tensors, held by something the judge does not release. Set ``AF8_POOL_PROBE=1``
+Why: after ``delete_cuda_graphs()`` and a graph-pool ledger (since replaced), Qwen2.5-72B's
+graphed oracle still ran out of memory with 93.7 GiB in private pools (docs/RESULTS.md, "The
+second retune"). Its first run on the H200 found no live block in any pool after a release
+("The third retune"): the memory was pools kept with free blocks, which the reserved bytes per
+pool now show. Set ``AF8_POOL_PROBE=1``
 and the judge prints this summary to stderr after each release. The matching is pure (the CPU
 tests run it); ``report`` reads the allocator's snapshot and the garbage collector's objects."""
 
@@ -39,6 +41,17 @@ def live_pool_blocks(snapshot: Iterable[dict]) -> list[Block]:
     return sorted(out)
 
 
+def pool_reserved(snapshot: Iterable[dict]) -> dict[tuple, int]:
+    """The bytes each private pool holds reserved (its segments, live blocks or free), by pool:
+    a pool still here with nothing live is one its owner never released."""
+    out: collections.Counter = collections.Counter()
+    for seg in snapshot:
+        pool = tuple(seg.get("segment_pool_id") or (0, 0))
+        if pool != (0, 0):
+            out[pool] += seg.get("total_size", sum(b["size"] for b in seg.get("blocks", [])))
+    return dict(out)
+
+
 def attribute(blocks: list[Block], tensors: Iterable[tuple[int, str]]) -> tuple[dict[str, int], int]:
     """Bytes of live pool blocks per label of the tensors whose storage starts in them
     (``(data_ptr, label)``; a block counted once, for its first tensor), and the bytes no tensor
@@ -55,13 +68,17 @@ def attribute(blocks: list[Block], tensors: Iterable[tuple[int, str]]) -> tuple[
     return dict(by_label), unowned
 
 
-def summary(blocks: list[Block], by_label: dict[str, int], unowned: int, top: int = 8) -> str:
-    """A few lines: the pools' live bytes, then the largest holders."""
+def summary(
+    blocks: list[Block], by_label: dict[str, int], unowned: int, reserved: dict[tuple, int] | None = None, top: int = 8
+) -> str:
+    """A few lines: the pools' reserved and live bytes, then the largest holders."""
     pools = collections.Counter()
     for b in blocks:
         pools[b.pool] += b.size
+    held = reserved or {}
     lines = [
-        f"pool probe: {len(pools)} private pool(s), {sum(pools.values()) / GIB:.2f} GiB live in "
+        f"pool probe: {len(held)} private pool(s) holding {sum(held.values()) / GIB:.2f} GiB reserved; "
+        f"{len(pools)} with live blocks, {sum(pools.values()) / GIB:.2f} GiB live in "
         f"{len(blocks)} block(s); {unowned / GIB:.2f} GiB with no Python tensor"
     ]
     for label, n in sorted(by_label.items(), key=lambda kv: -kv[1])[:top]:
@@ -112,7 +129,8 @@ def report(torch, gc, labelled: int = 16) -> str:
     the ``labelled`` largest tensors in pool blocks get their holders looked up."""
     import inspect
 
-    blocks = live_pool_blocks(torch.cuda.memory_snapshot())
+    snapshot = torch.cuda.memory_snapshot()
+    blocks = live_pool_blocks(snapshot)
     objs, found = [], []  # the tensors in pool blocks, and (block size, data_ptr) of each
     for o in gc.get_objects():
         try:
@@ -134,4 +152,4 @@ def report(torch, gc, labelled: int = 16) -> str:
         tensors.append((found[n][1], f"{what} held by {named[n]}" if n in named else f"{what} (not looked up)"))
     del objs
     by_label, unowned = attribute(blocks, tensors)
-    return summary(blocks, by_label, unowned)
+    return summary(blocks, by_label, unowned, pool_reserved(snapshot))
