@@ -98,6 +98,8 @@ def test_report_runs_end_to_end_on_a_stand_in_torch():
     keep = [Holder(Tensor(1260, (4, 8))), Tensor(5, (1,))]  # in the second live block; outside
     text = report(torch, gc)
     lines = text.splitlines()
-    assert lines[0].startswith("pool probe: 1 private pool(s), 0.00 GiB live in 2 block(s)"), text
+    assert lines[0].startswith(
+        "pool probe: 1 private pool(s) holding 0.00 GiB reserved; 1 with live blocks, 0.00 GiB live in 2 block(s)"
+    ), text
     assert "(4, 8) bfloat16 held by Holder" in lines[1], text
     assert len(lines) == 2 and keep
