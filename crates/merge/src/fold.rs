@@ -322,6 +322,10 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    fn parsed(text: &str) -> Policy {
+        Policy::from_json_str(text, "step.json").unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn each_execution_keeps_its_own_policys_answer() {
         let eager = policy(r#"{"row": {"fc2": [{"tp": 1, "min_tokens": 8192}]}}"#);
@@ -513,7 +517,7 @@ mod tests {
     #[test]
     fn below_its_sweep_the_step_leaves_a_lower_default_threshold_and_adds_none() {
         // An eager-only step at 4096 alone: fc1 and q_down FP8 there, proj BF16.
-        let step = Policy::from_json_str(
+        let step = parsed(
             r#"{"version": 1, "speedup_threshold": 1.0,
                 "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 4096}]},
                           "duplicated": {"q_down_proj": [{"tp": 1, "min_tokens": 4096}]}},
@@ -525,40 +529,29 @@ mod tests {
                     "(kind=duplicated, ub_name=q_down_proj, tp=1)": {"eager": [[4096, true]], "graphed": null,
                         "swept_from": {"eager": 4096, "graphed": null},
                         "swept_to": {"eager": 4096, "graphed": null}}}}}}"#,
-            "step.json",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        );
         // The default: fc1 FP8 from 512 eager, q_down not at all (no rule: BF16 graphed too).
-        let default = Policy::from_json_str(
-            r#"{"version": 1, "speedup_threshold": 1.0,
-                "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 512, "min_tokens_graphed": 256}]}}}"#,
-            "default.json",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let default = policy(
+            r#"{"row": {"fc1": [{"tp": 1, "min_tokens": 512, "min_tokens_graphed": 256}]}}"#,
+        );
         let o = step_first(&step, &default).unwrap_or_else(|e| panic!("{e}"));
         let both = both_thresholds(&o);
-        let fc1 = RuleKey::Dense {
-            kind: DenseKind::Row,
-            ub_name: "fc1".into(),
+        let key = |kind, ub: &str| RuleKey::Dense {
+            kind,
+            ub_name: ub.into(),
             tp: 1,
         };
-        let q_down = RuleKey::Dense {
-            kind: DenseKind::Duplicated,
-            ub_name: "q_down_proj".into(),
-            tp: 1,
-        };
+        let (fc1, q_down) = (
+            key(DenseKind::Row, "fc1"),
+            key(DenseKind::Duplicated, "q_down_proj"),
+        );
         // FP8 from the sweep's first count, and the default lower: the default's stands.
         assert_eq!(both[&fc1], (512, Some(256), None));
         // FP8 where the default had none: the step's threshold eager, and graphed (not swept)
         // the default's answer, BF16.
         assert_eq!(both[&q_down], (4096, Some(NEVER), None));
         // A default above the sweep's first count is overruled by the step's FP8 verdict.
-        let higher = Policy::from_json_str(
-            r#"{"version": 1, "speedup_threshold": 1.0,
-                "rules": {"row": {"fc1": [{"tp": 1, "min_tokens": 16384}]}}}"#,
-            "default.json",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let higher = policy(r#"{"row": {"fc1": [{"tp": 1, "min_tokens": 16384}]}}"#);
         let o = step_first(&step, &higher).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(both_thresholds(&o)[&fc1], (4096, Some(16384), None));
     }
