@@ -561,7 +561,7 @@ fn the_megatron_judge_at_tp_2_asks_for_two_gpus_before_any_work() {
 }
 
 #[test]
-fn check_notes_counts_beyond_the_steps_sweep() {
+fn check_notes_counts_outside_the_steps_sweep() {
     let dir = tempfile::tempdir().unwrap();
     let (_, p) = merged(dir.path());
     let notes = |tp: &str, tokens: &str, execution: &str| {
@@ -585,14 +585,23 @@ fn check_notes_counts_beyond_the_steps_sweep() {
             .unwrap()
             .iter()
             .filter_map(|n| n.as_str())
-            .filter(|n| n.contains("beyond the largest count the training step timed"))
+            .filter(|n| n.contains("count the training step timed"))
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
     // Graphed was timed to 4096 (its 8192 row failed), eager to 16384.
     let n = notes("1", "8192", "graphed");
     assert!(
-        n.len() == 1 && n[0].contains("(graphed: 4096)") && n[0].contains("--tokens 4096,8192"),
+        n.len() == 1
+            && n[0].contains("beyond the largest")
+            && n[0].contains("(graphed: 1024-4096)")
+            && n[0].contains("--tokens 4096,8192"),
+        "{n:?}"
+    );
+    // Below the sweep's first count, the other end.
+    let n = notes("1", "512", "eager");
+    assert!(
+        n.len() == 1 && n[0].contains("below the smallest") && n[0].contains("--tokens 512,1024"),
         "{n:?}"
     );
     assert!(notes("1", "4096", "graphed").is_empty());

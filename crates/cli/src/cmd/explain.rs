@@ -125,7 +125,7 @@ pub(super) fn make_plan(
     for (role, pol) in &policies {
         let tokens = r.tokens.get(role).and_then(|t| t.dense_tokens().ok());
         if let Some(n) =
-            tokens.and_then(|(t, _)| beyond_step_note(pol, *role, tp, recipe.execution, t))
+            tokens.and_then(|(t, _)| outside_step_note(pol, *role, tp, recipe.execution, t))
         {
             notes.push(n);
         }
@@ -141,11 +141,13 @@ pub(super) fn make_plan(
     ))
 }
 
-/// Where the request's tokens exceed the largest count the training step timed for a policy
-/// at this TP and execution (`provenance.step`): the step says nothing above it; a key it
-/// kept BF16 at that count stays BF16 unless the default it was folded into has a threshold
-/// above the sweep (`fp8_merge::fold::step_first`; docs/POLICY.md, "From the training step").
-fn beyond_step_note(
+/// Where the request's tokens lie outside the counts the training step timed for a policy at
+/// this TP and execution (`provenance.step`): the step has no verdict there. Above its largest
+/// count, a key it kept BF16 stays BF16 unless the default it was folded into has a threshold
+/// above the sweep; below its smallest, a key it found FP8 there follows the default's
+/// threshold where that lies below the sweep (`fp8_merge::fold::step_first`; docs/POLICY.md,
+/// "From the training step").
+fn outside_step_note(
     pol: &fp8_policy::Policy,
     role: Role,
     tp: u32,
@@ -154,28 +156,36 @@ fn beyond_step_note(
 ) -> Option<String> {
     use serde_json::Value;
     let runs = pol.provenance()?.step.as_ref()?.get("runs")?.as_array()?;
-    let largest = runs
+    let counts: Vec<u64> = runs
         .iter()
         .filter(|r| r.get("execution").and_then(Value::as_str) == Some(execution.name()))
         .filter(|r| r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp)))
-        .filter_map(|r| {
-            r.get("counts")?
-                .as_array()?
-                .iter()
-                .filter_map(Value::as_u64)
-                .max()
-        })
-        .max()?;
-    (tokens > largest).then(|| {
-        format!(
-            "{tokens} tokens: beyond the largest count the training step timed for the {role} \
-             policy at TP {tp} ({execution}: {largest}), which has no verdict above it: a key \
-             it found FP8 at {largest} stays FP8, one it kept BF16 there stays BF16 unless the \
-             per-module threshold the policy was folded with lies above {largest}. To time it: \
-             fp8sel gen-policy --backend step --tp {tp} --execution {execution} --tokens \
-             {largest},{tokens}"
-        )
-    })
+        .filter_map(|r| r.get("counts")?.as_array())
+        .flatten()
+        .filter_map(Value::as_u64)
+        .collect();
+    let (smallest, largest) = (*counts.iter().min()?, *counts.iter().max()?);
+    let timed = format!("the {role} policy at TP {tp} ({execution}: {smallest}-{largest})");
+    let to_time = format!(
+        "To time it: fp8sel gen-policy --backend step --tp {tp} --execution {execution} --tokens"
+    );
+    if tokens > largest {
+        Some(format!(
+            "{tokens} tokens: beyond the largest count the training step timed for {timed}, \
+             which has no verdict above it: a key it found FP8 at {largest} stays FP8, one it \
+             kept BF16 there stays BF16 unless the per-module threshold the policy was folded \
+             with lies above {largest}. {to_time} {largest},{tokens}"
+        ))
+    } else if tokens < smallest {
+        Some(format!(
+            "{tokens} tokens: below the smallest count the training step timed for {timed}, \
+             which has no verdict below it: a key it kept BF16 at {smallest} stays BF16, one it \
+             found FP8 there follows the per-module threshold the policy was folded with where \
+             that lies below {smallest}. {to_time} {tokens},{smallest}"
+        ))
+    } else {
+        None
+    }
 }
 
 /// The seed's epsilon guard, as its launch scripts set it (environment variables of the
