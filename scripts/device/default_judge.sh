@@ -48,7 +48,8 @@
 #   retune4: after retune3, a queue as rerun: Megatron's graph pool kept across releases, checked
 #            on the Qwen2.5-72B graphed oracle at 2048 then 4096 in one process (where retune2
 #            ran out of memory); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
-#            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192.
+#            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192; the
+#            Qwen3-VL ViT policy and DeepSeek-V3's recipe files in the TE-block step judge.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -388,7 +389,18 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
     --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
     --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
   cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  # Shipped defaults no step judge has read yet (TE blocks, oracle in the row): the Qwen3-VL
+  # ViT's policy, and DeepSeek-V3's tensorwise and delayed files at the layout above.
+  queued step q3vl_vit 200 python3 -m adaptive_fp8.bench.step_bench --component vit \
+    --policy policies/qwen3_vl_235b_a22b.vit.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 \
+    --layers 2 --tokens 1536,3072,6144 --execution eager,graphed --json "$W/q3vl_vit.json" --md "$W/q3vl_vit.md"
+  for r in tensorwise delayed; do
+    queued step dsv3_${r} 250 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
+      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
+      --json "$W/dsv3_${r}.json" --md "$W/dsv3_${r}.md"
+  done
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
