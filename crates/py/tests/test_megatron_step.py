@@ -10,7 +10,6 @@ import pytest
 
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import megatron_step as ms
-from adaptive_fp8.bench.graph_pools import delete_graphs_keeping_pool
 from adaptive_fp8.bench.step_bench import parser
 from adaptive_fp8.bench.step_spec import StepBenchError
 
@@ -335,20 +334,30 @@ def test_the_judge_reads_precision_and_class_of_te_modules_only():
     assert judge.precisions(model) == {"a": True} and judge.te_classes(model) == {"a": "TELinear"}
 
 
-def test_deleting_graphs_keeps_megatrons_pool_for_the_next_captures():
-    # A stand-in for megatron.core.transformer.cuda_graphs: delete_cuda_graphs() drops the
-    # manager's pool, as megatron-core 0.19.2 does.
-    deleted = []
-    mod = NS(CudaGraphManager=NS(global_mempool=(0, 1)))
+def test_a_graphed_release_deletes_megatrons_graphs_before_freeing_the_models(monkeypatch):
+    # Megatron's own delete, pool and all: keeping its pool for the next captures broke the
+    # third capture on the H200 (RESULTS, "The fourth retune").
+    import sys
+
+    calls = []
+    pool = NS(global_mempool=(0, 1))
 
     def delete_cuda_graphs():
-        deleted.append(mod.CudaGraphManager.global_mempool)
-        mod.CudaGraphManager.global_mempool = None
+        calls.append("delete")
+        pool.global_mempool = None
 
-    mod.delete_cuda_graphs = delete_cuda_graphs
-    assert delete_graphs_keeping_pool(mod) == (0, 1)
-    assert deleted == [(0, 1)] and mod.CudaGraphManager.global_mempool == (0, 1)
-    # Before any capture there is no pool to keep: the next manager makes the first.
-    mod.CudaGraphManager.global_mempool = None
-    assert delete_graphs_keeping_pool(mod) is None and mod.CudaGraphManager.global_mempool is None
-    assert len(deleted) == 2
+    graphs = NS(delete_cuda_graphs=delete_cuda_graphs, CudaGraphManager=pool)
+    transformer = NS(cuda_graphs=graphs)
+    for name, mod in {
+        "megatron": NS(core=NS(transformer=transformer)),
+        "megatron.core": NS(transformer=transformer),
+        "megatron.core.transformer": transformer,
+        "megatron.core.transformer.cuda_graphs": graphs,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.delenv("AF8_POOL_PROBE", raising=False)
+    judge = object.__new__(ms.Judge)
+    judge.torch = NS(cuda=NS(empty_cache=lambda: calls.append("empty_cache")))
+    judge.live = []
+    judge.release_graphs("graphed")
+    assert calls == ["delete", "empty_cache"] and pool.global_mempool is None

@@ -47,7 +47,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.bench.graph_pools import delete_graphs_keeping_pool
 from adaptive_fp8.bench.step_spec import StepBenchError
 
 #: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
@@ -447,7 +446,11 @@ class Judge:
         if execution == "graphed":
             from megatron.core.transformer import cuda_graphs
 
-            delete_graphs_keeping_pool(cuda_graphs)  # the next captures reuse its freed blocks
+            # Megatron's own delete, which drops its pool too: keeping that pool for the next
+            # captures (tried on the H200, docs/RESULTS.md "The fourth retune") made the third
+            # capture in the process fail (cudaErrorStreamCaptureInvalidated). A count that runs
+            # out of memory in freed pools is timed again in a fresh worker by gen-policy.
+            cuda_graphs.delete_cuda_graphs()
         for step in list(self.live):  # after the graphs: nothing replays into this memory now
             self.drop(step)
         gc.collect()
