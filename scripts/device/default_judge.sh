@@ -45,11 +45,14 @@
 #            release), gen-policy's out-of-memory retry on the same model (2048,4096 graphed),
 #            Llama graphed 12288 with the oracle, the recipe defaults eager at unswept counts,
 #            DeepSeek-V3's eager step oracle at 4096 and 8192.
-#   retune4: after retune3, a queue as rerun: Megatron's graph pool kept across releases, checked
-#            on the Qwen2.5-72B graphed oracle at 2048 then 4096 in one process (where retune2
-#            ran out of memory); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
+#   retune4: after retune3, a queue as rerun: the Qwen2.5-72B graphed oracle at 2048 then 4096
+#            in one process (where retune2 ran out of memory; committed run: with Megatron's
+#            graph pool kept, since removed); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
 #            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192; the
 #            Qwen3-VL ViT policy and DeepSeek-V3's recipe files in the TE-block step judge.
+#   retune5: after retune4, a queue as rerun: DeepSeek-V3's delayed file at eager 3072 and 6144
+#            and its tensorwise file at 6144 (TE-block judge, one count per step), gen-policy's
+#            out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager step at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -57,7 +60,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -283,7 +286,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"), as rerun:
-  # 1. The graph-pool fix (adaptive_fp8.bench.graph_pools) on the row that ran out of memory:
+  # 1. The graph-pool fix (a ledger, since removed) on the row that ran out of memory:
   #    Qwen2.5-72B's Megatron oracle at 2048 and 4096, eager then graphed in one process, the
   #    reserved memory per captured pair kept (q72_pool_reserved.txt: flat if the fix holds).
   # 2. Llama-3.2-1B's graphed verdicts the cut run lacks: 2896 (its refinement), 12288, 16384.
@@ -401,6 +404,27 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
       --json "$W/dsv3_${r}.json" --md "$W/dsv3_${r}.md"
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
+  ;;
+retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3's recipe files
+  # one count per step (one count of its eleven-group oracle took over 200 s), then the two
+  # Megatron steps that did not fit before
+  for rt in delayed:3072 delayed:6144 tensorwise:6144; do
+    r=${rt%:*} t=${rt#*:}
+    queued step dsv3_${r}_$t 420 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
+      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+      --layers 2 --dense-layers 1 --tokens $t --execution eager \
+      --json "$W/dsv3_${r}_$t.json" --md "$W/dsv3_${r}_$t.md"
+  done
+  # gen-policy's out-of-memory retry with Megatron's own graph delete (retune3's q72_retry).
+  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
+    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
+  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
+  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
+    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
+  cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
