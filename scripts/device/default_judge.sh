@@ -50,8 +50,9 @@
 #            graph pool kept, since removed); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
 #            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192; the
 #            Qwen3-VL ViT policy and DeepSeek-V3's recipe files in the TE-block step judge.
-#   retune5: after retune4, a queue as rerun: DeepSeek-V3's delayed file at eager 3072 and 6144
-#            and its tensorwise file at 6144 (TE-block judge, one count per step), gen-policy's
+#   retune5: after retune4, a queue as rerun: DeepSeek-V3's recipe files at eager 3072 and 6144
+#            without the oracle, then the delayed file's oracle rows at 3072 and 6144 and the
+#            tensorwise one's at 6144 (TE-block judge, one count per step), gen-policy's
 #            out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager step at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
@@ -406,8 +407,15 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3's recipe files
-  # one count per step (one count of its eleven-group oracle took over 200 s), then the two
-  # Megatron steps that did not fit before
+  # without the oracle first (a verdict against BF16 and all-FP8 even where a bound cuts the
+  # search), then with it one count per step (one count of its eleven-group oracle took over
+  # 200 s), then the two Megatron steps that did not fit before
+  for r in delayed tensorwise; do
+    queued step dsv3_${r}_plain 150 python3 -m adaptive_fp8.bench.step_bench --recipe $r --oracle none \
+      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
+      --json "$W/dsv3_${r}_plain.json" --md "$W/dsv3_${r}_plain.md"
+  done
   for rt in delayed:3072 delayed:6144 tensorwise:6144; do
     r=${rt%:*} t=${rt#*:}
     queued step dsv3_${r}_$t 420 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
@@ -424,7 +432,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
     --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
     --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
   cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
