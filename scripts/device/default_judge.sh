@@ -99,6 +99,18 @@ queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on
   [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
   "$fn" "$name" "$t" "$@"; touch "$W/$name.done"
 }
+q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
+  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
+    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
+  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
+}
+dsv3_eager_8192() {  # queued: DeepSeek-V3's eager Megatron step at 8192 alone
+  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
+    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
+  cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
+}
 gen() {  # model dir, layers, extra layout args...
   local m=$1 layers=$2; shift 2
   step gen_policy 560 ./devcarry/fp8sel gen-policy --backend step --model "scripts/device/heldout/$m/config.json" --tp 1 "$@" \
@@ -367,10 +379,7 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
     --recipe blockwise --json "$W/q72_probe.json"
   [ -f "$W/q72_probe.log" ] && tr '\r' '\n' < "$W/q72_probe.log" | grep -A9 -E "^graph pools:" > "$W/q72_probe_summary.txt"
   # The retry: 4096 ran out of memory after 2048 in one worker (retune2); alone it finished.
-  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
-    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
-    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
-  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
+  q72_retry
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept graph pool checked
@@ -389,10 +398,7 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
       --tokens 8192,12288 --execution eager --json "$W/q72_${r}_above.json" --md "$W/q72_${r}_above.md"
   done
   # DeepSeek-V3's count that retune3's limit cut, alone: where its routed experts pay eager.
-  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
-    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
-    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
-  cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
+  dsv3_eager_8192
   # Shipped defaults no step judge has read yet (TE blocks, oracle in the row): the Qwen3-VL
   # ViT's policy, and DeepSeek-V3's tensorwise and delayed files at the layout above.
   queued step q3vl_vit 200 python3 -m adaptive_fp8.bench.step_bench --component vit \
@@ -424,14 +430,8 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
       --json "$W/dsv3_${r}_$t.json" --md "$W/dsv3_${r}_$t.md"
   done
   # gen-policy's out-of-memory retry with Megatron's own graph delete (retune3's q72_retry).
-  queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
-    --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
-    --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
-  cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
-  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
-    --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
-    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
-  cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
+  q72_retry
+  dsv3_eager_8192
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
