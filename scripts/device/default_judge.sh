@@ -50,10 +50,10 @@
 #            graph pool kept, since removed); DeepSeek-V3 judged at eager 6144 with the oracle; the recipe
 #            defaults eager at 8192 and 12288; DeepSeek-V3's eager step oracle at 8192; the
 #            Qwen3-VL ViT policy and DeepSeek-V3's recipe files in the TE-block step judge.
-#   retune5: after retune4, a queue as rerun: DeepSeek-V3's recipe files at eager 3072 and 6144
-#            without the oracle, then the delayed file's oracle rows at 3072 and 6144 and the
-#            tensorwise one's at 6144 (TE-block judge, one count per step), gen-policy's
-#            out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager step at 8192.
+#   retune5: after retune4, a queue as rerun: DeepSeek-V3's recipe files judged with the oracle
+#            (delayed at eager 3072 and 6144, tensorwise at 6144; TE-block judge, one count per
+#            step), gen-policy's out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager
+#            step at 8192, then the recipe files without the oracle where an oracle row was cut.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -98,6 +98,9 @@ queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on
   [ -e "docs/device-logs/default_judge/$phase/$name.out" ] && return
   [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
   "$fn" "$name" "$t" "$@"; touch "$W/$name.done"
+}
+finished() {  # a step_bench JSON that ran to its end (a cut run writes "complete": false)
+  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete") else 1)' "$1" 2>/dev/null
 }
 q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
   queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
@@ -413,15 +416,9 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3's recipe files
-  # without the oracle first (a verdict against BF16 and all-FP8 even where a bound cuts the
-  # search), then with it one count per step (one count of its eleven-group oracle took over
-  # 200 s), then the two Megatron steps that did not fit before
-  for r in delayed tensorwise; do
-    queued step dsv3_${r}_plain 150 python3 -m adaptive_fp8.bench.step_bench --recipe $r --oracle none \
-      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
-      --json "$W/dsv3_${r}_plain.json" --md "$W/dsv3_${r}_plain.md"
-  done
+  # with the oracle one count per step (one count of its eleven-group oracle took over 200 s),
+  # then the two Megatron steps that did not fit before, then (only where an oracle row did not
+  # finish) the same files without the oracle: a verdict against BF16 and all-FP8
   for rt in delayed:3072 delayed:6144 tensorwise:6144; do
     r=${rt%:*} t=${rt#*:}
     queued step dsv3_${r}_$t 420 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
@@ -432,7 +429,14 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   # gen-policy's out-of-memory retry with Megatron's own graph delete (retune3's q72_retry).
   q72_retry
   dsv3_eager_8192
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
+  for r in delayed tensorwise; do
+    finished $W/dsv3_${r}_6144.json && { [ $r = tensorwise ] || finished $W/dsv3_${r}_3072.json; } && continue
+    queued step dsv3_${r}_plain 150 python3 -m adaptive_fp8.bench.step_bench --recipe $r --oracle none \
+      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
+      --json "$W/dsv3_${r}_plain.json" --md "$W/dsv3_${r}_plain.md"
+  done
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
