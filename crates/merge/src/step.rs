@@ -200,14 +200,18 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
 }
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
-/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file),
-/// from several files (a sweep and its refinements), with their counts together, so a
-/// threshold is read over every count the step was timed at.
+/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file
+/// and whether the run finished), from several files (a sweep, its refinements, a count timed
+/// alone after a run cut by its time limit), with their counts together, so a threshold is
+/// read over every count the step was timed at.
 pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
     let step = |r: &StepRun| {
         let mut info = r.info.clone();
         if let Some(m) = info.as_object_mut() {
+            // Where the results came from, not what was timed: a cut run's finished counts are
+            // the same step's verdicts as a finished run's.
             m.remove("file");
+            m.remove("complete");
         }
         info
     };

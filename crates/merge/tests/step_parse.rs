@@ -33,6 +33,32 @@ fn good_results_make_a_policy() {
 }
 
 #[test]
+fn a_cut_run_and_a_finished_one_of_the_same_step_are_one_sweep() {
+    // 1024 from a run its time limit cut ("complete": false), 2048 from a finished one: one
+    // layout, so experts.fc1 (BF16 at 1024, FP8 at 2048) is FP8 from 2048, not BF16 for good
+    // (two layouts would each need their own threshold, the larger kept).
+    let one = |tokens: u64, fp8: &str, complete: bool| {
+        let text = format!(
+            r#"{{"model_name": "m", "component": "llm", "fp8_recipe": "blockwise", "complete": {complete},
+             "group_keys": {{"experts.fc1": {{"key": {{"kind": "column_grouped", "etp": 1, "num_gemms": 8}}, "scale": 8}}}},
+             "results": [{{"tokens": {tokens}, "execution": "eager", "modes": {{"oracle": {{"fp8_groups": [{fp8}]}}}}}}]}}"#
+        );
+        parse_results(&text, Path::new(&format!("r{tokens}.json"))).unwrap()
+    };
+    let mut runs = one(1024, "", false);
+    runs.extend(one(2048, r#""experts.fc1""#, true));
+    let p = step_policy(&runs).unwrap();
+    let step = p.provenance().unwrap().step.as_ref().unwrap();
+    let experts = &step["verdicts"]["(kind=column_grouped, etp=1, num_gemms=8)"];
+    assert_eq!(experts["swept_from"]["eager"], 1024 * 8);
+    assert_eq!(experts["swept_to"]["eager"], 2048 * 8);
+    assert_eq!(p.rule_count(), 1);
+    let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let rule = &json["rules"]["column_grouped"][0];
+    assert_eq!(rule["min_tokens"], 2048 * 8, "{json}");
+}
+
+#[test]
 fn provenance_keeps_the_layer_kinds_else_the_layer_count() {
     let layers = |extra: &str| {
         let text = GOOD.replacen('{', &format!("{{{extra}"), 1);
