@@ -102,6 +102,9 @@ queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on
 finished() {  # a step_bench JSON that ran to its end (a cut run writes "complete": false)
   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete") else 1)' "$1" 2>/dev/null
 }
+cut() {  # a queued step_bench step that ran (here) and did not finish
+  [ -e "$W/$1.done" ] && ! finished "$W/$1.json"
+}
 q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
   queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
     --python python3 --model fixtures/models/qwen2_5_72b.yaml --layers 1 --tokens 2048,4096 \
@@ -430,7 +433,8 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   q72_retry
   dsv3_eager_8192
   for r in delayed tensorwise; do
-    finished $W/dsv3_${r}_6144.json && { [ $r = tensorwise ] || finished $W/dsv3_${r}_3072.json; } && continue
+    # Only after an oracle row ran and was cut (one still queued is not a reason).
+    cut dsv3_${r}_6144 || { [ $r = delayed ] && cut dsv3_delayed_3072; } || continue
     queued step dsv3_${r}_plain 150 python3 -m adaptive_fp8.bench.step_bench --recipe $r --oracle none \
       --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
       --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
