@@ -87,6 +87,53 @@ def test_deepseek_policy_decides_experts_and_shared_experts_apart(root):
     assert d["fc2"] == d["shared.fc2"]
 
 
+class _UnitBench:
+    """A stand-in for step_layers.Bench whose step time is a model: the dense fc2 alone saves
+    1 ms, the shared experts' fc2 alone costs 0.3, so the key they share pays (0.7) only together."""
+
+    gains = {"fc2": 1.0, "shared.fc2": -0.3, "proj": 0.5}
+
+    def build(self, spec, kinds, fp8):
+        return dict(fp8)
+
+    def step_fn(self, spec, model, execution):
+        return model
+
+    def check(self, step, name):
+        pass
+
+    def time_ms(self, step):
+        return 10.0 - sum(self.gains[g] for g, on in step.items() if on)
+
+    def free(self):
+        pass
+
+
+def test_the_te_block_oracle_searches_a_shared_key_as_one_unit():
+    # DeepSeek-V3's dense fc2 and shared-expert fc2 share the row/fc2 key: searched apart, the
+    # oracle would keep fc2 alone, which no policy can run; searched as the key, both.
+    from types import SimpleNamespace
+
+    row_fc2 = {"kind": "row", "ub_name": "fc2", "tp": 1}
+    keys = {"proj": {"key": {"kind": "row", "ub_name": "proj", "tp": 1}, "scale": 1},
+            "fc2": {"key": row_fc2, "scale": 1}, "shared.fc2": {"key": row_fc2, "scale": 1}}
+    groups = ["proj", "fc2", "shared.fc2"]
+    units = sb.search_units(keys, groups)
+    assert units == {"proj": ["proj"], "fc2+shared.fc2": ["fc2", "shared.fc2"]}
+    # A group without a key is its own unit, not dropped.
+    assert sb.search_units({}, ["fc2"]) == {"fc2": ["fc2"]}
+    modes = {"bf16": dict.fromkeys(groups, False), "fp8": dict.fromkeys(groups, True)}
+    args = SimpleNamespace(oracle="greedy", oracle_repeats=3, repeats=3)
+    spec = SimpleNamespace(tokens=3072)
+    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, units, "eager", lambda *a, **k: None)
+    assert row["modes"]["oracle"]["fp8_groups"] == groups
+    assert {t["group"] for t in row["oracle_trials"] if t["search"] != "final"} == {"proj", "fc2+shared.fc2"}
+    # Searched per group (the old way), the same model's oracle splits the key.
+    alone = sb.search_units({}, groups)
+    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, alone, "eager", lambda *a, **k: None)
+    assert row["modes"]["oracle"]["fp8_groups"] == ["proj", "fc2"]
+
+
 def test_verdict_is_a_tie_unless_the_whole_band_is_on_one_side():
     assert sb.verdict([0.9, 0.92, 0.95, 0.97, 0.99]) == "faster"
     assert sb.verdict([1.01, 1.05, 1.1]) == "slower"

@@ -18,15 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-
-def search_units(group_keys: dict[str, dict], fp8_groups: list[str]) -> dict[str, list[str]]:
-    """The search's units, in ``group_keys``' order: each policy key the model builds FP8 in the
-    all-FP8 model (``fp8_groups``), named by its groups joined with ``+``."""
-    by_key: dict[str, list[str]] = {}
-    for g, k in group_keys.items():
-        if g in fp8_groups:
-            by_key.setdefault(json.dumps(k["key"], sort_keys=True), []).append(g)
-    return {"+".join(gs): gs for gs in by_key.values()}
+# The units are the TE-block oracle's too (``step_bench``): one definition.
+from adaptive_fp8.bench.step_common import search_units, selection  # noqa: F401
 
 
 def forced_policy(group_keys: dict[str, dict], fp8_groups: set[str]) -> dict:
@@ -45,11 +38,6 @@ def forced_policy(group_keys: dict[str, dict], fp8_groups: set[str]) -> dict:
     rules: dict = {kind: {ub: list(r.values()) for ub, r in ubs.items()} for kind, ubs in dense.items()}
     rules.update({kind: list(r.values()) for kind, r in grouped.items()})
     return {"version": 1, "speedup_threshold": 1.0, "rules": rules}
-
-
-def selection(units: dict[str, list[str]], chosen: dict[str, bool]) -> frozenset[str]:
-    """The groups a unit selection runs FP8."""
-    return frozenset(g for u, on in chosen.items() if on for g in units[u])
 
 
 class Candidates:

@@ -591,7 +591,8 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         from adaptive_fp8.bench.step_spec import Spec
 
         spec = Spec.from_plan(planned["modules"], planned["architecture"]["llm"], args.model)
-        units = mo.search_units(keys or {}, [g for g, ok in spec.fp8_capable().items() if ok])
+        # A candidate is a forced policy: only groups with a key can be one.
+        units = mo.search_units(keys or {}, [g for g, ok in spec.fp8_capable().items() if ok and g in (keys or {})])
         found, trials = mo.search(cands, units, args.oracle_repeats or args.repeats, log)
         modes = list(modes) + [("oracle", "hook", cands.policy_path(found), "auto")]
     built = []

@@ -24,7 +24,8 @@ MoE syncs the token counts to the host, which a graph cannot capture (Megatron's
 `attn` does the same).
 
 Modes: `bf16`, `fp8`, one per `--policy` (`policy:<file>`, modules chosen by the plan), and
-`oracle`: two greedy passes over the module groups, upward from all-BF16 and downward from
+`oracle`: two greedy passes over the policy keys (groups that share one, as DeepSeek-V3's dense
+and shared-expert fc2, switch together: no policy runs them apart), upward from all-BF16 and downward from
 all-FP8, keeping a switch only when the step got faster beyond the noise (paired rounds, p90 of
 the ratio < 1); the faster of the two results is the oracle. It is found by trying, not assumed,
 but a greedy search can still miss a better set, so a policy can beat it (`--oracle none` skips
@@ -69,7 +70,7 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
-from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, search_oracle, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
@@ -231,7 +232,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 log(f"  note: {n}", file=sys.stderr)
             searchable = [g for g in groups if modes["fp8"][g]]
             try:
-                results.append(_one(bench, args, spec, kinds, modes, searchable, execution, log))
+                results.append(_one(bench, args, spec, kinds, modes, search_units(keys, searchable), execution, log))
             except StepBenchError:
                 raise
             except Exception as e:  # a capture or kernel failure is a result row, not a crash
@@ -246,7 +247,10 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     return snapshot(True)
 
 
-def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, searchable: list[str], execution: str, log) -> dict:
+def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log) -> dict:
+    """One count and execution: every mode timed in interleaved rounds, after the oracle's search
+    over ``units`` (policy keys: groups one key shares are searched together, as a policy runs
+    them)."""
     steps: dict = {}
 
     def ensure(fp8):
@@ -275,10 +279,11 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, searchable: lis
     if args.oracle == "greedy":
         full = {g: False for g in modes["bf16"]}
 
-        def widen(sub):
-            return dict(full, **sub)
+        def widen(chosen):
+            on = selection(units, chosen)
+            return {g: g in on for g in full}
 
-        found, trials = search_oracle(lambda a, b: pair(widen(a), widen(b)), args.oracle_repeats or args.repeats, searchable, say, lambda m: release(widen(m)))
+        found, trials = search_oracle(lambda a, b: pair(widen(a), widen(b)), args.oracle_repeats or args.repeats, list(units), say, lambda m: release(widen(m)))
         modes["oracle"] = widen(found)
     wanted = {key(f) for f in modes.values()}
     for k in [k for k in steps if k not in wanted]:

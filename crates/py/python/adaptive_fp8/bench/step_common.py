@@ -5,6 +5,7 @@ of them, so none of them imports another back."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -107,6 +108,23 @@ def te_recipe_name(args) -> str:
 def key(fp8: dict[str, bool]) -> str:
     """A mode's name: its FP8 groups, in the spec's order (`-` for none)."""
     return "+".join(g for g, on in fp8.items() if on) or "-"
+
+
+def search_units(group_keys: dict[str, dict], fp8_groups: list[str]) -> dict[str, list[str]]:
+    """The oracle's search units: each policy key the all-FP8 model builds FP8 (``fp8_groups``,
+    in their order), named by its groups joined with ``+``. Groups that share a key (DeepSeek-V3's
+    dense and shared-expert fc2) are one unit, because no policy can run them apart; a group
+    without a key in ``group_keys`` is a unit of its own."""
+    by_key: dict[str, list[str]] = {}
+    for g in fp8_groups:
+        k = group_keys.get(g, {}).get("key")
+        by_key.setdefault(json.dumps(k, sort_keys=True) if k is not None else "group:" + g, []).append(g)
+    return {"+".join(gs): gs for gs in by_key.values()}
+
+
+def selection(units: dict[str, list[str]], chosen: dict[str, bool]) -> frozenset[str]:
+    """The groups a unit selection runs FP8."""
+    return frozenset(g for u, on in chosen.items() if on for g in units[u])
 
 
 def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None, release=lambda mode: None) -> tuple[dict[str, bool], list[dict]]:
