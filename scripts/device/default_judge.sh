@@ -54,6 +54,9 @@
 #            (delayed at eager 3072 and 6144, tensorwise at 6144; TE-block judge, one count per
 #            step), gen-policy's out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager
 #            step at 8192, then the recipe files without the oracle where an oracle row was cut.
+#   retune6: after retune5, a queue as rerun: the delayed DeepSeek-V3 file at eager 3072 with the
+#            oracle over policy keys (the shared fc2 key one unit), then q72_retry and
+#            DeepSeek-V3's eager step at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -61,7 +64,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -104,6 +107,13 @@ finished() {  # a step_bench JSON that ran to its end (a cut run writes "complet
 }
 cut() {  # a queued step_bench step that ran (here) and did not finish
   [ -e "$W/$1.done" ] && ! finished "$W/$1.json"
+}
+dsv3_recipe() {  # queued: name, seconds, recipe, counts, extra args: the TE-block judge of
+  # DeepSeek-V3's <recipe> file (eager, TP 1 EP 16, one dense and one MoE layer)
+  local name=$1 t=$2 r=$3 counts=$4; shift 4
+  queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" "$@" \
+    --policy "policies/$r/deepseek_v3.json" --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+    --layers 2 --dense-layers 1 --tokens "$counts" --execution eager --json "$W/$name.json" --md "$W/$name.md"
 }
 q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
   queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
@@ -424,10 +434,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   # finish) the same files without the oracle: a verdict against BF16 and all-FP8
   for rt in delayed:3072 delayed:6144 tensorwise:6144; do
     r=${rt%:*} t=${rt#*:}
-    queued step dsv3_${r}_$t 420 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-      --layers 2 --dense-layers 1 --tokens $t --execution eager \
-      --json "$W/dsv3_${r}_$t.json" --md "$W/dsv3_${r}_$t.md"
+    dsv3_recipe dsv3_${r}_$t 420 $r $t
   done
   # gen-policy's out-of-memory retry with Megatron's own graph delete (retune3's q72_retry).
   q72_retry
@@ -435,12 +442,19 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   for r in delayed tensorwise; do
     # Only after an oracle row ran and was cut (one still queued is not a reason).
     cut dsv3_${r}_6144 || { [ $r = delayed ] && cut dsv3_delayed_3072; } || continue
-    queued step dsv3_${r}_plain 150 python3 -m adaptive_fp8.bench.step_bench --recipe $r --oracle none \
-      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
-      --json "$W/dsv3_${r}_plain.json" --md "$W/dsv3_${r}_plain.md"
+    dsv3_recipe dsv3_${r}_plain 150 $r 3072,6144 --oracle none
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done:"
+  ;;
+retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed DeepSeek-V3 file at
+  # eager 3072 with the oracle searching policy keys (its fc2 and the shared experts' fc2 now one
+  # unit; retune5's oracle split them: the miss). Where its oracle keeps that key FP8, this run
+  # replaces reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_eager_step.json (one count
+  # twice must agree) and is folded. Then what retune5 did not fit.
+  dsv3_recipe dsv3_delayed_3072u 420 delayed 3072
+  q72_retry
+  dsv3_eager_8192
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 3:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
