@@ -449,8 +449,8 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
 retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed DeepSeek-V3 file at
   # eager 3072 with the oracle searching policy keys (its fc2 and the shared experts' fc2 now one
   # unit; retune5's oracle split them: the miss). Where its oracle keeps that key FP8, this run
-  # replaces reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_eager_step.json (one count
-  # twice must agree) and is folded. Then what retune5 did not fit.
+  # replaces reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_eager_step.json (a count
+  # twice: BF16 if either is) and is folded. Then what retune5 did not fit.
   dsv3_recipe dsv3_delayed_3072u 420 delayed 3072
   q72_retry
   dsv3_eager_8192

@@ -39,8 +39,9 @@ pub struct KeyThreshold {
     pub groups: Vec<String>,
 }
 
-/// Each key's threshold from the oracle's verdicts (any order; counts may repeat only if they
-/// agree). Groups the step did not build are ignored.
+/// Each key's threshold from the oracle's verdicts (any order). A count timed twice (a run and
+/// its re-run) is FP8 only if both verdicts are: a threshold never rests on the kinder of two
+/// readings. Groups the step did not build are ignored.
 pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey, KeyThreshold> {
     let mut sorted: Vec<&StepCount> = counts.iter().collect();
     sorted.sort_by_key(|c| c.tokens);
@@ -52,10 +53,14 @@ pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey
     by_key
         .into_iter()
         .map(|(key, (members, scale))| {
-            let verdicts: Vec<(u64, bool)> = sorted
-                .iter()
-                .map(|c| (c.tokens, members.iter().all(|g| c.fp8_groups.contains(*g))))
-                .collect();
+            let mut verdicts: Vec<(u64, bool)> = Vec::with_capacity(sorted.len());
+            for c in &sorted {
+                let fp8 = members.iter().all(|g| c.fp8_groups.contains(*g));
+                match verdicts.last_mut() {
+                    Some(last) if last.0 == c.tokens => last.1 &= fp8,
+                    _ => verdicts.push((c.tokens, fp8)),
+                }
+            }
             let min_tokens = fp8_from(&verdicts).map(|i| verdicts[i].0.saturating_mul(scale));
             let swept_from = verdicts.first().map_or(0, |v| v.0.saturating_mul(scale));
             let swept_to = verdicts.last().map_or(0, |v| v.0.saturating_mul(scale));
@@ -394,6 +399,38 @@ mod tests {
         let (first, last) = (COUNTS[0], COUNTS[COUNTS.len() - 1]);
         assert_eq!(t[&experts()].swept_from, first * 8);
         assert_eq!(t[&experts()].swept_to, last * 8);
+    }
+
+    #[test]
+    fn a_count_timed_twice_is_fp8_only_if_both_runs_say_so() {
+        let at = |tokens: u64, fp8: bool| StepCount {
+            tokens,
+            fp8_groups: if fp8 {
+                ["fc2".to_owned()].into()
+            } else {
+                Default::default()
+            },
+        };
+        let keys = [group("fc2", dense("fc2"), 1)];
+        // Either order of the two readings at 2048: BF16 there, so FP8 from 4096.
+        for counts in [
+            vec![
+                at(1024, false),
+                at(2048, true),
+                at(2048, false),
+                at(4096, true),
+            ],
+            vec![
+                at(1024, false),
+                at(2048, false),
+                at(2048, true),
+                at(4096, true),
+            ],
+        ] {
+            let t = &thresholds(&counts, &keys)[&dense("fc2")];
+            assert_eq!(t.min_tokens, Some(4096));
+            assert_eq!(t.verdicts, [(1024, false), (2048, false), (4096, true)]);
+        }
     }
 
     #[test]
