@@ -220,10 +220,39 @@ def test_oracle_finds_groups_that_only_pay_together():
     assert trials[-1]["search"] == "final" and trials[-1]["kept"]
 
 
-def test_oracle_inside_the_noise_stays_bf16():
-    f = FakeStep(dict.fromkeys(GROUPS, -0.01), noise=0.05)
-    best, _ = sb.search_oracle(f.pair, 7, GROUPS)
-    assert sb.key(best) == "-"
+def test_a_trial_stops_early_only_where_the_full_run_could_not_be_faster():
+    import random
+
+    from adaptive_fp8.bench.step_common import faster_beyond_noise
+
+    rng = random.Random(7)
+    saved = 0
+    for _ in range(3000):
+        n = rng.randint(1, 9)
+        ratios = [rng.choice([1.0, rng.uniform(0.95, 1.05)]) for _ in range(n)]
+        it = iter(ratios)
+        got, kept = faster_beyond_noise(lambda: next(it), n)
+        # The verdict of all n pairs, from the pairs it timed: the same, and a prefix of them.
+        assert kept == (sb.verdict(ratios) == "faster"), (ratios, got)
+        assert got == ratios[: len(got)]
+        saved += n - len(got)
+        if kept:
+            assert len(got) == n
+    assert saved > 0
+    # 7 repeats: p90 is the second largest, so two ratios >= 1 end the trial.
+    it = iter([1.01, 0.9, 1.0, 0.8, 0.8, 0.8, 0.8])
+    got, kept = faster_beyond_noise(lambda: next(it), 7)
+    assert (len(got), kept) == (3, False)
+
+
+def test_oracle_inside_the_noise_stays_bf16_in_most_runs():
+    # A 0.1% gain under 5% noise is a tie. One trial keeps a tie only when six of its seven
+    # ratios fall below 1 (p90 < 1): 8/128 of the time, so over the oracle's eight or nine trials
+    # about 63% of runs stay all-BF16 (one seed is one sample path, not the rule). A looser
+    # verdict (say the median) would keep noise in nearly every run.
+    runs = [sb.key(sb.search_oracle(FakeStep(dict.fromkeys(GROUPS, -0.01), noise=0.05, seed=s).pair, 7, GROUPS)[0])
+            for s in range(1, 101)]
+    assert runs.count("-") >= 50, runs
 
 
 def test_the_recipe_flag_picks_the_te_recipe_without_importing_torch():

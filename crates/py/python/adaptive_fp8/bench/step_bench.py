@@ -27,7 +27,7 @@ Modes: `bf16`, `fp8`, one per `--policy` (`policy:<file>`, modules chosen by the
 `oracle`: two greedy passes over the policy keys (groups that share one, as DeepSeek-V3's dense
 and shared-expert fc2, switch together: no policy runs them apart), upward from all-BF16 and downward from
 all-FP8, keeping a switch only when the step got faster beyond the noise (paired rounds, p90 of
-the ratio < 1); the faster of the two results is the oracle. It is found by trying, not assumed,
+the ratio < 1; a trial stops pairing once it cannot pass); the faster of the two results is the oracle. It is found by trying, not assumed,
 but a greedy search can still miss a better set, so a policy can beat it (`--oracle none` skips
 it). Groups whose dimensions are not multiples of 16 stay BF16 in every mode (TE cannot run them
 in FP8). All modes are then timed interleaved (A B C A B C ...) for `--repeats` rounds of
