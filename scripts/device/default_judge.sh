@@ -54,9 +54,10 @@
 #            (delayed at eager 3072 and 6144, tensorwise at 6144; TE-block judge, one count per
 #            step), gen-policy's out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager
 #            step at 8192, then the recipe files without the oracle where an oracle row was cut.
-#   retune6: after retune5, a queue as rerun: the delayed DeepSeek-V3 file at eager 3072 with the
-#            oracle over policy keys (the shared fc2 key one unit), then q72_retry and
-#            DeepSeek-V3's eager step at 8192.
+#   retune6: after retune5, a queue as rerun: the recipe files' first graphed judge (Qwen2.5-72B
+#            TP 8 at 1024 and 3072 with the oracle, DeepSeek-V3 at 3072 without), the delayed
+#            DeepSeek-V3 file at eager 3072 with the oracle over policy keys (the shared fc2 key
+#            one unit), then q72_retry and DeepSeek-V3's eager step at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -108,12 +109,19 @@ finished() {  # a step_bench JSON that ran to its end (a cut run writes "complet
 cut() {  # a queued step_bench step that ran (here) and did not finish
   [ -e "$W/$1.done" ] && ! finished "$W/$1.json"
 }
-dsv3_recipe() {  # queued: name, seconds, recipe, counts, extra args: the TE-block judge of
-  # DeepSeek-V3's <recipe> file (eager, TP 1 EP 16, one dense and one MoE layer)
-  local name=$1 t=$2 r=$3 counts=$4; shift 4
+dsv3_recipe() {  # queued: name, seconds, recipe, counts, execution, extra args: the TE-block judge
+  # of DeepSeek-V3's <recipe> file (TP 1 EP 16, one dense and one MoE layer)
+  local name=$1 t=$2 r=$3 counts=$4 e=$5; shift 5
   queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" "$@" \
     --policy "policies/$r/deepseek_v3.json" --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-    --layers 2 --dense-layers 1 --tokens "$counts" --execution eager --json "$W/$name.json" --md "$W/$name.md"
+    --layers 2 --dense-layers 1 --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
+}
+q72_recipe() {  # queued: name, seconds, recipe, counts, execution: the TE-block judge of
+  # Qwen2.5-72B's <recipe> file at TP 8 (one rank's GEMMs, 2 layers, the oracle in the row)
+  local name=$1 t=$2 r=$3 counts=$4 e=$5
+  queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" \
+    --policy "policies/$r/qwen2_5_72b.json" --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
+    --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
 }
 q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
   queued step q72_retry 470 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
@@ -368,9 +376,7 @@ print("q72 thresholds", "unchanged" if same else "moved", file=sys.stderr)
 sys.exit(0 if same else 1)
 PY
   for r in tensorwise delayed; do
-    queued step q72_${r}_eager 100 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
-      --tokens 1024,2048,4096 --execution eager --json "$W/q72_${r}_eager.json" --md "$W/q72_${r}_eager.md"
+    q72_recipe q72_${r}_eager 100 $r 1024,2048,4096 eager
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7 (q72_judge_g only if moved):"
   ;;
@@ -380,9 +386,7 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
   queued megatron l1_judge_12288g 160 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
     --layers 4 --tokens 12288 --execution graphed $O
   for r in tensorwise delayed; do
-    queued step q72_${r}_unswept 100 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
-      --tokens 1536,3072,6144 --execution eager --json "$W/q72_${r}_unswept.json" --md "$W/q72_${r}_unswept.md"
+    q72_recipe q72_${r}_unswept 100 $r 1536,3072,6144 eager
   done
   # DeepSeek-V3's eager 6144 miss (five keys BF16 that pay in the step): its eager step oracle at
   # 4096 and 8192 (one dense and one MoE layer, 16 local experts; 11 groups, the costliest).
@@ -409,9 +413,7 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
   queued megatron dsv3_judge_6144e 330 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml \
     --tp 1 --ep 16 --layers 2 --dense-layers 1 --tokens 6144 --execution eager $O
   for r in tensorwise delayed; do
-    queued step q72_${r}_above 100 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
-      --tokens 8192,12288 --execution eager --json "$W/q72_${r}_above.json" --md "$W/q72_${r}_above.md"
+    q72_recipe q72_${r}_above 100 $r 8192,12288 eager
   done
   # DeepSeek-V3's count that retune3's limit cut, alone: where its routed experts pay eager.
   dsv3_eager_8192
@@ -434,7 +436,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   # finish) the same files without the oracle: a verdict against BF16 and all-FP8
   for rt in delayed:3072 delayed:6144 tensorwise:6144; do
     r=${rt%:*} t=${rt#*:}
-    dsv3_recipe dsv3_${r}_$t 420 $r $t
+    dsv3_recipe dsv3_${r}_$t 420 $r $t eager
   done
   # gen-policy's out-of-memory retry with Megatron's own graph delete (retune3's q72_retry).
   q72_retry
@@ -442,7 +444,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   for r in delayed tensorwise; do
     # Only after an oracle row ran and was cut (one still queued is not a reason).
     cut dsv3_${r}_6144 || { [ $r = delayed ] && cut dsv3_delayed_3072; } || continue
-    dsv3_recipe dsv3_${r}_plain 150 $r 3072,6144 --oracle none
+    dsv3_recipe dsv3_${r}_plain 150 $r 3072,6144 eager --oracle none
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done:"
   ;;
@@ -451,10 +453,20 @@ retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed D
   # unit; retune5's oracle split them: the miss). Where its oracle keeps that key FP8, this run
   # replaces reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_eager_step.json (a count
   # twice: BF16 if either is) and is folded. Then what retune5 did not fit.
-  dsv3_recipe dsv3_delayed_3072u 420 delayed 3072
+  # The recipe files' graphed thresholds are still per-module GPU time, never judged in a
+  # graphed step (Qwen2.5-72B's tensorwise file at graphed 1024 was 1.115 x BF16 in the e2e run,
+  # when both of its thresholds were GPU time): Qwen2.5-72B's with the oracle, DeepSeek-V3's
+  # against BF16 and all-FP8 (its oracle costs a call per count).
+  for r in tensorwise delayed; do
+    q72_recipe q72_${r}_graphed 120 $r 1024,3072 graphed
+  done
+  dsv3_recipe dsv3_delayed_3072u 420 delayed 3072 eager
+  for r in tensorwise delayed; do
+    dsv3_recipe dsv3_${r}_graphed 90 $r 3072 graphed --oracle none
+  done
   q72_retry
   dsv3_eager_8192
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 3:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
