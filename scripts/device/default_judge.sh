@@ -55,7 +55,8 @@
 #            step), gen-policy's out-of-memory retry on Qwen2.5-72B graphed, DeepSeek-V3's eager
 #            step at 8192, then the recipe files without the oracle where an oracle row was cut.
 #   retune6: after retune5, a queue as rerun: the recipe files' first graphed judge (Qwen2.5-72B
-#            TP 8 at 1024 and 3072 with the oracle, DeepSeek-V3 at 3072 without), the delayed
+#            TP 8 at 1024 and 3072 with the oracle, DeepSeek-V3 at 3072 without), the default
+#            Qwen2.5-72B file at TP 8 and 4 (1024-4096, both executions, oracle), the delayed
 #            DeepSeek-V3 file at eager 3072 with the oracle over policy keys (the shared fc2 key
 #            one unit), then q72_retry and DeepSeek-V3's eager step at 8192.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
@@ -116,11 +117,13 @@ dsv3_recipe() {  # queued: name, seconds, recipe, counts, execution, extra args:
     --policy "policies/$r/deepseek_v3.json" --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
     --layers 2 --dense-layers 1 --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
 }
-q72_recipe() {  # queued: name, seconds, recipe, counts, execution: the TE-block judge of
-  # Qwen2.5-72B's <recipe> file at TP 8 (one rank's GEMMs, 2 layers, the oracle in the row)
-  local name=$1 t=$2 r=$3 counts=$4 e=$5
+q72_recipe() {  # queued: name, seconds, recipe, counts, execution[, TP (8)]: the TE-block judge
+  # of Qwen2.5-72B's <recipe> file (blockwise: the default policies/qwen2_5_72b.json) at that TP
+  # (one rank's GEMMs, 2 layers, the oracle in the row)
+  local name=$1 t=$2 r=$3 counts=$4 e=$5 tp=${6:-8} pol=policies/$3/qwen2_5_72b.json
+  [ "$r" = blockwise ] && pol=policies/qwen2_5_72b.json
   queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" \
-    --policy "policies/$r/qwen2_5_72b.json" --model fixtures/models/qwen2_5_72b.yaml --tp 8 --layers 2 \
+    --policy "$pol" --model fixtures/models/qwen2_5_72b.yaml --tp "$tp" --layers 2 \
     --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
 }
 q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed (2048,4096)
@@ -460,13 +463,19 @@ retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed D
   for r in tensorwise delayed; do
     q72_recipe q72_${r}_graphed 120 $r 1024,3072 graphed
   done
+  # The default file at TP 8 and 4 (the seed's Qwen2.5-72B runs TP 4): both thresholds there are
+  # per-module timing (end-to-end run h: 1.094 x BF16 at TP 8 graphed 1024); the step's oracle
+  # per count and execution, one rank's GEMMs (communication: issue 27), to fold.
+  for tp in 8 4; do
+    q72_recipe q72_tp${tp}_blockwise 300 blockwise 1024,2048,4096 eager,graphed $tp
+  done
   dsv3_recipe dsv3_delayed_3072u 420 delayed 3072 eager
   for r in tensorwise delayed; do
     dsv3_recipe dsv3_${r}_graphed 90 $r 3072 graphed --oracle none
   done
   q72_retry
   dsv3_eager_8192
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 9:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
