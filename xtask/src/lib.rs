@@ -12,6 +12,7 @@
 pub mod e2e_results;
 pub mod recipe_results;
 pub mod results;
+pub mod standing;
 pub mod written;
 
 pub use fp8_pipeline::{build, eval, generate, plot};

@@ -4,7 +4,8 @@
 //!
 //! - `{{probe: FILE...}}`: numerics reports (`fp8sel-numerics`), the worst operand per module;
 //! - `{{convergence: FILE...}}`: `convergence.json` files, final losses and gaps;
-//! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16.
+//! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16;
+//! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]).
 //!
 //! Paths are relative to the repository.
 
@@ -67,8 +68,12 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
         "probe" => Ok(probe(&docs)),
         "convergence" => Ok(convergence(&docs)),
         "judge" => Ok(judge(&docs)),
+        "standing" => Ok(docs
+            .iter()
+            .map(|(_, v)| crate::standing::table(v))
+            .collect()),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge)"
+            "unknown placeholder `{other}` (probe, convergence, judge, standing)"
         )),
     }
 }

@@ -1,0 +1,150 @@
+"""The end-to-end step runs read against the policies shipped now (pure: the engine, no torch).
+
+``docs/device-logs/trainer_loop/`` holds the TE-block step runs of the end-to-end section, each
+row timing BF16, all-FP8, the policies of the day and the oracle, every mode a set of FP8 groups.
+The TE-block step builds a mode from its groups alone, so a row measured today's default as well
+wherever one of its modes ran exactly the groups today's file picks at that layout, count and
+execution. For every row of a shipped model this names those groups, the mode that timed them
+(or none: not measured), its figures, and whether they miss the target (slower than BF16 beyond
+the band, or over 1.01 x the fastest of BF16, all-FP8 and the oracle): a miss measured then that
+today's file still makes stands named. ``docs/device-logs/trainer_loop/standing.json`` is this
+module's output; a test checks it is current, and ``cargo xtask results`` renders it
+(``{{standing: ...}}``).
+
+    python -m adaptive_fp8.bench.standing [--root .] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SCENARIOS = "docs/device-logs/trainer_loop/scenarios.json"
+STANDING = "docs/device-logs/trainer_loop/standing.json"
+# The recipe a run's TE class names, and the folder of its shipped policies.
+RECIPE_DIRS = {"Float8BlockScaling": "", "Float8CurrentScaling": "tensorwise", "DelayedScaling": "delayed"}
+# A mode timed for today's groups: a policy's first, then the reference modes.
+PREFERRED = ("policy:", "oracle", "fp8", "bf16")
+TARGET_VS_MIN = 1.01
+
+
+def shipped_policy(root: Path, header: dict) -> str | None:
+    """The shipped default for the run's model, component and recipe, relative to ``root``; None
+    for a model no file ships for (the ``examples/`` ones)."""
+    recipe = str(header.get("recipe", "Float8BlockScaling")).split("(")[0]
+    folder = RECIPE_DIRS.get(recipe)
+    if folder is None:
+        return None
+    stem = Path(header["model"]).stem
+    base = Path("policies") / folder
+    for name in (f"{stem}.json", f"{stem}.{header.get('component', 'llm')}.json"):
+        if (root / base / name).is_file():
+            return str(base / name)
+    return None
+
+
+def todays_groups(af8, root: Path, header: dict, policy: str, tokens: int, execution: str) -> set[str]:
+    """The FP8 groups ``policy`` picks in the run's step (its layout and layer kinds), the way
+    ``step_bench`` builds a policy mode."""
+    from adaptive_fp8.bench import step_bench as sb
+
+    argv = ["--model", str(root / header["model"]), "--tp", str(header.get("tp", 1)), "--layers", str(header["layers"]),
+            "--component", header.get("component", "llm"), "--policy", str(root / policy)]
+    for k in ("ep", "etp"):
+        if header.get(k):
+            argv += [f"--{k}", str(header[k])]
+    args = sb.parser().parse_args(argv)
+    spec, kw = sb._spec(af8, args, tokens)
+    _, modes, _ = sb.modes_for(af8, args, spec, list(header["layer_types"]), dict(kw, execution=execution))
+    return {g for g, on in modes[sb.policy_mode_name(args.policy[0], args.policy)].items() if on}
+
+
+def timed_as(row: dict, groups: set[str]) -> str | None:
+    """The row's mode that ran exactly ``groups`` FP8, preferring a policy's."""
+    same = [m for m, v in row.get("modes", {}).items() if set(v.get("fp8_groups", [])) == groups]
+    for prefix in PREFERRED:
+        for m in same:
+            if m.startswith(prefix):
+                return m
+    return same[0] if same else None
+
+
+def figures(row: dict, mode: str) -> dict:
+    """A mode's ratio to BF16 (median, band, verdict), to the fastest reference, and the verdict."""
+    modes = row["modes"]
+    m = modes[mode]
+    refs = [modes[r]["ms_median"] for r in ("bf16", "fp8", "oracle") if r in modes and modes[r].get("ms_median")]
+    vs_min = m["ms_median"] / min(refs) if refs and m.get("ms_median") else None
+    verdict = m.get("verdict_vs_bf16", "-")
+    return {
+        "vs_bf16_median": m.get("vs_bf16_median"),
+        "vs_bf16_p10": m.get("vs_bf16_p10"),
+        "vs_bf16_p90": m.get("vs_bf16_p90"),
+        "verdict": verdict,
+        "vs_min": vs_min,
+        "miss": verdict == "slower" or (vs_min is not None and vs_min > TARGET_VS_MIN),
+    }
+
+
+def standing(root: Path) -> dict:
+    """Every row of every shipped model's end-to-end run, read against today's policies."""
+    import adaptive_fp8 as af8
+
+    runs = root / Path(SCENARIOS).parent
+    rows = []
+    for sc in json.loads((root / SCENARIOS).read_text())["scenarios"]:
+        for rel in sc["files"]:
+            if not rel.endswith(".json"):
+                continue
+            header = json.loads((runs / rel).read_text())
+            policy = shipped_policy(root, header)
+            if policy is None:
+                continue
+            for row in header["results"]:
+                if "modes" not in row:
+                    continue
+                tokens, execution = row["tokens"], row.get("execution", header.get("execution", "eager"))
+                groups = todays_groups(af8, root, header, policy, tokens, execution)
+                mode = timed_as(row, groups)
+                # The layout alone: a recipe scenario's note on the file of its day stays there.
+                out = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0],
+                       "execution": execution, "tokens": tokens, "policy": policy,
+                       "fp8_groups": sorted(groups), "timed_as": mode}
+                if mode is not None:
+                    out.update(figures(row, mode))
+                rows.append(out)
+    return {"source": SCENARIOS, "target_vs_min": TARGET_VS_MIN, "rows": rows}
+
+
+def render(data: dict) -> str:
+    """The JSON as committed: sorted keys, two-space indent, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m adaptive_fp8.bench.standing",
+        description="Read the end-to-end step runs against the policies shipped now: for each row, today's FP8 "
+        "groups, the mode that timed them and whether it misses (writes " + STANDING + " with --json).",
+    )
+    ap.add_argument("--root", type=Path, default=Path("."), help="the repository (default .)")
+    ap.add_argument("--json", type=Path, help="write the result here (default: stdout)")
+    a = ap.parse_args(argv)
+    if not (a.root / SCENARIOS).is_file():
+        print(f"error: {a.root / SCENARIOS}: not found; give --root the repository", file=sys.stderr)
+        return 2
+    text = render(standing(a.root))
+    if a.json is None:
+        sys.stdout.write(text)
+        return 0
+    tmp = a.json.with_name(a.json.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(a.json)  # never a half-written file
+    print(f"wrote {a.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

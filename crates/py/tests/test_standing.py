@@ -1,0 +1,64 @@
+"""The end-to-end runs read against today's policies: the committed reading is current, and the
+pieces that pick a policy, a timed mode and a miss do what they say."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptive_fp8.bench import standing as st
+
+
+def test_the_committed_reading_matches_the_shipped_policies(root):
+    # A change to a shipped policy (or to the runs) must come with the refreshed reading, so the
+    # misses RESULTS names are today's.
+    fresh = st.render(st.standing(root))
+    committed = (root / st.STANDING).read_text()
+    assert committed == fresh, f"{st.STANDING} is stale: run python -m adaptive_fp8.bench.standing --json {st.STANDING}"
+
+
+def test_a_run_reads_the_shipped_file_of_its_model_component_and_recipe(root):
+    q72 = {"model": "fixtures/models/qwen2_5_72b.yaml", "component": "llm"}
+    assert st.shipped_policy(root, dict(q72, recipe="Float8BlockScaling")) == "policies/qwen2_5_72b.json"
+    assert st.shipped_policy(root, dict(q72, recipe="Float8CurrentScaling(fp8_format=E4M3)")) == "policies/tensorwise/qwen2_5_72b.json"
+    assert st.shipped_policy(root, dict(q72, recipe="DelayedScaling(amax_history_len=1024)")) == "policies/delayed/qwen2_5_72b.json"
+    vl = {"model": "fixtures/models/qwen3_vl_235b_a22b.yaml", "recipe": "Float8BlockScaling"}
+    assert st.shipped_policy(root, dict(vl, component="vit")) == "policies/qwen3_vl_235b_a22b.vit.json"
+    assert st.shipped_policy(root, dict(vl, component="llm")) == "policies/qwen3_vl_235b_a22b.llm.json"
+    # No file ships for an example model, nor for a recipe the toolkit does not know.
+    assert st.shipped_policy(root, {"model": "examples/models/mixtral_8x7b.json", "recipe": "Float8BlockScaling"}) is None
+    assert st.shipped_policy(root, dict(q72, recipe="MXFP8BlockScaling")) is None
+
+
+def _row(**modes):
+    return {"modes": {m: dict(fp8_groups=g, ms_median=ms, vs_bf16_median=ms / 10.0, verdict_vs_bf16=v)
+                      for m, (g, ms, v) in modes.items()}}
+
+
+def test_todays_groups_are_read_from_the_mode_that_ran_exactly_them_a_policy_first():
+    row = _row(bf16=([], 10.0, "-"), fp8=(["fc1", "fc2"], 9.0, "faster"), oracle=(["fc1"], 8.8, "faster"),
+               **{"policy:old.json": (["fc1"], 8.9, "faster")})
+    assert st.timed_as(row, {"fc1"}) == "policy:old.json"
+    assert st.timed_as(row, {"fc1", "fc2"}) == "fp8"
+    assert st.timed_as(row, set()) == "bf16"
+    assert st.timed_as(row, {"fc2"}) is None
+
+
+@pytest.mark.parametrize(("ms", "verdict", "miss"), [(10.9, "slower", True), (9.0, "faster", True), (8.85, "faster", False), (10.0, "tie", True)])
+def test_a_miss_is_slower_than_bf16_or_over_1_01_of_the_fastest(ms, verdict, miss):
+    # The oracle is the fastest at 8.8 ms: 9.0 is 1.023 of it (a miss though faster than BF16),
+    # 8.85 is 1.006 (none); a BF16 tie at 10.0 is 1.136 of the oracle: a miss by the second rule.
+    row = _row(bf16=([], 10.0, "-"), fp8=(["fc1", "fc2"], 9.2, "faster"), oracle=(["fc1"], 8.8, "faster"),
+               **{"policy:p.json": (["qkv"], ms, verdict)})
+    f = st.figures(row, "policy:p.json")
+    assert f["miss"] is miss
+    assert f["vs_min"] == pytest.approx(ms / 8.8)
+
+
+def test_the_tool_writes_whole_files_and_refuses_a_wrong_root(root, tmp_path, capsys):
+    assert st.main(["--root", str(tmp_path)]) == 2
+    assert "scenarios.json: not found" in capsys.readouterr().err
+    out = tmp_path / "standing.json"
+    assert st.main(["--root", str(root), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"] and not list(tmp_path.glob("*.tmp"))
