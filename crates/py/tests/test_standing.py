@@ -62,3 +62,18 @@ def test_the_tool_writes_whole_files_and_refuses_a_wrong_root(root, tmp_path, ca
     out = tmp_path / "standing.json"
     assert st.main(["--root", str(root), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["rows"] and not list(tmp_path.glob("*.tmp"))
+
+
+def test_no_run_read_here_is_a_step_result_the_defaults_were_folded_from(root):
+    # A folded run's oracle rows are the policy's own sweep: reading them back would judge a
+    # file by the counts it was made at. None of the end-to-end runs is one.
+    import hashlib
+
+    def digest(p):
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    folded = {digest(p) for p in (root / "reports").rglob("*_step.json")}
+    assert folded, "no step results found under reports/"
+    runs = root / "docs/device-logs/trainer_loop"
+    read = {rel for sc in json.loads((root / st.SCENARIOS).read_text())["scenarios"] for rel in sc["files"] if rel.endswith(".json")}
+    assert read and not {rel for rel in read if digest(runs / rel) in folded}

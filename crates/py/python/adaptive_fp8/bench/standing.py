@@ -7,7 +7,9 @@ wherever one of its modes ran exactly the groups today's file picks at that layo
 execution. For every row of a shipped model this names those groups, the mode that timed them
 (or none: not measured), its figures, and whether they miss the target (slower than BF16 beyond
 the band, or over 1.01 x the fastest of BF16, all-FP8 and the oracle): a miss measured then that
-today's file still makes stands named. ``docs/device-logs/trainer_loop/standing.json`` is this
+today's file still makes stands named. None of these runs is a step result a default was folded
+from (a test checks it), so each row is a separate measurement, though some of its counts are
+ones a sweep also timed. ``docs/device-logs/trainer_loop/standing.json`` is this
 module's output; a test checks it is current, and ``cargo xtask results`` renders it
 (``{{standing: ...}}``).
 
