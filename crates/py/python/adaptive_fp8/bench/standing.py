@@ -58,7 +58,7 @@ def todays_groups(af8, root: Path, header: dict, policy: str, tokens: int, execu
         if header.get(k):
             argv += [f"--{k}", str(header[k])]
     args = sb.parser().parse_args(argv)
-    spec, kw = sb._spec(af8, args, tokens)
+    spec, kw = sb.spec_at(af8, args, tokens)
     _, modes, _ = sb.modes_for(af8, args, spec, list(header["layer_types"]), dict(kw, execution=execution))
     return {g for g, on in modes[sb.policy_mode_name(args.policy[0], args.policy)].items() if on}
 

@@ -130,7 +130,9 @@ def _vs_min(r: dict) -> str:
     return f"{r['vs_min_median']:.3f} ({r['vs_min_p10']:.3f}-{r['vs_min_p90']:.3f}) of {r['vs_min_of']}"
 
 
-def _spec(af8, args, tokens: int) -> tuple[Spec, dict]:
+def spec_at(af8, args, tokens: int) -> tuple[Spec, dict]:
+    """The step's shapes at ``tokens`` under the command line's layout, and the layout's keyword
+    arguments for the engine's plan (what a policy mode decides with)."""
     kw = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
     if args.ep:
         kw["ep"] = args.ep
@@ -217,7 +219,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
 
     model_name = ""
     for tokens in args.tokens:
-        spec, kw = _spec(af8, args, tokens)
+        spec, kw = spec_at(af8, args, tokens)
         if not keys:
             planned = af8._plan(args.model, None, kw)
             model_name = planned.get("model", "")
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             af8.Policy.load(p)  # a bad policy fails before any GPU work
         # The model, layout and layer mix are checked before torch is imported.
         for t in args.tokens:
-            spec, _ = _spec(af8, args, t)
+            spec, _ = spec_at(af8, args, t)
             kinds = composition(spec, args.layers, args.dense_layers)
             if args.tp_comm:
                 world = os.environ.get("WORLD_SIZE")
