@@ -351,7 +351,7 @@ def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
     args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "40", "--layers", "1"])
     import adaptive_fp8 as af8
 
-    spec, _ = sb._spec(af8, args, 40)
+    spec, _ = sb.spec_at(af8, args, 40)
     from adaptive_fp8.bench import step_layers
 
     bench = step_layers.Bench(args, fake_te, "cpu")
@@ -380,7 +380,7 @@ def test_a_policy_without_rules_for_the_layout_is_named_in_the_notes(root):
     for etp, expect_note in ((None, True), (1, False)):
         args = sb.parser().parse_args(["--model", model, "--tp", "2", "--ep", "8", "--tokens", "8192", "--policy", pol]
                                       + (["--etp", str(etp)] if etp else []))
-        spec, kw = sb._spec(af8, args, 8192)
+        spec, kw = sb.spec_at(af8, args, 8192)
         kinds = composition(spec, 2)
         _, modes, notes = sb.modes_for(af8, args, spec, kinds, kw)
         pm = modes["policy:mixtral_8x7b_tp2_etp1.json"]
@@ -493,7 +493,7 @@ def test_policies_with_one_file_name_stay_apart_in_the_modes(root):
     q = str(root / "fixtures" / "models" / "qwen2_5_72b.yaml")
     pols = [str(root / p) for p in paths[:2]] + [str(root / "policies" / "delayed" / "qwen2_5_72b.json")]
     args = sb.parser().parse_args(["--model", q, "--tp", "8", "--tokens", "1024", *sum((["--policy", p] for p in pols), [])])
-    spec, kw = sb._spec(af8, args, 1024)
+    spec, kw = sb.spec_at(af8, args, 1024)
     _, modes, _ = sb.modes_for(af8, args, spec, composition(spec, 2), kw)
     assert len([m for m in modes if m.startswith("policy:")]) == 3
 
