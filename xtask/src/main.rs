@@ -116,12 +116,20 @@ fn results(check: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// What `python -m adaptive_fp8.bench.standing` writes: it reads the shipped policies.
+const STANDING: &str = "docs/device-logs/trainer_loop/standing.json";
+
 fn gen_policy(a: GenArgs) -> Result<(), String> {
     let root = root();
     if a.check {
         let stale = check_policies(&root, update())?;
         if update() {
             println!("rewrote policies/ from reports/h200");
+            // The end-to-end runs' reading depends on the policies; its test names the command
+            // too, but the hint saves a CI round.
+            eprintln!(
+                "then refresh {STANDING} (python -m adaptive_fp8.bench.standing --json {STANDING}) and docs/RESULTS.md (cargo xtask results)"
+            );
             return Ok(());
         }
         if stale.is_empty() {
