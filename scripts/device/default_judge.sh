@@ -426,10 +426,7 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
     --policy policies/qwen3_vl_235b_a22b.vit.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 \
     --layers 2 --tokens 1536,3072,6144 --execution eager,graphed --json "$W/q3vl_vit.json" --md "$W/q3vl_vit.md"
   for r in tensorwise delayed; do
-    queued step dsv3_${r} 250 python3 -m adaptive_fp8.bench.step_bench --recipe $r \
-      --policy policies/$r/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
-      --layers 2 --dense-layers 1 --tokens 3072,6144 --execution eager \
-      --json "$W/dsv3_${r}.json" --md "$W/dsv3_${r}.md"
+    dsv3_recipe dsv3_${r} 250 $r 3072,6144 eager
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
