@@ -81,6 +81,8 @@ step() {  # name, timeout, command...
   timeout "$t" "$@" > "$W/$name.out" 2> "$W/$name.log"
   echo "$name rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$W/steps.txt"
   grep -E "Error|error:|Traceback|differ from fp8sel" "$W/$name.log" | sort | uniq -c | head -8
+  # What ran so far comes back even where the call is stopped by its device-time limit.
+  tar -C /tmp/dj -czf "$OUT/$phase.tar.gz" "$phase"
 }
 left() {  # seconds left of this call's BUDGET (570), at least 30
   local l=$(( ${BUDGET:-570} - ($(date +%s) - T0) )); [ $l -gt 30 ] && echo $l || echo 30
@@ -457,16 +459,13 @@ retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed D
   # graphed step (Qwen2.5-72B's tensorwise file at graphed 1024 was 1.115 x BF16 in the e2e run,
   # when both of its thresholds were GPU time): Qwen2.5-72B's with the oracle, DeepSeek-V3's
   # against BF16 and all-FP8 (its oracle costs a call per count).
-  for r in tensorwise delayed; do
-    q72_recipe q72_${r}_graphed 120 $r 1024,3072 graphed
-  done
-  # The default file at TP 8 and 4 (the seed's Qwen2.5-72B runs TP 4): both thresholds there are
-  # per-module timing (end-to-end run h: 1.094 x BF16 at TP 8 graphed 1024); the step's oracle
-  # per count and execution, one rank's GEMMs (communication: issue 27), to fold.
-  for tp in 8 4; do
-    q72_recipe q72_tp${tp}_blockwise 300 blockwise 1024,2048,4096 eager,graphed $tp
-  done
+  # Ordered so that the three calls one session's device time holds each fill: the TP 8 default
+  # and one recipe's graphed row, the key-unit DeepSeek-V3 row and the other, then TP 4.
+  q72_recipe q72_tp8_blockwise 300 blockwise 1024,2048,4096 eager,graphed 8
+  q72_recipe q72_tensorwise_graphed 120 tensorwise 1024,3072 graphed
   dsv3_recipe dsv3_delayed_3072u 420 delayed 3072 eager
+  q72_recipe q72_delayed_graphed 120 delayed 1024,3072 graphed
+  q72_recipe q72_tp4_blockwise 300 blockwise 1024,2048,4096 eager,graphed 4
   for r in tensorwise delayed; do
     dsv3_recipe dsv3_${r}_graphed 90 $r 3072 graphed --oracle none
   done
