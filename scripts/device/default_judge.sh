@@ -59,6 +59,10 @@
 #            Qwen2.5-72B file at TP 8 and 4 (1024-4096, both executions, oracle), the delayed
 #            DeepSeek-V3 file at eager 3072 with the oracle over policy keys (the shared fc2 key
 #            one unit), then q72_retry and DeepSeek-V3's eager step at 8192.
+#   retune7: after retune6, a queue as rerun: the default Qwen2.5-72B file at TP 8 and 4 above
+#            retune6's sweep (3072-8192, both executions, oracle: the two fold together), the
+#            folded tensorwise Qwen2.5-72B (graphed) and delayed DeepSeek-V3 (eager) files at
+#            unswept counts, DeepSeek-V3's eager Megatron step at 8192 in a call of its own.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -66,7 +70,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -134,10 +138,11 @@ q72_retry() {  # queued: gen-policy's out-of-memory retry on Qwen2.5-72B graphed
     --execution graphed --refine 0 --time-limit 450 --out /tmp/dj/pol_q72r
   cp -r /tmp/dj/pol_q72r "$W/" 2>/dev/null
 }
-dsv3_eager_8192() {  # queued: DeepSeek-V3's eager Megatron step at 8192 alone
-  queued step dsv3_eager_8192 480 ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
+dsv3_eager_8192() {  # queued: DeepSeek-V3's eager Megatron step at 8192 alone [name, seconds]
+  local name=${1:-dsv3_eager_8192} t=${2:-480}
+  queued step "$name" "$t" ./devcarry/fp8sel gen-policy --backend step --step-trainer megatron --tp 1 \
     --ep 16 --python python3 --model fixtures/models/deepseek_v3.yaml --layers 2 --tokens 8192 \
-    --execution eager --refine 0 --time-limit 460 --out /tmp/dj/pol_dsv3_8192
+    --execution eager --refine 0 --time-limit $((t - 20)) --out /tmp/dj/pol_dsv3_8192
   cp -r /tmp/dj/pol_dsv3_8192 "$W/" 2>/dev/null
 }
 gen() {  # model dir, layers, extra layout args...
@@ -472,6 +477,22 @@ retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed D
   q72_retry
   dsv3_eager_8192
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 9:"
+  ;;
+retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-72B TP 8 and 4
+  # sweeps of the default file ended at 4096, where the oracle still kept keys BF16 that pay
+  # above (TP 8 eager fc1 0.910 x BF16 at 6144 unswept): folded alone, they turn those keys BF16
+  # for good. The same sweeps above it, so both fold together; then the folded recipe files
+  # judged at counts their folds did not sweep, and DeepSeek-V3's eager Megatron step at 8192
+  # with a call to itself (cut at 460 s twice).
+  q72_recipe q72_tp8_hi 250 blockwise 3072,6144,8192 eager,graphed 8
+  queued step q72_tensorwise_folded 90 python3 -m adaptive_fp8.bench.step_bench --recipe tensorwise \
+    --oracle none --policy policies/tensorwise/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml \
+    --tp 8 --layers 2 --tokens 1536,2048,6144 --execution graphed --json "$W/q72_tensorwise_folded.json" \
+    --md "$W/q72_tensorwise_folded.md"
+  q72_recipe q72_tp4_hi 300 blockwise 3072,6144,8192 eager,graphed 4
+  dsv3_recipe dsv3_delayed_folded 120 delayed 3072,4096 eager --oracle none
+  dsv3_eager_8192 dsv3_eager_8192b 580
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

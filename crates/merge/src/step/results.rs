@@ -80,6 +80,34 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
     }
 }
 
+/// A row's verdict: the FP8 groups of its oracle, unless the row's own interleaved rounds put
+/// all-BF16 or all-FP8 ahead of the oracle beyond the noise (the oracle's `vs_min_of` names that
+/// reference and its whole p10-p90 band against it is above 1): then that reference's groups.
+/// The search decides each trial on a few early-stopped pairs and keeps the fewer-FP8 side of a
+/// tie, so it can settle short of all-FP8 where the rounds, more of them and interleaved, measure
+/// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). `None` where the row has no oracle.
+fn row_verdict(row: &Value) -> Option<&Vec<Value>> {
+    let oracle = row.pointer("/modes/oracle")?;
+    let searched = oracle.get("fp8_groups").and_then(Value::as_array)?;
+    let beaten_by = oracle
+        .get("vs_min_of")
+        .and_then(Value::as_str)
+        .filter(|r| matches!(*r, "bf16" | "fp8"))
+        .filter(|_| {
+            oracle
+                .get("vs_min_p10")
+                .and_then(Value::as_f64)
+                .is_some_and(|p10| p10 > 1.0)
+        });
+    match beaten_by {
+        Some(reference) => row
+            .pointer(&format!("/modes/{reference}/fp8_groups"))
+            .and_then(Value::as_array)
+            .or(Some(searched)),
+        None => Some(searched),
+    }
+}
+
 /// Reads `python -m adaptive_fp8.bench.step_bench --json` results (the caller reads the file, bounded
 /// by [`MAX_STEP_BYTES`]): one [`StepRun`] per execution swept. The oracle must have run
 /// (`--oracle greedy`, the default) and the file must carry `group_keys` (step benchmarks from
@@ -127,12 +155,12 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
                     format!("results[{i}].tokens: missing or not a positive count"),
                 )
             })?;
-        let oracle = row.pointer("/modes/oracle/fp8_groups").and_then(Value::as_array).ok_or_else(|| {
+        let verdict = row_verdict(row).ok_or_else(|| {
             format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
         })?;
         by_exec.entry(execution).or_default().push(StepCount {
             tokens,
-            fp8_groups: oracle
+            fp8_groups: verdict
                 .iter()
                 .filter_map(Value::as_str)
                 .map(str::to_owned)
@@ -229,6 +257,35 @@ pub fn failed_counts(text: &str, file: &Path) -> Result<Vec<FailedCount>, MergeE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn verdict_of(oracle: &str) -> Vec<String> {
+        let text = format!(
+            r#"{{"group_keys": {{"fc1": {{"key": {{"kind": "layernorm_column", "tp": 1, "ub_name": "fc1"}}}}}}, "results": [{{"tokens": 3072, "modes": {{
+                "bf16": {{"fp8_groups": []}}, "fp8": {{"fp8_groups": ["fc1", "fc2", "qkv"]}},
+                "oracle": {oracle}}}}}]}}"#
+        );
+        let runs = parse_results(&text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
+        runs[0].counts[0].fp8_groups.iter().cloned().collect()
+    }
+
+    #[test]
+    fn a_reference_faster_than_the_oracle_beyond_the_noise_is_the_verdict() {
+        let beaten = r#"{"fp8_groups": ["fc1"], "vs_min_of": "fp8", "vs_min_p10": 1.011, "vs_min_p90": 1.031}"#;
+        assert_eq!(verdict_of(beaten), ["fc1", "fc2", "qkv"]);
+        let by_bf16 = r#"{"fp8_groups": ["fc1"], "vs_min_of": "bf16", "vs_min_p10": 1.02}"#;
+        assert!(verdict_of(by_bf16).is_empty());
+        // Within the noise (the band reaches 1), or the oracle itself the fastest: the search's.
+        let tie = r#"{"fp8_groups": ["fc1"], "vs_min_of": "fp8", "vs_min_p10": 0.992, "vs_min_p90": 1.045}"#;
+        assert_eq!(verdict_of(tie), ["fc1"]);
+        let fastest = r#"{"fp8_groups": ["fc1"], "vs_min_of": "oracle", "vs_min_p10": 1.0}"#;
+        assert_eq!(verdict_of(fastest), ["fc1"]);
+        let older = r#"{"fp8_groups": ["fc1"]}"#;
+        assert_eq!(
+            verdict_of(older),
+            ["fc1"],
+            "rows without the band keep the oracle's verdict"
+        );
+    }
 
     #[test]
     fn failed_counts_are_listed_and_out_of_memory_is_told_apart() {
