@@ -74,6 +74,7 @@ mod tests {
                         .filter(|(_, f)| t >= *f)
                         .map(|(g, _)| (*g).to_owned())
                         .collect(),
+                    overruled_by: None,
                 })
                 .collect(),
             groups: from

@@ -199,11 +199,21 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
         .collect();
     prov.measured_bf16_keys = bf16;
     prov.step = Some(json!({
-        "runs": runs.iter().map(|r| json!({"execution": r.execution.name(), "counts": r.counts.iter().map(|c| c.tokens).collect::<Vec<_>>(), "info": r.info})).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| json!({"execution": r.execution.name(), "counts": r.counts.iter().map(|c| c.tokens).collect::<Vec<_>>(),
+            "overruled": overruled(r), "info": r.info})).collect::<Vec<_>>(),
         "verdicts": verdicts,
     }));
     policy.set_provenance(prov);
     Ok(policy)
+}
+
+/// The counts of a run where BF16 or all-FP8, not the oracle, is the verdict: `{count:
+/// reference}`, for provenance.
+fn overruled(run: &StepRun) -> serde_json::Map<String, serde_json::Value> {
+    run.counts
+        .iter()
+        .filter_map(|c| Some((c.tokens.to_string(), json!(c.overruled_by.as_ref()?))))
+        .collect()
 }
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
@@ -323,6 +333,7 @@ mod tests {
                     })
                     .map(|(g, ..)| (*g).to_owned())
                     .collect(),
+                overruled_by: None,
             })
             .collect()
     }
@@ -412,6 +423,7 @@ mod tests {
             } else {
                 Default::default()
             },
+            overruled_by: None,
         };
         let keys = [group("fc2", dense("fc2"), 1)];
         // Either order of the two readings at 2048: BF16 there, so FP8 from 4096.

@@ -33,6 +33,28 @@ fn good_results_make_a_policy() {
 }
 
 #[test]
+fn a_count_all_fp8_beat_the_oracle_at_is_fp8_and_says_so_in_provenance() {
+    // At 2048 the oracle kept fc2 alone, and the row's rounds had all-FP8 faster beyond the
+    // noise: both keys FP8 from 2048, and provenance names the count and the reference.
+    let text = r#"{"model_name": "m", "component": "llm", "fp8_recipe": "blockwise",
+     "group_keys": {"fc1": {"key": {"kind": "layernorm_column", "ub_name": "fc1", "tp": 1}, "scale": 1},
+                    "fc2": {"key": {"kind": "row", "ub_name": "fc2", "tp": 1}, "scale": 1}},
+     "results": [{"tokens": 1024, "modes": {"fp8": {"fp8_groups": ["fc1", "fc2"]}, "oracle": {"fp8_groups": [],
+                    "vs_min_of": "oracle", "vs_min_p10": 1.0}}},
+                 {"tokens": 2048, "modes": {"fp8": {"fp8_groups": ["fc1", "fc2"]}, "oracle": {"fp8_groups": ["fc2"],
+                    "vs_min_of": "fp8", "vs_min_p10": 1.012, "vs_min_p90": 1.03}}}]}"#;
+    let p = step_policy(&parse_results(text, Path::new("r.json")).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(
+        json["rules"]["layernorm_column"]["fc1"][0]["min_tokens"], 2048,
+        "{json}"
+    );
+    assert_eq!(json["rules"]["row"]["fc2"][0]["min_tokens"], 2048, "{json}");
+    let runs = &p.provenance().unwrap().step.as_ref().unwrap()["runs"];
+    assert_eq!(runs[0]["overruled"], serde_json::json!({"2048": "fp8"}));
+}
+
+#[test]
 fn a_cut_run_and_a_finished_one_of_the_same_step_are_one_sweep() {
     // 1024 from a run its time limit cut ("complete": false), 2048 from a finished one: one
     // layout, so experts.fc1 (BF16 at 1024, FP8 at 2048) is FP8 from 2048, not BF16 for good

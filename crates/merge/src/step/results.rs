@@ -14,8 +14,11 @@ use crate::error::MergeError;
 pub struct StepCount {
     /// The swept count: the dense token count of one micro-batch (`seq x mbs`).
     pub tokens: u64,
-    /// Groups the oracle ran FP8.
+    /// Groups FP8 at this count: the oracle's, or the reference's that overruled it.
     pub fp8_groups: BTreeSet<String>,
+    /// `bf16` or `fp8` where that reference, not the oracle, is the verdict: the row's rounds
+    /// measured it faster than the oracle beyond the noise.
+    pub overruled_by: Option<String>,
 }
 
 /// A module group of the step and the policy key it is looked up with.
@@ -80,13 +83,14 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
     }
 }
 
-/// A row's verdict: the FP8 groups of its oracle, unless the row's own interleaved rounds put
+/// A row's verdict and the reference that gave it where not the oracle: the FP8 groups of its
+/// oracle, unless the row's own interleaved rounds put
 /// all-BF16 or all-FP8 ahead of the oracle beyond the noise (the oracle's `vs_min_of` names that
 /// reference and its whole p10-p90 band against it is above 1): then that reference's groups.
 /// The search decides each trial on a few early-stopped pairs and keeps the fewer-FP8 side of a
 /// tie, so it can settle short of all-FP8 where the rounds, more of them and interleaved, measure
 /// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). `None` where the row has no oracle.
-fn row_verdict(row: &Value) -> Option<&Vec<Value>> {
+fn row_verdict(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
     let oracle = row.pointer("/modes/oracle")?;
     let searched = oracle.get("fp8_groups").and_then(Value::as_array)?;
     let beaten_by = oracle
@@ -99,13 +103,11 @@ fn row_verdict(row: &Value) -> Option<&Vec<Value>> {
                 .and_then(Value::as_f64)
                 .is_some_and(|p10| p10 > 1.0)
         });
-    match beaten_by {
-        Some(reference) => row
-            .pointer(&format!("/modes/{reference}/fp8_groups"))
-            .and_then(Value::as_array)
-            .or(Some(searched)),
-        None => Some(searched),
-    }
+    let by_reference = beaten_by.and_then(|r| {
+        let groups = row.pointer(&format!("/modes/{r}/fp8_groups"))?;
+        Some((groups.as_array()?, Some(r)))
+    });
+    Some(by_reference.unwrap_or((searched, None)))
 }
 
 /// Reads `python -m adaptive_fp8.bench.step_bench --json` results (the caller reads the file, bounded
@@ -155,7 +157,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
                     format!("results[{i}].tokens: missing or not a positive count"),
                 )
             })?;
-        let verdict = row_verdict(row).ok_or_else(|| {
+        let (verdict, overruled_by) = row_verdict(row).ok_or_else(|| {
             format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
         })?;
         by_exec.entry(execution).or_default().push(StepCount {
@@ -165,6 +167,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
                 .filter_map(Value::as_str)
                 .map(str::to_owned)
                 .collect(),
+            overruled_by: overruled_by.map(str::to_owned),
         });
     }
     if by_exec.is_empty() {
@@ -258,31 +261,39 @@ pub fn failed_counts(text: &str, file: &Path) -> Result<Vec<FailedCount>, MergeE
 mod tests {
     use super::*;
 
-    fn verdict_of(oracle: &str) -> Vec<String> {
+    fn verdict_of(oracle: &str) -> (Vec<String>, Option<String>) {
         let text = format!(
             r#"{{"group_keys": {{"fc1": {{"key": {{"kind": "layernorm_column", "tp": 1, "ub_name": "fc1"}}}}}}, "results": [{{"tokens": 3072, "modes": {{
                 "bf16": {{"fp8_groups": []}}, "fp8": {{"fp8_groups": ["fc1", "fc2", "qkv"]}},
                 "oracle": {oracle}}}}}]}}"#
         );
         let runs = parse_results(&text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
-        runs[0].counts[0].fp8_groups.iter().cloned().collect()
+        let c = &runs[0].counts[0];
+        (
+            c.fp8_groups.iter().cloned().collect(),
+            c.overruled_by.clone(),
+        )
     }
 
     #[test]
     fn a_reference_faster_than_the_oracle_beyond_the_noise_is_the_verdict() {
         let beaten = r#"{"fp8_groups": ["fc1"], "vs_min_of": "fp8", "vs_min_p10": 1.011, "vs_min_p90": 1.031}"#;
-        assert_eq!(verdict_of(beaten), ["fc1", "fc2", "qkv"]);
+        let fp8 = Some("fp8".to_owned());
+        assert_eq!(
+            verdict_of(beaten),
+            (vec!["fc1".into(), "fc2".into(), "qkv".into()], fp8)
+        );
         let by_bf16 = r#"{"fp8_groups": ["fc1"], "vs_min_of": "bf16", "vs_min_p10": 1.02}"#;
-        assert!(verdict_of(by_bf16).is_empty());
+        assert_eq!(verdict_of(by_bf16), (vec![], Some("bf16".to_owned())));
         // Within the noise (the band reaches 1), or the oracle itself the fastest: the search's.
         let tie = r#"{"fp8_groups": ["fc1"], "vs_min_of": "fp8", "vs_min_p10": 0.992, "vs_min_p90": 1.045}"#;
-        assert_eq!(verdict_of(tie), ["fc1"]);
+        assert_eq!(verdict_of(tie), (vec!["fc1".into()], None));
         let fastest = r#"{"fp8_groups": ["fc1"], "vs_min_of": "oracle", "vs_min_p10": 1.0}"#;
-        assert_eq!(verdict_of(fastest), ["fc1"]);
+        assert_eq!(verdict_of(fastest), (vec!["fc1".into()], None));
         let older = r#"{"fp8_groups": ["fc1"]}"#;
         assert_eq!(
             verdict_of(older),
-            ["fc1"],
+            (vec!["fc1".into()], None),
             "rows without the band keep the oracle's verdict"
         );
     }
