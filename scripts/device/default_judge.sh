@@ -62,7 +62,8 @@
 #   retune7: after retune6, a queue as rerun: the default Qwen2.5-72B file at TP 8 and 4 above
 #            retune6's sweep (3072-8192, both executions, oracle: the two fold together), the
 #            folded tensorwise Qwen2.5-72B (graphed) and delayed DeepSeek-V3 (eager) files at
-#            unswept counts, DeepSeek-V3's eager Megatron step at 8192 in a call of its own.
+#            unswept counts, the default DeepSeek-V3 file at TP 8 EP 64 graphed with the oracle
+#            (1024-4096), DeepSeek-V3's eager Megatron step at 8192 in a call of its own.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -491,8 +492,18 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
     --md "$W/q72_tensorwise_folded.md"
   q72_recipe q72_tp4_hi 300 blockwise 3072,6144,8192 eager,graphed 4
   dsv3_recipe dsv3_delayed_folded 120 delayed 3072,4096 eager --oracle none
+  # The default DeepSeek-V3 file at TP 8 EP 64 graphed (2 MoE layers, as the end-to-end run that
+  # measured 1.071 x BF16 at 1024), with the oracle: its graphed thresholds there are one rank's
+  # per-module GPU time. Before the 8192 step: a standing miss outranks a cut count.
+  queued step dsv3_tp8_graphed 300 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1024,2048,4096 \
+    --execution graphed --json "$W/dsv3_tp8_graphed.json" --md "$W/dsv3_tp8_graphed.md"
   dsv3_eager_8192 dsv3_eager_8192b 580
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  # To fold (next session): q72_tp{8,4}_blockwise.json of retune6 and q72_tp{8,4}_hi.json as
+  # reports/h200/step/qwen2_5_72b_tp{8,4}_ep1_etp1{,_hi}_step.json, dsv3_tp8_graphed.json as
+  # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_step.json, where their tops are not BF16
+  # for a key the default has FP8 below them.
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
