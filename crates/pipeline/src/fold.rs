@@ -3,11 +3,12 @@
 //!
 //! Pure, like `build`: it takes and returns the files a generation would write.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use fp8_merge::fold::{fold, overlay, step_first};
-use fp8_policy::{DenseKind, GroupedKind, Policy};
+use fp8_policy::{DenseKind, GroupedKind, Policy, RuleKey};
 
 use crate::build::Files;
 
@@ -78,6 +79,67 @@ fn threshold(t: u64) -> String {
     }
 }
 
+/// Both thresholds of every rule, by the key's provenance spelling (`RuleKey`'s display).
+fn thresholds_by_key(p: &Policy) -> BTreeMap<String, [u64; 2]> {
+    let mut out = BTreeMap::new();
+    for kind in DenseKind::ALL {
+        for (ub, rules) in p.dense_rules(kind) {
+            for r in rules {
+                let key = RuleKey::Dense {
+                    kind,
+                    ub_name: ub.clone(),
+                    tp: r.tp,
+                };
+                let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
+                out.insert(key.to_string(), [r.min_tokens, g]);
+            }
+        }
+    }
+    for kind in GroupedKind::ALL {
+        for r in p.grouped_rules(kind) {
+            let key = RuleKey::Grouped {
+                kind,
+                etp: r.etp,
+                num_gemms: r.num_gemms,
+            };
+            let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
+            out.insert(key.to_string(), [r.min_tokens, g]);
+        }
+    }
+    out
+}
+
+/// Keys the training step kept BF16 at its largest swept count that stay BF16 above it: the
+/// step has no verdict there, so the rule is "never" for want of one, not by a measurement
+/// (`key execution: largest count`). A sweep to larger counts can move them.
+pub fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
+    let Some(verdicts) = p
+        .provenance()
+        .and_then(|pr| pr.step.as_ref())
+        .and_then(|s| s.get("verdicts"))
+        .and_then(|v| v.as_object())
+    else {
+        return Vec::new();
+    };
+    let rules = thresholds_by_key(p);
+    let mut out = Vec::new();
+    for (key, v) in verdicts {
+        for (i, e) in ["eager", "graphed"].into_iter().enumerate() {
+            let last = v.get(e).and_then(|a| a.as_array()).and_then(|a| a.last());
+            let Some([count, fp8]) = last.and_then(|l| l.as_array()).map(Vec::as_slice) else {
+                continue;
+            };
+            let never = rules
+                .get(key)
+                .is_none_or(|t| t[i] >= fp8_merge::step::NEVER);
+            if fp8.as_bool() == Some(false) && never {
+                out.push(format!("{key} {e}: {count}"));
+            }
+        }
+    }
+    out
+}
+
 /// The summary's table of both thresholds of one folded policy.
 fn section(path: &Path, p: &Policy) -> String {
     let mut s = format!(
@@ -116,6 +178,16 @@ fn section(path: &Path, p: &Policy) -> String {
                 threshold(r.min_tokens),
                 threshold(g)
             );
+        }
+    }
+    let capped = bf16_above_the_sweep(p);
+    if !capped.is_empty() {
+        s.push_str(
+            "\nBF16 above the training step's sweep for want of a verdict (BF16 at its largest \
+             count, the one given; a sweep to larger counts can move them):\n",
+        );
+        for c in capped {
+            let _ = writeln!(s, "- {c}");
         }
     }
     s
@@ -163,6 +235,36 @@ mod tests {
         assert!(md.contains("| row | fc2 tp=1 | 16384 | 1024 |"), "{md}");
         assert!(md.contains("`min_tokens_graphed`: gpu"), "{md}");
         assert_eq!(out[Path::new("plots/m/x.svg")], b"<svg/>");
+    }
+
+    #[test]
+    fn keys_bf16_at_the_top_of_the_sweep_and_never_above_are_named() {
+        // fc2: FP8 from 2048 eager; graphed BF16 to the top (2048) and "never". proj: no rule,
+        // BF16 at every count. qkv: BF16 at the top too, but the default's 8192 stood above it.
+        let text = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {
+            "row": {"fc2": [{"tp": 1, "min_tokens": 2048, "min_tokens_graphed": 9007199254740992}]},
+            "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 8192}]}},
+          "provenance": {"step": {"verdicts": {
+            "(kind=row, ub_name=fc2, tp=1)": {"eager": [[1024, false], [2048, true]], "graphed": [[1024, false], [2048, false]]},
+            "(kind=row, ub_name=proj, tp=1)": {"eager": [[1024, false], [2048, false]], "graphed": null},
+            "(kind=layernorm_column, ub_name=qkv, tp=1)": {"eager": [[2048, false]]}}}}}"#;
+        let p = parse(text.as_bytes(), Path::new("m.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            bf16_above_the_sweep(&p),
+            [
+                "(kind=row, ub_name=fc2, tp=1) graphed: 2048",
+                "(kind=row, ub_name=proj, tp=1) eager: 2048"
+            ]
+        );
+        assert!(
+            section(Path::new("m.json"), &p)
+                .contains("- (kind=row, ub_name=proj, tp=1) eager: 2048")
+        );
+        let plain = parse(G.as_bytes(), Path::new("m.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            bf16_above_the_sweep(&plain).is_empty(),
+            "no step, nothing to name"
+        );
     }
 
     #[test]
