@@ -77,3 +77,25 @@ def test_no_run_read_here_is_a_step_result_the_defaults_were_folded_from(root):
     runs = root / "docs/device-logs/trainer_loop"
     read = {rel for sc in json.loads((root / st.SCENARIOS).read_text())["scenarios"] for rel in sc["files"] if rel.endswith(".json")}
     assert read and not {rel for rel in read if digest(runs / rel) in folded}
+    judged = {rel for rel, _ in st.judge_runs(root)}
+    assert judged and not {rel for rel in judged if digest(root / "docs/device-logs" / rel) in folded}
+
+
+def test_the_judge_runs_read_are_the_te_block_ones_not_folded_copies_nor_megatron_rows(root):
+    judged = {rel for rel, _ in st.judge_runs(root)}
+    # The default file at TP 8, judged and not (yet) folded: read.
+    assert "default_judge/retune6/q72_tp8_blockwise.json" in judged
+    # Its tensorwise sibling is a committed step result's copy (folded): left out.
+    assert "default_judge/retune6/q72_tensorwise_graphed.json" not in judged
+    assert (root / "docs/device-logs/default_judge/retune6/q72_tensorwise_graphed.json").is_file()
+    # The Megatron judge (two integrations) and a sweep's own output: left out.
+    assert "default_judge/retune-step/q72_step_judge.json" not in judged
+    assert not {rel for rel in judged if "/reports/" in rel}
+    rows = [r for r in st.standing(root)["rows"] if r["file"] == "default_judge/retune6/q72_tp8_blockwise.json"]
+    assert {r["run"] for r in rows} == {"retune6"} and len(rows) == 6
+    assert rows[0]["layout"] == "qwen2_5_72b, TP 8, 2 layers (dense, dense)"
+
+
+def test_a_layout_names_its_expert_parallel_size_and_a_recipe_other_than_blockwise():
+    h = {"model_name": "deepseek_v3", "tp": 1, "ep": 16, "layers": 2, "layer_types": ["dense", "moe"], "fp8_recipe": "delayed"}
+    assert st.layout_of(h) == "deepseek_v3, TP 1, EP 16, 2 layers (dense, moe), `--recipe delayed`"

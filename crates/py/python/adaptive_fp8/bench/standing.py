@@ -1,7 +1,8 @@
 """The end-to-end step runs read against the policies shipped now (pure: the engine, no torch).
 
-``docs/device-logs/trainer_loop/`` holds the TE-block step runs of the end-to-end section, each
-row timing BF16, all-FP8, the policies of the day and the oracle, every mode a set of FP8 groups.
+``docs/device-logs/trainer_loop/`` holds the TE-block step runs of the end-to-end section, and
+``docs/device-logs/default_judge/`` the retunes' TE-block judge runs, each row timing BF16,
+all-FP8, the policies of the day and (mostly) the oracle, every mode a set of FP8 groups.
 The TE-block step builds a mode from its groups alone, so a row measured today's default as well
 wherever one of its modes ran exactly the groups today's file picks at that layout, count and
 execution. For every row of a shipped model this names those groups, the mode that timed them
@@ -19,11 +20,14 @@ module's output; a test checks it is current, and ``cargo xtask results`` render
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
 
 SCENARIOS = "docs/device-logs/trainer_loop/scenarios.json"
+# The retunes' TE-block judge runs (step_bench at counts the defaults were not made at).
+JUDGE_RUNS = "docs/device-logs/default_judge"
 STANDING = "docs/device-logs/trainer_loop/standing.json"
 # The recipe a run's TE class names, and the folder of its shipped policies.
 RECIPE_DIRS = {"Float8BlockScaling": "", "Float8CurrentScaling": "tensorwise", "DelayedScaling": "delayed"}
@@ -90,8 +94,66 @@ def figures(row: dict, mode: str) -> dict:
     }
 
 
+def folded_digests(root: Path) -> set[str]:
+    """The contents of every committed step result (``reports/**/*_step.json``): the runs the
+    defaults were folded from, which this reading leaves out."""
+    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in (root / "reports").rglob("*_step.json")}
+
+
+def layout_of(header: dict) -> str:
+    """A TE-block run's layout in words, from its header."""
+    parts = [header.get("model_name") or Path(header["model"]).stem, f"TP {header.get('tp', 1)}"]
+    if header.get("ep"):
+        parts.append(f"EP {header['ep']}")
+    parts.append(f"{header['layers']} layers ({', '.join(header['layer_types'])})")
+    if header.get("fp8_recipe", "blockwise") != "blockwise":
+        parts.append(f"`--recipe {header['fp8_recipe']}`")
+    return ", ".join(parts)
+
+
+def judge_runs(root: Path) -> list[tuple[str, dict]]:
+    """The retunes' TE-block judge runs of shipped models, as ``(path under docs/device-logs,
+    header)``: step_bench files (``layer_types``, no ``trainer``: the Megatron judge's modes are
+    two integrations, separate programs, so today's groups cannot be read off one of them), not
+    a sweep's output (``reports/``) nor a committed step result's copy."""
+    folded = folded_digests(root)
+    base = root / JUDGE_RUNS
+    out = []
+    for p in sorted(base.rglob("*.json")):
+        rel = p.relative_to(base.parent)
+        if "reports" in rel.parts or hashlib.sha256(p.read_bytes()).hexdigest() in folded:
+            continue
+        header = json.loads(p.read_text())
+        if not isinstance(header, dict) or "layer_types" not in header or "trainer" in header or header.get("tp_comm"):
+            continue
+        if shipped_policy(root, header) is not None:
+            out.append((rel.as_posix(), header))
+    return out
+
+
+def read_run(af8, root: Path, header: dict, label: dict) -> list[dict]:
+    """One run's rows against today's file of its model: ``label`` (scenario, layout, file,
+    run) and, per row, today's groups, the mode that timed them and its figures."""
+    policy = shipped_policy(root, header)
+    if policy is None:
+        return []
+    rows = []
+    for row in header["results"]:
+        if "modes" not in row:
+            continue
+        tokens, execution = row["tokens"], row.get("execution", header.get("execution", "eager"))
+        groups = todays_groups(af8, root, header, policy, tokens, execution)
+        mode = timed_as(row, groups)
+        out = dict(label, execution=execution, tokens=tokens, policy=policy, fp8_groups=sorted(groups), timed_as=mode)
+        if mode is not None:
+            out.update(figures(row, mode))
+        rows.append(out)
+    return rows
+
+
 def standing(root: Path) -> dict:
-    """Every row of every shipped model's end-to-end run, read against today's policies."""
+    """Every row of every shipped model's end-to-end run and of the retunes' TE-block judge
+    runs, read against today's policies."""
     import adaptive_fp8 as af8
 
     runs = root / Path(SCENARIOS).parent
@@ -100,24 +162,13 @@ def standing(root: Path) -> dict:
         for rel in sc["files"]:
             if not rel.endswith(".json"):
                 continue
-            header = json.loads((runs / rel).read_text())
-            policy = shipped_policy(root, header)
-            if policy is None:
-                continue
-            for row in header["results"]:
-                if "modes" not in row:
-                    continue
-                tokens, execution = row["tokens"], row.get("execution", header.get("execution", "eager"))
-                groups = todays_groups(af8, root, header, policy, tokens, execution)
-                mode = timed_as(row, groups)
-                # The layout alone: a recipe scenario's note on the file of its day stays there.
-                out = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0],
-                       "execution": execution, "tokens": tokens, "policy": policy,
-                       "fp8_groups": sorted(groups), "timed_as": mode}
-                if mode is not None:
-                    out.update(figures(row, mode))
-                rows.append(out)
-    return {"source": SCENARIOS, "target_vs_min": TARGET_VS_MIN, "rows": rows}
+            # The layout alone: a recipe scenario's note on the file of its day stays there.
+            label = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0]}
+            rows += read_run(af8, root, json.loads((runs / rel).read_text()), label)
+    for rel, header in judge_runs(root):
+        label = {"scenario": "Default judge", "layout": layout_of(header), "file": rel, "run": rel.split("/")[1]}
+        rows += read_run(af8, root, header, label)
+    return {"source": SCENARIOS, "judge_runs": JUDGE_RUNS, "target_vs_min": TARGET_VS_MIN, "rows": rows}
 
 
 def render(data: dict) -> str:
