@@ -89,14 +89,17 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
 /// reference and its whole p10-p90 band against it is above 1): then that reference's groups.
 /// The search decides each trial on a few early-stopped pairs and keeps the fewer-FP8 side of a
 /// tie, so it can settle short of all-FP8 where the rounds, more of them and interleaved, measure
-/// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). `None` where the row has no oracle.
-fn row_verdict(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
+/// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). Only where the step builds every mode
+/// from its groups alone (`same_program`: the TE blocks); in the Megatron judge `fp8` is
+/// Megatron's own global FP8, another program than the oracle's per-module one with every
+/// group FP8. `None` where the row has no oracle.
+fn row_verdict(row: &Value, same_program: bool) -> Option<(&Vec<Value>, Option<&str>)> {
     let oracle = row.pointer("/modes/oracle")?;
     let searched = oracle.get("fp8_groups").and_then(Value::as_array)?;
     let beaten_by = oracle
         .get("vs_min_of")
         .and_then(Value::as_str)
-        .filter(|r| matches!(*r, "bf16" | "fp8"))
+        .filter(|r| same_program && matches!(*r, "bf16" | "fp8"))
         .filter(|_| {
             oracle
                 .get("vs_min_p10")
@@ -141,6 +144,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
             .unwrap_or_default()
             .to_owned()
     };
+    let te_blocks = v.get("trainer").and_then(Value::as_str).unwrap_or("te") == "te";
     let mut by_exec: BTreeMap<Execution, Vec<StepCount>> = BTreeMap::new();
     for (i, row) in result_rows(&v) {
         if row.get("error").is_some() {
@@ -157,7 +161,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
                     format!("results[{i}].tokens: missing or not a positive count"),
                 )
             })?;
-        let (verdict, overruled_by) = row_verdict(row).ok_or_else(|| {
+        let (verdict, overruled_by) = row_verdict(row, te_blocks).ok_or_else(|| {
             format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
         })?;
         by_exec.entry(execution).or_default().push(StepCount {
@@ -262,8 +266,12 @@ mod tests {
     use super::*;
 
     fn verdict_of(oracle: &str) -> (Vec<String>, Option<String>) {
+        verdict_in("te", oracle)
+    }
+
+    fn verdict_in(trainer: &str, oracle: &str) -> (Vec<String>, Option<String>) {
         let text = format!(
-            r#"{{"group_keys": {{"fc1": {{"key": {{"kind": "layernorm_column", "tp": 1, "ub_name": "fc1"}}}}}}, "results": [{{"tokens": 3072, "modes": {{
+            r#"{{"trainer": "{trainer}", "group_keys": {{"fc1": {{"key": {{"kind": "layernorm_column", "tp": 1, "ub_name": "fc1"}}}}}}, "results": [{{"tokens": 3072, "modes": {{
                 "bf16": {{"fp8_groups": []}}, "fp8": {{"fp8_groups": ["fc1", "fc2", "qkv"]}},
                 "oracle": {oracle}}}}}]}}"#
         );
@@ -290,6 +298,8 @@ mod tests {
         assert_eq!(verdict_of(tie), (vec!["fc1".into()], None));
         let fastest = r#"{"fp8_groups": ["fc1"], "vs_min_of": "oracle", "vs_min_p10": 1.0}"#;
         assert_eq!(verdict_of(fastest), (vec!["fc1".into()], None));
+        // In the Megatron judge `fp8` is Megatron's global FP8: not the oracle's program.
+        assert_eq!(verdict_in("megatron", beaten), (vec!["fc1".into()], None));
         let older = r#"{"fp8_groups": ["fc1"]}"#;
         assert_eq!(
             verdict_of(older),
