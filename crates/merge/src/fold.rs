@@ -160,9 +160,10 @@ pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
 }
 
 /// Every rule's key and both thresholds (`min_tokens`, `min_tokens_graphed`) and speedup.
-type BothThresholds = BTreeMap<RuleKey, (u64, Option<u64>, Option<f64>)>;
+pub type BothThresholds = BTreeMap<RuleKey, (u64, Option<u64>, Option<f64>)>;
 
-fn both_thresholds(p: &Policy) -> BothThresholds {
+/// Every rule of `p` by its key: `min_tokens`, `min_tokens_graphed` and `measured_speedup`.
+pub fn both_thresholds(p: &Policy) -> BothThresholds {
     let mut out = BTreeMap::new();
     for kind in DenseKind::ALL {
         for (ub, rules) in p.dense_rules(kind) {

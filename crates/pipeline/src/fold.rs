@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fp8_merge::fold::{fold, overlay, step_first};
-use fp8_policy::{DenseKind, GroupedKind, Policy, RuleKey};
+use fp8_merge::fold::{both_thresholds, fold, overlay, step_first};
+use fp8_policy::{DenseKind, GroupedKind, Policy};
 
 use crate::build::Files;
 
@@ -79,36 +79,6 @@ fn threshold(t: u64) -> String {
     }
 }
 
-/// Both thresholds of every rule, by the key's provenance spelling (`RuleKey`'s display).
-fn thresholds_by_key(p: &Policy) -> BTreeMap<String, [u64; 2]> {
-    let mut out = BTreeMap::new();
-    for kind in DenseKind::ALL {
-        for (ub, rules) in p.dense_rules(kind) {
-            for r in rules {
-                let key = RuleKey::Dense {
-                    kind,
-                    ub_name: ub.clone(),
-                    tp: r.tp,
-                };
-                let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
-                out.insert(key.to_string(), [r.min_tokens, g]);
-            }
-        }
-    }
-    for kind in GroupedKind::ALL {
-        for r in p.grouped_rules(kind) {
-            let key = RuleKey::Grouped {
-                kind,
-                etp: r.etp,
-                num_gemms: r.num_gemms,
-            };
-            let g = r.min_tokens_graphed.unwrap_or(r.min_tokens);
-            out.insert(key.to_string(), [r.min_tokens, g]);
-        }
-    }
-    out
-}
-
 /// Keys the training step kept BF16 at its largest swept count that stay BF16 above it: the
 /// step has no verdict there, so the rule is "never" for want of one, not by a measurement
 /// (`key execution: largest count`). A sweep to larger counts can move them.
@@ -121,7 +91,11 @@ pub fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
     else {
         return Vec::new();
     };
-    let rules = thresholds_by_key(p);
+    // By the key's provenance spelling (`RuleKey`'s display): each execution's threshold.
+    let rules: BTreeMap<String, [u64; 2]> = both_thresholds(p)
+        .into_iter()
+        .map(|(k, (e, g, _))| (k.to_string(), [e, g.unwrap_or(e)]))
+        .collect();
     let mut out = Vec::new();
     for (key, v) in verdicts {
         for (i, e) in ["eager", "graphed"].into_iter().enumerate() {
