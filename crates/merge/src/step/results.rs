@@ -84,9 +84,9 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
 }
 
 /// A row's verdict and the reference that gave it where not the oracle: the FP8 groups of its
-/// oracle, unless the row's own interleaved rounds put
-/// all-BF16 or all-FP8 ahead of the oracle beyond the noise (the oracle's `vs_min_of` names that
-/// reference and its whole p10-p90 band against it is above 1): then that reference's groups.
+/// oracle, unless the row's own interleaved rounds put all-BF16 or all-FP8 ahead of the oracle
+/// beyond the noise (the oracle's `vs_min_of` names that reference and its whole p10-p90 band
+/// against it is above 1): then that reference's groups.
 /// The search decides each trial on a few early-stopped pairs and keeps the fewer-FP8 side of a
 /// tie, so it can settle short of all-FP8 where the rounds, more of them and interleaved, measure
 /// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). Only where the step builds every mode
