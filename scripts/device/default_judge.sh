@@ -484,7 +484,7 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
   # above (TP 8 eager fc1 0.910 x BF16 at 6144 unswept): folded alone, they turn those keys BF16
   # for good. The same sweeps above it, so both fold together; then the folded recipe files
   # judged at counts their folds did not sweep, and DeepSeek-V3's eager Megatron step at 8192
-  # with a call to itself (cut at 460 s twice).
+  # with a call to itself (cut at 460 s twice; 540 s now).
   q72_recipe q72_tp8_hi 250 blockwise 3072,6144,8192 eager,graphed 8
   queued step q72_tensorwise_folded 90 python3 -m adaptive_fp8.bench.step_bench --recipe tensorwise \
     --oracle none --policy policies/tensorwise/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml \
@@ -498,7 +498,7 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
   queued step dsv3_tp8_graphed 300 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
     --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1024,2048,4096 \
     --execution graphed --json "$W/dsv3_tp8_graphed.json" --md "$W/dsv3_tp8_graphed.md"
-  dsv3_eager_8192 dsv3_eager_8192b 580
+  dsv3_eager_8192 dsv3_eager_8192b 560  # + ~17 s of TE set-up: inside the 600 s call
   # To fold (next session): q72_tp{8,4}_blockwise.json of retune6 and q72_tp{8,4}_hi.json as
   # reports/h200/step/qwen2_5_72b_tp{8,4}_ep1_etp1{,_hi}_step.json, dsv3_tp8_graphed.json as
   # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_step.json, where their tops are not BF16
