@@ -121,9 +121,12 @@ def judge_runs(root: Path) -> list[tuple[str, dict]]:
     out = []
     for p in sorted(base.rglob("*.json")):
         rel = p.relative_to(base.parent)
-        if "reports" in rel.parts or hashlib.sha256(p.read_bytes()).hexdigest() in folded:
+        if "reports" in rel.parts:
             continue
-        header = json.loads(p.read_text())
+        data = p.read_bytes()  # once: its digest and its header
+        if hashlib.sha256(data).hexdigest() in folded:
+            continue
+        header = json.loads(data)
         if not isinstance(header, dict) or "layer_types" not in header or "trainer" in header or header.get("tp_comm"):
             continue
         if shipped_policy(root, header) is not None:
