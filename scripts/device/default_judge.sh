@@ -124,12 +124,13 @@ dsv3_recipe() {  # queued: name, seconds, recipe, counts, execution, extra args:
     --policy "policies/$r/deepseek_v3.json" --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
     --layers 2 --dense-layers 1 --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
 }
-q72_recipe() {  # queued: name, seconds, recipe, counts, execution[, TP (8)]: the TE-block judge
-  # of Qwen2.5-72B's <recipe> file (blockwise: the default policies/qwen2_5_72b.json) at that TP
-  # (one rank's GEMMs, 2 layers, the oracle in the row)
+q72_recipe() {  # queued: name, seconds, recipe, counts, execution[, TP (8), extra args]: the
+  # TE-block judge of Qwen2.5-72B's <recipe> file (blockwise: the default policies/qwen2_5_72b.json)
+  # at that TP (one rank's GEMMs, 2 layers, the oracle in the row unless the extras say otherwise)
   local name=$1 t=$2 r=$3 counts=$4 e=$5 tp=${6:-8} pol=policies/$3/qwen2_5_72b.json
+  shift $(( $# < 6 ? $# : 6 ))
   [ "$r" = blockwise ] && pol=policies/qwen2_5_72b.json
-  queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" \
+  queued step "$name" "$t" python3 -m adaptive_fp8.bench.step_bench --recipe "$r" "$@" \
     --policy "$pol" --model fixtures/models/qwen2_5_72b.yaml --tp "$tp" --layers 2 \
     --tokens "$counts" --execution "$e" --json "$W/$name.json" --md "$W/$name.md"
 }
@@ -486,10 +487,7 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
   # judged at counts their folds did not sweep, and DeepSeek-V3's eager Megatron step at 8192
   # with a call to itself (cut at 460 s twice; 540 s now).
   q72_recipe q72_tp8_hi 250 blockwise 3072,6144,8192 eager,graphed 8
-  queued step q72_tensorwise_folded 90 python3 -m adaptive_fp8.bench.step_bench --recipe tensorwise \
-    --oracle none --policy policies/tensorwise/qwen2_5_72b.json --model fixtures/models/qwen2_5_72b.yaml \
-    --tp 8 --layers 2 --tokens 1536,2048,6144 --execution graphed --json "$W/q72_tensorwise_folded.json" \
-    --md "$W/q72_tensorwise_folded.md"
+  q72_recipe q72_tensorwise_folded 90 tensorwise 1536,2048,6144 graphed 8 --oracle none
   q72_recipe q72_tp4_hi 300 blockwise 3072,6144,8192 eager,graphed 4
   dsv3_recipe dsv3_delayed_folded 120 delayed 3072,4096 eager --oracle none
   # The default DeepSeek-V3 file at TP 8 EP 64 graphed (2 MoE layers, as the end-to-end run that
