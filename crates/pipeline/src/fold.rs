@@ -82,7 +82,7 @@ fn threshold(t: u64) -> String {
 /// Keys the training step kept BF16 at its largest swept count that stay BF16 above it: the
 /// step has no verdict there, so the rule is "never" for want of one, not by a measurement
 /// (`key execution: largest count`). A sweep to larger counts can move them.
-pub fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
+fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
     let Some(verdicts) = p
         .provenance()
         .and_then(|pr| pr.step.as_ref())
