@@ -64,6 +64,9 @@
 #            folded tensorwise Qwen2.5-72B (graphed) and delayed DeepSeek-V3 (eager) files at
 #            unswept counts, the default DeepSeek-V3 file at TP 8 EP 64 graphed with the oracle
 #            (1024-4096), DeepSeek-V3's eager Megatron step at 8192 in a call of its own.
+#   retune8: after retune7, a queue as rerun: its folds (the default Qwen2.5-72B file at TP 8 and 4,
+#            DeepSeek-V3 at TP 8 EP 64 graphed) judged at counts they did not sweep, the Qwen3-VL LLM
+#            at TP 4 EP 16 graphed with the oracle, and Qwen2.5-72B TP 8 eager 4096 in 21 rounds.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -71,7 +74,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -502,6 +505,25 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
   # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_step.json, where their tops are not BF16
   # for a key the default has FP8 below them.
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
+  ;;
+retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds judged at counts
+  # they did not sweep (no oracle: the rows' minimum is BF16 and all-FP8), then the Qwen3-VL LLM's
+  # graphed thresholds at TP 4 EP 16 (one rank's per-module GPU time; the standing misses at 1024
+  # and 4096) with the oracle, to fold; then Qwen2.5-72B TP 8 eager 4096, where two runs disagree
+  # on all-FP8 (0.967 and 1.065 x BF16), in 21 rounds.
+  q72_recipe q72_tp8_folded 120 blockwise 1536,2560,4096,5120 eager,graphed 8 --oracle none
+  q72_recipe q72_tp4_folded 120 blockwise 1536,2560,4096,5120 eager,graphed 4 --oracle none
+  queued step dsv3_tp8_folded 150 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1536,3072,5120 \
+    --execution graphed --oracle none --json "$W/dsv3_tp8_folded.json" --md "$W/dsv3_tp8_folded.md"
+  queued step q3vl_llm_graphed 330 python3 -m adaptive_fp8.bench.step_bench \
+    --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 \
+    --layers 2 --tokens 1024,2048,4096,8192 --execution graphed --json "$W/q3vl_llm_graphed.json" --md "$W/q3vl_llm_graphed.md"
+  q72_recipe q72_tp8_eager4096 100 blockwise 4096 eager 8 --oracle none --repeats 21
+  # To fold (next session): q3vl_llm_graphed.json as
+  # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_graphed_step.json where its top
+  # (8192) keeps FP8 the keys the file has FP8 below it.
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

@@ -83,15 +83,16 @@ def test_no_run_read_here_is_a_step_result_the_defaults_were_folded_from(root):
 
 def test_the_judge_runs_read_are_the_te_block_ones_not_folded_copies_nor_megatron_rows(root):
     judged = {rel for rel, _ in st.judge_runs(root)}
-    # The default file at TP 8, judged and not (yet) folded: read.
-    assert "default_judge/retune6/q72_tp8_blockwise.json" in judged
-    # Its tensorwise sibling is a committed step result's copy (folded): left out.
-    assert "default_judge/retune6/q72_tensorwise_graphed.json" not in judged
-    assert (root / "docs/device-logs/default_judge/retune6/q72_tensorwise_graphed.json").is_file()
+    # The default file at TP 8 judged at counts it was not folded from: read.
+    assert "default_judge/retune6/q72_tp8_unswept.json" in judged
+    # Its oracle sweeps are committed step results' copies (folded): left out.
+    for rel in ("q72_tp8_blockwise.json", "q72_tensorwise_graphed.json"):
+        assert f"default_judge/retune6/{rel}" not in judged
+        assert (root / "docs/device-logs/default_judge/retune6" / rel).is_file()
     # The Megatron judge (two integrations) and a sweep's own output: left out.
     assert "default_judge/retune-step/q72_step_judge.json" not in judged
     assert not {rel for rel in judged if "/reports/" in rel}
-    rows = [r for r in st.standing(root)["rows"] if r["file"] == "default_judge/retune6/q72_tp8_blockwise.json"]
+    rows = [r for r in st.standing(root)["rows"] if r["file"] == "default_judge/retune6/q72_tp8_unswept.json"]
     assert {r["run"] for r in rows} == {"retune6"} and len(rows) == 6
     assert rows[0]["layout"] == "qwen2_5_72b, TP 8, 2 layers (dense, dense)"
 
@@ -99,3 +100,15 @@ def test_the_judge_runs_read_are_the_te_block_ones_not_folded_copies_nor_megatro
 def test_a_layout_names_its_expert_parallel_size_and_a_recipe_other_than_blockwise():
     h = {"model_name": "deepseek_v3", "tp": 1, "ep": 16, "layers": 2, "layer_types": ["dense", "moe"], "fp8_recipe": "delayed"}
     assert st.layout_of(h) == "deepseek_v3, TP 1, EP 16, 2 layers (dense, moe), `--recipe delayed`"
+
+
+def test_every_moe_run_is_read_at_the_expert_parallel_size_it_ran_at(root):
+    # A policy keys routed experts by their local count (num_gemms): read at the config's EP
+    # instead, DeepSeek-V3's TP 8 rows (EP 64 on the device) would be judged at 8 local experts.
+    runs = root / "docs/device-logs/trainer_loop"
+    for sc in json.loads((root / st.SCENARIOS).read_text())["scenarios"]:
+        for rel in (r for r in sc["files"] if r.endswith(".json")):
+            header = st.with_step_args(json.loads((runs / rel).read_text()), sc)
+            if "moe" in header.get("layer_types", []):
+                assert header.get("ep"), f"{rel}: no ep in the file nor in its scenario's step_args"
+    assert st.with_step_args({"ep": 4, "tp": None}, {"step_args": {"ep": 64, "tp": 8}}) == {"ep": 4, "tp": 8}

@@ -12,7 +12,7 @@ import adaptive_fp8 as af8
 
 GROUPS = ["qkv", "proj", "fc1", "fc2"]
 from adaptive_fp8.bench import step_bench as sb
-from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions
+from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys
 
 
 def _spec(root, model="qwen2_5_72b.yaml", component="llm", **kw):
@@ -46,6 +46,12 @@ def test_spec_of_deepseek_v3_has_mla_moe_and_shared_experts(root):
                  "experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2"]
     with pytest.raises(StepBenchError, match="between 0 and"):
         composition(s, 2, 3)
+    # The results list the keys of the groups built: the dense fc1 of a step of MoE layers has no
+    # verdict (its key is the dense layers' own; the shared experts' fc1 has another).
+    p = af8._plan(str(root / "fixtures" / "models" / "deepseek_v3.yaml"), None, dict(tp=8, ep=64, seq_length=4096))
+    every = group_keys(p["modules"], "llm", p["architecture"]["llm"])
+    moe = group_keys(p["modules"], "llm", p["architecture"]["llm"], built_groups(s, ["moe", "moe"]))
+    assert set(every) - set(moe) == {"fc1", "fc2"} and moe["experts.fc1"]["scale"] == 8
 
 
 def test_spec_of_a_vlm_vision_encoder_is_a_non_gated_layernorm_mha(root):

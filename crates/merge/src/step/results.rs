@@ -113,6 +113,19 @@ fn row_verdict(row: &Value, same_program: bool) -> Option<(&Vec<Value>, Option<&
     Some(by_reference.unwrap_or((searched, None)))
 }
 
+/// The groups the step built, where its rows say: every group of the all-FP8 reference (`fp8`).
+/// `group_keys` lists every group of the model's plan, also those of a layer type the step did
+/// not build (the dense fc1 of a step of MoE layers only): a group the step never ran has no
+/// verdict, and reading the oracle's silence as BF16 would turn its key BF16 for good.
+fn built_groups(v: &Value) -> BTreeSet<String> {
+    result_rows(v)
+        .filter_map(|(_, row)| row.pointer("/modes/fp8/fp8_groups")?.as_array())
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Reads `python -m adaptive_fp8.bench.step_bench --json` results (the caller reads the file, bounded
 /// by [`MAX_STEP_BYTES`]): one [`StepRun`] per execution swept. The oracle must have run
 /// (`--oracle greedy`, the default) and the file must carry `group_keys` (step benchmarks from
@@ -137,6 +150,10 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
             key,
             scale,
         });
+    }
+    let built = built_groups(&v);
+    if !built.is_empty() {
+        groups.retain(|g| built.contains(&g.group));
     }
     let text_of = |k: &str| {
         v.get(k)
@@ -306,6 +323,18 @@ mod tests {
             (vec!["fc1".into()], None),
             "rows without the band keep the oracle's verdict"
         );
+    }
+
+    #[test]
+    fn a_group_the_step_did_not_build_is_not_measured() {
+        let text = r#"{"group_keys": {
+                "fc1": {"key": {"kind": "layernorm_column", "tp": 8, "ub_name": "fc1"}},
+                "experts.fc1": {"key": {"kind": "column_grouped", "etp": 1, "num_gemms": 4}, "scale": 8}},
+            "results": [{"tokens": 2048, "modes": {"bf16": {"fp8_groups": []},
+                "fp8": {"fp8_groups": ["experts.fc1"]}, "oracle": {"fp8_groups": []}}}]}"#;
+        let runs = parse_results(text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
+        let groups: Vec<&str> = runs[0].groups.iter().map(|g| g.group.as_str()).collect();
+        assert_eq!(groups, ["experts.fc1"], "fc1 was not in the step's layers");
     }
 
     #[test]

@@ -154,6 +154,13 @@ def read_run(af8, root: Path, header: dict, label: dict) -> list[dict]:
     return rows
 
 
+def with_step_args(header: dict, scenario: dict) -> dict:
+    """The run's header with the scenario's ``step_args`` where the file does not record them:
+    the step benchmarks of the first end-to-end runs wrote no ``ep``, and a policy keys routed
+    experts by their local count, so today's groups must be read at the EP that ran."""
+    return {**scenario.get("step_args", {}), **{k: v for k, v in header.items() if v is not None}}
+
+
 def standing(root: Path) -> dict:
     """Every row of every shipped model's end-to-end run and of the retunes' TE-block judge
     runs, read against today's policies."""
@@ -167,7 +174,7 @@ def standing(root: Path) -> dict:
                 continue
             # The layout alone: a recipe scenario's note on the file of its day stays there.
             label = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0]}
-            rows += read_run(af8, root, json.loads((runs / rel).read_text()), label)
+            rows += read_run(af8, root, with_step_args(json.loads((runs / rel).read_text()), sc), label)
     for rel, header in judge_runs(root):
         label = {"scenario": "Default judge", "layout": layout_of(header), "file": rel, "run": rel.split("/")[1]}
         rows += read_run(af8, root, header, label)

@@ -220,11 +220,12 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     model_name = ""
     for tokens in args.tokens:
         spec, kw = spec_at(af8, args, tokens)
+        kinds = composition(spec, args.layers, args.dense_layers)
         if not keys:
             planned = af8._plan(args.model, None, kw)
             model_name = planned.get("model", "")
-            keys.update(group_keys(planned["modules"], args.component, planned.get("architecture", {}).get(args.component)))
-        kinds = composition(spec, args.layers, args.dense_layers)
+            arch = planned.get("architecture", {}).get(args.component)
+            keys.update(group_keys(planned["modules"], args.component, arch, built_groups(spec, kinds)))
         if getattr(args, "tp_comm", False):
             tp_comm_layout(spec, kinds, args.tp, bench.world)
         for execution in args.execution:

@@ -229,14 +229,18 @@ def built_groups(spec: Spec, kinds: list[str]) -> list[str]:
     return out
 
 
-def group_keys(rows: list[dict], component: str, arch: dict | None) -> dict[str, dict]:
+def group_keys(rows: list[dict], component: str, arch: dict | None, built: list[str] | None = None) -> dict[str, dict]:
     """Each group's policy key (the plan row's `key`) and its token scale (`moe_router_topk` for
     routed experts, whose rules compare routed tokens; else 1): what turns the oracle's verdicts
-    into rules (`fp8sel merge-policy --step`)."""
+    into rules (`fp8sel merge-policy --step`). Only the `built` groups where given: a group of a
+    layer type the step does not build has no verdict, and a key listed for it would read as
+    measured BF16."""
     topk = int(((arch or {}).get("moe") or {}).get("router_topk") or 1)
     out: dict[str, dict] = {}
     for r in component_rows(rows, component):
         if r.get("key") is None:
+            continue
+        if built is not None and group_of(r) not in built:
             continue
         expert = r["module_kind"] in EXPERT_KINDS
         out[group_of(r)] = {"key": r["key"], "scale": topk if expert else 1}
