@@ -518,11 +518,14 @@ retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds j
     --execution graphed --oracle none --json "$W/dsv3_tp8_folded.json" --md "$W/dsv3_tp8_folded.md"
   queued step q3vl_llm_graphed 330 python3 -m adaptive_fp8.bench.step_bench \
     --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 \
-    --layers 2 --tokens 1024,2048,4096,8192 --execution graphed --json "$W/q3vl_llm_graphed.json" --md "$W/q3vl_llm_graphed.md"
+    --layers 2 --tokens 2048,8192,16384 --execution graphed --json "$W/q3vl_llm_graphed.json" --md "$W/q3vl_llm_graphed.md"
   q72_recipe q72_tp8_eager4096 100 blockwise 4096 eager 8 --oracle none --repeats 21
   # To fold (next session): q3vl_llm_graphed.json as
-  # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_graphed_step.json where its top
-  # (8192) keeps FP8 the keys the file has FP8 below it.
+  # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_graphed_step.json, with the end-to-end
+  # run sb3's oracle (1024, 4096, 8192; `python -m adaptive_fp8.bench.backfill_keys
+  # docs/device-logs/trainer_loop/sb3/qwen3_vl_llm_tp4.json --ep 16 --out
+  # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_sb3_step.json`), where the top (16384)
+  # keeps FP8 the keys the file has FP8 below it (sb3's 8192 kept qkv and experts.fc2 BF16, a tie).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies

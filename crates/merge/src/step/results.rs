@@ -197,7 +197,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
             problem: "no token count with an oracle result; fix: re-run the step benchmark".into(),
         });
     }
-    let info = json!({
+    let mut info = json!({
         "file": file.display().to_string(), "trainer": v.get("trainer").cloned().unwrap_or(json!("te")),
         // The layer kinds where the worker lists them (the TE blocks), else their count (the
         // Megatron judge builds `layers` of the config's own kind).
@@ -209,6 +209,13 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
         "megatron_core_version": v.get("megatron_core_version").cloned().unwrap_or(Value::Null),
         "tp": v.get("tp").cloned().unwrap_or(Value::Null), "complete": v.get("complete").cloned().unwrap_or(json!(true)),
     });
+    // A step over a real TP group (`--tp-comm`: the communication in the times), and keys added
+    // to an older file from the plan: said where so, absent otherwise.
+    for k in ["tp_comm", "backfilled_from"] {
+        if let Some(x) = v.get(k).filter(|x| !x.is_null() && **x != json!(false)) {
+            info[k] = x.clone();
+        }
+    }
     Ok(by_exec
         .into_iter()
         .map(|(execution, counts)| StepRun {
@@ -335,6 +342,13 @@ mod tests {
         let runs = parse_results(text, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
         let groups: Vec<&str> = runs[0].groups.iter().map(|g| g.group.as_str()).collect();
         assert_eq!(groups, ["experts.fc1"], "fc1 was not in the step's layers");
+        assert!(
+            runs[0].info.get("tp_comm").is_none(),
+            "said only where true"
+        );
+        let comm = text.replacen('{', r#"{"tp_comm": true, "#, 1);
+        let runs = parse_results(&comm, Path::new("s.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(runs[0].info["tp_comm"], json!(true));
     }
 
     #[test]

@@ -8,8 +8,9 @@ wherever one of its modes ran exactly the groups today's file picks at that layo
 execution. For every row of a shipped model this names those groups, the mode that timed them
 (or none: not measured), its figures, and whether they miss the target (slower than BF16 beyond
 the band, or over 1.01 x the fastest of BF16, all-FP8 and the oracle): a miss measured then that
-today's file still makes stands named. None of these runs is a step result a default was folded
-from (a test checks it), so each row is a separate measurement, though some of its counts are
+today's file still makes stands named. A run a default was folded from (a committed step result,
+or the file a backfilled one was made from) is left out (a test checks it), so each row is a
+separate measurement, though some of its counts are
 ones a sweep also timed. ``docs/device-logs/trainer_loop/standing.json`` is this
 module's output; a test checks it is current, and ``cargo xtask results`` renders it
 (``{{standing: ...}}``).
@@ -95,9 +96,17 @@ def figures(row: dict, mode: str) -> dict:
 
 
 def folded_digests(root: Path) -> set[str]:
-    """The contents of every committed step result (``reports/**/*_step.json``): the runs the
-    defaults were folded from, which this reading leaves out."""
-    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in (root / "reports").rglob("*_step.json")}
+    """The contents of every committed step result (``reports/**/*_step.json``) and of the files
+    a backfilled one was made from (its ``backfilled_from``): the runs the defaults were folded
+    from, which this reading leaves out."""
+    out = set()
+    for p in (root / "reports").rglob("*_step.json"):
+        data = p.read_bytes()
+        out.add(hashlib.sha256(data).hexdigest())
+        source = json.loads(data).get("backfilled_from")
+        if isinstance(source, str):
+            out.add(source)
+    return out
 
 
 def layout_of(header: dict) -> str:
@@ -167,10 +176,11 @@ def standing(root: Path) -> dict:
     import adaptive_fp8 as af8
 
     runs = root / Path(SCENARIOS).parent
+    folded = folded_digests(root)
     rows = []
     for sc in json.loads((root / SCENARIOS).read_text())["scenarios"]:
         for rel in sc["files"]:
-            if not rel.endswith(".json"):
+            if not rel.endswith(".json") or hashlib.sha256((runs / rel).read_bytes()).hexdigest() in folded:
                 continue
             # The layout alone: a recipe scenario's note on the file of its day stays there.
             label = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0]}

@@ -1,0 +1,64 @@
+"""The keys backfill: older step results made foldable by the engine's plan, timings untouched."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+from adaptive_fp8.bench import backfill_keys as bk
+
+RUNS = "docs/device-logs/trainer_loop"
+
+
+def _run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.backfill_keys", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_committed_copy_is_what_the_tool_writes_from_its_source(root, tmp_path):
+    committed = root / "reports/h200/step/llama3_2_1b_tp2_ep1_etp1_comm_step.json"
+    copy = json.loads(committed.read_text())
+    source = root / RUNS / "h/sb/llama1b_tp2_comm.json"
+    assert copy["backfilled_from"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    out = tmp_path / "again.json"
+    r = _run(str(source), "--out", str(out), cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text()) == copy
+    # The timings are the run's own; only the keys, the model's name and a note are added.
+    original = json.loads(source.read_text())
+    assert copy["results"] == original["results"]
+    assert set(copy) - set(original) == {"group_keys", "model_name", "backfilled_from"}
+    assert {g: k["key"]["tp"] for g, k in copy["group_keys"].items()} == {"qkv": 2, "proj": 2, "fc1": 2, "fc2": 2}
+
+
+def test_a_moe_run_gets_the_keys_of_the_expert_parallel_size_it_ran_at(root, tmp_path):
+    # DeepSeek-V3 at TP 8 ran at EP 64 (4 local experts), two MoE layers: no dense fc1/fc2 key.
+    v, digest = bk.read_results(root / RUNS / "ab/sb/deepseek_v3_tp8.json")
+    out = bk.backfill(v, digest, root / RUNS / "ab/sb/deepseek_v3_tp8.json", root, {"ep": 64, "etp": None})
+    keys = out["group_keys"]
+    assert keys["experts.fc1"]["key"]["num_gemms"] == 4 and keys["experts.fc1"]["scale"] == 8
+    assert "fc1" not in keys and "shared.fc1" in keys and out["ep"] == 64
+    assert ", ep added by" in out["notes"][-1]
+
+
+def test_bad_input_is_refused_with_the_file_and_the_fix(root, tmp_path):
+    copy = root / "reports/h200/step/llama3_2_1b_tp2_ep1_etp1_comm_step.json"
+    r = _run(str(copy), "--out", str(tmp_path / "x.json"), cwd=root)
+    assert r.returncode == 2 and "already has `group_keys`: fold it as it is" in r.stderr
+    src = root / RUNS / "h/sb/llama1b_tp2_comm.json"
+    r = _run(str(src), "--out", str(src), cwd=root)
+    assert r.returncode == 2 and "is the input" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = _run(str(bad), "--out", str(tmp_path / "y.json"), cwd=root)
+    assert r.returncode == 2 and str(bad) in r.stderr and "not JSON" in r.stderr
+    moved = tmp_path / "moved.json"
+    moved.write_text(src.read_text())
+    r = _run(str(moved), "--out", str(tmp_path / "z.json"), "--root", str(tmp_path), cwd=root)
+    assert r.returncode == 2 and "give --root the repository" in r.stderr
+    header = json.loads(src.read_text())
+    header["ep"] = 8
+    conflict = tmp_path / "ep.json"
+    conflict.write_text(json.dumps(header))
+    r = _run(str(conflict), "--out", str(tmp_path / "w.json"), "--ep", "16", cwd=root)
+    assert r.returncode == 2 and "`ep` is 8 in the file, 16 given" in r.stderr
+    assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "w.json").exists()
