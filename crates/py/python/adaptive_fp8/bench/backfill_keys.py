@@ -71,11 +71,7 @@ def backfill(v: dict, digest: str, path: Path, root: Path, given: dict) -> dict:
     if not model.is_file():
         raise BackfillError(f"{path}: model {v['model']} not found under {root}: give --root the repository it ran in")
     lay = layout(v, path, given)
-    argv = ["--model", str(model), "--tp", str(v.get("tp", 1)), "--layers", str(len(v["layer_types"])),
-            "--component", v.get("component", "llm")]
-    for k, n in lay.items():
-        argv += [f"--{k}", str(n)]
-    args = sb.parser().parse_args(argv)
+    args = sb.header_args(root, dict(v, **lay, layers=len(v["layer_types"])))
     tokens = next((r["tokens"] for r in v["results"] if isinstance(r, dict) and r.get("tokens")), None)
     if tokens is None:
         raise BackfillError(f"{path}: no results row with `tokens`")

@@ -57,12 +57,7 @@ def todays_groups(af8, root: Path, header: dict, policy: str, tokens: int, execu
     ``step_bench`` builds a policy mode."""
     from adaptive_fp8.bench import step_bench as sb
 
-    argv = ["--model", str(root / header["model"]), "--tp", str(header.get("tp", 1)), "--layers", str(header["layers"]),
-            "--component", header.get("component", "llm"), "--policy", str(root / policy)]
-    for k in ("ep", "etp"):
-        if header.get(k):
-            argv += [f"--{k}", str(header[k])]
-    args = sb.parser().parse_args(argv)
+    args = sb.header_args(root, header, "--policy", str(root / policy))
     spec, kw = sb.spec_at(af8, args, tokens)
     _, modes, _ = sb.modes_for(af8, args, spec, list(header["layer_types"]), dict(kw, execution=execution))
     return {g for g, on in modes[sb.policy_mode_name(args.policy[0], args.policy)].items() if on}
@@ -120,12 +115,12 @@ def layout_of(header: dict) -> str:
     return ", ".join(parts)
 
 
-def judge_runs(root: Path) -> list[tuple[str, dict]]:
+def judge_runs(root: Path, folded: set[str] | None = None) -> list[tuple[str, dict]]:
     """The retunes' TE-block judge runs of shipped models, as ``(path under docs/device-logs,
     header)``: step_bench files (``layer_types``, no ``trainer``: the Megatron judge's modes are
     two integrations, separate programs, so today's groups cannot be read off one of them), not
     a sweep's output (``reports/``) nor a committed step result's copy."""
-    folded = folded_digests(root)
+    folded = folded_digests(root) if folded is None else folded
     base = root / JUDGE_RUNS
     out = []
     for p in sorted(base.rglob("*.json")):
@@ -180,12 +175,15 @@ def standing(root: Path) -> dict:
     rows = []
     for sc in json.loads((root / SCENARIOS).read_text())["scenarios"]:
         for rel in sc["files"]:
-            if not rel.endswith(".json") or hashlib.sha256((runs / rel).read_bytes()).hexdigest() in folded:
+            if not rel.endswith(".json"):
+                continue
+            data = (runs / rel).read_bytes()  # once: its digest and its header
+            if hashlib.sha256(data).hexdigest() in folded:
                 continue
             # The layout alone: a recipe scenario's note on the file of its day stays there.
             label = {"scenario": sc["name"], "layout": sc["what"].split(" with `policies/")[0], "file": rel, "run": rel.split("/")[0]}
-            rows += read_run(af8, root, with_step_args(json.loads((runs / rel).read_text()), sc), label)
-    for rel, header in judge_runs(root):
+            rows += read_run(af8, root, with_step_args(json.loads(data), sc), label)
+    for rel, header in judge_runs(root, folded):
         label = {"scenario": "Default judge", "layout": layout_of(header), "file": rel, "run": rel.split("/")[1]}
         rows += read_run(af8, root, header, label)
     return {"source": SCENARIOS, "judge_runs": JUDGE_RUNS, "target_vs_min": TARGET_VS_MIN, "rows": rows}

@@ -327,6 +327,18 @@ def _executions(s: str) -> list[str]:
     return out
 
 
+def header_args(root: Path, header: dict, *extra: str) -> argparse.Namespace:
+    """The command line a results file's header records (model under ``root``, TP, EP, ETP,
+    layers, component), with ``extra`` arguments: what reads an earlier run back rebuilds its
+    layout from this."""
+    argv = ["--model", str(root / header["model"]), "--tp", str(header.get("tp", 1)), "--layers", str(header["layers"]),
+            "--component", header.get("component", "llm"), *extra]
+    for k in ("ep", "etp"):
+        if header.get(k):
+            argv += [f"--{k}", str(header[k])]
+    return parser().parse_args(argv)
+
+
 def parser() -> argparse.ArgumentParser:
     head, rest = __doc__.split("\n\n", 1)
     ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.step_bench", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
