@@ -66,7 +66,8 @@
 #            (1024-4096), DeepSeek-V3's eager Megatron step at 8192 in a call of its own.
 #   retune8: after retune7, a queue as rerun: its folds (the default Qwen2.5-72B file at TP 8 and 4,
 #            DeepSeek-V3 at TP 8 EP 64 graphed) judged at counts they did not sweep, the Qwen3-VL LLM
-#            at TP 4 EP 16 graphed with the oracle, and Qwen2.5-72B TP 8 eager 4096 in 21 rounds.
+#            at TP 4 EP 16 graphed with the oracle, Qwen2.5-72B TP 8 eager 4096 in 21 rounds, then
+#            DeepSeek-V3 TP 8 EP 64 eager and the Qwen3-VL LLM eager at 16384 with the oracle.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -520,13 +521,21 @@ retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds j
     --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 \
     --layers 2 --tokens 2048,8192,16384 --execution graphed --json "$W/q3vl_llm_graphed.json" --md "$W/q3vl_llm_graphed.md"
   q72_recipe q72_tp8_eager4096 100 blockwise 4096 eager 8 --oracle none --repeats 21
+  # Then, as the time allows: DeepSeek-V3 at TP 8 EP 64 eager with the oracle (its eager rules
+  # there are still per-module), and the Qwen3-VL LLM's eager top (sb3's eager oracle ends at 8192).
+  queued step dsv3_tp8_eager 280 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 1024,2048,4096 \
+    --execution eager --json "$W/dsv3_tp8_eager.json" --md "$W/dsv3_tp8_eager.md"
+  queued step q3vl_llm_eager 220 python3 -m adaptive_fp8.bench.step_bench \
+    --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 \
+    --layers 2 --tokens 16384 --execution eager --json "$W/q3vl_llm_eager.json" --md "$W/q3vl_llm_eager.md"
   # To fold (next session): q3vl_llm_graphed.json as
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_graphed_step.json, with the end-to-end
   # run sb3's oracle (1024, 4096, 8192; `python -m adaptive_fp8.bench.backfill_keys
   # docs/device-logs/trainer_loop/sb3/qwen3_vl_llm_tp4.json --ep 16 --out
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_sb3_step.json`), where the top (16384)
   # keeps FP8 the keys the file has FP8 below it (sb3's 8192 kept qkv and experts.fc2 BF16, a tie).
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
