@@ -63,7 +63,6 @@ def backfill(v: dict, digest: str, path: Path, root: Path, given: dict) -> dict:
     """The copy: ``v`` with the keys of the groups its step built at its layout."""
     import adaptive_fp8 as af8
     from adaptive_fp8.bench import step_bench as sb
-    from adaptive_fp8.bench.step_spec import built_groups, group_keys
 
     if not isinstance(v.get("model"), str):
         raise BackfillError(f"{path}: no `model`: the config the step ran")
@@ -76,10 +75,8 @@ def backfill(v: dict, digest: str, path: Path, root: Path, given: dict) -> dict:
     if tokens is None:
         raise BackfillError(f"{path}: no results row with `tokens`")
     spec, kw = sb.spec_at(af8, args, tokens)
-    planned = af8._plan(str(model), None, kw)
-    arch = planned.get("architecture", {}).get(args.component)
-    keys = group_keys(planned["modules"], args.component, arch, built_groups(spec, list(v["layer_types"])))
-    out = dict(v, **lay, group_keys=keys, model_name=planned.get("model", ""), backfilled_from=digest)
+    model_name, keys = sb.step_keys(af8, args, spec, list(v["layer_types"]), kw)
+    out = dict(v, **lay, group_keys=keys, model_name=model_name, backfilled_from=digest)
     out["notes"] = list(v.get("notes", [])) + [
         f"group_keys, model_name{''.join(', ' + k for k in lay if k not in v)} added by "
         f"adaptive_fp8.bench.backfill_keys from the engine's plan ({path.name} predates them); timings unchanged"]

@@ -145,6 +145,13 @@ def spec_at(af8, args, tokens: int) -> tuple[Spec, dict]:
     return Spec.from_plan(p["modules"], arch, args.model, args.component), kw
 
 
+def step_keys(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[str, dict[str, dict]]:
+    """The model's name and the policy key of each group the step builds (its ``group_keys``)."""
+    planned = af8._plan(args.model, None, kw)
+    arch = planned.get("architecture", {}).get(args.component)
+    return planned.get("model", ""), group_keys(planned["modules"], args.component, arch, built_groups(spec, kinds))
+
+
 def modes_for(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[list[str], dict[str, dict[str, bool]], list[str]]:
     """The groups the step contains, the fixed modes (bf16, fp8, each policy) and notes."""
     groups = built_groups(spec, kinds)
@@ -222,10 +229,8 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
         spec, kw = spec_at(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
         if not keys:
-            planned = af8._plan(args.model, None, kw)
-            model_name = planned.get("model", "")
-            arch = planned.get("architecture", {}).get(args.component)
-            keys.update(group_keys(planned["modules"], args.component, arch, built_groups(spec, kinds)))
+            model_name, built_keys = step_keys(af8, args, spec, kinds, kw)
+            keys.update(built_keys)
         if getattr(args, "tp_comm", False):
             tp_comm_layout(spec, kinds, args.tp, bench.world)
         for execution in args.execution:
