@@ -68,6 +68,10 @@
 #            DeepSeek-V3 at TP 8 EP 64 graphed) judged at counts they did not sweep, the Qwen3-VL LLM
 #            at TP 4 EP 16 graphed with the oracle, Qwen2.5-72B TP 8 eager 4096 in 21 rounds, then
 #            DeepSeek-V3 TP 8 EP 64 eager and the Qwen3-VL LLM eager at 16384 with the oracle.
+#   retune9: after retune8, a queue as rerun: the oracle at the unswept counts where retune8 found
+#            FP8 faster than the folds (Qwen2.5-72B TP 4 2560, TP 8 eager 5120, DeepSeek-V3 TP 8
+#            EP 64 graphed 3072), then the folded Qwen3-VL LLM and DeepSeek-V3 TP 8 eager judged
+#            at counts they did not sweep.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -75,7 +79,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -118,7 +122,8 @@ queued() {  # step|megatron, name, seconds, its arguments: a queue over calls on
 finished() {  # a step_bench JSON that ran to its end (a cut run writes "complete": false)
   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete") else 1)' "$1" 2>/dev/null
 }
-cut() {  # a queued step_bench step that ran (here) and did not finish
+was_cut() {  # a queued step_bench step that ran (here) and did not finish (not `cut`: the
+  # summary below runs cut(1))
   [ -e "$W/$1.done" ] && ! finished "$W/$1.json"
 }
 dsv3_recipe() {  # queued: name, seconds, recipe, counts, execution, extra args: the TE-block judge
@@ -456,7 +461,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   dsv3_eager_8192
   for r in delayed tensorwise; do
     # Only after an oracle row ran and was cut (one still queued is not a reason).
-    cut dsv3_${r}_6144 || { [ $r = delayed ] && cut dsv3_delayed_3072; } || continue
+    was_cut dsv3_${r}_6144 || { [ $r = delayed ] && was_cut dsv3_delayed_3072; } || continue
     dsv3_recipe dsv3_${r}_plain 150 $r 3072,6144 eager --oracle none
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done:"
@@ -536,6 +541,25 @@ retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds j
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_sb3_step.json`), where the top (16384)
   # keeps FP8 the keys the file has FP8 below it (sb3's 8192 kept qkv and experts.fc2 BF16, a tie).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
+  ;;
+retune9)  # after retune8 (RESULTS, "The eighth retune"), as rerun. The sweeps' gaps where
+  # retune8 measured all-FP8 faster than the folded file (BF16 there, FP8 from the next swept
+  # count): the oracle there, to fold; then the two retune8 folds at counts they did not sweep.
+  q72_recipe q72_tp4_2560 90 blockwise 2560 eager,graphed 4
+  q72_recipe q72_tp8_5120 60 blockwise 5120 eager 8
+  queued step dsv3_tp8_g3072 160 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 --tokens 3072 \
+    --execution graphed --json "$W/dsv3_tp8_g3072.json" --md "$W/dsv3_tp8_g3072.md"
+  queued step q3vl_llm_folded 170 python3 -m adaptive_fp8.bench.step_bench --oracle none \
+    --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 4 --ep 16 \
+    --layers 2 --tokens 1536,3072,6144,12288 --execution eager,graphed --json "$W/q3vl_llm_folded.json" --md "$W/q3vl_llm_folded.md"
+  queued step dsv3_tp8_eager_folded 60 python3 -m adaptive_fp8.bench.step_bench --oracle none \
+    --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
+    --tokens 3072 --execution eager --json "$W/dsv3_tp8_eager_folded.json" --md "$W/dsv3_tp8_eager_folded.md"
+  # To fold (next session): q72_tp4_2560.json and q72_tp8_5120.json as
+  # reports/h200/step/qwen2_5_72b_tp{4,8}_ep1_etp1_gap_step.json, dsv3_tp8_g3072.json as
+  # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_gap_step.json.
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge

@@ -170,7 +170,13 @@ mod tests {
             serde_json::json!({"trainer": "megatron", "layers": 2, "file": "c.json"}),
             "c.json",
         );
+        // Keys backfilled into an older file: the same step, one sweep with a new run of it.
+        let backfilled = with(
+            serde_json::json!({"trainer": "te", "layers": 2, "file": "d.json", "backfilled_from": "ab12"}),
+            "d.json",
+        );
         assert_eq!(joined(&[a.clone(), b]).len(), 1);
+        assert_eq!(joined(&[a.clone(), backfilled]).len(), 1);
         assert_eq!(joined(&[a, c]).len(), 2);
     }
 

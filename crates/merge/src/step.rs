@@ -226,9 +226,11 @@ pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
         let mut info = r.info.clone();
         if let Some(m) = info.as_object_mut() {
             // Where the results came from, not what was timed: a cut run's finished counts are
-            // the same step's verdicts as a finished run's.
+            // the same step's verdicts as a finished run's, and an older file whose keys were
+            // backfilled from the plan timed the same step as a new run of it.
             m.remove("file");
             m.remove("complete");
+            m.remove("backfilled_from");
         }
         info
     };

@@ -110,7 +110,31 @@ fn row_verdict(row: &Value, same_program: bool) -> Option<(&Vec<Value>, Option<&
         let groups = row.pointer(&format!("/modes/{r}/fp8_groups"))?;
         Some((groups.as_array()?, Some(r)))
     });
-    Some(by_reference.unwrap_or((searched, None)))
+    let by_policy = same_program.then(|| policy_ahead(row)).flatten();
+    Some(by_policy.or(by_reference).unwrap_or((searched, None)))
+}
+
+/// The policy mode a row's rounds measured faster than the fastest of BF16, all-FP8 and the
+/// oracle beyond the noise (its whole p10-p90 band against that one below 1), the fastest such
+/// where several ran: a program the same rounds timed ahead of every reference is the count's
+/// verdict (the greedy search, on fewer pairs, can settle on a slower subset).
+fn policy_ahead(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
+    let num = |m: &Value, k: &str| m.get(k).and_then(Value::as_f64);
+    row.get("modes")?
+        .as_object()?
+        .iter()
+        .filter(|(name, m)| {
+            name.starts_with("policy:") && num(m, "vs_min_p90").is_some_and(|p90| p90 < 1.0)
+        })
+        .filter_map(|(name, m)| {
+            Some((
+                num(m, "vs_min_median")?,
+                m.get("fp8_groups")?.as_array()?,
+                name.as_str(),
+            ))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, groups, name)| (groups, Some(name)))
 }
 
 /// The groups the step built, where its rows say: every group of the all-FP8 reference (`fp8`).
@@ -324,6 +348,16 @@ mod tests {
         assert_eq!(verdict_of(fastest), (vec!["fc1".into()], None));
         // In the Megatron judge `fp8` is Megatron's global FP8: not the oracle's program.
         assert_eq!(verdict_in("megatron", beaten), (vec!["fc1".into()], None));
+        // A policy the rounds measured ahead of every reference beyond the noise is the verdict.
+        let text = r#"{"group_keys": {"fc1": {"key": {"kind": "layernorm_column", "tp": 1, "ub_name": "fc1"}}}, "results": [{"tokens": 2048, "modes": {
+            "bf16": {"fp8_groups": []}, "fp8": {"fp8_groups": ["fc1", "qkv"]},
+            "policy:a.json": {"fp8_groups": ["qkv"], "vs_min_median": 0.974, "vs_min_p90": 0.997},
+            "policy:b.json": {"fp8_groups": ["fc1"], "vs_min_median": 0.990, "vs_min_p90": 1.004},
+            "oracle": {"fp8_groups": ["fc1"], "vs_min_of": "oracle", "vs_min_p10": 1.0}}}]}"#;
+        let c = &parse_results(text, Path::new("p.json")).unwrap_or_else(|e| panic!("{e}"))[0]
+            .counts[0];
+        assert_eq!(c.fp8_groups, ["qkv".to_owned()].into());
+        assert_eq!(c.overruled_by.as_deref(), Some("policy:a.json"));
         let older = r#"{"fp8_groups": ["fc1"]}"#;
         assert_eq!(
             verdict_of(older),
