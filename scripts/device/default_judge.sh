@@ -72,6 +72,10 @@
 #            FP8 faster than the folds (Qwen2.5-72B TP 4 2560, TP 8 eager 5120, DeepSeek-V3 TP 8
 #            EP 64 graphed 3072), then the folded Qwen3-VL LLM and DeepSeek-V3 TP 8 eager judged
 #            at counts they did not sweep.
+#   retune10: after retune9, a queue as rerun: its folds judged between their swept counts, then
+#            the standing misses where runs disagree, in 21 rounds with the oracle (the ViT graphed
+#            16384, DeepSeek-V3 TP 8 EP 64 graphed 2048) and the delayed DeepSeek-V3 file graphed
+#            3072 with the oracle.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -79,7 +83,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -560,6 +564,27 @@ retune9)  # after retune8 (RESULTS, "The eighth retune"), as rerun. The sweeps' 
   # reports/h200/step/qwen2_5_72b_tp{4,8}_ep1_etp1_gap_step.json, dsv3_tp8_g3072.json as
   # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_gap_step.json.
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
+  ;;
+retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds at counts no run
+  # swept (no oracle), then the standing misses (RESULTS, "Standing misses") with the oracle.
+  q72_recipe q72_tp4_gaps 70 blockwise 2304,2816 eager,graphed 4 --oracle none
+  q72_recipe q72_tp8_gaps 50 blockwise 4608,5632 eager 8 --oracle none
+  queued step dsv3_tp8_gaps 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
+    --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
+    --tokens 2560,3584 --execution graphed --json "$W/dsv3_tp8_gaps.json" --md "$W/dsv3_tp8_gaps.md"
+  # Two end-to-end runs disagree at the ViT's graphed 16384 (h: fc1+fc2 1.013 x BF16; j: 0.993).
+  queued step vit_g16384 120 python3 -m adaptive_fp8.bench.step_bench --component vit --repeats 21 \
+    --policy policies/qwen3_vl_235b_a22b.vit.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 \
+    --layers 4 --tokens 16384 --execution graphed --json "$W/vit_g16384.json" --md "$W/vit_g16384.md"
+  dsv3_recipe dsv3_delayed_g3072 220 delayed 3072 graphed
+  queued step dsv3_tp8_g2048 200 python3 -m adaptive_fp8.bench.step_bench --repeats 21 \
+    --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
+    --tokens 2048 --execution graphed --json "$W/dsv3_tp8_g2048.json" --md "$W/dsv3_tp8_g2048.md"
+  # To fold (next session), where the oracle rows say so: vit_g16384.json (with run h's
+  # backfilled), dsv3_delayed_g3072.json as
+  # reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_graphed_step.json, dsv3_tp8_g2048.json as
+  # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_2048_step.json.
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
