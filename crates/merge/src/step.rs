@@ -7,8 +7,8 @@
 //! are BF16, because the oracle keeps a switch to FP8 only when the step got faster beyond its
 //! noise. A key shared by several groups (DeepSeek-V3's dense `fc2` and its shared experts' `fc2`
 //! are both `(row, fc2, tp)`) is FP8 at a count only where the oracle kept every one of them FP8.
-//! Where a count's interleaved rounds measured all-BF16 or all-FP8 faster than the oracle beyond
-//! the noise, that reference is the count's verdict (the search decides on fewer pairs).
+//! Where a count's interleaved rounds measured all-BF16, all-FP8 or a policy faster than the
+//! oracle beyond the noise, that mode is the count's verdict (the search decides on fewer pairs).
 //!
 //! Pure: the counts come from the step benchmark's results, and the output is data for a policy.
 
@@ -192,7 +192,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    prov.rule = "each key FP8 from the smallest swept count from which the step's per-group oracle kept it FP8 at every larger count (ties BF16; a shared key only where every group sharing it was FP8; all-BF16 or all-FP8 in the oracle's place where the count's interleaved rounds measured it faster beyond the noise)".into();
+    prov.rule = "each key FP8 from the smallest swept count from which the step's per-group oracle kept it FP8 at every larger count (ties BF16; a shared key only where every group sharing it was FP8; all-BF16, all-FP8 or a policy in the oracle's place where the count's interleaved rounds measured it faster beyond the noise)".into();
     prov.timing = runs
         .iter()
         .map(|r| format!("step-{}", r.execution))

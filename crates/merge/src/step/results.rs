@@ -16,8 +16,8 @@ pub struct StepCount {
     pub tokens: u64,
     /// Groups FP8 at this count: the oracle's, or the reference's that overruled it.
     pub fp8_groups: BTreeSet<String>,
-    /// `bf16` or `fp8` where that reference, not the oracle, is the verdict: the row's rounds
-    /// measured it faster than the oracle beyond the noise.
+    /// `bf16`, `fp8` or `policy:<file>` where that mode, not the oracle, is the verdict: the
+    /// row's rounds measured it faster than the oracle beyond the noise.
     pub overruled_by: Option<String>,
 }
 
