@@ -62,3 +62,22 @@ def test_bad_input_is_refused_with_the_file_and_the_fix(root, tmp_path):
     r = _run(str(conflict), "--out", str(tmp_path / "w.json"), "--ep", "16", cwd=root)
     assert r.returncode == 2 and "`ep` is 8 in the file, 16 given" in r.stderr
     assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "w.json").exists()
+
+
+def test_a_run_without_the_oracle_is_marked_for_its_fastest_mode_only_when_asked(root, tmp_path):
+    # Qwen2.5-72B's TP 2 run over two H200s (run g) timed BF16, all-FP8 and four policies, no
+    # oracle: the committed copy is the tool's, marked so the merge reads each row's fastest mode.
+    committed = root / "reports/h200/step/qwen2_5_72b_tp2_ep1_etp1_comm_step.json"
+    source = root / RUNS / "g/sb/qwen72b_tp2_comm_b.json"
+    out = tmp_path / "g.json"
+    r = _run(str(source), "--fastest-mode", "--out", str(out), cwd=root)
+    assert r.returncode == 0, r.stderr
+    copy = json.loads(out.read_text())
+    assert copy == json.loads(committed.read_text())
+    assert copy["verdict_without_oracle"] == "fastest_mode" and copy["results"] == json.loads(source.read_text())["results"]
+    # Without the flag the copy is unmarked (the merge refuses its rows); a run with the oracle in
+    # every row is refused the mark.
+    r = _run(str(source), "--out", str(tmp_path / "plain.json"), cwd=root)
+    assert r.returncode == 0 and "verdict_without_oracle" not in json.loads((tmp_path / "plain.json").read_text())
+    r = _run(str(root / RUNS / "h/sb/llama1b_tp2_comm.json"), "--fastest-mode", "--out", str(tmp_path / "h.json"), cwd=root)
+    assert r.returncode == 2 and "every row has an oracle" in r.stderr and not (tmp_path / "h.json").exists()

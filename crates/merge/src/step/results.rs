@@ -114,6 +114,40 @@ fn row_verdict(row: &Value, same_program: bool) -> Option<(&Vec<Value>, Option<&
     Some(by_policy.or(by_reference).unwrap_or((searched, None)))
 }
 
+/// The header field that lets rows without an oracle be read, and its one value: each row's
+/// fastest mode is its verdict.
+const VERDICT_WITHOUT_ORACLE: &str = "verdict_without_oracle";
+/// See [`VERDICT_WITHOUT_ORACLE`].
+const FASTEST_MODE: &str = "fastest_mode";
+
+/// The verdict of a TE-block row that ran no oracle: of the modes its interleaved rounds timed
+/// (BF16, all-FP8, the policies of its day, each built from its groups alone), the fastest by the
+/// median among those faster than BF16 beyond the noise (the whole p10-p90 band against BF16
+/// below 1), else BF16. A search over fewer candidates than the oracle's: it can miss a subset
+/// that pays, never pick one the rounds did not measure ahead of BF16. `None` without a BF16 mode.
+fn fastest_mode(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
+    let num = |m: &Value, k: &str| m.get(k).and_then(Value::as_f64);
+    let modes = row.get("modes")?.as_object()?;
+    let ahead = modes
+        .iter()
+        .filter(|(name, m)| *name != "oracle" && num(m, "vs_bf16_p90").is_some_and(|p90| p90 < 1.0))
+        .filter_map(|(name, m)| {
+            Some((
+                num(m, "vs_bf16_median")?,
+                m.get("fp8_groups")?.as_array()?,
+                name.as_str(),
+            ))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    match ahead {
+        Some((_, groups, name)) => Some((groups, Some(name))),
+        None => Some((
+            modes.get("bf16")?.get("fp8_groups")?.as_array()?,
+            Some("bf16"),
+        )),
+    }
+}
+
 /// The policy mode a row's rounds measured faster than the fastest of BF16, all-FP8 and the
 /// oracle beyond the noise (its whole p10-p90 band against that one below 1), the fastest such
 /// where several ran: a program the same rounds timed ahead of every reference is the count's
@@ -186,6 +220,10 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
             .to_owned()
     };
     let te_blocks = v.get("trainer").and_then(Value::as_str).unwrap_or("te") == "te";
+    // An older TE-block run without the oracle, marked so when its keys were backfilled: each
+    // row's fastest mode is its verdict (below).
+    let fastest_fallback =
+        te_blocks && v.get(VERDICT_WITHOUT_ORACLE).and_then(Value::as_str) == Some(FASTEST_MODE);
     let mut by_exec: BTreeMap<Execution, Vec<StepCount>> = BTreeMap::new();
     for (i, row) in result_rows(&v) {
         if row.get("error").is_some() {
@@ -202,9 +240,11 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
                     format!("results[{i}].tokens: missing or not a positive count"),
                 )
             })?;
-        let (verdict, overruled_by) = row_verdict(row, te_blocks).ok_or_else(|| {
-            format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
-        })?;
+        let (verdict, overruled_by) = row_verdict(row, te_blocks)
+            .or_else(|| fastest_fallback.then(|| fastest_mode(row)).flatten())
+            .ok_or_else(|| {
+                format_err(file, format!("results[{i}] (tokens {tokens}, {execution}): no oracle; fix: run the step benchmark with --oracle greedy"))
+            })?;
         by_exec.entry(execution).or_default().push(StepCount {
             tokens,
             fp8_groups: verdict
@@ -235,7 +275,7 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
     });
     // A step over a real TP group (`--tp-comm`: the communication in the times), and keys added
     // to an older file from the plan: said where so, absent otherwise.
-    for k in ["tp_comm", "backfilled_from"] {
+    for k in ["tp_comm", "backfilled_from", VERDICT_WITHOUT_ORACLE] {
         if let Some(x) = v.get(k).filter(|x| !x.is_null() && **x != json!(false)) {
             info[k] = x.clone();
         }
@@ -359,6 +399,42 @@ mod tests {
         assert_eq!(c.fp8_groups, ["qkv".to_owned()].into());
         assert_eq!(c.overruled_by.as_deref(), Some("policy:a.json"));
         let older = r#"{"fp8_groups": ["fc1"]}"#;
+        // Rows without an oracle: refused, unless the header marks the run for its fastest mode.
+        let no_oracle = |mark: &str| {
+            format!(
+                r#"{{{mark}"group_keys": {{"fc1": {{"key": {{"kind": "layernorm_column", "tp": 2, "ub_name": "fc1"}}}}}}, "results": [
+                {{"tokens": 1024, "modes": {{"bf16": {{"fp8_groups": []}},
+                    "fp8": {{"fp8_groups": ["fc1", "qkv"], "vs_bf16_median": 1.087, "vs_bf16_p90": 1.09}}}}}},
+                {{"tokens": 2048, "modes": {{"bf16": {{"fp8_groups": []}},
+                    "fp8": {{"fp8_groups": ["fc1", "qkv"], "vs_bf16_median": 0.948, "vs_bf16_p90": 0.957}},
+                    "policy:a.json": {{"fp8_groups": ["fc1"], "vs_bf16_median": 0.940, "vs_bf16_p90": 0.956}},
+                    "policy:b.json": {{"fp8_groups": ["qkv"], "vs_bf16_median": 0.930, "vs_bf16_p90": 1.002}}}}}}]}}"#
+            )
+        };
+        let err = parse_results(&no_oracle(""), Path::new("g.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("g.json") && err.contains("no oracle"), "{err}");
+        let marked = no_oracle(r#""verdict_without_oracle": "fastest_mode", "#);
+        let run = &parse_results(&marked, Path::new("g.json")).unwrap_or_else(|e| panic!("{e}"))[0];
+        let read: Vec<_> = run
+            .counts
+            .iter()
+            .map(|c| (c.fp8_groups.clone(), c.overruled_by.clone()))
+            .collect();
+        // 1024: nothing ahead of BF16; 2048: the fastest of those ahead beyond the noise (b's
+        // median is lower, its band reaches 1).
+        assert_eq!(
+            read,
+            [
+                (BTreeSet::new(), Some("bf16".into())),
+                (["fc1".to_owned()].into(), Some("policy:a.json".into()))
+            ]
+        );
+        assert_eq!(run.info[VERDICT_WITHOUT_ORACLE], FASTEST_MODE);
+        // The Megatron judge's modes are other programs: no fallback there.
+        let megatron = marked.replacen('{', r#"{"trainer": "megatron", "#, 1);
+        assert!(parse_results(&megatron, Path::new("g.json")).is_err());
         assert_eq!(
             verdict_of(older),
             (vec!["fc1".into()], None),

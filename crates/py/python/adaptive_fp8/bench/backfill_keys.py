@@ -10,6 +10,11 @@ engine's plan of the run's model at its layout, what ``step_bench`` writes today
 ``model_name``, the layout arguments given that the file did not record, and ``backfilled_from``
 (the SHA-256 of the file read: the standing tool leaves that run out once a default is folded
 from the copy). The timings are copied unchanged. Never imports torch.
+
+A run that timed no oracle is refused by the merge; ``--fastest-mode`` marks the copy
+(``verdict_without_oracle: fastest_mode``) so that each of its rows without one is read as its
+fastest mode among those faster than BF16 beyond the noise (BF16 where none is): a search over
+the modes the run timed (BF16, all-FP8, the policies of its day), fewer than the oracle's.
 """
 
 from __future__ import annotations
@@ -59,6 +64,19 @@ def layout(v: dict, path: Path, given: dict) -> dict:
     return out
 
 
+def mark_fastest_mode(v: dict, path: Path) -> dict:
+    """``v`` marked for the merge to read its rows without an oracle by their fastest mode."""
+    rows = [r for r in v["results"] if isinstance(r, dict) and "error" not in r]
+    if all("oracle" in r.get("modes", {}) for r in rows):
+        raise BackfillError(f"{path}: every row has an oracle: its verdicts are the oracle's; leave --fastest-mode out")
+    if v.get("trainer", "te") != "te":
+        raise BackfillError(f"{path}: a Megatron judge's run: its modes are other programs than a policy's; "
+                            "only a TE-block run's fastest mode is a verdict")
+    notes = list(v.get("notes", [])) + ["verdict_without_oracle added by adaptive_fp8.bench.backfill_keys "
+                                        "--fastest-mode: the run timed no oracle"]
+    return dict(v, verdict_without_oracle="fastest_mode", notes=notes)
+
+
 def backfill(v: dict, digest: str, path: Path, root: Path, given: dict) -> dict:
     """The copy: ``v`` with the keys of the groups its step built at its layout."""
     import adaptive_fp8 as af8
@@ -93,12 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=Path("."), help="the repository the run's `model` path is under (default .)")
     ap.add_argument("--ep", type=int, help="expert-parallel size the step ran at, where the file does not say")
     ap.add_argument("--etp", type=int, help="expert tensor-parallel size, where the file does not say")
+    ap.add_argument("--fastest-mode", action="store_true",
+                    help="a run without the oracle: read each such row's fastest mode (ahead of BF16 beyond "
+                    "the noise, else BF16) as its verdict; the copy says so (verdict_without_oracle)")
     a = ap.parse_args(argv)
     try:
         if a.out.resolve() == a.results.resolve():
             raise BackfillError(f"{a.out}: is the input: give --out another path (the input is kept as it is)")
         v, digest = read_results(a.results)
         out = backfill(v, digest, a.results, a.root, {"ep": a.ep, "etp": a.etp})
+        if a.fastest_mode:
+            out = mark_fastest_mode(out, a.results)
     except BackfillError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
