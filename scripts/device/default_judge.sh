@@ -73,8 +73,8 @@
 #            EP 64 graphed 3072), then the folded Qwen3-VL LLM and DeepSeek-V3 TP 8 eager judged
 #            at counts they did not sweep.
 #   retune10: after retune9, a queue as rerun: its folds judged between their swept counts, then
-#            the standing misses where runs disagree, in 21 rounds with the oracle (the ViT graphed
-#            16384, DeepSeek-V3 TP 8 EP 64 graphed 2048) and the delayed DeepSeek-V3 file graphed
+#            the standing misses where runs disagree, in 21 rounds with the oracle (the ViT at 16384
+#            and 32768, DeepSeek-V3 TP 8 EP 64 graphed 2048) and the delayed DeepSeek-V3 file graphed
 #            3072 with the oracle.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
@@ -572,10 +572,11 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   queued step dsv3_tp8_gaps 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
     --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
     --tokens 2560,3584 --execution graphed --json "$W/dsv3_tp8_gaps.json" --md "$W/dsv3_tp8_gaps.md"
-  # Two end-to-end runs disagree at the ViT's graphed 16384 (h: fc1+fc2 1.013 x BF16; j: 0.993).
-  queued step vit_g16384 120 python3 -m adaptive_fp8.bench.step_bench --component vit --repeats 21 \
+  # Two end-to-end runs disagree at the ViT's graphed 16384 (h: fc1+fc2 1.013 x BF16; j: 0.993),
+  # where every mode ties; 32768 gives a fold the verdict above it (a video's patches reach it).
+  queued step vit_g16384 200 python3 -m adaptive_fp8.bench.step_bench --component vit --repeats 21 \
     --policy policies/qwen3_vl_235b_a22b.vit.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 \
-    --layers 4 --tokens 16384 --execution graphed --json "$W/vit_g16384.json" --md "$W/vit_g16384.md"
+    --layers 4 --tokens 16384,32768 --execution eager,graphed --json "$W/vit_g16384.json" --md "$W/vit_g16384.md"
   dsv3_recipe dsv3_delayed_g3072 220 delayed 3072 graphed
   queued step dsv3_tp8_g2048 200 python3 -m adaptive_fp8.bench.step_bench --repeats 21 \
     --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
