@@ -126,23 +126,10 @@ const FASTEST_MODE: &str = "fastest_mode";
 /// below 1), else BF16. A search over fewer candidates than the oracle's: it can miss a subset
 /// that pays, never pick one the rounds did not measure ahead of BF16. `None` without a BF16 mode.
 fn fastest_mode(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
-    let num = |m: &Value, k: &str| m.get(k).and_then(Value::as_f64);
-    let modes = row.get("modes")?.as_object()?;
-    let ahead = modes
-        .iter()
-        .filter(|(name, m)| *name != "oracle" && num(m, "vs_bf16_p90").is_some_and(|p90| p90 < 1.0))
-        .filter_map(|(name, m)| {
-            Some((
-                num(m, "vs_bf16_median")?,
-                m.get("fp8_groups")?.as_array()?,
-                name.as_str(),
-            ))
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    match ahead {
-        Some((_, groups, name)) => Some((groups, Some(name))),
+    match fastest_ahead(row, "vs_bf16", |name| name != "oracle") {
+        Some((groups, name)) => Some((groups, Some(name))),
         None => Some((
-            modes.get("bf16")?.get("fp8_groups")?.as_array()?,
+            row.pointer("/modes/bf16/fp8_groups")?.as_array()?,
             Some("bf16"),
         )),
     }
@@ -153,22 +140,32 @@ fn fastest_mode(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
 /// where several ran: a program the same rounds timed ahead of every reference is the count's
 /// verdict (the greedy search, on fewer pairs, can settle on a slower subset).
 fn policy_ahead(row: &Value) -> Option<(&Vec<Value>, Option<&str>)> {
-    let num = |m: &Value, k: &str| m.get(k).and_then(Value::as_f64);
+    let (groups, name) = fastest_ahead(row, "vs_min", |name| name.starts_with("policy:"))?;
+    Some((groups, Some(name)))
+}
+
+/// Of a row's modes that `eligible` names, those whose whole p10-p90 band of `{ratio}_p90`
+/// against the ratio's reference is below 1, the one with the lowest `{ratio}_median`: its FP8
+/// groups and its name.
+fn fastest_ahead<'a>(
+    row: &'a Value,
+    ratio: &str,
+    eligible: impl Fn(&str) -> bool,
+) -> Option<(&'a Vec<Value>, &'a str)> {
+    let num = |m: &Value, k: &str| m.get(format!("{ratio}_{k}")).and_then(Value::as_f64);
     row.get("modes")?
         .as_object()?
         .iter()
-        .filter(|(name, m)| {
-            name.starts_with("policy:") && num(m, "vs_min_p90").is_some_and(|p90| p90 < 1.0)
-        })
+        .filter(|(name, m)| eligible(name) && num(m, "p90").is_some_and(|p90| p90 < 1.0))
         .filter_map(|(name, m)| {
             Some((
-                num(m, "vs_min_median")?,
+                num(m, "median")?,
                 m.get("fp8_groups")?.as_array()?,
                 name.as_str(),
             ))
         })
         .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, groups, name)| (groups, Some(name)))
+        .map(|(_, groups, name)| (groups, name))
 }
 
 /// The groups the step built, where its rows say: every group of the all-FP8 reference (`fp8`).
