@@ -610,3 +610,45 @@ fn check_notes_counts_outside_the_steps_sweep() {
     // Another TP was not timed by the step: its rules come from elsewhere, no such note.
     assert!(notes("2", "32768", "eager").is_empty());
 }
+
+#[test]
+fn check_notes_graphed_thresholds_at_tp_above_one_that_no_step_timed() {
+    let notes = |tp: &str, ep: &str, execution: &str| {
+        let o = fp8sel(&[
+            "check",
+            "--model",
+            "fixtures/models/deepseek_v3.yaml",
+            "--policy",
+            "policies/deepseek_v3.json",
+            "--tp",
+            tp,
+            "--ep",
+            ep,
+            "--seq-length",
+            "4096",
+            "--execution",
+            execution,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", err(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .filter(|n| n.contains("are per-module GPU time, not a training step"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // The shipped DeepSeek-V3 file: the step timed TP 8 EP 64 graphed, not TP 2.
+    let n = notes("2", "16", "graphed");
+    assert!(
+        n.len() == 1 && n[0].contains("at TP 2") && n[0].contains("--tp 2 --execution graphed"),
+        "{n:?}"
+    );
+    assert!(notes("8", "64", "graphed").is_empty());
+    // Eager thresholds are another objective's; TP 1 has no TP to misread.
+    assert!(notes("2", "16", "eager").is_empty());
+    assert!(notes("1", "16", "graphed").is_empty());
+}

@@ -129,6 +129,9 @@ pub(super) fn make_plan(
         {
             notes.push(n);
         }
+        if let Some(n) = proxy_graphed_note(pol, *role, tp, recipe.execution) {
+            notes.push(n);
+        }
     }
     Ok((
         p,
@@ -186,6 +189,51 @@ fn outside_step_note(
     } else {
         None
     }
+}
+
+/// Whether a policy's training-step runs (`provenance.step`) timed this TP in this execution.
+fn step_timed(pol: &fp8_policy::Policy, tp: u32, execution: fp8_policy::Execution) -> bool {
+    use serde_json::Value;
+    pol.provenance()
+        .and_then(|v| v.step.as_ref()?.get("runs")?.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .any(|r| {
+            r.get("execution").and_then(Value::as_str) == Some(execution.name())
+                && r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp))
+        })
+}
+
+/// A CUDA-graphed step at TP > 1 read from per-module GPU time (no training step at that TP):
+/// on the shipped models the step put the FP8 crossovers well above that proxy's.
+fn proxy_graphed_note(
+    pol: &fp8_policy::Policy,
+    role: Role,
+    tp: u32,
+    execution: fp8_policy::Execution,
+) -> Option<String> {
+    let prov = pol.provenance()?;
+    let graphed_source = prov
+        .thresholds
+        .get("min_tokens_graphed")
+        .map_or(prov.timing.iter().any(|t| t == "gpu"), |s| {
+            s.contains("gpu")
+        });
+    let proxy = execution == fp8_policy::Execution::Graphed
+        && tp > 1
+        && !pol.estimated()
+        && graphed_source
+        && !step_timed(pol, tp, execution);
+    proxy.then(|| {
+        format!(
+            "the {role} policy's graphed thresholds at TP {tp} are per-module GPU time, not a \
+             training step: on the shipped models at TP 2-8 the step put 20 of 23 keys' FP8 \
+             crossovers 1.5-16x above that proxy's (Qwen2.5-72B TP 8 fc1 256 -> 3072 tokens; \
+             docs/RESULTS.md, \"What the folds say about the graphed proxy\"), so a graphed step \
+             of a few thousand tokens may run FP8 where BF16 is faster. To tune by the step: \
+             fp8sel gen-policy --backend step --tp {tp} --execution graphed"
+        )
+    })
 }
 
 /// The seed's epsilon guard, as its launch scripts set it (environment variables of the
