@@ -75,7 +75,8 @@
 #   retune10: after retune9, a queue as rerun: its folds judged between their swept counts, then
 #            the standing misses where runs disagree, in 21 rounds with the oracle (the ViT at 16384
 #            and 32768, DeepSeek-V3 TP 8 EP 64 graphed 2048) and the delayed DeepSeek-V3 file graphed
-#            3072 with the oracle.
+#            3072 with the oracle; then DeepSeek-V3 TP 4 EP 32 and the Qwen3-VL LLM TP 2 EP 8
+#            graphed with the oracle (their graphed rules are still per-module GPU time).
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -581,11 +582,19 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   queued step dsv3_tp8_g2048 200 python3 -m adaptive_fp8.bench.step_bench --repeats 21 \
     --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
     --tokens 2048 --execution graphed --json "$W/dsv3_tp8_g2048.json" --md "$W/dsv3_tp8_g2048.md"
+  # The layouts whose graphed thresholds are still per-module GPU time (RESULTS, "What the folds
+  # say about the graphed proxy"), by the step with the oracle, as the time allows.
+  queued step dsv3_tp4_graphed 260 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 4 --ep 32 --layers 2 --tokens 1024,2048,4096 \
+    --execution graphed --json "$W/dsv3_tp4_graphed.json" --md "$W/dsv3_tp4_graphed.md"
+  queued step q3vl_llm_tp2_graphed 220 python3 -m adaptive_fp8.bench.step_bench \
+    --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 2 --ep 8 \
+    --layers 2 --tokens 1024,4096,8192 --execution graphed --json "$W/q3vl_llm_tp2_graphed.json" --md "$W/q3vl_llm_tp2_graphed.md"
   # To fold (next session), where the oracle rows say so: vit_g16384.json (with run h's
   # backfilled), dsv3_delayed_g3072.json as
   # reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_graphed_step.json, dsv3_tp8_g2048.json as
   # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_2048_step.json.
-  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
