@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use fp8_merge::step::{failed_counts, parse_results, step_policy};
@@ -129,6 +130,35 @@ proptest! {
             .map(|runs| runs.iter().map(|r| r.counts.len()).sum())
             .unwrap_or(0);
         prop_assert_eq!(timed, rows.iter().filter(|r| !r.2).count());
+    }
+
+    #[test]
+    fn a_marked_run_without_the_oracle_reads_its_fastest_mode_ahead_of_bf16(
+        modes in proptest::collection::vec((0.7f64..1.3, 0.0f64..0.2, any::<u8>()), 1..6)
+    ) {
+        // Policy modes (median, band half-width, a subset of four groups) beside BF16, no oracle.
+        let groups = ["qkv", "proj", "fc1", "fc2"];
+        let subset = |bits: u8| -> Vec<&str> { groups.iter().enumerate().filter(|(i, _)| bits >> i & 1 == 1).map(|(_, g)| *g).collect() };
+        let mut m = serde_json::Map::new();
+        m.insert("bf16".into(), serde_json::json!({"fp8_groups": []}));
+        for (i, (median, half, bits)) in modes.iter().enumerate() {
+            m.insert(format!("policy:p{i}.json"), serde_json::json!({"fp8_groups": subset(*bits),
+                "vs_bf16_median": median, "vs_bf16_p10": median - half, "vs_bf16_p90": median + half}));
+        }
+        let keys: serde_json::Map<String, serde_json::Value> = groups.iter()
+            .map(|g| ((*g).to_owned(), serde_json::json!({"key": {"kind": "row", "ub_name": g, "tp": 2}}))).collect();
+        let text = serde_json::json!({"verdict_without_oracle": "fastest_mode", "group_keys": keys,
+            "results": [{"tokens": 2048, "modes": m}]}).to_string();
+        let count = &parse_results(&text, Path::new("g.json")).unwrap()[0].counts[0];
+        let ahead: Vec<&(f64, f64, u8)> = modes.iter().filter(|(md, h, _)| md + h < 1.0).collect();
+        match ahead.iter().min_by(|a, b| a.0.total_cmp(&b.0)) {
+            // Nothing measured ahead of BF16 beyond the noise: BF16, never a guess.
+            None => prop_assert!(count.fp8_groups.is_empty() && count.overruled_by.as_deref() == Some("bf16")),
+            Some(best) => {
+                let want: BTreeSet<String> = subset(best.2).into_iter().map(str::to_owned).collect();
+                prop_assert_eq!(&count.fp8_groups, &want);
+            }
+        }
     }
 
     #[test]
