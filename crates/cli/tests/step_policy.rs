@@ -565,29 +565,20 @@ fn check_notes_counts_outside_the_steps_sweep() {
     let dir = tempfile::tempdir().unwrap();
     let (_, p) = merged(dir.path());
     let notes = |tp: &str, tokens: &str, execution: &str| {
-        let o = fp8sel(&[
-            "check",
-            "--model",
-            "fixtures/models/llama3_2_1b.yaml",
+        let model = ["--model", "fixtures/models/llama3_2_1b.yaml"];
+        let args = [
             "--policy",
             p.to_str().unwrap(),
             "--tp",
             tp,
             "--seq-length",
             tokens,
-            "--execution",
-            execution,
-            "--json",
-        ]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|n| n.as_str())
-            .filter(|n| n.contains("count the training step timed"))
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
+        ];
+        check_notes(
+            &[&model[..], &args, &["--execution", execution]].concat(),
+            "count the training step timed",
+        )
+        .1
     };
     // Graphed was timed to 4096 (its 8192 row failed), eager to 16384.
     let n = notes("1", "8192", "graphed");
@@ -614,32 +605,26 @@ fn check_notes_counts_outside_the_steps_sweep() {
 #[test]
 fn check_notes_graphed_thresholds_at_tp_above_one_that_no_step_timed() {
     let notes = |tp: &str, ep: &str, execution: &str| {
-        let o = fp8sel(&[
-            "check",
-            "--model",
-            "fixtures/models/deepseek_v3.yaml",
+        let model = ["--model", "fixtures/models/deepseek_v3.yaml"];
+        let args = [
             "--policy",
             "policies/deepseek_v3.json",
             "--tp",
             tp,
             "--ep",
             ep,
-            "--seq-length",
-            "4096",
-            "--execution",
-            execution,
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", err(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|n| n.as_str())
-            .filter(|n| n.contains("are per-module GPU time, not a training step"))
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
+        ];
+        let n = check_notes(
+            &[
+                &model[..],
+                &args,
+                &["--seq-length", "4096", "--execution", execution],
+            ]
+            .concat(),
+            "are per-module GPU time, not a training step",
+        );
+        assert!(n.0, "fp8sel check at TP {tp} EP {ep} {execution} failed");
+        n.1
     };
     // The shipped DeepSeek-V3 file: the step timed TP 8 EP 64 graphed, not TP 2.
     let n = notes("2", "16", "graphed");
@@ -651,4 +636,20 @@ fn check_notes_graphed_thresholds_at_tp_above_one_that_no_step_timed() {
     // Eager thresholds are another objective's; TP 1 has no TP to misread.
     assert!(notes("2", "16", "eager").is_empty());
     assert!(notes("1", "16", "graphed").is_empty());
+}
+
+/// Whether `fp8sel check ARGS --json` passed, and its notes that contain `containing` (a check
+/// that finds missing rules still prints its notes).
+fn check_notes(args: &[&str], containing: &str) -> (bool, Vec<String>) {
+    let o = fp8sel(&[&["check"][..], args, &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let notes = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| n.contains(containing))
+        .map(str::to_owned)
+        .collect();
+    (o.status.success(), notes)
 }
