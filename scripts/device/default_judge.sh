@@ -593,7 +593,10 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   # To fold (next session), where the oracle rows say so: vit_g16384.json (with run h's
   # backfilled), dsv3_delayed_g3072.json as
   # reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_graphed_step.json, dsv3_tp8_g2048.json as
-  # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_2048_step.json.
+  # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_2048_step.json, dsv3_tp4_graphed.json as
+  # reports/h200/step/deepseek_v3_tp4_ep32_etp1_graphed_step.json, q3vl_llm_tp2_graphed.json as
+  # reports/h200/step/qwen3_vl_235b_a22b.llm_tp2_ep8_etp1_graphed_step.json (each top's BF16 keys
+  # turn "never" where the file has them FP8 below it: check policies/<model>.md's list).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
