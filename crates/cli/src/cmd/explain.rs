@@ -157,16 +157,7 @@ fn outside_step_note(
     execution: fp8_policy::Execution,
     tokens: u64,
 ) -> Option<String> {
-    use serde_json::Value;
-    let runs = pol.provenance()?.step.as_ref()?.get("runs")?.as_array()?;
-    let counts: Vec<u64> = runs
-        .iter()
-        .filter(|r| r.get("execution").and_then(Value::as_str) == Some(execution.name()))
-        .filter(|r| r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp)))
-        .filter_map(|r| r.get("counts")?.as_array())
-        .flatten()
-        .filter_map(Value::as_u64)
-        .collect();
+    let counts = step_counts(pol, tp, execution);
     let (smallest, largest) = (*counts.iter().min()?, *counts.iter().max()?);
     let timed = format!("the {role} policy at TP {tp} ({execution}: {smallest}-{largest})");
     let to_time = format!(
@@ -191,17 +182,23 @@ fn outside_step_note(
     }
 }
 
-/// Whether a policy's training-step runs (`provenance.step`) timed this TP in this execution.
-fn step_timed(pol: &fp8_policy::Policy, tp: u32, execution: fp8_policy::Execution) -> bool {
+/// The token counts a policy's training-step runs (`provenance.step`) timed at this TP in this
+/// execution (none where no step ran there).
+fn step_counts(pol: &fp8_policy::Policy, tp: u32, execution: fp8_policy::Execution) -> Vec<u64> {
     use serde_json::Value;
-    pol.provenance()
-        .and_then(|v| v.step.as_ref()?.get("runs")?.as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .any(|r| {
-            r.get("execution").and_then(Value::as_str) == Some(execution.name())
-                && r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp))
-        })
+    let Some(runs) = pol
+        .provenance()
+        .and_then(|v| v.step.as_ref()?.get("runs")?.as_array())
+    else {
+        return Vec::new();
+    };
+    runs.iter()
+        .filter(|r| r.get("execution").and_then(Value::as_str) == Some(execution.name()))
+        .filter(|r| r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp)))
+        .filter_map(|r| r.get("counts")?.as_array())
+        .flatten()
+        .filter_map(Value::as_u64)
+        .collect()
 }
 
 /// A CUDA-graphed step at TP > 1 read from per-module GPU time (no training step at that TP):
@@ -223,7 +220,7 @@ fn proxy_graphed_note(
         && tp > 1
         && !pol.estimated()
         && graphed_source
-        && !step_timed(pol, tp, execution);
+        && step_counts(pol, tp, execution).is_empty();
     proxy.then(|| {
         format!(
             "the {role} policy's graphed thresholds at TP {tp} are per-module GPU time, not a \
