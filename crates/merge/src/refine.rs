@@ -175,8 +175,16 @@ mod tests {
             serde_json::json!({"trainer": "te", "layers": 2, "file": "d.json", "backfilled_from": "ab12"}),
             "d.json",
         );
+        // A run without the oracle, its rows read by their fastest mode (each count says which
+        // in `overruled_by`): the same step timed, one sweep with the oracle's runs.
+        let fastest = with(
+            serde_json::json!({"trainer": "te", "layers": 2, "file": "e.json",
+                "backfilled_from": "cd34", "verdict_without_oracle": "fastest_mode"}),
+            "e.json",
+        );
         assert_eq!(joined(&[a.clone(), b]).len(), 1);
         assert_eq!(joined(&[a.clone(), backfilled]).len(), 1);
+        assert_eq!(joined(&[a.clone(), fastest]).len(), 1);
         assert_eq!(joined(&[a, c]).len(), 2);
     }
 

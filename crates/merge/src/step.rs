@@ -217,8 +217,8 @@ fn overruled(run: &StepRun) -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
-/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file
-/// and whether the run finished), from several files (a sweep, its refinements, a count timed
+/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file,
+/// whether the run finished and how its verdicts were read), from several files (a sweep, its refinements, a count timed
 /// alone after a run cut by its time limit), with their counts together, so a threshold is
 /// read over every count the step was timed at.
 pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
@@ -227,10 +227,12 @@ pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
         if let Some(m) = info.as_object_mut() {
             // Where the results came from, not what was timed: a cut run's finished counts are
             // the same step's verdicts as a finished run's, and an older file whose keys were
-            // backfilled from the plan timed the same step as a new run of it.
+            // backfilled from the plan timed the same step as a new run of it; a run without the
+            // oracle timed the same step too (its counts say which mode is each verdict).
             m.remove("file");
             m.remove("complete");
             m.remove("backfilled_from");
+            m.remove(results::VERDICT_WITHOUT_ORACLE);
         }
         info
     };

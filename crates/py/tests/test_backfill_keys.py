@@ -81,3 +81,21 @@ def test_a_run_without_the_oracle_is_marked_for_its_fastest_mode_only_when_asked
     assert r.returncode == 0 and "verdict_without_oracle" not in json.loads((tmp_path / "plain.json").read_text())
     r = _run(str(root / RUNS / "h/sb/llama1b_tp2_comm.json"), "--fastest-mode", "--out", str(tmp_path / "h.json"), cwd=root)
     assert r.returncode == 2 and "every row has an oracle" in r.stderr and not (tmp_path / "h.json").exists()
+
+
+def test_a_run_with_its_keys_is_marked_without_a_backfill(root, tmp_path):
+    # Today's step_bench with --oracle none writes its keys: --fastest-mode adds the mark and the
+    # source's digest (the standing leaves the source out once folded), nothing else.
+    source = root / "docs/device-logs/default_judge/retune10/q72_tp4_gaps.json"
+    committed = root / "reports/h200/step/qwen2_5_72b_tp4_ep1_etp1_gap2_step.json"
+    out = tmp_path / "gap.json"
+    r = _run(str(source), "--fastest-mode", "--out", str(out), cwd=root)
+    assert r.returncode == 0, r.stderr
+    copy, original = json.loads(out.read_text()), json.loads(source.read_text())
+    assert copy == json.loads(committed.read_text())
+    assert set(copy) - set(original) == {"verdict_without_oracle", "backfilled_from"}
+    assert copy["backfilled_from"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert copy["group_keys"] == original["group_keys"] and copy["results"] == original["results"]
+    # Without the flag such a run is refused: its keys need no backfill.
+    r = _run(str(source), "--out", str(tmp_path / "plain.json"), cwd=root)
+    assert r.returncode == 2 and "--fastest-mode marks it" in r.stderr

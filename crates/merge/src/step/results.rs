@@ -116,7 +116,7 @@ fn row_verdict(row: &Value, same_program: bool) -> Option<(&Vec<Value>, Option<&
 
 /// The header field that lets rows without an oracle be read, and its one value: each row's
 /// fastest mode is its verdict.
-const VERDICT_WITHOUT_ORACLE: &str = "verdict_without_oracle";
+pub(super) const VERDICT_WITHOUT_ORACLE: &str = "verdict_without_oracle";
 /// See [`VERDICT_WITHOUT_ORACLE`].
 const FASTEST_MODE: &str = "fastest_mode";
 

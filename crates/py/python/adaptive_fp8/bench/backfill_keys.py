@@ -14,7 +14,9 @@ from the copy). The timings are copied unchanged. Never imports torch.
 A run that timed no oracle is refused by the merge; ``--fastest-mode`` marks the copy
 (``verdict_without_oracle: fastest_mode``) so that each of its rows without one is read as its
 fastest mode among those faster than BF16 beyond the noise (BF16 where none is): a search over
-the modes the run timed (BF16, all-FP8, the policies of its day), fewer than the oracle's.
+the modes the run timed (BF16, all-FP8, the policies of its day), fewer than the oracle's. A run
+that already has its keys (today's ``step_bench`` with ``--oracle none``) gets the mark and
+``backfilled_from`` only.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class BackfillError(Exception):
     """Bad input: the message names the file, the field and the fix."""
 
 
-def read_results(path: Path) -> tuple[dict, str]:
-    """The results and the SHA-256 of the bytes read."""
+def read_results(path: Path, marking: bool = False) -> tuple[dict, str]:
+    """The results and the SHA-256 of the bytes read (``marking``: for --fastest-mode, where a run
+    with its keys is taken as it is)."""
     try:
         if path.stat().st_size > MAX_BYTES:
             raise BackfillError(f"{path}: larger than {MAX_BYTES} bytes: not a step benchmark's results")
@@ -47,8 +50,9 @@ def read_results(path: Path) -> tuple[dict, str]:
     if not isinstance(v, dict) or not isinstance(v.get("results"), list) or not v.get("layer_types"):
         raise BackfillError(f"{path}: no `results` and `layer_types`: not a TE-block step benchmark's results "
                             "(python -m adaptive_fp8.bench.step_bench --json)")
-    if v.get("group_keys"):
-        raise BackfillError(f"{path}: already has `group_keys`: fold it as it is")
+    if v.get("group_keys") and not marking:
+        raise BackfillError(f"{path}: already has `group_keys`: fold it as it is "
+                            "(a run without the oracle: --fastest-mode marks it)")
     return v, hashlib.sha256(data).hexdigest()
 
 
@@ -118,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.out.resolve() == a.results.resolve():
             raise BackfillError(f"{a.out}: is the input: give --out another path (the input is kept as it is)")
-        v, digest = read_results(a.results)
-        out = backfill(v, digest, a.results, a.root, {"ep": a.ep, "etp": a.etp})
+        v, digest = read_results(a.results, marking=a.fastest_mode)
+        if v.get("group_keys"):  # today's step_bench wrote them: only the mark is added
+            out = dict(v, backfilled_from=digest)
+        else:
+            out = backfill(v, digest, a.results, a.root, {"ep": a.ep, "etp": a.etp})
         if a.fastest_mode:
             out = mark_fastest_mode(out, a.results)
     except BackfillError as e:
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = a.out.with_name(a.out.name + ".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
     tmp.replace(a.out)  # never a half-written file
-    print(f"wrote {a.out}: {len(out['group_keys'])} group key(s) for {out['model_name'] or v['model']}")
+    print(f"wrote {a.out}: {len(out['group_keys'])} group key(s) for {out.get('model_name') or v['model']}")
     return 0
 
 
