@@ -77,6 +77,10 @@
 #            and 32768, DeepSeek-V3 TP 8 EP 64 graphed 2048) and the delayed DeepSeek-V3 file graphed
 #            3072 with the oracle; then DeepSeek-V3 TP 4 EP 32 and the Qwen3-VL LLM TP 2 EP 8
 #            graphed with the oracle (their graphed rules are still per-module GPU time).
+#   retune11: after retune10, a queue as rerun: its folds (DeepSeek-V3 TP 4 EP 32, the Qwen3-VL LLM
+#            TP 2 EP 8, graphed) between their swept counts, the ViT's graphed 16384 with the oracle
+#            in 21 rounds, the delayed DeepSeek-V3 file at graphed 3072 in 21 rounds without it, then
+#            DeepSeek-V3 TP 2 EP 16 graphed with the oracle.
 #   oracle-shipped: the oracle rows of DeepSeek-V3 and the Qwen3-VL LLM (a queue as rerun).
 #   rerun:   after that fix, the rows of oracle-dense, oracle-moe and moe-shipped that ran out of
 #            memory or out of time, each count and execution again (same flags; the judge table
@@ -84,7 +88,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10 or oracle-shipped}
+phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10, retune11 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -598,6 +602,31 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp2_ep8_etp1_graphed_step.json (each top's BF16 keys
   # turn "never" where the file has them FP8 below it: check policies/<model>.md's list).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
+  ;;
+retune11)  # after retune10 (RESULTS, "The ninth retune"), as rerun. Its new folds between their
+  # swept counts (no oracle), then what it left: the ViT's graphed 16384 alone in 21 rounds with
+  # the oracle (retune10 was cut before it), the delayed DeepSeek-V3 file at graphed 3072 in 21
+  # rounds without the oracle (its graphed oracle ran out of memory), and DeepSeek-V3 at TP 2 EP 16
+  # graphed with the oracle (the last shipped layout whose graphed rules are per-module GPU time).
+  queued step dsv3_tp4_folded 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
+    --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 4 --ep 32 --layers 2 \
+    --tokens 1536,3072,6144 --execution graphed --json "$W/dsv3_tp4_folded.json" --md "$W/dsv3_tp4_folded.md"
+  queued step q3vl_tp2_folded 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
+    --policy policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 2 --ep 8 \
+    --layers 2 --tokens 2048,6144,12288 --execution graphed --json "$W/q3vl_tp2_folded.json" --md "$W/q3vl_tp2_folded.md"
+  queued step vit_g16384_graphed 200 python3 -m adaptive_fp8.bench.step_bench --component vit --repeats 21 \
+    --policy policies/qwen3_vl_235b_a22b.vit.json --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp 1 \
+    --layers 4 --tokens 16384 --execution graphed --json "$W/vit_g16384_graphed.json" --md "$W/vit_g16384_graphed.md"
+  dsv3_recipe dsv3_delayed_g3072_fastest 120 delayed 3072 graphed --oracle none --repeats 21
+  queued step dsv3_tp2_graphed 300 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
+    --model fixtures/models/deepseek_v3.yaml --tp 2 --ep 16 --layers 2 --tokens 1024,2048,4096 \
+    --execution graphed --json "$W/dsv3_tp2_graphed.json" --md "$W/dsv3_tp2_graphed.md"
+  # To fold (next session), where the rows say so: vit_g16384_graphed.json with the oracle;
+  # dsv3_delayed_g3072_fastest.json marked (python -m adaptive_fp8.bench.backfill_keys ...
+  # --fastest-mode) as reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_graphed_step.json;
+  # dsv3_tp2_graphed.json as reports/h200/step/deepseek_v3_tp2_ep16_etp1_graphed_step.json; the
+  # folded files' gaps, marked, where a row found all-FP8 faster than the file.
+  ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
 eager)  # the Megatron judge again after the FP8 weight-cache fix, on the committed policies
   H=docs/device-logs/default_judge
