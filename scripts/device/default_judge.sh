@@ -608,6 +608,8 @@ retune11)  # after retune10 (RESULTS, "The ninth retune"), as rerun. Its new fol
   # the oracle (retune10 was cut before it), the delayed DeepSeek-V3 file at graphed 3072 in 21
   # rounds without the oracle (its graphed oracle ran out of memory), and DeepSeek-V3 at TP 2 EP 16
   # graphed with the oracle (the last shipped layout whose graphed rules are per-module GPU time).
+  # The first two ran by hand on 2026-12-02 at fewer counts (3072,1536; 6144,2048) and are
+  # committed in docs/device-logs/default_judge/retune11/, so the queue skips them.
   queued step dsv3_tp4_folded 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
     --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 4 --ep 32 --layers 2 \
     --tokens 1536,3072,6144 --execution graphed --json "$W/dsv3_tp4_folded.json" --md "$W/dsv3_tp4_folded.md"
