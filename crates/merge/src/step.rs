@@ -218,9 +218,9 @@ fn overruled(run: &StepRun) -> serde_json::Map<String, serde_json::Value> {
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
 /// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file,
-/// whether the run finished and how its verdicts were read), from several files (a sweep, its refinements, a count timed
-/// alone after a run cut by its time limit), with their counts together, so a threshold is
-/// read over every count the step was timed at.
+/// whether the run finished and how its verdicts were read), from several files (a sweep, its
+/// refinements, a count timed alone after a run cut by its time limit), with their counts
+/// together, so a threshold is read over every count the step was timed at.
 pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
     let step = |r: &StepRun| {
         let mut info = r.info.clone();
