@@ -1,15 +1,9 @@
 //! `cargo xtask`: repository automation, run through the alias in `.cargo/config.toml`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fp8_bench::cuda::MeasureOptions;
-use fp8_merge::MergeOptions;
-use xtask::{
-    H200_HOST_PROFILE, UPDATE_ENV, check_policies, check_results, generate as gen_mod,
-    h200_host_profile, refreshed_shipped_reports, root,
-};
+use xtask::{UPDATE_ENV, check_policies, check_results, generate as gen_mod, refreshed_shipped_reports, root};
 
 /// Repository automation for the adaptive FP8 toolkit.
 #[derive(Debug, Parser)]
@@ -39,42 +33,12 @@ enum Cmd {
     },
 }
 
+/// `fp8sel gen-policy`'s own flags, names and defaults, on the repository's models unless
+/// `--model` names others; and `--check`.
 #[derive(Debug, clap::Args)]
 struct GenArgs {
-    /// Model configs [default: each model in fixtures/models/].
-    #[arg(long = "model", value_name = "CONFIG")]
-    models: Vec<PathBuf>,
-    /// TP sizes [default: 1,2,4,8, those that divide the model].
-    #[arg(long, value_delimiter = ',')]
-    tp: Option<Vec<u32>>,
-    /// EP sizes [default: the config's for MoE models, else 1].
-    #[arg(long, value_delimiter = ',')]
-    ep: Option<Vec<u32>>,
-    /// ETP sizes [default: the config's expert_tensor_parallel_size, else each TP, as Megatron].
-    #[arg(long, value_delimiter = ',')]
-    etp: Option<Vec<u32>>,
-    /// Speedup threshold.
-    #[arg(long, default_value_t = 1.0)]
-    threshold: f64,
-    /// Noise margin.
-    #[arg(long, default_value_t = 0.02)]
-    margin: f64,
-    /// auto: the GPU when one is present, else the cost model.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model"])]
-    backend: String,
-    /// Cost-model device profile (h200, h100, b200).
-    #[arg(long, default_value = "h200")]
-    device_profile: String,
-    /// Output directory [default: policies/ when measuring; policies/estimated/<profile>/ for
-    /// estimates, so an estimate never overwrites a measured policy].
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Timed steps per point.
-    #[arg(long, default_value_t = fp8_bench::cuda::DEFAULT_ITERS)]
-    iters: u32,
-    /// Untimed steps per point (the same default as `fp8sel bench`).
-    #[arg(long, default_value_t = fp8_bench::cuda::DEFAULT_WARMUP)]
-    warmup: u32,
+    #[command(flatten)]
+    job: fp8sel::cmd::gen_policy::Args,
     /// Rebuild policies/ from the committed reports and fail if it is stale
     /// (set FP8_UPDATE_POLICIES=1 to rewrite it).
     #[arg(long)]
@@ -141,71 +105,30 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
             stale.join("\n  ")
         ));
     }
-    let models = if a.models.is_empty() {
-        gen_mod::default_models(&root)
-    } else {
-        a.models.clone()
-    };
-    let progress = gen_mod::TermProgress::new(false);
-    progress.say(&format!(
-        "gen-policy: {} model(s), backend {} (same job as `fp8sel gen-policy`)",
-        models.len(),
-        a.backend
-    ));
-    let o = gen_mod::GenOptions {
-        models,
-        config_root: None,
-        tp: a.tp.clone(),
-        ep: a.ep.clone(),
-        etp: a.etp.clone(),
-        // The eager thresholds (min_tokens) as the shipped policies have them where no TE or
-        // step source measured a key: the GPU times with the H200 host profile. Without it the
-        // one GPU-time threshold would serve eager trainers too.
-        merge: MergeOptions {
-            threshold: a.threshold,
-            margin: a.margin,
-            host_profile: Some(h200_host_profile(&root)?),
-            ..MergeOptions::default()
-        },
-        backend: a.backend.clone(),
-        python: "python3".to_owned(),
-        recompute: false,
-        device_profile: a.device_profile.clone(),
-        measure: MeasureOptions {
-            warmup: a.warmup,
-            iters: a.iters,
-            ..MeasureOptions::default()
-        },
-        policies_dir: root.join("policies"),
-        reports_base: root.join("reports"),
-        out: a.out.clone(),
-    };
-    progress.say(&format!(
-        "gen-policy: min_tokens (eager) from the GPU times with the host profile {H200_HOST_PROFILE}; \
-         measure this machine's with `python -m adaptive_fp8.bench.probe_host`"
-    ));
-    let done = gen_mod::gen_policy(&o, &progress)?;
-    progress.finish();
-    if !done.estimated && a.out.is_none() && refreshed_shipped_reports(&root, &done.reports) {
+    let mut g = a.job;
+    if g.models.is_empty() {
+        g.models = gen_mod::default_models(&root);
+    }
+    // The defaults are relative to where fp8sel runs; here, to the repository.
+    for dir in [&mut g.policies_dir, &mut g.reports_dir] {
+        if dir.is_relative() {
+            *dir = root.join(&*dir);
+        }
+    }
+    let progress = gen_mod::TermProgress::new(g.quiet || g.json);
+    let done = fp8sel::cmd::gen_policy::job(&g, &progress).map_err(|e| e.message)?;
+    if !done.estimated && g.out.is_none() && refreshed_shipped_reports(&root, &done.reports) {
         check_policies(&root, true)?;
         println!(
             "rebuilt policies/ from reports/h200 as shipped: the fresh GPU times for \
              min_tokens_graphed, the committed TE, step and host-profile sources for min_tokens"
         );
     }
+    fp8sel::cmd::gen_policy::report(&g, &done);
     if done.estimated {
         eprintln!(
-            "warning: gen-policy is ESTIMATING with the cost model ({}); these are not measurements",
-            a.device_profile
-        );
-    }
-    for f in done.documents() {
-        println!("wrote {}", f.display());
-    }
-    println!("{}", done.summary());
-    if done.estimated {
-        eprintln!(
-            "warning: these policies are ESTIMATES (marked \"estimated\": true in their provenance)"
+            "warning: these policies are ESTIMATES from the cost model ({}), not measurements (\"estimated\": true in their provenance)",
+            g.device_profile
         );
     }
     Ok(())

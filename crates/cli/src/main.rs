@@ -3,8 +3,7 @@
 //! Thin front end over the workspace's libraries: argument parsing, output formatting and exit
 //! codes live here; every decision lives in `fp8-policy` and `fp8-engine`.
 
-mod cmd;
-mod error;
+use fp8sel::cmd;
 
 use std::process::ExitCode;
 

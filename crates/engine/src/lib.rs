@@ -74,8 +74,8 @@ pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
 pub use one::{ModuleName, OneDecision, OneError, OneModule, decide_one};
 pub use parallel::Parallel;
 pub use plan::{
-    DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,
-    decide, decide_module, plan,
+    DecideError, FILL_DIR, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError,
+    PlannedModule, Summary, Uncovered, decide, decide_module, fill_command, plan,
 };
 pub use request::{NoTokens, PlanRequest, Resolved, config_policy_path};
 pub use tokens::{TokenConfig, TokenOverflow, TokenSource};

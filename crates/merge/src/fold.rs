@@ -135,7 +135,8 @@ pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
     for key in keys {
         let (min_tokens, speedup) = e.get(key).copied().unwrap_or((NEVER, None));
         let graphed_min = g.get(key).map_or(NEVER, |r| r.0);
-        let min_tokens_graphed = (graphed_min != min_tokens).then_some(graphed_min);
+        // Written even where it equals `min_tokens`: the file says both thresholds outright.
+        let min_tokens_graphed = Some(graphed_min);
         let speedup = speedup.or_else(|| g.get(key).and_then(|r| r.1));
         add_rule(&mut out, key, min_tokens, min_tokens_graphed, speedup)?;
     }
@@ -278,7 +279,7 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
             bf16.push(key.clone());
             continue;
         }
-        add_rule(&mut out, key, e, Some(g).filter(|g| *g != e), *speedup)?;
+        add_rule(&mut out, key, e, Some(g), *speedup)?;
     }
     let mut prov = default.provenance().cloned().unwrap_or_default();
     if let Some(sp) = prov_step {
@@ -364,11 +365,12 @@ mod tests {
             f.provenance().and_then(|p| p.trainer.as_deref()),
             Some("eager+graphed")
         );
-        // Same threshold both ways: no second field.
+        // Same threshold both ways: both fields all the same, so the file says both outright.
         let same = fold(&eager, &eager).unwrap_or_else(|e| panic!("{e}"));
         let v: serde_json::Value =
             serde_json::from_str(&same.to_json()).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!v["rules"].to_string().contains("min_tokens_graphed"));
+        let fc2 = &v["rules"]["row"]["fc2"][0];
+        assert_eq!(fc2["min_tokens_graphed"], fc2["min_tokens"]);
     }
 
     #[test]

@@ -109,6 +109,10 @@ fn ours(r: Report, path: &Path) -> Result<Loaded, MergeError> {
             has_spread: !r.estimated,
             gpu: b.gpu_total_ms.zip(f.gpu_total_ms),
             instances: p.instances,
+            shape: Some(fp8_policy::GemmShape {
+                in_features: p.in_features,
+                out_features: p.out_features,
+            }),
         });
     }
     if r.points.is_empty() {

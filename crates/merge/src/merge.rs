@@ -98,6 +98,7 @@ fn dedup(samples: Vec<&Sample>, warnings: &mut Vec<String>) -> Vec<Sample> {
                 // before (`for_trainer`).
                 gpu: None,
                 instances: v[0].instances,
+                shape: v[0].shape,
             }
         })
         .collect()
@@ -398,8 +399,10 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         outcomes.push(RuleOutcome { key, rule, counts });
     }
     let mut bf16_keys = measured_bf16(&outcomes, &overruled);
+    let mut shapes = measured_shapes(&all);
     for (component, policy) in &mut policies {
         let mut p = provenance(component, inputs, opt);
+        p.shapes = shapes.remove(component).unwrap_or_default();
         p.measured_bf16_keys = bf16_keys.remove(component).unwrap_or_default();
         p.shared_keys = shared.remove(component).unwrap_or_default();
         p.numerics = opt
@@ -516,6 +519,51 @@ fn measured_bf16(
     out
 }
 
+/// Each component's keys with the per-rank GEMM shapes their samples measured (a key shared by
+/// several modules has several), sorted: what tells this model from one of other shapes.
+fn measured_shapes(samples: &[Sample]) -> BTreeMap<String, Vec<fp8_policy::KeyShapes>> {
+    let mut by: BTreeMap<String, BTreeMap<fp8_policy::RuleKey, BTreeSet<fp8_policy::GemmShape>>> =
+        BTreeMap::new();
+    for s in samples {
+        if let (Some(k), Some(shape)) = (rule_key(&s.key), s.shape) {
+            by.entry(s.key.component.clone())
+                .or_default()
+                .entry(k)
+                .or_default()
+                .insert(shape);
+        }
+    }
+    by.into_iter()
+        .map(|(c, keys)| {
+            let v = keys
+                .into_iter()
+                .map(|(key, shapes)| fp8_policy::KeyShapes {
+                    key,
+                    shapes: shapes.into_iter().collect(),
+                })
+                .collect();
+            (c, v)
+        })
+        .collect()
+}
+
+/// What the eager thresholds of a merge with these settings are made from: an eager report's
+/// own times, GPU times raised to a host model, or GPU times alone (a graphed policy, or one
+/// of GPU times that an eager trainer would read as they are).
+fn eager_source(inputs: &[Loaded], opt: &MergeOptions) -> fp8_policy::EagerSource {
+    use fp8_policy::EagerSource;
+    let eager_report = inputs
+        .iter()
+        .all(|l| matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager"));
+    let host = opt.host_profile.is_some() || opt.host_floor_ms.is_some();
+    match opt.trainer {
+        Some(crate::Trainer::Graphed) => EagerSource::GpuTime,
+        _ if eager_report => EagerSource::EagerStep,
+        _ if host => EagerSource::HostProfile,
+        _ => EagerSource::GpuTime,
+    }
+}
+
 /// One component's provenance from the reports and the settings, identical whatever the input
 /// order (the per-key lists are the caller's).
 fn provenance(component: &str, inputs: &[Loaded], opt: &MergeOptions) -> Provenance {
@@ -547,6 +595,7 @@ fn provenance(component: &str, inputs: &[Loaded], opt: &MergeOptions) -> Provena
     p.speedup_threshold = Some(opt.threshold);
     p.margin = Some(opt.margin);
     p.host_profile = opt.host_profile.as_ref().map(|h| h.source.clone());
+    p.eager_source = Some(eager_source(inputs, opt));
     p.host_floor_ms = opt
         .host_floor_ms
         .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });

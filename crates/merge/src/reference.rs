@@ -219,6 +219,7 @@ fn pair(rows: &[Row], path: &Path, pad: u64) -> Result<(Vec<Sample>, Vec<String>
                         has_spread: false,
                         gpu: None,
                         instances: None,
+                        shape: None,
                     });
                 }
                 _ => unpaired.push(format!(

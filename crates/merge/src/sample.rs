@@ -56,6 +56,8 @@ pub struct Sample {
     pub gpu: Option<(Stat, Stat)>,
     /// Instances of the module per rank (the report's `instances`), when known.
     pub instances: Option<u64>,
+    /// The rank's GEMM shape, when the report says (the reference's list format does not).
+    pub shape: Option<fp8_policy::GemmShape>,
 }
 
 /// What a report says about where it came from.

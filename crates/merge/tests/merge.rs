@@ -36,6 +36,7 @@ fn sample(k: &GroupKey, curve: &str, tokens: u64, bf16: f64, fp8: f64) -> Sample
         has_spread: false,
         gpu: None,
         instances: None,
+        shape: None,
     }
 }
 

@@ -15,6 +15,7 @@ use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
 use crate::build::{Files, build_model, read_reports};
+use crate::host::HostSource;
 use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
 
@@ -290,6 +291,9 @@ pub struct GenOptions {
     pub recompute: bool,
     /// Cost-model profile.
     pub device_profile: String,
+    /// Measure this machine's host profile on a GPU where the package and TE import (when no
+    /// profile was given).
+    pub probe_host: bool,
     /// Measurement settings.
     pub measure: MeasureOptions,
     /// Where measured policies go (estimates go to `<policies>/estimated/<profile>/`).
@@ -311,8 +315,11 @@ pub struct GenOutcome {
     pub files: Vec<PathBuf>,
     /// Where the outputs went.
     pub out: PathBuf,
-    /// What reading the configs left aside (resolvers kept as written), for stderr.
+    /// What the run could not do as asked and what reading the configs left aside (resolvers
+    /// kept as written), for stderr.
     pub notes: Vec<String>,
+    /// Where the eager thresholds came from.
+    pub host: HostSource,
 }
 
 impl GenOutcome {
@@ -426,15 +433,90 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         )?);
     }
     let configs: Vec<PathBuf> = models.iter().map(|(c, _)| c.clone()).collect();
-    let files = merged_files(&configs, o, &reports_dir, (te, estimated), progress)?;
+    let (merge, host, mut notes) = resolve_host(o, &mut chosen, &reports_dir, progress);
+    let o = GenOptions {
+        merge,
+        ..o.clone()
+    };
+    let files = merged_files(&configs, &o, &reports_dir, te, progress)?;
     write_files(&out, &files)?;
+    notes.extend(models.iter().flat_map(|(_, m)| m.notes.clone()));
     Ok(GenOutcome {
         estimated,
         reports,
         files: files.keys().map(|f| out.join(f)).collect(),
         out,
-        notes: models.iter().flat_map(|(_, m)| m.notes.clone()).collect(),
+        notes,
+        host,
     })
+}
+
+/// The merge settings with the eager source filled in where none was given
+/// ([`crate::host`]): the TE backend times eager steps itself; otherwise a GPU with this package
+/// and Transformer Engine importable measures its host (the probe, written beside the reports);
+/// else the shipped profile of the same GPU, or of the cost model's device profile; else none,
+/// with a warning: the eager thresholds are then GPU time alone. Returns the notes to print.
+fn resolve_host(
+    o: &GenOptions,
+    chosen: &mut Chosen,
+    reports_dir: &Path,
+    progress: &dyn Progress,
+) -> (MergeOptions, HostSource, Vec<String>) {
+    let mut merge = o.merge.clone();
+    let given = merge.host_profile.is_some() || merge.host_floor_ms.is_some();
+    if matches!(chosen, Chosen::Te(_)) || merge.trainer.is_some() {
+        return (merge, HostSource::NotNeeded, Vec::new());
+    }
+    if given {
+        return (merge, HostSource::Given, Vec::new());
+    }
+    let device = match chosen {
+        Chosen::Model(_) => o.device_profile.clone(),
+        _ => chosen.backend().device().name,
+    };
+    let mut notes = Vec::new();
+    if matches!(chosen, Chosen::Cuda(_)) && o.probe_host {
+        if crate::host::te_importable(&o.python) {
+            let path = reports_dir.join("host").join("host_profile.json");
+            let recipe = o.measure.recipe.recipe().name();
+            match crate::host::probe(&o.python, recipe, &path, progress) {
+                Ok(p) => {
+                    merge.host_profile = Some(p);
+                    return (merge, HostSource::Probed(path), notes);
+                }
+                Err(e) => notes.push(format!("the host probe failed: {e}")),
+            }
+        } else {
+            notes.push(format!(
+                "`{}` cannot import adaptive_fp8 and transformer_engine, so this machine's host \
+                 was not measured (pip install the package beside Transformer Engine, or pass \
+                 --python)",
+                o.python
+            ));
+        }
+    }
+    match crate::host::shipped_for(&device) {
+        Some(p) => {
+            notes.push(format!(
+                "eager thresholds (min_tokens) from the GPU times with the shipped host profile \
+                 of the {device} ({}); give this machine's with --host-profile FILE \
+                 (python -m adaptive_fp8.bench.probe_host)",
+                crate::host::H200_HOST_PROFILE
+            ));
+            merge.host_profile = Some(p);
+            (merge, HostSource::Shipped(crate::host::H200_HOST_PROFILE), notes)
+        }
+        None => {
+            let why = format!(
+                "no host profile for {device}: the eager thresholds (min_tokens) are GPU time \
+                 alone (provenance eager_source: gpu_time), right for CUDA-graphed steps and too \
+                 early for eager ones; give one with --host-profile FILE (python -m \
+                 adaptive_fp8.bench.probe_host on that machine)"
+            );
+            notes.push(format!("WARNING: {why}"));
+            (merge, HostSource::Missing(why), notes)
+        }
+    }
 }
 
 /// The policies, plots and summaries of the measured reports. Where the execution was not
@@ -445,20 +527,16 @@ fn merged_files(
     configs: &[PathBuf],
     o: &GenOptions,
     reports_dir: &Path,
-    (te, estimated): (bool, bool),
+    te: bool,
     progress: &dyn Progress,
 ) -> Result<Files, String> {
     let root = o.config_root.as_deref();
-    let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
-    if o.merge.trainer.is_some() || !eager_known {
-        if o.merge.trainer.is_none() && !estimated {
-            progress.note(
-                "gen-policy: GPU-time thresholds only (for CUDA-graphed steps); for the eager \
-                 thresholds too, measure with the TE backend or give a host profile",
-            );
-        }
+    if o.merge.trainer.is_some() {
         return build_all_with(configs, root, reports_dir, &o.merge, progress);
     }
+    // Without an eager source the eager policy is the GPU times as they are: both thresholds
+    // are written, and provenance says the eager one is GPU time alone (`eager_source`).
+    let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
     let graphed = MergeOptions {
         trainer: Some(fp8_merge::Trainer::Graphed),
         host_profile: None,
@@ -466,7 +544,7 @@ fn merged_files(
         ..o.merge.clone()
     };
     let eager = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
+        trainer: eager_known.then_some(fp8_merge::Trainer::Eager),
         ..o.merge.clone()
     };
     crate::fold::fold_files(

@@ -13,6 +13,7 @@ pub mod build;
 pub mod eval;
 pub mod fold;
 pub mod generate;
+pub mod host;
 pub mod layout;
 pub mod outputs;
 pub mod plot;

@@ -14,7 +14,7 @@ use crate::generate::{GenOptions, GenOutcome, default_layouts};
 
 mod command;
 mod committed;
-mod worker;
+pub(crate) mod worker;
 pub use command::{StepJob, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
@@ -49,6 +49,7 @@ pub fn gen_policy_step(
         files: Vec::new(),
         out: out.clone(),
         notes: Vec::new(),
+        host: crate::host::HostSource::NotNeeded,
     };
     for config in &o.models {
         let model = load(config, o.config_root.as_deref())?;

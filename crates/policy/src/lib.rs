@@ -48,7 +48,7 @@ pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
 pub use provenance::{
-    HostFloor, ModuleVerdict, NumericsBoundApplied, NumericsOverrule, Provenance, SharedKeyVerdict,
+    EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied, NumericsOverrule, Provenance, SharedKeyVerdict,
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
 pub use rule_key::RuleKey;

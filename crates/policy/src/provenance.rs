@@ -37,6 +37,10 @@ pub struct Provenance {
     /// True when the policy comes from cost-model estimates, not measurements.
     #[serde(default)]
     pub estimated: bool,
+    /// What the eager thresholds (`min_tokens`) were made from, when the tool that wrote the
+    /// policy said ([`Provenance::eager_from_gpu_time`] reads older files too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eager_source: Option<EagerSource>,
     /// Host floors applied for an eager trainer, when any.
     #[serde(default)]
     pub host_floor_ms: Option<HostFloor>,
@@ -62,6 +66,11 @@ pub struct Provenance {
     /// The report files merged.
     #[serde(default)]
     pub reports: Vec<String>,
+    /// Each measured key's per-rank GEMM shapes (`in_features`, `out_features`): a model with
+    /// other shapes on a key is another model, whatever its name. Empty where the tool that
+    /// wrote the policy did not record them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<KeyShapes>,
     /// Keys shared by several modules: how each was decided and what each module would have
     /// got on its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -131,7 +140,86 @@ pub struct NumericsOverrule {
     pub min_tokens: u64,
 }
 
+/// What a policy's eager thresholds (`min_tokens`) were made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EagerSource {
+    /// Eager step times measured module by module in the trainer (Transformer Engine's, or the
+    /// reference tool's synced iterations): host time included.
+    EagerStep,
+    /// GPU times, each raised to a host profile of the machine (`host_profile` names it).
+    HostProfile,
+    /// The training step's per-group verdicts.
+    Step,
+    /// GPU time alone: right for CUDA-graphed steps, too early for eager ones, where the host's
+    /// extra launches and casts of FP8 can make a module slower than BF16.
+    GpuTime,
+}
+
+impl EagerSource {
+    /// The name written in the file.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EagerSource::EagerStep => "eager_step",
+            EagerSource::HostProfile => "host_profile",
+            EagerSource::Step => "step",
+            EagerSource::GpuTime => "gpu_time",
+        }
+    }
+}
+
+/// The per-rank GEMM shapes one key was measured at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyShapes {
+    /// The key.
+    pub key: RuleKey,
+    /// Each distinct shape, sorted.
+    pub shapes: Vec<GemmShape>,
+}
+
+/// One per-rank GEMM shape: what a module of the key multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GemmShape {
+    /// Input features of the rank's GEMM (K).
+    pub in_features: u64,
+    /// Output features of the rank's GEMM (N).
+    pub out_features: u64,
+}
+
+impl std::fmt::Display for GemmShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.in_features, self.out_features)
+    }
+}
+
 impl Provenance {
+    /// True when the eager thresholds are GPU time alone: `eager_source` says so, or, in a file
+    /// written before that field, the policy is a graphed one, or one of GPU (or cost-model)
+    /// times with no host profile, host floor or eager source beside them.
+    pub fn eager_from_gpu_time(&self) -> bool {
+        if let Some(s) = self.eager_source {
+            return s == EagerSource::GpuTime;
+        }
+        if self.trainer.as_deref() == Some("graphed") {
+            return true;
+        }
+        self.trainer.is_none()
+            && self.thresholds.is_empty()
+            && self.host_profile.is_none()
+            && self.host_floor_ms.is_none()
+            && !self.timing.is_empty()
+            && self.timing.iter().all(|t| t == "gpu" || t == "model")
+    }
+
+    /// The shapes `key` was measured at, when the policy recorded them.
+    pub fn shapes_of(&self, key: &RuleKey) -> Option<&[GemmShape]> {
+        self.shapes
+            .iter()
+            .find(|k| &k.key == key)
+            .map(|k| k.shapes.as_slice())
+    }
+
     /// The numerics overrule of `key`, when the bound kept it BF16.
     pub fn numerics_overrule(&self, key: &RuleKey) -> Option<&NumericsOverrule> {
         self.numerics

@@ -46,6 +46,7 @@ pub struct Args {
     #[arg(long)]
     pub component: Option<Role>,
     // --tp, --ep, --etp; sweep_job falls back to the reference tool's TE_LAYER_PERF_*_SIZE.
+    /// The layout (--tp/--ep/--etp).
     #[command(flatten)]
     pub layout: super::layout_args::LayoutArgs,
     /// Precisions to measure.
@@ -56,6 +57,7 @@ pub struct Args {
         value_name = "LIST"
     )]
     pub precisions: String,
+    /// The FP8 recipe and its options.
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
     /// Token counts as seq x mbs, e.g. `1024x1,4096x2` [default: powers of two from 256 to
@@ -109,6 +111,7 @@ pub struct Args {
     /// GPU needed; the report is marked estimated).
     #[arg(long, default_value = "cuda", value_parser = ["cuda", "te", "model"])]
     pub backend: String,
+    /// The TE worker's interpreter and settings.
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
     /// With --backend te: the torchrun mode. Times the dense modules as TE tensor-parallel

@@ -14,6 +14,7 @@ use crate::error::{CliError, CliResult};
 pub struct Bar(pub ProgressBar, bool);
 
 impl Bar {
+    /// A printer; `quiet` keeps it to errors and the summary.
     pub fn new(quiet: bool) -> Self {
         let bar = if quiet {
             ProgressBar::hidden()

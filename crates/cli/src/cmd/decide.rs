@@ -70,6 +70,7 @@ pub struct Args {
     /// Context-parallel size: divides seq x mbs (ignored with --num-tokens).
     #[arg(long, alias = "context-parallel-size", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub cp: u64,
+    /// The trainer's recipe and execution.
     #[command(flatten)]
     pub recipe: super::recipe_args::TrainerRecipe,
     /// Print one JSON object instead of two lines.

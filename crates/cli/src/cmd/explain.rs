@@ -60,7 +60,6 @@ pub struct CheckArgs {
 /// What `check` learns besides the plan: the reports the policies were made from, the trainer's
 /// recipe, and notes (not gaps).
 pub(super) struct Context {
-    reports: Vec<String>,
     pub(super) recipe: Option<Recipe>,
     pub(super) notes: Vec<String>,
 }
@@ -92,14 +91,6 @@ pub(super) fn make_plan(
             .map(|(role, pol)| (format!("the {role} policy"), pol)),
         true,
     ));
-    let reports = policies
-        .values()
-        .flat_map(|p| {
-            p.provenance()
-                .map(|v| v.reports.clone())
-                .unwrap_or_default()
-        })
-        .collect();
     // Measured rules at TP > 1 that did not have the TP communication in their times.
     let tp = r.parallel.tp;
     let one_rank = tp > 1
@@ -137,7 +128,6 @@ pub(super) fn make_plan(
         p,
         r,
         Context {
-            reports,
             recipe: trainer,
             notes,
         },
@@ -262,67 +252,20 @@ fn epsilon_note(
     })
 }
 
-/// The commands that fill the gaps of a plan: one sweep at this layout for each component with
-/// a gap, then a merge of it with the reports the policy was made from.
-fn fill_commands(
-    args: &ModelArgs,
-    policy: &PolicyArgs,
-    r: &Resolved,
-    p: &Plan,
-    reports: &[String],
-    recipe: Option<Recipe>,
-) -> Vec<String> {
-    let recipe_flag = recipe
-        .filter(|r| *r != Recipe::Blockwise)
-        .map(|r| format!(" --recipe {r}"))
-        .unwrap_or_default();
-    let par = r.parallel;
-    let mut roles: Vec<Role> = p
-        .summary
-        .missing_rules
-        .iter()
-        .map(|m| m.component)
-        .collect();
-    roles.extend(p.summary.components_without_policy.iter().copied());
-    roles.sort();
-    roles.dedup();
-    let model = args.model.display();
-    let root = args
-        .config_root
-        .as_ref()
-        .map(|d| format!(" --config-root {}", d.display()))
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    for role in roles {
-        let comp = if r.model.components.len() > 1 {
-            format!(" --component {role}")
-        } else {
-            String::new()
-        };
-        let report = format!(
-            "{}_{role}_tp{}_ep{}_etp{}.json",
-            r.model.name, par.tp, par.ep, par.etp
-        );
-        out.push(format!(
-            "fp8sel bench --model {model}{root}{comp} --tp {} --ep {} --etp {}{recipe_flag} --report {report}",
-            par.tp, par.ep, par.etp
-        ));
-        let target = match role {
-            Role::Llm => policy.policy.as_ref(),
-            Role::Vit => policy.vit_policy.as_ref(),
-        }
-        .map_or_else(
-            || format!("{}.{role}.json", r.model.name),
-            |p| p.display().to_string(),
-        );
-        let mut inputs: Vec<&str> = reports.iter().map(String::as_str).collect();
-        inputs.push(&report);
-        out.push(format!(
-            "fp8sel merge-policy --component {role} --reports {} --output {target}",
-            inputs.join(" ")
-        ));
-    }
-    out
+/// The one command that makes a policy covering every module of this model at this layout
+/// (`fp8_engine::fill_command`: measured on a GPU, estimated without one, never over a shipped
+/// file).
+pub(super) fn fill_command(args: &ModelArgs, r: &Resolved, recipe: Option<Recipe>) -> String {
+    let model = args.model.display().to_string();
+    let root = args.config_root.as_ref().map(|d| d.display().to_string());
+    let moe = r.model.components.iter().any(|c| c.arch.moe.is_some());
+    fp8_engine::fill_command(
+        Some(&model),
+        root.as_deref(),
+        r.parallel,
+        recipe.map(Recipe::name),
+        moe,
+    )
 }
 
 /// Runs `explain`.
@@ -349,14 +292,17 @@ pub(super) fn print_diagnostics(p: &Plan) {
 pub fn check(args: &CheckArgs) -> CliResult {
     let (p, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
     let s = &p.summary;
-    let ok = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
-    let fill = fill_commands(&args.model, &args.policy, &r, &p, &cx.reports, cx.recipe);
+    let covered = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
+    let ok = covered && s.other_model.is_empty();
+    let fill = fill_command(&args.model, &r, cx.recipe);
+    let fill_dir = fp8_engine::FILL_DIR;
     if args.json {
         println!(
             "{:#}",
             json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy,
-                   "estimated_policies": s.estimated_policies, "warnings": render::diagnostics(&p), "notes": cx.notes,
-                   "fill_commands": fill})
+                   "other_model": s.other_model, "estimated_policies": s.estimated_policies,
+                   "warnings": render::diagnostics(&p), "notes": cx.notes,
+                   "fill_commands": if ok { Vec::new() } else { vec![fill] }})
         );
     } else if ok {
         println!(
@@ -377,10 +323,20 @@ pub fn check(args: &CheckArgs) -> CliResult {
                 m.modules.join(", ")
             );
         }
-        println!("to fill the gaps, measure this layout and merge it into the policy:");
-        for c in &fill {
-            println!("  {c}");
+        for w in &s.other_model {
+            println!("another model's policy: {w}");
         }
+        println!("to make a policy for this model at this layout (a GPU measures, else the cost model estimates):");
+        println!("  {fill}");
+        let file = if r.model.components.len() > 1 {
+            format!(
+                "--policy {fill_dir}/{0}.llm.json --vit-policy {fill_dir}/{0}.vit.json",
+                p.model
+            )
+        } else {
+            format!("--policy {fill_dir}/{}.json", p.model)
+        };
+        println!("then pass {file}");
     }
     print_diagnostics(&p);
     if !args.json {
@@ -394,9 +350,10 @@ pub fn check(args: &CheckArgs) -> CliResult {
         Err(CliError {
             code: 1,
             message: format!(
-                "{} missing rule(s), {} component(s) without a policy: re-run the benchmark at this layout and merge it into the policy",
+                "{} missing rule(s), {} component(s) without a policy, {} component(s) with another model's policy: make a policy for this model and layout (the command above)",
                 s.missing_rules.len(),
-                s.components_without_policy.len()
+                s.components_without_policy.len(),
+                s.other_model.len()
             ),
         })
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use fp8_bench::cuda::{DEFAULT_ITERS, DEFAULT_WARMUP, MeasureOptions};
-use fp8_pipeline::generate::{GenOptions, TermProgress, gen_policy};
+use fp8_pipeline::generate::{GenOptions, GenOutcome, TermProgress, gen_policy};
 
 use crate::error::{CliError, CliResult};
 
@@ -17,6 +17,15 @@ use crate::error::{CliError, CliResult};
 /// say which points were reused. Without a GPU (or with --backend model) the cost model
 /// ESTIMATES instead, and the outputs go to <policies-dir>/estimated/<profile>/ so an estimate
 /// never overwrites a measured policy.
+///
+/// Every rule gets both thresholds: min_tokens_graphed (CUDA-graphed steps) from the GPU times,
+/// min_tokens (eager steps, Megatron's default) from eager times: the TE backend's own, else the
+/// GPU times raised to a host profile: --host-profile FILE; else, on a GPU where this package
+/// and Transformer Engine import, this machine's, measured first by the host probe (about 15 s,
+/// written beside the reports; --no-host-probe skips it); else the shipped profile of the same
+/// GPU (H200), or of the cost model's --device-profile. With none (another GPU without TE) the
+/// eager thresholds are GPU time alone: provenance says so (eager_source: gpu_time) and every
+/// command that reads the policy for eager steps warns.
 ///
 /// Writes: <reports-dir>/<gpu>/<model>_tp<T>[_ep<E>].json (the reports),
 /// <policies-dir>/<model>.json (or <model>.llm.json and <model>.vit.json for a VLM),
@@ -34,8 +43,8 @@ use crate::error::{CliError, CliResult};
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Model configs (repeat for several).
-    #[arg(long = "model", value_name = "CONFIG", required = true)]
+    /// Model configs (repeat for several). [`cargo xtask gen-policy`: the repository's models]
+    #[arg(long = "model", value_name = "CONFIG")]
     pub models: Vec<PathBuf>,
     /// Hydra's search path, tried after each config's own directory [default: the nearest
     /// ancestor named `configs`, else the checkout's root, else the config's directory].
@@ -77,6 +86,7 @@ pub struct Args {
     /// --host-profile); else GPU time].
     #[arg(long, value_parser = ["graphed", "eager"])]
     pub trainer: Option<String>,
+    /// The merge objective (--shared-key, --host-profile, --numerics).
     #[command(flatten)]
     pub objective: super::objective_args::ObjectiveArgs,
     /// auto: the GPU when one opens, else the cost model; cuda; model; te: Transformer Engine
@@ -131,8 +141,10 @@ pub struct Args {
     /// and layouts not begun are skipped, with a note. [default: none]
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub time_limit: Option<u64>,
+    /// The TE worker's interpreter and settings.
     #[command(flatten)]
     pub te: super::te_args::TeArgs,
+    /// The FP8 recipe and its options.
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
@@ -153,6 +165,10 @@ pub struct Args {
     /// Untimed steps per point.
     #[arg(long, default_value_t = DEFAULT_WARMUP)]
     pub warmup: u32,
+    /// On a GPU, use the shipped host profile of this GPU (if any) instead of measuring this
+    /// machine's for the eager thresholds.
+    #[arg(long)]
+    pub no_host_probe: bool,
     /// Errors and the final summary line only.
     #[arg(long)]
     pub quiet: bool,
@@ -164,6 +180,18 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
     let progress = TermProgress::new(args.quiet || args.json);
+    let done = job(args, &progress)?;
+    report(args, &done);
+    Ok(())
+}
+
+/// The job these flags ask for, its progress to `progress`; what it wrote comes back.
+pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
+    if args.models.is_empty() {
+        return Err(CliError::input(
+            "no model: give --model CONFIG (a Megatron/LoongForge YAML or a HuggingFace config.json)",
+        ));
+    }
     let recipe = args.recipe.options()?;
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
@@ -185,6 +213,7 @@ pub fn run(args: &Args) -> CliResult {
         python: args.te.python.clone(),
         recompute: args.te.recompute,
         device_profile: args.device_profile.clone(),
+        probe_host: !args.no_host_probe,
         measure: MeasureOptions {
             warmup: args.warmup,
             iters: args.iters,
@@ -215,20 +244,29 @@ pub fn run(args: &Args) -> CliResult {
         fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?
     } else {
-        gen_policy(&o, &progress).map_err(CliError::input)?
+        gen_policy(&o, progress).map_err(CliError::input)?
     };
     progress.finish();
+    Ok(done)
+}
+
+/// What the job says when it is done: notes on stderr, the files and the summary on stdout (or
+/// one JSON object).
+pub fn report(args: &Args, done: &GenOutcome) {
     for n in &done.notes {
-        eprintln!("note: {n}");
+        match n.strip_prefix("WARNING: ") {
+            Some(w) => eprintln!("warning: {w}"),
+            None => eprintln!("note: {n}"),
+        }
     }
     if args.json {
         let warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
         let out = serde_json::json!({
             "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
-            "warnings": warnings,
+            "eager_source": eager_source(&done.host), "warnings": warnings,
         });
         println!("{out:#}");
-        return Ok(());
+        return;
     }
     if !args.quiet {
         for f in done.documents() {
@@ -236,5 +274,16 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     println!("{}", done.summary());
-    Ok(())
+}
+
+/// Where the eager thresholds came from, in the JSON output's words.
+fn eager_source(h: &fp8_pipeline::host::HostSource) -> String {
+    use fp8_pipeline::host::HostSource;
+    match h {
+        HostSource::Given => "host profile given".to_owned(),
+        HostSource::Probed(p) => format!("host profile measured here ({})", p.display()),
+        HostSource::Shipped(p) => format!("shipped host profile ({p})"),
+        HostSource::Missing(_) => "gpu_time".to_owned(),
+        HostSource::NotNeeded => "the backend's own eager times".to_owned(),
+    }
 }

@@ -78,6 +78,7 @@ pub struct Args {
     /// own times. Recorded in the policy's provenance.
     #[arg(long, value_parser = ["graphed", "eager", "both"])]
     pub trainer: Option<String>,
+    /// The merge objective (--shared-key, --host-profile, --numerics).
     #[command(flatten)]
     pub objective: super::objective_args::ObjectiveArgs,
     /// Print one JSON object instead of the summary: {"written", "estimated", "rules" (each with

@@ -24,6 +24,7 @@ pub struct ModelArgs {
     /// else the config's own directory].
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
+    /// The layout (--tp/--ep/--etp).
     #[command(flatten)]
     pub layout: super::layout_args::LayoutArgs,
     /// Context-parallel size: divides the tokens each rank's GEMMs see [default: config, else 1].

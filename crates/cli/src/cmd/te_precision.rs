@@ -21,6 +21,10 @@ use crate::error::{CliError, CliResult};
 /// Delayed scaling is refused (Megatron's per-module config does not take it): use the hook,
 /// adaptive_fp8.megatron.enable.
 ///
+/// A module whose key has no rule at this layout is refused (exit 2), naming the missing keys
+/// and the command that makes a policy for the layout: the policy does not cover it, which is
+/// not the same as FP8 losing there. --allow-missing writes those modules BF16 and says how many.
+///
 /// Examples:
 ///   fp8sel te-precision-config --model fixtures/models/qwen2_5_72b.yaml \
 ///       --policy policies/qwen2_5_72b.json --tp 8 --seq-length 4096 --output te_precision.yaml
@@ -41,11 +45,26 @@ pub struct Args {
     /// Where to write the YAML [default: stdout, with the launch flags on stderr].
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Write BF16 for modules the policy has no rule for at this layout, instead of refusing.
+    #[arg(long)]
+    allow_missing: bool,
 }
 
 /// Runs `te-precision-config`.
 pub fn run(args: &Args) -> CliResult {
     let (plan, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
+    // The vision encoder is not a GPTModel decoder path: it falls to the catch-all (below).
+    let uncovered = plan.uncovered(&[fp8_engine::Role::Llm]);
+    if let Some(u) = &uncovered
+        && !args.allow_missing
+    {
+        super::explain::print_diagnostics(&plan);
+        let fill = super::explain::fill_command(&args.model, &r, cx.recipe);
+        return Err(CliError::input(format!(
+            "{}\nor write those modules BF16 with --allow-missing",
+            u.message(&fill)
+        )));
+    }
     let recipe = cx.recipe.unwrap_or(Recipe::Blockwise);
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
     if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
@@ -103,6 +122,12 @@ pub fn run(args: &Args) -> CliResult {
     super::explain::print_diagnostics(&plan);
     for n in &cx.notes {
         eprintln!("note: {n}");
+    }
+    if let Some(u) = &uncovered {
+        eprintln!(
+            "warning: --allow-missing: {} module instance(s) have no rule at this layout and are written BF16 (a gap in the policy, not a measured answer); fp8sel check lists them",
+            u.instances
+        );
     }
     if plan
         .modules

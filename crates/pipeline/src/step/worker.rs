@@ -6,10 +6,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The run's time limit, if any.
-pub(super) struct Clock(Option<Instant>);
+pub(crate) struct Clock(Option<Instant>);
 
 impl Clock {
-    pub(super) fn start(limit: Option<Duration>) -> Self {
+    pub(crate) fn start(limit: Option<Duration>) -> Self {
         Self(limit.map(|d| Instant::now() + d))
     }
 
@@ -74,6 +74,37 @@ fn stop(child: &mut std::process::Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Runs `python args...` within the clock's limit, its stdout dropped (and its stderr too when
+/// `silent`): `Ok(true)` when it exited 0, `Ok(false)` when it failed or was stopped at the
+/// limit, `Err` when it could not start.
+pub(crate) fn run_quiet(
+    python: &str,
+    args: &[String],
+    clock: &Clock,
+    silent: bool,
+) -> Result<bool, String> {
+    let mut cmd = Command::new(python);
+    cmd.args(args).stdout(Stdio::null()).stdin(Stdio::null());
+    if silent {
+        cmd.stderr(Stdio::null());
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start `{python}`: {e}"))?;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status.success()),
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for `{python}`: {e}")),
+        }
+        if clock.out() {
+            stop(&mut child);
+            return Ok(false);
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
 /// How a worker run ended.
