@@ -133,65 +133,127 @@ fn estimated_policies_are_labelled_by_every_command() {
 }
 
 #[test]
-fn a_policy_of_another_model_is_a_warning() {
-    let o = fp8sel(&[
-        "explain",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        "policies/qwen2_5_72b.json",
-        "--seq-length",
-        "4096",
-    ]);
+fn a_policy_of_another_model_is_a_warning_in_explain_and_a_failure_in_check() {
+    let args = |cmd: &'static str, model: &'static str| {
+        vec![
+            cmd,
+            "--model",
+            model,
+            "--policy",
+            "policies/qwen2_5_72b.json",
+            "--seq-length",
+            "4096",
+        ]
+    };
+    let o = fp8sel(&args("explain", "fixtures/models/llama3_2_1b.yaml"));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    // Diagnostics go to stderr, never into the table.
+    // Diagnostics go to stderr, never into the table; identity is by per-rank GEMM shape.
+    let why = "(made for qwen2_5_72b) was measured at other per-rank GEMM shapes than llama3_2_1b's";
     assert!(
-        err(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b")
-            && !out(&o).contains("made for qwen2_5_72b but the model is llama3_2_1b"),
+        err(&o).contains(why) && !out(&o).contains(why),
         "{}",
         err(&o)
     );
-    let o = fp8sel(&[
-        "explain",
-        "--model",
-        "fixtures/models/qwen2_5_72b.yaml",
-        "--policy",
-        "policies/qwen2_5_72b.json",
-        "--seq-length",
-        "4096",
-    ]);
+    let o = fp8sel(&args("check", "fixtures/models/llama3_2_1b.yaml"));
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(
+        out(&o).contains("another model's policy") && !out(&o).contains("ok:"),
+        "{}",
+        out(&o)
+    );
+    let o = fp8sel(&args("explain", "fixtures/models/qwen2_5_72b.yaml"));
     assert!(!err(&o).contains("made for"), "{}", err(&o));
 }
 
 #[test]
-fn check_prints_the_commands_that_fill_the_gap() {
+fn check_fails_on_a_same_named_config_of_other_shapes() {
+    // The shipped Llama-3.2-1B's name, another model's dimensions (an 8B's hidden and FFN).
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    let other = text
+        .replace("hidden_size: 2048", "hidden_size: 4096")
+        .replace("ffn_hidden_size: 8192", "ffn_hidden_size: 14336");
+    assert_ne!(text, other, "the fixture's fields moved: update the replacements");
+    let cfg = dir.path().join("llama3_2_1b.yaml");
+    std::fs::write(&cfg, other).unwrap();
     let o = fp8sel(&[
         "check",
         "--model",
-        "fixtures/models/deepseek_v3.yaml",
+        cfg.to_str().unwrap(),
         "--policy",
-        "policies/deepseek_v3.json",
-        "--tp",
-        "8",
-        "--ep",
-        "16",
-        "--etp",
-        "2",
+        "policies/llama3_2_1b.json",
         "--seq-length",
         "4096",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let text = out(&o);
+    assert_eq!(o.status.code(), Some(1), "{}{}", out(&o), err(&o));
     assert!(
-        text.contains("fp8sel bench --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 16 --etp 2 --report deepseek_v3_llm_tp8_ep16_etp2.json"),
-        "{text}"
+        out(&o).contains("other per-rank GEMM shapes than llama3_2_1b's"),
+        "{}",
+        out(&o)
     );
+}
+
+/// The lines of `text` that are commands for the user to run (indented, starting with fp8sel).
+fn printed_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| l.starts_with("fp8sel "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs `command` as a user would, in `dir`, with this build's fp8sel first on the PATH.
+fn run_as_printed(command: &str, dir: &std::path::Path) -> std::process::Output {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_fp8sel"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    std::process::Command::new("sh")
+        .args(["-c", command])
+        .current_dir(dir)
+        .env("PATH", path)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn check_prints_one_fill_command_that_runs_as_printed_and_covers_the_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = root().canonicalize().unwrap();
+    let model = root.join("fixtures/models/deepseek_v3.yaml");
+    let policy = root.join("policies/deepseek_v3.json");
+    let layout = ["--tp", "8", "--ep", "16", "--etp", "2", "--seq-length", "4096"];
+    let mut args = vec!["check", "--model", model.to_str().unwrap()];
+    args.extend(["--policy", policy.to_str().unwrap()]);
+    args.extend(layout);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let commands = printed_commands(&out(&o));
+    assert_eq!(commands.len(), 1, "{}", out(&o));
+    let fill = &commands[0];
     assert!(
-        text.contains(
-            "fp8sel merge-policy --component llm --reports reports/h200/deepseek_v3_tp1_ep8.json"
-        ) && text.contains("deepseek_v3_llm_tp8_ep16_etp2.json --output policies/deepseek_v3.json"),
-        "{text}"
+        fill.contains("--tp 8 --ep 16 --etp 2") && fill.ends_with("--out fp8sel-fill"),
+        "{fill}"
     );
+    let shipped = std::fs::read(&policy).unwrap();
+    let ran = run_as_printed(fill, dir.path());
+    assert_eq!(ran.status.code(), Some(0), "{fill}: {}", err(&ran));
+    assert!(err(&ran).contains("cost model"), "{}", err(&ran));
+    assert_eq!(std::fs::read(&policy).unwrap(), shipped, "the shipped file moved");
+    // The policy it wrote covers every module of the layout.
+    let made = dir.path().join("fp8sel-fill/deepseek_v3.json");
+    assert!(out(&o).contains("then pass --policy fp8sel-fill/deepseek_v3.json"));
+    let mut again = vec!["check", "--model", model.to_str().unwrap()];
+    again.extend(["--policy", made.to_str().unwrap()]);
+    again.extend(layout);
+    let o = fp8sel(&again);
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
 }
 
 #[test]

@@ -266,7 +266,7 @@ fn check_names_the_recipe_in_the_commands_that_fill_a_gap() {
         .collect();
     assert!(!fill.is_empty(), "{v}");
     assert!(
-        fill[0].starts_with("fp8sel bench") && fill[0].contains("--recipe delayed"),
+        fill[0].starts_with("fp8sel gen-policy") && fill[0].contains("--recipe delayed"),
         "{fill:?}"
     );
 }

@@ -57,6 +57,7 @@
 
 pub mod classify;
 pub mod config;
+pub mod coverage;
 pub mod inventory;
 pub mod model;
 pub mod native;
@@ -74,8 +75,9 @@ pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
 pub use one::{ModuleName, OneDecision, OneError, OneModule, decide_one};
 pub use parallel::Parallel;
 pub use plan::{
-    DecideError, FILL_DIR, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError,
-    PlannedModule, Summary, Uncovered, decide, decide_module, fill_command, plan,
+    DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,
+    decide, decide_module, plan,
 };
+pub use coverage::{FILL_DIR, Uncovered, fill_command};
 pub use request::{NoTokens, PlanRequest, Resolved, config_policy_path};
 pub use tokens::{TokenConfig, TokenOverflow, TokenSource};

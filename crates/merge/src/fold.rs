@@ -105,6 +105,7 @@ pub fn overlay(primary: &Policy, fallback: &Policy) -> Result<Policy, PolicyErro
         union(&mut prov.timing, &fp.timing);
         union(&mut prov.reports, &fp.reports);
         union(&mut prov.device, &fp.device);
+        union_shapes(&mut prov.shapes, &fp.shapes);
         for k in &fp.measured_bf16_keys {
             if !mine.contains_key(k) && !prov.measured_bf16_keys.contains(k) {
                 prov.measured_bf16_keys.push(k.clone());
@@ -123,6 +124,23 @@ pub fn overlay(primary: &Policy, fallback: &Policy) -> Result<Policy, PolicyErro
     prov.thresholds.insert("min_tokens".to_owned(), text);
     out.set_provenance(prov);
     Ok(out)
+}
+
+/// Adds `theirs`' shapes to `mine`, key by key, each key's shapes sorted and distinct.
+fn union_shapes(mine: &mut Vec<fp8_policy::KeyShapes>, theirs: &[fp8_policy::KeyShapes]) {
+    let mut by: BTreeMap<RuleKey, BTreeSet<fp8_policy::GemmShape>> = BTreeMap::new();
+    for k in mine.iter().chain(theirs) {
+        by.entry(k.key.clone())
+            .or_default()
+            .extend(k.shapes.iter().copied());
+    }
+    *mine = by
+        .into_iter()
+        .map(|(key, shapes)| fp8_policy::KeyShapes {
+            key,
+            shapes: shapes.into_iter().collect(),
+        })
+        .collect();
 }
 
 /// The folded policy. Its provenance is the eager policy's, with the graphed policy's timing,
@@ -145,6 +163,7 @@ pub fn fold(eager: &Policy, graphed: &Policy) -> Result<Policy, PolicyError> {
         union(&mut prov.timing, &gp.timing);
         union(&mut prov.reports, &gp.reports);
         union(&mut prov.device, &gp.device);
+        union_shapes(&mut prov.shapes, &gp.shapes);
         prov.measured_bf16_keys
             .retain(|k| gp.measured_bf16_keys.contains(k));
     }

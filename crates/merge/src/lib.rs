@@ -14,6 +14,7 @@ pub mod fold;
 pub mod host;
 pub mod load;
 pub mod merge;
+mod merge_provenance;
 pub mod numerics;
 pub mod options;
 mod reference;

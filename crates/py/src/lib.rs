@@ -53,6 +53,13 @@ create_exception!(
     "A module or a model could not be decided with the values given (a missing num_gemms or topk, no sequence length, a layout that does not divide the model)."
 );
 
+create_exception!(
+    _core,
+    MissingRulesError,
+    PlanError,
+    "The policy has no rule for some modules of the model at this layout: they would run BF16 because of the gap, not because FP8 loses there. The message names the missing keys and the command that makes a policy for the layout; pass allow_missing=True to plan them BF16."
+);
+
 /// An adaptive-FP8 policy (format version 1), validated on load.
 #[pyclass(frozen, module = "adaptive_fp8")]
 struct Policy {
@@ -352,12 +359,13 @@ fn make_plan(
     a: &PlanArgs,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
-) -> PyResult<fp8_engine::Plan> {
+) -> PyResult<(fp8_engine::Plan, Gaps)> {
     for (name, v) in [("tp", a.tp), ("ep", a.ep), ("etp", a.etp), ("cp", a.cp)] {
         if v == Some(0) {
             return Err(PlanError::new_err(format!("{name} starts at 1")));
         }
     }
+    let root_shown = config_root.as_ref().map(|r| r.display().to_string());
     let (desc, shown) = load_model_arg(model, config_root)?;
     let mut req = PlanRequest::default();
     req.tp = a.tp;
@@ -399,7 +407,52 @@ fn make_plan(
         policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
         execution: a.execution,
     };
-    plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))
+    let p = plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))?;
+    let gaps = Gaps {
+        model: (shown != "<config dict>").then_some(shown),
+        config_root: root_shown,
+        parallel: resolved.parallel,
+        moe: desc.components.iter().any(|c| c.arch.moe.is_some()),
+    };
+    Ok((p, gaps))
+}
+
+/// What the refusal of an uncovered plan needs besides the plan: the fill command's inputs.
+struct Gaps {
+    model: Option<String>,
+    config_root: Option<String>,
+    parallel: fp8_engine::Parallel,
+    moe: bool,
+}
+
+impl Gaps {
+    /// `Err(MissingRulesError)` when the plan leaves modules of `roles` uncovered and
+    /// `allow_missing` is off.
+    fn refuse(
+        &self,
+        p: &fp8_engine::Plan,
+        roles: &[Role],
+        allow_missing: bool,
+        recipe: Option<&str>,
+    ) -> PyResult<()> {
+        let Some(u) = p.uncovered(roles) else {
+            return Ok(());
+        };
+        if allow_missing {
+            return Ok(());
+        }
+        let fill = fp8_engine::fill_command(
+            self.model.as_deref(),
+            self.config_root.as_deref(),
+            self.parallel,
+            recipe,
+            self.moe,
+        );
+        Err(MissingRulesError::new_err(format!(
+            "{}\nor pass allow_missing=True to plan them BF16",
+            u.message(&fill)
+        )))
+    }
 }
 
 /// The plan of a whole model as JSON text: exactly what `fp8sel explain --json` prints for the
@@ -409,7 +462,7 @@ fn make_plan(
     model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
     seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
     topk = None, no_sequence_parallel = false, root = None, config_root = None,
-    execution = "eager"
+    execution = "eager", allow_missing = false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn plan_json(
@@ -429,6 +482,7 @@ fn plan_json(
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
     execution: &str,
+    allow_missing: bool,
 ) -> PyResult<String> {
     let a = PlanArgs {
         tp,
@@ -443,7 +497,8 @@ fn plan_json(
         no_sequence_parallel,
         execution: execution_arg(execution)?,
     };
-    let p = make_plan(model, policy, vit_policy, &a, root, config_root)?;
+    let (p, gaps) = make_plan(model, policy, vit_policy, &a, root, config_root)?;
+    gaps.refuse(&p, &[Role::Llm, Role::Vit], allow_missing, None)?;
     Ok(format!("{:#}", render::plan_json(&p)))
 }
 
@@ -455,7 +510,7 @@ fn plan_json(
     model, policy = None, *, recipe = "blockwise", fp8_format = "e4m3", tp = None, ep = None,
     etp = None, cp = None, seq_length = None, micro_batch_size = None, num_tokens = None,
     topk = None, no_sequence_parallel = false, root = None, config_root = None,
-    execution = "eager"
+    execution = "eager", allow_missing = false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn te_precision_config_json(
@@ -475,6 +530,7 @@ fn te_precision_config_json(
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
     execution: &str,
+    allow_missing: bool,
 ) -> PyResult<String> {
     let recipe: fp8_policy::Recipe = recipe
         .parse()
@@ -493,7 +549,9 @@ fn te_precision_config_json(
         no_sequence_parallel,
         execution: execution_arg(execution)?,
     };
-    let p = make_plan(model, policy, None, &a, root, config_root)?;
+    let (p, gaps) = make_plan(model, policy, None, &a, root, config_root)?;
+    gaps.refuse(&p, &[Role::Llm], allow_missing, Some(recipe.name()))?;
+    let missing = p.uncovered(&[Role::Llm]).map_or(0, |u| u.instances);
     let header = vec![format!(
         "Megatron-core per-module precision, written by adaptive_fp8 for {}",
         p.model
@@ -504,6 +562,7 @@ fn te_precision_config_json(
         "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region,
         "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
         "bf16_groups": cfg.bf16_groups(),
+        "missing_instances": missing,
         "warnings": p.summary.warnings,
     });
     Ok(format!("{out:#}"))
@@ -519,6 +578,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PolicyError", m.py().get_type::<PolicyError>())?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("PlanError", m.py().get_type::<PlanError>())?;
+    m.add("MissingRulesError", m.py().get_type::<MissingRulesError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

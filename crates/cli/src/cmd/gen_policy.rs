@@ -256,7 +256,8 @@ pub fn report(args: &Args, done: &GenOutcome) {
     for n in &done.notes {
         match n.strip_prefix("WARNING: ") {
             Some(w) => eprintln!("warning: {w}"),
-            None => eprintln!("note: {n}"),
+            None if !args.quiet => eprintln!("note: {n}"),
+            None => {}
         }
     }
     if args.json {

@@ -150,6 +150,7 @@ mod tests {
             python: "python3".into(),
             recompute: false,
             device_profile: "h200".into(),
+            probe_host: true,
             measure: fp8_bench::cuda::MeasureOptions::default(),
             policies_dir: PathBuf::from("policies"),
             reports_base: PathBuf::from("reports"),

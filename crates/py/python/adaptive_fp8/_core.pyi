@@ -8,6 +8,7 @@ __version__: str
 class PolicyError(ValueError): ...
 class ConfigError(ValueError): ...
 class PlanError(ValueError): ...
+class MissingRulesError(PlanError): ...
 
 class Decision:
     fp8: bool
@@ -74,6 +75,7 @@ def plan_json(
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
     execution: str = "eager",
+    allow_missing: bool = False,
 ) -> str: ...
 
 def te_precision_config_json(
@@ -94,4 +96,5 @@ def te_precision_config_json(
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
     execution: str = "eager",
+    allow_missing: bool = False,
 ) -> str: ...

@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from . import Policy
 from ._core import te_precision_config_json as _native_json
+from ._core import MissingRulesError
 from ._core import plan_json as _plan_json
 
 #: Megatron-core minor versions the hook was tested with (the TE wrappers' ``__init__``
@@ -506,7 +507,9 @@ def _forced(region: str, predicted: str, fp8_instances: Optional[int]) -> str:
     return region
 
 
-def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
+def apply_te_precision_config(
+    config: Any, region: str = "auto", allow_missing: bool = False
+) -> NativePlan:
     """Sets ``config.quant_recipe`` (Megatron's per-module precision, what
     ``--te-precision-config-file`` loads) from the fields :func:`enable` reads:
     ``fp8_dynamic_policy_path``, the layout, ``seq_length`` x ``micro_batch_size`` or
@@ -516,7 +519,8 @@ def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
     ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused).
     In the FP8 region with ``config.fp8_param``, Megatron builds the BF16 modules with FP8
     weights, which they dequantize every forward: a warning and a note say so (the hook has
-    no such cost)."""
+    no such cost). A module without a rule at the layout raises
+    :class:`adaptive_fp8.MissingRulesError` unless ``allow_missing=True``."""
     from megatron.core.quantization.quant_config import RecipeConfig
 
     policy = load_policy(config)
@@ -530,6 +534,7 @@ def apply_te_precision_config(config: Any, region: str = "auto") -> NativePlan:
         policy,
         recipe=_recipe_name(config) or "blockwise",
         fp8_format=_fp8_format(config),
+        allow_missing=allow_missing,
         **_layout_kwargs(config),
     )
     for w in out["warnings"]:
@@ -570,7 +575,9 @@ def _fp8_weights_in_bf16_modules(bf16: list[str]) -> list[str]:
     ]
 
 
-def _predict_region(config: Any, policy: Optional[Policy]) -> tuple[str, Optional[int], str]:
+def _predict_region(
+    config: Any, policy: Optional[Policy], allow_missing: bool = False
+) -> tuple[str, Optional[int], str]:
     """The region :func:`enable` runs the model in, from the plan of the model the config
     builds: ``(region, fp8_instances, why)``. Delayed scaling keeps the global region whenever a
     module runs FP8 (its amax bookkeeping is per region); a config the engine cannot read keeps
@@ -578,9 +585,21 @@ def _predict_region(config: Any, policy: Optional[Policy]) -> tuple[str, Optiona
     if policy is None:
         return "bf16", 0, "no policy: every module runs BF16"
     try:
-        p = json.loads(_plan_json(_config_model(config, policy), policy, **_layout_kwargs(config)))
+        p = json.loads(
+            _plan_json(
+                _config_model(config, policy),
+                policy,
+                allow_missing=allow_missing,
+                **_layout_kwargs(config),
+            )
+        )
+    except MissingRulesError:
+        raise
     except ValueError as e:
         return "fp8", None, f"the model could not be planned from the config ({e})"
+    for w in p["warnings"]:
+        if w.startswith("warning: "):
+            _say_once(w[len("warning: "):])
     fp8 = sum(m["layers"] for m in p["modules"] if m["use_fp8"] and m["component"] == "llm")
     if fp8 == 0:
         return "bf16", 0, "no module runs FP8: this is the BF16 model"
@@ -686,7 +705,7 @@ def _build(
         run_in_fp8(module, _active["fp8_context"], cache_weights=_active.get("cache_weights", False))
 
 
-def enable(config: Any, region: str = "auto") -> Plan:
+def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Plan:
     """Gives Megatron-core the seed's callback: every TE linear module built after this call is
     decided by :func:`selective_fp8_init_decision` with ``config``. Returns the :class:`Plan`,
     filled in as the model is built, for the launcher to log. Calling it again replaces the
@@ -698,7 +717,11 @@ def enable(config: Any, region: str = "auto") -> Plan:
     themselves; when a routed expert runs FP8 (or delayed scaling is on), the global FP8 region
     stays and each BF16 module is built without FP8 weights and runs with FP8 off. ``region``
     forces ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is
-    refused)."""
+    refused).
+
+    A module of the model with no rule at the config's layout raises
+    :class:`adaptive_fp8.MissingRulesError` before anything is wrapped, naming the keys and the
+    command that makes a policy for the layout; ``allow_missing=True`` builds those BF16."""
     _check_version()
     from megatron.core.extensions import transformer_engine as mte
 
@@ -711,7 +734,7 @@ def enable(config: Any, region: str = "auto") -> Plan:
     policy = load_policy(config)  # a broken policy fails here, before any module is built
     disable()
     plan = Plan()
-    predicted, fp8_instances, why = _predict_region(config, policy)
+    predicted, fp8_instances, why = _predict_region(config, policy, allow_missing)
     region = _forced(region, predicted, fp8_instances)
     if region != predicted:
         why = f"region {region} asked for"

@@ -1,0 +1,198 @@
+//! Whether a plan is covered: the gaps a policy leaves at a layout ([`Uncovered`]), the one
+//! command that fills them ([`fill_command`]), and whether the policy belongs to another model
+//! ([`other_model`], by per-rank GEMM shape).
+
+use fp8_policy::Policy;
+
+use crate::inventory::ModuleSpec;
+use crate::model::Role;
+use crate::parallel::Parallel;
+use crate::plan::{MissingRule, Plan};
+
+/// Why `policy` belongs to another model than the one of `specs`, if it does. Thresholds are
+/// crossovers of per-rank GEMM shapes, so identity is by shape: a module whose key the policy
+/// measured at other shapes (a config of other dimensions under the same name, too). A policy
+/// that recorded no shapes (an older file, a step-only one) is compared by model name.
+pub fn other_model(policy: &Policy, model: &str, specs: &[ModuleSpec]) -> Option<String> {
+    let prov = policy.provenance()?;
+    if prov.shapes.is_empty() {
+        return model_mismatch(policy, model);
+    }
+    let mut differ = Vec::new();
+    for s in specs {
+        let Some(key) = s.lookup().key() else {
+            continue;
+        };
+        let Some(measured) = prov.shapes_of(&key) else {
+            continue;
+        };
+        let mine = fp8_policy::GemmShape {
+            in_features: s.in_features,
+            out_features: s.out_features,
+        };
+        if !measured.contains(&mine) {
+            let theirs: Vec<String> = measured.iter().map(ToString::to_string).collect();
+            differ.push(format!(
+                "{} is {mine} here, {} in the policy",
+                s.name,
+                theirs.join(" or ")
+            ));
+        }
+    }
+    if differ.is_empty() {
+        return None;
+    }
+    let made_for = if prov.models.is_empty() {
+        String::new()
+    } else {
+        format!(" (made for {})", prov.models.join(", "))
+    };
+    let more = if differ.len() > 2 {
+        format!(", and {} more", differ.len() - 2)
+    } else {
+        String::new()
+    };
+    differ.truncate(2);
+    Some(format!(
+        "the policy{made_for} was measured at other per-rank GEMM shapes than {model}'s \
+         ({}{more}): its thresholds belong to another model; make a policy for this one \
+         (fp8sel gen-policy --model CONFIG)",
+        differ.join("; ")
+    ))
+}
+
+/// A warning when the policy's provenance names the models it was measured on and `model` is
+/// not one of them: thresholds are shapes' crossovers, and another model has other shapes.
+pub fn model_mismatch(policy: &Policy, model: &str) -> Option<String> {
+    let models = &policy.provenance()?.models;
+    if models.is_empty() || models.iter().any(|m| m == model) {
+        return None;
+    }
+    Some(format!(
+        "the policy was made for {} but the model is {model}: its thresholds belong to other \
+         shapes; make a policy for this model (fp8sel gen-policy --model CONFIG)",
+        models.join(", ")
+    ))
+}
+
+/// What a plan leaves uncovered: modules whose key has no rule at this layout (and no measured
+/// BF16 answer), and components planned without a policy. A trainer launched so runs them BF16
+/// because the policy does not cover the layout, not because FP8 loses there; the CLI, the
+/// binding and the hook refuse it unless asked to allow it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Uncovered {
+    /// The missing rules and the modules that need them.
+    pub missing: Vec<MissingRule>,
+    /// Components without a policy.
+    pub without_policy: Vec<Role>,
+    /// Module instances (groups x layers) the gaps leave BF16.
+    pub instances: u64,
+}
+
+impl Plan {
+    /// The plan's gaps in `roles`' components, or `None` when the policy covers every module
+    /// there.
+    pub fn uncovered(&self, roles: &[Role]) -> Option<Uncovered> {
+        let missing: Vec<MissingRule> = self
+            .summary
+            .missing_rules
+            .iter()
+            .filter(|m| roles.contains(&m.component))
+            .cloned()
+            .collect();
+        let without_policy: Vec<Role> = self
+            .summary
+            .components_without_policy
+            .iter()
+            .filter(|r| roles.contains(r))
+            .copied()
+            .collect();
+        let instances = self
+            .modules
+            .iter()
+            .filter(|m| {
+                roles.contains(&m.spec.component)
+                    && (m.missing_key.is_some() || without_policy.contains(&m.spec.component))
+            })
+            .map(|m| m.spec.layers)
+            .sum();
+        (!missing.is_empty() || !without_policy.is_empty()).then_some(Uncovered {
+            missing,
+            without_policy,
+            instances,
+        })
+    }
+}
+
+impl Uncovered {
+    /// The refusal in words: each missing key with its modules, then the command that fills
+    /// them (`fill`, from [`fill_command`]).
+    pub fn message(&self, fill: &str) -> String {
+        let mut lines = vec![format!(
+            "the policy does not cover this layout: {} module instance(s) have no rule and would \
+             run BF16 because of the gap, not because FP8 loses there",
+            self.instances
+        )];
+        for r in &self.without_policy {
+            lines.push(format!("  no policy for the {r} component"));
+        }
+        for m in &self.missing {
+            lines.push(format!(
+                "  missing rule {} {}: {}",
+                m.component,
+                m.key,
+                m.modules.join(", ")
+            ));
+        }
+        lines.push(format!("fix: make a policy for this layout: {fill}"));
+        lines.join("\n")
+    }
+}
+
+/// The one `fp8sel` command that makes a policy covering every module of `model` (a config
+/// file; `None` when the model came as fields) at `parallel`, written under `fp8sel-fill/` so
+/// that it never replaces a shipped file: it measures on a GPU and estimates with the cost model
+/// without one (its outputs say which). Here, and not in each front, so that the CLI, the
+/// binding and the hook print the same command.
+pub fn fill_command(
+    model: Option<&str>,
+    config_root: Option<&str>,
+    parallel: Parallel,
+    recipe: Option<&str>,
+    moe: bool,
+) -> String {
+    let model = model.map_or_else(|| "YOUR_MODEL_CONFIG".to_owned(), shell_word);
+    let root = config_root
+        .map(|r| format!(" --config-root {}", shell_word(r)))
+        .unwrap_or_default();
+    let experts = if moe {
+        format!(" --ep {} --etp {}", parallel.ep, parallel.etp)
+    } else {
+        String::new()
+    };
+    let recipe = recipe
+        .filter(|r| *r != "blockwise")
+        .map(|r| format!(" --recipe {r}"))
+        .unwrap_or_default();
+    format!(
+        "fp8sel gen-policy --model {model}{root} --tp {}{experts}{recipe} --out {FILL_DIR}",
+        parallel.tp
+    )
+}
+
+/// Where [`fill_command`]'s policy goes, relative to where it runs.
+pub const FILL_DIR: &str = "fp8sel-fill";
+
+/// `s` as one POSIX shell word: as it is when it holds only safe characters, else in single
+/// quotes.
+fn shell_word(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if safe {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
