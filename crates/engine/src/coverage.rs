@@ -75,23 +75,22 @@ pub fn model_mismatch(policy: &Policy, model: &str) -> Option<String> {
     ))
 }
 
-/// What a plan leaves uncovered: modules whose key has no rule at this layout (and no measured
-/// BF16 answer), and components planned without a policy. A trainer launched so runs them BF16
+/// What a plan leaves uncovered: modules whose key has no rule at this layout in their
+/// component's policy (and no measured BF16 answer). A trainer launched so runs them BF16
 /// because the policy does not cover the layout, not because FP8 loses there; the CLI, the
-/// binding and the hook refuse it unless asked to allow it.
+/// binding and the hook refuse it unless asked to allow it. A component planned without any
+/// policy is not a gap: the caller gave none, and every module's reason says so.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Uncovered {
     /// The missing rules and the modules that need them.
     pub missing: Vec<MissingRule>,
-    /// Components without a policy.
-    pub without_policy: Vec<Role>,
     /// Module instances (groups x layers) the gaps leave BF16.
     pub instances: u64,
 }
 
 impl Plan {
-    /// The plan's gaps in `roles`' components, or `None` when the policy covers every module
+    /// The plan's gaps in `roles`' components, or `None` when their policies cover every module
     /// there.
     pub fn uncovered(&self, roles: &[Role]) -> Option<Uncovered> {
         let missing: Vec<MissingRule> = self
@@ -101,27 +100,13 @@ impl Plan {
             .filter(|m| roles.contains(&m.component))
             .cloned()
             .collect();
-        let without_policy: Vec<Role> = self
-            .summary
-            .components_without_policy
-            .iter()
-            .filter(|r| roles.contains(r))
-            .copied()
-            .collect();
         let instances = self
             .modules
             .iter()
-            .filter(|m| {
-                roles.contains(&m.spec.component)
-                    && (m.missing_key.is_some() || without_policy.contains(&m.spec.component))
-            })
+            .filter(|m| roles.contains(&m.spec.component) && m.missing_key.is_some())
             .map(|m| m.spec.layers)
             .sum();
-        (!missing.is_empty() || !without_policy.is_empty()).then_some(Uncovered {
-            missing,
-            without_policy,
-            instances,
-        })
+        (!missing.is_empty()).then_some(Uncovered { missing, instances })
     }
 }
 
@@ -134,9 +119,6 @@ impl Uncovered {
              run BF16 because of the gap, not because FP8 loses there",
             self.instances
         )];
-        for r in &self.without_policy {
-            lines.push(format!("  no policy for the {r} component"));
-        }
         for m in &self.missing {
             lines.push(format!(
                 "  missing rule {} {}: {}",

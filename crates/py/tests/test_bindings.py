@@ -129,3 +129,42 @@ def test_importing_never_imports_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plan_and_check_carry_their_warnings_and_emit_them(root):
+    model = root / "fixtures/models/llama3_2_1b.yaml"
+    other = root / "policies/qwen2_5_72b.json"
+    with pytest.warns(af8.AdaptiveFp8Warning, match="other per-rank GEMM shapes"):
+        rows = af8.plan(model, other, seq_length=4096)
+    assert isinstance(rows, af8.PlanRows) and rows and rows.summary["other_model"]
+    assert any("other per-rank GEMM shapes" in w for w in rows.warnings)
+    with pytest.warns(af8.AdaptiveFp8Warning):
+        res = af8.check(model, other, seq_length=4096)
+    assert isinstance(res, af8.CheckResult) and not res.ok and res.other_model
+    assert list(res) == []  # every key has a rule: it is the shapes that differ
+    ok = af8.check(model, root / "policies/llama3_2_1b.json", seq_length=4096)
+    assert ok.ok and ok.other_model == []
+
+
+def test_plan_refuses_an_uncovered_layout_unless_allowed(root):
+    model = root / "fixtures/models/llama3_2_1b.yaml"
+    policy = root / "policies/llama3_2_1b.json"
+    with pytest.raises(af8.MissingRulesError, match="tp=4") as e:
+        af8.plan(model, policy, tp=4, seq_length=4096)
+    assert isinstance(e.value, af8.PlanError)
+    assert f"fp8sel gen-policy --model {model} --tp 4 --out fp8sel-fill" in str(e.value)
+    rows = af8.plan(model, policy, tp=4, seq_length=4096, allow_missing=True)
+    assert rows and not any(r["use_fp8"] for r in rows)
+    assert rows.summary["missing_rules"]
+
+
+def test_eager_thresholds_of_gpu_time_alone_are_warned_in_eager_only(root, tmp_path):
+    p = json.loads((root / "policies/llama3_2_1b.json").read_text())
+    p["provenance"]["eager_source"] = "gpu_time"
+    f = tmp_path / "gpu_only.json"
+    f.write_text(json.dumps(p))
+    model = root / "fixtures/models/llama3_2_1b.yaml"
+    with pytest.warns(af8.AdaptiveFp8Warning, match="GPU time alone"):
+        af8.plan(model, f, seq_length=4096)
+    rows = af8.plan(model, f, seq_length=4096, execution="graphed")
+    assert not any("GPU time alone" in w for w in rows.warnings)

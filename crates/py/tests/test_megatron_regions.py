@@ -255,3 +255,18 @@ def test_megatron_fields_read_a_transformer_config(tmp_path):
     assert f["num_moe_experts"] == 8 and f["moe_layer_freq"] == 1 and "multi_latent_attention" not in f
     assert "mtp_num_layers" not in f and "name" not in f
     assert af8m.megatron_fields(c, name="m")["name"] == "m"
+
+
+def test_a_layout_the_policy_does_not_cover_is_refused_unless_allowed(stand_ins, tmp_path):
+    # POLICY has TP 1 rules only: at TP 2 no module is covered.
+    c = config(tmp_path, tensor_model_parallel_size=2)
+    with pytest.raises(af8m.MissingRulesError, match=r"missing rule llm \(kind=layernorm_column, ub_name=qkv, tp=2\)") as e:
+        af8m.enable(c)
+    assert "fp8sel gen-policy --model YOUR_MODEL_CONFIG --tp 2 --out fp8sel-fill" in str(e.value)
+    assert c.fp8 == "e4m3", "nothing was changed before the refusal"
+    with pytest.raises(af8m.MissingRulesError):
+        af8m.apply_te_precision_config(config(tmp_path, tensor_model_parallel_size=2))
+    plan = af8m.enable(config(tmp_path, tensor_model_parallel_size=2), allow_missing=True)
+    assert plan.region == "bf16"
+    n = af8m.apply_te_precision_config(config(tmp_path, tensor_model_parallel_size=2), allow_missing=True)
+    assert n.fp8_instances == 0
