@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use xtask::{UPDATE_ENV, check_policies, check_results, generate as gen_mod, refreshed_shipped_reports, root};
+use xtask::{
+    UPDATE_ENV, check_policies, check_results, generate as gen_mod, refreshed_shipped_reports, root,
+};
 
 /// Repository automation for the adaptive FP8 toolkit.
 #[derive(Debug, Parser)]
@@ -24,7 +26,7 @@ enum Cmd {
     ///   cargo xtask gen-policy --backend model --device-profile h100
     ///   cargo xtask gen-policy --check              # policies/ up to date with the committed reports?
     #[command(verbatim_doc_comment)]
-    GenPolicy(GenArgs),
+    GenPolicy(Box<GenArgs>),
     /// Regenerate docs/RESULTS.md from the committed H200 reports (or check it with --check).
     Results {
         /// Fail when docs/RESULTS.md is stale instead of writing it.
@@ -48,7 +50,7 @@ struct GenArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Cmd::GenPolicy(a) => gen_policy(a),
+        Cmd::GenPolicy(a) => gen_policy(*a),
         Cmd::Results { check } => results(check),
     };
     match r {

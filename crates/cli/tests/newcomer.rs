@@ -148,7 +148,8 @@ fn a_policy_of_another_model_is_a_warning_in_explain_and_a_failure_in_check() {
     let o = fp8sel(&args("explain", "fixtures/models/llama3_2_1b.yaml"));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     // Diagnostics go to stderr, never into the table; identity is by per-rank GEMM shape.
-    let why = "(made for qwen2_5_72b) was measured at other per-rank GEMM shapes than llama3_2_1b's";
+    let why =
+        "(made for qwen2_5_72b) was measured at other per-rank GEMM shapes than llama3_2_1b's";
     assert!(
         err(&o).contains(why) && !out(&o).contains(why),
         "{}",
@@ -173,7 +174,10 @@ fn check_fails_on_a_same_named_config_of_other_shapes() {
     let other = text
         .replace("hidden_size: 2048", "hidden_size: 4096")
         .replace("ffn_hidden_size: 8192", "ffn_hidden_size: 14336");
-    assert_ne!(text, other, "the fixture's fields moved: update the replacements");
+    assert_ne!(
+        text, other,
+        "the fixture's fields moved: update the replacements"
+    );
     let cfg = dir.path().join("llama3_2_1b.yaml");
     std::fs::write(&cfg, other).unwrap();
     let o = fp8sel(&[
@@ -224,7 +228,16 @@ fn check_prints_one_fill_command_that_runs_as_printed_and_covers_the_layout() {
     let root = root().canonicalize().unwrap();
     let model = root.join("fixtures/models/deepseek_v3.yaml");
     let policy = root.join("policies/deepseek_v3.json");
-    let layout = ["--tp", "8", "--ep", "16", "--etp", "2", "--seq-length", "4096"];
+    let layout = [
+        "--tp",
+        "8",
+        "--ep",
+        "16",
+        "--etp",
+        "2",
+        "--seq-length",
+        "4096",
+    ];
     let mut args = vec!["check", "--model", model.to_str().unwrap()];
     args.extend(["--policy", policy.to_str().unwrap()]);
     args.extend(layout);
@@ -245,7 +258,11 @@ fn check_prints_one_fill_command_that_runs_as_printed_and_covers_the_layout() {
     let ran = run_as_printed(fill, dir.path());
     assert_eq!(ran.status.code(), Some(0), "{fill}: {}", err(&ran));
     assert!(err(&ran).contains("cost model"), "{}", err(&ran));
-    assert_eq!(std::fs::read(&policy).unwrap(), shipped, "the shipped file moved");
+    assert_eq!(
+        std::fs::read(&policy).unwrap(),
+        shipped,
+        "the shipped file moved"
+    );
     // The policy it wrote covers every module of the layout.
     let made = dir.path().join("fp8sel-fill/deepseek_v3.json");
     assert!(out(&o).contains("then pass --policy fp8sel-fill/deepseek_v3.json"));
@@ -681,4 +698,190 @@ fn the_readme_decide_example_prints_what_the_readme_shows() {
         shown,
         "README's decide example: update its output to fp8sel's"
     );
+}
+
+#[test]
+fn the_never_value_is_never_shown_as_a_number() {
+    // Every shipped policy, at layouts it has rules for, in both executions: the tables and
+    // diagnostics say "never" where the file carries 2^53 for the reference's loader.
+    let never = "9007199254740992";
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "deepseek_v3.yaml",
+            "deepseek_v3.json",
+            &["--tp", "8", "--ep", "64", "--etp", "1"],
+        ),
+        (
+            "deepseek_v3.yaml",
+            "deepseek_v3.json",
+            &["--tp", "1", "--ep", "16", "--etp", "1"],
+        ),
+        ("llama3_2_1b.yaml", "llama3_2_1b.json", &["--tp", "1"]),
+        ("llama3_2_1b.yaml", "llama3_2_1b.json", &["--tp", "2"]),
+    ];
+    let mut shown_never = false;
+    for (model, policy, layout) in cases {
+        let shipped = std::fs::read_to_string(root().join("policies").join(policy)).unwrap();
+        assert!(
+            shipped.contains(never),
+            "{policy}: the case needs a never threshold"
+        );
+        for cmd in ["explain", "check"] {
+            for execution in ["eager", "graphed"] {
+                for seq in ["1024", "32768"] {
+                    let m = format!("fixtures/models/{model}");
+                    let p = format!("policies/{policy}");
+                    let mut a = vec![cmd, "--model", &m, "--policy", &p, "--seq-length", seq];
+                    a.extend(["--execution", execution]);
+                    a.extend(layout);
+                    let o = fp8sel(&a);
+                    let all = format!("{}{}", out(&o), err(&o));
+                    assert!(!all.contains(never), "{a:?}: {all}");
+                    shown_never |=
+                        all.contains("min_tokens never") || all.contains("_graphed never");
+                }
+            }
+        }
+    }
+    assert!(shown_never, "no case showed a never threshold");
+    for entry in std::fs::read_dir(root().join("policies")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains(never), "{}", path.display());
+        }
+    }
+}
+
+/// Every rule of a policy file: (min_tokens, min_tokens_graphed).
+fn both_thresholds(policy: &serde_json::Value) -> Vec<(u64, Option<u64>)> {
+    let rule = |r: &serde_json::Value| {
+        (
+            r["min_tokens"].as_u64().unwrap(),
+            r["min_tokens_graphed"].as_u64(),
+        )
+    };
+    let mut out = Vec::new();
+    for v in policy["rules"].as_object().unwrap().values() {
+        match v {
+            serde_json::Value::Array(rules) => out.extend(rules.iter().map(rule)),
+            serde_json::Value::Object(by_ub) => {
+                for rules in by_ub.values() {
+                    out.extend(rules.as_array().unwrap().iter().map(rule));
+                }
+            }
+            _ => panic!("{v}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn gen_policy_gives_your_own_model_both_thresholds_with_their_source() {
+    // Models that are in no fixture: a 14B-class dense model and a 64-expert MoE with GQA,
+    // written from public dimensions into HF config.json files.
+    let dir = tempfile::tempdir().unwrap();
+    let dense = dir.path().join("Dense-14B/config.json");
+    let moe = dir.path().join("Moe-16B/config.json");
+    for (path, text) in [
+        (
+            &dense,
+            r#"{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40, "num_key_value_heads": 8, "num_hidden_layers": 48, "vocab_size": 152064, "hidden_act": "silu"}"#,
+        ),
+        (
+            &moe,
+            r#"{"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 64, "num_experts_per_tok": 6, "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 24, "vocab_size": 151936, "hidden_act": "silu"}"#,
+        ),
+    ] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    for (cfg, name, extra) in [
+        (&dense, "Dense-14B", vec![]),
+        (&moe, "Moe-16B", vec!["--ep", "8"]),
+    ] {
+        let out_dir = dir.path().join(format!("out-{name}"));
+        let mut a = vec!["gen-policy", "--model", cfg.to_str().unwrap(), "--tp", "1"];
+        a.extend(extra.iter().copied());
+        a.extend(["--out", out_dir.to_str().unwrap()]);
+        let o = fp8sel(&a);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        assert!(err(&o).contains("shipped host profile"), "{}", err(&o));
+        let p: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let rules = both_thresholds(&p);
+        assert!(!rules.is_empty(), "{p}");
+        for (eager, graphed) in rules {
+            let graphed =
+                graphed.unwrap_or_else(|| panic!("{name}: a rule without min_tokens_graphed: {p}"));
+            assert!(
+                eager >= graphed,
+                "{name}: eager {eager} below graphed {graphed}"
+            );
+        }
+        let prov = &p["provenance"];
+        assert_eq!(prov["eager_source"], "host_profile", "{prov}");
+        assert!(
+            prov["host_profile"]
+                .as_str()
+                .unwrap()
+                .contains("h200_te2.20.2_blockwise")
+        );
+        assert!(!prov["shapes"].as_array().unwrap().is_empty());
+    }
+    // A cost-model profile without a host profile: GPU time alone, said loudly, and every
+    // reader warns in eager steps.
+    let out_dir = dir.path().join("out-b200");
+    let o = fp8sel(&[
+        "gen-policy",
+        "--model",
+        dense.to_str().unwrap(),
+        "--tp",
+        "1",
+        "--backend",
+        "model",
+        "--device-profile",
+        "b200",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("warning: no host profile for b200"),
+        "{}",
+        err(&o)
+    );
+    let policy = out_dir.join("Dense-14B.json");
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&policy).unwrap()).unwrap();
+    assert_eq!(p["provenance"]["eager_source"], "gpu_time");
+    assert!(both_thresholds(&p).iter().all(|(e, g)| Some(*e) == *g));
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        dense.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--seq-length",
+        "2048",
+    ]);
+    assert!(
+        err(&o).contains("eager thresholds (min_tokens) are GPU time alone"),
+        "{}",
+        err(&o)
+    );
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        dense.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--seq-length",
+        "2048",
+        "--execution",
+        "graphed",
+    ]);
+    assert!(!err(&o).contains("GPU time alone"), "{}", err(&o));
 }

@@ -58,6 +58,7 @@
 pub mod classify;
 pub mod config;
 pub mod coverage;
+pub mod identity;
 pub mod inventory;
 pub mod model;
 pub mod native;
@@ -70,6 +71,7 @@ pub mod tokens;
 
 pub use classify::{Classified, ClassifyError, KindSource, TeClass, classify};
 pub use config::{ConfigError, LoadOptions, load_model, load_model_with};
+pub use coverage::{FILL_DIR, Uncovered, fill_command};
 pub use inventory::{LayoutError, ModuleSpec, inventory};
 pub use model::{Arch, Component, ModelDesc, Role, TokenOverrides};
 pub use one::{ModuleName, OneDecision, OneError, OneModule, decide_one};
@@ -78,6 +80,5 @@ pub use plan::{
     DecideError, ModuleDecision, ModuleQuery, Plan, PlanConfig, PlanError, PlannedModule, Summary,
     decide, decide_module, plan,
 };
-pub use coverage::{FILL_DIR, Uncovered, fill_command};
 pub use request::{NoTokens, PlanRequest, Resolved, config_policy_path};
 pub use tokens::{TokenConfig, TokenOverflow, TokenSource};

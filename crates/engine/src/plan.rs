@@ -327,7 +327,8 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
             ));
         }
         let specs = inventory(c, cfg.parallel)?;
-        if let Some(why) = policy.and_then(|p| crate::coverage::other_model(p, &model.name, &specs)) {
+        if let Some(why) = policy.and_then(|p| crate::identity::other_model(p, &model.name, &specs))
+        {
             warnings.push(format!("{}: {why}", c.role));
             other.push(format!("{}: {why}", c.role));
         }

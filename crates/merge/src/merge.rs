@@ -10,22 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy};
 
 use crate::checks::{check_mixed, check_shards};
-use crate::merge_provenance::{measured_bf16, measured_shapes, provenance};
 use crate::error::MergeError;
+use crate::merge_provenance::{measured_bf16, measured_shapes, provenance};
 use crate::options::{MergeOptions, SharedKey, for_trainer};
 use crate::sample::{GroupKey, Loaded, ParKey, Sample, by_key};
+pub use crate::sample::{RuleOutcome, rule_key};
 use fp8_report::Stat;
-
-/// One rule that was written, or a key that got none.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RuleOutcome {
-    /// The key.
-    pub key: GroupKey,
-    /// `Some(min_tokens, measured_speedup)` when FP8 wins from some count up.
-    pub rule: Option<(u64, f64)>,
-    /// Measured token counts of the key.
-    pub counts: Vec<u64>,
-}
 
 /// The result of a merge.
 #[derive(Debug, Clone)]
@@ -303,25 +293,6 @@ fn shared_verdict(
         min_tokens: rule.map(|r| r.0),
         modules,
     })
-}
-
-/// The policy lookup key of a group, when it can carry a rule.
-pub fn rule_key(k: &GroupKey) -> Option<fp8_policy::RuleKey> {
-    match (k.kind.family(), k.par, &k.ub_name) {
-        (KindFamily::Dense(kind), ParKey::Tp(tp), Some(ub)) => Some(fp8_policy::RuleKey::Dense {
-            kind,
-            ub_name: ub.clone(),
-            tp,
-        }),
-        (KindFamily::Grouped(kind), ParKey::Grouped(etp, num_gemms), _) => {
-            Some(fp8_policy::RuleKey::Grouped {
-                kind,
-                etp,
-                num_gemms,
-            })
-        }
-        _ => None,
-    }
 }
 
 /// The module over the numerics bound on `key`, if a bound is set: `(module, operand, error)`.

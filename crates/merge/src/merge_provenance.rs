@@ -5,9 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fp8_policy::Provenance;
 
-use crate::merge::{RuleOutcome, rule_key};
 use crate::options::{MergeOptions, SharedKey};
-use crate::sample::{Loaded, Sample};
+use crate::sample::{Loaded, RuleOutcome, Sample, rule_key};
 
 /// Keys that were measured and got no rule: FP8 never won there. The format has no way to say
 /// "measured, BF16" in `rules`, so provenance carries it; `fp8sel check` uses it to tell a

@@ -140,3 +140,35 @@ pub fn by_key(samples: &[Sample]) -> BTreeMap<GroupKey, Vec<&Sample>> {
     }
     m
 }
+
+/// One rule that was written, or a key that got none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleOutcome {
+    /// The key.
+    pub key: GroupKey,
+    /// `Some(min_tokens, measured_speedup)` when FP8 wins from some count up.
+    pub rule: Option<(u64, f64)>,
+    /// Measured token counts of the key.
+    pub counts: Vec<u64>,
+}
+
+/// The policy lookup key of a group, when it can carry a rule.
+pub fn rule_key(k: &GroupKey) -> Option<fp8_policy::RuleKey> {
+    match (k.kind.family(), k.par, &k.ub_name) {
+        (fp8_policy::KindFamily::Dense(kind), ParKey::Tp(tp), Some(ub)) => {
+            Some(fp8_policy::RuleKey::Dense {
+                kind,
+                ub_name: ub.clone(),
+                tp,
+            })
+        }
+        (fp8_policy::KindFamily::Grouped(kind), ParKey::Grouped(etp, num_gemms), _) => {
+            Some(fp8_policy::RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            })
+        }
+        _ => None,
+    }
+}

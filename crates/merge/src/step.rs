@@ -90,7 +90,7 @@ pub fn fp8_from(verdicts: &[(u64, bool)]) -> Option<usize> {
 
 /// The "never" threshold a rule gets for the execution where FP8 never held while the other
 /// execution has one: 2^53, the largest integer every JSON reader keeps exact.
-pub const NEVER: u64 = 1 << 53;
+pub const NEVER: u64 = fp8_policy::NEVER;
 
 /// A policy from step sweeps: each key's `min_tokens` from the eager sweep and
 /// `min_tokens_graphed` from the graphed one (a key FP8 in only one execution gets [`NEVER`] in

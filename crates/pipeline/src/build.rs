@@ -296,9 +296,15 @@ fn write_origin(s: &mut String, reports: &[&(PathBuf, Report, Loaded)], opt: &Me
 
 /// The rules table: every key and what it got.
 fn write_rules(s: &mut String, merged: &fp8_merge::Merged) {
+    let estimated = merged.policies.values().any(Policy::estimated);
+    let speedup = if estimated {
+        "estimated speedup"
+    } else {
+        "measured speedup"
+    };
     let _ = writeln!(
         s,
-        "\n## Rules\n\n| component | kind | key | min_tokens | measured speedup |\n|---|---|---|---|---|"
+        "\n## Rules\n\n| component | kind | key | min_tokens | {speedup} |\n|---|---|---|---|---|"
     );
     for o in &merged.outcomes {
         let k = &o.key;

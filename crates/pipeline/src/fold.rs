@@ -72,11 +72,7 @@ pub fn fold_files(
 }
 
 fn threshold(t: u64) -> String {
-    if t >= fp8_merge::step::NEVER {
-        "never".to_owned()
-    } else {
-        t.to_string()
-    }
+    fp8_policy::threshold_words(t)
 }
 
 /// Keys the training step kept BF16 at its largest swept count that stay BF16 above it: the

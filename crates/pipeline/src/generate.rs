@@ -434,10 +434,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     }
     let configs: Vec<PathBuf> = models.iter().map(|(c, _)| c.clone()).collect();
     let (merge, host, mut notes) = resolve_host(o, &mut chosen, &reports_dir, progress);
-    let o = GenOptions {
-        merge,
-        ..o.clone()
-    };
+    let o = GenOptions { merge, ..o.clone() };
     let files = merged_files(&configs, &o, &reports_dir, te, progress)?;
     write_files(&out, &files)?;
     notes.extend(models.iter().flat_map(|(_, m)| m.notes.clone()));
@@ -504,7 +501,11 @@ fn resolve_host(
                 crate::host::H200_HOST_PROFILE
             ));
             merge.host_profile = Some(p);
-            (merge, HostSource::Shipped(crate::host::H200_HOST_PROFILE), notes)
+            (
+                merge,
+                HostSource::Shipped(crate::host::H200_HOST_PROFILE),
+                notes,
+            )
         }
         None => {
             let why = format!(

@@ -45,10 +45,11 @@ mod ser;
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
 pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
-pub use lookup::{Decision, Lookup, MatchedRule, Reason};
+pub use lookup::{Decision, Lookup, MatchedRule, NEVER, Reason, threshold_words};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
 pub use provenance::{
-    EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied, NumericsOverrule, Provenance, SharedKeyVerdict,
+    EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied,
+    NumericsOverrule, Provenance, SharedKeyVerdict,
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
 pub use rule_key::RuleKey;

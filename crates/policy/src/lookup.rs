@@ -166,6 +166,20 @@ impl Decision {
     }
 }
 
+/// The threshold no token count reaches: the rule keeps its key BF16 in that execution. Files
+/// carry it as the number 2^53 (the reference's loader reads `min_tokens` as a number); human
+/// output says "never" ([`threshold_words`]).
+pub const NEVER: u64 = 1 << 53;
+
+/// A threshold in words: the count, or "never" for [`NEVER`] and above.
+pub fn threshold_words(t: u64) -> String {
+    if t >= NEVER {
+        "never".to_owned()
+    } else {
+        t.to_string()
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let speed = |r: &MatchedRule, estimated: bool| match (r.measured_speedup(), estimated) {
@@ -183,6 +197,7 @@ impl fmt::Display for Reason {
             } => {
                 let (t, field) = rule.threshold(*execution);
                 let s = speed(rule, *estimated);
+                let t = threshold_words(t);
                 write!(f, "tokens {num_tokens} >= {field} {t}{s}")
             }
             Reason::BelowThreshold {
@@ -193,6 +208,9 @@ impl fmt::Display for Reason {
             } => {
                 let (t, field) = rule.threshold(*execution);
                 let s = speed(rule, *estimated);
+                if t >= NEVER {
+                    return write!(f, "{field} never: BF16 at every token count{s}");
+                }
                 write!(f, "tokens {num_tokens} < {field} {t}{s}")
             }
             Reason::NoRule { key } => write!(f, "no rule for {key}: BF16 by default"),

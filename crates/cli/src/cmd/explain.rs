@@ -326,7 +326,9 @@ pub fn check(args: &CheckArgs) -> CliResult {
         for w in &s.other_model {
             println!("another model's policy: {w}");
         }
-        println!("to make a policy for this model at this layout (a GPU measures, else the cost model estimates):");
+        println!(
+            "to make a policy for this model at this layout (a GPU measures, else the cost model estimates):"
+        );
         println!("  {fill}");
         let file = if r.model.components.len() > 1 {
             format!(

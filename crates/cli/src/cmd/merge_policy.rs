@@ -135,6 +135,11 @@ fn both_error(e: BothError) -> CliError {
 
 /// Prints the per-rule summary and the warnings.
 pub fn print_summary(merged: &Merged) {
+    let speedup = if merged.policies.values().any(fp8_policy::Policy::estimated) {
+        "estimated speedup"
+    } else {
+        "measured speedup"
+    };
     for o in &merged.outcomes {
         let k = &o.key;
         let key = match (&k.ub_name, k.par) {
@@ -147,7 +152,10 @@ pub fn print_summary(merged: &Merged) {
             }
         };
         match o.rule {
-            Some((t, s)) => println!("{key:<48} min_tokens {t:>7}  measured_speedup {s:.3}"),
+            Some((t, s)) => println!(
+                "{key:<48} min_tokens {:>7}  {speedup} {s:.3}",
+                fp8_policy::threshold_words(t)
+            ),
             None => println!(
                 "{key:<48} no rule: FP8 does not win at {:?} (BF16)",
                 o.counts.last().map_or(0, |c| *c)
