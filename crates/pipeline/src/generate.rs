@@ -36,7 +36,7 @@ pub fn default_models(root: &Path) -> Vec<PathBuf> {
 }
 
 /// Default layouts: TP 1, 2, 4, 8 (those that divide the model), crossed with the config's EP for
-/// MoE models (8 when it names none); ETP is the config's, else each layout's TP, as Megatron
+/// MoE models (1 when it names none, Megatron's default, as `explain` and the hooks read it); ETP is the config's, else each layout's TP, as Megatron
 /// defaults it (and as `explain`, `check` and the trainer hooks resolve it), so the policy has
 /// rules for the layout the trainer will run.
 pub fn default_layouts(
@@ -50,7 +50,7 @@ pub fn default_layouts(
         .components
         .iter()
         .find_map(|c| c.recommended.ep)
-        .unwrap_or(8);
+        .unwrap_or(1);
     let tps = tps.map_or_else(|| vec![1, 2, 4, 8], <[u32]>::to_vec);
     let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
     let rec_etp = model.components.iter().find_map(|c| c.recommended.etp);
@@ -473,11 +473,18 @@ fn resolve_host(
     };
     let mut notes = Vec::new();
     if matches!(chosen, Chosen::Cuda(_)) && o.probe_host {
+        let started = std::time::Instant::now();
         if crate::host::te_importable(&o.python) {
             let path = reports_dir.join("host").join("host_profile.json");
             let recipe = o.measure.recipe.recipe().name();
             match crate::host::probe(&o.python, recipe, &path, progress) {
                 Ok(p) => {
+                    notes.push(format!(
+                        "eager thresholds (min_tokens) from the GPU times with this machine's \
+                         host profile, measured in {:.1} s (the import check included) into {}",
+                        started.elapsed().as_secs_f64(),
+                        path.display()
+                    ));
                     merge.host_profile = Some(p);
                     return (merge, HostSource::Probed(path), notes);
                 }

@@ -58,7 +58,7 @@ pub struct Args {
         value_name = "LIST"
     )]
     pub tp: Option<Vec<u32>>,
-    /// EP sizes [default: the config's for MoE models (else 8), 1 for dense models].
+    /// EP sizes [default: the config's for MoE models (else 1, as Megatron), 1 for dense models].
     #[arg(
         long,
         alias = "expert-model-parallel-size",

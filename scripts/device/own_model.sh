@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A new user's path on the H200, for two models written here from public dimensions (in no
+# fixture of the repository): the plain `fp8sel gen-policy --model M --tp 1` (on a GPU with TE
+# it measures this machine's host profile first), `fp8sel check`, then the Megatron judge
+# (upstream GPTModel, eager steps, 21 interleaved rounds) of that policy against BF16 and all-FP8.
+# After the TE install (../shared/tools/te-device), one call per phase, back to back:
+#   bash scripts/device/own_model.sh gen      # both policies (+ the judge of the dense model)
+#   bash scripts/device/own_model.sh moe      # the judge of the MoE model
+# Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
+set -uo pipefail
+phase=${1:?gen or moe}
+OUT=${OUT:-/tmp/out}
+W=/tmp/om
+mkdir -p "$W" "$OUT"
+. scripts/device/te_env.sh
+te_env "$W" > /dev/null
+FP8SEL=$PWD/devcarry/fp8sel
+chmod +x "$FP8SEL"
+
+# Qwen2.5-14B (dense, GQA) and Qwen1.5-MoE-A2.7B (60 experts, top-4, a shared expert), from
+# their public config.json dimensions.
+mkdir -p "$W/Qwen2.5-14B" "$W/Qwen1.5-MoE-A2.7B"
+cat > "$W/Qwen2.5-14B/config.json" <<'EOF'
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
+ "intermediate_size": 13824, "num_attention_heads": 40, "num_key_value_heads": 8,
+ "num_hidden_layers": 48, "vocab_size": 152064, "hidden_act": "silu", "rms_norm_eps": 1e-06}
+EOF
+cat > "$W/Qwen1.5-MoE-A2.7B/config.json" <<'EOF'
+{"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+ "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+ "num_experts": 60, "num_experts_per_tok": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
+ "num_hidden_layers": 24, "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
+EOF
+
+gen() {  # name: the plain command, timed, then check at the judged layout
+  local m=$1
+  cd "$W" || exit 1
+  local t0=$SECONDS
+  timeout 300 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
+  echo "gen $m rc=$? $((SECONDS - t0)) s"
+  grep -E "note: eager|warning" "gen_$m.log" | cut -c1-220
+  "$FP8SEL" check --model "$m/config.json" --policy "policies/$m.json" --seq-length 2048 \
+    > "check_$m.log" 2>&1
+  echo "check $m rc=$?"
+  cd - > /dev/null || exit 1
+}
+judge() {  # name, timeout, layers
+  local m=$1 t=$2 layers=$3
+  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
+    --policy "$W/policies/$m.json" --tokens 1024,2048,4096 --execution eager --layers "$layers" \
+    --repeats 21 --json "$W/judge_$m.json" --md "$W/judge_$m.md" > "$W/judge_$m.log" 2>&1
+  echo "judge $m rc=$?"
+  grep -E "differ from fp8sel explain|Error" "$W/judge_$m.log" | head -5
+}
+case $phase in
+gen)
+  gen Qwen2.5-14B
+  gen Qwen1.5-MoE-A2.7B
+  judge Qwen2.5-14B 330 4
+  ;;
+moe)
+  judge Qwen1.5-MoE-A2.7B 500 2
+  ;;
+esac
+tar -C /tmp -czf "$OUT/$phase.tar.gz" om --exclude='*.svg'
+for f in "$W"/judge_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -30; }; done
