@@ -661,45 +661,6 @@ fn merge_policy_json_has_typed_rules() {
     assert!(rule["measured_counts"].as_array().unwrap().len() > 3);
 }
 
-/// The README's first question (`$B decide ...`, its continuation lines joined) and the output it
-/// shows below it (the `# ` lines): the answer a reader is promised from the shipped policy.
-fn readme_decide_example() -> (Vec<String>, String) {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let mut lines = readme.lines().skip_while(|l| !l.starts_with("$B decide "));
-    let mut command = String::new();
-    for l in lines.by_ref() {
-        command.push_str(l.trim_end_matches('\\').trim());
-        command.push(' ');
-        if !l.ends_with('\\') {
-            break;
-        }
-    }
-    let shown: Vec<&str> = lines.map_while(|l| l.strip_prefix("# ")).collect();
-    let args = command
-        .split_whitespace()
-        .skip(1)
-        .map(str::to_owned)
-        .collect();
-    (args, shown.join("\n") + "\n")
-}
-
-#[test]
-fn the_readme_decide_example_prints_what_the_readme_shows() {
-    let (args, shown) = readme_decide_example();
-    assert!(
-        args.len() > 4,
-        "README: no `$B decide ...` example: {args:?}"
-    );
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = fp8sel(&args);
-    assert!(o.status.success(), "{}", err(&o));
-    assert_eq!(
-        out(&o),
-        shown,
-        "README's decide example: update its output to fp8sel's"
-    );
-}
-
 #[test]
 fn the_never_value_is_never_shown_as_a_number() {
     // Every shipped policy, at layouts it has rules for, in both executions: the tables and
