@@ -49,10 +49,16 @@ fn console_examples(readme: &str) -> Vec<(String, String)> {
 fn the_readme_is_a_front_page_of_at_most_200_lines() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let n = readme.lines().count();
-    assert!(n <= 200, "README.md is {n} lines; keep it a front page (history goes to docs/RESULTS.md)");
+    assert!(
+        n <= 200,
+        "README.md is {n} lines; keep it a front page (history goes to docs/RESULTS.md)"
+    );
     let first_screen: String = readme.lines().take(40).collect::<Vec<_>>().join("\n");
     for step in ["fp8sel gen-policy", "fp8sel check"] {
-        assert!(first_screen.contains(step), "the first screen lacks `{step}`");
+        assert!(
+            first_screen.contains(step),
+            "the first screen lacks `{step}`"
+        );
     }
 }
 
@@ -72,7 +78,10 @@ fn every_readme_command_prints_what_the_readme_shows() {
         std::env::var("PATH").unwrap_or_default()
     );
     for (cmd, shown) in examples {
-        assert!(cmd.starts_with("fp8sel "), "a console example that is not fp8sel's: {cmd}");
+        assert!(
+            cmd.starts_with("fp8sel "),
+            "a console example that is not fp8sel's: {cmd}"
+        );
         let o = Command::new("sh")
             .args(["-c", &cmd])
             .current_dir(dir.path())
@@ -85,7 +94,10 @@ fn every_readme_command_prints_what_the_readme_shows() {
             "{cmd}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        assert_eq!(stdout, shown, "README: `{cmd}` prints this now; update the README");
+        assert_eq!(
+            stdout, shown,
+            "README: `{cmd}` prints this now; update the README"
+        );
     }
     // Nothing the README runs wrote into the repository.
     assert!(!root().join("policies/my-policies").exists());
