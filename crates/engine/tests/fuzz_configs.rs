@@ -1,5 +1,7 @@
 //! The config readers never panic on user input: arbitrary bytes, and arbitrary JSON/YAML trees
-//! shaped like configs, all give a model or an error.
+//! shaped like configs, all give a model or an error; well-formed configs of random dimensions
+//! (Megatron and HuggingFace forms, dense and MoE) parse and reach the inventory, and one field
+//! of them set to a hostile value still gives a model or an error.
 
 #![allow(clippy::unwrap_used)]
 
@@ -72,6 +74,60 @@ fn arb_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A well-formed config of random dimensions: `(tree, hf, heads)`, heads dividing every size
+/// that TP splits.
+fn arb_config() -> impl Strategy<Value = (Value, bool, u64)> {
+    (
+        any::<bool>(),
+        1u64..6,
+        prop::sample::select(vec![4u64, 8, 16, 32]),
+        prop::sample::select(vec![32u64, 64, 128]),
+        1u64..5,
+        prop::option::of((prop::sample::select(vec![4u64, 8, 16, 64]), 1u64..4)),
+    )
+        .prop_map(|(hf, layers, heads, head_dim, ffn_mult, moe)| {
+            let hidden = heads * head_dim;
+            let ffn = hidden * ffn_mult;
+            let v = if hf {
+                let mut v = json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                    "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": ffn,
+                    "num_attention_heads": heads, "num_key_value_heads": heads, "vocab_size": 1024});
+                if let Some((experts, topk)) = moe {
+                    v = json!({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                        "num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": ffn,
+                        "num_attention_heads": heads, "num_key_value_heads": heads, "vocab_size": 1024,
+                        "num_local_experts": experts, "num_experts_per_tok": topk});
+                }
+                v
+            } else {
+                let mut v = json!({"num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": ffn,
+                    "num_attention_heads": heads, "num_query_groups": heads, "kv_channels": head_dim,
+                    "swiglu": true, "normalization": "RMSNorm"});
+                if let Some((experts, topk)) = moe {
+                    v["num_moe_experts"] = json!(experts);
+                    v["moe_ffn_hidden_size"] = json!(ffn);
+                    v["moe_router_topk"] = json!(topk);
+                }
+                v
+            };
+            (v, hf, heads)
+        })
+}
+
+/// A value to put in one field of a well-formed config.
+fn hostile() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        Just(json!(0)),
+        Just(json!(-1)),
+        Just(json!(u64::MAX)),
+        Just(json!(1.5)),
+        Just(json!("x")),
+        Just(json!([1, 2])),
+        Just(json!({"a": 1})),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -80,6 +136,39 @@ proptest! {
         if let Ok(m) = model_from_value(&v, std::path::Path::new("fuzz.yaml"), "fuzz", hf) {
             for c in &m.components {
                 let _ = inventory(c, Parallel { tp, ep, etp: 1, cp: 1, sequence_parallel: tp > 1 });
+            }
+        }
+    }
+
+    #[test]
+    fn well_formed_configs_parse_and_reach_the_inventory(
+        (v, hf, heads) in arb_config(),
+        tp in prop::sample::select(vec![1u32, 2, 4]),
+    ) {
+        let m = model_from_value(&v, std::path::Path::new("gen.json"), "gen", hf)
+            .map_err(|e| TestCaseError::fail(format!("{v}: {e}")))?;
+        prop_assert!(!m.components.is_empty());
+        if u64::from(tp) <= heads {
+            let modules = inventory(&m.components[0], Parallel::tp(tp))
+                .map_err(|e| TestCaseError::fail(format!("{v} at tp {tp}: {e}")))?;
+            prop_assert!(modules.len() >= 4, "{v}: {modules:?}");
+            prop_assert!(modules.iter().all(|s| s.in_features > 0 && s.out_features > 0));
+        }
+    }
+
+    #[test]
+    fn a_hostile_field_in_a_well_formed_config_never_panics(
+        (mut v, hf, _) in arb_config(),
+        field in 0usize..12,
+        bad in hostile(),
+        tp in 1u32..16,
+    ) {
+        let keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        let key = keys[field % keys.len()].clone();
+        v[&key] = bad;
+        if let Ok(m) = model_from_value(&v, std::path::Path::new("gen.json"), "gen", hf) {
+            for c in &m.components {
+                let _ = inventory(c, Parallel::tp(tp));
             }
         }
     }
@@ -97,7 +186,16 @@ proptest! {
 fn huge_counts_do_not_overflow_the_inventory() {
     let v = json!({"num_layers": u64::MAX, "hidden_size": u64::MAX, "num_attention_heads": 1, "ffn_hidden_size": u64::MAX,
                    "num_moe_experts": 1, "moe_ffn_hidden_size": u64::MAX});
-    if let Ok(m) = model_from_value(&v, std::path::Path::new("big.yaml"), "big", false) {
-        let _ = inventory(&m.components[0], Parallel::tp(1));
+    // Either the reader refuses the sizes or the inventory does: neither wraps around.
+    match model_from_value(&v, std::path::Path::new("big.yaml"), "big", false) {
+        Err(_) => {}
+        Ok(m) => {
+            if let Ok(modules) = inventory(&m.components[0], Parallel::tp(1)) {
+                for s in &modules {
+                    assert!(s.in_features > 0 && s.out_features > 0, "{s:?}");
+                    assert!(s.layers <= u64::MAX / 2, "{s:?}");
+                }
+            }
+        }
     }
 }
