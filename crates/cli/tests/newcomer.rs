@@ -819,30 +819,25 @@ fn gen_policy_gives_your_own_model_both_thresholds_with_their_source() {
         serde_json::from_str(&std::fs::read_to_string(&policy).unwrap()).unwrap();
     assert_eq!(p["provenance"]["eager_source"], "gpu_time");
     assert!(both_thresholds(&p).iter().all(|(e, g)| Some(*e) == *g));
-    let o = fp8sel(&[
-        "explain",
-        "--model",
-        dense.to_str().unwrap(),
-        "--policy",
-        policy.to_str().unwrap(),
-        "--seq-length",
-        "2048",
-    ]);
+    let explain = |execution: &str| {
+        let (d, p) = (dense.to_str().unwrap(), policy.to_str().unwrap());
+        err(&fp8sel(&[
+            "explain",
+            "--model",
+            d,
+            "--policy",
+            p,
+            "--seq-length",
+            "2048",
+            "--execution",
+            execution,
+        ]))
+    };
+    let e = explain("eager");
     assert!(
-        err(&o).contains("eager thresholds (min_tokens) are GPU time alone"),
-        "{}",
-        err(&o)
+        e.contains("eager thresholds (min_tokens) are GPU time alone"),
+        "{e}"
     );
-    let o = fp8sel(&[
-        "explain",
-        "--model",
-        dense.to_str().unwrap(),
-        "--policy",
-        policy.to_str().unwrap(),
-        "--seq-length",
-        "2048",
-        "--execution",
-        "graphed",
-    ]);
-    assert!(!err(&o).contains("GPU time alone"), "{}", err(&o));
+    let g = explain("graphed");
+    assert!(!g.contains("GPU time alone"), "{g}");
 }
