@@ -6,6 +6,8 @@
 # After the TE install (../shared/tools/te-device), one call per phase, back to back:
 #   bash scripts/device/own_model.sh gen      # both policies (+ the judge of the dense model)
 #   bash scripts/device/own_model.sh moe      # the judge of the MoE model
+#   bash scripts/device/own_model.sh graphed  # both judged in CUDA-graphed steps, with the
+#                                             # policies of `gen` carried in devcarry/own_model/
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
 phase=${1:?gen or moe}
@@ -44,13 +46,14 @@ gen() {  # name: the plain command, timed, then check at the judged layout
   echo "check $m rc=$?"
   cd - > /dev/null || exit 1
 }
-judge() {  # name, timeout, layers
-  local m=$1 t=$2 layers=$3
+judge() {  # name, timeout, layers[, execution]
+  local m=$1 t=$2 layers=$3 ex=${4:-eager}
+  local tag=$m; [ "$ex" = eager ] || tag=${m}_$ex
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
-    --policy "$W/policies/$m.json" --tokens 1024,2048,4096 --execution eager --layers "$layers" \
-    --repeats 21 --json "$W/judge_$m.json" --md "$W/judge_$m.md" > "$W/judge_$m.log" 2>&1
-  echo "judge $m rc=$?"
-  grep -E "differ from fp8sel explain|Error" "$W/judge_$m.log" | head -5
+    --policy "$W/policies/$m.json" --tokens 1024,2048,4096 --execution "$ex" --layers "$layers" \
+    --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
+  echo "judge $tag rc=$?"
+  grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
 }
 case $phase in
 gen)
@@ -61,6 +64,12 @@ gen)
 moe)
   judge Qwen1.5-MoE-A2.7B 500 2
   ;;
+graphed)
+  mkdir -p "$W/policies"
+  cp devcarry/own_model/*.json "$W/policies/"
+  judge Qwen2.5-14B 270 4 graphed
+  judge Qwen1.5-MoE-A2.7B 270 2 graphed
+  ;;
 esac
-tar -C /tmp -czf "$OUT/$phase.tar.gz" om --exclude='*.svg'
+tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" om
 for f in "$W"/judge_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -30; }; done
