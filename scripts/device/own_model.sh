@@ -48,12 +48,13 @@ gen() {  # name: the plain command, timed, then check at the judged layout
 }
 judge() {  # name, timeout, layers[, execution]
   local m=$1 t=$2 layers=$3 ex=${4:-eager}
-  local tag=$m; [ "$ex" = eager ] || tag=${m}_$ex
+  local tag=$m tokens=1024,2048,4096; [ "$ex" = eager ] || { tag=${m}_$ex; tokens=1024,2048; }
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
-    --policy "$W/policies/$m.json" --tokens 1024,2048,4096 --execution "$ex" --layers "$layers" \
+    --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
     --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
   echo "judge $tag rc=$?"
   grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
+  cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
 case $phase in
 gen)
@@ -67,8 +68,8 @@ moe)
 graphed)
   mkdir -p "$W/policies"
   cp devcarry/own_model/*.json "$W/policies/"
-  judge Qwen2.5-14B 270 4 graphed
-  judge Qwen1.5-MoE-A2.7B 270 2 graphed
+  judge Qwen2.5-14B 220 4 graphed
+  judge Qwen1.5-MoE-A2.7B 220 2 graphed
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" om

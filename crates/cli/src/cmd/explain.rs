@@ -214,10 +214,10 @@ fn proxy_graphed_note(
     proxy.then(|| {
         format!(
             "the {role} policy's graphed thresholds at TP {tp} are per-module GPU time, not a \
-             training step: on the shipped models at TP 2-8 the step put 26 of 29 keys' FP8 \
-             crossovers 1.5-16x above that proxy's (Qwen2.5-72B TP 8 fc1 256 -> 3072 tokens; \
-             docs/RESULTS.md, \"What the folds say about the graphed proxy\"), so a graphed step \
-             of a few thousand tokens may run FP8 where BF16 is faster. To tune by the step: \
+             training step: at TP > 1 the step's FP8 crossovers can lie well above that proxy's \
+             (docs/RESULTS.md, \"What the folds say about the graphed proxy\"), so a graphed \
+             step of a few thousand tokens may run FP8 where BF16 is faster. To tune by the \
+             step, on a GPU with Transformer Engine: \
              fp8sel gen-policy --backend step --tp {tp} --execution graphed"
         )
     })
