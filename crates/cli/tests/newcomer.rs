@@ -841,3 +841,60 @@ fn gen_policy_gives_your_own_model_both_thresholds_with_their_source() {
     let g = explain("graphed");
     assert!(!g.contains("GPU time alone"), "{g}");
 }
+
+#[test]
+fn a_config_with_cuda_graphs_reads_the_graphed_thresholds_unless_told() {
+    // Megatron's rule: cuda_graph_impl local/transformer_engine/full_iteration is graphed.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    let graphed = dir.path().join("llama3_2_1b.yaml");
+    std::fs::write(&graphed, format!("{text}\ncuda_graph_impl: local\n")).unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, format!("{text}\ncuda_graph_impl: sometimes\n")).unwrap();
+    let explain = |cfg: &Path, extra: &[&str]| {
+        let mut a = vec!["explain", "--model", cfg.to_str().unwrap()];
+        a.extend([
+            "--policy",
+            "policies/llama3_2_1b.json",
+            "--seq-length",
+            "4096",
+            "--json",
+        ]);
+        a.extend(extra);
+        fp8sel(&a)
+    };
+    let reasons = |o: &Output| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(&out(o)).unwrap();
+        v["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["reason"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let o = explain(&graphed, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        reasons(&o).iter().any(|r| r.contains("min_tokens_graphed")),
+        "{:?}",
+        reasons(&o)
+    );
+    assert!(
+        err(&o).contains("execution graphed, from the model config"),
+        "{}",
+        err(&o)
+    );
+    let o = explain(&graphed, &["--execution", "eager"]);
+    assert!(
+        reasons(&o)
+            .iter()
+            .all(|r| !r.contains("min_tokens_graphed"))
+    );
+    let o = explain(&bad, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("cuda_graph_impl") && err(&o).contains("full_iteration"),
+        "{}",
+        err(&o)
+    );
+}

@@ -58,6 +58,7 @@
 pub mod classify;
 pub mod config;
 pub mod coverage;
+pub mod execution;
 pub mod identity;
 pub mod inventory;
 pub mod model;

@@ -146,6 +146,10 @@ pub struct Fp8Settings {
     pub num_tokens: Option<u64>,
     /// `fp8_recipe`, when given.
     pub recipe: Option<String>,
+    /// The step's execution by Megatron's rule ([`crate::execution::execution_of`]), when the
+    /// config sets `cuda_graph_impl`, `enable_cuda_graph` or `external_cuda_graph`.
+    #[serde(skip)]
+    pub execution: Option<fp8_policy::Execution>,
 }
 
 /// A training layout a config recommends (the seed's example runs). Every field is optional.

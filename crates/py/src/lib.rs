@@ -347,7 +347,8 @@ struct PlanArgs {
     vit_num_tokens: Option<u64>,
     topk: Option<u64>,
     no_sequence_parallel: bool,
-    execution: fp8_policy::Execution,
+    /// `None`: the config's CUDA-graph setting (Megatron's rule), else eager.
+    execution: Option<fp8_policy::Execution>,
 }
 
 /// The plan `fp8sel explain` makes for the same arguments. Policies default to each
@@ -405,7 +406,10 @@ fn make_plan(
         tokens: resolved.tokens,
         topk: a.topk,
         policies: policies.iter().map(|(k, v)| (*k, v)).collect(),
-        execution: a.execution,
+        execution: a
+            .execution
+            .or_else(|| desc.components.iter().find_map(|c| c.fp8.execution))
+            .unwrap_or_default(),
     };
     let p = plan(&desc, &cfg).map_err(|e| PlanError::new_err(e.to_string()))?;
     let gaps = Gaps {
@@ -462,7 +466,7 @@ impl Gaps {
     model, policy = None, *, vit_policy = None, tp = None, ep = None, etp = None, cp = None,
     seq_length = None, micro_batch_size = None, num_tokens = None, vit_num_tokens = None,
     topk = None, no_sequence_parallel = false, root = None, config_root = None,
-    execution = "eager", allow_missing = false
+    execution = None, allow_missing = false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn plan_json(
@@ -481,7 +485,7 @@ fn plan_json(
     no_sequence_parallel: bool,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
-    execution: &str,
+    execution: Option<&str>,
     allow_missing: bool,
 ) -> PyResult<String> {
     let a = PlanArgs {
@@ -495,7 +499,7 @@ fn plan_json(
         vit_num_tokens,
         topk,
         no_sequence_parallel,
-        execution: execution_arg(execution)?,
+        execution: execution.map(execution_arg).transpose()?,
     };
     let (p, gaps) = make_plan(model, policy, vit_policy, &a, root, config_root)?;
     gaps.refuse(&p, &[Role::Llm, Role::Vit], allow_missing, None)?;
@@ -510,7 +514,7 @@ fn plan_json(
     model, policy = None, *, recipe = "blockwise", fp8_format = "e4m3", tp = None, ep = None,
     etp = None, cp = None, seq_length = None, micro_batch_size = None, num_tokens = None,
     topk = None, no_sequence_parallel = false, root = None, config_root = None,
-    execution = "eager", allow_missing = false
+    execution = None, allow_missing = false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn te_precision_config_json(
@@ -529,7 +533,7 @@ fn te_precision_config_json(
     no_sequence_parallel: bool,
     root: Option<PathBuf>,
     config_root: Option<PathBuf>,
-    execution: &str,
+    execution: Option<&str>,
     allow_missing: bool,
 ) -> PyResult<String> {
     let recipe: fp8_policy::Recipe = recipe
@@ -547,7 +551,7 @@ fn te_precision_config_json(
         vit_num_tokens: None,
         topk,
         no_sequence_parallel,
-        execution: execution_arg(execution)?,
+        execution: execution.map(execution_arg).transpose()?,
     };
     let (p, gaps) = make_plan(model, policy, None, &a, root, config_root)?;
     gaps.refuse(&p, &[Role::Llm], allow_missing, Some(recipe.name()))?;

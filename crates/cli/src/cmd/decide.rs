@@ -106,7 +106,7 @@ pub fn run(args: &Args) -> CliResult {
             context_parallel_size: args.cp,
             fp8_dynamic_num_tokens: args.num_tokens,
         },
-        execution: args.recipe.execution,
+        execution: args.recipe.execution.unwrap_or_default(),
     };
     let one = decide_one(&module, &policy).map_err(|e| CliError::input(flags_for(&e)))?;
     let (classified, num_tokens, decision) = (one.classified, one.num_tokens, one.decision);

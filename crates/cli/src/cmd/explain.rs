@@ -60,6 +60,8 @@ pub struct CheckArgs {
 /// What `check` learns besides the plan: the reports the policies were made from, the trainer's
 /// recipe, and notes (not gaps).
 pub(super) struct Context {
+    /// The trainer's execution: the flag, else the config's, else eager.
+    pub(super) execution: fp8_policy::Execution,
     pub(super) recipe: Option<Recipe>,
     pub(super) notes: Vec<String>,
 }
@@ -73,11 +75,20 @@ pub(super) fn make_plan(
 ) -> CliResult<(Plan, Resolved, Context)> {
     let r = model.resolve()?;
     let policies = policy.load(&r.model)?;
-    let mut p = plan(
-        &r.model,
-        &plan_config(&r, &policies, model.topk, recipe.execution),
-    )
-    .map_err(CliError::input)?;
+    // The flag, else the config's cuda_graph_impl (Megatron's rule, `fp8_engine::execution`).
+    let execution = recipe
+        .execution
+        .or_else(|| r.model.components.iter().find_map(|c| c.fp8.execution))
+        .unwrap_or_default();
+    let mut p = plan(&r.model, &plan_config(&r, &policies, model.topk, execution))
+        .map_err(CliError::input)?;
+    if recipe.execution.is_none() && execution == fp8_policy::Execution::Graphed {
+        p.summary.notes.push(
+            "execution graphed, from the model config's CUDA-graph setting (cuda_graph_impl): the \
+             rules' min_tokens_graphed apply; pass --execution eager to read the eager ones"
+                .to_owned(),
+        );
+    }
     let config_recipe = r
         .model
         .components
@@ -99,7 +110,7 @@ pub(super) fn make_plan(
                 && pol.provenance().is_some_and(|v| {
                     // A folded policy's graphed thresholds are GPU time of one rank: the TP
                     // group's times are in its eager ones only.
-                    let graphed_apart = recipe.execution == fp8_policy::Execution::Graphed
+                    let graphed_apart = execution == fp8_policy::Execution::Graphed
                         && v.thresholds.contains_key("min_tokens_graphed");
                     !v.timing.iter().any(|t| t == "model")
                         && (!v.tp_comm.contains(&tp) || graphed_apart)
@@ -115,12 +126,10 @@ pub(super) fn make_plan(
     }
     for (role, pol) in &policies {
         let tokens = r.tokens.get(role).and_then(|t| t.dense_tokens().ok());
-        if let Some(n) =
-            tokens.and_then(|(t, _)| outside_step_note(pol, *role, tp, recipe.execution, t))
-        {
+        if let Some(n) = tokens.and_then(|(t, _)| outside_step_note(pol, *role, tp, execution, t)) {
             notes.push(n);
         }
-        if let Some(n) = proxy_graphed_note(pol, *role, tp, recipe.execution) {
+        if let Some(n) = proxy_graphed_note(pol, *role, tp, execution) {
             notes.push(n);
         }
     }
@@ -128,6 +137,7 @@ pub(super) fn make_plan(
         p,
         r,
         Context {
+            execution,
             recipe: trainer,
             notes,
         },

@@ -57,9 +57,10 @@ pub struct TrainerRecipe {
     pub recipe: Option<Recipe>,
     /// How the trainer runs its step: eager (Megatron's --cuda-graph-impl none, its default) or
     /// graphed (CUDA graphs). A rule's min_tokens_graphed applies to graphed steps; min_tokens
-    /// to eager ones and to every rule without it.
-    #[arg(long, value_name = "EXECUTION", default_value = "eager")]
-    pub execution: fp8_policy::Execution,
+    /// to eager ones and to every rule without it. [default: the model config's
+    /// cuda_graph_impl (local, transformer_engine, full_iteration: graphed), else eager]
+    #[arg(long, value_name = "EXECUTION")]
+    pub execution: Option<fp8_policy::Execution>,
 }
 
 impl TrainerRecipe {

@@ -97,7 +97,7 @@ pub fn run(args: &Args) -> CliResult {
         ),
         format!("tokens: {tokens}"),
         format!("recipe: {recipe} {}", format.name()),
-        format!("execution: {} (the rules' thresholds for it)", args.recipe.execution),
+        format!("execution: {} (the rules' thresholds for it)", cx.execution),
         "decided as `fp8sel explain` decides; the first matching enabled matcher wins".to_owned(),
     ];
     let mut cfg = te_precision_config(&plan, recipe, format, header).map_err(CliError::input)?;

@@ -37,6 +37,9 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "fp8_dynamic_policy_path",
     "fp8_dynamic_num_tokens",
     "fp8_recipe",
+    "cuda_graph_impl",
+    "enable_cuda_graph",
+    "external_cuda_graph",
     "seq_length",
     "micro_batch_size",
     "tensor_model_parallel_size",
@@ -324,8 +327,32 @@ fn fp8_settings(f: Fields<'_>) -> Result<Fp8Settings, ConfigError> {
         policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
         num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
         recipe: f.opt_str(&["fp8_recipe"])?.map(str::to_owned),
+        execution: config_execution(f)?,
     };
     Ok(fp8)
+}
+
+/// The execution a config's CUDA-graph fields give, when it has any.
+fn config_execution(f: Fields<'_>) -> Result<Option<fp8_policy::Execution>, ConfigError> {
+    let imp = f.opt_str(&["cuda_graph_impl"])?;
+    let flag = f.opt_bool(&["enable_cuda_graph"])?.unwrap_or(false)
+        || f.opt_bool(&["external_cuda_graph"])?.unwrap_or(false);
+    let given = imp.is_some() || f.has("enable_cuda_graph") || f.has("external_cuda_graph");
+    if !given {
+        return Ok(None);
+    }
+    crate::execution::execution_of(imp, flag)
+        .map(Some)
+        .ok_or_else(|| {
+            f.err(
+                "cuda_graph_impl",
+                format!(
+                    "`{}` is not a value Megatron takes",
+                    imp.unwrap_or_default()
+                ),
+                format!("one of {}", crate::execution::CUDA_GRAPH_IMPLS.join(", ")),
+            )
+        })
 }
 
 /// The run the config recommends: sequence, micro-batch and parallel sizes.

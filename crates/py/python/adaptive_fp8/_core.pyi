@@ -74,7 +74,7 @@ def plan_json(
     no_sequence_parallel: bool = False,
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
-    execution: str = "eager",
+    execution: Optional[str] = None,
     allow_missing: bool = False,
 ) -> str: ...
 
@@ -95,6 +95,6 @@ def te_precision_config_json(
     no_sequence_parallel: bool = False,
     root: Union[str, os.PathLike[str], None] = None,
     config_root: Union[str, os.PathLike[str], None] = None,
-    execution: str = "eager",
+    execution: Optional[str] = None,
     allow_missing: bool = False,
 ) -> str: ...
