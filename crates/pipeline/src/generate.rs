@@ -451,8 +451,9 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
 /// The merge settings with the eager source filled in where none was given
 /// ([`crate::host`]): the TE backend times eager steps itself; otherwise a GPU with this package
 /// and Transformer Engine importable measures its host (the probe, written beside the reports);
-/// else the shipped profile of the same GPU, or of the cost model's device profile; else none,
-/// with a warning: the eager thresholds are then GPU time alone. Returns the notes to print.
+/// else the shipped profile of the same GPU, or of the cost model's device profile; else none
+/// (`HostSource::Missing`, which callers warn of): the eager thresholds are then GPU time alone.
+/// Returns the notes to print.
 fn resolve_host(
     o: &GenOptions,
     chosen: &mut Chosen,
@@ -521,7 +522,6 @@ fn resolve_host(
                  early for eager ones; give one with --host-profile FILE (python -m \
                  adaptive_fp8.bench.probe_host on that machine)"
             );
-            notes.push(format!("WARNING: {why}"));
             (merge, HostSource::Missing(why), notes)
         }
     }

@@ -253,15 +253,19 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
 /// What the job says when it is done: notes on stderr, the files and the summary on stdout (or
 /// one JSON object).
 pub fn report(args: &Args, done: &GenOutcome) {
-    for n in &done.notes {
-        match n.strip_prefix("WARNING: ") {
-            Some(w) => eprintln!("warning: {w}"),
-            None if !args.quiet => eprintln!("note: {n}"),
-            None => {}
+    if !args.quiet {
+        for n in &done.notes {
+            eprintln!("note: {n}");
         }
     }
+    if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
+        eprintln!("warning: {why}");
+    }
     if args.json {
-        let warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
+        let mut warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
+        if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
+            warnings.push(format!("warning: {why}"));
+        }
         let out = serde_json::json!({
             "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
             "eager_source": eager_source(&done.host), "warnings": warnings,
