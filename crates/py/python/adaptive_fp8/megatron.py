@@ -29,15 +29,31 @@ import functools
 import json
 import os
 import threading
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from . import Policy
-from ._core import te_precision_config_json as _native_json
 from ._core import MissingRulesError
 from ._core import plan_json as _plan_json
+from ._megatron_config import (  # noqa: F401 (execution_of, load_policy, megatron_fields: API)
+    _config_model,
+    _layout_kwargs,
+    _positive,
+    _recipe_name,
+    _said,
+    _say_once,
+    execution_of,
+    load_policy,
+    megatron_fields,
+)
+from .megatron_native import (  # noqa: F401 (re-exported: Megatron's native per-module config)
+    NativePlan,
+    _clear_fp8,
+    _forced,
+    apply_te_precision_config,
+    native_export,
+    te_precision_config,
+)
 
 #: Megatron-core minor versions the hook was tested with (the TE wrappers' ``__init__``
 #: signatures it reads). Others are refused with a clear error; set
@@ -55,60 +71,6 @@ WRAPPED_CLASSES = (
 )
 
 _GROUPED = ("TEColumnParallelGroupedLinear", "TERowParallelGroupedLinear")
-
-_said: set[str] = set()
-_said_lock = threading.Lock()
-
-
-def _say_once(message: str) -> None:
-    """Warn once per distinct message: a 94-layer model must not print 600 identical lines."""
-    with _said_lock:
-        if message in _said:
-            return
-        _said.add(message)
-    warnings.warn(f"adaptive_fp8: {message}", stacklevel=3)
-
-
-@functools.lru_cache(maxsize=16)
-def _load(path: str, mtime_ns: int, size: int) -> Policy:
-    del mtime_ns, size  # part of the cache key: a rewritten policy is read again
-    return Policy.load(path)
-
-
-def _policy_path(config: Any) -> Optional[Path]:
-    raw = getattr(config, "fp8_dynamic_policy_path", None)
-    if not raw:
-        return None
-    p = Path(os.fspath(raw))
-    if p.is_absolute():
-        return p
-    root = (
-        getattr(config, "fp8_dynamic_policy_root", None)
-        or os.environ.get("ADAPTIVE_FP8_ROOT")
-        or os.getcwd()
-    )
-    return Path(root) / p
-
-
-def load_policy(config: Any) -> Optional[Policy]:
-    """The policy ``config.fp8_dynamic_policy_path`` names (relative to
-    ``config.fp8_dynamic_policy_root``, ``$ADAPTIVE_FP8_ROOT`` or the working directory), read
-    once per file version. ``None`` when the config names none. A broken policy raises
-    :class:`adaptive_fp8.PolicyError`: training with a policy that cannot be read is a mistake
-    to stop at, not to warn about."""
-    path = _policy_path(config)
-    if path is None:
-        return None
-    st = path.stat()
-    return _load(str(path), st.st_mtime_ns, st.st_size)
-
-
-def _positive(value: Any) -> Optional[int]:
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return None
-    return v if v > 0 else None
 
 
 def selective_fp8_init_decision(
@@ -132,20 +94,6 @@ def selective_fp8_init_decision(
     said once, not once per module.
     """
     return _decide(config, te_cls, ub_name, init_kwargs)[0]
-
-
-#: Megatron's ``cuda_graph_impl`` values that capture the step (``none``, its default, is eager).
-_GRAPHED_IMPLS = ("local", "transformer_engine", "full_iteration")
-
-
-def execution_of(config: Any) -> str:
-    """``graphed`` when Megatron captures the step in CUDA graphs (``config.cuda_graph_impl`` in
-    local / transformer_engine / full_iteration, or the deprecated ``enable_cuda_graph`` /
-    ``external_cuda_graph``), else ``eager``: the execution a rule's threshold is chosen by."""
-    impl = getattr(config, "cuda_graph_impl", None)
-    impl = str(getattr(impl, "value", impl) or "none")
-    deprecated = getattr(config, "enable_cuda_graph", False) or getattr(config, "external_cuda_graph", False)
-    return "graphed" if impl in _GRAPHED_IMPLS or deprecated else "eager"
 
 
 def _decide(
@@ -354,225 +302,6 @@ def _optimizer_steps() -> list[int]:
         register_optimizer_step_post_hook(count)
         _steps_taken = counter
     return _steps_taken
-
-
-def _recipe_name(config: Any) -> Optional[str]:
-    r = getattr(config, "fp8_recipe", None)
-    return None if r is None else str(getattr(r, "value", r))
-
-
-def _fp8_format(config: Any) -> str:
-    f = getattr(config, "fp8", None)
-    return str(getattr(f, "value", f) or "e4m3")
-
-
-#: TransformerConfig fields the engine reads to list a GPTModel's TE modules (the same names in
-#: Megatron YAML configs).
-_MODEL_FIELDS = (
-    "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "num_query_groups",
-    "kv_channels", "gated_linear_unit", "normalization", "multi_latent_attention", "q_lora_rank",
-    "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_moe_experts",
-    "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq", "mtp_num_layers", "experimental_attention_variant", "attention_output_gate",
-)
-
-#: Gated DeltaNet's fields: every TransformerConfig has defaults for them, which Megatron reads
-#: only under ``experimental_attention_variant="gated_delta_net"``; so are they passed.
-_GDN_FIELDS = (
-    "linear_attention_freq", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-    "linear_value_head_dim",
-)
-
-
-def megatron_fields(config: Any, name: Optional[str] = None) -> dict:
-    """The model a ``TransformerConfig`` builds, as the config dict :func:`adaptive_fp8.plan`
-    and :func:`te_precision_config` take (Megatron's field names). ``name`` is the model's name
-    for the policy's model check (default: ``config.fp8_dynamic_model_name``, else none, and
-    the check is skipped: a TransformerConfig does not say which model it is)."""
-    out: dict = {}
-    variant = getattr(config, "experimental_attention_variant", None)
-    gdn = str(getattr(variant, "value", variant)) == "gated_delta_net"
-    for f in _MODEL_FIELDS + (_GDN_FIELDS if gdn else ()):
-        v = getattr(config, f, None)
-        if v is None or (f == "multi_latent_attention" and not v):
-            continue
-        if f in ("moe_layer_freq", "linear_attention_freq") and not isinstance(v, (int, list)):
-            v = list(v)
-        if f == "experimental_attention_variant":
-            v = str(getattr(v, "value", v))
-        out[f] = v
-    name = name or getattr(config, "fp8_dynamic_model_name", None)
-    if name:
-        out["name"] = str(name)
-    return out
-
-
-def _layout_kwargs(config: Any) -> dict:
-    """The plan's layout and token arguments from the config fields :func:`enable` reads."""
-    tp = _positive(getattr(config, "tensor_model_parallel_size", 1)) or 1
-    kw = dict(
-        tp=tp,
-        ep=_positive(getattr(config, "expert_model_parallel_size", 1)) or 1,
-        etp=_positive(getattr(config, "expert_tensor_parallel_size", None)) or tp,
-        cp=_positive(getattr(config, "context_parallel_size", 1)) or 1,
-        seq_length=_positive(getattr(config, "seq_length", None)),
-        micro_batch_size=_positive(getattr(config, "micro_batch_size", None)) or 1,
-        num_tokens=_positive(getattr(config, "fp8_dynamic_num_tokens", None)),
-        topk=_positive(getattr(config, "moe_router_topk", None)),
-        no_sequence_parallel=tp > 1 and not getattr(config, "sequence_parallel", True),
-        execution=execution_of(config),
-    )
-    return {k: v for k, v in kw.items() if v is not None}
-
-
-def _config_model(config: Any, policy: Policy) -> dict:
-    models = policy.models
-    return megatron_fields(config, name=models[0] if len(models) == 1 else None)
-
-
-def te_precision_config(
-    model: Any,
-    policy: Any = None,
-    *,
-    recipe: str = "blockwise",
-    fp8_format: str = "e4m3",
-    **plan_kw: Any,
-) -> dict:
-    """The content of Megatron's ``--te-precision-config-file`` for one layout and token count:
-    ``{"configs": {...}, "matchers": {...}}``, what ``fp8sel te-precision-config`` writes as
-    YAML, for ``RecipeConfig.from_config_dict``. ``model`` is a config file or a dict of
-    Megatron fields (:func:`megatron_fields`); ``plan_kw`` are :func:`adaptive_fp8.plan`'s
-    layout and token arguments. Imports neither torch nor Megatron. Delayed scaling raises
-    :class:`adaptive_fp8.PlanError` (Megatron's per-module config refuses it; use
-    :func:`enable`)."""
-    return native_export(model, policy, recipe=recipe, fp8_format=fp8_format, **plan_kw)["config"]
-
-
-def native_export(model: Any, policy: Any = None, **kw: Any) -> dict:
-    """:func:`te_precision_config` with everything ``fp8sel te-precision-config`` says:
-    ``{"config", "yaml", "region", "fp8_instances", "launch", "bf16_groups", "warnings"}``."""
-    if model is not None and not isinstance(model, dict):
-        model = os.fspath(model)
-    out = json.loads(_native_json(model, policy, **kw))
-    # Megatron reads the matchers as an ordered mapping (the first match wins).
-    out["config"]["matchers"] = {
-        m.pop("name"): {k: m[k] for k in ("type", "pattern", "config", "enabled")}
-        for m in out["config"]["matchers"]
-    }
-    return out
-
-
-@dataclass
-class NativePlan:
-    """What :func:`apply_te_precision_config` set: the region and the matchers' content."""
-
-    region: str
-    fp8_instances: int
-    config: dict
-    notes: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        lines = [
-            f"adaptive_fp8: native per-module config, {self.fp8_instances} FP8 module instances "
-            f"(region {self.region})"
-        ]
-        lines += [f"  note: {n}" for n in self.notes]
-        for name, m in self.config["matchers"].items():
-            lines.append(f"  {m['config']:4} {m['pattern']}  ({name})")
-        return "\n".join(lines)
-
-
-def _clear_fp8(config: Any, why: str) -> list[str]:
-    """Runs the model outside any FP8 region: Megatron then builds BF16 weights, pads no expert
-    tokens and opens no FP8 context per layer."""
-    was = _fp8_format(config) if getattr(config, "fp8", None) else None
-    config.fp8 = None
-    if getattr(config, "fp8_param", False):
-        config.fp8_param = False
-    return [f"config.fp8 cleared (was {was}): {why}"] if was else []
-
-
-def _forced(region: str, predicted: str, fp8_instances: Optional[int]) -> str:
-    """The region asked for, refused where it would be wrong."""
-    if region == "auto":
-        return predicted
-    if region not in ("fp8", "bf16"):
-        raise ValueError(f"region {region!r}: use auto, fp8 or bf16")
-    if region == "bf16" and predicted == "fp8" and fp8_instances:
-        raise ValueError(
-            "region bf16: this plan runs FP8 routed experts (or delayed scaling), which need the "
-            "global FP8 region (Megatron pads expert tokens for FP8 only under config.fp8); fix: "
-            "region auto or fp8"
-        )
-    return region
-
-
-def apply_te_precision_config(
-    config: Any, region: str = "auto", allow_missing: bool = False
-) -> NativePlan:
-    """Sets ``config.quant_recipe`` (Megatron's per-module precision, what
-    ``--te-precision-config-file`` loads) from the fields :func:`enable` reads:
-    ``fp8_dynamic_policy_path``, the layout, ``seq_length`` x ``micro_batch_size`` or
-    ``fp8_dynamic_num_tokens``, ``fp8_recipe`` and ``fp8``. Call it before the model is built.
-    When the plan's launch region is BF16 (no routed expert in FP8), ``config.fp8`` is cleared:
-    BF16 modules then cost nothing and FP8 modules enter FP8 themselves. ``region`` forces
-    ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused).
-    In the FP8 region with ``config.fp8_param``, Megatron builds the BF16 modules with FP8
-    weights, which they dequantize every forward: a warning and a note say so (the hook has
-    no such cost). A module without a rule at the layout raises
-    :class:`adaptive_fp8.MissingRulesError` unless ``allow_missing=True``."""
-    from megatron.core.quantization.quant_config import RecipeConfig
-
-    policy = load_policy(config)
-    if policy is None:
-        raise ValueError(
-            "adaptive_fp8: config has no fp8_dynamic_policy_path; fix: set it to a policy "
-            "made by `fp8sel merge-policy`"
-        )
-    out = native_export(
-        _config_model(config, policy),
-        policy,
-        recipe=_recipe_name(config) or "blockwise",
-        fp8_format=_fp8_format(config),
-        allow_missing=allow_missing,
-        **_layout_kwargs(config),
-    )
-    for w in out["warnings"]:
-        _say_once(w)
-    notes: list[str] = []
-    out["region"] = _forced(region, out["region"], out["fp8_instances"])
-    if out["region"] == "bf16":
-        why = (
-            "no module runs FP8: this is the BF16 model"
-            if out["fp8_instances"] == 0
-            else "FP8 modules enter FP8 themselves (override_nonquantized_autocast)"
-        )
-        notes = _clear_fp8(config, why)
-    elif getattr(config, "fp8_param", False):
-        notes = _fp8_weights_in_bf16_modules(out["bf16_groups"])
-        for n in notes:
-            _say_once(n)
-    config.quant_recipe = RecipeConfig.from_config_dict(out["config"])
-    return NativePlan(out["region"], out["fp8_instances"], out["config"], notes)
-
-
-def _fp8_weights_in_bf16_modules(bf16: list[str]) -> list[str]:
-    """What ``config.fp8_param`` costs the native config in the FP8 region: megatron-core 0.19
-    names its modules only after building them (``GPTModel`` hands each its per-module config
-    in ``finish_init``), so the config reaches every module's forward but not its construction,
-    and under the layers' FP8 weight init every module is built with FP8 weights. A module the
-    config runs BF16 then dequantizes its weights in every forward (TE warns "quantized weights
-    without quantized compute"); NVIDIA/Megatron-LM#7376 names modules during construction.
-    The hook builds BF16 modules with BF16 weights. ``bf16``: the export's BF16 groups."""
-    if not bf16:
-        return []
-    return [
-        f"config.fp8_param (--fp8-param-gather) with the native per-module config: megatron-core "
-        f"builds every TE module's weights in FP8 before the config reaches it, so the "
-        f"{len(bf16)} BF16 module group(s) ({', '.join(bf16)}) hold FP8 weights and dequantize "
-        f"them in every forward; fix: decide the modules with adaptive_fp8.megatron.enable "
-        f"(BF16 modules get BF16 weights), or train without fp8_param"
-    ]
 
 
 def _predict_region(
