@@ -1,4 +1,5 @@
-"""The package's module graph has no circle: no module of adaptive_fp8 imports, at the top or
+"""The package stays short (files and functions, as the Rust size gate) and its module graph has
+no circle: no module of adaptive_fp8 imports, at the top or
 inside a function, a module that imports it back (directly or through others)."""
 
 from __future__ import annotations
@@ -98,3 +99,36 @@ def test_the_trainer_side_never_imports_the_measurement_tools():
     for m, p in top.items():
         reached = {i for i in imports(p, set(mods)) if i.startswith("bench")}
         assert not reached, f"adaptive_fp8.{m or '__init__'} imports {sorted(reached)}"
+
+
+MAX_FILE_LINES = 600
+MAX_FN_LINES = 120
+
+
+def _sizes(root: Path) -> tuple[list[str], list[str]]:
+    """Files over MAX_FILE_LINES and functions over MAX_FN_LINES under ``root``."""
+    long_files, long_fns = [], []
+    for f in sorted(root.rglob("*.py")):
+        text = f.read_text()
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            long_files.append(str(f.relative_to(root)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > MAX_FN_LINES:
+                    long_fns.append(f"{f.relative_to(root)}:{node.name}")
+    return long_files, long_fns
+
+
+def test_the_size_gate_sees_a_long_file_and_a_long_function(tmp_path):
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
+    body = "".join("    y = 1\n" for _ in range(MAX_FN_LINES))
+    (tmp_path / "fn.py").write_text(f"def f():\n{body}")
+    assert _sizes(tmp_path) == (["long.py"], ["fn.py:f"])
+
+
+def test_the_package_stays_short():
+    """The size gate of the Rust crates (xtask/tests/sizes.rs), for the Python package: files a
+    reader holds in one sitting, functions on one screen."""
+    long_files, long_fns = _sizes(PKG)
+    assert not long_files, f"files over {MAX_FILE_LINES} lines: {long_files}; split each by concern"
+    assert not long_fns, f"functions over {MAX_FN_LINES} lines: {long_fns}; split each into named steps"

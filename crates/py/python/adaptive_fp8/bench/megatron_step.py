@@ -34,173 +34,33 @@ models are built as Megatron trains at TP N (sequence parallel, the experts' TP 
 it: :func:`parallel_kwargs`), and every timing is the slowest rank's, so all ranks take the
 oracle's decisions alike; rank 0 writes the results.
 
-This module's top half is pure (tested on the CPU); :func:`run` imports torch and Megatron.
+Its pure half is :mod:`adaptive_fp8.bench.megatron_config` (tested on the CPU); :func:`run`
+imports torch and Megatron.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptive_fp8.bench.step_spec import StepBenchError
-
-#: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
-TE_CLASSES = (
-    "TELayerNormColumnParallelLinear",
-    "TEColumnParallelLinear",
-    "TERowParallelLinear",
-    "TELinear",
-    "TEColumnParallelGroupedLinear",
-    "TERowParallelGroupedLinear",
+from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure half, re-exported)
+    TE_CLASSES,
+    compare_classes,
+    compare_precisions,
+    config_kwargs,
+    expert_tp,
+    graph_kwargs,
+    group_names,
+    mode_names,
+    one_rank_experts,
+    parallel_kwargs,
+    plan_name,
+    summarize_modes,
 )
-
-
-def plan_name(module_path: str) -> str:
-    """The plan's name of a module path: the layer index dropped
-    (``decoder.layers.3.mlp.linear_fc1`` -> ``decoder.layers.mlp.linear_fc1``)."""
-    return re.sub(r"layers\.\d+\.", "layers.", module_path, count=1)
-
-
-def mode_names(policies: list[str], both_regions: bool, policy_names: list[str]) -> list[tuple[str, str, Optional[str], str]]:
-    """``(name, integration, policy, region)`` for every mode, in timing order."""
-    out = [("bf16", "bf16", None, "-"), ("fp8", "fp8", None, "-")]
-    for p, pname in zip(policies, policy_names):
-        label = pname.split(":", 1)[1]
-        for integ in ("hook", "native"):
-            regions = ["auto", "fp8", "bf16"] if both_regions else ["auto"]
-            for r in regions:
-                suffix = "" if r == "auto" else f"@{r}"
-                out.append((f"{integ}:{label}{suffix}", integ, p, r))
-    return out
-
-
-def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dict:
-    """``TransformerConfig`` keyword arguments for ``layers`` layers of the plan's architecture
-    (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has). Gated DeltaNet
-    layers are refused: building them needs kernels this judge does not set up."""
-    if arch.get("linear_attention"):
-        raise StepBenchError(
-            "the model has Gated DeltaNet layers (Qwen3-Next, Qwen3.5): the Megatron judge builds "
-            "full-attention layers only; judge it in a trainer with the gated_delta_net variant"
-        )
-    kw = dict(
-        num_layers=layers,
-        hidden_size=arch["hidden_size"],
-        ffn_hidden_size=arch["ffn_hidden_size"],
-        num_attention_heads=arch["num_attention_heads"],
-        num_query_groups=arch["num_query_groups"],
-        kv_channels=arch["head_dim"],
-        gated_linear_unit=arch["gated_mlp"],
-        normalization="RMSNorm" if arch["norm"] == "RmsNorm" else "LayerNorm",
-        add_bias_linear=False,
-        bf16=True,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
-    if arch.get("attention_output_gate"):
-        kw["attention_output_gate"] = True  # the QKV projection's width, as the plan has it
-    moe = arch.get("moe")
-    if moe:
-        kw.update(
-            num_moe_experts=moe["num_experts"],
-            moe_ffn_hidden_size=moe["moe_ffn_hidden_size"],
-            moe_router_topk=moe["router_topk"],
-            moe_grouped_gemm=True,
-            moe_token_dispatcher_type="alltoall",
-            moe_router_load_balancing_type="none",
-            moe_layer_freq=[0] * dense_layers + [1] * (layers - dense_layers),
-        )
-        if moe.get("shared_expert_ffn_hidden_size"):
-            kw["moe_shared_expert_intermediate_size"] = moe["shared_expert_ffn_hidden_size"]
-    mla = arch.get("mla")
-    if mla:
-        kw.update(
-            multi_latent_attention=True,
-            q_lora_rank=mla["q_lora_rank"],
-            kv_lora_rank=mla["kv_lora_rank"],
-            qk_head_dim=mla["qk_head_dim"],
-            qk_pos_emb_head_dim=mla["qk_pos_emb_head_dim"],
-            v_head_dim=mla["v_head_dim"],
-            # DeepSeek-V3's q_a/kv_a layernorms: Megatron then builds the up projections as
-            # TELayerNormColumnParallelLinear, the class (and policy kind) the plan has. Without
-            # it they are TEColumnParallelLinear, a kind the policy has no rule for.
-            qk_layernorm=True,
-        )
-    kw["_vocab"] = vocab
-    return kw
-
-
-def graph_kwargs(kw: dict, execution: str) -> dict:
-    """The ``TransformerConfig`` CUDA-graph fields for an execution: none for ``eager``; for
-    ``graphed``, Megatron's local graphs over the whole layer, or, where the layers are MoE
-    (``kw`` has experts), the MoE scope Megatron supports for dropless training."""
-    if execution == "eager":
-        return {}
-    if execution != "graphed":
-        raise StepBenchError(f"execution {execution!r}: expected eager or graphed")
-    modules = ["moe_router", "moe_preprocess"] if kw.get("num_moe_experts") else []
-    return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
-
-
-def parallel_kwargs(tp: int, etp: Optional[int] = None) -> dict:
-    """The ``TransformerConfig`` fields of a TP group of ``tp`` ranks (the torchrun world), as
-    Megatron's training runs one: sequence parallelism on (Megatron's MoE layers require it with
-    TP), and the expert tensor-parallel size where one is given. Nothing at TP 1."""
-    if tp <= 1:
-        return {}
-    kw: dict = {"tensor_model_parallel_size": tp, "sequence_parallel": True}
-    if etp is not None:
-        kw["expert_tensor_parallel_size"] = etp
-    return kw
-
-
-def expert_tp(rows: list[dict]) -> Optional[int]:
-    """The expert tensor-parallel size the plan's routed experts have (the config's
-    ``expert_tensor_parallel_size``, else ``--etp``, else TP), or ``None`` without experts."""
-    return next((int(r["key"]["etp"]) for r in rows if r.get("key") and "etp" in r["key"]), None)
-
-
-def group_names(rows: list[dict]) -> dict[str, str]:
-    """Each plan name's module group (``decoder.layers.mlp.linear_fc1`` -> ``fc1``): the names
-    the step results and the step merge use."""
-    from adaptive_fp8.bench.step_spec import component_rows, group_of
-
-    return {r["name"]: group_of(r) for r in component_rows(rows, "llm")}
-
-
-def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
-    """Module paths whose precision in the step differs from the plan's, in words; also every
-    TE module the plan does not know and every planned group the model did not build."""
-    want = {m["name"]: bool(m["use_fp8"]) for m in plan_modules if m["component"] == "llm"}
-    bad = []
-    built = set()
-    for path, fp8 in sorted(seen.items()):
-        name = plan_name(path)
-        built.add(name)
-        if name not in want:
-            bad.append(f"{path}: not in the plan")
-        elif want[name] != fp8:
-            bad.append(f"{path}: ran {'FP8' if fp8 else 'BF16'}, the plan says {'FP8' if want[name] else 'BF16'}")
-    for name in sorted(set(want) - built):
-        if not name.startswith("mtp."):
-            bad.append(f"{name}: planned, not built")
-    return bad
-
-
-def compare_classes(seen: dict[str, str], plan_modules: list[dict]) -> list[str]:
-    """Module paths whose TE class in the built model differs from the plan's: the judge would
-    time a model the policy's rules were not written for (another kind, another rule)."""
-    want = {m["name"]: m["te_class"] for m in plan_modules if m["component"] == "llm"}
-    return [
-        f"{path}: built as {cls}, the plan has {want[plan_name(path)]}"
-        for path, cls in sorted(seen.items())
-        if plan_name(path) in want and want[plan_name(path)] != cls
-    ]
+from adaptive_fp8.bench.step_spec import StepBenchError
 
 
 def release_storage(params: list, buffers: list, optimizer_state: Optional[dict], modules: list, empty) -> None:
@@ -232,30 +92,6 @@ def release_storage(params: list, buffers: list, optimizer_state: Optional[dict]
         ws = getattr(m, "_fp8_workspaces", None)
         if isinstance(ws, dict):
             ws.clear()
-
-
-def summarize_modes(tokens: int, groups: dict[str, list[str]], times: dict[str, list[float]], execution: str = "eager") -> dict:
-    """One token count's row: every mode against the BF16 mode's paired rounds and against the
-    fastest of BF16, all-FP8 and the oracle (the same table fields as the TE-block judge)."""
-    from adaptive_fp8.bench.step_common import fastest_reference, mode_stats
-
-    base = times["bf16"]
-    best = min(statistics.median(base), statistics.median(times["fp8"]))
-    ref = fastest_reference(times)
-    row: dict = {"tokens": tokens, "execution": execution, "modes": {}}
-    for m, ts in times.items():
-        row["modes"][m] = mode_stats(ts, base, best, groups[m], baseline=m == "bf16", fastest=(ref, times[ref]))
-    return row
-
-
-def one_rank_experts(kw: dict, ep: int) -> bool:
-    """Shrinks an MoE model's ``TransformerConfig`` kwargs to one of ``ep`` EP ranks' experts (in
-    place): what one GPU builds for a layout whose experts are spread over ``ep`` ranks. True when
-    it did."""
-    if not kw.get("num_moe_experts") or ep <= 1:
-        return False
-    kw["num_moe_experts"] //= ep
-    return True
 
 
 def first_microbatch(model: Any) -> None:
