@@ -1,5 +1,6 @@
-//! Files and functions a reader holds in one sitting: no source file in `crates/*/src` over 600
-//! lines (the CUDA kernels aside), no function over 120 lines outside tests.
+//! Files and functions a reader holds in one sitting: no source file in `crates/*/src` or
+//! `xtask/src` over 600 lines (the CUDA kernels aside), no function over 120 lines outside tests.
+//! The Python package's gate is `crates/py/tests/test_tidy.py`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -134,7 +135,7 @@ fn files_and_functions_stay_short() {
     for f in sources() {
         let text = fs::read_to_string(&f).unwrap_or_default();
         let r = rel(&f);
-        if r.starts_with("crates/") && text.lines().count() > MAX_FILE_LINES {
+        if text.lines().count() > MAX_FILE_LINES {
             long_files.insert(r.clone());
         }
         for (name, n) in functions(&text) {
