@@ -270,3 +270,22 @@ def test_a_layout_the_policy_does_not_cover_is_refused_unless_allowed(stand_ins,
     assert plan.region == "bf16"
     n = af8m.apply_te_precision_config(config(tmp_path, tensor_model_parallel_size=2), allow_missing=True)
     assert n.fp8_instances == 0
+
+
+def test_the_hook_warns_of_eager_thresholds_of_gpu_time_alone(stand_ins, tmp_path):
+    gpu_only = dict(POLICY, provenance={"eager_source": "gpu_time"})
+    c = config(tmp_path)
+    with open(c.fp8_dynamic_policy_path, "w") as f:
+        json.dump(gpu_only, f)
+    with pytest.warns(UserWarning, match="GPU time alone"):
+        af8m.enable(c)
+    af8m._said.clear()
+    graphed = config(tmp_path, cuda_graph_impl="local")
+    with open(graphed.fp8_dynamic_policy_path, "w") as f:
+        json.dump(gpu_only, f)
+    import warnings as w
+
+    with w.catch_warnings(record=True) as seen:
+        w.simplefilter("always")
+        af8m.enable(graphed)
+    assert not any("GPU time alone" in str(x.message) for x in seen)
