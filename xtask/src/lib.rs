@@ -19,8 +19,6 @@ pub use fp8_pipeline::{build, eval, generate, plot};
 
 use std::path::{Path, PathBuf};
 
-use fp8_merge::MergeOptions;
-
 /// The automation's notes (a model without reports, say) on stderr.
 struct Stderr;
 
@@ -43,82 +41,12 @@ pub fn root() -> PathBuf {
 /// The environment variable that makes the checks rewrite stale outputs instead of failing.
 pub const UPDATE_ENV: &str = "FP8_UPDATE_POLICIES";
 
-/// The recipes besides blockwise with measured H200 reports in `reports/h200/<recipe>/`;
-/// their policies go to `policies/<recipe>/`.
-pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
+pub use fp8_pipeline::shipped::{H200_HOST_PROFILE, RECIPE_DIRS, h200_host_profile};
 
-/// The host profile measured on the H200 by `python -m adaptive_fp8.bench.probe_host` (TE 2.20.2,
-/// blockwise): what the default policies' eager thresholds model an eager trainer's host with
-/// where the TE reports did not measure a key.
-pub const H200_HOST_PROFILE: &str = "fixtures/host/h200_te2.20.2_blockwise.json";
-
-/// The committed H200 host profile ([`H200_HOST_PROFILE`]), parsed.
-pub fn h200_host_profile(root: &Path) -> Result<fp8_merge::host::HostProfile, String> {
-    let text = std::fs::read_to_string(root.join(H200_HOST_PROFILE))
-        .map_err(|e| format!("{H200_HOST_PROFILE}: {e}"))?;
-    fp8_merge::host::HostProfile::parse(&text, H200_HOST_PROFILE).map_err(|e| e.to_string())
-}
-
-/// Rebuilds `policies/` from `reports/h200` (and `policies/<recipe>/` from each
-/// recipe's folder) into memory and returns what is stale; with `update`, writes the fresh files
-/// instead. Each default `policies/<model>.json` serves both executions: `min_tokens_graphed`
-/// from cuBLASLt GPU time, `min_tokens` (eager, what the reference's loader reads) from
-/// Transformer Engine's own eager step times where the TE reports measured a key, else from the
-/// same cuBLASLt reports with the H200 host profile (`fp8_pipeline::fold`).
+/// Rebuilds `policies/` from the committed reports (`fp8_pipeline::shipped`) and returns what
+/// is stale; with `update`, writes the fresh files instead.
 pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> {
-    let models = generate::default_models(root);
-    let h200 = root.join("reports/h200");
-    let graphed = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Graphed),
-        ..MergeOptions::default()
-    };
-    let eager = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
-        host_profile: Some(h200_host_profile(root)?),
-        ..MergeOptions::default()
-    };
-    let mut files = fp8_pipeline::fold::fold_files(
-        &generate::build_all(&models, &h200, &graphed, &Stderr)?,
-        &generate::build_all(&models, &h200, &eager, &Stderr)?,
-        &te_policies(&models, &h200.join("te"))?,
-        &fp8_pipeline::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
-    )?;
-    for recipe in RECIPE_DIRS {
-        let dir = h200.join(recipe);
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let names: Vec<String> = rd
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        // Only the models this recipe has reports for.
-        let mine: Vec<_> = models
-            .iter()
-            .filter(|m| {
-                let stem = m
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                names.iter().any(|n| n.starts_with(&format!("{stem}_tp")))
-            })
-            .cloned()
-            .collect();
-        // One file for both executions, as the blockwise defaults: GPU time graphed, the same
-        // times with the host profile eager (measured with blockwise: the launches and casts of
-        // a module step; the provenance names it), and this recipe's step results
-        // (`<recipe>/step/`) first where they measured a key.
-        let step_label = Path::new("reports/h200").join(recipe).join("step");
-        let folded = fp8_pipeline::fold::fold_files(
-            &generate::build_all(&mine, &dir, &graphed, &Stderr)?,
-            &generate::build_all(&mine, &dir, &eager, &Stderr)?,
-            &build::Files::new(),
-            &fp8_pipeline::step::step_policies(&dir.join("step"), &step_label)?,
-        )?;
-        for (rel, bytes) in folded {
-            files.insert(Path::new(recipe).join(rel), bytes);
-        }
-    }
+    let files = fp8_pipeline::shipped::shipped_policies(root, &Stderr)?;
     let out = root.join("policies");
     if update {
         generate::write_files(&out, &files)?;
@@ -135,46 +63,6 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
 pub fn refreshed_shipped_reports(root: &Path, reports: &[PathBuf]) -> bool {
     let h200 = root.join("reports/h200");
     !reports.is_empty() && reports.iter().all(|r| r.parent() == Some(h200.as_path()))
-}
-
-/// TE-measured policies for an eager trainer, from the TE reports that cover every module of a
-/// model without activation recompute (the DeepSeek-V3 experts-only report and the recompute
-/// variant are for the RESULTS tables, not a policy).
-fn te_policies(models: &[PathBuf], dir: &Path) -> Result<build::Files, String> {
-    let reports = build::read_reports(dir)?;
-    // A TP size measured over a real TP group (te_tp, `provenance.tp_comm`) is decided by that
-    // report, not by one rank alone: the TP 2 step with communication judged both
-    // (docs/RESULTS.md, "TP 2 with communication, end to end").
-    let comm: std::collections::BTreeSet<(&str, u32)> = reports
-        .iter()
-        .filter(|(_, r, _)| r.provenance.tp_comm)
-        .map(|(_, r, _)| (r.provenance.model.as_str(), r.provenance.parallel.tp))
-        .collect();
-    let usable: Vec<_> = reports
-        .iter()
-        .filter(|(f, r, _)| !r.provenance.recompute && !f.to_string_lossy().contains("_experts"))
-        .filter(|(_, r, _)| {
-            r.provenance.tp_comm
-                || !comm.contains(&(r.provenance.model.as_str(), r.provenance.parallel.tp))
-        })
-        .collect();
-    let opt = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
-        ..MergeOptions::default()
-    };
-    let mut files = build::Files::new();
-    for config in models {
-        let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
-        let mine: Vec<_> = usable
-            .iter()
-            .copied()
-            .filter(|r| r.1.provenance.model == model.name)
-            .collect();
-        if !mine.is_empty() {
-            files.extend(build::build_model(&model, &mine, &opt)?.files);
-        }
-    }
-    Ok(files)
 }
 
 /// Renders docs/RESULTS.md (the rendered sections, then the written ones of

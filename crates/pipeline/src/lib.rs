@@ -18,4 +18,5 @@ pub mod layout;
 pub mod outputs;
 pub mod plot;
 pub mod progress;
+pub mod shipped;
 pub mod step;
