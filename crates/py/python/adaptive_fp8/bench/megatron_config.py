@@ -10,17 +10,12 @@ import statistics
 from typing import Optional
 
 from adaptive_fp8.bench.step_spec import StepBenchError
+from adaptive_fp8.megatron import WRAPPED_CLASSES
 
 
-#: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned.
-TE_CLASSES = (
-    "TELayerNormColumnParallelLinear",
-    "TEColumnParallelLinear",
-    "TERowParallelLinear",
-    "TELinear",
-    "TEColumnParallelGroupedLinear",
-    "TERowParallelGroupedLinear",
-)
+#: TE wrapper classes of megatron.core.extensions.transformer_engine whose precision is planned:
+#: the ones the hook wraps.
+TE_CLASSES = WRAPPED_CLASSES
 
 
 def plan_name(module_path: str) -> str:
