@@ -15,6 +15,7 @@ pub mod host;
 pub mod load;
 pub mod merge;
 mod merge_provenance;
+pub mod model;
 pub mod numerics;
 pub mod options;
 mod reference;

@@ -257,7 +257,7 @@ fn policy_err(file: &Path, e: PolicyError) -> MergeError {
     }
 }
 
-fn add_rule(
+pub(crate) fn add_rule(
     policy: &mut Policy,
     key: &RuleKey,
     min_tokens: u64,

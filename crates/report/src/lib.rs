@@ -5,6 +5,7 @@
 //! - [`Report`], [`Point`], [`Provenance`] (with typed [`Shard`] data) and [`Stat`];
 //! - [`PointId`]: the one identity of a point, used by the sweep, shards, `--resume` and the
 //!   merge's coverage check;
+//! - [`step_inputs`]: the step model's measurements (module groups alone, whole steps), typed;
 //! - [`read`] / [`parse`] (bounded, checked: positive ordered timings, sizes of at least 1) and
 //!   [`write`] (atomic).
 //!
@@ -14,6 +15,7 @@
 mod point_id;
 mod read;
 mod report;
+pub mod step_inputs;
 
 pub use point_id::{BadPointId, PointId, sweep_digest};
 pub use read::{

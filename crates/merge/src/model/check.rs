@@ -1,0 +1,124 @@
+//! The check: the model's plans, all-BF16 and all-FP8 timed as whole steps, against what the
+//! model predicted; and the guard that keeps a plan the step measured slower than BF16 out of
+//! the policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fp8_policy::Execution;
+use fp8_report::step_inputs::{StepInputs, StepMode};
+use serde::Serialize;
+
+use super::choose::{ChoiceOptions, Unit, UnitThreshold, grid};
+use super::curve::{median, quantile};
+use super::fit::Fit;
+
+/// The relative error below which the model agrees with the step, whatever the noise.
+pub const TOLERANCE: f64 = 0.03;
+
+/// One checked step: predicted against measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckRow {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// What ran.
+    pub mode: StepMode,
+    /// Its FP8 groups.
+    pub fp8_groups: BTreeSet<String>,
+    /// The model's wall ms.
+    pub predicted_ms: f64,
+    /// The step's median wall ms.
+    pub measured_ms: f64,
+    /// `(predicted - measured) / measured`.
+    pub error: f64,
+    /// Half the p10-p90 band of the rounds, relative to the median.
+    pub noise: f64,
+    /// The paired ratio to all-BF16 by round: median, p10, p90.
+    pub vs_bf16: (f64, f64, f64),
+    /// Whether the calibration used this count's real steps.
+    pub calibrated: bool,
+    /// `|error|` beyond both [`TOLERANCE`] and the noise.
+    pub disagrees: bool,
+}
+
+impl CheckRow {
+    /// A plan the step measured slower than all-BF16 beyond the noise (its whole band above 1).
+    pub fn loses(&self) -> bool {
+        self.mode == StepMode::Plan && self.vs_bf16.1 > 1.0
+    }
+}
+
+/// Every whole step of `check` against `fits` (counts of an execution without a fit are skipped).
+pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<CheckRow> {
+    let mut out = Vec::new();
+    for s in &check.step_times {
+        let Some(fit) = fits.get(&s.execution) else {
+            continue;
+        };
+        let Some(base) = check.step_times.iter().find(|b| {
+            b.execution == s.execution && b.tokens == s.tokens && b.mode == StepMode::Bf16
+        }) else {
+            continue;
+        };
+        let groups: BTreeSet<&str> = s.fp8_groups.iter().map(String::as_str).collect();
+        let predicted = fit.predict(&groups, s.tokens as f64).wall;
+        let measured = median(&s.wall_ms);
+        let noise = (quantile(&s.wall_ms, 0.9) - quantile(&s.wall_ms, 0.1)) / 2.0 / measured;
+        let ratios: Vec<f64> = s
+            .wall_ms
+            .iter()
+            .zip(&base.wall_ms)
+            .map(|(a, b)| a / b)
+            .collect();
+        let error = (predicted - measured) / measured;
+        out.push(CheckRow {
+            execution: s.execution,
+            tokens: s.tokens,
+            mode: s.mode,
+            fp8_groups: s.fp8_groups.clone(),
+            predicted_ms: predicted,
+            measured_ms: measured,
+            error,
+            noise,
+            vs_bf16: (
+                median(&ratios),
+                quantile(&ratios, 0.1),
+                quantile(&ratios, 0.9),
+            ),
+            calibrated: fit.calibrated_at.contains(&s.tokens),
+            disagrees: error.abs() > TOLERANCE.max(noise),
+        });
+    }
+    out
+}
+
+/// Moves every unit of a plan the step measured slower than BF16 (at `(execution, count)`)
+/// above that count: its threshold becomes the next grid count, or none past the grid.
+pub fn guard(
+    thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
+    units: &[Unit],
+    rows: &[CheckRow],
+    swept: &[u64],
+    o: &ChoiceOptions,
+) -> Vec<(Execution, u64)> {
+    let counts = grid(swept, o);
+    let mut moved = Vec::new();
+    for r in rows.iter().filter(|r| r.loses()) {
+        let Some(ts) = thresholds.get_mut(&r.execution) else {
+            continue;
+        };
+        let next = counts.iter().copied().find(|&c| c > r.tokens);
+        for (i, u) in units.iter().enumerate() {
+            if !u.groups.iter().any(|g| r.fp8_groups.contains(g)) {
+                continue;
+            }
+            let t = &mut ts[i];
+            if t.from.is_some_and(|f| f <= r.tokens) {
+                t.from = next;
+            }
+        }
+        moved.push((r.execution, r.tokens));
+    }
+    moved
+}

@@ -1,0 +1,250 @@
+//! The step model's choice: at each count the plan it predicts fastest, each policy key FP8 only
+//! where its predicted gain beats its measured noise; and each key's threshold over a grid of
+//! counts that reaches past the sweep.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fp8_policy::{Execution, RuleKey};
+use fp8_report::step_inputs::StepInputs;
+
+use super::fit::{Fit, Prediction};
+
+/// What a policy switches together: the FP8-capable groups that share one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// The policy key.
+    pub key: RuleKey,
+    /// Its groups in the step.
+    pub groups: Vec<String>,
+    /// The key's tokens per step token (`moe_router_topk` for routed experts).
+    pub scale: u64,
+}
+
+/// The units of a document: one per key, over the groups the fit can run in FP8.
+pub fn units(inputs: &StepInputs, fit: &Fit) -> Vec<Unit> {
+    let capable = fit.capable();
+    let mut by_key: BTreeMap<&RuleKey, Unit> = BTreeMap::new();
+    for g in &inputs.groups {
+        if !capable.contains(g.group.as_str()) {
+            continue;
+        }
+        by_key
+            .entry(&g.key)
+            .or_insert_with(|| Unit {
+                key: g.key.clone(),
+                groups: Vec::new(),
+                scale: g.scale,
+            })
+            .groups
+            .push(g.group.clone());
+    }
+    by_key.into_values().collect()
+}
+
+/// How the choice is made.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChoiceOptions {
+    /// A key is FP8 only where its predicted gain exceeds its noise plus this share of the
+    /// predicted step (the model's own error).
+    pub margin: f64,
+    /// The grid reaches this many times the largest swept count.
+    pub reach: u64,
+    /// Grid counts per doubling of tokens.
+    pub per_octave: u32,
+    /// Largest number of keys searched exhaustively (2^n plans); above it, greedy.
+    pub exhaustive_up_to: usize,
+}
+
+impl Default for ChoiceOptions {
+    fn default() -> Self {
+        ChoiceOptions {
+            margin: 0.005,
+            reach: 64,
+            per_octave: 4,
+            exhaustive_up_to: 14,
+        }
+    }
+}
+
+/// The model's plan at one count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// The step's token count.
+    pub tokens: u64,
+    /// Indices of the units FP8.
+    pub fp8: BTreeSet<usize>,
+    /// The plan's prediction.
+    pub predicted: Prediction,
+    /// All-BF16's.
+    pub bf16: Prediction,
+    /// All-FP8's.
+    pub all_fp8: Prediction,
+}
+
+impl Choice {
+    /// The FP8 groups of the plan.
+    pub fn groups<'a>(&self, units: &'a [Unit]) -> BTreeSet<&'a str> {
+        groups_of(units, &self.fp8)
+    }
+}
+
+fn groups_of<'a>(units: &'a [Unit], on: &BTreeSet<usize>) -> BTreeSet<&'a str> {
+    on.iter()
+        .flat_map(|&i| units[i].groups.iter().map(String::as_str))
+        .collect()
+}
+
+/// Whether a unit is faster alone in GPU time or in host time at `t`: a unit slower in both is
+/// never FP8, whatever a sum of predictions says.
+fn pays_somewhere(fit: &Fit, u: &Unit, t: f64) -> bool {
+    let (mut gpu, mut host) = (0.0, 0.0);
+    for g in &u.groups {
+        let c = &fit.groups[g];
+        gpu += c.gpu_delta(t);
+        host += c.host_delta(Execution::Eager);
+    }
+    gpu < 0.0 || host < 0.0
+}
+
+/// The plan the model predicts fastest at `t`, then pruned: each FP8 unit must gain (the
+/// plan's step without it minus with it) more than its noise plus `margin` of the step.
+pub fn choose(fit: &Fit, units: &[Unit], t: u64, o: &ChoiceOptions) -> Choice {
+    let tf = t as f64;
+    let wall = |on: &BTreeSet<usize>| fit.predict(&groups_of(units, on), tf).wall;
+    let eligible: Vec<usize> = (0..units.len())
+        .filter(|&i| pays_somewhere(fit, &units[i], tf))
+        .collect();
+    let mut best: BTreeSet<usize> = BTreeSet::new();
+    if eligible.len() <= o.exhaustive_up_to {
+        let mut best_wall = wall(&best);
+        for mask in 1u64..(1u64 << eligible.len()) {
+            let on: BTreeSet<usize> = eligible
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| mask >> b & 1 == 1)
+                .map(|(_, &i)| i)
+                .collect();
+            let w = wall(&on);
+            if w < best_wall {
+                best_wall = w;
+                best = on;
+            }
+        }
+    } else {
+        // Greedy: add the unit that helps most while one helps.
+        loop {
+            let now = wall(&best);
+            let next = eligible
+                .iter()
+                .filter(|i| !best.contains(i))
+                .map(|&i| {
+                    let mut on = best.clone();
+                    on.insert(i);
+                    (wall(&on), i)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            match next {
+                Some((w, i)) if w < now => {
+                    best.insert(i);
+                }
+                _ => break,
+            }
+        }
+    }
+    // Prune: drop the unit whose gain falls shortest of its bar until every one clears it.
+    loop {
+        let now = wall(&best);
+        let short = best
+            .iter()
+            .map(|&i| {
+                let mut without = best.clone();
+                without.remove(&i);
+                let gain = wall(&without) - now;
+                let noise: f64 = units[i]
+                    .groups
+                    .iter()
+                    .map(|g| fit.groups[g].noise(fit.execution, tf))
+                    .sum();
+                (gain - noise - o.margin * now, i)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        match short {
+            Some((slack, i)) if slack <= 0.0 => {
+                best.remove(&i);
+            }
+            _ => break,
+        }
+    }
+    let all: BTreeSet<usize> = (0..units.len()).collect();
+    Choice {
+        tokens: t,
+        predicted: fit.predict(&groups_of(units, &best), tf),
+        bf16: fit.predict(&BTreeSet::new(), tf),
+        all_fp8: fit.predict(&groups_of(units, &all), tf),
+        fp8: best,
+    }
+}
+
+/// The counts the thresholds are read over: the swept counts and a geometric grid
+/// (`per_octave` per doubling, on the 16-token grid) from the smallest swept count to `reach`
+/// times the largest.
+pub fn grid(swept: &[u64], o: &ChoiceOptions) -> Vec<u64> {
+    let (Some(&lo), Some(&hi)) = (swept.iter().min(), swept.iter().max()) else {
+        return Vec::new();
+    };
+    let top = hi.saturating_mul(o.reach.max(1));
+    let step = 2f64.powf(1.0 / f64::from(o.per_octave.max(1)));
+    let mut out: BTreeSet<u64> = swept.iter().copied().collect();
+    let mut t = lo as f64;
+    while t <= top as f64 {
+        let r = ((t / 16.0).round() as u64 * 16).max(16);
+        if r >= lo && r <= top {
+            out.insert(r);
+        }
+        t *= step;
+    }
+    out.insert(top);
+    out.into_iter().collect()
+}
+
+/// One unit's threshold in one execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitThreshold {
+    /// From this step count FP8 at every grid count up (`None`: not at the grid's top).
+    pub from: Option<u64>,
+    /// `(swept count, FP8?)` at the swept counts.
+    pub at_swept: Vec<(u64, bool)>,
+    /// The grid's largest count.
+    pub reach: u64,
+}
+
+/// Each unit's threshold from the choice at every grid count, and the choices.
+pub fn thresholds(
+    fit: &Fit,
+    units: &[Unit],
+    swept: &[u64],
+    o: &ChoiceOptions,
+) -> (Vec<UnitThreshold>, Vec<Choice>) {
+    let counts = grid(swept, o);
+    let choices: Vec<Choice> = counts.iter().map(|&t| choose(fit, units, t, o)).collect();
+    let reach = counts.last().copied().unwrap_or(0);
+    let out = (0..units.len())
+        .map(|i| {
+            let from = choices
+                .iter()
+                .rposition(|c| !c.fp8.contains(&i))
+                .map_or(Some(0), |last| choices.get(last + 1).map(|c| c.tokens));
+            let from = from.map(|f| if f == 0 { counts[0] } else { f });
+            UnitThreshold {
+                from,
+                at_swept: choices
+                    .iter()
+                    .filter(|c| swept.contains(&c.tokens))
+                    .map(|c| (c.tokens, c.fp8.contains(&i)))
+                    .collect(),
+                reach,
+            }
+        })
+        .collect();
+    (out, choices)
+}

@@ -1,0 +1,188 @@
+//! The step model: a policy from a model of the training step, calibrated on a few real steps
+//! and checked in the step, instead of a search by trying (the step oracle of [`crate::step`]).
+//!
+//! **Inputs** (`fp8_report::step_inputs`, one layout): per module group `g` and swept count `t`,
+//! the group alone in BF16 and FP8: GPU ms `gpu_g(p, t)` and host ms `host_g(p)` per module and
+//! step, measured apart; `n_g` modules of it per step. Per execution, at two or three counts,
+//! whole steps in all-BF16 and all-FP8: wall, host and GPU ms.
+//!
+//! **The model** of a plan `P` (the groups it runs FP8) at `t` tokens:
+//!
+//! ```text
+//! GPU(P, t)  = sum_g n_g gpu_g(P_g, t) + R(t) + [P nonempty] Z_gpu(t)
+//! Host(P)    = H_bf16 + sum_{g in P} n_g (host_g(fp8) - host_g(bf16)) + [P nonempty] Z_host
+//! Step(P, t) = max(Host, GPU) + k(P, t) min(Host, GPU)
+//! ```
+//!
+//! `R(t)` is what the all-BF16 step's GPU time holds beyond its modules (attention, norms,
+//! router, permutation, optimizer; a least-squares polynomial of degree up to 2 in `t` through
+//! the calibrated counts), `Z_gpu(t)` and `Z_host` what all-FP8 holds beyond its modules' FP8
+//! differences (the FP8 region: scale bookkeeping, weight casts; a line and a constant),
+//! `H_bf16` the all-BF16 step's host time, and `k` the share of the smaller time that does not
+//! overlap the larger (0 where host and GPU overlap fully, as in a dense eager step that runs
+//! ahead; more where syncs split the step, as MoE's token-count sync does): measured in the
+//! all-BF16 and all-FP8 steps at each calibrated count (linear between counts), a plan's share
+//! between the two by its part of all-FP8's module differences. In a graphed step the host time of captured groups is not the step's.
+//! Between swept counts a module's time is read linearly, above the largest on the line through
+//! the last two.
+//!
+//! **The choice** at each count: the plan of least predicted step over every subset of policy
+//! keys (greedy above [`ChoiceOptions::exhaustive_up_to`] keys), a key only where it is faster
+//! alone in GPU or host time, then each FP8 key kept only where its gain (the step without it
+//! minus with it) beats its measured noise plus a margin. **Thresholds**: the smallest count of
+//! a grid (the swept counts and four counts per doubling, up to 64 times the largest swept
+//! count) from which the key is FP8 at every larger grid count; "never" only past the grid.
+//!
+//! **The check** ([`check`]): the chosen plans, all-BF16 and all-FP8 as whole steps at the swept
+//! counts and between thresholds; rows where the model is off by more than 3% and the noise are
+//! disagreements (provenance records them), and a plan the step measured slower than BF16 moves
+//! its keys above that count ([`check::guard`]).
+//!
+//! Pure: documents in, a policy out.
+
+pub mod check;
+pub mod choose;
+pub mod curve;
+pub mod fit;
+mod policy;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fp8_policy::Execution;
+use fp8_report::step_inputs::StepInputs;
+
+pub use check::{CheckRow, compare, guard};
+pub use choose::{Choice, ChoiceOptions, Unit, UnitThreshold, choose, grid, thresholds, units};
+pub use fit::{Fit, GroupCurves, Prediction};
+pub use policy::model_policy;
+
+use crate::error::MergeError;
+
+/// One layout's model: its inputs, fits, units, thresholds and (once checked) the check.
+#[derive(Debug, Clone)]
+pub struct LayoutModel {
+    /// The inputs document.
+    pub file: PathBuf,
+    /// Its contents.
+    pub inputs: StepInputs,
+    /// One fit per execution the inputs calibrate.
+    pub fits: BTreeMap<Execution, Fit>,
+    /// The policy keys and their groups.
+    pub units: Vec<Unit>,
+    /// The swept counts.
+    pub swept: Vec<u64>,
+    /// Per execution, each unit's threshold (same order as `units`).
+    pub thresholds: BTreeMap<Execution, Vec<UnitThreshold>>,
+    /// Per execution, the choice at each grid count.
+    pub choices: BTreeMap<Execution, Vec<Choice>>,
+    /// The checked steps (empty until checked).
+    pub check: Vec<CheckRow>,
+    /// `(execution, count)` where the check measured the plan slower than BF16, moving its keys.
+    pub guarded: Vec<(Execution, u64)>,
+    /// The options the choice used.
+    pub options: ChoiceOptions,
+}
+
+impl LayoutModel {
+    /// Fits every execution of `executions` and chooses over the grid.
+    pub fn new(
+        inputs: StepInputs,
+        file: &Path,
+        executions: &[Execution],
+        options: ChoiceOptions,
+    ) -> Result<LayoutModel, MergeError> {
+        let mut fits = BTreeMap::new();
+        for &e in executions {
+            fits.insert(e, Fit::calibrate(&inputs, e, file)?);
+        }
+        let first = fits.values().next().ok_or_else(|| MergeError::Empty {
+            file: file.to_path_buf(),
+            problem: "no execution to model".into(),
+        })?;
+        let units = units(&inputs, first);
+        let mut swept: Vec<u64> = inputs.modules.iter().map(|m| m.tokens).collect();
+        swept.sort_unstable();
+        swept.dedup();
+        let mut th = BTreeMap::new();
+        let mut choices = BTreeMap::new();
+        for (&e, fit) in &fits {
+            let (t, c) = thresholds(fit, &units, &swept, &options);
+            th.insert(e, t);
+            choices.insert(e, c);
+        }
+        Ok(LayoutModel {
+            file: file.to_path_buf(),
+            inputs,
+            fits,
+            units,
+            swept,
+            thresholds: th,
+            choices,
+            check: Vec::new(),
+            guarded: Vec::new(),
+            options,
+        })
+    }
+
+    /// The plans the check times: per execution, the model's choice at every swept count and at
+    /// the geometric midpoint of each pair of neighbouring distinct thresholds within the sweep.
+    pub fn check_plans(&self) -> Vec<(Execution, u64, Vec<String>)> {
+        let mut out = Vec::new();
+        let (lo, hi) = (self.swept[0], *self.swept.last().unwrap_or(&self.swept[0]));
+        for (&e, fit) in &self.fits {
+            let mut counts: Vec<u64> = self.swept.clone();
+            let mut ths: Vec<u64> = self.thresholds[&e]
+                .iter()
+                .filter_map(|t| t.from)
+                .filter(|&f| f > lo && f <= hi)
+                .collect();
+            ths.push(lo);
+            ths.push(hi);
+            ths.sort_unstable();
+            ths.dedup();
+            for w in ths.windows(2) {
+                let mid = (((w[0] as f64 * w[1] as f64).sqrt() / 16.0).round() as u64 * 16).max(16);
+                if mid > w[0] && mid < w[1] {
+                    counts.push(mid);
+                }
+            }
+            counts.sort_unstable();
+            counts.dedup();
+            for t in counts {
+                let c = choose(fit, &self.units, t, &self.options);
+                out.push((
+                    e,
+                    t,
+                    c.groups(&self.units)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Adds a check's timings: compares them with the model and guards the thresholds.
+    /// A count checked again replaces its earlier rows.
+    pub fn add_check(&mut self, check: &StepInputs) {
+        let rows = compare(&self.fits, check);
+        self.check.retain(|old| {
+            !rows
+                .iter()
+                .any(|r| r.execution == old.execution && r.tokens == old.tokens)
+        });
+        self.guarded.extend(guard(
+            &mut self.thresholds,
+            &self.units,
+            &rows,
+            &self.swept,
+            &self.options,
+        ));
+        self.check.extend(rows);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+"""The step model's inputs, measured on this GPU with Transformer Engine (what `fp8sel gen-policy
+--backend step` runs per layout; the model itself, the choice and the thresholds are fp8sel's).
+
+    python -m adaptive_fp8.bench.step_inputs --model my_model.yaml --tp 1 \\
+        --tokens 1024,2048,4096,8192,16384 --calibrate 1024,4096,16384 --execution eager,graphed \\
+        --json inputs.json
+    python -m adaptive_fp8.bench.step_inputs --model my_model.yaml --tp 1 --check plans.json \\
+        --json check.json
+
+Measure (the default): at every `--tokens` count, each module group of the step
+(`adaptive_fp8.bench.step_spec`) alone, BF16 and FP8 in interleaved rounds: its host time and its
+GPU time per training step (forward, backward, optimizer step), measured apart
+(`adaptive_fp8.bench.step_probe`). At each `--calibrate` count and execution, the whole step
+(`adaptive_fp8.bench.step_layers`, `--layers` layers of one rank) in all-BF16 and all-FP8: its
+wall time per step (`--steps` back-to-back steps, as in training) and its host and GPU time
+apart. Those few real steps fix what every plan shares: attention, norms, router, permutation,
+optimizer, syncs.
+
+Check (`--check PLANS`): at each count and execution the plans file names, all-BF16, all-FP8 and
+each plan (`fp8_groups`) timed as whole steps in interleaved rounds: what the model predicted,
+measured.
+
+The output (`--json`) is one typed document, format `adaptive-fp8-step-inputs` version 1, read by
+fp8sel (`fp8_report::step_inputs`, which refuses unknown fields); it is rewritten after each
+count, so a run stopped at a time limit keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from adaptive_fp8._common import emit
+from adaptive_fp8.bench.recipe_names import RECIPES
+from adaptive_fp8.bench.step_spec import StepBenchError, built_groups, composition, group_keys
+
+FORMAT = "adaptive-fp8-step-inputs"
+VERSION = 1
+PLANS_FORMAT = "adaptive-fp8-step-plans"
+EXECUTIONS = ("eager", "graphed")
+#: Groups of blocks a graphed step captures (attention and dense MLPs); MoE blocks stay eager.
+MOE_GROUPS = ("experts.fc1", "experts.fc2", "shared.fc1", "shared.fc2")
+
+
+def instances(group: str, kinds: list[str]) -> int:
+    """How many modules of ``group`` a step of these layer types runs."""
+    if group in ("fc1", "fc2"):
+        return kinds.count("dense")
+    if group in MOE_GROUPS:
+        return kinds.count("moe")
+    return len(kinds)
+
+
+def group_rows(spec, kinds: list[str], keys: dict[str, dict]) -> list[dict]:
+    """The document's `groups`: each built group's key, token scale, instances, whether a graphed
+    step captures it, and whether TE can run it in FP8 (dimensions multiples of 16)."""
+    capable = spec.fp8_capable()
+    return [
+        {"group": g, "key": keys[g]["key"], "scale": keys[g]["scale"], "instances": instances(g, kinds), "graphed": g not in MOE_GROUPS, "fp8_capable": capable[g]}
+        for g in built_groups(spec, kinds)
+        if g in keys
+    ]
+
+
+def read_plans(path: str) -> list[dict]:
+    """The plans file of `--check`: ``{"format": "adaptive-fp8-step-plans", "plans": [{"execution",
+    "tokens", "fp8_groups"}]}``; a bad file is refused with its field named."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StepBenchError(f"{path}: cannot read the plans file: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != PLANS_FORMAT:
+        raise StepBenchError(f"{path}: format: expected {PLANS_FORMAT!r} (a file fp8sel wrote)")
+    plans = doc.get("plans")
+    if not isinstance(plans, list) or not plans:
+        raise StepBenchError(f"{path}: plans: expected a non-empty list")
+    for i, p in enumerate(plans):
+        ok = isinstance(p, dict) and p.get("execution") in EXECUTIONS and isinstance(p.get("tokens"), int) and p["tokens"] > 0
+        if not ok or not isinstance(p.get("fp8_groups"), list) or not all(isinstance(g, str) for g in p["fp8_groups"]):
+            raise StepBenchError(f"{path}: plans[{i}]: expected {{execution: eager|graphed, tokens: positive integer, fp8_groups: [group names]}}")
+    return plans
+
+
+def header(args, model_name: str, groups: list[dict], kinds: list[str], device: str, te_version: str, recipe: str) -> dict:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": args.model,
+        "model_name": model_name,
+        "component": "llm",
+        "recipe": recipe,
+        "fp8_recipe": args.recipe,
+        "device": device,
+        "te_version": te_version,
+        "tp": args.tp,
+        "ep": args.ep,
+        "etp": args.etp,
+        "layers": args.layers,
+        "layer_types": kinds,
+        "grad_accum": args.grad_accum,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "groups": groups,
+        "modules": [],
+        "step_times": [],
+        "failed": [],
+        "notes": [],
+        "complete": False,
+    }
+
+
+def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
+    """Every count (measure) or every plan (check); `progress(doc)` after each count."""
+    import adaptive_fp8 as af8
+    from adaptive_fp8.bench import step_probe
+    from adaptive_fp8.bench.step_bench import spec_at, step_keys
+    from adaptive_fp8.bench.step_common import te_recipe_name
+    from adaptive_fp8.bench.step_layers import Bench
+
+    bench = Bench(args, te, device)
+    sleeper = step_probe.Sleeper(bench.torch, device)
+    plans = read_plans(args.check) if args.check else []
+    counts = sorted({p["tokens"] for p in plans}) if plans else args.tokens
+    doc = None
+    for tokens in counts:
+        spec, kw = spec_at(af8, args, tokens)
+        kinds = composition(spec, args.layers, args.dense_layers)
+        if doc is None:
+            name, keys = step_keys(af8, args, spec, kinds, kw)
+            dev = bench.torch.cuda.get_device_name() if device == "cuda" else device
+            tev = getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in"
+            doc = header(args, name, group_rows(spec, kinds, keys), kinds, dev, tev, te_recipe_name(args))
+        groups = [g["group"] for g in doc["groups"]]
+        capable = {g["group"]: g["fp8_capable"] for g in doc["groups"]}
+        if not plans:
+            for g in groups:
+                doc["modules"].append(_module(bench, sleeper, spec, g, capable[g], tokens, args, log))
+                bench.free()
+        for execution in args.execution:
+            modes = _modes_at(plans, execution, tokens, groups, capable) if plans else (
+                [("bf16", []), ("fp8", [g for g in groups if capable[g]])] if tokens in args.calibrate else [])
+            if not modes:
+                continue
+            try:
+                doc["step_times"].extend(_steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens, args, log))
+            except StepBenchError:
+                raise
+            except Exception as e:  # a capture or kernel failure is a failed count, not a crash
+                log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+                doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            bench.free()
+        if progress:
+            progress(doc)
+    doc["complete"] = True
+    return doc
+
+
+def _modes_at(plans: list[dict], execution: str, tokens: int, groups: list[str], capable: dict) -> list[tuple[str, list[str]]]:
+    asked = [p for p in plans if p["execution"] == execution and p["tokens"] == tokens]
+    if not asked:
+        return []
+    out = [("bf16", []), ("fp8", [g for g in groups if capable[g]])]
+    for p in asked:
+        unknown = sorted(set(p["fp8_groups"]) - set(groups))
+        if unknown:
+            raise StepBenchError(f"plans: {execution} at {tokens}: groups {', '.join(unknown)} are not in this step ({', '.join(groups)})")
+        out.append(("plan", [g for g in groups if g in p["fp8_groups"] and capable[g]]))
+    return out
+
+
+def _module(bench, sleeper, spec, group: str, capable: bool, tokens: int, args, log) -> dict:
+    """One group alone at one count: BF16 and FP8 in interleaved rounds (ms per step)."""
+    from adaptive_fp8.bench.step_probe import module_work, probe
+
+    precisions = (False, True) if capable else (False,)
+    works = {on: module_work(bench, spec, group, on, args.module_iters) for on in precisions}
+    hold = 10.0
+    for w in works.values():
+        w()  # warm-up: kernels chosen, caches filled
+        if not w.finite():
+            raise StepBenchError(f"{group} at {tokens}: the module's output is not finite")
+    times = {on: {"host_ms": [], "gpu_ms": []} for on in precisions}
+    for _ in range(args.rounds):
+        for on, w in works.items():
+            host, gpu, _ahead, hold = probe(sleeper, w, hold)
+            times[on]["host_ms"].append(host / args.module_iters)
+            times[on]["gpu_ms"].append(gpu / args.module_iters)
+    row = {"tokens": tokens, "group": group, "bf16": times[False], "fp8": times.get(True)}
+    log(f"  tokens {tokens} {group}: gpu {_med(times[False]['gpu_ms']):.3f} ms bf16" + (f", {_med(times[True]['gpu_ms']):.3f} fp8" if capable else ""), file=sys.stderr)
+    return row
+
+
+def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log) -> list[dict]:
+    """Whole steps of each mode, interleaved: wall ms per step, and host and GPU ms apart."""
+    from adaptive_fp8.bench.step_probe import probe
+
+    built = []
+    for name, on in modes:
+        fp8 = {g: g in on for g in groups}
+        step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
+        bench.check(step, name)
+        built.append((name, on, step, {"wall_ms": [], "host_ms": [], "gpu_ms": []}))
+    hold, ahead = 20.0, True
+    for _ in range(args.rounds):
+        for _name, _on, step, t in built:
+            t["wall_ms"].append(bench.time_ms(step))
+            host, gpu, ok, hold = probe(sleeper, step, max(hold, 1.5 * t["wall_ms"][-1]))
+            step.losses.clear()
+            ahead &= ok
+            t["host_ms"].append(host)
+            t["gpu_ms"].append(gpu)
+    log(f"  tokens {tokens} {execution}: " + ", ".join(f"{n} {_med(t['wall_ms']):.3f} ms" for n, _, _, t in built), file=sys.stderr)
+    return [{"execution": execution, "tokens": tokens, "mode": n, "fp8_groups": on, **t, "ahead": ahead} for n, on, _, t in built]
+
+
+def _med(v: list[float]) -> float:
+    s = sorted(v)
+    return s[len(s) // 2]
+
+
+def _counts(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",")]
+    except ValueError:
+        out = []
+    if not out or any(v <= 0 for v in out):
+        raise argparse.ArgumentTypeError(f"{s!r}: expected comma-separated positive integers, e.g. 1024,4096")
+    return out
+
+
+def _executions(s: str) -> list[str]:
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    if not out or any(x not in EXECUTIONS for x in out):
+        raise argparse.ArgumentTypeError(f"--execution {s!r}: expected eager, graphed or eager,graphed")
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    head, rest = __doc__.split("\n\n", 1)
+    ap = argparse.ArgumentParser(prog="python -m adaptive_fp8.bench.step_inputs", description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
+    ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size: one rank's shapes (default 1)")
+    ap.add_argument("--ep", type=int, help="expert-parallel size (default: the config's)")
+    ap.add_argument("--etp", type=int, help="expert tensor-parallel size (default: the config's, else --tp)")
+    ap.add_argument("--tokens", type=_counts, default=[1024, 2048, 4096, 8192, 16384], help="counts whose modules are measured (sequence length at micro-batch 1)")
+    ap.add_argument("--calibrate", type=_counts, default=[], help="of --tokens, where whole steps are timed in all-BF16 and all-FP8 (default: the smallest, middle and largest)")
+    ap.add_argument("--check", help="time whole steps of the plans in this file (fp8sel writes it) instead of measuring")
+    ap.add_argument("--execution", type=_executions, default=["eager", "graphed"], help="eager, graphed, or eager,graphed (default both)")
+    ap.add_argument("--layers", type=int, default=2, help="transformer layers per step (default 2)")
+    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
+    ap.add_argument("--steps", type=int, default=5, help="back-to-back steps per timed round (default 5)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--module-iters", type=int, default=4, help="module steps per timed module round (default 4)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
+    ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
+    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
+    ap.add_argument("--json", required=True, help="write the document here")
+    return ap
+
+
+def default_calibration(tokens: list[int]) -> list[int]:
+    """The smallest, middle and largest count (fewer where fewer are given)."""
+    s = sorted(set(tokens))
+    return sorted({s[0], s[len(s) // 2], s[-1]})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for name in ("tp", "layers", "grad_accum", "steps", "rounds", "module_iters", "warmup"):
+        if getattr(args, name) <= 0:
+            print(f"step_inputs: --{name.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
+    args.calibrate = args.calibrate or default_calibration(args.tokens)
+    outside = sorted(set(args.calibrate) - set(args.tokens))
+    if outside and not args.check:
+        print(f"step_inputs: --calibrate {','.join(map(str, outside))} not in --tokens; fix: calibrate at measured counts", file=sys.stderr)
+        return 2
+    args.tp_comm, args.component = False, "llm"
+    try:
+        out = run(args, progress=lambda d: emit(d, "", args.json, None, quiet=True))
+    except StepBenchError as e:
+        print(f"step_inputs: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"step_inputs: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
+        return 2
+    emit(out, "", args.json, None, quiet=True)
+    print(f"step_inputs: wrote {args.json}: {len(out['modules'])} module rows, {len(out['step_times'])} step rows, {len(out['failed'])} failed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NVTE_FLASH_ATTN", "1")
+    sys.exit(main())

@@ -1,0 +1,253 @@
+//! The step model's measurements (`python -m adaptive_fp8.bench.step_inputs`): per module group
+//! and count, host and GPU time in BF16 and FP8; per execution and count, whole steps (wall,
+//! host and GPU time) of all-BF16, all-FP8 and checked plans. Typed, versioned, and read with
+//! unknown fields refused, so a writer that drifts from this type fails loudly.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use fp8_policy::{Execution, RuleKey};
+use serde::{Deserialize, Serialize};
+
+use crate::read::{ReportError, ReportErrorKind};
+
+/// The document's `format`.
+pub const STEP_INPUTS_FORMAT: &str = "adaptive-fp8-step-inputs";
+/// The version this crate reads and writes.
+pub const STEP_INPUTS_VERSION: u32 = 1;
+/// Largest document read (a five-count sweep is tens of KiB).
+pub const MAX_STEP_INPUTS_BYTES: u64 = 16 * 1024 * 1024;
+
+/// One run of the worker: a layout's measurements or its check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepInputs {
+    /// [`STEP_INPUTS_FORMAT`].
+    pub format: String,
+    /// [`STEP_INPUTS_VERSION`].
+    pub version: u32,
+    /// The model config as given.
+    pub model: String,
+    /// The model's name (the engine's).
+    pub model_name: String,
+    /// `llm`.
+    pub component: String,
+    /// The TE recipe class with its options.
+    pub recipe: String,
+    /// Megatron's recipe name.
+    pub fp8_recipe: String,
+    /// The GPU.
+    pub device: String,
+    /// Transformer Engine's version.
+    pub te_version: String,
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Expert-parallel size, where given.
+    pub ep: Option<u32>,
+    /// Expert tensor-parallel size, where given.
+    pub etp: Option<u32>,
+    /// Layers per step.
+    pub layers: u32,
+    /// Each layer's type (`dense`, `moe`).
+    pub layer_types: Vec<String>,
+    /// Micro-batches per step.
+    pub grad_accum: u32,
+    /// Back-to-back steps per timed round.
+    pub steps: u32,
+    /// Interleaved rounds.
+    pub rounds: u32,
+    /// The step's module groups.
+    pub groups: Vec<GroupInfo>,
+    /// Each group alone, per count.
+    pub modules: Vec<ModuleTimes>,
+    /// Whole steps.
+    pub step_times: Vec<StepTimes>,
+    /// Counts that failed.
+    pub failed: Vec<FailedStep>,
+    /// What the worker noted.
+    pub notes: Vec<String>,
+    /// False while the worker runs (a stopped run keeps what it finished).
+    pub complete: bool,
+}
+
+/// A module group of the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupInfo {
+    /// `qkv`, `proj`, `fc1`, `experts.fc1`, ...
+    pub group: String,
+    /// The policy key it is looked up with.
+    pub key: RuleKey,
+    /// The key's tokens per step token (`moe_router_topk` for routed experts, else 1).
+    pub scale: u64,
+    /// Modules of the group in one step.
+    pub instances: u32,
+    /// Whether a graphed step captures it (attention and dense MLP blocks).
+    pub graphed: bool,
+    /// Whether TE can run it in FP8.
+    pub fp8_capable: bool,
+}
+
+/// Host and GPU ms per step of one module, one value per round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rounds {
+    /// Host ms per round.
+    pub host_ms: Vec<f64>,
+    /// GPU ms per round.
+    pub gpu_ms: Vec<f64>,
+}
+
+/// One group alone at one count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleTimes {
+    /// The step's token count.
+    pub tokens: u64,
+    /// The group.
+    pub group: String,
+    /// In BF16.
+    pub bf16: Rounds,
+    /// In FP8 (`None` where TE cannot run it in FP8).
+    pub fp8: Option<Rounds>,
+}
+
+/// What a whole-step row timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepMode {
+    /// Every group BF16.
+    Bf16,
+    /// Every FP8-capable group FP8.
+    Fp8,
+    /// The groups of a plan.
+    Plan,
+}
+
+/// Whole steps of one mode at one count and execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepTimes {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The step's token count.
+    pub tokens: u64,
+    /// What ran.
+    pub mode: StepMode,
+    /// The groups FP8.
+    pub fp8_groups: BTreeSet<String>,
+    /// Wall ms per step (back-to-back steps), per round.
+    pub wall_ms: Vec<f64>,
+    /// Host ms per step (less the time waited in syncs), per round.
+    pub host_ms: Vec<f64>,
+    /// GPU ms per step, per round.
+    pub gpu_ms: Vec<f64>,
+    /// Whether the host stayed ahead of the GPU in every probed segment.
+    pub ahead: bool,
+}
+
+/// A count the worker could not time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailedStep {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// Why.
+    pub error: String,
+}
+
+/// Reads and checks a document.
+pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
+    let text = fp8_io::read_to_string_limited(path, MAX_STEP_INPUTS_BYTES)
+        .map_err(|e| ReportError::new(path, ReportErrorKind::Io(e)))?;
+    parse_step_inputs(&text, path)
+}
+
+/// Parses and checks a document: its format and version, every field typed (unknown ones
+/// refused), timings finite and positive (host time may be zero), each round list as long as
+/// `rounds`, and every group a row names one of `groups`.
+pub fn parse_step_inputs(text: &str, path: &Path) -> Result<StepInputs, ReportError> {
+    let format = |m: String| ReportError::new(path, ReportErrorKind::Format(m));
+    let head: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| ReportError::new(path, ReportErrorKind::NotJson(e.to_string())))?;
+    if head.get("format").and_then(|v| v.as_str()) != Some(STEP_INPUTS_FORMAT) {
+        return Err(format(format!(
+            "format: expected \"{STEP_INPUTS_FORMAT}\" (a file python -m adaptive_fp8.bench.step_inputs wrote)"
+        )));
+    }
+    if head.get("version").and_then(|v| v.as_u64()) != Some(u64::from(STEP_INPUTS_VERSION)) {
+        return Err(format(format!(
+            "version: this fp8sel reads version {STEP_INPUTS_VERSION}; fix: measure again with the installed adaptive_fp8"
+        )));
+    }
+    let doc: StepInputs = serde_json::from_value(head).map_err(|e| format(e.to_string()))?;
+    check(&doc).map_err(format)?;
+    Ok(doc)
+}
+
+fn check(doc: &StepInputs) -> Result<(), String> {
+    let rounds = doc.rounds as usize;
+    if rounds == 0 || doc.tp == 0 || doc.layers == 0 || doc.steps == 0 {
+        return Err("rounds, tp, layers and steps must be positive".into());
+    }
+    let groups: BTreeSet<&str> = doc.groups.iter().map(|g| g.group.as_str()).collect();
+    if groups.len() != doc.groups.len() {
+        return Err("groups: a group is listed twice".into());
+    }
+    for (i, g) in doc.groups.iter().enumerate() {
+        if g.scale == 0 || g.instances == 0 {
+            return Err(format!(
+                "groups[{i}] ({}): scale and instances must be positive",
+                g.group
+            ));
+        }
+    }
+    let times = |at: &str, v: &[f64], zero_ok: bool| -> Result<(), String> {
+        if v.len() != rounds {
+            return Err(format!(
+                "{at}: {} values, expected rounds = {rounds}",
+                v.len()
+            ));
+        }
+        match v
+            .iter()
+            .find(|x| !x.is_finite() || **x < 0.0 || (!zero_ok && **x == 0.0))
+        {
+            Some(x) => Err(format!("{at}: {x} is not a positive time in ms")),
+            None => Ok(()),
+        }
+    };
+    for (i, m) in doc.modules.iter().enumerate() {
+        let at = format!("modules[{i}] ({} at {})", m.group, m.tokens);
+        if !groups.contains(m.group.as_str()) || m.tokens == 0 {
+            return Err(format!("{at}: not a group of `groups`, or tokens 0"));
+        }
+        for (p, r) in [("bf16", Some(&m.bf16)), ("fp8", m.fp8.as_ref())] {
+            if let Some(r) = r {
+                times(&format!("{at}.{p}.host_ms"), &r.host_ms, true)?;
+                times(&format!("{at}.{p}.gpu_ms"), &r.gpu_ms, false)?;
+            }
+        }
+    }
+    for (i, s) in doc.step_times.iter().enumerate() {
+        let at = format!("step_times[{i}] ({} at {})", s.execution, s.tokens);
+        if let Some(g) = s.fp8_groups.iter().find(|g| !groups.contains(g.as_str())) {
+            return Err(format!(
+                "{at}: fp8_groups names {g}, not a group of `groups`"
+            ));
+        }
+        times(&format!("{at}.wall_ms"), &s.wall_ms, false)?;
+        times(&format!("{at}.host_ms"), &s.host_ms, true)?;
+        times(&format!("{at}.gpu_ms"), &s.gpu_ms, false)?;
+    }
+    Ok(())
+}
+
+impl StepInputs {
+    /// The document as JSON (what the worker writes; for tests and stand-ins).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plain data serializes")
+    }
+}
