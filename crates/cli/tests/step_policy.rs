@@ -187,6 +187,10 @@ fn gen_step_with(
         "--out",
         out.to_str().unwrap(),
     ];
+    // These tests are the oracle's; the step model's are in step_model.rs.
+    if !extra.contains(&"--step-tuner") {
+        args.extend(["--step-tuner", "oracle"]);
+    }
     args.extend_from_slice(extra);
     let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())

@@ -14,8 +14,9 @@ use crate::generate::{GenOptions, GenOutcome, default_layouts};
 
 mod command;
 mod committed;
+mod model;
 pub(crate) mod worker;
-pub use command::{StepJob, dense_layers_for};
+pub use command::{StepJob, StepTuner, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
 use worker::{Clock, WorkerEnd, first_sentence, read_timed, run_worker};
@@ -70,6 +71,7 @@ pub fn gen_policy_step(
             ));
         }
         let mut runs = Vec::new();
+        let mut models = Vec::new();
         let notes_before = outcome.notes.len();
         let model_job = StepJob {
             dense_layers: job.dense_layers.or(dense_layers_for(&model, job.layers)),
@@ -92,9 +94,12 @@ pub fn gen_policy_step(
                 reports_dir: &reports_dir,
                 clock: &clock,
             };
-            runs.extend(ctx.sweep(say, &mut outcome)?);
+            match job.tuner {
+                StepTuner::Oracle => runs.extend(ctx.sweep(say, &mut outcome)?),
+                StepTuner::Model => models.extend(ctx.model(say, &mut outcome)?),
+            }
         }
-        if runs.is_empty() {
+        if runs.is_empty() && models.is_empty() {
             return Err(if clock.out() {
                 format!(
                     "{}: the time limit ran out before the step finished one token count; fix: a \
@@ -110,7 +115,11 @@ pub fn gen_policy_step(
                 )
             });
         }
-        let policy = fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?;
+        let policy = match job.tuner {
+            StepTuner::Oracle => fp8_merge::step::step_policy(&runs),
+            StepTuner::Model => fp8_merge::model::model_policy(&models),
+        }
+        .map_err(|e| e.to_string())?;
         let name = if model.components.len() > 1 {
             format!("{}.llm.json", model.name)
         } else {

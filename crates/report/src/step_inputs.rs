@@ -251,3 +251,43 @@ impl StepInputs {
         serde_json::to_string_pretty(self).expect("plain data serializes")
     }
 }
+
+/// The plans file's `format` (what fp8sel asks the worker's `--check` to time).
+pub const STEP_PLANS_FORMAT: &str = "adaptive-fp8-step-plans";
+
+/// The plans the check times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepPlans {
+    /// [`STEP_PLANS_FORMAT`].
+    pub format: String,
+    /// Each plan.
+    pub plans: Vec<PlannedStep>,
+}
+
+/// One plan to time at one count and execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedStep {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// The groups FP8.
+    pub fp8_groups: Vec<String>,
+}
+
+impl StepPlans {
+    /// The plans, in the format.
+    pub fn new(plans: Vec<PlannedStep>) -> StepPlans {
+        StepPlans {
+            format: STEP_PLANS_FORMAT.to_owned(),
+            plans,
+        }
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plain data serializes") + "\n"
+    }
+}

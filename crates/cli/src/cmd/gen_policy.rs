@@ -93,11 +93,17 @@ pub struct Args {
     /// itself through `python -m adaptive_fp8.bench.te_worker` (reports to <reports-dir>/<gpu>/te/; the
     /// policy holds both executions: TE's eager step times as min_tokens, its GPU times as
     /// min_tokens_graphed, unless --trainer picks one; cuda does the same with --host-profile);
-    /// step: the training step itself through `python -m adaptive_fp8.bench.step_bench` (its per-group
-    /// oracle over --tokens in each --execution; eager sets min_tokens, graphed
-    /// min_tokens_graphed; results under <reports-dir>/step/).
+    /// step: the training step itself (--step-tuner model: each module group's host and GPU time
+    /// alone, calibrated on a few real steps in all-BF16 and all-FP8 and checked in whole steps,
+    /// through `python -m adaptive_fp8.bench.step_inputs`; eager sets min_tokens, graphed
+    /// min_tokens_graphed; results under <reports-dir>/step/). auto picks step on a GPU where
+    /// this package and Transformer Engine import (a language model; a VLM keeps cuda).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
     pub backend: String,
+    /// --backend step: model (the step model, checked in the step) or oracle (step_bench's
+    /// greedy per-group search by trying: slow and noisy at short steps, kept as a judge).
+    #[arg(long, default_value = "model", value_parser = ["model", "oracle"])]
+    pub step_tuner: String,
     /// --backend step: token counts to sweep (sequence length at micro-batch 1).
     #[arg(
         long,
@@ -122,7 +128,7 @@ pub struct Args {
     /// runs under torchrun, one process and one GPU per rank).
     #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
     pub step_trainer: String,
-    /// --backend step: rounds of refinement. Each times, per execution, the geometric midpoint
+    /// --backend step --step-tuner oracle: rounds of refinement. Each times, per execution, the geometric midpoint
     /// (on the 16-token grid) of the two counts a key's threshold falls between, so a threshold
     /// can land between the counts of a coarse sweep; about one count per round and execution.
     /// 0: the sweep alone.
@@ -224,7 +230,17 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         reports_base: args.reports_dir.clone(),
         out: args.out.clone(),
     };
-    let done = if args.backend == "step" {
+    let backend = resolve_backend(args, progress)?;
+    let done = if backend == "step" {
+        let tuner = match args.step_tuner.as_str() {
+            "oracle" => fp8_pipeline::step::StepTuner::Oracle,
+            _ => fp8_pipeline::step::StepTuner::Model,
+        };
+        if tuner == fp8_pipeline::step::StepTuner::Model && args.step_trainer == "megatron" {
+            return Err(CliError::input(
+                "--step-trainer megatron with the step model: the model is calibrated and checked in the toolkit's TE blocks; fix: leave --step-trainer out, then judge the policy in megatron-core with python -m adaptive_fp8.bench.step_bench --trainer megatron --policy <policy>, or pass --step-tuner oracle",
+            ));
+        }
         if let Some(d) = args.dense_layers.filter(|d| *d > args.layers) {
             return Err(CliError::input(format!(
                 "--dense-layers {d} is more than --layers {}; fix: at most --layers",
@@ -232,6 +248,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             )));
         }
         let job = fp8_pipeline::step::StepJob {
+            tuner,
             tokens: args.tokens.clone(),
             executions: args.execution.clone(),
             grad_accum: args.grad_accum,
@@ -248,6 +265,34 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     };
     progress.finish();
     Ok(done)
+}
+
+/// The backend the flags name; `auto` is the step on a GPU where this package and Transformer
+/// Engine import and every model is a language model alone, else the per-module `auto`.
+fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
+    if args.backend != "auto" {
+        return Ok(args.backend.clone());
+    }
+    let gpu = fp8_bench::cuda::device_count().is_ok_and(|n| n > 0);
+    if !gpu || !fp8_pipeline::host::te_importable(&args.te.python) {
+        return Ok("auto".to_owned());
+    }
+    let opt = match &args.config_root {
+        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
+        None => fp8_engine::LoadOptions::default(),
+    };
+    let several = args
+        .models
+        .iter()
+        .any(|m| fp8_engine::load_model_with(m, &opt).is_ok_and(|d| d.components.len() > 1));
+    if several {
+        progress.say(
+            "backend auto: a VLM; per-module GPU timing (the step model builds language models)",
+        );
+        return Ok("auto".to_owned());
+    }
+    progress.say("backend auto: a GPU with Transformer Engine: the step model (--backend cuda for per-module GEMM timing)");
+    Ok("step".to_owned())
 }
 
 /// What the job says when it is done: notes on stderr, the files and the summary on stdout (or

@@ -8,9 +8,22 @@ use fp8_policy::Execution;
 
 use crate::generate::GenOptions;
 
+/// How `--backend step` turns the step into thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepTuner {
+    /// The step model (`fp8_merge::model`): module groups measured alone, calibrated on a few
+    /// real steps, its choice checked in the step.
+    #[default]
+    Model,
+    /// The greedy per-group oracle of `step_bench`, by trying (slow and noisy: a judge).
+    Oracle,
+}
+
 /// What the step worker runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepJob {
+    /// The model or the oracle.
+    pub tuner: StepTuner,
     /// Token counts to sweep (sequence length at micro-batch 1).
     pub tokens: Vec<u64>,
     /// Executions to sweep.
@@ -124,6 +137,58 @@ pub fn dense_layers_for(model: &ModelDesc, layers: u32) -> Option<u32> {
     (moe.dense_layers > 0 && moe.dense_layers < arch.num_layers && layers >= 2).then_some(1)
 }
 
+/// The step model's worker for one layout: its measurements (`check` None) or the check of the
+/// plans file `check`, writing `json`.
+pub(super) fn inputs_command(
+    o: &GenOptions,
+    job: &StepJob,
+    config: &Path,
+    p: fp8_engine::Parallel,
+    json: &Path,
+    check: Option<&Path>,
+) -> Vec<String> {
+    let mut a = vec![
+        "-m".to_owned(),
+        "adaptive_fp8.bench.step_inputs".to_owned(),
+        "--model".to_owned(),
+        config.display().to_string(),
+        "--tp".to_owned(),
+        p.tp.to_string(),
+        "--ep".to_owned(),
+        p.ep.to_string(),
+        "--etp".to_owned(),
+        p.etp.to_string(),
+        "--tokens".to_owned(),
+        list_counts(&job.tokens),
+        "--execution".to_owned(),
+        job.executions
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        "--grad-accum".to_owned(),
+        job.grad_accum.to_string(),
+        "--layers".to_owned(),
+        job.layers.to_string(),
+    ];
+    if let Some(d) = job.dense_layers {
+        a.extend(["--dense-layers".to_owned(), d.to_string()]);
+    }
+    a.extend([
+        "--recipe".to_owned(),
+        o.measure.recipe.recipe().name().to_owned(),
+        "--json".to_owned(),
+        json.display().to_string(),
+    ]);
+    if let Some(c) = check {
+        a.extend(["--check".to_owned(), c.display().to_string()]);
+    }
+    if let Some(r) = &o.config_root {
+        a.extend(["--config-root".to_owned(), r.display().to_string()]);
+    }
+    a
+}
+
 pub(super) fn list_counts(tokens: &[u64]) -> String {
     tokens
         .iter()
@@ -157,6 +222,7 @@ mod tests {
             out: None,
         };
         let job = StepJob {
+            tuner: StepTuner::Oracle,
             tokens: vec![1024, 4096],
             executions: vec![Execution::Eager, Execution::Graphed],
             grad_accum: 8,
@@ -224,6 +290,7 @@ mod tests {
     #[test]
     fn the_megatron_judge_needs_a_gpu_per_tp_rank() {
         let job = |trainer: &str| StepJob {
+            tuner: StepTuner::Oracle,
             tokens: vec![1024],
             executions: vec![Execution::Eager],
             grad_accum: 1,

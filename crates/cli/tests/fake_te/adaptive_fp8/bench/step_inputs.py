@@ -1,0 +1,97 @@
+"""A stand-in for `python -m adaptive_fp8.bench.step_inputs` in the step-model tests (no torch, no
+GPU): it writes documents in the real format for a dense model at the given TP from a made-up
+step whose times follow known rules (one segment; the wall time is the larger of host and GPU
+time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the captured groups'
+host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
+FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
+It records its command line in <json>.argv (the format has no field for it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+GROUPS = {  # group: (kind, (gpu a, b), (fp8 a, b), host, fp8 host)
+    "qkv": ("layernorm_column", (0.02, 0.10), (0.04, 0.07), 0.05, 0.09),
+    "proj": ("row", (0.02, 0.05), (0.05, 0.05), 0.04, 0.08),
+    "fc1": ("layernorm_column", (0.03, 0.40), (0.06, 0.24), 0.05, 0.09),
+    "fc2": ("row", (0.03, 0.20), (0.05, 0.12), 0.04, 0.08),
+}
+HOST_REST = {"eager": 6.0, "graphed": 0.3}
+ROUNDS = 5
+
+
+def gpu(g: str, fp8: bool, t: int, tp: int) -> float:
+    a, b = GROUPS[g][2] if fp8 else GROUPS[g][1]
+    return a + b * t / 1000.0 / tp
+
+
+def host(g: str, fp8: bool) -> float:
+    return GROUPS[g][4] if fp8 else GROUPS[g][3]
+
+
+def truth(execution: str, on: set[str], t: int, tp: int, layers: int) -> tuple[float, float, float]:
+    x = t / 1000.0 / tp
+    g = 0.3 + 0.2 * x + 0.01 * x * x + layers * sum(gpu(n, n in on, t, tp) for n in GROUPS)
+    h = HOST_REST[execution] + (0 if execution == "graphed" else layers * sum(host(n, n in on) for n in GROUPS))
+    if on:
+        g += 0.05
+        h += 0.2
+    return max(h, g), h, g
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution", "--grad-accum",
+                 "--layers", "--dense-layers", "--recipe", "--json", "--check"):
+        ap.add_argument(flag)
+    a = ap.parse_args()
+    with open(a.json + ".argv", "w") as f:
+        f.write(" ".join(sys.argv[1:]))
+    tp, layers = int(a.tp), int(a.layers)
+    executions = a.execution.split(",")
+    tokens = sorted(int(x) for x in a.tokens.split(","))
+    doc = {
+        "format": "adaptive-fp8-step-inputs", "version": 1, "model": a.model, "model_name": "llama3_2_1b",
+        "component": "llm", "recipe": "Float8BlockScaling()", "fp8_recipe": a.recipe, "device": "stand-in",
+        "te_version": "stand-in", "tp": tp, "ep": int(a.ep), "etp": int(a.etp), "layers": layers,
+        "layer_types": ["dense"] * layers, "grad_accum": int(a.grad_accum), "steps": 5, "rounds": ROUNDS,
+        "groups": [{"group": g, "key": {"kind": k[0], "ub_name": g, "tp": tp}, "scale": 1, "instances": layers,
+                    "graphed": True, "fp8_capable": True} for g, k in GROUPS.items()],
+        "modules": [], "step_times": [], "failed": [], "notes": [], "complete": True,
+    }
+    jitter = [1.0 + 0.001 * (i - 2) for i in range(ROUNDS)]
+
+    def step(execution: str, t: int, mode: str, on: list[str]) -> dict:
+        w, h, g = truth(execution, set(on), t, tp, layers)
+        if mode == "plan" and str(t) == os.environ.get("FAKE_STEP_PLAN_SLOW"):
+            w = truth(execution, set(), t, tp, layers)[0] * 1.2
+        return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
+                "host_ms": [h] * ROUNDS, "gpu_ms": [g] * ROUNDS, "ahead": True}
+
+    if a.check:
+        with open(a.check) as f:
+            plans = json.load(f)["plans"]
+        for execution, t in sorted({(p["execution"], p["tokens"]) for p in plans}):
+            doc["step_times"] += [step(execution, t, "bf16", []), step(execution, t, "fp8", list(GROUPS))]
+            doc["step_times"] += [step(execution, t, "plan", p["fp8_groups"]) for p in plans if (p["execution"], p["tokens"]) == (execution, t)]
+    else:
+        for t in tokens:
+            for g in GROUPS:
+                doc["modules"].append({"tokens": t, "group": g, **{p: {"host_ms": [host(g, p == "fp8") * j for j in jitter],
+                                                                       "gpu_ms": [gpu(g, p == "fp8", t, tp) * j for j in jitter]} for p in ("bf16", "fp8")}})
+        calibrate = sorted({tokens[0], tokens[len(tokens) // 2], tokens[-1]})
+        for execution in executions:
+            for t in calibrate:
+                doc["step_times"] += [step(execution, t, "bf16", []), step(execution, t, "fp8", list(GROUPS))]
+    with open(a.json + ".tmp", "w") as f:
+        json.dump(doc, f)
+    os.replace(a.json + ".tmp", a.json)
+    print(f"stand-in step_inputs: tp {tp}{' check' if a.check else ''}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

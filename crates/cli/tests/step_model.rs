@@ -1,0 +1,149 @@
+//! `fp8sel gen-policy --backend step` with the step model (its default tuner), end to end with
+//! the stand-in worker (`tests/fake_te/adaptive_fp8/bench/step_inputs.py`: a made-up step of
+//! known host and GPU times).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{err, root};
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn gen_step(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
+    let mut args = vec![
+        "gen-policy",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--backend",
+        "step",
+        "--tp",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .env("PYTHONPATH", &fake)
+        .envs(env.iter().copied())
+        .args(&args)
+        .output()
+        .unwrap()
+}
+
+fn policy(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap()).unwrap()
+}
+
+fn rule<'a>(p: &'a serde_json::Value, kind: &str, ub: &str) -> &'a serde_json::Value {
+    &p["rules"][kind][ub][0]
+}
+
+#[test]
+fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(dir.path(), &[], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("the step model's inputs") && e.contains("checking the model's plans"),
+        "{e}"
+    );
+    assert!(
+        e.contains("stand-in step_inputs: tp 1 check"),
+        "the check ran: {e}"
+    );
+    assert!(e.contains("held-out step(s) the model was within"), "{e}");
+    let p = policy(dir.path());
+    let fc1 = rule(&p, "layernorm_column", "fc1");
+    let (eager, graphed) = (
+        fc1["min_tokens"].as_u64().unwrap(),
+        fc1["min_tokens_graphed"].as_u64().unwrap(),
+    );
+    // The made-up step: eager host-bound until about 3-4k tokens, graphed FP8 from the start.
+    assert!(graphed < eager, "{fc1}");
+    assert!((2048..=8192).contains(&eager), "{fc1}");
+    assert_eq!(graphed, 1024, "{fc1}");
+    // proj is slower in FP8 alone, on the GPU and in host time: never FP8, in either execution.
+    assert!(
+        p["provenance"]["measured_bf16_keys"]
+            .to_string()
+            .contains("proj"),
+        "{}",
+        p["provenance"]
+    );
+    let m = &p["provenance"]["step"]["model"][0];
+    assert!(
+        m["check"].as_array().unwrap().len() >= 15,
+        "every swept count, 3 modes: {m}"
+    );
+    assert_eq!(m["disagreements"].as_array().unwrap().len(), 0, "{m}");
+    assert!(m["held_out_worst_error"].as_f64().unwrap() < 0.03, "{m}");
+    assert_eq!(p["provenance"]["eager_source"], "step");
+    // The worker got the layout, the counts and both executions.
+    let argv = std::fs::read_to_string(
+        dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_inputs_step.json.argv"),
+    )
+    .unwrap();
+    assert!(
+        argv.contains("--tokens 1024,2048,4096,8192,16384 --execution eager,graphed"),
+        "{argv}"
+    );
+    // check accepts the policy for the model it was made for.
+    let c = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args([
+            "check",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--tp",
+            "1",
+            "--policy",
+        ])
+        .arg(dir.path().join("llama3_2_1b.json"))
+        .output()
+        .unwrap();
+    assert_eq!(c.status.code(), Some(0), "{}", err(&c));
+}
+
+#[test]
+fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(
+        dir.path(),
+        &["--execution", "eager"],
+        &[("FAKE_STEP_PLAN_SLOW", "16384")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("timing them again"), "{e}");
+    assert!(
+        e.contains("disagree beyond 3%") && e.contains("slower than BF16"),
+        "{e}"
+    );
+    let p = policy(dir.path());
+    let m = &p["provenance"]["step"]["model"][0];
+    assert!(!m["disagreements"].as_array().unwrap().is_empty(), "{m}");
+    assert_eq!(m["guarded"][0]["tokens"], 16384, "{m}");
+    // The plan at 16384 ran fc1 FP8: its eager threshold moved above 16384.
+    let fc1 = rule(&p, "layernorm_column", "fc1")["min_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(fc1 > 16384, "{fc1}");
+}
+
+#[test]
+fn the_step_model_refuses_the_megatron_trainer_with_the_way_to_judge_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(dir.path(), &["--step-trainer", "megatron"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("step_bench --trainer megatron --policy"),
+        "{}",
+        err(&o)
+    );
+}

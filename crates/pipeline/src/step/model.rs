@@ -1,0 +1,210 @@
+//! The step model's tuner for one layout: its inputs measured by `python -m
+//! adaptive_fp8.bench.step_inputs`, the model fitted and its choice made (`fp8_merge::model`),
+//! the choice checked in whole steps, and the counts where the step disagrees with the model
+//! timed once more.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use fp8_merge::model::{ChoiceOptions, LayoutModel};
+use fp8_policy::Execution;
+use fp8_report::step_inputs::{PlannedStep, StepPlans, read_step_inputs};
+
+use super::Layout;
+use super::command::inputs_command;
+use super::worker::{WorkerEnd, run_worker};
+use crate::generate::GenOutcome;
+
+impl Layout<'_> {
+    /// Measures, models and checks this layout; `None` (with a note) where the time limit left
+    /// nothing to model.
+    pub(super) fn model(
+        &self,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) -> Result<Option<LayoutModel>, String> {
+        let (job, p, model) = (self.job, self.p, self.model);
+        let at = format!("{model} {p}");
+        let json = self.json("_inputs");
+        say(&format!(
+            "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at three, {}",
+            job.tokens.len(),
+            job.executions
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+        let args = inputs_command(self.o, job, self.config, p, &json, None);
+        let end = run_worker(&self.o.python, &args, self.clock, &json)?;
+        let inputs = match (end, read_step_inputs(&json)) {
+            (_, Ok(d)) => d,
+            (WorkerEnd::Stopped, Err(_)) => {
+                outcome.notes.push(format!(
+                    "{at}: not modelled, the time limit ran out while its inputs were measured"
+                ));
+                return Ok(None);
+            }
+            (WorkerEnd::Finished, Err(e)) => return Err(e.to_string()),
+        };
+        outcome.reports.push(json.clone());
+        for f in &inputs.failed {
+            outcome.notes.push(format!(
+                "{at}: {} at {}: not timed: {}",
+                f.execution, f.tokens, f.error
+            ));
+        }
+        let executions: Vec<Execution> = job
+            .executions
+            .iter()
+            .copied()
+            .filter(|e| {
+                let calibrated = inputs.step_times.iter().any(|s| s.execution == *e);
+                if !calibrated {
+                    outcome.notes.push(format!(
+                        "{at}: {e}: no whole step was timed, so no {e} threshold of its own"
+                    ));
+                }
+                calibrated
+            })
+            .collect();
+        let mut lm = LayoutModel::new(inputs, &json, &executions, ChoiceOptions::default())
+            .map_err(|e| e.to_string())?;
+        self.check(&mut lm, say, outcome)?;
+        say(&summary(&at, &lm));
+        Ok(Some(lm))
+    }
+
+    /// The check, and one re-timing of the counts where it disagreed with the model.
+    fn check(
+        &self,
+        lm: &mut LayoutModel,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) -> Result<(), String> {
+        let at = format!("{} {}", self.model, self.p);
+        let plans = lm.check_plans();
+        say(&format!(
+            "{at}: checking the model's plans in whole steps at {} count(s)",
+            plans.len()
+        ));
+        let mut wanted: Option<BTreeSet<(Execution, u64)>> = None;
+        for round in ["check", "recheck"] {
+            let asked: Vec<&(Execution, u64, Vec<String>)> = plans
+                .iter()
+                .filter(|(e, t, _)| wanted.as_ref().is_none_or(|w| w.contains(&(*e, *t))))
+                .collect();
+            if asked.is_empty() {
+                break;
+            }
+            if self.clock.out() {
+                outcome.notes.push(format!("{at}: the {round} was skipped, the time limit ran out; the thresholds are the model's alone"));
+                break;
+            }
+            let plans_file = self.json(&format!("_{round}_plans"));
+            write_plans(&plans_file, &asked)?;
+            let json = self.json(&format!("_{round}"));
+            let args = inputs_command(
+                self.o,
+                self.job,
+                self.config,
+                self.p,
+                &json,
+                Some(&plans_file),
+            );
+            let end = run_worker(&self.o.python, &args, self.clock, &json)?;
+            let doc = match read_step_inputs(&json) {
+                Ok(d) => d,
+                Err(e) if end == WorkerEnd::Stopped => {
+                    outcome.notes.push(format!(
+                        "{at}: the {round} stopped at the time limit before a count ended ({e})"
+                    ));
+                    break;
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            outcome.reports.push(json);
+            lm.add_check(&doc);
+            let off: BTreeSet<(Execution, u64)> = lm
+                .check
+                .iter()
+                .filter(|r| r.disagrees)
+                .map(|r| (r.execution, r.tokens))
+                .collect();
+            if off.is_empty() {
+                break;
+            }
+            if round == "check" {
+                say(&format!(
+                    "{at}: the step disagrees with the model at {} count(s); timing them again",
+                    off.len()
+                ));
+            }
+            wanted = Some(off);
+        }
+        let left: Vec<String> = lm
+            .check
+            .iter()
+            .filter(|r| r.disagrees)
+            .map(|r| {
+                format!(
+                    "{} {} at {}: predicted {:.3} ms, measured {:.3}",
+                    r.execution,
+                    mode(r.mode),
+                    r.tokens,
+                    r.predicted_ms,
+                    r.measured_ms
+                )
+            })
+            .collect();
+        if !left.is_empty() {
+            outcome.notes.push(format!("{at}: the model and the step disagree beyond 3% and the noise (provenance records it): {}", left.join("; ")));
+        }
+        for (e, t) in &lm.guarded {
+            outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan slower than BF16; its keys are FP8 only above {t}"));
+        }
+        Ok(())
+    }
+}
+
+fn mode(m: fp8_report::step_inputs::StepMode) -> &'static str {
+    match m {
+        fp8_report::step_inputs::StepMode::Bf16 => "all-BF16",
+        fp8_report::step_inputs::StepMode::Fp8 => "all-FP8",
+        fp8_report::step_inputs::StepMode::Plan => "plan",
+    }
+}
+
+/// The plans file the worker's `--check` reads.
+fn write_plans(path: &Path, plans: &[&(Execution, u64, Vec<String>)]) -> Result<(), String> {
+    let doc = StepPlans::new(
+        plans
+            .iter()
+            .map(|(e, t, g)| PlannedStep {
+                execution: *e,
+                tokens: *t,
+                fp8_groups: g.clone(),
+            })
+            .collect(),
+    );
+    fp8_io::write_atomic(path, doc.to_json().as_bytes()).map_err(|e| e.to_string())
+}
+
+/// One line on the model's error where the check held out the count.
+fn summary(at: &str, lm: &LayoutModel) -> String {
+    let held: Vec<f64> = lm
+        .check
+        .iter()
+        .filter(|r| !r.calibrated)
+        .map(|r| r.error.abs())
+        .collect();
+    if held.is_empty() {
+        return format!("{at}: modelled; no count held out of the calibration was checked");
+    }
+    let worst = held.iter().copied().fold(0.0, f64::max);
+    format!(
+        "{at}: modelled; at {} held-out step(s) the model was within {:.1}% of the step (worst)",
+        held.len(),
+        100.0 * worst
+    )
+}
