@@ -1,0 +1,97 @@
+"""The step model's worker: its pure half (groups, plans file, calibration counts, the command
+line), and with torch installed its whole run on the CPU through a stand-in for TE (the numbers
+are the host's clock there; the GPU half runs on the device, scripts/device/step_model.sh)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import adaptive_fp8 as af8
+from adaptive_fp8.bench import step_inputs as si
+from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, group_keys
+
+#: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
+DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
+              "layer_types", "grad_accum", "steps", "rounds", "groups", "modules", "step_times", "failed", "notes", "complete"}
+GROUP_FIELDS = {"group", "key", "scale", "instances", "graphed", "fp8_capable"}
+STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "host_ms", "gpu_ms", "ahead"}
+
+
+def _spec(root, model, **kw):
+    p = af8._plan(str(root / "fixtures" / "models" / model), None, kw)
+    return Spec.from_plan(p["modules"], p["architecture"].get("llm"), model, "llm"), p
+
+
+def test_groups_carry_their_key_instances_and_whether_a_graph_captures_them(root):
+    spec, plan = _spec(root, "deepseek_v3.yaml", tp=8, ep=64, seq_length=4096)
+    kinds = composition(spec, 2, 1)
+    keys = group_keys(plan["modules"], "llm", plan["architecture"]["llm"])
+    rows = {g["group"]: g for g in si.group_rows(spec, kinds, keys)}
+    assert set(rows["fc1"]) == GROUP_FIELDS
+    assert (rows["fc1"]["instances"], rows["experts.fc1"]["instances"], rows["proj"]["instances"]) == (1, 1, 2)
+    assert rows["proj"]["graphed"] and not rows["experts.fc1"]["graphed"] and not rows["shared.fc2"]["graphed"]
+    assert rows["experts.fc1"]["scale"] == 8 and rows["qkv" if "qkv" in rows else "proj"]["scale"] == 1
+
+
+def test_a_bad_plans_file_is_refused_with_the_field_named(tmp_path):
+    f = tmp_path / "plans.json"
+    for body, want in [("{", "cannot read the plans file"), (json.dumps({"format": "x"}), "format: expected"),
+                       (json.dumps({"format": si.PLANS_FORMAT, "plans": []}), "plans: expected a non-empty list"),
+                       (json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 0, "fp8_groups": []}]}), "plans[0]")]:
+        f.write_text(body)
+        with pytest.raises(StepBenchError, match=want.replace("[", r"\[")):
+            si.read_plans(str(f))
+    f.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "graphed", "tokens": 2048, "fp8_groups": ["fc1"]}]}))
+    assert si.read_plans(str(f))[0]["tokens"] == 2048
+
+
+def test_the_calibration_counts_and_the_command_line(capsys, tmp_path):
+    assert si.default_calibration([1024, 2048, 4096, 8192, 16384]) == [1024, 4096, 16384]
+    assert si.default_calibration([4096, 1024]) == [1024, 4096]
+    rc = si.main(["--model", "m.json", "--tokens", "1024,2048", "--calibrate", "4096", "--json", str(tmp_path / "o.json")])
+    assert rc == 2 and "--calibrate 4096 not in --tokens" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        si.parser().parse_args(["--model", "m", "--tokens", "0", "--json", "o"])
+
+
+def test_the_header_has_exactly_the_readers_fields():
+    args = si.parser().parse_args(["--model", "m.json", "--json", "o.json"])
+    assert set(si.header(args, "m", [], ["dense"], "cpu", "stand-in", "r")) == DOC_FIELDS
+
+
+# -- the torch half on the CPU, with a stand-in for TE (skipped where torch is missing) ---------
+
+TINY = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu", "hidden_size": 128,
+        "intermediate_size": 256, "moe_intermediate_size": 48, "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6, "vocab_size": 1000}
+
+
+def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
+    torch = pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
+    import fake_te
+
+    cfg = tmp_path / "moe.json"
+    cfg.write_text(json.dumps(TINY))
+    base = ["--model", str(cfg), "--tokens", "64,128", "--layers", "1", "--rounds", "2", "--steps", "1", "--module-iters", "1", "--warmup", "1"]
+    args = si.parser().parse_args([*base, "--json", str(tmp_path / "in.json")])
+    args.calibrate, args.tp_comm, args.component = si.default_calibration(args.tokens), False, "llm"
+    torch.manual_seed(0)
+    doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+    assert set(doc) == DOC_FIELDS and doc["complete"]
+    groups = [g["group"] for g in doc["groups"]]
+    assert {"qkv", "proj", "experts.fc1", "experts.fc2"} <= set(groups)
+    assert len(doc["modules"]) == 2 * len(groups)
+    for m in doc["modules"]:
+        assert len(m["bf16"]["gpu_ms"]) == 2 and len(m["fp8"]["host_ms"]) == 2 and min(m["bf16"]["gpu_ms"]) > 0
+    modes = {(s["execution"], s["tokens"], s["mode"]) for s in doc["step_times"]}
+    assert modes == {(e, t, m) for e in ("eager", "graphed") for t in (64, 128) for m in ("bf16", "fp8")}
+    assert all(set(s) == STEP_FIELDS for s in doc["step_times"])
+    # The check: the plans file's plans, beside all-BF16 and all-FP8.
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]}]}))
+    args = si.parser().parse_args([*base, "--check", str(plans), "--execution", "eager", "--json", str(tmp_path / "c.json")])
+    args.calibrate, args.tp_comm, args.component = [], False, "llm"
+    doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+    assert doc["modules"] == [] and [(s["mode"], s["fp8_groups"]) for s in doc["step_times"]][2] == ("plan", ["qkv"])

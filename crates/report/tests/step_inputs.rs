@@ -1,0 +1,134 @@
+//! The step model's inputs format: a document the worker writes is read back; unknown fields,
+//! bad times and dangling groups are refused with the field named; no input makes it panic.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use fp8_report::step_inputs::{StepPlans, parse_step_inputs};
+use proptest::prelude::*;
+
+fn doc() -> serde_json::Value {
+    serde_json::json!({
+        "format": "adaptive-fp8-step-inputs", "version": 1, "model": "m.json", "model_name": "m",
+        "component": "llm", "recipe": "Float8BlockScaling()", "fp8_recipe": "blockwise", "device": "H200",
+        "te_version": "2.20.2", "tp": 1, "ep": 1, "etp": 1, "layers": 2, "layer_types": ["dense", "dense"],
+        "grad_accum": 1, "steps": 5, "rounds": 2,
+        "groups": [{"group": "fc1", "key": {"kind": "layernorm_column", "ub_name": "fc1", "tp": 1}, "scale": 1,
+                    "instances": 2, "graphed": true, "fp8_capable": true}],
+        "modules": [{"tokens": 1024, "group": "fc1", "bf16": {"host_ms": [0.1, 0.1], "gpu_ms": [0.5, 0.6]},
+                     "fp8": {"host_ms": [0.2, 0.2], "gpu_ms": [0.3, 0.3]}}],
+        "step_times": [{"execution": "eager", "tokens": 1024, "mode": "bf16", "fp8_groups": [],
+                        "wall_ms": [3.0, 3.1], "host_ms": [2.0, 2.0], "gpu_ms": [1.5, 1.5], "ahead": true}],
+        "failed": [], "notes": [], "complete": true,
+    })
+}
+
+fn parse(v: &serde_json::Value) -> Result<(), String> {
+    parse_step_inputs(&v.to_string(), Path::new("in.json"))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_document_round_trips() {
+    let d = parse_step_inputs(&doc().to_string(), Path::new("in.json")).unwrap();
+    assert_eq!(
+        d.groups[0].key.to_string(),
+        "(kind=layernorm_column, ub_name=fc1, tp=1)"
+    );
+    let again = parse_step_inputs(&d.to_json(), Path::new("in.json")).unwrap();
+    assert_eq!(d, again);
+    let plans = StepPlans::new(Vec::new()).to_json();
+    assert!(plans.contains("adaptive-fp8-step-plans"), "{plans}");
+}
+
+#[test]
+fn bad_documents_are_refused_with_the_field_named() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        (
+            "extra field",
+            Box::new(|v| v["argv"] = "x".into()),
+            "unknown field `argv`",
+        ),
+        (
+            "extra nested",
+            Box::new(|v| v["groups"][0]["extra"] = 1.into()),
+            "unknown field `extra`",
+        ),
+        (
+            "format",
+            Box::new(|v| v["format"] = "other".into()),
+            "format: expected",
+        ),
+        (
+            "version",
+            Box::new(|v| v["version"] = 2.into()),
+            "version: this fp8sel reads version 1",
+        ),
+        (
+            "negative",
+            Box::new(|v| v["modules"][0]["bf16"]["gpu_ms"][0] = (-1.0).into()),
+            "modules[0] (fc1 at 1024).bf16.gpu_ms",
+        ),
+        (
+            "rounds",
+            Box::new(|v| v["step_times"][0]["wall_ms"] = serde_json::json!([1.0])),
+            "wall_ms: 1 values, expected rounds = 2",
+        ),
+        (
+            "dangling",
+            Box::new(|v| v["modules"][0]["group"] = "qkv".into()),
+            "not a group of `groups`",
+        ),
+        (
+            "mode",
+            Box::new(|v| v["step_times"][0]["mode"] = "oracle".into()),
+            "unknown variant `oracle`",
+        ),
+        (
+            "execution",
+            Box::new(|v| v["step_times"][0]["execution"] = "fast".into()),
+            "unknown execution `fast`",
+        ),
+    ];
+    for (what, change, want) in cases {
+        let mut v = doc();
+        change(&mut v);
+        let e = parse(&v).unwrap_err();
+        assert!(e.contains("in.json") && e.contains(want), "{what}: {e}");
+    }
+}
+
+proptest! {
+    /// Any field of the document replaced by any small JSON value: parsed or refused, never a panic.
+    #[test]
+    fn no_document_makes_the_reader_panic(path in 0usize..40, value in prop_oneof![
+        Just(serde_json::Value::Null), any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from), "[a-z]{0,6}".prop_map(serde_json::Value::from),
+        Just(serde_json::json!([])), Just(serde_json::json!({})),
+    ]) {
+        let mut v = doc();
+        let mut leaves = Vec::new();
+        collect(&v, String::new(), &mut leaves);
+        let at = &leaves[path % leaves.len()];
+        if let Some(slot) = v.pointer_mut(at) {
+            *slot = value;
+        }
+        let _ = parse(&v);
+    }
+}
+
+fn collect(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    out.push(at.clone());
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .for_each(|(k, x)| collect(x, format!("{at}/{k}"), out)),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, x)| collect(x, format!("{at}/{i}"), out)),
+        _ => {}
+    }
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The step model on the H200, for two models written here from public dimensions (in no fixture
+# of the repository): a dense 8B-class model (Llama-3.1-8B) and a 64-expert MoE on one GPU
+# (DeepSeek-V2-Lite's MoE dimensions with GQA attention, top-6, two shared experts). After the
+# TE install (../shared/tools/te-device), one call per phase, back to back:
+#   bash scripts/device/step_model.sh gen     # the plain `fp8sel gen-policy --model M --tp 1`
+#                                             # (on a GPU with TE: the step model), timed
+#   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
+#                                             # at, eager and graphed (policies of `gen` carried
+#                                             # in devcarry/step_model/)
+# Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
+set -uo pipefail
+phase=${1:?gen or judge}
+OUT=${OUT:-/tmp/out}
+W=/tmp/sm
+mkdir -p "$W" "$OUT"
+. scripts/device/te_env.sh
+te_env "$W" > /dev/null
+FP8SEL=$PWD/devcarry/fp8sel
+chmod +x "$FP8SEL"
+
+mkdir -p "$W/Llama-3.1-8B" "$W/MoE-64x1408"
+cat > "$W/Llama-3.1-8B/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+ "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05}
+EOF
+cat > "$W/MoE-64x1408/config.json" <<'EOF'
+{"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+ "intermediate_size": 10944, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 2816,
+ "num_experts": 64, "num_experts_per_tok": 6, "num_attention_heads": 16, "num_key_value_heads": 16,
+ "num_hidden_layers": 27, "vocab_size": 102400, "hidden_act": "silu", "rms_norm_eps": 1e-06}
+EOF
+
+gen() {  # name: the plain command, timed
+  local m=$1
+  cd "$W" || exit 1
+  local t0=$SECONDS
+  timeout 420 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
+  echo "gen $m rc=$? $((SECONDS - t0)) s"
+  grep -E "backend auto|modelled|disagree|slower than BF16|note:|warning|Error" "gen_$m.log" | cut -c1-240 | head -12
+  python3 - "$m" <<'PY'
+import json, sys
+m = sys.argv[1]
+p = json.load(open(f"policies/{m}.json"))
+for kind, rules in p["rules"].items():
+    for ub, rs in rules.items() if isinstance(rules, dict) else []:
+        for r in rs:
+            print(f"  rule {kind}/{ub}: min_tokens {r['min_tokens']} graphed {r.get('min_tokens_graphed')}")
+for g in p["rules"].get("grouped", []) if isinstance(p["rules"].get("grouped"), list) else []:
+    print("  grouped", g)
+print("  bf16 keys:", len(p["provenance"].get("measured_bf16_keys", [])))
+for lm in p["provenance"]["step"]["model"]:
+    held = [r for r in lm["check"] if not r["calibrated"]]
+    print(f"  held-out rows {len(held)}, worst |error| {100 * lm['held_out_worst_error']:.1f}%, disagreements {len(lm['disagreements'])}, guarded {lm['guarded']}")
+    for r in lm["check"]:
+        print(f"   {r['execution']:7} {r['tokens']:6} {r['mode']:4} pred {r['predicted_ms']:8.3f} meas {r['measured_ms']:8.3f} err {100 * r['error']:+5.1f}% noise {100 * r['noise']:4.1f}% vs_bf16 {r['vs_bf16'][0]:.3f} ({r['vs_bf16'][1]:.3f}-{r['vs_bf16'][2]:.3f}){' cal' if r['calibrated'] else ''} {','.join(r['fp8_groups']) if r['mode'] == 'plan' else ''}")
+PY
+  cd - > /dev/null || exit 1
+}
+judge() {  # name, timeout, layers, execution, tokens
+  local m=$1 t=$2 layers=$3 ex=$4 tokens=$5
+  local tag=${m}_$ex
+  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
+    --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
+    --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
+  echo "judge $tag rc=$?"
+  grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
+  cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
+}
+case $phase in
+gen)
+  gen Llama-3.1-8B
+  gen MoE-64x1408
+  ;;
+judge)
+  mkdir -p "$W/policies"
+  cp devcarry/step_model/*.json "$W/policies/"
+  judge Llama-3.1-8B 200 2 eager 3072,6144
+  judge MoE-64x1408 200 2 eager 3072,6144
+  judge Llama-3.1-8B 150 2 graphed 3072
+  judge MoE-64x1408 150 2 graphed 3072
+  ;;
+esac
+tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" sm
+for f in "$W"/judge_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -30; }; done
