@@ -16,7 +16,7 @@ from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, grou
 DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
               "layer_types", "grad_accum", "steps", "rounds", "groups", "modules", "step_times", "failed", "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "graphed", "fp8_capable"}
-STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "host_ms", "gpu_ms", "ahead"}
+STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "host_ms", "gpu_ms"}
 
 
 def _spec(root, model, **kw):
@@ -74,7 +74,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
 
     cfg = tmp_path / "moe.json"
     cfg.write_text(json.dumps(TINY))
-    base = ["--model", str(cfg), "--tokens", "64,128", "--layers", "1", "--rounds", "2", "--steps", "1", "--module-iters", "1", "--warmup", "1"]
+    base = ["--model", str(cfg), "--tokens", "64,128", "--layers", "1", "--rounds", "2", "--steps", "1", "--warmup", "1"]
     args = si.parser().parse_args([*base, "--json", str(tmp_path / "in.json")])
     args.calibrate, args.tp_comm, args.component = si.default_calibration(args.tokens), False, "llm"
     torch.manual_seed(0)
@@ -87,7 +87,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
         assert len(m["bf16"]["gpu_ms"]) == 2 and len(m["fp8"]["host_ms"]) == 2 and min(m["bf16"]["gpu_ms"]) > 0
     modes = {(s["execution"], s["tokens"], s["mode"]) for s in doc["step_times"]}
     assert modes == {(e, t, m) for e in ("eager", "graphed") for t in (64, 128) for m in ("bf16", "fp8")}
-    assert all(set(s) == STEP_FIELDS for s in doc["step_times"])
+    assert all(set(s) == STEP_FIELDS and s["host_ms"] > 0 and s["gpu_ms"] > 0 for s in doc["step_times"])
     # The check: the plans file's plans, beside all-BF16 and all-FP8.
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]}]}))
@@ -95,3 +95,26 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
     args.calibrate, args.tp_comm, args.component = [], False, "llm"
     doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
     assert doc["modules"] == [] and [(s["mode"], s["fp8_groups"]) for s in doc["step_times"]][2] == ("plan", ["qkv"])
+    assert all(s["host_ms"] is None and s["gpu_ms"] is None for s in doc["step_times"])
+
+
+def test_a_module_the_host_cannot_stay_ahead_of_is_timed_by_its_kernels():
+    from adaptive_fp8.bench import step_probe as sp
+
+    class Held:
+        """A sleeper whose host never stays ahead (a full launch queue)."""
+
+        def __init__(self):
+            self.holds = []
+
+        def held(self, work, hold_ms):
+            self.holds.append(hold_ms)
+            return hold_ms + 1.0, 9.0, False
+
+        def kernels(self, work, n=1):
+            return 2.5
+
+    s = Held()
+    gpu, host, hold = sp.gpu_and_host(s, None, 5.0)
+    assert (gpu, host) == (2.5, None) and s.holds == [5.0, 10.0] and hold == 20.0
+    assert sp.union_us([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0

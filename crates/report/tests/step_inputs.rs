@@ -19,7 +19,7 @@ fn doc() -> serde_json::Value {
         "modules": [{"tokens": 1024, "group": "fc1", "bf16": {"host_ms": [0.1, 0.1], "gpu_ms": [0.5, 0.6]},
                      "fp8": {"host_ms": [0.2, 0.2], "gpu_ms": [0.3, 0.3]}}],
         "step_times": [{"execution": "eager", "tokens": 1024, "mode": "bf16", "fp8_groups": [],
-                        "wall_ms": [3.0, 3.1], "host_ms": [2.0, 2.0], "gpu_ms": [1.5, 1.5], "ahead": true}],
+                        "wall_ms": [3.0, 3.1], "host_ms": 2.0, "gpu_ms": 1.5}],
         "failed": [], "notes": [], "complete": true,
     })
 }

@@ -75,12 +75,12 @@ pub(crate) struct StepMedians {
     pub gpu: f64,
 }
 
-pub(crate) fn medians(s: &StepTimes) -> StepMedians {
-    StepMedians {
+pub(crate) fn medians(s: &StepTimes) -> Option<StepMedians> {
+    Some(StepMedians {
         wall: median(&s.wall_ms),
-        host: median(&s.host_ms),
-        gpu: median(&s.gpu_ms),
-    }
+        host: s.host_ms?,
+        gpu: s.gpu_ms?,
+    })
 }
 
 /// Each group's curves from the module rows.
@@ -207,7 +207,7 @@ impl Fit {
                 .step_times
                 .iter()
                 .filter(|s| s.execution == execution && s.mode == mode)
-                .map(|s| (s.tokens, medians(s)))
+                .filter_map(|s| Some((s.tokens, medians(s)?)))
                 .collect()
         };
         let (bf16, fp8) = (rows(StepMode::Bf16), rows(StepMode::Fp8));

@@ -155,9 +155,8 @@ impl Synth {
             mode,
             fp8_groups: on.iter().map(|s| s.to_string()).collect(),
             wall_ms: vec![w; r],
-            host_ms: vec![h; r],
-            gpu_ms: vec![g; r],
-            ahead: true,
+            host_ms: Some(h),
+            gpu_ms: Some(g),
         }
     }
 }

@@ -12,8 +12,9 @@ Measure (the default): at every `--tokens` count, each module group of the step
 GPU time per training step (forward, backward, optimizer step), measured apart
 (`adaptive_fp8.bench.step_probe`). At each `--calibrate` count and execution, the whole step
 (`adaptive_fp8.bench.step_layers`, `--layers` layers of one rank) in all-BF16 and all-FP8: its
-wall time per step (`--steps` back-to-back steps, as in training) and its host and GPU time
-apart. Those few real steps fix what every plan shares: attention, norms, router, permutation,
+wall time per step (`--steps` back-to-back steps, as in training), its GPU time (its kernels
+under the profiler) and its host time (the same step's wall time at 128 x TP tokens, where the
+host bounds it). Those few real steps fix what every plan shares: attention, norms, router, permutation,
 optimizer, syncs.
 
 Check (`--check PLANS`): at each count and execution the plans file names, all-BF16, all-FP8 and
@@ -125,6 +126,20 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     plans = read_plans(args.check) if args.check else []
     counts = sorted({p["tokens"] for p in plans}) if plans else args.tokens
     doc = None
+    tiny: dict = {}
+    hosts: dict = {}
+
+    def host_of(execution: str, name: str, fp8: dict) -> float:
+        """The host ms of a mode's step: its wall time at HOST_TOKENS x TP tokens, once."""
+        if (execution, name) not in hosts:
+            small, _ = spec_at(af8, args, HOST_TOKENS * args.tp)
+            kinds_small = composition(small, args.layers, args.dense_layers)
+            step = bench.step_fn(small, bench.build(small, kinds_small, fp8), execution)
+            bench.check(step, name)
+            hosts[(execution, name)] = _med([bench.time_ms(step) for _ in range(3)])
+            bench.free()
+        return hosts[(execution, name)]
+
     for tokens in counts:
         spec, kw = spec_at(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
@@ -137,7 +152,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
         capable = {g["group"]: g["fp8_capable"] for g in doc["groups"]}
         if not plans:
             for g in groups:
-                doc["modules"].append(_module(bench, sleeper, spec, g, capable[g], tokens, args, log))
+                doc["modules"].append(_module(bench, sleeper, spec, g, capable[g], tokens, args, log, tiny))
                 bench.free()
         for execution in args.execution:
             modes = _modes_at(plans, execution, tokens, groups, capable) if plans else (
@@ -145,7 +160,8 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             if not modes:
                 continue
             try:
-                doc["step_times"].extend(_steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens, args, log))
+                doc["step_times"].extend(_steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens, args, log,
+                                                None if plans else host_of, doc["notes"]))
             except StepBenchError:
                 raise
             except Exception as e:  # a capture or kernel failure is a failed count, not a crash
@@ -171,49 +187,79 @@ def _modes_at(plans: list[dict], execution: str, tokens: int, groups: list[str],
     return out
 
 
-def _module(bench, sleeper, spec, group: str, capable: bool, tokens: int, args, log) -> dict:
+def _module(bench, sleeper, spec, group: str, capable: bool, tokens: int, args, log, tiny: dict) -> dict:
     """One group alone at one count: BF16 and FP8 in interleaved rounds (ms per step)."""
-    from adaptive_fp8.bench.step_probe import module_work, probe
+    from adaptive_fp8.bench.step_probe import gpu_and_host, module_work
 
     precisions = (False, True) if capable else (False,)
-    works = {on: module_work(bench, spec, group, on, args.module_iters) for on in precisions}
-    hold = 10.0
+    works = {on: module_work(bench, spec, group, on) for on in precisions}
     for w in works.values():
         w()  # warm-up: kernels chosen, caches filled
         if not w.finite():
             raise StepBenchError(f"{group} at {tokens}: the module's output is not finite")
     times = {on: {"host_ms": [], "gpu_ms": []} for on in precisions}
+    hold = 5.0
     for _ in range(args.rounds):
         for on, w in works.items():
-            host, gpu, _ahead, hold = probe(sleeper, w, hold)
-            times[on]["host_ms"].append(host / args.module_iters)
-            times[on]["gpu_ms"].append(gpu / args.module_iters)
+            gpu, host, hold = gpu_and_host(sleeper, w, hold)
+            times[on]["gpu_ms"].append(gpu)
+            times[on]["host_ms"].append(host)
+    for on in precisions:
+        if any(h is None for h in times[on]["host_ms"]):
+            times[on]["host_ms"] = _tiny_host(bench, sleeper, spec, group, on, args, tiny)
     row = {"tokens": tokens, "group": group, "bf16": times[False], "fp8": times.get(True)}
-    log(f"  tokens {tokens} {group}: gpu {_med(times[False]['gpu_ms']):.3f} ms bf16" + (f", {_med(times[True]['gpu_ms']):.3f} fp8" if capable else ""), file=sys.stderr)
+    log(f"  tokens {tokens} {group}: gpu {_med(times[False]['gpu_ms']):.3f} ms bf16" + (f", {_med(times[True]['gpu_ms']):.3f} fp8" if capable else "")
+        + f"; host {_med(times[False]['host_ms']):.3f}" + (f", {_med(times[True]['host_ms']):.3f}" if capable else ""), file=sys.stderr)
     return row
 
 
-def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log) -> list[dict]:
-    """Whole steps of each mode, interleaved: wall ms per step, and host and GPU ms apart."""
-    from adaptive_fp8.bench.step_probe import probe
+#: Rows of a module (per expert for grouped ones) at which the host bounds its step.
+TINY_ROWS = 64
 
+
+def _tiny_host(bench, sleeper, spec, group: str, on: bool, args, tiny: dict) -> list[float]:
+    """The module's host ms per step where the host could not stay ahead of a hold: its wall
+    time at a few rows, where the GPU finishes first (once per group and precision)."""
+    from adaptive_fp8.bench.step_probe import module_work
+
+    if (group, on) not in tiny:
+        rows = 16 if group in ("experts.fc1", "experts.fc2") else TINY_ROWS
+        w = module_work(bench, spec, group, on, rows=rows)
+        w()
+        tiny[(group, on)] = [sleeper.wall(w, 8) for _ in range(args.rounds)]
+    return list(tiny[(group, on)])
+
+
+def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log, host_of=None, notes=None) -> list[dict]:
+    """Whole steps of each mode, interleaved: wall ms per step; where ``host_of`` is given (the
+    calibration), also each mode's GPU ms (its kernels under the profiler) and host ms
+    (``host_of(execution, name, fp8)``: the step at a small count)."""
     built = []
     for name, on in modes:
         fp8 = {g: g in on for g in groups}
         step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
         bench.check(step, name)
-        built.append((name, on, step, {"wall_ms": [], "host_ms": [], "gpu_ms": []}))
-    hold, ahead = 20.0, True
+        built.append((name, on, step, []))
     for _ in range(args.rounds):
-        for _name, _on, step, t in built:
-            t["wall_ms"].append(bench.time_ms(step))
-            host, gpu, ok, hold = probe(sleeper, step, max(hold, 1.5 * t["wall_ms"][-1]))
+        for _name, _on, step, walls in built:
+            walls.append(bench.time_ms(step))
+    out = []
+    for name, on, step, walls in built:
+        row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": walls, "host_ms": None, "gpu_ms": None}
+        if host_of is not None:
+            gpu = sleeper.kernels(step, 2)
             step.losses.clear()
-            ahead &= ok
-            t["host_ms"].append(host)
-            t["gpu_ms"].append(gpu)
-    log(f"  tokens {tokens} {execution}: " + ", ".join(f"{n} {_med(t['wall_ms']):.3f} ms" for n, _, _, t in built), file=sys.stderr)
-    return [{"execution": execution, "tokens": tokens, "mode": n, "fp8_groups": on, **t, "ahead": ahead} for n, on, _, t in built]
+            if gpu < 0.5 * _med(walls) and execution == "graphed":
+                notes.append(f"{execution} {name} at {tokens}: the profiler saw {gpu:.3f} of {_med(walls):.3f} ms of kernels (graph kernels not traced); GPU time is the wall time")
+                gpu = _med(walls)
+            row.update(gpu_ms=gpu, host_ms=host_of(execution, name, {g: g in on for g in groups}))
+        out.append(row)
+    log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out), file=sys.stderr)
+    return out
+
+
+#: Tokens (times TP) of the small step whose wall time is the host's time.
+HOST_TOKENS = 128
 
 
 def _med(v: list[float]) -> float:
@@ -255,7 +301,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
     ap.add_argument("--steps", type=int, default=5, help="back-to-back steps per timed round (default 5)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
-    ap.add_argument("--module-iters", type=int, default=4, help="module steps per timed module round (default 4)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
@@ -271,7 +316,7 @@ def default_calibration(tokens: list[int]) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name in ("tp", "layers", "grad_accum", "steps", "rounds", "module_iters", "warmup"):
+    for name in ("tp", "layers", "grad_accum", "steps", "rounds", "warmup"):
         if getattr(args, name) <= 0:
             print(f"step_inputs: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2

@@ -11,11 +11,6 @@ from adaptive_fp8._common import te_api
 from adaptive_fp8.bench.step_spec import PARALLEL_MODE, Spec, StepBenchError, full_features
 
 
-#: The armed `adaptive_fp8.bench.step_probe.StepProbe`, if any: the MoE block tells it where the
-#: step's host syncs are (None outside a probed step, so timing steps pay nothing for it).
-SYNC_PROBE: list = [None]
-
-
 class Bench:
     """The torch/TE half; imported only when a benchmark runs. `te` and `device` can be replaced
     (the CPU tests build the same layers with a stand-in for TE)."""
@@ -344,13 +339,7 @@ class MoeBlock:
                 order = local.argsort(stable=True)
                 counts = torch.bincount(local, minlength=n_local)
                 padded = (counts + align - 1) // align * align
-                probe = SYNC_PROBE[0]
-                if probe is not None:
-                    probe.before_sync()
-                waited = time.perf_counter()
                 splits = padded.tolist()  # the token-count sync
-                if probe is not None:
-                    probe.after_sync(time.perf_counter() - waited)
                 sorted_e = local[order]
                 start = counts.cumsum(0) - counts
                 pstart = padded.cumsum(0) - padded

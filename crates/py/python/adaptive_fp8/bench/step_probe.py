@@ -1,15 +1,18 @@
-"""The step model's measurements, torch half (imported only when a measurement runs): the host
-time and the GPU time of one module group, and of one whole training step, measured apart.
+"""The step model's measurements, torch half (imported only when a measurement runs): host time
+and GPU time apart, for one module group and for one whole training step.
 
-Both use one trick: before the work is issued, the GPU is held by a sleep kernel long enough for
-the host to issue everything first. The host's issue time is then its own cost (no waiting on
-the GPU), and the GPU's time from the end of the sleep to the end of the work is its own (no gaps
-waiting on the host). A step with host syncs (the MoE token-count sync) is split there: the host
-time excludes what it waited in the sync, and after each sync the GPU is held again, so the GPU
-time is the sum of the segments' times. A measurement where the GPU finished a sleep before the
-host finished issuing is redone with a longer sleep; `ahead` records whether it held.
+- A module's GPU time: the GPU is held by a sleep kernel while the host issues one training
+  step of the module, so the time from the end of the sleep to the end of the work is the GPU's
+  own (no gaps waiting on the host); its host time is then the issue time. Where the host could
+  not stay ahead (it finished issuing after the sleep ended, even with a longer sleep: the
+  launch queue filled, or something synced), the GPU time is the union of its kernels' times
+  under torch's profiler, and the host time the wall time of the module at a few rows, where the
+  host bounds it.
+- A whole step's GPU time: the union of its kernels' times under the profiler (kernels on
+  several streams overlap; the union counts that once); its host time: the wall time of the same
+  step at a count so small that the host bounds it (the host's work does not grow with tokens).
 
-On the CPU (the TE stand-in) both are the host's wall time: the CPU tests check shapes and
+On the CPU (the TE stand-in) every time is the host's clock: the CPU tests check shapes and
 bookkeeping, not speed.
 """
 
@@ -17,11 +20,12 @@ from __future__ import annotations
 
 import time
 
-from adaptive_fp8.bench import step_layers
 from adaptive_fp8.bench.step_spec import Spec
 
 _GROUPED = ("experts.fc1", "experts.fc2")
 _NORMED = ("qkv", "fc1", "q_up_proj", "kv_up_proj")
+#: The longest the GPU is held for one module step (ms).
+MAX_HOLD_MS = 400.0
 
 
 class Sleeper:
@@ -40,127 +44,123 @@ class Sleeper:
             torch.cuda.synchronize()
             self.cycles_per_ms = cycles / max(a.elapsed_time(b), 1e-3)
 
-    def hold(self, ms: float) -> None:
-        if self.cuda:
-            self.torch.cuda._sleep(int(ms * self.cycles_per_ms))
-
-    def event(self):
-        if not self.cuda:
-            return _HostEvent()
-        e = self.torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
     def sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
 
-
-class _HostEvent:
-    """A CPU stand-in for a CUDA event: the host clock."""
-
-    def __init__(self) -> None:
-        self.t = time.perf_counter()
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, other: "_HostEvent") -> float:
-        return (other.t - self.t) * 1e3
-
-
-class StepProbe:
-    """One probed run of ``work``: host ms (issue time less the time waited in syncs), GPU ms
-    (the segments' times after each hold) and whether the host stayed ahead in every segment.
-    The MoE block calls :meth:`before_sync` and :meth:`after_sync` around its sync while armed."""
-
-    def __init__(self, sleeper: Sleeper, hold_ms: float) -> None:
-        self.sleeper, self.hold_ms = sleeper, hold_ms
-
-    def run(self, work) -> tuple[float, float, bool]:
-        s = self.sleeper
-        s.sync()
-        self.spans, self.waited, self.ahead = [], 0.0, True
-        s.hold(self.hold_ms)
-        self.spans.append([s.event(), None])
-        step_layers.SYNC_PROBE[0] = self
-        t0 = time.perf_counter()
-        try:
+    def held(self, work, hold_ms: float) -> tuple[float, float, bool]:
+        """One run of ``work`` behind a hold: host issue ms, GPU ms, and whether the host
+        finished issuing before the hold ended."""
+        torch = self.torch
+        if not self.cuda:
+            t0 = time.perf_counter()
             work()
-            t1 = time.perf_counter()
-            self._close()
-        finally:
-            step_layers.SYNC_PROBE[0] = None
-        s.sync()
-        gpu = sum(a.elapsed_time(b) for a, b in self.spans)
-        return (t1 - t0) * 1e3 - self.waited * 1e3, gpu, self.ahead if s.cuda else True
+            ms = (time.perf_counter() - t0) * 1e3
+            return ms, ms, True
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(hold_ms * self.cycles_per_ms))
+        a.record()
+        t0 = time.perf_counter()
+        work()
+        issue = (time.perf_counter() - t0) * 1e3
+        ahead = not a.query()
+        b.record()
+        torch.cuda.synchronize()
+        return issue, a.elapsed_time(b), ahead
 
-    def _close(self) -> None:
-        start = self.spans[-1][0]
-        if self.sleeper.cuda and start.query():
-            self.ahead = False  # the GPU left the hold before the host finished this segment
-        self.spans[-1][1] = self.sleeper.event()
+    def wall(self, work, n: int) -> float:
+        """ms per run of ``n`` back-to-back runs."""
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            work()
+        self.sync()
+        return (time.perf_counter() - t0) * 1e3 / n
 
-    def before_sync(self) -> None:
-        self._close()
+    def kernels(self, work, n: int = 1) -> float:
+        """GPU ms per run: the union of the kernels' intervals over ``n`` runs under torch's
+        profiler (the host's clock on the CPU)."""
+        if not self.cuda:
+            return self.wall(work, n)
+        from torch.profiler import ProfilerActivity, profile
 
-    def after_sync(self, waited_s: float) -> None:
-        self.waited += waited_s
-        self.sleeper.hold(self.hold_ms)
-        self.spans.append([self.sleeper.event(), None])
+        self.sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                work()
+            self.sync()
+        spans = sorted(
+            (e.time_range.start, e.time_range.end)
+            for e in prof.events()
+            if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.end > e.time_range.start
+        )
+        return union_us(spans) / 1e3 / n
 
 
-def probe(sleeper: Sleeper, work, hold_ms: float, tries: int = 4) -> tuple[float, float, bool, float]:
-    """:class:`StepProbe` with the hold doubled until the host stays ahead (at most ``tries``
-    times); returns host ms, GPU ms, ahead, and the hold that was used."""
-    for _ in range(tries):
-        host, gpu, ahead = StepProbe(sleeper, hold_ms).run(work)
+def union_us(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of sorted intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def gpu_and_host(sleeper: Sleeper, work, hold_ms: float) -> tuple[float, float | None, float]:
+    """A module step's GPU ms and host ms (None where the host could not stay ahead: then the GPU
+    time is the profiler's), and the hold to use next."""
+    for _ in range(2):
+        issue, gpu, ahead = sleeper.held(work, hold_ms)
         if ahead:
-            return host, gpu, True, hold_ms
-        hold_ms = max(2 * hold_ms, 1.5 * host)
-    return host, gpu, False, hold_ms
+            return gpu, issue, hold_ms
+        if hold_ms >= MAX_HOLD_MS:
+            break
+        hold_ms = min(MAX_HOLD_MS, max(2 * hold_ms, 1.5 * issue))
+    return sleeper.kernels(work), None, hold_ms
 
 
-def module_work(bench, spec: Spec, group: str, on: bool, iters: int):
-    """``iters`` training steps of one module of ``group`` alone, as the step runs it: forward in
-    the step's autocast (FP8 or, with ``on`` False, the module run in BF16), backward with a
+def module_work(bench, spec: Spec, group: str, on: bool, rows: int | None = None):
+    """One training step of one module of ``group`` alone, as the step runs it: forward in the
+    step's autocast (FP8 or, with ``on`` False, the module run in BF16), backward with a
     gradient for its input, and an optimizer step over its parameters; ``grad_accum``
-    micro-batches per optimizer step."""
+    micro-batches per optimizer step. ``rows`` replaces the plan's rows (grouped: per expert)."""
     torch = bench.torch
     m = spec.modules[group]
-    fp8 = {group: on}
     grouped = group in _GROUPED
-    mod = bench._linear(fp8, spec, group, norm=group in _NORMED, grouped=grouped)
+    mod = bench._linear({group: on}, spec, group, norm=group in _NORMED, grouped=grouped)
     gen = torch.Generator(device=bench.device).manual_seed(11)
     splits = None
-    rows = m.rows
+    n = m.rows if rows is None else rows
     if grouped:
-        splits = [rows // m.gemms + (1 if i < rows % m.gemms else 0) for i in range(m.gemms)]
+        splits = [n // m.gemms + (1 if i < n % m.gemms else 0) for i in range(m.gemms)] if rows is None else [rows] * m.gemms
         if on:
             splits = [(s + 15) // 16 * 16 for s in splits]
-        rows = sum(splits)
-    x = torch.randn(rows, m.in_features, device=bench.device, dtype=torch.bfloat16, generator=gen).requires_grad_()
-    if not grouped:
-        x = x.reshape(rows, 1, m.in_features).detach().requires_grad_()
-    out_shape = (rows, m.out_features) if grouped else (rows, 1, m.out_features)
-    grad = torch.randn(*out_shape, device=bench.device, dtype=torch.bfloat16, generator=gen)
+        n = sum(splits)
+    shape = (n, m.in_features) if grouped else (n, 1, m.in_features)
+    x = torch.randn(*shape, device=bench.device, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    grad = torch.randn(*shape[:-1], m.out_features, device=bench.device, dtype=torch.bfloat16, generator=gen)
     opt = bench._optimizer([p for p in mod.parameters() if p.requires_grad])
     accum = getattr(bench.args, "grad_accum", 1)
+    ctx = lambda: bench.autocast(enabled=True, **{bench.recipe_kw: bench.recipe})  # noqa: E731
 
     def work():
-        for _ in range(iters):
-            for _ in range(accum):
-                with bench.autocast(enabled=True, **{bench.recipe_kw: bench.recipe}):
-                    y = mod(x, splits) if grouped else mod(x)
-                y.backward(grad)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            x.grad = None
+        for _ in range(accum):
+            with ctx():
+                y = mod(x, splits) if grouped else mod(x)
+            y.backward(grad)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
 
-    work.finite = lambda: bool(torch.isfinite(y_of(mod, x, splits, grouped, bench)).all())
+    def finite() -> bool:
+        with torch.no_grad(), ctx():
+            y = mod(x, splits) if grouped else mod(x)
+        return bool(torch.isfinite(y).all())
+
+    work.finite = finite
     return work
-
-
-def y_of(mod, x, splits, grouped, bench):
-    with bench.torch.no_grad(), bench.autocast(enabled=True, **{bench.recipe_kw: bench.recipe}):
-        return mod(x, splits) if grouped else mod(x)

@@ -69,7 +69,7 @@ def main() -> int:
         if mode == "plan" and str(t) == os.environ.get("FAKE_STEP_PLAN_SLOW"):
             w = truth(execution, set(), t, tp, layers)[0] * 1.2
         return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
-                "host_ms": [h] * ROUNDS, "gpu_ms": [g] * ROUNDS, "ahead": True}
+                "host_ms": None if mode == "plan" else h, "gpu_ms": None if mode == "plan" else g}
 
     if a.check:
         with open(a.check) as f:
