@@ -3,14 +3,14 @@
 # of the repository): a dense 8B-class model (Llama-3.1-8B) and a 64-expert MoE on one GPU
 # (DeepSeek-V2-Lite's MoE dimensions with GQA attention, top-6, two shared experts). After the
 # TE install (../shared/tools/te-device), one call per phase, back to back:
-#   bash scripts/device/step_model.sh gen     # the plain `fp8sel gen-policy --model M --tp 1`
-#                                             # (on a GPU with TE: the step model), timed
+#   bash scripts/device/step_model.sh dense   # the plain `fp8sel gen-policy --model M --tp 1`
+#   bash scripts/device/step_model.sh moe     # (on a GPU with TE: the step model), timed
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
 #                                             # at, eager and graphed (policies of `gen` carried
 #                                             # in devcarry/step_model/)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?gen or judge}
+phase=${1:?dense, moe or judge}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -36,19 +36,15 @@ gen() {  # name: the plain command, timed
   local m=$1
   cd "$W" || exit 1
   local t0=$SECONDS
-  timeout 420 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
+  timeout 480 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
   echo "gen $m rc=$? $((SECONDS - t0)) s"
   grep -E "backend auto|modelled|disagree|slower than BF16|note:|warning|Error" "gen_$m.log" | cut -c1-240 | head -12
+  cp "gen_$m.log" "$OUT/"
   python3 - "$m" <<'PY'
 import json, sys
 m = sys.argv[1]
 p = json.load(open(f"policies/{m}.json"))
-for kind, rules in p["rules"].items():
-    for ub, rs in rules.items() if isinstance(rules, dict) else []:
-        for r in rs:
-            print(f"  rule {kind}/{ub}: min_tokens {r['min_tokens']} graphed {r.get('min_tokens_graphed')}")
-for g in p["rules"].get("grouped", []) if isinstance(p["rules"].get("grouped"), list) else []:
-    print("  grouped", g)
+print("  rules:", json.dumps(p["rules"], separators=(",", ":"))[:1500])
 print("  bf16 keys:", len(p["provenance"].get("measured_bf16_keys", [])))
 for lm in p["provenance"]["step"]["model"]:
     held = [r for r in lm["check"] if not r["calibrated"]]
@@ -69,17 +65,17 @@ judge() {  # name, timeout, layers, execution, tokens
   cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
 case $phase in
-gen)
+dense)
   gen Llama-3.1-8B
+  ;;
+moe)
   gen MoE-64x1408
   ;;
 judge)
   mkdir -p "$W/policies"
   cp devcarry/step_model/*.json "$W/policies/"
-  judge Llama-3.1-8B 200 2 eager 3072,6144
-  judge MoE-64x1408 200 2 eager 3072,6144
-  judge Llama-3.1-8B 150 2 graphed 3072
-  judge MoE-64x1408 150 2 graphed 3072
+  judge Llama-3.1-8B 150 2 eager 3072,6144
+  judge MoE-64x1408 110 2 eager 3072
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" sm

@@ -120,7 +120,10 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
     );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let e = err(&o);
-    assert!(e.contains("timing them again"), "{e}");
+    assert!(
+        e.contains("slower than BF16 at 1 count(s), beyond the model; timing them again"),
+        "{e}"
+    );
     assert!(
         e.contains("disagree beyond 3%") && e.contains("slower than BF16"),
         "{e}"

@@ -31,8 +31,18 @@ use crate::error::{CliError, CliResult};
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// Reports to merge (ours or the reference tool's).
-    #[arg(long, num_args = 1.., required_unless_present = "step", value_name = "REPORT")]
+    #[arg(long, num_args = 1.., required_unless_present_any = ["step", "step_model"], value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
+    /// The step model's measurements to make the policy from (`python -m
+    /// adaptive_fp8.bench.step_inputs --json`, one per layout; what `gen-policy --backend step`
+    /// writes as <model>_tp*_inputs_step.json): fitted and chosen again, without a GPU.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir", "step"], requires = "output", value_name = "INPUTS")]
+    pub step_model: Vec<PathBuf>,
+    /// With --step-model: the step model's checks of those layouts (<model>_tp*_check_step.json,
+    /// *_recheck_step.json), compared with the model again; a plan they measured slower than BF16
+    /// moves its keys above that count.
+    #[arg(long, num_args = 1.., requires = "step_model", value_name = "CHECK")]
+    pub step_check: Vec<PathBuf>,
     /// Step benchmark results to make the policy from instead of reports (`python -m
     /// adaptive_fp8.bench.step_bench --json`, oracle on; eager and graphed sweeps in one file or two).
     #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir"], requires = "output", value_name = "RESULTS")]
@@ -186,6 +196,9 @@ pub fn run(args: &Args) -> CliResult {
     if !args.step.is_empty() {
         return run_step(args);
     }
+    if !args.step_model.is_empty() {
+        return run_step_model(args);
+    }
     let opt = MergeOptions {
         component: args.component.clone(),
         allow_mixed: args.allow_mixed,
@@ -251,6 +264,77 @@ pub fn run(args: &Args) -> CliResult {
     for w in written {
         println!("wrote {}", w.display());
     }
+    Ok(())
+}
+
+/// `--step-model`: the policy of the step model, fitted again from saved measurements.
+fn run_step_model(args: &Args) -> CliResult {
+    use fp8_report::step_inputs::read_step_inputs;
+    let out = args
+        .output
+        .as_deref()
+        .ok_or_else(|| CliError::input("--step-model needs --output"))?;
+    let mut layouts = Vec::new();
+    let checks = args
+        .step_check
+        .iter()
+        .map(|f| read_step_inputs(f).map_err(|e| CliError::input(e.to_string())))
+        .collect::<CliResult<Vec<_>>>()?;
+    for f in &args.step_model {
+        let inputs = read_step_inputs(f).map_err(|e| CliError::input(e.to_string()))?;
+        let executions: Vec<fp8_policy::Execution> =
+            [fp8_policy::Execution::Eager, fp8_policy::Execution::Graphed]
+                .into_iter()
+                .filter(|e| inputs.step_times.iter().any(|s| s.execution == *e))
+                .collect();
+        let layout =
+            |d: &fp8_report::step_inputs::StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
+        let mine = layout(&inputs);
+        let mut lm = fp8_merge::model::LayoutModel::new(
+            inputs,
+            f,
+            &executions,
+            fp8_merge::model::ChoiceOptions::default(),
+        )
+        .map_err(merge_error)?;
+        for c in checks.iter().filter(|c| layout(c) == mine) {
+            lm.add_check(c);
+        }
+        layouts.push(lm);
+    }
+    let policy = fp8_merge::model::model_policy(&layouts).map_err(merge_error)?;
+    let inputs: Vec<&Path> = args
+        .step_model
+        .iter()
+        .chain(&args.step_check)
+        .map(PathBuf::as_path)
+        .collect();
+    fp8_io::refuse_same_file(out, inputs).map_err(CliError::input)?;
+    fp8_io::create_parent_dir(out)?;
+    policy.write(out)?;
+    for l in &layouts {
+        let held: Vec<f64> = l
+            .check
+            .iter()
+            .filter(|r| !r.calibrated)
+            .map(|r| r.error.abs())
+            .collect();
+        let worst = held.iter().copied().fold(0.0, f64::max);
+        eprintln!(
+            "{}: {} checked step(s), {} held out of the calibration, worst |error| {:.1}%, {} disagreement(s)",
+            l.file.display(),
+            l.check.len(),
+            held.len(),
+            100.0 * worst,
+            l.check.iter().filter(|r| r.disagrees).count()
+        );
+    }
+    println!(
+        "wrote {} from the step model: {} rule(s), {} key(s) BF16 in every execution",
+        out.display(),
+        policy.rule_count(),
+        policy.measured_bf16_keys().len()
+    );
     Ok(())
 }
 

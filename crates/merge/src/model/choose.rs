@@ -218,6 +218,30 @@ pub struct UnitThreshold {
     pub reach: u64,
 }
 
+/// Unit `i`'s threshold over `choices` (ascending grid counts) for a sweep up to `top`: where it
+/// is FP8 at `top`, the smallest count from which it is FP8 at every grid count up to `top`;
+/// else the first count above the sweep from which it stays FP8 for a doubling (where the model
+/// says the crossing lies); else none. Above the sweep the model is extrapolated, so a key FP8
+/// at the top of the sweep keeps its threshold there.
+fn threshold_of(choices: &[Choice], i: usize, top: u64) -> Option<u64> {
+    let within: Vec<&Choice> = choices.iter().filter(|c| c.tokens <= top).collect();
+    if within.last().is_some_and(|c| c.fp8.contains(&i)) {
+        let from = within
+            .iter()
+            .rposition(|c| !c.fp8.contains(&i))
+            .map_or(0, |last| last + 1);
+        return Some(within[from].tokens);
+    }
+    let above: Vec<&Choice> = choices.iter().filter(|c| c.tokens > top).collect();
+    above.iter().enumerate().find_map(|(k, c)| {
+        let held = above[k..]
+            .iter()
+            .take_while(|d| d.tokens <= c.tokens.saturating_mul(2))
+            .all(|d| d.fp8.contains(&i));
+        (c.fp8.contains(&i) && held).then_some(c.tokens)
+    })
+}
+
 /// Each unit's threshold from the choice at every grid count, and the choices.
 pub fn thresholds(
     fit: &Fit,
@@ -228,22 +252,16 @@ pub fn thresholds(
     let counts = grid(swept, o);
     let choices: Vec<Choice> = counts.iter().map(|&t| choose(fit, units, t, o)).collect();
     let reach = counts.last().copied().unwrap_or(0);
+    let top = swept.iter().copied().max().unwrap_or(0);
     let out = (0..units.len())
-        .map(|i| {
-            let from = choices
+        .map(|i| UnitThreshold {
+            from: threshold_of(&choices, i, top),
+            at_swept: choices
                 .iter()
-                .rposition(|c| !c.fp8.contains(&i))
-                .map_or(Some(0), |last| choices.get(last + 1).map(|c| c.tokens));
-            let from = from.map(|f| if f == 0 { counts[0] } else { f });
-            UnitThreshold {
-                from,
-                at_swept: choices
-                    .iter()
-                    .filter(|c| swept.contains(&c.tokens))
-                    .map(|c| (c.tokens, c.fp8.contains(&i)))
-                    .collect(),
-                reach,
-            }
+                .filter(|c| swept.contains(&c.tokens))
+                .map(|c| (c.tokens, c.fp8.contains(&i)))
+                .collect(),
+            reach,
         })
         .collect();
     (out, choices)

@@ -49,11 +49,17 @@ pub struct Fit {
     pub execution: Execution,
     /// The all-BF16 step's host ms (`H_bf16`).
     pub host_bf16: f64,
-    /// Host ms any FP8 plan adds beyond its modules' (`Z_host`).
+    /// Host ms any FP8 plan adds beyond its (scaled) modules' (`Z_host`).
     pub host_region: f64,
+    /// The share of the modules' host differences the whole step shows (`s_host`): all-FP8's
+    /// host difference over their sum, within 0..=1.
+    pub host_scale: f64,
+    /// The same for GPU time against tokens (`s_gpu(t)`), within 0..=2, linear between
+    /// calibrated counts.
+    pub gpu_scale: Curve,
     /// GPU ms of the all-BF16 step beyond its modules', against tokens (`R(t)`).
     pub gpu_rest: Poly,
-    /// GPU ms any FP8 plan adds beyond its modules', against tokens (`Z_gpu(t)`).
+    /// GPU ms any FP8 plan adds beyond its (scaled) modules', against tokens (`Z_gpu(t)`).
     pub gpu_region: Poly,
     /// The share of the smaller of host and GPU time that does not overlap the larger, of the
     /// all-BF16 step (`k_bf16(t)`, linear between calibrated counts).
@@ -184,13 +190,23 @@ impl GroupCurves {
 }
 
 /// The share of a step's smaller time that did not overlap its larger: `(wall - max) / min`.
-fn share(m: StepMedians) -> f64 {
-    let (hi, lo) = (m.host.max(m.gpu), m.host.min(m.gpu));
+fn share(wall: f64, host: f64, gpu: f64) -> f64 {
+    let (hi, lo) = (host.max(gpu), host.min(gpu));
     if lo > 0.0 {
-        ((m.wall - hi) / lo).clamp(0.0, 1.0)
+        ((wall - hi) / lo).clamp(0.0, 1.0)
     } else {
         0.0
     }
+}
+
+/// How much of the modules' summed difference `modules` the whole step's difference `step`
+/// shows: their ratio within `0..=max` where both have one sign, else 1 (the modules as
+/// measured; the rest is the region term).
+fn scale(step: f64, modules: f64, max: f64) -> f64 {
+    if modules.abs() < 1e-9 || step * modules < 0.0 {
+        return 1.0;
+    }
+    (step / modules).clamp(0.0, max)
 }
 
 impl Fit {
@@ -235,28 +251,36 @@ impl Fit {
             .filter(|g| g.capable())
             .map(|g| g.host_delta(execution))
             .sum();
-        let mut host_b = Vec::new();
-        let mut host_z = Vec::new();
+        // A step is never faster than its host's work: the small step's wall time bounds the
+        // host from above, and so does every calibrated step's.
+        let bound = |rows: &BTreeMap<u64, StepMedians>| {
+            rows.values()
+                .map(|m| m.wall.min(m.host))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let (host_b, host_f) = (bound(&bf16), bound(&fp8));
+        let host_scale = scale(host_f - host_b, host_delta, 1.0);
         let mut rest = Vec::new();
         let mut region = Vec::new();
+        let mut gpu_scale = Vec::new();
         let mut overlap = Vec::new();
         let mut overlap_fp8 = Vec::new();
         for &t in &at {
             let (b, f) = (bf16[&t], fp8[&t]);
-            host_b.push(b.host);
-            host_z.push(f.host - b.host - host_delta);
+            let delta = module_gpu(true, t) - module_gpu(false, t);
+            let s = scale(f.gpu - b.gpu, delta, 2.0);
             rest.push((t, b.gpu - module_gpu(false, t)));
-            region.push((
-                t,
-                f.gpu - b.gpu - (module_gpu(true, t) - module_gpu(false, t)),
-            ));
-            overlap.push((t, share(b)));
-            overlap_fp8.push((t, share(f)));
+            region.push((t, f.gpu - b.gpu - s * delta));
+            gpu_scale.push((t, s));
+            overlap.push((t, share(b.wall, host_b, b.gpu)));
+            overlap_fp8.push((t, share(f.wall, host_f, f.gpu)));
         }
         Ok(Fit {
             execution,
-            host_bf16: median(&host_b),
-            host_region: median(&host_z),
+            host_bf16: host_b,
+            host_region: host_f - host_b - host_scale * host_delta,
+            host_scale,
+            gpu_scale: Curve::new(gpu_scale),
             gpu_rest: Poly::fit(&rest, 2),
             gpu_region: Poly::fit(&region, 1),
             overlap: Curve::new(overlap),
@@ -271,20 +295,16 @@ impl Fit {
         let on = |n: &str, g: &GroupCurves| g.capable() && fp8.contains(n);
         let any = self.groups.iter().any(|(n, g)| on(n, g));
         let region = if any { 1.0 } else { 0.0 };
-        let gpu = self
-            .groups
-            .iter()
-            .map(|(n, g)| g.gpu(on(n, g), t))
-            .sum::<f64>()
+        let fp8_groups = || self.groups.iter().filter(|(n, g)| on(n, g)).map(|(_, g)| g);
+        let gpu = self.groups.values().map(|g| g.gpu(false, t)).sum::<f64>()
+            + self.gpu_scale.raw_at(t) * fp8_groups().map(|g| g.gpu_delta(t)).sum::<f64>()
             + self.gpu_rest.at(t)
             + region * self.gpu_region.at(t);
         let host = self.host_bf16
-            + self
-                .groups
-                .iter()
-                .filter(|(n, g)| on(n, g))
-                .map(|(_, g)| g.host_delta(self.execution))
-                .sum::<f64>()
+            + self.host_scale
+                * fp8_groups()
+                    .map(|g| g.host_delta(self.execution))
+                    .sum::<f64>()
             + region * self.host_region;
         let (host, gpu) = (host.max(0.0), gpu.max(0.0));
         let weight = |on: &dyn Fn(&str, &GroupCurves) -> bool| -> f64 {

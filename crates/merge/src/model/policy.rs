@@ -105,7 +105,8 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         .map(|(e, f)| {
             (
                 e.name().to_owned(),
-                json!({"host_bf16_ms": f.host_bf16, "host_region_ms": f.host_region, "gpu_rest_ms_poly_per_1k_tokens": f.gpu_rest.coef,
+                json!({"host_bf16_ms": f.host_bf16, "host_region_ms": f.host_region, "host_scale": f.host_scale,
+                       "gpu_scale": f.calibrated_at.iter().map(|&t| f.gpu_scale.raw_at(t as f64)).collect::<Vec<_>>(), "gpu_rest_ms_poly_per_1k_tokens": f.gpu_rest.coef,
                        "gpu_region_ms_poly_per_1k_tokens": f.gpu_region.coef, "overlap_bf16": f.calibrated_at.iter().map(|&t| f.overlap.raw_at(t as f64)).collect::<Vec<_>>(), "overlap_fp8": f.calibrated_at.iter().map(|&t| f.overlap_fp8.raw_at(t as f64)).collect::<Vec<_>>(), "calibrated_at": f.calibrated_at}),
             )
         })

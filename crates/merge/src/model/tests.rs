@@ -185,7 +185,7 @@ fn dense(host_rest: f64) -> Synth {
         n: 4,
         rest: vec![(0.3, 0.2, 0.01)],
         rest_host: vec![host_rest],
-        region: (0.05, 0.2),
+        region: (0.0, 0.0),
     }
 }
 
@@ -310,7 +310,7 @@ fn a_sync_in_the_middle_is_absorbed_by_the_overlap_term_within_the_tolerance() {
         n: 2,
         rest: vec![(0.2, 0.2, 0.01), (0.3, 0.05, 0.0)],
         rest_host: vec![8.0, 0.5],
-        region: (0.05, 0.2),
+        region: (0.0, 0.0),
     };
     let m = model(&s, &SWEPT, &CAL);
     let fit = &m.fits[&Execution::Eager];
@@ -413,6 +413,27 @@ fn the_policy_has_both_thresholds_in_key_tokens_and_never_only_past_the_grid() {
                     .unwrap()
                     .fp8
                     .contains(&m.units.iter().position(|x| x == u).unwrap())
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fixed_cost_of_any_fp8_plan_is_reproduced_at_all_bf16_and_all_fp8() {
+    let mut s = dense(1.0);
+    s.region = (0.3, 0.5);
+    let m = model(&s, &SWEPT, &CAL);
+    let fit = &m.fits[&Execution::Eager];
+    let all: BTreeSet<&str> = ["qkv", "proj", "fc1", "fc2"].into();
+    for t in CAL {
+        for plan in [BTreeSet::new(), all.clone()] {
+            let (want, got) = (
+                s.truth(&plan, t as f64).0,
+                fit.predict(&plan, t as f64).wall,
+            );
+            assert!(
+                (got - want).abs() < 1e-6 * want,
+                "{plan:?} at {t}: {got} vs {want}"
             );
         }
     }
