@@ -45,7 +45,8 @@ fn a_document_round_trips() {
 
 #[test]
 fn bad_documents_are_refused_with_the_field_named() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "extra field",
             Box::new(|v| v["argv"] = "x".into()),
