@@ -26,5 +26,5 @@ pub mod step;
 pub use error::{MergeError, Setting};
 pub use load::{load, parse};
 pub use merge::{Merged, RuleOutcome, merge, module_of, rule_key, threshold_of};
-pub use options::{MergeOptions, SharedKey, Trainer};
+pub use options::{MergeOptions, SharedKey};
 pub use sample::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo};

@@ -67,7 +67,7 @@ fn eager_source(inputs: &[Loaded], opt: &MergeOptions) -> fp8_policy::EagerSourc
         .all(|l| matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager"));
     let host = opt.host_profile.is_some() || opt.host_floor_ms.is_some();
     match opt.trainer {
-        Some(crate::Trainer::Graphed) => EagerSource::GpuTime,
+        Some(fp8_policy::Execution::Graphed) => EagerSource::GpuTime,
         _ if eager_report => EagerSource::EagerStep,
         _ if host => EagerSource::HostProfile,
         _ => EagerSource::GpuTime,
@@ -110,7 +110,7 @@ pub(crate) fn provenance(component: &str, inputs: &[Loaded], opt: &MergeOptions)
         .host_floor_ms
         .map(|(bf16, fp8)| fp8_policy::HostFloor { bf16, fp8 });
     p.estimated = inputs.iter().any(|l| l.origin.estimated);
-    p.trainer = opt.trainer.map(|t| t.as_str().to_owned());
+    p.trainer = opt.trainer.map(|t| t.name().to_owned());
     p.tp_comm = inputs
         .iter()
         .filter(|l| l.origin.tp_comm == Some(true))

@@ -4,6 +4,7 @@
 
 use crate::error::{MergeError, Setting};
 use crate::sample::{Loaded, Sample};
+use fp8_policy::Execution;
 
 /// Merge settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +20,7 @@ pub struct MergeOptions {
     /// Host-bound trainers: per-module floors (BF16 ms, FP8 ms) applied as `max(gpu, floor)`.
     pub host_floor_ms: Option<(f64, f64)>,
     /// The trainer the policy is for; `None` thresholds each report's own `total_ms`.
-    pub trainer: Option<Trainer>,
+    pub trainer: Option<Execution>,
     /// How a key shared by several modules is decided.
     pub shared_key: SharedKey,
     /// Host-bound trainers: a measured host profile (per kind, precision and local expert),
@@ -63,57 +64,27 @@ impl std::str::FromStr for SharedKey {
     }
 }
 
-/// The step a policy optimizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trainer {
-    /// GPU time: CUDA graphs, or a trainer that keeps the GPU fed.
-    Graphed,
-    /// The eager step, host time included.
-    Eager,
-}
-
-impl Trainer {
-    /// `graphed` or `eager`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Trainer::Graphed => "graphed",
-            Trainer::Eager => "eager",
-        }
-    }
-}
-
-impl std::str::FromStr for Trainer {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "graphed" => Ok(Trainer::Graphed),
-            "eager" => Ok(Trainer::Eager),
-            other => Err(format!("unknown trainer `{other}` (graphed, eager)")),
-        }
-    }
-}
-
 /// The samples of a report for a trainer: GPU time for a graphed trainer, the eager step for an
 /// eager one. An eager trainer can also take GPU times with a host profile: the profile's
 /// `max(gpu, host)` is then its model of the eager step. A report without the figure the trainer
 /// needs is refused, naming the fix.
 pub(crate) fn for_trainer(
     l: &Loaded,
-    trainer: Trainer,
+    trainer: Execution,
     host_modelled: bool,
 ) -> Result<Vec<Sample>, MergeError> {
     let eager_report = matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager");
     l.samples
         .iter()
         .map(|s| match (trainer, eager_report, s.gpu) {
-            (Trainer::Eager, true, _) | (Trainer::Graphed, false, _) => Ok(s.clone()),
-            (Trainer::Eager, false, _) if host_modelled => Ok(s.clone()),
-            (Trainer::Graphed, true, Some((bf16, fp8))) => Ok(Sample {
+            (Execution::Eager, true, _) | (Execution::Graphed, false, _) => Ok(s.clone()),
+            (Execution::Eager, false, _) if host_modelled => Ok(s.clone()),
+            (Execution::Graphed, true, Some((bf16, fp8))) => Ok(Sample {
                 bf16,
                 fp8,
                 ..s.clone()
             }),
-            (Trainer::Graphed, true, None) => Err(MergeError::Setting {
+            (Execution::Graphed, true, None) => Err(MergeError::Setting {
                 setting: Setting::Trainer,
                 problem: format!(
                     "{}: graphed needs GPU times, and this report has only eager times ({}); \
@@ -123,7 +94,7 @@ pub(crate) fn for_trainer(
                     l.origin.timing
                 ),
             }),
-            (Trainer::Eager, false, _) => Err(MergeError::Setting {
+            (Execution::Eager, false, _) => Err(MergeError::Setting {
                 setting: Setting::Trainer,
                 problem: format!(
                     "{}: eager needs eager step times (host included), and this report has GPU \
@@ -177,7 +148,7 @@ impl MergeOptions {
                     .into(),
             );
         }
-        if self.host_profile.is_some() && self.trainer == Some(Trainer::Graphed) {
+        if self.host_profile.is_some() && self.trainer == Some(Execution::Graphed) {
             return bad(
                 Setting::HostProfile,
                 "it models an eager trainer's host, and a graphed trainer has none to model".into(),

@@ -599,11 +599,11 @@ fn the_trainer_picks_the_figure_and_refuses_a_report_without_it() {
         )
     };
     assert_eq!(
-        rule(Some(fp8_merge::Trainer::Eager)),
+        rule(Some(fp8_policy::Execution::Eager)),
         (Some(4096), Some("eager".into()))
     );
     assert_eq!(
-        rule(Some(fp8_merge::Trainer::Graphed)),
+        rule(Some(fp8_policy::Execution::Graphed)),
         (Some(1024), Some("graphed".into()))
     );
     assert_eq!(rule(None), (Some(4096), None));
@@ -612,7 +612,7 @@ fn the_trainer_picks_the_figure_and_refuses_a_report_without_it() {
     let e = merge(
         &[gpu],
         &MergeOptions {
-            trainer: Some(fp8_merge::Trainer::Eager),
+            trainer: Some(fp8_policy::Execution::Eager),
             ..Default::default()
         },
     )
@@ -633,7 +633,7 @@ fn the_trainer_picks_the_figure_and_refuses_a_report_without_it() {
     let e = merge(
         &[reference],
         &MergeOptions {
-            trainer: Some(fp8_merge::Trainer::Graphed),
+            trainer: Some(fp8_policy::Execution::Graphed),
             ..Default::default()
         },
     )

@@ -239,7 +239,7 @@ fn write_origin(s: &mut String, reports: &[&(PathBuf, Report, Loaded)], opt: &Me
                  steps): for a CUDA-graphed trainer or long sequences. An eager trainer at short sequences \
                  pays host time this does not see; make its policy with `--backend te --trainer eager`.\n"
             ),
-            (true, Some(fp8_merge::Trainer::Graphed)) => writeln!(
+            (true, Some(fp8_policy::Execution::Graphed)) => writeln!(
                 s,
                 "Measured on {devices} through Transformer Engine (`--backend te`), thresholds on GPU time: \
                  for a CUDA-graphed trainer.\n"
@@ -299,8 +299,8 @@ fn write_rules(s: &mut String, merged: &fp8_merge::Merged, opt: &MergeOptions) {
     // The merge's own objective: in a file serving both executions this table is the graphed
     // merge's, and "Thresholds by execution" below has both fields.
     let threshold = match opt.trainer {
-        Some(fp8_merge::Trainer::Graphed) => "threshold (GPU time)",
-        Some(fp8_merge::Trainer::Eager) => "threshold (eager)",
+        Some(fp8_policy::Execution::Graphed) => "threshold (GPU time)",
+        Some(fp8_policy::Execution::Eager) => "threshold (eager)",
         None => "min_tokens",
     };
     let estimated = merged.policies.values().any(Policy::estimated);

@@ -546,13 +546,13 @@ fn merged_files(
     // are written, and provenance says the eager one is GPU time alone (`eager_source`).
     let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
     let graphed = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Graphed),
+        trainer: Some(fp8_policy::Execution::Graphed),
         host_profile: None,
         host_floor_ms: None,
         ..o.merge.clone()
     };
     let eager = MergeOptions {
-        trainer: eager_known.then_some(fp8_merge::Trainer::Eager),
+        trainer: eager_known.then_some(fp8_policy::Execution::Eager),
         ..o.merge.clone()
     };
     crate::fold::fold_files(

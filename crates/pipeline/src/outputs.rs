@@ -7,8 +7,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use fp8_merge::{Loaded, MergeError, MergeOptions, Merged, Trainer, load, merge};
-use fp8_policy::{Policy, PolicyError};
+use fp8_merge::{Loaded, MergeError, MergeOptions, Merged, load, merge};
+use fp8_policy::{Execution, Policy, PolicyError};
 
 /// Loads every report and merges them.
 pub fn merge_reports(
@@ -53,13 +53,13 @@ pub fn merge_both(
     pad: u64,
 ) -> Result<(Vec<Loaded>, Merged), BothError> {
     let graphed_opt = MergeOptions {
-        trainer: Some(Trainer::Graphed),
+        trainer: Some(Execution::Graphed),
         host_profile: None,
         host_floor_ms: None,
         ..opt.clone()
     };
     let eager_opt = MergeOptions {
-        trainer: Some(Trainer::Eager),
+        trainer: Some(Execution::Eager),
         ..opt
     };
     let (loaded, mut eager) = merge_reports(reports, &eager_opt, pad).map_err(BothError::Merge)?;

@@ -35,11 +35,11 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
     let models = crate::generate::default_models(root);
     let h200 = root.join("reports/h200");
     let graphed = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Graphed),
+        trainer: Some(fp8_policy::Execution::Graphed),
         ..MergeOptions::default()
     };
     let eager = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
+        trainer: Some(fp8_policy::Execution::Eager),
         host_profile: Some(h200_host_profile(root)?),
         ..MergeOptions::default()
     };
@@ -110,7 +110,7 @@ fn te_policies(models: &[PathBuf], dir: &Path) -> Result<Files, String> {
         })
         .collect();
     let opt = MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
+        trainer: Some(fp8_policy::Execution::Eager),
         ..MergeOptions::default()
     };
     let mut files = Files::new();

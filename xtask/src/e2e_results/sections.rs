@@ -351,7 +351,7 @@ fn tp_plot(results: &[Value]) -> Result<String, String> {
 fn render_tp_policies(root: &Path, parts: &Parts, s: &mut String) -> Result<(), String> {
     s.push_str(parts.get("tp-policies")?);
     let opt = fp8_merge::MergeOptions {
-        trainer: Some(fp8_merge::Trainer::Eager),
+        trainer: Some(fp8_policy::Execution::Eager),
         ..fp8_merge::MergeOptions::default()
     };
     for (model, name) in [

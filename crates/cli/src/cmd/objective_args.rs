@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fp8_merge::host::{HostProfile, MAX_HOST_PROFILE_BYTES};
 use fp8_merge::numerics::{MAX_NUMERICS_BYTES, NumericsBound, parse_numerics};
-use fp8_merge::{MergeOptions, SharedKey, Trainer};
+use fp8_merge::{MergeOptions, SharedKey};
 
 use crate::error::{CliError, CliResult};
 
@@ -51,7 +51,7 @@ impl ObjectiveArgs {
             margin,
             trainer: trainer
                 .filter(|t| *t != "both")
-                .map(str::parse::<Trainer>)
+                .map(str::parse::<fp8_policy::Execution>)
                 .transpose()
                 .map_err(CliError::input)?,
             shared_key,
