@@ -117,3 +117,35 @@ fn the_moe_keeps_its_routed_experts_bf16_where_fp8_only_adds_host_time() {
         }
     }
 }
+
+#[test]
+fn a_step_model_policy_records_its_shapes_so_check_tells_its_model_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ = refit("MoE-64x1408", dir.path());
+    let check = |model: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "check",
+                "--model",
+                model,
+                "--tp",
+                "1",
+                "--seq-length",
+                "4096",
+                "--policy",
+            ])
+            .arg(dir.path().join("MoE-64x1408.json"))
+            .output()
+            .unwrap()
+    };
+    let own = check("docs/device-logs/step_model/MoE-64x1408/config.json");
+    assert_eq!(own.status.code(), Some(0), "{}", err(&own));
+    let other = check("examples/models/llama3_8b.json");
+    assert_eq!(other.status.code(), Some(1), "{}", err(&other));
+    assert!(
+        err(&other).contains("other per-rank GEMM shapes"),
+        "{}",
+        err(&other)
+    );
+}

@@ -82,6 +82,10 @@ pub struct GroupInfo {
     pub scale: u64,
     /// Modules of the group in one step.
     pub instances: u32,
+    /// The rank's GEMM input features (K).
+    pub in_features: u64,
+    /// The rank's GEMM output features (N).
+    pub out_features: u64,
     /// Whether a graphed step captures it (attention and dense MLP blocks).
     pub graphed: bool,
     /// Whether TE can run it in FP8.

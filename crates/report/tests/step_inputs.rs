@@ -15,7 +15,7 @@ fn doc() -> serde_json::Value {
         "te_version": "2.20.2", "tp": 1, "ep": 1, "etp": 1, "layers": 2, "layer_types": ["dense", "dense"],
         "grad_accum": 1, "steps": 5, "rounds": 2,
         "groups": [{"group": "fc1", "key": {"kind": "layernorm_column", "ub_name": "fc1", "tp": 1}, "scale": 1,
-                    "instances": 2, "graphed": true, "fp8_capable": true}],
+                    "instances": 2, "in_features": 2048, "out_features": 8192, "graphed": true, "fp8_capable": true}],
         "modules": [{"tokens": 1024, "group": "fc1", "bf16": {"host_ms": [0.1, 0.1], "gpu_ms": [0.5, 0.6]},
                      "fp8": {"host_ms": [0.2, 0.2], "gpu_ms": [0.3, 0.3]}}],
         "step_times": [{"execution": "eager", "tokens": 1024, "mode": "bf16", "fp8_groups": [],

@@ -89,12 +89,36 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
         .map(|e| format!("step-model-{e}"))
         .collect();
     prov.measured_bf16_keys = bf16;
+    prov.shapes = shapes(layouts);
     prov.eager_source = executions
         .contains(&Execution::Eager)
         .then_some(fp8_policy::EagerSource::Step);
     prov.step = Some(json!({ "model": layouts.iter().map(record).collect::<Vec<_>>() }));
     policy.set_provenance(prov);
     Ok(policy)
+}
+
+/// Each key's per-rank GEMM shapes over the layouts (what `fp8sel check` tells models apart by).
+fn shapes(layouts: &[LayoutModel]) -> Vec<fp8_policy::KeyShapes> {
+    let mut by_key: BTreeMap<RuleKey, BTreeSet<fp8_policy::GemmShape>> = BTreeMap::new();
+    for l in layouts {
+        for g in &l.inputs.groups {
+            by_key
+                .entry(g.key.clone())
+                .or_default()
+                .insert(fp8_policy::GemmShape {
+                    in_features: g.in_features,
+                    out_features: g.out_features,
+                });
+        }
+    }
+    by_key
+        .into_iter()
+        .map(|(key, s)| fp8_policy::KeyShapes {
+            key,
+            shapes: s.into_iter().collect(),
+        })
+        .collect()
 }
 
 /// What provenance keeps of one layout: its fits, thresholds, check and disagreements.

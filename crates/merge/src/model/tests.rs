@@ -128,6 +128,8 @@ impl Synth {
                     },
                     scale: 1,
                     instances: self.n,
+                    in_features: 1024,
+                    out_features: 1024,
                     graphed: true,
                     fp8_capable: true,
                 })

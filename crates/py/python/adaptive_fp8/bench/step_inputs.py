@@ -55,11 +55,13 @@ def instances(group: str, kinds: list[str]) -> int:
 
 
 def group_rows(spec, kinds: list[str], keys: dict[str, dict]) -> list[dict]:
-    """The document's `groups`: each built group's key, token scale, instances, whether a graphed
-    step captures it, and whether TE can run it in FP8 (dimensions multiples of 16)."""
+    """The document's `groups`: each built group's key, token scale, instances, per-rank GEMM
+    shape, whether a graphed step captures it, and whether TE can run it in FP8 (dimensions
+    multiples of 16)."""
     capable = spec.fp8_capable()
     return [
-        {"group": g, "key": keys[g]["key"], "scale": keys[g]["scale"], "instances": instances(g, kinds), "graphed": g not in MOE_GROUPS, "fp8_capable": capable[g]}
+        {"group": g, "key": keys[g]["key"], "scale": keys[g]["scale"], "instances": instances(g, kinds), "in_features": spec.modules[g].in_features,
+         "out_features": spec.modules[g].out_features, "graphed": g not in MOE_GROUPS, "fp8_capable": capable[g]}
         for g in built_groups(spec, kinds)
         if g in keys
     ]

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+#: Llama-3.2-1B's per-rank GEMM shapes at TP 1 (in, out); column modules split out, row ones in.
+SHAPES = {"qkv": (2048, 3072), "proj": (2048, 2048), "fc1": (2048, 16384), "fc2": (8192, 2048)}
 GROUPS = {  # group: (kind, (gpu a, b), (fp8 a, b), host, fp8 host)
     "qkv": ("layernorm_column", (0.02, 0.10), (0.04, 0.07), 0.05, 0.09),
     "proj": ("row", (0.02, 0.05), (0.05, 0.05), 0.04, 0.08),
@@ -59,6 +61,7 @@ def main() -> int:
         "te_version": "stand-in", "tp": tp, "ep": int(a.ep), "etp": int(a.etp), "layers": layers,
         "layer_types": ["dense"] * layers, "grad_accum": int(a.grad_accum), "steps": 5, "rounds": ROUNDS,
         "groups": [{"group": g, "key": {"kind": k[0], "ub_name": g, "tp": tp}, "scale": 1, "instances": layers,
+                    "in_features": SHAPES[g][0] // (tp if k[0] == "row" else 1), "out_features": SHAPES[g][1] // (1 if k[0] == "row" else tp),
                     "graphed": True, "fp8_capable": True} for g, k in GROUPS.items()],
         "modules": [], "step_times": [], "failed": [], "notes": [], "complete": True,
     }
