@@ -82,7 +82,7 @@ fn results(check: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// What `python -m adaptive_fp8.bench.standing` writes: it reads the shipped policies.
+/// What `python scripts/upkeep/standing.py` writes: it reads the shipped policies.
 const STANDING: &str = "docs/device-logs/trainer_loop/standing.json";
 
 fn gen_policy(a: GenArgs) -> Result<(), String> {
@@ -94,7 +94,7 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
             // The end-to-end runs' reading depends on the policies; its test names the command
             // too, but the hint saves a CI round.
             eprintln!(
-                "then refresh {STANDING} (python -m adaptive_fp8.bench.standing --json {STANDING}) and docs/RESULTS.md (cargo xtask results)"
+                "then refresh {STANDING} (python scripts/upkeep/standing.py --json {STANDING}) and docs/RESULTS.md (cargo xtask results)"
             );
             return Ok(());
         }

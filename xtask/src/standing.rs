@@ -1,5 +1,5 @@
 //! `{{standing: FILE}}` in a written section: the end-to-end step runs read against today's
-//! policies (`python -m adaptive_fp8.bench.standing` writes FILE; a test keeps it current). Every
+//! policies (`python scripts/upkeep/standing.py` writes FILE; a test keeps it current). Every
 //! figure is the run's own; this only picks the rows and lays them out.
 
 use std::fmt::Write as _;

@@ -5,13 +5,17 @@ import json
 import subprocess
 import sys
 
-from adaptive_fp8.bench import backfill_keys as bk
+from conftest import ROOT
+
+# Repository upkeep, not the package: scripts/upkeep/.
+sys.path.insert(0, str(ROOT / "scripts" / "upkeep"))
+import backfill_keys as bk  # noqa: E402
 
 RUNS = "docs/device-logs/trainer_loop"
 
 
 def _run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "adaptive_fp8.bench.backfill_keys", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "upkeep" / "backfill_keys.py"), *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_the_committed_copy_is_what_the_tool_writes_from_its_source(root, tmp_path):

@@ -116,12 +116,20 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
 
 
 def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
-    """Every count (measure) or every plan (check); `progress(doc)` after each count."""
+    """Every count (measure) or every plan (check); `progress(doc)` after each count. Each log
+    line starts with the seconds since the start, so a run's time can be read by phase."""
+    import time
+
     import adaptive_fp8 as af8
     from adaptive_fp8.bench import step_probe
     from adaptive_fp8.bench.step_bench import spec_at, step_keys
     from adaptive_fp8.bench.step_common import te_recipe_name
     from adaptive_fp8.bench.step_layers import Bench
+
+    start, say = time.perf_counter(), log
+
+    def log(*a, **k):
+        say(f"[{time.perf_counter() - start:6.1f} s]", *a, **k)
 
     bench = Bench(args, te, device)
     sleeper = step_probe.Sleeper(bench.torch, device)

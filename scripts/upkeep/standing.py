@@ -15,7 +15,7 @@ ones a sweep also timed. ``docs/device-logs/trainer_loop/standing.json`` is this
 module's output; a test checks it is current, and ``cargo xtask results`` renders it
 (``{{standing: ...}}``).
 
-    python -m adaptive_fp8.bench.standing [--root .] [--json OUT]
+    python scripts/upkeep/standing.py [--root .] [--json OUT]
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def render(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m adaptive_fp8.bench.standing",
+        prog="python scripts/upkeep/standing.py",
         description="Read the end-to-end step runs against the policies shipped now: for each row, today's FP8 "
         "groups, the mode that timed them and whether it misses (writes " + STANDING + " with --json).",
     )

@@ -1,6 +1,6 @@
 """Adds the policy keys to a step benchmark's results written before they carried them.
 
-``python -m adaptive_fp8.bench.backfill_keys RESULTS.json --out COPY.json [--ep N] [--etp N]``
+``python scripts/upkeep/backfill_keys.py RESULTS.json --out COPY.json [--ep N] [--etp N]``
 
 The step merge (``fp8sel merge-policy --step``, ``cargo xtask gen-policy``) reads each group's
 policy key from the results' ``group_keys``; the first end-to-end step runs
@@ -76,6 +76,8 @@ def mark_fastest_mode(v: dict, path: Path) -> dict:
     if v.get("trainer", "te") != "te":
         raise BackfillError(f"{path}: a Megatron judge's run: its modes are other programs than a policy's; "
                             "only a TE-block run's fastest mode is a verdict")
+    # The notes name the tool as it was called when the committed copies were made (they must
+    # reproduce byte for byte): it lived in the wheel then.
     notes = list(v.get("notes", [])) + ["verdict_without_oracle added by adaptive_fp8.bench.backfill_keys "
                                         "--fastest-mode: the run timed no oracle"]
     return dict(v, verdict_without_oracle="fastest_mode", notes=notes)
@@ -107,7 +109,7 @@ def backfill(v: dict, digest: str, path: Path, root: Path, given: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m adaptive_fp8.bench.backfill_keys",
+        prog="python scripts/upkeep/backfill_keys.py",
         description="Write a copy of an older step benchmark's results with each group's policy key "
         "(from the engine's plan of its model and layout), so the step merge can fold it.")
     ap.add_argument("results", type=Path, help="the step benchmark's results JSON")
