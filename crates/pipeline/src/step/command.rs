@@ -56,7 +56,6 @@ pub(super) fn command(
     p: fp8_engine::Parallel,
     json: &Path,
 ) -> Vec<String> {
-    let list = |v: Vec<String>| v.join(",");
     // The Megatron judge at TP > 1 is one process per TP rank (its world is the TP group);
     // the TE blocks time one rank's GEMMs in one process.
     let mut a = if job.trainer == "megatron" && p.tp > 1 {
@@ -69,31 +68,9 @@ pub(super) fn command(
     } else {
         Vec::new()
     };
-    a.extend([
-        "-m".to_owned(),
-        "adaptive_fp8.bench.step_bench".to_owned(),
-        "--model".to_owned(),
-        config.display().to_string(),
-        "--tp".to_owned(),
-        p.tp.to_string(),
-        "--ep".to_owned(),
-        p.ep.to_string(),
-        "--etp".to_owned(),
-        p.etp.to_string(),
-        "--tokens".to_owned(),
-        list_counts(&job.tokens),
-        "--execution".to_owned(),
-        list(job.executions.iter().map(|e| e.name().to_owned()).collect()),
-        "--grad-accum".to_owned(),
-        job.grad_accum.to_string(),
-        "--trainer".to_owned(),
-        job.trainer.clone(),
-        "--layers".to_owned(),
-        job.layers.to_string(),
-    ]);
-    if let Some(d) = job.dense_layers {
-        a.extend(["--dense-layers".to_owned(), d.to_string()]);
-    }
+    a.extend(layout_args("adaptive_fp8.bench.step_bench", job, config, p));
+    a.extend(["--trainer".to_owned(), job.trainer.clone()]);
+    a.extend(layer_args(job));
     a.extend([
         // The oracle is what the thresholds come from; the Megatron judge skips it by default.
         "--oracle".to_owned(),
@@ -137,19 +114,11 @@ pub fn dense_layers_for(model: &ModelDesc, layers: u32) -> Option<u32> {
     (moe.dense_layers > 0 && moe.dense_layers < arch.num_layers && layers >= 2).then_some(1)
 }
 
-/// The step model's worker for one layout: its measurements (`check` None) or the check of the
-/// plans file `check`, writing `json`.
-pub(super) fn inputs_command(
-    o: &GenOptions,
-    job: &StepJob,
-    config: &Path,
-    p: fp8_engine::Parallel,
-    json: &Path,
-    check: Option<&Path>,
-) -> Vec<String> {
-    let mut a = vec![
+/// `-m <module>` and the layout, counts, executions and micro-batches both workers take.
+fn layout_args(module: &str, job: &StepJob, config: &Path, p: fp8_engine::Parallel) -> Vec<String> {
+    vec![
         "-m".to_owned(),
-        "adaptive_fp8.bench.step_inputs".to_owned(),
+        module.to_owned(),
         "--model".to_owned(),
         config.display().to_string(),
         "--tp".to_owned(),
@@ -168,12 +137,30 @@ pub(super) fn inputs_command(
             .join(","),
         "--grad-accum".to_owned(),
         job.grad_accum.to_string(),
-        "--layers".to_owned(),
-        job.layers.to_string(),
-    ];
+    ]
+}
+
+/// `--layers` and, where set, `--dense-layers`.
+fn layer_args(job: &StepJob) -> Vec<String> {
+    let mut a = vec!["--layers".to_owned(), job.layers.to_string()];
     if let Some(d) = job.dense_layers {
         a.extend(["--dense-layers".to_owned(), d.to_string()]);
     }
+    a
+}
+
+/// The step model's worker for one layout: its measurements (`check` None) or the check of the
+/// plans file `check`, writing `json`.
+pub(super) fn inputs_command(
+    o: &GenOptions,
+    job: &StepJob,
+    config: &Path,
+    p: fp8_engine::Parallel,
+    json: &Path,
+    check: Option<&Path>,
+) -> Vec<String> {
+    let mut a = layout_args("adaptive_fp8.bench.step_inputs", job, config, p);
+    a.extend(layer_args(job));
     a.extend([
         "--recipe".to_owned(),
         o.measure.recipe.recipe().name().to_owned(),
