@@ -10,12 +10,19 @@ use crate::error::{CliError, CliResult};
 /// Make policies for your own model(s): sweep every layout, merge, write policies, plots and a
 /// summary.
 ///
-/// For each model config (Megatron/LoongForge YAML or HF config.json) and each requested layout
-/// (every TP x EP x ETP that divides the model), every TE module is measured at per-rank shapes
-/// on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank shape is measured once
-/// and reused by the layouts that share it (the experts of TP 1, 2, 4 under one EP/ETP); reports
-/// say which points were reused. Without a GPU (or with --backend model) the cost model
-/// ESTIMATES instead, and the outputs go to <policies-dir>/estimated/<profile>/ so an estimate
+/// On a GPU where this package and Transformer Engine import, the default (--backend auto) is
+/// the step model (--backend step) for a language model: per layout, each module group's host
+/// and GPU time alone, BF16 vs FP8, at --tokens; a few real training steps in all-BF16 and
+/// all-FP8 that calibrate the model; the plan it predicts fastest at each count; that plan
+/// checked in whole steps (results under <reports-dir>/step/; docs/POLICY.md has the formula).
+///
+/// Otherwise, for each model config (Megatron/LoongForge YAML or HF config.json) and each
+/// requested layout (every TP x EP x ETP that divides the model), every TE module is measured
+/// at per-rank shapes on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank
+/// shape is measured once and reused by the layouts that share it (the experts of TP 1, 2, 4
+/// under one EP/ETP); reports say which points were reused. Without a GPU (or with --backend
+/// model) the cost model ESTIMATES instead, and the outputs go to
+/// <policies-dir>/estimated/<profile>/ so an estimate
 /// never overwrites a measured policy.
 ///
 /// Every rule gets both thresholds: min_tokens_graphed (CUDA-graphed steps) from the GPU times,
@@ -39,7 +46,8 @@ use crate::error::{CliError, CliResult};
 ///   fp8sel gen-policy --model config.json --tensor-model-parallel-size 8 --backend model
 ///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend te --trainer eager
 ///   fp8sel gen-policy --model my_model.yaml --tp 1,2,4,8 --recipe tensorwise
-///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend step --tokens 1024,4096,16384
+///   fp8sel gen-policy --model my_model.yaml --tp 8 --tokens 1024,4096,16384   (on a GPU with TE)
+///   fp8sel gen-policy --model my_model.yaml --tp 8 --backend cuda           (GEMMs + host profile)
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
