@@ -140,13 +140,59 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
 }
 
 #[test]
-fn the_step_model_refuses_the_megatron_trainer_with_the_way_to_judge_there() {
+fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_moves_its_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(dir.path(), &["--step-trainer", "megatron"], &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    assert!(
-        err(&o).contains("step_bench --trainer megatron --policy"),
-        "{}",
-        err(&o)
+    let o = gen_step(
+        dir.path(),
+        &["--step-trainer", "megatron", "--execution", "eager"],
+        &[("FAKE_JUDGE_SLOW", "8192")],
     );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("the policy in megatron-core's GPTModel, eager")
+            && e.contains("stand-in step_bench: judged"),
+        "{e}"
+    );
+    assert!(
+        e.contains("eager at 8192: the Megatron judge measured the policy slower than BF16"),
+        "{e}"
+    );
+    // The judge got the draft policy, no oracle, the Megatron trainer.
+    let judged: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            dir.path()
+                .join("reports/llama3_2_1b_tp1_ep1_etp1_judge_eager_step.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let argv: Vec<&str> = judged["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let argv = argv.join(" ");
+    assert!(
+        argv.contains("--trainer megatron")
+            && argv.contains("--oracle none --policy")
+            && argv.contains("_draft_step.json"),
+        "{argv}"
+    );
+    let p = policy(dir.path());
+    let m = &p["provenance"]["step"]["model"][0];
+    assert!(
+        m["judged"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["mode"].as_str().unwrap().starts_with("hook:")),
+        "{m}"
+    );
+    // fc1 ran FP8 at 8192 in the judged policy (from 4096): it moved above 8192.
+    let fc1 = rule(&p, "layernorm_column", "fc1")["min_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(fc1 > 8192, "{fc1}");
 }

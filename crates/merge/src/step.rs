@@ -22,7 +22,8 @@ use crate::error::MergeError;
 
 mod results;
 pub use results::{
-    FailedCount, GroupKey, MAX_STEP_BYTES, StepCount, StepRun, failed_counts, parse_results,
+    FailedCount, GroupKey, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepRun, failed_counts,
+    judged_policies, parse_results,
 };
 
 /// One key's threshold and the verdicts it came from.

@@ -172,7 +172,7 @@ impl Layout<'_> {
         ));
         let end = run_worker(
             &self.o.python,
-            &command(self.o, job, self.config, p, &json),
+            &command(self.o, job, self.config, p, &json, None),
             self.clock,
             &json,
         )?;
@@ -235,7 +235,7 @@ impl Layout<'_> {
                 executions: vec![f.execution],
                 ..job.clone()
             };
-            let args = command(self.o, &one, self.config, p, &json);
+            let args = command(self.o, &one, self.config, p, &json, None);
             let note = match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| {
                 match end {
                     WorkerEnd::Finished => read_timed(&json),
@@ -329,7 +329,7 @@ impl Layout<'_> {
                     execution.name(),
                     list_counts(&more.tokens)
                 ));
-                let args = command(self.o, &more, self.config, p, &json);
+                let args = command(self.o, &more, self.config, p, &json, None);
                 match run_worker(&self.o.python, &args, self.clock, &json).and_then(|end| match end
                 {
                     WorkerEnd::Finished => read_timed(&json),

@@ -93,32 +93,33 @@ pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<Check
     out
 }
 
-/// Moves every unit of a plan the step measured slower than BF16 (at `(execution, count)`)
-/// above that count: its threshold becomes the next grid count, or none past the grid.
+/// Moves every unit of a plan the step measured slower than BF16 (`losses`: the execution, the
+/// count and the plan's FP8 groups) above that count: its threshold becomes the next grid
+/// count, or none past the grid. Returns the `(execution, count)` of each loss.
 pub fn guard(
     thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
     units: &[Unit],
-    rows: &[CheckRow],
+    losses: &[(Execution, u64, &BTreeSet<String>)],
     swept: &[u64],
     o: &ChoiceOptions,
 ) -> Vec<(Execution, u64)> {
     let counts = grid(swept, o);
     let mut moved = Vec::new();
-    for r in rows.iter().filter(|r| r.loses()) {
-        let Some(ts) = thresholds.get_mut(&r.execution) else {
+    for &(execution, tokens, groups) in losses {
+        let Some(ts) = thresholds.get_mut(&execution) else {
             continue;
         };
-        let next = counts.iter().copied().find(|&c| c > r.tokens);
+        let next = counts.iter().copied().find(|&c| c > tokens);
         for (i, u) in units.iter().enumerate() {
-            if !u.groups.iter().any(|g| r.fp8_groups.contains(g)) {
+            if !u.groups.iter().any(|g| groups.contains(g)) {
                 continue;
             }
             let t = &mut ts[i];
-            if t.from.is_some_and(|f| f <= r.tokens) {
+            if t.from.is_some_and(|f| f <= tokens) {
                 t.from = next;
             }
         }
-        moved.push((r.execution, r.tokens));
+        moved.push((execution, tokens));
     }
     moved
 }

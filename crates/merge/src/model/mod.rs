@@ -80,6 +80,9 @@ pub struct LayoutModel {
     pub check: Vec<CheckRow>,
     /// `(execution, count)` where the check measured the plan slower than BF16, moving its keys.
     pub guarded: Vec<(Execution, u64)>,
+    /// The policy modes a judge (the Megatron one, `--step-trainer megatron`) timed against
+    /// all-BF16 at the check's counts.
+    pub judged: Vec<crate::step::JudgedPolicy>,
     /// The options the choice used.
     pub options: ChoiceOptions,
 }
@@ -121,6 +124,7 @@ impl LayoutModel {
             choices,
             check: Vec::new(),
             guarded: Vec::new(),
+            judged: Vec::new(),
             options,
         })
     }
@@ -173,14 +177,40 @@ impl LayoutModel {
                 .iter()
                 .any(|r| r.execution == old.execution && r.tokens == old.tokens)
         });
+        let losses: Vec<_> = rows
+            .iter()
+            .filter(|r| r.loses())
+            .map(|r| (r.execution, r.tokens, &r.fp8_groups))
+            .collect();
         self.guarded.extend(guard(
             &mut self.thresholds,
             &self.units,
-            &rows,
+            &losses,
             &self.swept,
             &self.options,
         ));
         self.check.extend(rows);
+    }
+}
+
+impl LayoutModel {
+    /// Adds a judge's timings of this layout's policy (its policy modes): where one ran slower
+    /// than all-BF16 beyond the noise (its whole paired band above 1), its FP8 keys move above
+    /// that count, as a check's loss does.
+    pub fn add_judged(&mut self, rows: Vec<crate::step::JudgedPolicy>) {
+        let losses: Vec<_> = rows
+            .iter()
+            .filter(|r| r.vs_bf16.1 > 1.0 && !r.fp8_groups.is_empty())
+            .map(|r| (r.execution, r.tokens, &r.fp8_groups))
+            .collect();
+        self.guarded.extend(guard(
+            &mut self.thresholds,
+            &self.units,
+            &losses,
+            &self.swept,
+            &self.options,
+        ));
+        self.judged.extend(rows);
     }
 }
 

@@ -156,6 +156,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "swept": l.swept, "fits": fits, "thresholds": thresholds,
         "check": l.check, "held_out_worst_error": worst,
         "disagreements": l.check.iter().filter(|r| r.disagrees).collect::<Vec<_>>(),
+        "judged": l.judged,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),
     })
 }

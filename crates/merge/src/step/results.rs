@@ -168,6 +168,76 @@ fn fastest_ahead<'a>(
         .map(|(_, groups, name)| (groups, name))
 }
 
+/// One policy mode of a judged row (`hook:<file>` and `native:<file>` in the Megatron judge,
+/// `policy:<file>` in the TE blocks): its FP8 groups and its ratio to all-BF16 paired by round.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JudgedPolicy {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// The mode's name.
+    pub mode: String,
+    /// Its FP8 groups.
+    pub fp8_groups: BTreeSet<String>,
+    /// Its ratio to all-BF16: median, p10, p90.
+    pub vs_bf16: (f64, f64, f64),
+}
+
+/// Every policy mode of every timed row of a step benchmark's results (`--policy`, any oracle).
+pub fn judged_policies(text: &str, file: &Path) -> Result<Vec<JudgedPolicy>, MergeError> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format_err(file, format!("not JSON ({e})")))?;
+    let mut out = Vec::new();
+    for (i, row) in result_rows(&v) {
+        if row.get("error").is_some() {
+            continue;
+        }
+        let execution = row_execution(row, i, file)?;
+        let Some(tokens) = row.get("tokens").and_then(Value::as_u64) else {
+            return Err(format_err(file, format!("results[{i}].tokens: missing")));
+        };
+        let Some(modes) = row.get("modes").and_then(Value::as_object) else {
+            continue;
+        };
+        for (name, m) in modes {
+            if !["hook:", "native:", "policy:"]
+                .iter()
+                .any(|p| name.starts_with(p))
+            {
+                continue;
+            }
+            let num = |k: &str| m.get(k).and_then(Value::as_f64);
+            let (Some(p50), Some(p10), Some(p90)) = (
+                num("vs_bf16_median"),
+                num("vs_bf16_p10"),
+                num("vs_bf16_p90"),
+            ) else {
+                return Err(format_err(
+                    file,
+                    format!("results[{i}].modes.{name}: no vs_bf16 median, p10 and p90"),
+                ));
+            };
+            let fp8_groups = m
+                .get("fp8_groups")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            out.push(JudgedPolicy {
+                execution,
+                tokens,
+                mode: name.clone(),
+                fp8_groups,
+                vs_bf16: (p50, p10, p90),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// The groups the step built, where its rows say: every group of the all-FP8 reference (`fp8`).
 /// `group_keys` lists every group of the model's plan, also those of a layer type the step did
 /// not build (the dense fc1 of a step of MoE layers only): a group the step never ran has no

@@ -48,13 +48,15 @@ pub struct StepJob {
     pub time_limit: Option<Duration>,
 }
 
-/// The worker's command line for one layout, writing `json`.
+/// The worker's command line for one layout, writing `json`: its oracle search, or with
+/// `judge` the judge of that policy (no oracle).
 pub(super) fn command(
     o: &GenOptions,
     job: &StepJob,
     config: &Path,
     p: fp8_engine::Parallel,
     json: &Path,
+    judge: Option<&Path>,
 ) -> Vec<String> {
     // The Megatron judge at TP > 1 is one process per TP rank (its world is the TP group);
     // the TE blocks time one rank's GEMMs in one process.
@@ -71,10 +73,17 @@ pub(super) fn command(
     a.extend(layout_args("adaptive_fp8.bench.step_bench", job, config, p));
     a.extend(["--trainer".to_owned(), job.trainer.clone()]);
     a.extend(layer_args(job));
-    a.extend([
+    match judge {
         // The oracle is what the thresholds come from; the Megatron judge skips it by default.
-        "--oracle".to_owned(),
-        "greedy".to_owned(),
+        None => a.extend(["--oracle".to_owned(), "greedy".to_owned()]),
+        Some(policy) => a.extend([
+            "--oracle".to_owned(),
+            "none".to_owned(),
+            "--policy".to_owned(),
+            policy.display().to_string(),
+        ]),
+    }
+    a.extend([
         "--recipe".to_owned(),
         o.measure.recipe.recipe().name().to_owned(),
         "--json".to_owned(),
@@ -221,7 +230,7 @@ mod tests {
         };
         // One layout's command line, as one string.
         let line = |job: &StepJob, p| {
-            command(&o, job, Path::new("m.yaml"), p, Path::new("r.json")).join(" ")
+            command(&o, job, Path::new("m.yaml"), p, Path::new("r.json"), None).join(" ")
         };
         let a = line(&job, fp8_engine::Parallel::new(2, 8, 1, 1));
         assert_eq!(

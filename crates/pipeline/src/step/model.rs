@@ -11,7 +11,7 @@ use fp8_policy::Execution;
 use fp8_report::step_inputs::{PlannedStep, StepMode, StepPlans, read_step_inputs};
 
 use super::Layout;
-use super::command::inputs_command;
+use super::command::{command, inputs_command};
 use super::worker::{WorkerEnd, run_worker};
 use crate::generate::GenOutcome;
 
@@ -71,6 +71,9 @@ impl Layout<'_> {
         let mut lm = LayoutModel::new(inputs, &json, &executions, ChoiceOptions::default())
             .map_err(|e| e.to_string())?;
         self.check(&mut lm, say, outcome)?;
+        if job.trainer == "megatron" {
+            self.judge(&mut lm, say, outcome)?;
+        }
         say(&summary(&at, &lm));
         Ok(Some(lm))
     }
@@ -164,6 +167,71 @@ impl Layout<'_> {
         }
         for (e, t) in &lm.guarded {
             outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan slower than BF16; its keys are FP8 only above {t}"));
+        }
+        Ok(())
+    }
+}
+
+impl Layout<'_> {
+    /// `--step-trainer megatron`: the layout's policy as it stands, judged in upstream
+    /// `GPTModel` (the Megatron judge, through the hook and the native config) at the check's
+    /// counts; a policy mode slower than BF16 there moves its keys above that count.
+    fn judge(
+        &self,
+        lm: &mut LayoutModel,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) -> Result<(), String> {
+        let at = format!("{} {}", self.model, self.p);
+        let draft = self.json("_draft");
+        let policy =
+            fp8_merge::model::model_policy(std::slice::from_ref(lm)).map_err(|e| e.to_string())?;
+        policy.write(&draft).map_err(|e| e.to_string())?;
+        let plans = lm.check_plans();
+        let executions: Vec<Execution> = lm.fits.keys().copied().collect();
+        for e in executions {
+            let tokens: Vec<u64> = plans
+                .iter()
+                .filter(|(x, _, _)| *x == e)
+                .map(|(_, t, _)| *t)
+                .collect();
+            if tokens.is_empty() {
+                continue;
+            }
+            if self.clock.out() {
+                outcome.notes.push(format!(
+                    "{at}: the Megatron judge ({e}) was skipped, the time limit ran out"
+                ));
+                continue;
+            }
+            say(&format!(
+                "{at}: the policy in megatron-core's GPTModel, {e}, at {} count(s)",
+                tokens.len()
+            ));
+            let job = super::StepJob {
+                tokens,
+                executions: vec![e],
+                ..self.job.clone()
+            };
+            let json = self.json(&format!("_judge_{e}"));
+            let args = command(self.o, &job, self.config, self.p, &json, Some(&draft));
+            let end = run_worker(&self.o.python, &args, self.clock, &json)?;
+            let text = match fp8_io::read_to_string_limited(&json, fp8_merge::step::MAX_STEP_BYTES)
+            {
+                Ok(t) => t,
+                Err(err) if end == WorkerEnd::Stopped => {
+                    outcome.notes.push(format!("{at}: the Megatron judge ({e}) stopped at the time limit before a count ended ({err})"));
+                    continue;
+                }
+                Err(err) => return Err(err.to_string()),
+            };
+            let rows = fp8_merge::step::judged_policies(&text, &json).map_err(|e| e.to_string())?;
+            outcome.reports.push(json);
+            let before = lm.guarded.len();
+            lm.add_judged(rows);
+            for (x, t) in &lm.guarded[before..] {
+                outcome.notes.push(format!("{at}: {x} at {t}: the Megatron judge measured the policy slower than BF16; its keys are FP8 only above {t}"));
+            }
         }
         Ok(())
     }

@@ -19,9 +19,11 @@ import time
 def main() -> int:
     ap = argparse.ArgumentParser()
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
-                 "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--json"):
+                 "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--json", "--policy"):
         ap.add_argument(flag)
     a = ap.parse_args()
+    if a.oracle == "none" and a.policy:
+        return judge(a)
     if a.tokens == os.environ.get("FAKE_STEP_FAIL_TOKENS"):
         print(f"stand-in step_bench: failing at {a.tokens} as asked", file=sys.stderr)
         return 1
@@ -59,6 +61,29 @@ def main() -> int:
     save(True)
     print("tables go to stdout, which gen-policy discards")
     print(f"stand-in step_bench: tp {tp}", file=sys.stderr)
+    return 0
+
+
+def judge(a) -> int:
+    """The Megatron judge of a policy (`--oracle none --policy P`): per count, BF16, all-FP8 and
+    the policy through the hook and the native config, its FP8 groups read from the policy's
+    dense rules; 3% faster than BF16 where it runs FP8, 20% slower at FAKE_JUDGE_SLOW."""
+    with open(a.policy) as f:
+        rules = json.load(f)["rules"]
+    tp, name = int(a.tp), os.path.basename(a.policy)
+    stat = lambda groups, r: {"fp8_groups": groups, "vs_bf16_median": r, "vs_bf16_p10": r - 0.02, "vs_bf16_p90": r + 0.02}  # noqa: E731
+    rows = []
+    for execution in a.execution.split(","):
+        field = "min_tokens_graphed" if execution == "graphed" else "min_tokens"
+        for t in (int(x) for x in a.tokens.split(",")):
+            on = [ub for kind in rules.values() if isinstance(kind, dict) for ub, rs in kind.items()
+                  if any(r.get("tp") == tp and r.get(field, r["min_tokens"]) <= t for r in rs)]
+            r = 1.2 if str(t) == os.environ.get("FAKE_JUDGE_SLOW") else (0.97 if on else 1.0)
+            rows.append({"tokens": t, "execution": execution, "modes": {"bf16": stat([], 1.0), "fp8": stat(["qkv", "proj", "fc1", "fc2"], 0.9),
+                                                                        f"hook:{name}": stat(on, r), f"native:{name}": stat(on, r)}})
+    with open(a.json, "w") as f:
+        json.dump({"model": a.model, "trainer": a.trainer, "argv": sys.argv[1:], "results": rows}, f)
+    print(f"stand-in step_bench: judged {name}", file=sys.stderr)
     return 0
 
 
