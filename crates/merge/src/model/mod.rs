@@ -107,6 +107,12 @@ impl LayoutModel {
         let mut swept: Vec<u64> = inputs.modules.iter().map(|m| m.tokens).collect();
         swept.sort_unstable();
         swept.dedup();
+        if swept.is_empty() {
+            return Err(MergeError::Empty {
+                file: file.to_path_buf(),
+                problem: "no module group was measured alone, so the step model has nothing to choose with; fix: measure again (the worker stopped before its first count?)".into(),
+            });
+        }
         let mut th = BTreeMap::new();
         let mut choices = BTreeMap::new();
         for (&e, fit) in &fits {
