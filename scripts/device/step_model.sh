@@ -6,11 +6,13 @@
 #   bash scripts/device/step_model.sh dense   # the plain `fp8sel gen-policy --model M --tp 1`
 #   bash scripts/device/step_model.sh moe     # (on a GPU with TE: the step model), timed
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
-#                                             # at, eager and graphed (policies of `gen` carried
-#                                             # in devcarry/step_model/)
+#                                             # at, eager and graphed (the policies carried in
+#                                             # devcarry/step_model/)
+#   bash scripts/device/step_model.sh shipped M TP  # a shipped model's step-model policy at TP
+#                                             # (fixtures/models/M.yaml), its documents kept
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe or judge}
+phase=${1:?dense, moe, judge or shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -75,7 +77,18 @@ judge)
   mkdir -p "$W/policies"
   cp devcarry/step_model/*.json "$W/policies/"
   judge Llama-3.1-8B 150 2 eager 3072,6144
-  judge MoE-64x1408 110 2 eager 3072
+  judge MoE-64x1408 150 2 eager 3072,6144
+  judge Llama-3.1-8B 120 2 graphed 3072
+  judge MoE-64x1408 120 2 graphed 3072
+  ;;
+shipped)
+  m=${2:?model} tp=${3:?tp}
+  t0=$SECONDS
+  timeout 540 "$FP8SEL" gen-policy --model "fixtures/models/$m.yaml" --tp "$tp" --out "$W/shipped" \
+    > "$W/gen_${m}_tp$tp.log" 2>&1
+  echo "gen $m tp $tp rc=$? $((SECONDS - t0)) s"
+  grep -E "modelled|disagree|slower than BF16|note:|Error" "$W/gen_${m}_tp$tp.log" | cut -c1-240 | head -12
+  cp "$W/gen_${m}_tp$tp.log" "$OUT/"
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" sm
