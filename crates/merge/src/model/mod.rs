@@ -6,32 +6,34 @@
 //! step, measured apart; `n_g` modules of it per step. Per execution, at two or three counts,
 //! whole steps in all-BF16 and all-FP8: wall, host and GPU ms.
 //!
-//! **The model** of a plan `P` (the groups it runs FP8) at `t` tokens:
+//! **The model** of a plan `P` (the groups it runs FP8) at `t` tokens, with `dg_g(t)` and
+//! `dh_g` one module's FP8 - BF16 GPU and host differences:
 //!
 //! ```text
-//! GPU(P, t)  = sum_g n_g gpu_g(P_g, t) + R(t) + [P nonempty] Z_gpu(t)
-//! Host(P)    = H_bf16 + sum_{g in P} n_g (host_g(fp8) - host_g(bf16)) + [P nonempty] Z_host
+//! GPU(P, t)  = sum_g n_g gpu_g(bf16, t) + R(t) + s_gpu(t) sum_{g in P} n_g dg_g(t) + [P nonempty] Z_gpu(t)
+//! Host(P)    = H_bf16 + s_host sum_{g in P} n_g dh_g + [P nonempty] Z_host
 //! Step(P, t) = max(Host, GPU) + k(P, t) min(Host, GPU)
 //! ```
 //!
 //! `R(t)` is what the all-BF16 step's GPU time holds beyond its modules (attention, norms,
-//! router, permutation, optimizer; a least-squares polynomial of degree up to 2 in `t` through
-//! the calibrated counts), `Z_gpu(t)` and `Z_host` what all-FP8 holds beyond its modules' FP8
-//! differences (the FP8 region: scale bookkeeping, weight casts; a line and a constant),
-//! `H_bf16` the all-BF16 step's host time, and `k` the share of the smaller time that does not
-//! overlap the larger (0 where host and GPU overlap fully, as in a dense eager step that runs
-//! ahead; more where syncs split the step, as MoE's token-count sync does): measured in the
-//! all-BF16 and all-FP8 steps at each calibrated count (linear between counts), a plan's share
-//! between the two by its part of all-FP8's module differences. In a graphed step the host time of captured groups is not the step's.
-//! Between swept counts a module's time is read linearly, above the largest on the line through
-//! the last two.
+//! router, permutation, optimizer; least squares of degree up to 2 in `t` through the calibrated
+//! counts); `s_gpu(t)` and `s_host` the share of the modules' summed FP8 difference the whole
+//! all-FP8 step shows, the rest (`Z`) a cost of any FP8 plan; `H_bf16` the all-BF16 step's host
+//! time (a small step's wall time, bounded by every calibrated step's); `k` the share of the
+//! smaller time that does not overlap the larger (0 where host and GPU overlap fully, more where
+//! syncs split the step, as MoE's token-count sync does): measured in all-BF16 and all-FP8 at
+//! each calibrated count (linear between counts), a plan's share between the two by its part of
+//! all-FP8's module differences. In a graphed step the host time of captured groups is not the
+//! step's. Between swept counts a module's time is read linearly, above the largest on the line
+//! through the last two.
 //!
 //! **The choice** at each count: the plan of least predicted step over every subset of policy
 //! keys (greedy above [`ChoiceOptions::exhaustive_up_to`] keys), a key only where it is faster
 //! alone in GPU or host time, then each FP8 key kept only where its gain (the step without it
-//! minus with it) beats its measured noise plus a margin. **Thresholds**: the smallest count of
-//! a grid (the swept counts and four counts per doubling, up to 64 times the largest swept
-//! count) from which the key is FP8 at every larger grid count; "never" only past the grid.
+//! minus with it) beats its measured noise plus a margin. **Thresholds** over a grid (the swept
+//! counts and four counts per doubling, up to 64 times the largest swept count): for a key FP8
+//! at the sweep's top, the smallest count from which it is FP8 up to there; for one BF16 there,
+//! the model's crossing above the sweep; "never" only past the grid.
 //!
 //! **The check** ([`check`]): the chosen plans, all-BF16 and all-FP8 as whole steps at the swept
 //! counts and between thresholds; rows where the model is off by more than 3% and the noise are
