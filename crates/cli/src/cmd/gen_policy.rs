@@ -246,6 +246,12 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             "oracle" => fp8_pipeline::step::StepTuner::Oracle,
             _ => fp8_pipeline::step::StepTuner::Model,
         };
+        if let Some(d) = args.dense_layers.filter(|d| *d > args.layers) {
+            return Err(CliError::input(format!(
+                "--dense-layers {d} is more than --layers {}; fix: at most --layers",
+                args.layers
+            )));
+        }
         let job = fp8_pipeline::step::StepJob {
             tuner,
             tokens: args.tokens.clone(),
