@@ -190,18 +190,24 @@ impl LayoutModel {
             .filter(|r| r.loses())
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
-        self.guarded.extend(guard(
-            &mut self.thresholds,
-            &self.units,
-            &losses,
-            &self.swept,
-            &self.options,
-        ));
+        self.guard(&losses);
         self.check.extend(rows);
     }
 }
 
 impl LayoutModel {
+    /// Moves the keys of each loss (execution, count, FP8 groups) above its count.
+    fn guard(&mut self, losses: &[(Execution, u64, &std::collections::BTreeSet<String>)]) {
+        let moved = guard(
+            &mut self.thresholds,
+            &self.units,
+            losses,
+            &self.swept,
+            &self.options,
+        );
+        self.guarded.extend(moved);
+    }
+
     /// Adds a judge's timings of this layout's policy (its policy modes): where one ran slower
     /// than all-BF16 beyond the noise (its whole paired band above 1), its FP8 keys move above
     /// that count, as a check's loss does.
@@ -211,13 +217,7 @@ impl LayoutModel {
             .filter(|r| r.vs_bf16.1 > 1.0 && !r.fp8_groups.is_empty())
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
-        self.guarded.extend(guard(
-            &mut self.thresholds,
-            &self.units,
-            &losses,
-            &self.swept,
-            &self.options,
-        ));
+        self.guard(&losses);
         self.judged.extend(rows);
     }
 }
