@@ -68,7 +68,7 @@ TINY = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hi
         "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6, "vocab_size": 1000}
 
 
-def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
+def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     torch = pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
     import fake_te
 
@@ -80,6 +80,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
     torch.manual_seed(0)
     doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
     assert set(doc) == DOC_FIELDS and doc["complete"]
+    _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
     groups = [g["group"] for g in doc["groups"]]
     assert {"qkv", "proj", "experts.fc1", "experts.fc2"} <= set(groups)
     assert len(doc["modules"]) == 2 * len(groups)
@@ -96,6 +97,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path):
     doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
     assert doc["modules"] == [] and [(s["mode"], s["fp8_groups"]) for s in doc["step_times"]][2] == ("plan", ["qkv"])
     assert all(s["host_ms"] is None and s["gpu_ms"] is None for s in doc["step_times"])
+    _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
 
 
 def test_a_module_the_host_cannot_stay_ahead_of_is_timed_by_its_kernels():
@@ -118,3 +120,69 @@ def test_a_module_the_host_cannot_stay_ahead_of_is_timed_by_its_kernels():
     gpu, host, hold = sp.gpu_and_host(s, None, 5.0)
     assert (gpu, host) == (2.5, None) and s.holds == [5.0, 10.0] and hold == 20.0
     assert sp.union_us([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
+
+
+# -- the writer against the reader's schema (docs/schemas/, generated from fp8_report's types) ----
+
+def _check(value, schema: dict, defs: dict, at: str = "$") -> None:
+    """A small JSON Schema check (the keywords schemars writes): raises ValueError naming the path."""
+    if "$ref" in schema:
+        schema = {**defs[schema["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in schema.items() if k != "$ref"}}
+    if "anyOf" in schema or "oneOf" in schema:
+        errors = []
+        for s in schema.get("anyOf", schema.get("oneOf")):
+            try:
+                return _check(value, s, defs, at)
+            except ValueError as e:
+                errors.append(str(e))
+        raise ValueError(f"{at}: matches none of {errors}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{at}: {value!r} not in {schema['enum']}")
+    if "const" in schema and value != schema["const"]:
+        raise ValueError(f"{at}: {value!r} is not {schema['const']!r}")
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else types
+        py = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None), "integer": int, "number": (int, float)}
+        if not any(isinstance(value, py[t]) and not (t in ("integer", "number") and isinstance(value, bool)) for t in types):
+            raise ValueError(f"{at}: {value!r} is not {types}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for k in schema.get("required", []):
+            if k not in value:
+                raise ValueError(f"{at}: missing {k}")
+        for k, v in value.items():
+            if k in props:
+                _check(v, props[k], defs, f"{at}.{k}")
+            elif schema.get("additionalProperties") is False:
+                raise ValueError(f"{at}: unknown field {k}")
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            _check(v, schema["items"], defs, f"{at}[{i}]")
+
+
+def _schema(root, name):
+    s = json.loads((root / "docs" / "schemas" / name).read_text())
+    return s, s.get("$defs", {})
+
+
+def _doc():
+    args = si.parser().parse_args(["--model", "m.json", "--json", "o.json"])
+    key = {"kind": "row", "ub_name": "fc2", "tp": 1}
+    doc = si.header(args, "m", [{"group": "fc2", "key": key, "scale": 1, "instances": 2, "in_features": 64, "out_features": 32,
+                                 "graphed": True, "fp8_capable": True}], ["dense"], "cpu", "stand-in", "r")
+    doc["modules"].append({"tokens": 64, "group": "fc2", "bf16": {"host_ms": [0.1], "gpu_ms": [0.2]}, "fp8": None})
+    doc["step_times"].append({"execution": "eager", "tokens": 64, "mode": "bf16", "fp8_groups": [], "wall_ms": [1.0], "host_ms": 0.5, "gpu_ms": 0.7})
+    return doc
+
+
+def test_the_writers_documents_match_the_readers_schema_and_a_planted_field_fails(root):
+    schema, defs = _schema(root, "adaptive-fp8-step-inputs.v1.schema.json")
+    _check(_doc(), schema, defs)
+    for plant in (lambda d: d.update(argv=["x"]), lambda d: d["step_times"][0].update(ahead=True), lambda d: d["groups"][0].pop("in_features")):
+        d = _doc()
+        plant(d)
+        with pytest.raises(ValueError):
+            _check(d, schema, defs)
+    plans, pdefs = _schema(root, "adaptive-fp8-step-plans.v1.schema.json")
+    _check({"format": si.PLANS_FORMAT, "plans": [{"execution": "graphed", "tokens": 2048, "fp8_groups": ["fc1"]}]}, plans, pdefs)

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use fp8_policy::{Execution, RuleKey};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::read::{ReportError, ReportErrorKind};
@@ -19,7 +20,7 @@ pub const STEP_INPUTS_VERSION: u32 = 1;
 pub const MAX_STEP_INPUTS_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One run of the worker: a layout's measurements or its check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepInputs {
     /// [`STEP_INPUTS_FORMAT`].
@@ -71,12 +72,13 @@ pub struct StepInputs {
 }
 
 /// A module group of the step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupInfo {
     /// `qkv`, `proj`, `fc1`, `experts.fc1`, ...
     pub group: String,
     /// The policy key it is looked up with.
+    #[schemars(with = "KeySchema")]
     pub key: RuleKey,
     /// The key's tokens per step token (`moe_router_topk` for routed experts, else 1).
     pub scale: u64,
@@ -93,7 +95,7 @@ pub struct GroupInfo {
 }
 
 /// Host and GPU ms per step of one module, one value per round.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rounds {
     /// Host ms per round.
@@ -103,7 +105,7 @@ pub struct Rounds {
 }
 
 /// One group alone at one count.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModuleTimes {
     /// The step's token count.
@@ -117,7 +119,7 @@ pub struct ModuleTimes {
 }
 
 /// What a whole-step row timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StepMode {
     /// Every group BF16.
@@ -129,10 +131,11 @@ pub enum StepMode {
 }
 
 /// Whole steps of one mode at one count and execution.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepTimes {
     /// Eager or graphed.
+    #[schemars(with = "ExecutionSchema")]
     pub execution: Execution,
     /// The step's token count.
     pub tokens: u64,
@@ -145,20 +148,63 @@ pub struct StepTimes {
     /// Host ms per step: the median wall time of the same mode at a count so small that the host
     /// bounds the step (`None` in a check, which needs the wall time only).
     pub host_ms: Option<f64>,
-    /// GPU ms per step: the median sum of the step's kernel times (`None` in a check).
+    /// GPU ms per step: the union of the step's kernels' times under the profiler (`None` in a
+    /// check).
     pub gpu_ms: Option<f64>,
 }
 
 /// A count the worker could not time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailedStep {
     /// Eager or graphed.
+    #[schemars(with = "ExecutionSchema")]
     pub execution: Execution,
     /// The count.
     pub tokens: u64,
     /// Why.
     pub error: String,
+}
+
+/// A rule key as the policy file writes it (`fp8_policy::RuleKey`'s JSON).
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct KeySchema {
+    /// The module kind (`layernorm_column`, `row`, `column_grouped`, ...).
+    kind: String,
+    /// Dense keys: the module's `ub_name`.
+    ub_name: Option<String>,
+    /// Dense keys: the TP size.
+    tp: Option<u32>,
+    /// Grouped keys: the expert TP size.
+    etp: Option<u32>,
+    /// Grouped keys: the rank's local experts.
+    num_gemms: Option<u32>,
+}
+
+/// `eager` or `graphed` (`fp8_policy::Execution`).
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ExecutionSchema {
+    /// Kernels launched one by one.
+    Eager,
+    /// CUDA graphs.
+    Graphed,
+}
+
+/// The JSON Schema of [`StepInputs`] (generated from the type; `docs/schemas/` holds it, a test
+/// keeps it current, and the Python writer's tests read it).
+pub fn step_inputs_schema() -> String {
+    serde_json::to_string_pretty(&schemars::schema_for!(StepInputs)).expect("a schema serializes")
+        + "\n"
+}
+
+/// The JSON Schema of [`StepPlans`].
+pub fn step_plans_schema() -> String {
+    serde_json::to_string_pretty(&schemars::schema_for!(StepPlans)).expect("a schema serializes")
+        + "\n"
 }
 
 /// Reads and checks a document.
@@ -262,7 +308,7 @@ impl StepInputs {
 pub const STEP_PLANS_FORMAT: &str = "adaptive-fp8-step-plans";
 
 /// The plans the check times.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepPlans {
     /// [`STEP_PLANS_FORMAT`].
@@ -272,10 +318,11 @@ pub struct StepPlans {
 }
 
 /// One plan to time at one count and execution.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlannedStep {
     /// Eager or graphed.
+    #[schemars(with = "ExecutionSchema")]
     pub execution: Execution,
     /// The count.
     pub tokens: u64,

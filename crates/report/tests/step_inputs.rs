@@ -133,3 +133,36 @@ fn collect(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// The committed schemas (docs/schemas/) are the types' own: regenerate with
+/// `FP8_UPDATE_SCHEMAS=1 cargo test -p fp8-report --test step_inputs`.
+#[test]
+fn the_committed_schemas_are_generated_from_the_types() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schemas");
+    for (name, text) in [
+        (
+            "adaptive-fp8-step-inputs.v1.schema.json",
+            fp8_report::step_inputs::step_inputs_schema(),
+        ),
+        (
+            "adaptive-fp8-step-plans.v1.schema.json",
+            fp8_report::step_inputs::step_plans_schema(),
+        ),
+    ] {
+        let f = dir.join(name);
+        if std::env::var_os("FP8_UPDATE_SCHEMAS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&f, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&f).unwrap_or_default();
+        assert!(
+            committed == text,
+            "{} is stale: FP8_UPDATE_SCHEMAS=1 cargo test -p fp8-report --test step_inputs",
+            f.display()
+        );
+    }
+    // The schema refuses what the reader refuses: unknown fields.
+    let v: serde_json::Value =
+        serde_json::from_str(&fp8_report::step_inputs::step_inputs_schema()).unwrap();
+    assert_eq!(v["additionalProperties"], false, "{v}");
+}
