@@ -83,6 +83,13 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
     assert_eq!(m["disagreements"].as_array().unwrap().len(), 0, "{m}");
     assert!(m["held_out_worst_error"].as_f64().unwrap() < 0.03, "{m}");
     assert_eq!(p["provenance"]["eager_source"], "step");
+    // The summary beside it, for people.
+    let md = std::fs::read_to_string(dir.path().join("llama3_2_1b.md")).unwrap();
+    assert!(
+        md.contains("the step model's policy") && md.contains("| proj | never | never |"),
+        "{md}"
+    );
+    assert!(md.contains("| eager | 2048 | plan |"), "{md}");
     // The worker got the layout, the counts and both executions.
     let argv = std::fs::read_to_string(
         dir.path()

@@ -129,6 +129,12 @@ pub fn gen_policy_step(
         fp8_io::create_parent_dir(&target).map_err(|e| e.to_string())?;
         policy.write(&target).map_err(|e| e.to_string())?;
         outcome.files.push(target);
+        if job.tuner == StepTuner::Model {
+            let md = out.join(format!("{}.md", model.name));
+            let text = fp8_merge::model::summary_markdown(&model.name, &models);
+            fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
+            outcome.files.push(md);
+        }
     }
     Ok(outcome)
 }

@@ -47,6 +47,7 @@ pub mod choose;
 pub mod curve;
 pub mod fit;
 mod policy;
+mod summary;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,7 @@ pub use check::{CheckRow, compare, guard};
 pub use choose::{Choice, ChoiceOptions, Unit, UnitThreshold, choose, grid, thresholds, units};
 pub use fit::{Fit, GroupCurves, Prediction};
 pub use policy::model_policy;
+pub use summary::summary_markdown;
 
 use crate::error::MergeError;
 

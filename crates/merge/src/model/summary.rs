@@ -1,0 +1,97 @@
+//! The step model's summary for people: `<model>.md` beside the policy, with each key's
+//! thresholds, the model against the check, and what the check changed.
+
+use std::fmt::Write;
+
+use fp8_policy::{Execution, threshold_words};
+
+use super::LayoutModel;
+
+/// The markdown summary of the layouts' models (the policy's thresholds are per layout, in the
+/// key's own tokens).
+pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
+    let mut s = format!(
+        "# {model}: the step model's policy\n\nMade by `fp8sel gen-policy --backend step` (docs/POLICY.md, \"From a model of the training step\"). \
+         Thresholds in the key's own tokens (routed tokens for experts); \"never\" keeps a key BF16.\n"
+    );
+    for l in layouts {
+        let i = &l.inputs;
+        let _ = write!(
+            s,
+            "\n## TP {} EP {} ETP {} ({} layers: {}; {} on {}, TE {})\n\n| key | groups | eager | graphed |\n|---|---|---:|---:|\n",
+            i.tp,
+            i.ep.unwrap_or(1),
+            i.etp.unwrap_or(i.tp),
+            i.layers,
+            i.layer_types.join(", "),
+            i.fp8_recipe,
+            i.device,
+            i.te_version
+        );
+        for (k, u) in l.units.iter().enumerate() {
+            let at = |e: Execution| {
+                l.thresholds.get(&e).map_or("-".to_owned(), |ts| {
+                    threshold_words(
+                        ts[k]
+                            .from
+                            .map_or(fp8_policy::NEVER, |f| f.saturating_mul(u.scale)),
+                    )
+                })
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                u.key,
+                u.groups.join(", "),
+                at(Execution::Eager),
+                at(Execution::Graphed)
+            );
+        }
+        let _ = write!(
+            s,
+            "\nThe model against whole steps (error = predicted / measured - 1; `cal`: a count the model was calibrated at):\n\n\
+             | execution | tokens | mode | FP8 groups | predicted ms | measured ms | error | / BF16 p50 (p10-p90) |\n|---|---:|---|---|---:|---:|---:|---|\n"
+        );
+        let mut rows: Vec<&super::CheckRow> = l.check.iter().collect();
+        rows.sort_by_key(|r| (r.execution, r.tokens, r.mode as u8));
+        for r in rows {
+            let mode = match r.mode {
+                fp8_report::step_inputs::StepMode::Bf16 => "all-BF16",
+                fp8_report::step_inputs::StepMode::Fp8 => "all-FP8",
+                fp8_report::step_inputs::StepMode::Plan => "plan",
+            };
+            let groups: Vec<&str> = r.fp8_groups.iter().map(String::as_str).collect();
+            let _ = writeln!(
+                s,
+                "| {} | {}{} | {mode} | {} | {:.3} | {:.3} | {:+.1}% | {:.3} ({:.3}-{:.3}) |",
+                r.execution,
+                r.tokens,
+                if r.calibrated { " cal" } else { "" },
+                if groups.is_empty() {
+                    "-".to_owned()
+                } else {
+                    groups.join(", ")
+                },
+                r.predicted_ms,
+                r.measured_ms,
+                100.0 * r.error,
+                r.vs_bf16.0,
+                r.vs_bf16.1,
+                r.vs_bf16.2
+            );
+        }
+        let off = l.check.iter().filter(|r| r.disagrees).count();
+        let _ = writeln!(
+            s,
+            "\n{off} of {} checked step(s) off the model by more than 3% and their noise.",
+            l.check.len()
+        );
+        for (e, t) in &l.guarded {
+            let _ = writeln!(
+                s,
+                "- {e} at {t}: a plan measured slower than BF16; its keys are FP8 only above {t}."
+            );
+        }
+    }
+    s
+}
