@@ -111,15 +111,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
             ("component", &first.component, &r.component),
             ("recipe", &first.recipe, &r.recipe),
         ] {
-            if a != b {
-                return Err(MergeError::Mixed {
-                    what,
-                    a: a.clone(),
-                    file_a: first.file.clone(),
-                    b: b.clone(),
-                    file_b: r.file.clone(),
-                });
-            }
+            agree(what, (a, &first.file), (b, &r.file))?;
         }
     }
     // Several layouts' sweeps of one execution meet here: their dense keys differ by TP; a
@@ -249,6 +241,25 @@ pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
         }
     }
     out
+}
+
+/// `a` (from `file_a`) and `b` (from `file_b`) must be the same `what`: the inputs of one policy
+/// are of one model, component and recipe.
+pub(crate) fn agree(
+    what: &'static str,
+    a: (&str, &Path),
+    b: (&str, &Path),
+) -> Result<(), MergeError> {
+    if a.0 == b.0 {
+        return Ok(());
+    }
+    Err(MergeError::Mixed {
+        what,
+        a: a.0.to_owned(),
+        file_a: a.1.to_path_buf(),
+        b: b.0.to_owned(),
+        file_b: b.1.to_path_buf(),
+    })
 }
 
 fn policy_err(file: &Path, e: PolicyError) -> MergeError {

@@ -24,15 +24,7 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
             ("model", &first.inputs.model_name, &l.inputs.model_name),
             ("recipe", &first.inputs.fp8_recipe, &l.inputs.fp8_recipe),
         ] {
-            if a != b {
-                return Err(MergeError::Mixed {
-                    what,
-                    a: a.clone(),
-                    file_a: first.file.clone(),
-                    b: b.clone(),
-                    file_b: l.file.clone(),
-                });
-            }
+            crate::step::agree(what, (a, &first.file), (b, &l.file))?;
         }
     }
     // (key, execution) -> threshold in the key's tokens (None: never FP8).
