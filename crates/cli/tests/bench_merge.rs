@@ -72,110 +72,31 @@ fn seed_environment_variables_drive_the_bench() {
 
 #[test]
 fn bench_input_errors_exit_2() {
-    for (args, want) in [
+    let base = [
+        "bench",
+        "--backend",
+        "model",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--report",
+        "/tmp/x.json",
+    ];
+    for (extra, want) in [
+        (&["--recipe", "fp4"][..], "alias current"),
         (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--recipe",
-                "fp4",
-            ],
-            "alias current",
-        ),
-        (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--recipe",
-                "blockwise",
-                "--fp8-format",
-                "hybrid",
-            ],
+            &["--recipe", "blockwise", "--fp8-format", "hybrid"],
             "E4M3 only",
         ),
         (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--recipe",
-                "current",
-                "--amax-history-len",
-                "16",
-            ],
+            &["--recipe", "current", "--amax-history-len", "16"],
             "--recipe delayed",
         ),
-        (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--precisions",
-                "fp16",
-            ],
-            "fp16",
-        ),
-        (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--shape-sweep",
-                "12xq",
-            ],
-            "shape-sweep",
-        ),
-        (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--device-profile",
-                "mi300",
-            ],
-            "mi300",
-        ),
-        (
-            vec![
-                "bench",
-                "--backend",
-                "model",
-                "--model",
-                "fixtures/models/qwen2_5_72b.yaml",
-                "--report",
-                "/tmp/x.json",
-                "--modules",
-                "nothing-matches",
-            ],
-            "nothing to measure",
-        ),
+        (&["--precisions", "fp16"], "fp16"),
+        (&["--shape-sweep", "12xq"], "shape-sweep"),
+        (&["--device-profile", "mi300"], "mi300"),
+        (&["--modules", "nothing-matches"], "nothing to measure"),
     ] {
+        let args = [&base[..], extra].concat();
         let o = fp8sel(&args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
         assert!(
@@ -379,6 +300,29 @@ fn bench_kernels_teaches_and_rejects_bad_flags() {
     );
 }
 
+/// A JSON file's value.
+fn read(p: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// Every rule of a policy with a `ub_name` level: `kind/ub/tp` and its `min_tokens`.
+fn rule_starts(v: &serde_json::Value) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    for (kind, ubs) in v["rules"].as_object().unwrap() {
+        if let Some(ubs) = ubs.as_object() {
+            for (ub, rules) in ubs {
+                for r in rules.as_array().unwrap() {
+                    out.push((
+                        format!("{kind}/{ub}/{}", r["tp"]),
+                        r["min_tokens"].as_u64().unwrap(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -412,9 +356,6 @@ fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
     assert!(merge(&[], &plain).status.success());
     let o = merge(&["--host-profile", "fixtures/host/example.json"], &host);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let read = |p: &std::path::Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-    };
     let (p, h) = (read(&plain), read(&host));
     assert!(
         h["provenance"]["host_profile"]
@@ -424,31 +365,15 @@ fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
     );
     // Host floors only ever delay FP8: every rule of the floored policy starts at or above the
     // plain one's (or is gone).
-    let starts = |v: &serde_json::Value| -> Vec<(String, u64)> {
-        let mut out = vec![];
-        for (kind, ubs) in v["rules"].as_object().unwrap() {
-            if let Some(ubs) = ubs.as_object() {
-                for (ub, rules) in ubs {
-                    for r in rules.as_array().unwrap() {
-                        out.push((
-                            format!("{kind}/{ub}/{}", r["tp"]),
-                            r["min_tokens"].as_u64().unwrap(),
-                        ));
-                    }
-                }
-            }
-        }
-        out
-    };
-    let hs = starts(&h);
-    for (k, t) in starts(&p) {
+    let hs = rule_starts(&h);
+    for (k, t) in rule_starts(&p) {
         if let Some((_, th)) = hs.iter().find(|(kk, _)| *kk == k) {
             assert!(*th >= t, "{k}: {th} < {t}");
         }
     }
     assert_ne!(
         hs,
-        starts(&p),
+        rule_starts(&p),
         "the example profile should move at least one rule"
     );
     // An eager trainer takes GPU-time reports only with a host profile (its model of the eager
@@ -472,7 +397,7 @@ fn merge_policy_applies_a_host_profile_and_refuses_a_bad_one() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let e = read(&eager);
-    assert_eq!(starts(&e), hs);
+    assert_eq!(rule_starts(&e), hs);
     assert_eq!(e["provenance"]["trainer"], "eager");
     let o = merge(
         &[

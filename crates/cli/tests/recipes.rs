@@ -115,7 +115,7 @@ fn the_recipe_and_its_options_reach_report_and_policy_and_do_not_mix() {
 }
 
 #[test]
-fn decide_explain_and_check_warn_a_trainer_on_another_recipe() {
+fn decide_warns_a_trainer_on_another_recipe() {
     let decide = |recipe: &str, json: bool| {
         let mut a = vec![
             "decide",
@@ -185,7 +185,11 @@ fn decide_explain_and_check_warn_a_trainer_on_another_recipe() {
         "{}",
         text(&o.stderr)
     );
-    // explain and check: the warning, in the text and in the JSON.
+}
+
+#[test]
+fn explain_and_check_warn_a_trainer_on_another_recipe() {
+    // The warning, in the text and in the JSON.
     let plan = |cmd: &str, recipe: &str| {
         fp8sel(
             &[

@@ -29,3 +29,36 @@ pub fn out(o: &Output) -> String {
 pub fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A path as the `&str` an argument list takes.
+pub fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// An estimated policy of Qwen2.5-72B at TP 1 (cost model, no GPU), written into `dir`.
+pub fn estimated_policy(dir: &std::path::Path) -> PathBuf {
+    let report = dir.join("r.json");
+    let o = fp8sel(&[
+        "bench",
+        "--backend",
+        "model",
+        "--quiet",
+        "--model",
+        "fixtures/models/qwen2_5_72b.yaml",
+        "--tp",
+        "1",
+        "--report",
+        s(&report),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let policy = dir.join("p.json");
+    let o = fp8sel(&[
+        "merge-policy",
+        "--reports",
+        s(&report),
+        "--output",
+        s(&policy),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    policy
+}
