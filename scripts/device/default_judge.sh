@@ -352,7 +352,7 @@ retune)  # the misses' remedy: thresholds from Megatron's own step, then judged 
   cp -r /tmp/dj/pol_l1 /tmp/dj/pol_q72 "$W/" 2>/dev/null  # the policies and the worker's JSON, even from a cut run
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
-retune2)  # the next queue after retune (RESULTS, "Tuned by Megatron's own step"), as rerun:
+retune2)  # the next queue after retune (git history of docs/RESULTS.md, "Tuned by Megatron's own step"), as rerun:
   # 1. The graph-pool fix (a ledger, since removed) on the row that ran out of memory:
   #    Qwen2.5-72B's Megatron oracle at 2048 and 4096, eager then graphed in one process, the
   #    reserved memory per captured pair kept (q72_pool_reserved.txt: flat if the fix holds).
@@ -410,7 +410,7 @@ PY
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7 (q72_judge_g only if moved):"
   ;;
-retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as rerun; the judge rows
+retune3)  # the next queue after retune2 (git history of docs/RESULTS.md, "The second retune"), as rerun; the judge rows
   # and the DeepSeek-V3 oracle first, the diagnostics (pool probe, out-of-memory retry) last
   O="--oracle greedy --oracle-repeats 7"
   queued megatron l1_judge_12288g 160 policies/llama3_2_1b.json --model fixtures/models/llama3_2_1b.yaml \
@@ -432,7 +432,7 @@ retune3)  # the next queue after retune2 (RESULTS, "The second retune"), as reru
   q72_retry
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
-retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept graph pool checked
+retune4)  # after retune3 (git history of docs/RESULTS.md, "The third retune"), as rerun: the kept graph pool checked
   # where the ledger failed, the folded defaults judged above their new thresholds
   O="--oracle greedy --oracle-repeats 7"
   AF8_POOL_PROBE=1 queued step q72_pool_kept 260 python3 -m adaptive_fp8.bench.step_bench --trainer megatron $O \
@@ -457,7 +457,7 @@ retune4)  # after retune3 (RESULTS, "The third retune"), as rerun: the kept grap
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
-retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3's recipe files
+retune5)  # after retune4 (git history of docs/RESULTS.md, "The fourth retune"), as rerun: DeepSeek-V3's recipe files
   # with the oracle one count per step (one count of its eleven-group oracle took over 200 s),
   # then the two Megatron steps that did not fit before, then (only where an oracle row did not
   # finish) the same files without the oracle: a verdict against BF16 and all-FP8
@@ -475,7 +475,7 @@ retune5)  # after retune4 (RESULTS, "The fourth retune"), as rerun: DeepSeek-V3'
   done
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done:"
   ;;
-retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed DeepSeek-V3 file at
+retune6)  # after retune5 (git history of docs/RESULTS.md, "The fifth retune"), as rerun: the delayed DeepSeek-V3 file at
   # eager 3072 with the oracle searching policy keys (its fc2 and the shared experts' fc2 now one
   # unit; retune5's oracle split them: the miss). Where its oracle keeps that key FP8, this run
   # replaces reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_eager_step.json (a count
@@ -498,7 +498,7 @@ retune6)  # after retune5 (RESULTS, "The fifth retune"), as rerun: the delayed D
   dsv3_eager_8192
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 9:"
   ;;
-retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-72B TP 8 and 4
+retune7)  # after retune6 (git history of docs/RESULTS.md, "The sixth retune"), as rerun. Its Qwen2.5-72B TP 8 and 4
   # sweeps of the default file ended at 4096, where the oracle still kept keys BF16 that pay
   # above (TP 8 eager fc1 0.910 x BF16 at 6144 unswept): folded alone, they turn those keys BF16
   # for good. The same sweeps above it, so both fold together; then the folded recipe files
@@ -521,7 +521,7 @@ retune7)  # after retune6 (RESULTS, "The sixth retune"), as rerun. Its Qwen2.5-7
   # for a key the default has FP8 below them.
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 6:"
   ;;
-retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds judged at counts
+retune8)  # after retune7 (git history of docs/RESULTS.md, "The seventh retune"), as rerun. Its folds judged at counts
   # they did not sweep (no oracle: the rows' minimum is BF16 and all-FP8), then the Qwen3-VL LLM's
   # graphed thresholds at TP 4 EP 16 (one rank's per-module GPU time; the standing misses at 1024
   # and 4096) with the oracle, to fold; then Qwen2.5-72B TP 8 eager 4096, where two runs disagree
@@ -551,7 +551,7 @@ retune8)  # after retune7 (RESULTS, "The seventh retune"), as rerun. Its folds j
   # keeps FP8 the keys the file has FP8 below it (sb3's 8192 kept qkv and experts.fc2 BF16, a tie).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 7:"
   ;;
-retune9)  # after retune8 (RESULTS, "The eighth retune"), as rerun. The sweeps' gaps where
+retune9)  # after retune8 (git history of docs/RESULTS.md, "The eighth retune"), as rerun. The sweeps' gaps where
   # retune8 measured all-FP8 faster than the folded file (BF16 there, FP8 from the next swept
   # count): the oracle there, to fold; then the two retune8 folds at counts they did not sweep.
   q72_recipe q72_tp4_2560 90 blockwise 2560 eager,graphed 4
@@ -570,8 +570,8 @@ retune9)  # after retune8 (RESULTS, "The eighth retune"), as rerun. The sweeps' 
   # reports/h200/step/deepseek_v3_tp8_ep64_etp1_graphed_gap_step.json.
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 5:"
   ;;
-retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds at counts no run
-  # swept (no oracle), then the standing misses (RESULTS, "Standing misses") with the oracle.
+retune10)  # after retune9 (git history of docs/RESULTS.md, "The eighth retune"), as rerun. Its folds at counts no run
+  # swept (no oracle), then the standing misses (docs/RESULTS.md, "Standing misses") with the oracle.
   q72_recipe q72_tp4_gaps 70 blockwise 2304,2816 eager,graphed 4 --oracle none
   q72_recipe q72_tp8_gaps 50 blockwise 4608,5632 eager 8 --oracle none
   queued step dsv3_tp8_gaps 90 python3 -m adaptive_fp8.bench.step_bench --oracle none \
@@ -586,7 +586,7 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   queued step dsv3_tp8_g2048 200 python3 -m adaptive_fp8.bench.step_bench --repeats 21 \
     --policy policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 8 --ep 64 --layers 2 \
     --tokens 2048 --execution graphed --json "$W/dsv3_tp8_g2048.json" --md "$W/dsv3_tp8_g2048.md"
-  # The layouts whose graphed thresholds are still per-module GPU time (RESULTS, "What the folds
+  # The layouts whose graphed thresholds are still per-module GPU time (git history of docs/RESULTS.md, "What the folds
   # say about the graphed proxy"), by the step with the oracle, as the time allows.
   queued step dsv3_tp4_graphed 260 python3 -m adaptive_fp8.bench.step_bench --policy policies/deepseek_v3.json \
     --model fixtures/models/deepseek_v3.yaml --tp 4 --ep 32 --layers 2 --tokens 1024,2048,4096 \
@@ -603,7 +603,7 @@ retune10)  # after retune9 (RESULTS, "The eighth retune"), as rerun. Its folds a
   # turn "never" where the file has them FP8 below it: check policies/<model>.md's list).
   ls "$W"/*.done 2>/dev/null | wc -l | xargs echo "done of 8:"
   ;;
-retune11)  # after retune10 (RESULTS, "The ninth retune"), as rerun. Its new folds between their
+retune11)  # after retune10 (git history of docs/RESULTS.md, "The ninth retune"), as rerun. Its new folds between their
   # swept counts (no oracle), then what it left: the ViT's graphed 16384 alone in 21 rounds with
   # the oracle (retune10 was cut before it), the delayed DeepSeek-V3 file at graphed 3072 in 21
   # rounds without the oracle (its graphed oracle ran out of memory), and DeepSeek-V3 at TP 2 EP 16

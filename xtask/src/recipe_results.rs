@@ -199,7 +199,11 @@ fn write_thresholds(runs: &Runs<'_>, s: &mut String) {
 /// One plot per module of the plotted layouts, the three recipes' curves on it.
 fn write_curves(runs: &Runs<'_>, s: &mut String, files: &mut Files) -> Result<(), String> {
     // Plots: one per module of the plotted layouts, the three recipes' curves on it.
-    let _ = writeln!(s, "### Curves\n");
+    let _ = write!(
+        s,
+        "### Curves\n\nEach recipe's speedup against tokens, per module:"
+    );
+    let mut sep = " ";
     for (model, file_suffix) in PLOTTED {
         let file = format!("{model}{file_suffix}");
         let mut by_module: BTreeMap<(GroupKey, String), Vec<Line>> = BTreeMap::new();
@@ -236,9 +240,11 @@ fn write_curves(runs: &Runs<'_>, s: &mut String, files: &mut Files) -> Result<()
                 key.kind
             );
             files.insert(rel.clone(), speedup_svg(&title, 1.0, &lines)?.into_bytes());
-            let _ = writeln!(s, "- [{title}](plots/recipes/{name}.svg)");
+            let _ = write!(s, "{sep}[{title}](plots/recipes/{name}.svg)");
+            sep = ", ";
         }
     }
+    let _ = writeln!(s, ".");
     Ok(())
 }
 

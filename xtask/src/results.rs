@@ -127,7 +127,6 @@ pub fn render(root: &Path) -> Result<String, String> {
         BTreeMap::new();
     let misses = section4_rows(root, &sweeps, &held, &opt, &mut policies_cache, &mut s)?;
     write_targets(&mut s, &misses);
-    density(root, &sweeps, &held, &policies_cache, &mut s)?;
     stability(root, &sweeps, &mut s)?;
     Ok(s)
 }
@@ -257,90 +256,12 @@ fn write_targets(s: &mut String, misses: &[String]) {
              next one; and with 10 timed steps a single slow step moves p10 or p90, so a sweep point with a \
              clear median win but a wide spread between its steps can fail the pessimistic \
              check and push the rule to the next point. Both err on the BF16 side, which is why \
-             no row is slower than BF16. Whether a denser sweep narrows the gap is measured in the next \
-             section. More timed steps per point (`--iters 30`), which \
+             no row is slower than BF16. A denser sweep (two points per doubling, tried once on the MoE \
+             scenarios; `git log -- reports/h200/dense2`) did not narrow it: more points are more \
+             chances for one noisy point to push a rule up. More timed steps per point (`--iters 30`), which \
              shrink the p10-p90 spread, were not tried.\n"
         );
     }
-}
-
-/// The MoE scenarios again, with policies from the denser sweeps in `dense2/`.
-/// `shipped` holds the policies the main table used, by config.
-fn density(
-    root: &Path,
-    sweeps: &[Report3],
-    held: &[Report3],
-    shipped: &BTreeMap<&str, BTreeMap<Role, fp8_policy::Policy>>,
-    s: &mut String,
-) -> Result<(), String> {
-    let dense = read_reports(&root.join("reports/h200/dense2"))?;
-    let opt = MergeOptions::default();
-    let _ = writeln!(
-        s,
-        "## Sweep density (experiment)\n\n\
-         The MoE policy sweeps were run again with two points per doubling of the token count \
-         (`bash scripts/device/sweeps.sh c`, reports in `reports/h200/dense2/`). Policies \
-         built from them (the ViT keeps its own sweep), evaluated on the same held-out sweeps; the \
-         shipped policies keep the powers-of-two sweeps.\n\n\
-         | scenario | tokens | adaptive / oracle, powers of two | adaptive / oracle, 2 per doubling | adaptive / BF16, 2 per doubling |\n|---|---|---|---|---|"
-    );
-    let (mut better, mut worse, mut rows) = (0, 0, 0);
-    let mut max_ab = 0.0f64;
-    for sc in SCENARIOS {
-        let model =
-            load_model(root.join("fixtures/models").join(sc.config)).map_err(|e| e.to_string())?;
-        let mine: Vec<&Report3> = dense
-            .iter()
-            .filter(|r| r.1.provenance.model == model.name)
-            .collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let covered: std::collections::BTreeSet<&str> = mine
-            .iter()
-            .flat_map(|r| r.1.points.iter().map(|p| p.component.as_str()))
-            .collect();
-        let mut dense_set = mine.clone();
-        dense_set.extend(sweeps.iter().filter(|r| {
-            r.1.provenance.model == model.name
-                && r.1
-                    .points
-                    .iter()
-                    .all(|p| !covered.contains(p.component.as_str()))
-        }));
-        let pol_dense = build_model(&model, &dense_set, &opt)?.policies;
-        let pol_base = shipped
-            .get(sc.config)
-            .ok_or_else(|| format!("{}: no policies from the main table", sc.config))?;
-        let index = PointIndex::new(heldout_points(held, sc));
-        for &t in sc.tokens {
-            let a = step_times(&model, sc.parallel, t, pol_base, &index, sc.roles);
-            let b = step_times(&model, sc.parallel, t, &pol_dense, &index, sc.roles);
-            let (oa, ob) = (a.oracle / a.adaptive, b.oracle / b.adaptive);
-            rows += 1;
-            if ob > oa + 1e-4 {
-                better += 1;
-            } else if ob < oa - 1e-4 {
-                worse += 1;
-            }
-            max_ab = max_ab.max(b.adaptive / b.bf16);
-            let _ = writeln!(
-                s,
-                "| {} | {t} | {oa:.3} | {ob:.3} | {:.3} |",
-                sc.title,
-                b.adaptive / b.bf16
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "\nThe denser sweep improves the oracle ratio in {better} of {rows} rows and lowers it in {worse}. \
-         Predicted: rules would start closer to where FP8 starts to win. Observed: with every point \
-         above `min_tokens` required to clear the bar, more points are more chances for one noisy or \
-         genuinely losing point to push a rule up, or to remove it. The largest adaptive / BF16 time \
-         with the denser policies is {max_ab:.3}.\n"
-    );
-    Ok(())
 }
 
 fn stability(root: &Path, sweeps: &[Report3], s: &mut String) -> Result<(), String> {

@@ -28,6 +28,17 @@ fn results_are_up_to_date_with_the_committed_reports() {
 }
 
 #[test]
+fn results_hold_the_current_results_only() {
+    // The current results with their commands; their history is in git.
+    let text = std::fs::read_to_string(root().join("docs/RESULTS.md")).unwrap_or_default();
+    let n = text.lines().count();
+    assert!(
+        (1..=600).contains(&n),
+        "docs/RESULTS.md is {n} lines (at most 600): keep the current results, leave history to git"
+    );
+}
+
+#[test]
 fn every_recipes_default_serves_both_executions() {
     // Blockwise, tensorwise and delayed: min_tokens for eager trainers from an eager objective,
     // min_tokens_graphed from GPU time, both named in provenance.

@@ -95,7 +95,7 @@ fn te_policies(models: &[PathBuf], dir: &Path) -> Result<Files, String> {
     let reports = crate::build::read_reports(dir)?;
     // A TP size measured over a real TP group (te_tp, `provenance.tp_comm`) is decided by that
     // report, not by one rank alone: the TP 2 step with communication judged both
-    // (docs/RESULTS.md, "TP 2 with communication, end to end").
+    // (docs/RESULTS.md, "TP 2 with communication vs one rank alone").
     let comm: std::collections::BTreeSet<(&str, u32)> = reports
         .iter()
         .filter(|(_, r, _)| r.provenance.tp_comm)

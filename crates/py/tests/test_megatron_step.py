@@ -336,7 +336,7 @@ def test_the_judge_reads_precision_and_class_of_te_modules_only():
 
 def test_a_graphed_release_deletes_megatrons_graphs_before_freeing_the_models(monkeypatch):
     # Megatron's own delete, pool and all: keeping its pool for the next captures broke the
-    # second capture on the H200 (RESULTS, "The fourth retune").
+    # second capture on the H200 (tried on the H200).
     import sys
 
     calls = []

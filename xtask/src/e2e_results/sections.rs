@@ -1,66 +1,7 @@
-//! The end-to-end section's plots and its sections on gradient accumulation, the host-and-GPU
-//! combination and the TP group (split from `e2e_results` by concern).
+//! The end-to-end section's parts: gradient accumulation, the host-and-GPU combination and the
+//! TP group (split from `e2e_results` by concern).
 
 use super::*;
-
-/// One plot per execution: each mode's speedup over BF16 (BF16 / mode, so above 1 is faster)
-/// against tokens, with the p10-p90 band of the paired rounds; a mode's points come from the first
-/// run of the scenario that has them.
-pub(super) fn plots(root: &Path, sc: &Scenario) -> Result<Vec<(String, String)>, String> {
-    let mut by_exec: BTreeMap<String, BTreeMap<String, Line>> = BTreeMap::new();
-    for rel in sc.files.iter().map(String::as_str) {
-        let v = read_run(root, rel)?;
-        for row in &v.results {
-            let exec = row.execution.as_deref().unwrap_or("eager").to_owned();
-            let tokens = row.tokens();
-            for (name, m) in &row.modes {
-                if name == "bf16" {
-                    continue;
-                }
-                let label = if name.starts_with("policy:") {
-                    policy_label(name, rel).to_owned()
-                } else {
-                    format!("all-{}", name.to_uppercase()).replace("all-ORACLE", "oracle")
-                };
-                let line = by_exec
-                    .entry(exec.clone())
-                    .or_default()
-                    .entry(label.clone())
-                    .or_insert(Line {
-                        label,
-                        points: Vec::new(),
-                        band: Vec::new(),
-                        min_tokens: None,
-                    });
-                if line.points.iter().any(|p| p.0 == tokens) {
-                    continue;
-                }
-                let med = m.median();
-                if !med.is_finite() || med <= 0.0 {
-                    continue;
-                }
-                line.points.push((tokens, 1.0 / med));
-                let (lo, hi) = m.band();
-                if lo.is_finite() && hi.is_finite() && lo > 0.0 {
-                    line.band.push((tokens, 1.0 / hi, 1.0 / lo));
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for (exec, lines) in by_exec {
-        let lines = sorted_lines(lines.into_values());
-        let title = format!("{}, {exec}", sc.what.split(" (").next().unwrap_or(&sc.what));
-        let chart = Chart {
-            x_desc: "tokens per sequence (log scale)",
-            y_desc: "step speedup over all-BF16 (BF16 ms / mode ms)",
-            threshold_label: "all-BF16 =",
-            rules: false,
-        };
-        out.push((exec, chart_svg(&title, 1.0, &lines, &chart)?));
-    }
-    Ok(out)
-}
 
 /// Lines in token order; a band that misses some point is dropped (the chart draws none rather
 /// than a wrong one).

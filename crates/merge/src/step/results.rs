@@ -89,7 +89,7 @@ fn format_err(file: &Path, message: impl Into<String>) -> MergeError {
 /// against it is above 1): then that reference's groups.
 /// The search decides each trial on a few early-stopped pairs and keeps the fewer-FP8 side of a
 /// tie, so it can settle short of all-FP8 where the rounds, more of them and interleaved, measure
-/// all-FP8 faster (docs/RESULTS.md, "The sixth retune"). Only where the step builds every mode
+/// all-FP8 faster (measured on the H200 in a retune; git history of docs/RESULTS.md). Only where the step builds every mode
 /// from its groups alone (`same_program`: the TE blocks); in the Megatron judge `fp8` is
 /// Megatron's own global FP8, another program than the oracle's per-module one with every
 /// group FP8. `None` where the row has no oracle.
@@ -384,7 +384,7 @@ pub struct FailedCount {
 
 impl FailedCount {
     /// Whether the GPU ran out of memory there. In one process the Megatron judge's graphed
-    /// counts leave memory behind (docs/RESULTS.md, "The second retune"): a count that ran out
+    /// counts leave memory behind (measured on the H200: Qwen2.5-72B graphed 4096 after 2048): a count that ran out
     /// after others may finish alone in a fresh process.
     pub fn out_of_memory(&self) -> bool {
         self.error.starts_with("OutOfMemoryError") || self.error.contains("out of memory")

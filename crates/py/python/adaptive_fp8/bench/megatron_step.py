@@ -283,7 +283,7 @@ class Judge:
             from megatron.core.transformer import cuda_graphs
 
             # Megatron's own delete, which drops its pool too: keeping that pool for the next
-            # captures (tried on the H200, docs/RESULTS.md "The fourth retune") made the second
+            # captures (tried on the H200; git history of docs/RESULTS.md) made the second
             # capture in the process fail (cudaErrorStreamCaptureInvalidated). A count that runs
             # out of memory in freed pools is timed again in a fresh worker by gen-policy.
             cuda_graphs.delete_cuda_graphs()

@@ -3,9 +3,8 @@ count's graphs: the live blocks of every private pool, matched to the Python ten
 storage lies in them, summed by what the tensor is and what refers to it.
 
 Why: after ``delete_cuda_graphs()`` and a graph-pool ledger (since replaced), Qwen2.5-72B's
-graphed oracle still ran out of memory with 93.7 GiB in private pools (docs/RESULTS.md, "The
-second retune"). Its first run on the H200 found no live block in any pool after a release
-("The third retune"): the memory was pools kept with free blocks, which the reserved bytes per
+graphed oracle still ran out of memory with 93.7 GiB in private pools on the H200. Its first run there found no live block in any pool after a
+release: the memory was pools kept with free blocks, which the reserved bytes per
 pool now show. Set ``AF8_POOL_PROBE=1``
 and the judge prints this summary to stderr after each release. The matching is pure (the CPU
 tests run it); ``report`` reads the allocator's snapshot and the garbage collector's objects."""
