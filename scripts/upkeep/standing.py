@@ -9,7 +9,7 @@ execution. For every row of a shipped model this names those groups, the mode th
 (or none: not measured), its figures, and whether they miss the target (slower than BF16 beyond
 the band, or over 1.01 x the fastest of BF16, all-FP8 and the oracle): a miss measured then that
 today's file still makes stands named. A run a default was folded from (a committed step result,
-or the file a backfilled one was made from) is left out (a test checks it), so each row is a
+or the file a copied one was made from) is left out (a test checks it), so each row is a
 separate measurement, though some of its counts are
 ones a sweep also timed. ``docs/device-logs/trainer_loop/standing.json`` is this
 module's output; a test checks it is current, and ``cargo xtask results`` renders it
@@ -92,15 +92,15 @@ def figures(row: dict, mode: str) -> dict:
 
 def folded_digests(root: Path) -> set[str]:
     """The contents of every committed step result (``reports/**/*_step.json``) and of the files
-    a backfilled one was made from (its ``backfilled_from``): the runs the defaults were folded
-    from, which this reading leaves out."""
+    one was copied from (its ``copied_from``, a repository path): the runs the defaults were
+    folded from, which this reading leaves out."""
     out = set()
     for p in (root / "reports").rglob("*_step.json"):
         data = p.read_bytes()
         out.add(hashlib.sha256(data).hexdigest())
-        source = json.loads(data).get("backfilled_from")
-        if isinstance(source, str):
-            out.add(source)
+        source = json.loads(data).get("copied_from")
+        if isinstance(source, str) and (root / source).is_file():
+            out.add(hashlib.sha256((root / source).read_bytes()).hexdigest())
     return out
 
 
@@ -117,8 +117,8 @@ def layout_of(header: dict) -> str:
 
 def judge_runs(root: Path, folded: set[str] | None = None) -> list[tuple[str, dict]]:
     """The retunes' TE-block judge runs of shipped models, as ``(path under docs/device-logs,
-    header)``: step_bench files (``layer_types``, no ``trainer``: the Megatron judge's modes are
-    two integrations, separate programs, so today's groups cannot be read off one of them), not
+    header)``: step_bench files of the TE blocks (``trainer`` ``te``: the Megatron judge's modes
+    are two integrations, separate programs, so today's groups cannot be read off one of them), not
     a sweep's output (``reports/``) nor a committed step result's copy."""
     folded = folded_digests(root) if folded is None else folded
     base = root / JUDGE_RUNS
@@ -131,7 +131,7 @@ def judge_runs(root: Path, folded: set[str] | None = None) -> list[tuple[str, di
         if hashlib.sha256(data).hexdigest() in folded:
             continue
         header = json.loads(data)
-        if not isinstance(header, dict) or "layer_types" not in header or "trainer" in header or header.get("tp_comm"):
+        if not isinstance(header, dict) or header.get("trainer") != "te" or "layer_types" not in header or header.get("tp_comm"):
             continue
         if shipped_policy(root, header) is not None:
             out.append((rel.as_posix(), header))

@@ -174,13 +174,12 @@ fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_m
         .unwrap(),
     )
     .unwrap();
-    let argv: Vec<&str> = judged["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
-    let argv = argv.join(" ");
+    assert_eq!(judged["format"], "adaptive-fp8-step-results");
+    let argv = std::fs::read_to_string(
+        dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_judge_eager_step.json.argv"),
+    )
+    .unwrap();
     assert!(
         argv.contains("--trainer megatron")
             && argv.contains("--oracle none --policy")

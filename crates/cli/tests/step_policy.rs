@@ -11,16 +11,30 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+/// One mode's figures in step_bench's format (a tie with BF16), FP8 in `groups`.
+fn mode(groups: &[&str]) -> serde_json::Value {
+    json!({"fp8_groups": groups, "ms_median": 10.0, "ms_p10": 9.7, "ms_p90": 10.3,
+           "vs_bf16_median": 1.0, "vs_bf16_p10": 0.97, "vs_bf16_p90": 1.03, "verdict_vs_bf16": "tie",
+           "vs_best_of_bf16_fp8": 1.0})
+}
+
 /// Results in step_bench's format: Llama-3.2-1B at TP 1, the oracle's FP8 groups per count.
 /// Eager: fc1/fc2 from 4096, qkv only at 16384 (lost at 8192), proj never. Graphed: every group
 /// from 1024 but proj from 2048.
 fn results(dir: &Path) -> PathBuf {
     let key =
         |kind: &str, ub: &str| json!({"key": {"kind": kind, "ub_name": ub, "tp": 1}, "scale": 1});
-    let row = |execution: &str, tokens: u64, groups: &[&str]| json!({"tokens": tokens, "execution": execution, "modes": {"oracle": {"fp8_groups": groups}}});
+    let row = |execution: &str, tokens: u64, groups: &[&str]| {
+        let all = ["qkv", "proj", "fc1", "fc2"];
+        json!({"tokens": tokens, "execution": execution,
+               "modes": {"bf16": mode(&[]), "fp8": mode(&all), "oracle": mode(groups)},
+               "verdict": {"fp8_groups": groups, "by": "oracle"}})
+    };
     let v = json!({
+        "format": "adaptive-fp8-step-results", "version": 1, "trainer": "te",
         "model": "fixtures/models/llama3_2_1b.yaml", "model_name": "llama3_2_1b", "component": "llm",
-        "tp": 1, "layer_types": ["dense", "dense"], "grad_accum": 1, "recipe": "Float8BlockScaling()",
+        "tp": 1, "layers": 2, "layer_types": ["dense", "dense"], "steps": 5, "repeats": 7,
+        "execution": "eager,graphed", "grad_accum": 1, "recipe": "Float8BlockScaling()",
         "fp8_recipe": "blockwise", "device": "NVIDIA H200", "te_version": "2.20.2", "complete": true,
         "group_keys": {"qkv": key("layernorm_column", "qkv"), "proj": key("row", "proj"),
                        "fc1": key("layernorm_column", "fc1"), "fc2": key("row", "fc2")},
@@ -122,7 +136,7 @@ fn the_step_sets_both_thresholds() {
 }
 
 #[test]
-fn results_without_keys_or_oracle_are_refused_with_the_fix() {
+fn untyped_results_or_rows_without_a_verdict_are_refused_with_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("old.json");
     std::fs::write(&f, r#"{"results": [{"tokens": 1024, "modes": {}}]}"#).unwrap();
@@ -136,15 +150,19 @@ fn results_without_keys_or_oracle_are_refused_with_the_fix() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        err(&o).contains("no `group_keys`") && err(&o).contains("re-run"),
+        err(&o).contains("old.json")
+            && err(&o).contains("format")
+            && err(&o).contains("step_bench --json"),
         "{}",
         err(&o)
     );
-    std::fs::write(
-        &f,
-        r#"{"group_keys": {"fc2": {"key": {"kind": "row", "ub_name": "fc2", "tp": 1}}}, "results": [{"tokens": 1024, "execution": "eager", "modes": {"bf16": {}}}]}"#,
-    )
-    .unwrap();
+    // Typed results whose rows carry no verdict (a judge run without the oracle).
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results(dir.path())).unwrap()).unwrap();
+    for r in v["results"].as_array_mut().unwrap() {
+        r.as_object_mut().unwrap().remove("verdict");
+    }
+    std::fs::write(&f, v.to_string()).unwrap();
     let o = fp8sel(&[
         "merge-policy",
         "--step",

@@ -319,8 +319,8 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
         prov.thresholds.insert(
             field.to_owned(),
             format!(
-                "the training step's per-group oracle (in a run that timed none, its fastest \
-                 mode: provenance.step.runs[].info.verdict_without_oracle) for the {} key(s) it \
+                "the training step's verdicts (its per-group oracle, or the mode its rounds \
+                 measured faster: provenance.step.runs[].overruled) for the {} key(s) it \
                  measured, in the executions and up to the counts it swept (provenance.step); \
                  elsewhere ({kept} rule(s)): {rest}",
                 mine.len()

@@ -48,8 +48,9 @@ pub fn midpoint(lo: u64, hi: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step::{GroupKey, StepCount};
+    use crate::step::{GroupKey, StepCount, StepLayers, StepSetup};
     use fp8_policy::{DenseKind, RuleKey};
+    use fp8_report::step_results::StepTrainer;
     use std::path::PathBuf;
 
     fn key(ub: &str) -> RuleKey {
@@ -57,6 +58,19 @@ mod tests {
             kind: DenseKind::Row,
             ub_name: ub.to_owned(),
             tp: 1,
+        }
+    }
+
+    fn setup(trainer: StepTrainer) -> StepSetup {
+        StepSetup {
+            trainer,
+            layers: StepLayers::Count(2),
+            grad_accum: 1,
+            recipe: "Float8BlockScaling".into(),
+            te_version: "2.20.2".into(),
+            megatron_core_version: None,
+            tp: 1,
+            tp_comm: false,
         }
     }
 
@@ -89,7 +103,9 @@ mod tests {
             component: "llm".into(),
             device: "d".into(),
             recipe: "blockwise".into(),
-            info: serde_json::Value::Null,
+            setup: setup(StepTrainer::Te),
+            complete: true,
+            copied_from: None,
         }
     }
 
@@ -153,39 +169,31 @@ mod tests {
 
     #[test]
     fn only_runs_of_the_same_step_are_one_sweep() {
-        let with = |info: serde_json::Value, file: &str| StepRun {
-            info,
+        let with = |trainer, file: &str, complete: bool, copied_from: Option<&str>| StepRun {
+            setup: setup(trainer),
             file: PathBuf::from(file),
+            complete,
+            copied_from: copied_from.map(str::to_owned),
             ..run(Execution::Eager, &[2896], &[("fc1", 2800)])
         };
-        let a = with(
-            serde_json::json!({"trainer": "te", "layers": 2, "file": "a.json"}),
-            "a.json",
-        );
-        let b = with(
-            serde_json::json!({"trainer": "te", "layers": 2, "file": "b.json"}),
-            "b.json",
-        );
-        let c = with(
-            serde_json::json!({"trainer": "megatron", "layers": 2, "file": "c.json"}),
-            "c.json",
-        );
-        // Keys backfilled into an older file: the same step, one sweep with a new run of it.
-        let backfilled = with(
-            serde_json::json!({"trainer": "te", "layers": 2, "file": "d.json", "backfilled_from": "ab12"}),
-            "d.json",
-        );
-        // A run without the oracle, its rows read by their fastest mode (each count says which
-        // in `overruled_by`): the same step timed, one sweep with the oracle's runs.
-        let fastest = with(
-            serde_json::json!({"trainer": "te", "layers": 2, "file": "e.json",
-                "backfilled_from": "cd34", "verdict_without_oracle": "fastest_mode"}),
-            "e.json",
-        );
+        let a = with(StepTrainer::Te, "a.json", true, None);
+        let b = with(StepTrainer::Te, "b.json", true, None);
+        let c = with(StepTrainer::Megatron, "c.json", true, None);
+        // A run cut by its time limit, and rows copied from an older file: the same step timed,
+        // one sweep with the others (where a file came from is not what was timed).
+        let cut = with(StepTrainer::Te, "d.json", false, None);
+        let copied = with(StepTrainer::Te, "e.json", true, Some("ab12"));
         assert_eq!(joined(&[a.clone(), b]).len(), 1);
-        assert_eq!(joined(&[a.clone(), backfilled]).len(), 1);
-        assert_eq!(joined(&[a.clone(), fastest]).len(), 1);
-        assert_eq!(joined(&[a, c]).len(), 2);
+        assert_eq!(joined(&[a.clone(), cut]).len(), 1);
+        assert_eq!(joined(&[a.clone(), copied]).len(), 1);
+        assert_eq!(joined(&[a.clone(), c]).len(), 2);
+        let mut other = a.clone();
+        other.setup.grad_accum = 4;
+        assert_eq!(
+            joined(&[a, other]).len(),
+            2,
+            "another step: four micro-batches"
+        );
     }
 
     proptest::proptest! {

@@ -22,8 +22,8 @@ use crate::error::MergeError;
 
 mod results;
 pub use results::{
-    FailedCount, GroupKey, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepRun, failed_counts,
-    judged_policies, parse_results,
+    FailedCount, GroupKey, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepLayers, StepRun, StepSetup,
+    failed_counts, judged_policies, parse_results,
 };
 
 /// One key's threshold and the verdicts it came from.
@@ -194,7 +194,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
     prov.eager_source = Some(fp8_policy::EagerSource::Step);
     prov.step = Some(json!({
         "runs": runs.iter().map(|r| json!({"execution": r.execution.name(), "counts": r.counts.iter().map(|c| c.tokens).collect::<Vec<_>>(),
-            "overruled": overruled(r), "info": r.info})).collect::<Vec<_>>(),
+            "overruled": overruled(r), "info": r.info()})).collect::<Vec<_>>(),
         "verdicts": verdicts,
     }));
     policy.set_provenance(prov);
@@ -211,30 +211,16 @@ fn overruled(run: &StepRun) -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// One sweep per layout and execution: the runs of one layout (their groups map to the same
-/// keys), execution and step (trainer, layers, micro-batches, versions: `info` but the file,
-/// whether the run finished and how its verdicts were read), from several files (a sweep, its
-/// refinements, a count timed alone after a run cut by its time limit), with their counts
-/// together, so a threshold is read over every count the step was timed at.
+/// keys), execution and step ([`StepSetup`]: trainer, layers, micro-batches, recipe, versions),
+/// from several files (a sweep, its refinements, a count timed alone after a run cut by its time
+/// limit), with their counts together, so a threshold is read over every count the step was
+/// timed at.
 pub fn joined(runs: &[StepRun]) -> Vec<StepRun> {
-    let step = |r: &StepRun| {
-        let mut info = r.info.clone();
-        if let Some(m) = info.as_object_mut() {
-            // Where the results came from, not what was timed: a cut run's finished counts are
-            // the same step's verdicts as a finished run's, and an older file whose keys were
-            // backfilled from the plan timed the same step as a new run of it; a run without the
-            // oracle timed the same step too (its counts say which mode is each verdict).
-            m.remove("file");
-            m.remove("complete");
-            m.remove("backfilled_from");
-            m.remove(results::VERDICT_WITHOUT_ORACLE);
-        }
-        info
-    };
     let mut out: Vec<StepRun> = Vec::new();
     for r in runs {
         match out
             .iter_mut()
-            .find(|o| o.execution == r.execution && o.groups == r.groups && step(o) == step(r))
+            .find(|o| o.execution == r.execution && o.groups == r.groups && o.setup == r.setup)
         {
             Some(o) => o.counts.extend(r.counts.iter().cloned()),
             None => out.push(r.clone()),

@@ -93,9 +93,12 @@ def test_the_oracle_finds_the_group_that_pays_and_the_merge_reads_it(root, tmp_p
         assert builds.count("build hook eager []") == 1
         assert judge.calls[:fixed].count("drop") >= sum(1 for t in row["oracle_trials"] if t["search"] != "final")
     # The step merge turns the Megatron worker's results into rules.
-    out = {"model": args.model, "model_name": "llama3_2_1b", "component": "llm", "group_keys": keys, "trainer": "megatron",
-           "tp": 1, "grad_accum": 1, "recipe": "Float8BlockScaling", "fp8_recipe": "blockwise", "device": "fake", "te_version": "fake",
-           "complete": True, "results": [row]}
+    from adaptive_fp8.bench.step_common import results_document
+
+    header = {"model": args.model, "model_name": "llama3_2_1b", "component": "llm", "group_keys": keys, "trainer": "megatron",
+              "tp": 1, "layers": 2, "steps": 1, "repeats": 2, "execution": execution, "grad_accum": 1,
+              "recipe": "Float8BlockScaling", "fp8_recipe": "blockwise", "device": "fake", "te_version": "fake", "complete": True}
+    out = results_document(header, [row], te_blocks=False)
     res = tmp_path / "r.json"
     res.write_text(json.dumps(out))
     pol = tmp_path / "p.json"

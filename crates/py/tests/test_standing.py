@@ -80,8 +80,8 @@ def test_no_run_read_here_is_a_step_result_the_defaults_were_folded_from(root):
 
     folded = {digest(p) for p in (root / "reports").rglob("*_step.json")}
     assert folded, "no step results found under reports/"
-    sources = {json.loads(p.read_text()).get("backfilled_from") for p in (root / "reports").rglob("*_step.json")}
-    folded |= sources - {None}
+    sources = {json.loads(p.read_text()).get("copied_from") for p in (root / "reports").rglob("*_step.json")}
+    folded |= {digest(root / s) for s in sources - {None}}
     assert folded == st.folded_digests(root)
     runs = root / "docs/device-logs/trainer_loop"
     read = {r["file"] for r in st.standing(root)["rows"] if r["scenario"] != "Default judge"}

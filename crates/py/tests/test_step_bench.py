@@ -314,7 +314,7 @@ def _torch():
 
 
 @pytest.mark.parametrize("model,extra", [("mla_moe", ["--dense-layers", "1", "--ep", "2"]), ("gqa_moe", ["--execution", "eager,graphed", "--grad-accum", "3"])])
-def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra):
+def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra, root):
     torch = _torch()
     import json as _json
 
@@ -329,6 +329,11 @@ def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra):
     logs = []
     out = sb.run(args, log=lambda *a, **k: logs.append(a), te=fake_te, device="cpu")
     assert all("error" not in r for r in out["results"]), out["results"]
+    # The writer's document is the one the Rust reader reads: its schema, each row's verdict.
+    from schema_check import check, schema
+
+    check(out, *schema(root, "adaptive-fp8-step-results.v1.schema.json"))
+    assert all(r["verdict"]["by"] in ("oracle", "bf16", "fp8") for r in out["results"])
     row = out["results"][0]
     assert set(row["modes"]) == {"bf16", "fp8", "oracle"}
     assert row["modes"]["bf16"]["fp8_groups"] == []
@@ -519,3 +524,69 @@ def test_every_tool_takes_the_recipe_names_of_one_list():
     assert list(choices(te_tp.parser())) == [r for r in RECIPES if r != "mxfp8"]
     # Each name builds the TE class it maps to.
     assert all(recipe_spec({"recipe": r})[0] == RECIPE_CLASSES[r] for r in RECIPES)
+
+
+# -- the results document: each row's verdict as measured, against the reader's schema ----------
+
+from adaptive_fp8.bench.step_common import results_document, row_verdict  # noqa: E402
+from schema_check import check as check_schema, schema as load_schema  # noqa: E402
+
+
+def _mode(groups, ratio=1.0, **extra):
+    return {"fp8_groups": groups, "ms_median": 10.0 * ratio, "ms_p10": 9.8 * ratio, "ms_p90": 10.2 * ratio,
+            "vs_bf16_median": ratio, "vs_bf16_p10": ratio - 0.02, "vs_bf16_p90": ratio + 0.02,
+            "verdict_vs_bf16": "tie", "vs_best_of_bf16_fp8": ratio, **extra}
+
+
+def _row(oracle, **policies):
+    modes = {"bf16": _mode([]), "fp8": _mode(["fc1", "fc2", "qkv"], 0.95), "oracle": oracle, **policies}
+    return {"tokens": 3072, "execution": "eager", "modes": modes}
+
+
+def test_a_reference_or_policy_faster_than_the_oracle_beyond_the_noise_is_the_verdict():
+    beaten = _mode(["fc1"], vs_min_of="fp8", vs_min_median=1.02, vs_min_p10=1.011, vs_min_p90=1.031)
+    assert row_verdict(_row(beaten), True) == {"fp8_groups": ["fc1", "fc2", "qkv"], "by": "fp8"}
+    by_bf16 = _mode(["fc1"], vs_min_of="bf16", vs_min_median=1.03, vs_min_p10=1.02, vs_min_p90=1.04)
+    assert row_verdict(_row(by_bf16), True) == {"fp8_groups": [], "by": "bf16"}
+    # Within the noise (the band reaches 1), or the oracle itself the fastest: the search's.
+    tie = _mode(["fc1"], vs_min_of="fp8", vs_min_median=1.01, vs_min_p10=0.992, vs_min_p90=1.045)
+    assert row_verdict(_row(tie), True) == {"fp8_groups": ["fc1"], "by": "oracle"}
+    # In the Megatron judge `fp8` is Megatron's global FP8: not the oracle's program.
+    assert row_verdict(_row(beaten), False) == {"fp8_groups": ["fc1"], "by": "oracle"}
+    # A policy measured ahead of every reference beyond the noise: the fastest such.
+    oracle = _mode(["fc1"], vs_min_of="oracle", vs_min_median=1.0, vs_min_p10=1.0, vs_min_p90=1.0)
+    a = _mode(["qkv"], 0.9, vs_min_of="oracle", vs_min_median=0.974, vs_min_p10=0.95, vs_min_p90=0.997)
+    b = _mode(["fc1"], 0.9, vs_min_of="oracle", vs_min_median=0.970, vs_min_p10=0.94, vs_min_p90=1.004)
+    assert row_verdict(_row(oracle, **{"policy:a.json": a, "policy:b.json": b}), True) == {"fp8_groups": ["qkv"], "by": "policy:a.json"}
+    # No oracle (a judge run), or a failed count: no verdict.
+    row = _row(oracle)
+    del row["modes"]["oracle"]
+    assert row_verdict(row, True) is None
+    assert row_verdict({"tokens": 1024, "execution": "eager", "error": "RuntimeError: x"}, True) is None
+
+
+def _results():
+    header = {"model": "m.yaml", "model_name": "m", "component": "llm", "trainer": "te", "recipe": "Float8BlockScaling",
+              "fp8_recipe": "blockwise", "device": "cpu", "te_version": "stand-in", "tp": 1, "layers": 2,
+              "layer_types": ["dense", "dense"], "steps": 1, "repeats": 2, "execution": "eager", "grad_accum": 1,
+              "oracle_repeats": 2, "notes": [], "complete": True,
+              "group_keys": {"fc1": {"key": {"kind": "layernorm_column", "ub_name": "fc1", "tp": 1}, "scale": 1}}}
+    oracle = _mode(["fc1"], vs_min_of="oracle", vs_min_median=1.0, vs_min_p10=1.0, vs_min_p90=1.0)
+    rows = [dict(_row(oracle), oracle_trials=[{"search": "up", "group": "fc1", "ratio_median": 0.97, "ratio_p10": 0.95,
+                                              "ratio_p90": 0.99, "kept": True, "pairs": 3}]),
+            {"tokens": 4096, "execution": "eager", "error": "OutOfMemoryError: CUDA out of memory."}]
+    return results_document(header, rows, te_blocks=True)
+
+
+def test_the_results_match_the_readers_schema_and_a_planted_field_fails(root):
+    schema, defs = load_schema(root, "adaptive-fp8-step-results.v1.schema.json")
+    doc = _results()
+    check_schema(doc, schema, defs)
+    assert doc["format"] == "adaptive-fp8-step-results" and doc["results"][0]["verdict"]["by"] == "oracle"
+    assert "verdict" not in doc["results"][1]
+    for plant in (lambda d: d.update(argv=["x"]), lambda d: d["results"][0]["modes"]["bf16"].update(ahead=True),
+                  lambda d: d["results"][0]["verdict"].update(why="x"), lambda d: d["results"][0].pop("execution")):
+        d = _results()
+        plant(d)
+        with pytest.raises(ValueError):
+            check_schema(d, schema, defs)

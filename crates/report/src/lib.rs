@@ -6,6 +6,8 @@
 //! - [`PointId`]: the one identity of a point, used by the sweep, shards, `--resume` and the
 //!   merge's coverage check;
 //! - [`step_inputs`]: the step model's measurements (module groups alone, whole steps), typed;
+//! - [`step_results`]: the step benchmark's results (every mode's rounds, each row's verdict),
+//!   typed;
 //! - [`read`] / [`parse`] (bounded, checked: positive ordered timings, sizes of at least 1) and
 //!   [`write`] (atomic).
 //!
@@ -16,6 +18,7 @@ mod point_id;
 mod read;
 mod report;
 pub mod step_inputs;
+pub mod step_results;
 
 pub use point_id::{BadPointId, PointId, sweep_digest};
 pub use read::{

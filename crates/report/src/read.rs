@@ -20,6 +20,9 @@ pub enum ReportErrorKind {
     NotJson(String),
     /// JSON, but not our report (or a version we do not read).
     Format(String),
+    /// A document of another of our formats (the step model's inputs, the step benchmark's
+    /// results) that breaks its rules: the message names the field and the fix.
+    Document(String),
     /// One point breaks the format's rules.
     Point {
         /// Index of the point in `points`.
@@ -79,6 +82,7 @@ impl fmt::Display for ReportError {
                 "{file}: {m}; fix: pass a report written by `fp8sel bench` (format \"{REPORT_FORMAT}\") \
                  or by the reference tool (a JSON list of results)"
             ),
+            ReportErrorKind::Document(m) => write!(f, "{file}: {m}"),
             ReportErrorKind::Point {
                 index,
                 what,

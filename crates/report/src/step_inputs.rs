@@ -170,7 +170,7 @@ pub struct FailedStep {
 #[derive(JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-struct KeySchema {
+pub(crate) struct KeySchema {
     /// The module kind (`layernorm_column`, `row`, `column_grouped`, ...).
     kind: String,
     /// Dense keys: the module's `ub_name`.
@@ -187,7 +187,7 @@ struct KeySchema {
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum ExecutionSchema {
+pub(crate) enum ExecutionSchema {
     /// Kernels launched one by one.
     Eager,
     /// CUDA graphs.
@@ -218,9 +218,13 @@ pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
 /// refused), timings finite and positive (host time may be zero), each round list as long as
 /// `rounds`, and every group a row names one of `groups`.
 pub fn parse_step_inputs(text: &str, path: &Path) -> Result<StepInputs, ReportError> {
-    let format = |m: String| ReportError::new(path, ReportErrorKind::Format(m));
-    let head: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| ReportError::new(path, ReportErrorKind::NotJson(e.to_string())))?;
+    let format = |m: String| ReportError::new(path, ReportErrorKind::Document(m));
+    let head: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        ReportError::new(
+            path,
+            ReportErrorKind::Document(format!("not valid JSON: {e}")),
+        )
+    })?;
     if head.get("format").and_then(|v| v.as_str()) != Some(STEP_INPUTS_FORMAT) {
         return Err(format(format!(
             "format: expected \"{STEP_INPUTS_FORMAT}\" (a file python -m adaptive_fp8.bench.step_inputs wrote)"

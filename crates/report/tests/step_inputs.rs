@@ -148,6 +148,10 @@ fn the_committed_schemas_are_generated_from_the_types() {
             "adaptive-fp8-step-plans.v1.schema.json",
             fp8_report::step_inputs::step_plans_schema(),
         ),
+        (
+            "adaptive-fp8-step-results.v1.schema.json",
+            fp8_report::step_results::step_results_schema(),
+        ),
     ] {
         let f = dir.join(name);
         if std::env::var_os("FP8_UPDATE_SCHEMAS").is_some() {
@@ -162,7 +166,11 @@ fn the_committed_schemas_are_generated_from_the_types() {
         );
     }
     // The schema refuses what the reader refuses: unknown fields.
-    let v: serde_json::Value =
-        serde_json::from_str(&fp8_report::step_inputs::step_inputs_schema()).unwrap();
-    assert_eq!(v["additionalProperties"], false, "{v}");
+    for schema in [
+        fp8_report::step_inputs::step_inputs_schema(),
+        fp8_report::step_results::step_results_schema(),
+    ] {
+        let v: serde_json::Value = serde_json::from_str(&schema).unwrap();
+        assert_eq!(v["additionalProperties"], false, "{v}");
+    }
 }

@@ -322,7 +322,7 @@ def run(args, log=print, progress=None) -> dict:
     import megatron.core as mc
     import transformer_engine
 
-    from adaptive_fp8.bench.step_common import default_repeats, policy_mode_name
+    from adaptive_fp8.bench.step_common import default_repeats, policy_mode_name, results_document
 
     default_repeats(args)
     judge = Judge(args)
@@ -338,7 +338,7 @@ def run(args, log=print, progress=None) -> dict:
     named: dict[str, str] = {}
 
     def snapshot(complete: bool) -> dict:
-        return {
+        return results_document({
             "model": args.model, "model_name": named.get("model", ""), "component": "llm", "group_keys": keys,
             "oracle": args.oracle, "oracle_repeats": args.oracle_repeats or args.repeats, "fp8_recipe": recipe,
             "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
@@ -348,8 +348,8 @@ def run(args, log=print, progress=None) -> dict:
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
             "megatron_core_version": getattr(mc, "__version__", "?"), "notes": notes,
             "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-            "precision_checks": checks, "complete": complete, "results": list(results),
-        }
+            "precision_checks": checks, "complete": complete,
+        }, results, te_blocks=False)
 
     with tempfile.TemporaryDirectory(prefix="af8_oracle_") as tmp:  # the oracle's forced policies
         for tokens in args.tokens:

@@ -70,7 +70,7 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
-from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
 
@@ -198,12 +198,13 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     keys: dict[str, dict] = {}
 
     def snapshot(complete: bool) -> dict:
-        return {
+        header = {
             "model": args.model,
+            "trainer": "te",
             "model_name": model_name,
             "component": args.component,
-            "ep": args.ep,
-            "etp": args.etp,
+            **({"ep": args.ep} if args.ep else {}),
+            **({"etp": args.etp} if args.etp else {}),
             "group_keys": keys,
             "tp": args.tp,
             "tp_comm": bool(getattr(args, "tp_comm", False)),
@@ -221,8 +222,8 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "te_version": getattr(__import__("transformer_engine"), "__version__", "?") if device == "cuda" else "stand-in",
             "notes": notes,
             "complete": complete,
-            "results": list(results),
         }
+        return results_document(header, results, te_blocks=True)
 
     model_name = ""
     for tokens in args.tokens:

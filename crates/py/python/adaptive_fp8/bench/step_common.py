@@ -185,3 +185,45 @@ def search_oracle(pair, repeats: int, groups: list[str], say=lambda trial: None,
     if key(up) == key(down):
         return up, trials
     return (down if trial("final", key(down) + " vs " + key(up), down, up) else up), trials
+
+
+# -- the results document (fp8_report::step_results, docs/schemas/adaptive-fp8-step-results.v1) --
+
+STEP_RESULTS_FORMAT = "adaptive-fp8-step-results"
+STEP_RESULTS_VERSION = 1
+
+
+def row_verdict(row: dict, te_blocks: bool) -> dict | None:
+    """A timed row's verdict as measured: the oracle's FP8 groups, unless the row's own
+    interleaved rounds measured all-BF16 or all-FP8 faster than the oracle beyond the noise (the
+    oracle's ``vs_min_of`` names that reference and its whole p10-p90 band against it is above
+    1), or a policy faster than every reference beyond the noise (its band below 1): then that
+    mode's groups, ``by`` naming it. The search decides each trial on a few early-stopped pairs
+    and keeps the fewer-FP8 side of a tie, so the rounds, more of them and interleaved, can
+    measure better. Only where every mode is built from its groups alone (``te_blocks``: the
+    TE blocks); in the Megatron judge ``fp8`` is Megatron's global FP8, another program. ``None``
+    where the row has no oracle."""
+    modes = row.get("modes") or {}
+    oracle = modes.get("oracle")
+    if oracle is None or "error" in row:
+        return None
+    if te_blocks:
+        ahead = [(m["vs_min_median"], name) for name, m in modes.items()
+                 if name.startswith("policy:") and m.get("vs_min_p90", 1.0) < 1.0 and "vs_min_median" in m]
+        if ahead:
+            name = min(ahead)[1]
+            return {"fp8_groups": sorted(modes[name]["fp8_groups"]), "by": name}
+        ref = oracle.get("vs_min_of")
+        if ref in ("bf16", "fp8") and ref in modes and oracle.get("vs_min_p10", 1.0) > 1.0:
+            return {"fp8_groups": sorted(modes[ref]["fp8_groups"]), "by": ref}
+    return {"fp8_groups": sorted(oracle["fp8_groups"]), "by": "oracle"}
+
+
+def results_document(header: dict, rows: list[dict], te_blocks: bool) -> dict:
+    """The step benchmark's results as ``fp8_report::step_results`` reads them: the format and
+    version, the header, and each timed row with its verdict where it has one."""
+    out = []
+    for r in rows:
+        v = row_verdict(r, te_blocks)
+        out.append(dict(r, verdict=v) if v is not None else dict(r))
+    return {"format": STEP_RESULTS_FORMAT, "version": STEP_RESULTS_VERSION, **header, "results": out}

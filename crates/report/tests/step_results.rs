@@ -1,0 +1,75 @@
+//! The step benchmark's results: every committed file reads with the one typed reader, a
+//! document round-trips, and what the reader refuses it names.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use fp8_report::step_results::{STEP_RESULTS_FORMAT, parse_step_results};
+
+fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            json_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+}
+
+/// Whether a JSON document is the step benchmark's (rows with modes or an error).
+fn is_step_results(v: &serde_json::Value) -> bool {
+    v.get("results")
+        .and_then(|r| r.as_array())
+        .is_some_and(|rows| {
+            rows.iter()
+                .any(|r| r.get("modes").is_some() || r.get("error").is_some())
+        })
+}
+
+#[test]
+fn every_committed_step_result_reads_typed_and_round_trips() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    json_files(&root.join("reports"), &mut files);
+    json_files(&root.join("docs/device-logs"), &mut files);
+    let mut read = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        if !is_step_results(&v) {
+            continue;
+        }
+        let doc = parse_step_results(&text, &f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(doc.format, STEP_RESULTS_FORMAT);
+        let again = parse_step_results(&doc.to_json(), &f).unwrap();
+        assert_eq!(again, doc, "{}", f.display());
+        read += 1;
+    }
+    assert!(read >= 200, "only {read} step results read");
+}
+
+#[test]
+fn refusals_name_the_file_and_the_field() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let f = root.join("reports/h200/step/llama3_2_1b_tp1_ep1_etp1_step.json");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["results"][0]["modes"]["bf16"]["ms_median"] = serde_json::json!(-1.0);
+    let e = parse_step_results(&v.to_string(), Path::new("s.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("s.json") && e.contains("results[0]") && e.contains("bf16"),
+        "{e}"
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["planted"] = serde_json::json!(1);
+    let e = parse_step_results(&v.to_string(), Path::new("s.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("planted"), "{e}");
+}
