@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use fp8_report::step_results::{StepResults, StepRow};
 use serde_json::Value;
 
 use crate::build::Files;
@@ -69,61 +70,14 @@ struct Combine {
     steps: Vec<String>,
 }
 
-/// One step benchmark output (`step_bench --json`), as this section reads it.
-#[derive(serde::Deserialize, Default)]
-struct StepRun {
-    #[serde(default)]
-    grad_accum: Option<u64>,
-    #[serde(default)]
-    layers: Option<f64>,
-    #[serde(default)]
-    results: Vec<StepRow>,
+/// A mode's ratio to all-BF16 in a row (NaN where the row lacks the mode).
+fn ratio(row: &StepRow, mode: &str) -> f64 {
+    row.modes.get(mode).map_or(f64::NAN, |m| m.vs_bf16_median)
 }
 
-/// One token count and execution.
-#[derive(serde::Deserialize, Default)]
-struct StepRow {
-    #[serde(default)]
-    execution: Option<String>,
-    #[serde(default)]
-    tokens: Option<u64>,
-    #[serde(default)]
-    modes: BTreeMap<String, ModeRow>,
-}
-
-/// One mode's figures; a missing one reads as NaN.
-#[derive(serde::Deserialize, Default)]
-struct ModeRow {
-    #[serde(default)]
-    ms_median: Option<f64>,
-    #[serde(default)]
-    vs_bf16_median: Option<f64>,
-}
-
-/// A mode a row does not have.
-static NO_MODE: ModeRow = ModeRow {
-    ms_median: None,
-    vs_bf16_median: None,
-};
-
-impl StepRow {
-    fn tokens(&self) -> u64 {
-        self.tokens.unwrap_or(0)
-    }
-
-    fn mode(&self, name: &str) -> &ModeRow {
-        self.modes.get(name).unwrap_or(&NO_MODE)
-    }
-}
-
-impl ModeRow {
-    fn median(&self) -> f64 {
-        self.vs_bf16_median.unwrap_or(f64::NAN)
-    }
-
-    fn ms(&self) -> f64 {
-        self.ms_median.unwrap_or(f64::NAN)
-    }
+/// A mode's median ms per step in a row (NaN where the row lacks the mode).
+fn ms(row: &StepRow, mode: &str) -> f64 {
+    row.modes.get(mode).map_or(f64::NAN, |m| m.ms_median)
 }
 
 /// The section's inputs and prose files.
@@ -200,11 +154,10 @@ fn policy_label(mode: &str, file: &str) -> &'static str {
 /// A TE eager policy whose TP 2 rules were measured over a real TP group (`te_tp`).
 const TP_COMM_LABEL: &str = "TE, eager, TP communication";
 
-/// A step run under [`LOGS`]: its JSON.
-fn read_run(root: &Path, rel: &str) -> Result<StepRun, String> {
-    let p = root.join(LOGS).join(rel);
-    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))
+/// A step run under [`LOGS`], through the step results' one typed reader.
+fn read_run(root: &Path, rel: &str) -> Result<StepResults, String> {
+    fp8_report::step_results::read_step_results(&root.join(LOGS).join(rel))
+        .map_err(|e| e.to_string())
 }
 
 /// Any other JSON under [`LOGS`].

@@ -29,7 +29,7 @@ pub(super) fn render_accum(
     for case in cases {
         for rel in case.files.iter().map(String::as_str) {
             let v = read_run(root, rel)?;
-            let ga = v.grad_accum.unwrap_or(1);
+            let ga = v.grad_accum;
             for row in &v.results {
                 let pol = row
                     .modes
@@ -39,8 +39,8 @@ pub(super) fn render_accum(
                         n.starts_with("policy:")
                             && (l == "cuBLASLt, GPU time" || l == "cost model, GPU time")
                     })
-                    .map_or("-".to_owned(), |(_, m)| format!("{:.3}", m.median()));
-                let tokens = row.tokens();
+                    .map_or("-".to_owned(), |(_, m)| format!("{:.3}", m.vs_bf16_median));
+                let tokens = row.tokens;
                 if !(1024..=4096).contains(&tokens) {
                     continue;
                 }
@@ -48,8 +48,8 @@ pub(super) fn render_accum(
                     s,
                     "| {} | {ga} | {} | {tokens} | {:.3} | {pol} |",
                     case.model,
-                    row.execution.as_deref().unwrap_or("?"),
-                    row.mode("fp8").median()
+                    row.execution,
+                    ratio(row, "fp8")
                 );
             }
         }
@@ -108,13 +108,13 @@ pub(super) fn render_combine(
         let mut seen = std::collections::BTreeSet::new();
         for rel in case.steps.iter().map(String::as_str) {
             let v = read_run(root, rel)?;
-            let layers = v.layers.unwrap_or(1.0);
+            let layers = f64::from(v.layers);
             for row in &v.results {
-                let tokens = row.tokens();
-                if row.execution.as_deref() != Some("eager") || !seen.insert(tokens) {
+                let tokens = row.tokens;
+                if row.execution != fp8_policy::Execution::Eager || !seen.insert(tokens) {
                     continue;
                 }
-                let (b, f8) = (row.mode("bf16").ms(), row.mode("fp8").ms());
+                let (b, f8) = (ms(row, "bf16"), ms(row, "fp8"));
                 let measured = f8 / b;
                 let mut cells = Vec::new();
                 for (k, _) in RULES {
