@@ -132,15 +132,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn config_trees_never_panic(v in arb_value(), hf in any::<bool>(), tp in 1u32..16, ep in 1u32..64) {
-        if let Ok(m) = model_from_value(&v, std::path::Path::new("fuzz.yaml"), "fuzz", hf) {
-            for c in &m.components {
-                let _ = inventory(c, Parallel { tp, ep, etp: 1, cp: 1, sequence_parallel: tp > 1 });
-            }
-        }
-    }
-
-    #[test]
     fn well_formed_configs_parse_and_reach_the_inventory(
         (v, hf, heads) in arb_config(),
         tp in prop::sample::select(vec![1u32, 2, 4]),
@@ -182,20 +173,92 @@ proptest! {
     }
 }
 
+/// Arbitrary trees shaped like configs, grafted onto well-formed ones so that a share of them
+/// parses: every tree gives a model or an error, and the ones that parse reach the inventory at
+/// random layouts without a panic. The run counts how many parsed and reached it, and fails if
+/// too few did (a generator that only makes errors tests nothing past the parser).
+#[test]
+fn config_trees_never_panic_and_many_reach_the_inventory() {
+    use proptest::test_runner::{Config, TestRunner};
+    let strategy = (
+        arb_config(),
+        arb_value(),
+        any::<bool>(),
+        // Mostly sizes a config's heads divide, and now and then one that does not.
+        prop::sample::select(vec![1u32, 1, 2, 4, 3, 16]),
+        prop::sample::select(vec![1u32, 1, 2, 8, 7, 64]),
+        any::<bool>(),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 512,
+        ..Config::default()
+    });
+    let parsed = std::cell::Cell::new(0u32);
+    let inventoried = std::cell::Cell::new(0u32);
+    runner
+        .run(
+            &strategy,
+            |((mut cfg, hf, _), tree, graft, tp, ep, pure)| {
+                // Either the arbitrary tree alone, or its fields grafted over a well-formed config.
+                let v = if pure {
+                    tree
+                } else {
+                    if let (Some(o), Value::Object(t)) = (cfg.as_object_mut(), tree) {
+                        for (k, x) in t.into_iter().take(if graft { 3 } else { 1 }) {
+                            o.insert(k, x);
+                        }
+                    }
+                    cfg
+                };
+                if let Ok(m) = model_from_value(&v, std::path::Path::new("fuzz.yaml"), "fuzz", hf) {
+                    parsed.set(parsed.get() + 1);
+                    for c in &m.components {
+                        let par = Parallel {
+                            tp,
+                            ep,
+                            etp: 1,
+                            cp: 1,
+                            sequence_parallel: tp > 1,
+                        };
+                        if inventory(c, par).is_ok() {
+                            inventoried.set(inventoried.get() + 1);
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(
+        parsed.get() >= 100 && inventoried.get() >= 50,
+        "of 512 trees {} parsed and {} reached the inventory: the generator tests too little past the parser",
+        parsed.get(),
+        inventoried.get()
+    );
+}
+
 #[test]
 fn huge_counts_do_not_overflow_the_inventory() {
     let v = json!({"num_layers": u64::MAX, "hidden_size": u64::MAX, "num_attention_heads": 1, "ffn_hidden_size": u64::MAX,
                    "num_moe_experts": 1, "moe_ffn_hidden_size": u64::MAX});
-    // Either the reader refuses the sizes or the inventory does: neither wraps around.
-    match model_from_value(&v, std::path::Path::new("big.yaml"), "big", false) {
-        Err(_) => {}
-        Ok(m) => {
-            if let Ok(modules) = inventory(&m.components[0], Parallel::tp(1)) {
-                for s in &modules {
-                    assert!(s.in_features > 0 && s.out_features > 0, "{s:?}");
-                    assert!(s.layers <= u64::MAX / 2, "{s:?}");
-                }
-            }
-        }
-    }
+    // The reader refuses sizes no GPU holds, naming the field; below that bound the inventory's
+    // per-rank shapes stay exact (no wrap-around).
+    let e = model_from_value(&v, std::path::Path::new("big.yaml"), "big", false)
+        .err()
+        .map(|e| e.to_string());
+    let inv = model_from_value(&v, std::path::Path::new("big.yaml"), "big", false)
+        .ok()
+        .map(|m| {
+            inventory(&m.components[0], Parallel::tp(1))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+    let refused = e.clone().or_else(|| inv.clone().and_then(Result::err));
+    let refused = refused.unwrap_or_else(|| panic!("u64::MAX sizes were accepted: {inv:?}"));
+    assert!(
+        refused.contains("big.yaml")
+            || refused.contains("hidden_size")
+            || refused.contains("overflow"),
+        "{refused}"
+    );
 }
