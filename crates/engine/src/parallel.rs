@@ -39,6 +39,21 @@ impl Parallel {
         Parallel::new(tp, 1, 1, 1)
     }
 
+    /// The step in which a micro-batch's token count can move so that every rank's FP8 GEMMs
+    /// stay aligned: TE's FP8 asks for rows in multiples of 16, and each rank holds the
+    /// sequence split `tp` ways under sequence parallelism and `2 cp` ways under context
+    /// parallelism (Megatron's load-balanced split). A count off this step fails in FP8 (TE:
+    /// "Caller must pad").
+    pub const fn token_step(&self) -> u64 {
+        let tp = if self.sequence_parallel {
+            self.tp as u64
+        } else {
+            1
+        };
+        let cp = if self.cp > 1 { 2 * self.cp as u64 } else { 1 };
+        16 * tp * cp
+    }
+
     /// The same layout with sequence parallelism forced on or off.
     pub const fn with_sequence_parallel(self, on: bool) -> Self {
         Parallel {
@@ -55,5 +70,23 @@ impl fmt::Display for Parallel {
             "tp{} ep{} etp{} cp{}",
             self.tp, self.ep, self.etp, self.cp
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_step_keeps_every_ranks_rows_a_multiple_of_16() {
+        assert_eq!(Parallel::tp(1).token_step(), 16);
+        assert_eq!(Parallel::tp(8).token_step(), 128);
+        assert_eq!(
+            Parallel::tp(8).with_sequence_parallel(false).token_step(),
+            16
+        );
+        assert_eq!(Parallel::new(2, 1, 1, 2).token_step(), 128);
+        // 1456 tokens at TP 8: 182 rows a rank, which TE's FP8 refuses.
+        assert_ne!(1456 % Parallel::tp(8).token_step(), 0);
     }
 }

@@ -19,7 +19,7 @@ const ALIGN: u64 = 16;
 /// BF16 verdict, the midpoint of the two counts it lies between, where it is a new count.
 /// A key FP8 from the smallest swept count, or never, adds nothing (the sweep's ends are the
 /// user's choice).
-pub fn refinements(runs: &[StepRun]) -> BTreeMap<Execution, BTreeSet<u64>> {
+pub fn refinements(runs: &[StepRun], step: u64) -> BTreeMap<Execution, BTreeSet<u64>> {
     let mut out: BTreeMap<Execution, BTreeSet<u64>> = BTreeMap::new();
     for run in joined(runs) {
         let swept: BTreeSet<u64> = run.counts.iter().map(|c| c.tokens).collect();
@@ -29,7 +29,7 @@ pub fn refinements(runs: &[StepRun]) -> BTreeMap<Execution, BTreeSet<u64>> {
                 continue;
             };
             let (below, at) = (t.verdicts[from - 1].0, t.verdicts[from].0);
-            if let Some(m) = midpoint(below, at).filter(|m| !swept.contains(m)) {
+            if let Some(m) = midpoint_on(below, at, step).filter(|m| !swept.contains(m)) {
                 out.entry(run.execution).or_default().insert(m);
             }
         }
@@ -40,8 +40,16 @@ pub fn refinements(runs: &[StepRun]) -> BTreeMap<Execution, BTreeSet<u64>> {
 /// The geometric midpoint of `lo` and `hi` on the 16-token grid, strictly between them; `None`
 /// where the grid has no count there.
 pub fn midpoint(lo: u64, hi: u64) -> Option<u64> {
+    midpoint_on(lo, hi, ALIGN)
+}
+
+/// The geometric midpoint of `lo` and `hi` on the grid of `step` tokens (a layout's
+/// `fp8_engine::Parallel::token_step`), strictly between them; `None` where the grid has no
+/// count there.
+pub fn midpoint_on(lo: u64, hi: u64, step: u64) -> Option<u64> {
+    let step = step.max(1);
     // Token counts are far below 2^52: the float round trip is exact on the grid.
-    let m = (((lo as f64) * (hi as f64)).sqrt() / ALIGN as f64).round() as u64 * ALIGN;
+    let m = (((lo as f64) * (hi as f64)).sqrt() / step as f64).round() as u64 * step;
     (m > lo && m < hi).then_some(m)
 }
 
@@ -117,6 +125,10 @@ mod tests {
         assert_eq!(midpoint(1024, 2048), Some(1456));
         assert_eq!(midpoint(16, 32), None);
         assert_eq!(midpoint(16, 48), Some(32));
+        // On a TP 8 layout's 128-token step: 1408, not 1456 (182 rows a rank).
+        assert_eq!(midpoint_on(1024, 2048, 128), Some(1408));
+        assert_eq!(midpoint_on(2048, 16384, 128), Some(5760));
+        assert_eq!(midpoint_on(1024, 1152, 128), None);
         for (lo, hi) in [(1024, 2048), (2896, 4096), (100, 10_000)] {
             let m = midpoint(lo, hi).unwrap_or_else(|| panic!("{lo} {hi}"));
             assert!(m.is_multiple_of(16) && lo < m && m < hi);
@@ -136,7 +148,7 @@ mod tests {
             ],
         );
         let graphed = run(Execution::Graphed, &SWEEP, &[("fc1", 2000), ("fc2", 8192)]);
-        let r = refinements(&[eager, graphed]);
+        let r = refinements(&[eager, graphed], 16);
         // fc1 and fc2 share an interval; proj never FP8 and qkv FP8 from the first count add
         // nothing.
         assert_eq!(r[&Execution::Eager], BTreeSet::from([2896]));
@@ -147,7 +159,7 @@ mod tests {
     fn a_refined_sweep_reads_its_thresholds_over_every_count() {
         let first = run(Execution::Eager, &SWEEP, &[("fc1", 2800)]);
         assert_eq!(
-            refinements(std::slice::from_ref(&first))[&Execution::Eager],
+            refinements(std::slice::from_ref(&first), 16)[&Execution::Eager],
             BTreeSet::from([2896])
         );
         let again = run(Execution::Eager, &[2896], &[("fc1", 2800)]);
@@ -156,7 +168,7 @@ mod tests {
         assert_eq!(t[&key("fc1")].min_tokens, Some(2896));
         // The next round bisects (2048, 2896); a count already timed is not asked for again.
         assert_eq!(
-            refinements(&both)[&Execution::Eager],
+            refinements(&both, 16)[&Execution::Eager],
             BTreeSet::from([2432])
         );
         let policy = crate::step::step_policy(&both).unwrap_or_else(|e| panic!("{e}"));
@@ -210,7 +222,7 @@ mod tests {
             };
             let first = threshold(&runs);
             for _ in 0..rounds {
-                let asked = refinements(&runs);
+                let asked = refinements(&runs, 16);
                 let timed: BTreeSet<u64> = joined(&runs)[0].counts.iter().map(|c| c.tokens).collect();
                 let Some(counts) = asked.get(&Execution::Graphed) else { break };
                 proptest::prop_assert!(counts.iter().all(|c| !timed.contains(c) && c.is_multiple_of(16)));

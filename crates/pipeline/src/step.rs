@@ -307,7 +307,7 @@ impl Layout<'_> {
     ) {
         let (job, p, model) = (self.job, self.p, self.model);
         for round in 1..=job.refine {
-            let mut asked = fp8_merge::refine::refinements(layout);
+            let mut asked = fp8_merge::refine::refinements(layout, p.token_step());
             for (execution, counts) in &mut asked {
                 counts.retain(|t| !unverdicted.contains(&(*execution, *t)));
             }

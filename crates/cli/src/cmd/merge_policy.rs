@@ -290,13 +290,18 @@ fn run_step_model(args: &Args) -> CliResult {
         let layout =
             |d: &fp8_report::step_inputs::StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
         let mine = layout(&inputs);
-        let mut lm = fp8_merge::model::LayoutModel::new(
-            inputs,
-            f,
-            &executions,
-            fp8_merge::model::ChoiceOptions::default(),
-        )
-        .map_err(merge_error)?;
+        let parallel = fp8_engine::Parallel::new(
+            inputs.tp,
+            inputs.ep.unwrap_or(1),
+            inputs.etp.unwrap_or(1),
+            1,
+        );
+        let options = fp8_merge::model::ChoiceOptions {
+            token_step: parallel.token_step(),
+            ..fp8_merge::model::ChoiceOptions::default()
+        };
+        let mut lm = fp8_merge::model::LayoutModel::new(inputs, f, &executions, options)
+            .map_err(merge_error)?;
         for c in checks.iter().filter(|c| layout(c) == mine) {
             lm.add_check(c);
         }

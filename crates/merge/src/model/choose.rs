@@ -53,6 +53,9 @@ pub struct ChoiceOptions {
     pub per_octave: u32,
     /// Largest number of keys searched exhaustively (2^n plans); above it, greedy.
     pub exhaustive_up_to: usize,
+    /// The step every count the check times is a multiple of: the layout's
+    /// (`fp8_engine::Parallel::token_step`), so each rank's FP8 GEMMs stay aligned.
+    pub token_step: u64,
 }
 
 impl Default for ChoiceOptions {
@@ -62,6 +65,7 @@ impl Default for ChoiceOptions {
             reach: 64,
             per_octave: 4,
             exhaustive_up_to: 14,
+            token_step: 16,
         }
     }
 }

@@ -140,7 +140,8 @@ impl LayoutModel {
     }
 
     /// The plans the check times: per execution, the model's choice at every swept count and at
-    /// the geometric midpoint of each pair of neighbouring distinct thresholds within the sweep.
+    /// the geometric midpoint of each pair of neighbouring distinct thresholds within the sweep
+    /// (on the layout's token step).
     pub fn check_plans(&self) -> Vec<(Execution, u64, Vec<String>)> {
         let mut out = Vec::new();
         let (lo, hi) = (self.swept[0], *self.swept.last().unwrap_or(&self.swept[0]));
@@ -156,10 +157,11 @@ impl LayoutModel {
             ths.sort_unstable();
             ths.dedup();
             for w in ths.windows(2) {
-                let mid = (((w[0] as f64 * w[1] as f64).sqrt() / 16.0).round() as u64 * 16).max(16);
-                if mid > w[0] && mid < w[1] {
-                    counts.push(mid);
-                }
+                counts.extend(crate::refine::midpoint_on(
+                    w[0],
+                    w[1],
+                    self.options.token_step,
+                ));
             }
             counts.sort_unstable();
             counts.dedup();

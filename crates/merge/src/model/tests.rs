@@ -519,3 +519,28 @@ mod any_document {
         }
     }
 }
+
+#[test]
+fn the_checks_counts_lie_on_the_layouts_token_step() {
+    // At TP 8 with sequence parallelism each rank holds a count's eighth: a midpoint off the
+    // 128-token step (1456 tokens: 182 rows a rank) fails in TE's FP8.
+    let s = dense(1.0);
+    for step in [16u64, 128, 256] {
+        let options = ChoiceOptions {
+            token_step: step,
+            ..ChoiceOptions::default()
+        };
+        let m = LayoutModel::new(
+            s.inputs(&SWEPT, &CAL),
+            Path::new("synth.json"),
+            &[Execution::Eager],
+            options,
+        )
+        .unwrap();
+        let plans = m.check_plans();
+        assert!(plans.len() >= SWEPT.len());
+        for (_, t, _) in &plans {
+            assert_eq!(t % step, 0, "{t} is off the {step}-token step");
+        }
+    }
+}

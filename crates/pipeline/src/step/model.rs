@@ -68,8 +68,13 @@ impl Layout<'_> {
                 calibrated
             })
             .collect();
-        let mut lm = LayoutModel::new(inputs, &json, &executions, ChoiceOptions::default())
-            .map_err(|e| e.to_string())?;
+        // The check's counts on the layout's token step, so every rank's FP8 GEMMs stay aligned.
+        let options = ChoiceOptions {
+            token_step: self.p.token_step(),
+            ..ChoiceOptions::default()
+        };
+        let mut lm =
+            LayoutModel::new(inputs, &json, &executions, options).map_err(|e| e.to_string())?;
         self.check(&mut lm, say, outcome)?;
         if job.trainer == "megatron" {
             self.judge(&mut lm, say, outcome)?;
