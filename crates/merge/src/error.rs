@@ -9,6 +9,15 @@ pub enum MergeError {
     /// The report could not be read, or breaks our format's rules.
     #[error(transparent)]
     Report(#[from] fp8_report::ReportError),
+    /// A policy could not be built, or a policy given to fold carries a record that does not
+    /// read.
+    #[error(transparent)]
+    Policy(#[from] fp8_policy::PolicyError),
+    /// A policy's provenance record (`provenance.step`) does not read.
+    #[error(
+        "{0}; fix: make the policy again with `fp8sel merge-policy --step` or `gen-policy --backend step`"
+    )]
+    Record(String),
     /// Not JSON, or neither our format nor the reference tool's.
     #[error(
         "{file}: {message}; fix: pass a report written by `fp8sel bench` (format \"fp8sel-report\") or by the reference tool (a JSON list of results)"

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fp8_policy::{DenseKind, DenseRule, GroupedKind, GroupedRule, Policy, PolicyError, RuleKey};
+use fp8_policy::{
+    DenseKind, DenseRule, Execution, GroupedKind, GroupedRule, Policy, PolicyError, RuleKey,
+};
 
 use crate::step::NEVER;
 
@@ -216,11 +218,10 @@ pub fn both_thresholds(p: &Policy) -> BothThresholds {
     out
 }
 
-/// The counts a step swept for one key and execution, in the key's own tokens (`from` is
-/// `None` in provenance older than `swept_from`).
+/// The counts a step swept for one key and execution, in the key's own tokens.
 #[derive(Debug, Clone, Copy)]
 struct Swept {
-    from: Option<u64>,
+    from: u64,
     to: u64,
 }
 
@@ -234,9 +235,9 @@ fn one_execution(step_t: u64, swept: Option<Swept>, recorded: bool, default_t: O
     match swept {
         None if recorded => default_t.unwrap_or(NEVER),
         Some(s) if step_t >= NEVER => default_t.filter(|t| *t > s.to).unwrap_or(step_t),
-        Some(Swept {
-            from: Some(from), ..
-        }) if step_t == from => default_t.filter(|t| *t < from).unwrap_or(step_t),
+        Some(Swept { from, .. }) if step_t == from => {
+            default_t.filter(|t| *t < from).unwrap_or(step_t)
+        }
         _ => step_t,
     }
 }
@@ -248,7 +249,7 @@ fn one_execution(step_t: u64, swept: Option<Swept>, recorded: bool, default_t: O
 /// and one above the step's largest count where the step kept the key BF16 to it (the step has
 /// no verdict there: a default threshold above it is consistent with every verdict). Provenance:
 /// `default`'s, with the step's record and inputs added and each threshold's source naming both.
-pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError> {
+pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, crate::MergeError> {
     let mut mine = both_thresholds(step);
     let prov_step = step.provenance();
     for k in prov_step
@@ -266,32 +267,27 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, PolicyError
             kept += 1;
         }
     }
-    let swept = |key: &RuleKey, e: &str| -> Option<Swept> {
-        let v = prov_step?
-            .step
-            .as_ref()?
-            .get("verdicts")?
-            .get(key.to_string())?;
-        // Older provenance without `swept_to` / `swept_from`: the step is taken as sweeping
-        // the execution it has verdicts for, with no bound.
-        v.get(e)?.as_array()?;
-        let bound = |which: &str| v.pointer(&format!("/{which}/{e}")).and_then(|t| t.as_u64());
-        Some(Swept {
-            from: bound("swept_from"),
-            to: bound("swept_to").unwrap_or(NEVER),
-        })
+    // The step's record, typed (`crate::step::StepRecord`); one that does not read is refused.
+    let record = match crate::step::StepRecord::of(step) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => return Err(crate::MergeError::Record(format!("the step policy's {e}"))),
+        None => None,
+    };
+    let swept = |key: &RuleKey, e: Execution| -> Option<Swept> {
+        let (from, to) = record.as_ref()?.swept(key, e)?;
+        Some(Swept { from, to })
     };
     let mut bf16 = Vec::new();
     for (key, (min_tokens, graphed, speedup)) in &mine {
         let d = theirs.get(key);
-        let recorded = prov_step.and_then(|p| p.step.as_ref()).is_some();
-        let pick = |step_t: u64, e: &str, default_t: Option<u64>| {
+        let recorded = record.is_some();
+        let pick = |step_t: u64, e: Execution, default_t: Option<u64>| {
             one_execution(step_t, swept(key, e), recorded, default_t)
         };
-        let e = pick(*min_tokens, "eager", d.map(|d| d.0));
+        let e = pick(*min_tokens, Execution::Eager, d.map(|d| d.0));
         let g = pick(
             graphed.unwrap_or(*min_tokens),
-            "graphed",
+            Execution::Graphed,
             d.map(|d| d.1.unwrap_or(d.0)),
         );
         if e >= NEVER && g >= NEVER {
@@ -500,9 +496,9 @@ mod tests {
                     {"kind": "row", "ub_name": "proj", "tp": 8}],
                   "step": {"verdicts": {
                     "(kind=row, ub_name=fc1, tp=8)": {"eager": [[2048, false], [4096, true]], "graphed": null,
-                        "swept_to": {"eager": 4096, "graphed": null}},
+                        "swept_from": {"eager": 2048, "graphed": null}, "swept_to": {"eager": 4096, "graphed": null}},
                     "(kind=row, ub_name=proj, tp=8)": {"eager": [[2048, false], [4096, false]], "graphed": null,
-                        "swept_to": {"eager": 4096, "graphed": null}}}}}}"#,
+                        "swept_from": {"eager": 2048, "graphed": null}, "swept_to": {"eager": 4096, "graphed": null}}}}}}"#,
             "step.json",
         )
         .unwrap_or_else(|e| panic!("{e}"));

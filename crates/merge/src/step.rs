@@ -20,7 +20,9 @@ use serde_json::json;
 
 use crate::error::MergeError;
 
+mod provenance;
 mod results;
+pub use provenance::{KeyRecord, LayoutRecord, PerExecution, RunInfo, RunRecord, StepRecord};
 pub use results::{
     FailedCount, GroupKey, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepLayers, StepRun, StepSetup,
     failed_counts, judged_policies, parse_results,

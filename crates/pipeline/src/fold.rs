@@ -79,12 +79,7 @@ fn threshold(t: u64) -> String {
 /// step has no verdict there, so the rule is "never" for want of one, not by a measurement
 /// (`key execution: largest count`). A sweep to larger counts can move them.
 fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
-    let Some(verdicts) = p
-        .provenance()
-        .and_then(|pr| pr.step.as_ref())
-        .and_then(|s| s.get("verdicts"))
-        .and_then(|v| v.as_object())
-    else {
+    let Some(Ok(record)) = fp8_merge::step::StepRecord::of(p) else {
         return Vec::new();
     };
     // By the key's provenance spelling (`RuleKey`'s display): each execution's threshold.
@@ -93,16 +88,18 @@ fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
         .map(|(k, (e, g, _))| (k.to_string(), [e, g.unwrap_or(e)]))
         .collect();
     let mut out = Vec::new();
-    for (key, v) in verdicts {
-        for (i, e) in ["eager", "graphed"].into_iter().enumerate() {
-            let last = v.get(e).and_then(|a| a.as_array()).and_then(|a| a.last());
-            let Some([count, fp8]) = last.and_then(|l| l.as_array()).map(Vec::as_slice) else {
+    for (key, v) in &record.verdicts {
+        for (i, (e, timed)) in [("eager", &v.eager), ("graphed", &v.graphed)]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(&(count, fp8)) = timed.as_ref().and_then(|t| t.last()) else {
                 continue;
             };
             let never = rules
                 .get(key)
                 .is_none_or(|t| t[i] >= fp8_merge::step::NEVER);
-            if fp8.as_bool() == Some(false) && never {
+            if !fp8 && never {
                 out.push(format!("{key} {e}: {count}"));
             }
         }
@@ -215,9 +212,12 @@ mod tests {
             "row": {"fc2": [{"tp": 1, "min_tokens": 2048, "min_tokens_graphed": 9007199254740992}]},
             "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 8192}]}},
           "provenance": {"step": {"verdicts": {
-            "(kind=row, ub_name=fc2, tp=1)": {"eager": [[1024, false], [2048, true]], "graphed": [[1024, false], [2048, false]]},
-            "(kind=row, ub_name=proj, tp=1)": {"eager": [[1024, false], [2048, false]], "graphed": null},
-            "(kind=layernorm_column, ub_name=qkv, tp=1)": {"eager": [[2048, false]]}}}}}"#;
+            "(kind=row, ub_name=fc2, tp=1)": {"eager": [[1024, false], [2048, true]], "graphed": [[1024, false], [2048, false]],
+                "swept_from": {"eager": 1024, "graphed": 1024}, "swept_to": {"eager": 2048, "graphed": 2048}},
+            "(kind=row, ub_name=proj, tp=1)": {"eager": [[1024, false], [2048, false]], "graphed": null,
+                "swept_from": {"eager": 1024, "graphed": null}, "swept_to": {"eager": 2048, "graphed": null}},
+            "(kind=layernorm_column, ub_name=qkv, tp=1)": {"eager": [[2048, false]],
+                "swept_from": {"eager": 2048}, "swept_to": {"eager": 2048}}}}}}"#;
         let p = parse(text.as_bytes(), Path::new("m.json")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             bf16_above_the_sweep(&p),

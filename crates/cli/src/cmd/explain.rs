@@ -182,23 +182,14 @@ fn outside_step_note(
     }
 }
 
-/// The token counts a policy's training-step runs (`provenance.step`) timed at this TP in this
-/// execution (none where no step ran there).
+/// The token counts a policy's training step (`provenance.step`: the oracle's runs, the step
+/// model's layouts) timed at this TP in this execution (none where no step ran there, or where
+/// the record does not read).
 fn step_counts(pol: &fp8_policy::Policy, tp: u32, execution: fp8_policy::Execution) -> Vec<u64> {
-    use serde_json::Value;
-    let Some(runs) = pol
-        .provenance()
-        .and_then(|v| v.step.as_ref()?.get("runs")?.as_array())
-    else {
-        return Vec::new();
-    };
-    runs.iter()
-        .filter(|r| r.get("execution").and_then(Value::as_str) == Some(execution.name()))
-        .filter(|r| r.pointer("/info/tp").and_then(Value::as_u64) == Some(u64::from(tp)))
-        .filter_map(|r| r.get("counts")?.as_array())
-        .flatten()
-        .filter_map(Value::as_u64)
-        .collect()
+    match fp8_merge::step::StepRecord::of(pol) {
+        Some(Ok(r)) => r.counts_at(tp, execution),
+        _ => Vec::new(),
+    }
 }
 
 /// A CUDA-graphed step at TP > 1 read from per-module GPU time (no training step at that TP):
@@ -209,17 +200,14 @@ fn proxy_graphed_note(
     tp: u32,
     execution: fp8_policy::Execution,
 ) -> Option<String> {
+    // Per-module GPU time among the policy's sources (`provenance.timing`, typed names), and
+    // no training step at this TP: the graphed thresholds there are that proxy's.
     let prov = pol.provenance()?;
-    let graphed_source = prov
-        .thresholds
-        .get("min_tokens_graphed")
-        .map_or(prov.timing.iter().any(|t| t == "gpu"), |s| {
-            s.contains("gpu")
-        });
+    let gpu_time = prov.timing.iter().any(|t| t == "gpu");
     let proxy = execution == fp8_policy::Execution::Graphed
         && tp > 1
         && !pol.estimated()
-        && graphed_source
+        && gpu_time
         && step_counts(pol, tp, execution).is_empty();
     proxy.then(|| {
         format!(
