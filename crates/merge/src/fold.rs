@@ -7,9 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fp8_policy::{
-    DenseKind, DenseRule, Execution, GroupedKind, GroupedRule, Policy, PolicyError, RuleKey,
-};
+use fp8_policy::{Execution, Policy, PolicyError, RuleKey, Thresholds};
 
 use crate::step::NEVER;
 
@@ -21,7 +19,7 @@ fn thresholds(p: &Policy) -> BTreeMap<RuleKey, (u64, Option<f64>)> {
         .collect()
 }
 
-/// Adds one rule of either shape to `out`.
+/// Adds one rule to `out` ([`Policy::insert`]).
 fn add_rule(
     out: &mut Policy,
     key: &RuleKey,
@@ -29,32 +27,14 @@ fn add_rule(
     min_tokens_graphed: Option<u64>,
     measured_speedup: Option<f64>,
 ) -> Result<(), PolicyError> {
-    match key {
-        RuleKey::Dense { kind, ub_name, tp } => out.add_dense_rule(
-            *kind,
-            ub_name,
-            DenseRule {
-                tp: *tp,
-                min_tokens,
-                min_tokens_graphed,
-                measured_speedup,
-            },
-        ),
-        RuleKey::Grouped {
-            kind,
-            etp,
-            num_gemms,
-        } => out.add_grouped_rule(
-            *kind,
-            GroupedRule {
-                etp: *etp,
-                num_gemms: *num_gemms,
-                min_tokens,
-                min_tokens_graphed,
-                measured_speedup,
-            },
-        ),
-    }
+    out.insert(
+        key,
+        Thresholds {
+            min_tokens,
+            min_tokens_graphed,
+            measured_speedup,
+        },
+    )
 }
 
 /// What a single-execution policy's thresholds were made from, in words (its provenance's
@@ -186,36 +166,10 @@ pub type BothThresholds = BTreeMap<RuleKey, (u64, Option<u64>, Option<f64>)>;
 
 /// Every rule of `p` by its key: `min_tokens`, `min_tokens_graphed` and `measured_speedup`.
 pub fn both_thresholds(p: &Policy) -> BothThresholds {
-    let mut out = BTreeMap::new();
-    for kind in DenseKind::ALL {
-        for (ub, rules) in p.dense_rules(kind) {
-            for r in rules {
-                let key = RuleKey::Dense {
-                    kind,
-                    ub_name: ub.clone(),
-                    tp: r.tp,
-                };
-                out.insert(
-                    key,
-                    (r.min_tokens, r.min_tokens_graphed, r.measured_speedup),
-                );
-            }
-        }
-    }
-    for kind in GroupedKind::ALL {
-        for r in p.grouped_rules(kind) {
-            let key = RuleKey::Grouped {
-                kind,
-                etp: r.etp,
-                num_gemms: r.num_gemms,
-            };
-            out.insert(
-                key,
-                (r.min_tokens, r.min_tokens_graphed, r.measured_speedup),
-            );
-        }
-    }
-    out
+    p.rules()
+        .into_iter()
+        .map(|(k, t)| (k, (t.min_tokens, t.min_tokens_graphed, t.measured_speedup)))
+        .collect()
 }
 
 /// The counts a step swept for one key and execution, in the key's own tokens.
@@ -330,7 +284,7 @@ pub fn step_first(step: &Policy, default: &Policy) -> Result<Policy, crate::Merg
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp8_policy::{Execution, Lookup};
+    use fp8_policy::{DenseKind, Lookup};
 
     fn policy(rules: &str) -> Policy {
         Policy::from_json_str(

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fp8_policy::{DenseRule, GroupedRule, KindFamily, Policy};
+use fp8_policy::Policy;
 
 use crate::checks::{check_mixed, check_shards};
 use crate::error::MergeError;
@@ -438,34 +438,19 @@ fn add_rule(
     speedup: f64,
     warnings: &mut Vec<String>,
 ) -> Result<(), MergeError> {
-    let added = match (key.kind.family(), key.par, &key.ub_name) {
-        (KindFamily::Dense(k), ParKey::Tp(tp), Some(ub)) => policy.add_dense_rule(
-            k,
-            ub,
-            DenseRule {
-                tp,
-                min_tokens,
-                min_tokens_graphed: None,
-                measured_speedup: Some(speedup),
-            },
-        ),
-        (KindFamily::Grouped(k), ParKey::Grouped(etp, num_gemms), _) => policy.add_grouped_rule(
-            k,
-            GroupedRule {
-                etp,
-                num_gemms,
-                min_tokens,
-                min_tokens_graphed: None,
-                measured_speedup: Some(speedup),
-            },
-        ),
-        _ => {
-            warnings.push(format!(
-                "{}: no ub_name, so no rule can be written",
-                describe(key)
-            ));
-            Ok(())
-        }
+    let Some(rule_key) = crate::sample::rule_key(key) else {
+        warnings.push(format!(
+            "{}: no ub_name, so no rule can be written",
+            describe(key)
+        ));
+        return Ok(());
     };
-    added.map_err(|e| MergeError::Options(format!("{}: {e}", describe(key))))
+    let t = fp8_policy::Thresholds {
+        min_tokens,
+        min_tokens_graphed: None,
+        measured_speedup: Some(speedup),
+    };
+    policy
+        .insert(&rule_key, t)
+        .map_err(|e| MergeError::Options(format!("{}: {e}", describe(key))))
 }

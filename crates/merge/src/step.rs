@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use fp8_policy::{DenseRule, Execution, GroupedRule, Policy, PolicyError, Provenance, RuleKey};
+use fp8_policy::{Execution, Policy, PolicyError, Provenance, RuleKey};
 use serde_json::json;
 
 use crate::error::MergeError;
@@ -263,32 +263,14 @@ pub(crate) fn add_rule(
     min_tokens: u64,
     min_tokens_graphed: Option<u64>,
 ) -> Result<(), PolicyError> {
-    match key {
-        RuleKey::Dense { kind, ub_name, tp } => policy.add_dense_rule(
-            *kind,
-            ub_name,
-            DenseRule {
-                tp: *tp,
-                min_tokens,
-                min_tokens_graphed,
-                measured_speedup: None,
-            },
-        ),
-        RuleKey::Grouped {
-            kind,
-            etp,
-            num_gemms,
-        } => policy.add_grouped_rule(
-            *kind,
-            GroupedRule {
-                etp: *etp,
-                num_gemms: *num_gemms,
-                min_tokens,
-                min_tokens_graphed,
-                measured_speedup: None,
-            },
-        ),
-    }
+    policy.insert(
+        key,
+        fp8_policy::Thresholds {
+            min_tokens,
+            min_tokens_graphed,
+            measured_speedup: None,
+        },
+    )
 }
 
 #[cfg(test)]

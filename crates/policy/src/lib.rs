@@ -46,7 +46,7 @@ pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
 pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, NEVER, Reason, threshold_words};
-pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
+pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, Thresholds};
 pub use provenance::{
     EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied,
     NumericsOverrule, Provenance, SharedKeyVerdict,

@@ -10,6 +10,18 @@ use crate::rule_key::RuleKey;
 /// The only policy format version this library reads and writes.
 pub const POLICY_VERSION: u32 = 1;
 
+/// One rule's thresholds, whatever the shape of its key ([`Policy::rules`], [`Policy::insert`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// FP8 from this many tokens (the key's own: routed tokens for experts) in eager steps;
+    /// [`crate::NEVER`] for never.
+    pub min_tokens: u64,
+    /// The same in CUDA-graphed steps, where it differs.
+    pub min_tokens_graphed: Option<u64>,
+    /// The measured speedup at the threshold, where the maker recorded it.
+    pub measured_speedup: Option<f64>,
+}
+
 /// A dense-kind rule: for `(kind, ub_name, tp)`, FP8 from `min_tokens` up.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DenseRule {
@@ -241,6 +253,65 @@ impl Policy {
         }
     }
 
+    /// Adds one rule under `key`, of either shape: [`Policy::add_dense_rule`] or
+    /// [`Policy::add_grouped_rule`], with their checks.
+    pub fn insert(&mut self, key: &RuleKey, t: Thresholds) -> Result<(), PolicyError> {
+        match key {
+            RuleKey::Dense { kind, ub_name, tp } => self.add_dense_rule(
+                *kind,
+                ub_name,
+                DenseRule {
+                    tp: *tp,
+                    min_tokens: t.min_tokens,
+                    min_tokens_graphed: t.min_tokens_graphed,
+                    measured_speedup: t.measured_speedup,
+                },
+            ),
+            RuleKey::Grouped {
+                kind,
+                etp,
+                num_gemms,
+            } => self.add_grouped_rule(
+                *kind,
+                GroupedRule {
+                    etp: *etp,
+                    num_gemms: *num_gemms,
+                    min_tokens: t.min_tokens,
+                    min_tokens_graphed: t.min_tokens_graphed,
+                    measured_speedup: t.measured_speedup,
+                },
+            ),
+        }
+    }
+
+    /// Every rule with its key, dense kinds first, in the file's order.
+    pub fn rules(&self) -> Vec<(RuleKey, Thresholds)> {
+        let mut out = Vec::with_capacity(self.rule_count());
+        for kind in DenseKind::ALL {
+            for (ub, rules) in self.dense_rules(kind) {
+                for r in rules {
+                    let key = RuleKey::Dense {
+                        kind,
+                        ub_name: ub.clone(),
+                        tp: r.tp,
+                    };
+                    out.push((key, r.thresholds()));
+                }
+            }
+        }
+        for kind in GroupedKind::ALL {
+            for r in self.grouped_rules(kind) {
+                let key = RuleKey::Grouped {
+                    kind,
+                    etp: r.etp,
+                    num_gemms: r.num_gemms,
+                };
+                out.push((key, r.thresholds()));
+            }
+        }
+        out
+    }
+
     /// The dense rules of one kind, by `ub_name`, each list sorted by `tp`.
     pub fn dense_rules(&self, kind: DenseKind) -> &BTreeMap<String, Vec<DenseRule>> {
         &self.dense[kind.index()]
@@ -298,5 +369,27 @@ fn in_memory(path: &str, problem: Problem) -> PolicyError {
         file: "<memory>".into(),
         path: path.to_owned(),
         problem,
+    }
+}
+
+impl DenseRule {
+    /// Its thresholds.
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            min_tokens: self.min_tokens,
+            min_tokens_graphed: self.min_tokens_graphed,
+            measured_speedup: self.measured_speedup,
+        }
+    }
+}
+
+impl GroupedRule {
+    /// Its thresholds.
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            min_tokens: self.min_tokens,
+            min_tokens_graphed: self.min_tokens_graphed,
+            measured_speedup: self.measured_speedup,
+        }
     }
 }

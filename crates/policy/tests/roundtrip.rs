@@ -207,3 +207,40 @@ fn arb_json() -> impl Strategy<Value = serde_json::Value> {
         ]
     })
 }
+
+#[test]
+fn rules_and_insert_round_trip_every_shape_of_key() {
+    use fp8_policy::{DenseKind, GroupedKind, Policy, RuleKey, Thresholds};
+    let mut p = Policy::new(1.0).unwrap();
+    let dense = RuleKey::Dense {
+        kind: DenseKind::Row,
+        ub_name: "fc2".into(),
+        tp: 2,
+    };
+    let grouped = RuleKey::Grouped {
+        kind: GroupedKind::ColumnGrouped,
+        etp: 1,
+        num_gemms: 8,
+    };
+    let t = |min: u64, g: Option<u64>| Thresholds {
+        min_tokens: min,
+        min_tokens_graphed: g,
+        measured_speedup: None,
+    };
+    p.insert(&dense, t(4096, Some(1024))).unwrap();
+    p.insert(&grouped, t(1 << 53, Some(32768))).unwrap();
+    assert!(
+        p.insert(&dense, t(1, None)).is_err(),
+        "a key given twice is refused"
+    );
+    let rules = p.rules();
+    assert_eq!(rules.len(), p.rule_count());
+    assert_eq!(rules[0], (dense, t(4096, Some(1024))));
+    assert_eq!(rules[1], (grouped, t(1 << 53, Some(32768))));
+    // What rules() lists, insert() rebuilds: the same file.
+    let mut again = Policy::new(1.0).unwrap();
+    for (k, th) in &rules {
+        again.insert(k, *th).unwrap();
+    }
+    assert_eq!(again.to_json(), p.to_json());
+}
