@@ -5,7 +5,8 @@
 //! - `{{probe: FILE...}}`: numerics reports (`fp8sel-numerics`), the worst operand per module;
 //! - `{{convergence: FILE...}}`: `convergence.json` files, final losses and gaps;
 //! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16;
-//! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]).
+//! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]);
+//! - `{{causes: FILE}}`: the standing misses' causes, one bullet each.
 //!
 //! Paths are relative to the repository.
 
@@ -85,10 +86,25 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
             .iter()
             .map(|(_, v)| crate::standing::table(v))
             .collect()),
+        "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, standing)"
+            "unknown placeholder `{other}` (probe, convergence, judge, standing, causes)"
         )),
     }
+}
+
+/// The standing misses' causes, one bullet each: what missed, then why.
+fn causes(v: &Value) -> String {
+    let mut s = String::new();
+    for c in v["causes"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "- **{}**: {}",
+            c["what"].as_str().unwrap_or("?"),
+            c["cause"].as_str().unwrap_or("?")
+        );
+    }
+    s
 }
 
 fn num(v: &Value, k: &str) -> f64 {
