@@ -289,6 +289,29 @@ fn more_dense_layers_than_layers_is_refused_before_any_work() {
 }
 
 #[test]
+fn a_count_off_the_layouts_token_step_is_refused_before_any_work() {
+    // At TP 8 with sequence parallelism each rank holds an eighth of the count: 1000 tokens is
+    // 125 rows, which TE's FP8 refuses. Both tuners refuse it before a worker runs.
+    for tuner in ["oracle", "model"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (o, argv) = gen_step(
+            dir.path(),
+            &["--tp", "8", "--tokens", "1000,2048", "--step-tuner", tuner],
+            8,
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+        assert!(
+            err(&o).contains("1000")
+                && err(&o).contains("multiples of 128")
+                && err(&o).contains("1024"),
+            "{}",
+            err(&o)
+        );
+        assert!(argv.is_empty(), "no worker ran: {argv}");
+    }
+}
+
+#[test]
 fn a_failed_refinement_keeps_the_sweeps_thresholds_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let env = [

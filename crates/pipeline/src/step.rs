@@ -70,6 +70,9 @@ pub fn gen_policy_step(
                 config.display()
             ));
         }
+        for p in &layouts {
+            off_the_token_step(&job.tokens, p)?;
+        }
         let mut runs = Vec::new();
         let mut models = Vec::new();
         let notes_before = outcome.notes.len();
@@ -356,5 +359,49 @@ impl Layout<'_> {
                 }
             }
         }
+    }
+}
+
+/// Refuses, before any work, a token count a layout's FP8 GEMMs cannot run: each rank holds
+/// `tokens / token_step * 16` rows, which TE's FP8 needs in multiples of 16
+/// (`fp8_engine::Parallel::token_step`).
+fn off_the_token_step(tokens: &[u64], p: &fp8_engine::Parallel) -> Result<(), String> {
+    let step = p.token_step();
+    let off: Vec<u64> = tokens.iter().copied().filter(|t| t % step != 0).collect();
+    if off.is_empty() {
+        return Ok(());
+    }
+    let near: Vec<String> = off
+        .iter()
+        .map(|t| {
+            ((t + step / 2) / step)
+                .max(1)
+                .saturating_mul(step)
+                .to_string()
+        })
+        .collect();
+    Err(format!(
+        "token count(s) {} at {p}: each rank's FP8 GEMMs need counts in multiples of {step} \
+         (16 x TP under sequence parallelism, x 2 CP), so TE would refuse them; fix: count(s) \
+         such as {}",
+        off.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+        near.join(",")
+    ))
+}
+
+#[cfg(test)]
+mod token_step_tests {
+    use super::off_the_token_step;
+
+    #[test]
+    fn counts_off_a_layouts_token_step_are_refused_with_near_ones() {
+        let tp8 = fp8_engine::Parallel::tp(8);
+        assert!(off_the_token_step(&[1024, 2048, 16384], &tp8).is_ok());
+        let e = off_the_token_step(&[1024, 1456], &tp8).unwrap_err();
+        assert!(
+            e.contains("1456") && e.contains("128") && e.contains("1408"),
+            "{e}"
+        );
+        assert!(off_the_token_step(&[1456], &fp8_engine::Parallel::tp(1)).is_ok());
     }
 }
