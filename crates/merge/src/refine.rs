@@ -56,7 +56,7 @@ pub fn midpoint_on(lo: u64, hi: u64, step: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step::{GroupKey, StepCount, StepLayers, StepSetup};
+    use crate::step::{StepCount, StepGroup, StepLayers, StepSetup};
     use fp8_policy::{DenseKind, RuleKey};
     use fp8_report::step_results::StepTrainer;
     use std::path::PathBuf;
@@ -101,7 +101,7 @@ mod tests {
                 .collect(),
             groups: from
                 .iter()
-                .map(|(g, _)| GroupKey {
+                .map(|(g, _)| StepGroup {
                     group: (*g).to_owned(),
                     key: key(g),
                     scale: 1,

@@ -24,8 +24,8 @@ mod provenance;
 mod results;
 pub use provenance::{KeyRecord, LayoutRecord, PerExecution, RunInfo, RunRecord, StepRecord};
 pub use results::{
-    FailedCount, GroupKey, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepLayers, StepRun, StepSetup,
-    failed_counts, judged_policies, parse_results,
+    FailedCount, JudgedPolicy, MAX_STEP_BYTES, StepCount, StepGroup, StepLayers, StepRun,
+    StepSetup, failed_counts, judged_policies, parse_results,
 };
 
 /// One key's threshold and the verdicts it came from.
@@ -47,7 +47,7 @@ pub struct KeyThreshold {
 /// Each key's threshold from the oracle's verdicts (any order). A count timed twice (a run and
 /// its re-run) is FP8 only if both verdicts are: a threshold never rests on the kinder of two
 /// readings. Groups the step did not build are ignored.
-pub fn thresholds(counts: &[StepCount], groups: &[GroupKey]) -> BTreeMap<RuleKey, KeyThreshold> {
+pub fn thresholds(counts: &[StepCount], groups: &[StepGroup]) -> BTreeMap<RuleKey, KeyThreshold> {
     let mut sorted: Vec<&StepCount> = counts.iter().collect();
     sorted.sort_by_key(|c| c.tokens);
     let mut by_key: BTreeMap<&RuleKey, (Vec<&str>, u64)> = BTreeMap::new();
@@ -294,8 +294,8 @@ mod tests {
         }
     }
 
-    fn group(g: &str, key: RuleKey, scale: u64) -> GroupKey {
-        GroupKey {
+    fn group(g: &str, key: RuleKey, scale: u64) -> StepGroup {
+        StepGroup {
             group: g.to_owned(),
             key,
             scale,

@@ -25,7 +25,7 @@ pub struct StepCount {
 
 /// A module group of the step and the policy key it is looked up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupKey {
+pub struct StepGroup {
     /// The step benchmark's group name (`qkv`, `experts.fc1`, `shared.fc2`, ...).
     pub group: String,
     /// The key.
@@ -81,7 +81,7 @@ pub struct StepRun {
     /// The verdict per swept count.
     pub counts: Vec<StepCount>,
     /// The groups and their keys.
-    pub groups: Vec<GroupKey>,
+    pub groups: Vec<StepGroup>,
     /// The model's name.
     pub model: String,
     /// The component (`llm` or `vit`).
@@ -178,11 +178,11 @@ pub fn parse_results(text: &str, file: &Path) -> Result<Vec<StepRun>, MergeError
     // A group the step never ran has no verdict (the dense fc1 of a step of MoE layers only):
     // reading the oracle's silence as BF16 would turn its key BF16 for good.
     let built = doc.built_groups();
-    let groups: Vec<GroupKey> = doc
+    let groups: Vec<StepGroup> = doc
         .group_keys
         .iter()
         .filter(|(g, _)| built.is_empty() || built.contains(g.as_str()))
-        .map(|(g, k)| GroupKey {
+        .map(|(g, k)| StepGroup {
             group: g.clone(),
             key: k.key.clone(),
             scale: k.scale.unwrap_or(1),
