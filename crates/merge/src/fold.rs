@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fp8_policy::{Execution, Policy, PolicyError, RuleKey, Thresholds};
+use fp8_policy::{Execution, Policy, PolicyError, RuleKey, Threshold, Thresholds};
 
 use crate::step::NEVER;
 
@@ -30,8 +30,8 @@ fn add_rule(
     out.insert(
         key,
         Thresholds {
-            min_tokens,
-            min_tokens_graphed,
+            eager: Threshold::from_wire(min_tokens),
+            graphed: min_tokens_graphed.map(Threshold::from_wire),
             measured_speedup,
         },
     )
@@ -168,7 +168,10 @@ pub type BothThresholds = BTreeMap<RuleKey, (u64, Option<u64>, Option<f64>)>;
 pub fn both_thresholds(p: &Policy) -> BothThresholds {
     p.rules()
         .into_iter()
-        .map(|(k, t)| (k, (t.min_tokens, t.min_tokens_graphed, t.measured_speedup)))
+        .map(|(k, t)| {
+            let graphed = t.graphed.map(Threshold::to_wire);
+            (k, (t.eager.to_wire(), graphed, t.measured_speedup))
+        })
         .collect()
 }
 

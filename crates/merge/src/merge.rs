@@ -446,8 +446,8 @@ fn add_rule(
         return Ok(());
     };
     let t = fp8_policy::Thresholds {
-        min_tokens,
-        min_tokens_graphed: None,
+        eager: fp8_policy::Threshold::from_wire(min_tokens),
+        graphed: None,
         measured_speedup: Some(speedup),
     };
     policy

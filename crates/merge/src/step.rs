@@ -266,8 +266,8 @@ pub(crate) fn add_rule(
     policy.insert(
         key,
         fp8_policy::Thresholds {
-            min_tokens,
-            min_tokens_graphed,
+            eager: fp8_policy::Threshold::from_wire(min_tokens),
+            graphed: min_tokens_graphed.map(fp8_policy::Threshold::from_wire),
             measured_speedup: None,
         },
     )

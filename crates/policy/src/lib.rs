@@ -41,11 +41,12 @@ mod provenance;
 mod recipe;
 mod rule_key;
 mod ser;
+mod threshold;
 
 pub use error::{MAX_POLICY_BYTES, PolicyError, Problem};
 pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
-pub use lookup::{Decision, Lookup, MatchedRule, NEVER, Reason, threshold_words};
+pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, Thresholds};
 pub use provenance::{
     EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied,
@@ -53,3 +54,4 @@ pub use provenance::{
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
 pub use rule_key::RuleKey;
+pub use threshold::{NEVER, Threshold, threshold_words};

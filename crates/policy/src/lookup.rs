@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::threshold::{NEVER, threshold_words};
+
 use crate::execution::Execution;
 use crate::kind::{DenseKind, GroupedKind};
 use crate::policy::{DenseRule, GroupedRule, Policy};
@@ -163,20 +165,6 @@ impl Decision {
             }
             Reason::NoRule { .. } | Reason::NoUbName { .. } => None,
         }
-    }
-}
-
-/// The threshold no token count reaches: the rule keeps its key BF16 in that execution. Files
-/// carry it as the number 2^53 (the reference's loader reads `min_tokens` as a number); human
-/// output says "never" ([`threshold_words`]).
-pub const NEVER: u64 = 1 << 53;
-
-/// A threshold in words: the count, or "never" for [`NEVER`] and above.
-pub fn threshold_words(t: u64) -> String {
-    if t >= NEVER {
-        "never".to_owned()
-    } else {
-        t.to_string()
     }
 }
 

@@ -6,6 +6,7 @@ use crate::error::{PolicyError, Problem};
 use crate::kind::{DenseKind, GroupedKind};
 use crate::provenance::Provenance;
 use crate::rule_key::RuleKey;
+use crate::threshold::Threshold;
 
 /// The only policy format version this library reads and writes.
 pub const POLICY_VERSION: u32 = 1;
@@ -13,11 +14,11 @@ pub const POLICY_VERSION: u32 = 1;
 /// One rule's thresholds, whatever the shape of its key ([`Policy::rules`], [`Policy::insert`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Thresholds {
-    /// FP8 from this many tokens (the key's own: routed tokens for experts) in eager steps;
-    /// [`crate::NEVER`] for never.
-    pub min_tokens: u64,
-    /// The same in CUDA-graphed steps, where it differs.
-    pub min_tokens_graphed: Option<u64>,
+    /// Where FP8 starts in eager steps (`min_tokens`), in the key's own tokens (routed tokens
+    /// for experts).
+    pub eager: Threshold,
+    /// The same in CUDA-graphed steps (`min_tokens_graphed`), where it differs.
+    pub graphed: Option<Threshold>,
     /// The measured speedup at the threshold, where the maker recorded it.
     pub measured_speedup: Option<f64>,
 }
@@ -262,8 +263,8 @@ impl Policy {
                 ub_name,
                 DenseRule {
                     tp: *tp,
-                    min_tokens: t.min_tokens,
-                    min_tokens_graphed: t.min_tokens_graphed,
+                    min_tokens: t.eager.to_wire(),
+                    min_tokens_graphed: t.graphed.map(Threshold::to_wire),
                     measured_speedup: t.measured_speedup,
                 },
             ),
@@ -276,8 +277,8 @@ impl Policy {
                 GroupedRule {
                     etp: *etp,
                     num_gemms: *num_gemms,
-                    min_tokens: t.min_tokens,
-                    min_tokens_graphed: t.min_tokens_graphed,
+                    min_tokens: t.eager.to_wire(),
+                    min_tokens_graphed: t.graphed.map(Threshold::to_wire),
                     measured_speedup: t.measured_speedup,
                 },
             ),
@@ -376,8 +377,8 @@ impl DenseRule {
     /// Its thresholds.
     pub fn thresholds(&self) -> Thresholds {
         Thresholds {
-            min_tokens: self.min_tokens,
-            min_tokens_graphed: self.min_tokens_graphed,
+            eager: Threshold::from_wire(self.min_tokens),
+            graphed: self.min_tokens_graphed.map(Threshold::from_wire),
             measured_speedup: self.measured_speedup,
         }
     }
@@ -387,8 +388,8 @@ impl GroupedRule {
     /// Its thresholds.
     pub fn thresholds(&self) -> Thresholds {
         Thresholds {
-            min_tokens: self.min_tokens,
-            min_tokens_graphed: self.min_tokens_graphed,
+            eager: Threshold::from_wire(self.min_tokens),
+            graphed: self.min_tokens_graphed.map(Threshold::from_wire),
             measured_speedup: self.measured_speedup,
         }
     }

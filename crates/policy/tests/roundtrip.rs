@@ -210,7 +210,7 @@ fn arb_json() -> impl Strategy<Value = serde_json::Value> {
 
 #[test]
 fn rules_and_insert_round_trip_every_shape_of_key() {
-    use fp8_policy::{DenseKind, GroupedKind, Policy, RuleKey, Thresholds};
+    use fp8_policy::{DenseKind, GroupedKind, Policy, RuleKey, Threshold, Thresholds};
     let mut p = Policy::new(1.0).unwrap();
     let dense = RuleKey::Dense {
         kind: DenseKind::Row,
@@ -222,21 +222,29 @@ fn rules_and_insert_round_trip_every_shape_of_key() {
         etp: 1,
         num_gemms: 8,
     };
-    let t = |min: u64, g: Option<u64>| Thresholds {
-        min_tokens: min,
-        min_tokens_graphed: g,
+    let t = |eager: Threshold, g: Option<u64>| Thresholds {
+        eager,
+        graphed: g.map(Threshold::From),
         measured_speedup: None,
     };
-    p.insert(&dense, t(4096, Some(1024))).unwrap();
-    p.insert(&grouped, t(1 << 53, Some(32768))).unwrap();
+    p.insert(&dense, t(Threshold::From(4096), Some(1024)))
+        .unwrap();
+    p.insert(&grouped, t(Threshold::Never, Some(32768)))
+        .unwrap();
     assert!(
-        p.insert(&dense, t(1, None)).is_err(),
+        p.insert(&dense, t(Threshold::From(1), None)).is_err(),
         "a key given twice is refused"
     );
     let rules = p.rules();
     assert_eq!(rules.len(), p.rule_count());
-    assert_eq!(rules[0], (dense, t(4096, Some(1024))));
-    assert_eq!(rules[1], (grouped, t(1 << 53, Some(32768))));
+    assert_eq!(rules[0], (dense, t(Threshold::From(4096), Some(1024))));
+    assert_eq!(rules[1], (grouped, t(Threshold::Never, Some(32768))));
+    // Never is 2^53 in the file only, where the reference's loader reads a number.
+    assert!(p.to_json().contains("9007199254740992"));
+    assert_eq!(Threshold::from_wire(1 << 53), Threshold::Never);
+    assert!(Threshold::From(1 << 40) < Threshold::Never);
+    assert!(Threshold::From(4096).allows(4096) && !Threshold::Never.allows(u64::MAX));
+    assert_eq!(Threshold::Never.to_string(), "never");
     // What rules() lists, insert() rebuilds: the same file.
     let mut again = Policy::new(1.0).unwrap();
     for (k, th) in &rules {
