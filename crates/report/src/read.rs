@@ -223,3 +223,29 @@ pub fn check_stat(s: &Stat, what: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// One of our typed documents (the step model's inputs, the step benchmark's results): its
+/// `format` and `version` checked, then the whole document as `T` (unknown fields refused by
+/// `T`). `writer` names the program that writes it, `again` the fix for another version.
+pub(crate) fn typed_document<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &Path,
+    (format, version): (&str, u32),
+    writer: &str,
+    again: &str,
+) -> Result<T, ReportError> {
+    let err = |m: String| ReportError::new(path, ReportErrorKind::Document(m));
+    let head: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    if head.get("format").and_then(|v| v.as_str()) != Some(format) {
+        return Err(err(format!(
+            "format: expected \"{format}\" (a file {writer} wrote)"
+        )));
+    }
+    if head.get("version").and_then(|v| v.as_u64()) != Some(u64::from(version)) {
+        return Err(err(format!(
+            "version: this fp8sel reads version {version}; fix: {again}"
+        )));
+    }
+    serde_json::from_value(head).map_err(|e| err(e.to_string()))
+}

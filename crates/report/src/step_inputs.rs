@@ -218,25 +218,14 @@ pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
 /// refused), timings finite and positive (host time may be zero), each round list as long as
 /// `rounds`, and every group a row names one of `groups`.
 pub fn parse_step_inputs(text: &str, path: &Path) -> Result<StepInputs, ReportError> {
-    let format = |m: String| ReportError::new(path, ReportErrorKind::Document(m));
-    let head: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        ReportError::new(
-            path,
-            ReportErrorKind::Document(format!("not valid JSON: {e}")),
-        )
-    })?;
-    if head.get("format").and_then(|v| v.as_str()) != Some(STEP_INPUTS_FORMAT) {
-        return Err(format(format!(
-            "format: expected \"{STEP_INPUTS_FORMAT}\" (a file python -m adaptive_fp8.bench.step_inputs wrote)"
-        )));
-    }
-    if head.get("version").and_then(|v| v.as_u64()) != Some(u64::from(STEP_INPUTS_VERSION)) {
-        return Err(format(format!(
-            "version: this fp8sel reads version {STEP_INPUTS_VERSION}; fix: measure again with the installed adaptive_fp8"
-        )));
-    }
-    let doc: StepInputs = serde_json::from_value(head).map_err(|e| format(e.to_string()))?;
-    check(&doc).map_err(format)?;
+    let doc: StepInputs = crate::read::typed_document(
+        text,
+        path,
+        (STEP_INPUTS_FORMAT, STEP_INPUTS_VERSION),
+        "python -m adaptive_fp8.bench.step_inputs",
+        "measure again with the installed adaptive_fp8",
+    )?;
+    check(&doc).map_err(|m| ReportError::new(path, ReportErrorKind::Document(m)))?;
     Ok(doc)
 }
 

@@ -275,25 +275,14 @@ pub fn read_step_results(path: &Path) -> Result<StepResults, ReportError> {
 /// refused), counts and sizes positive, figures finite, and every verdict's groups ones the row
 /// timed.
 pub fn parse_step_results(text: &str, path: &Path) -> Result<StepResults, ReportError> {
-    let format = |m: String| ReportError::new(path, ReportErrorKind::Document(m));
-    let head: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        ReportError::new(
-            path,
-            ReportErrorKind::Document(format!("not valid JSON: {e}")),
-        )
-    })?;
-    if head.get("format").and_then(|v| v.as_str()) != Some(STEP_RESULTS_FORMAT) {
-        return Err(format(format!(
-            "format: expected \"{STEP_RESULTS_FORMAT}\" (a file python -m adaptive_fp8.bench.step_bench --json wrote)"
-        )));
-    }
-    if head.get("version").and_then(|v| v.as_u64()) != Some(u64::from(STEP_RESULTS_VERSION)) {
-        return Err(format(format!(
-            "version: this fp8sel reads version {STEP_RESULTS_VERSION}; fix: run the step benchmark again with the installed adaptive_fp8"
-        )));
-    }
-    let doc: StepResults = serde_json::from_value(head).map_err(|e| format(e.to_string()))?;
-    check(&doc).map_err(format)?;
+    let doc: StepResults = crate::read::typed_document(
+        text,
+        path,
+        (STEP_RESULTS_FORMAT, STEP_RESULTS_VERSION),
+        "python -m adaptive_fp8.bench.step_bench --json",
+        "run the step benchmark again with the installed adaptive_fp8",
+    )?;
+    check(&doc).map_err(|m| ReportError::new(path, ReportErrorKind::Document(m)))?;
     Ok(doc)
 }
 
