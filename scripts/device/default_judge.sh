@@ -545,7 +545,7 @@ retune8)  # after retune7 (git history of docs/RESULTS.md, "The seventh retune")
     --layers 2 --tokens 16384 --execution eager --json "$W/q3vl_llm_eager.json" --md "$W/q3vl_llm_eager.md"
   # To fold (next session): q3vl_llm_graphed.json as
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_graphed_step.json, with the end-to-end
-  # run sb3's oracle (1024, 4096, 8192; `python scripts/upkeep/backfill_keys.py
+  # run sb3's oracle (1024, 4096, 8192; `the backfill tool (retired: its copies are migrated to the typed results; git history has it)
   # docs/device-logs/trainer_loop/sb3/qwen3_vl_llm_tp4.json --ep 16 --out
   # reports/h200/step/qwen3_vl_235b_a22b.llm_tp4_ep16_etp1_sb3_step.json`), where the top (16384)
   # keeps FP8 the keys the file has FP8 below it (sb3's 8192 kept qkv and experts.fc2 BF16, a tie).
@@ -624,7 +624,7 @@ retune11)  # after retune10 (git history of docs/RESULTS.md, "The ninth retune")
     --model fixtures/models/deepseek_v3.yaml --tp 2 --ep 16 --layers 2 --tokens 1024,2048,4096 \
     --execution graphed --json "$W/dsv3_tp2_graphed.json" --md "$W/dsv3_tp2_graphed.md"
   # To fold (next session), where the rows say so: vit_g16384_graphed.json with the oracle;
-  # dsv3_delayed_g3072_fastest.json marked (python scripts/upkeep/backfill_keys.py ...
+  # dsv3_delayed_g3072_fastest.json marked (the retired backfill tool ...
   # --fastest-mode) as reports/h200/delayed/step/deepseek_v3_tp1_ep16_etp1_3072_graphed_step.json;
   # dsv3_tp2_graphed.json as reports/h200/step/deepseek_v3_tp2_ep16_etp1_graphed_step.json; the
   # folded files' gaps, marked, where a row found all-FP8 faster than the file.
