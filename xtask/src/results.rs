@@ -370,7 +370,7 @@ fn margin_row(
         for kind in fp8_policy::DenseKind::ALL {
             for (ub, rs) in p.dense_rules(kind) {
                 for r in rs {
-                    m.insert(format!("{kind}/{ub}/tp{}", r.tp), r.min_tokens);
+                    m.insert(format!("{kind}/{ub}/tp{}", r.tp), r.min_tokens.to_wire());
                 }
             }
         }

@@ -323,7 +323,7 @@ fn flop_share_is_one_when_everything_is_fp8_and_zero_without_policy() {
             ub,
             fp8_policy::DenseRule {
                 tp: 2,
-                min_tokens: 0,
+                min_tokens: fp8_policy::Threshold::From(0),
                 min_tokens_graphed: None,
                 measured_speedup: None,
             },

@@ -469,7 +469,7 @@ proptest! {
             let mut by: std::collections::BTreeMap<(String, u64), Vec<(f64, f64)>> = Default::default();
             for x in &s { by.entry((x.curve.clone(), x.tokens)).or_default().push((x.bf16.median, x.fp8.median)); }
             for ((_, t), v) in by {
-                if t >= r.min_tokens {
+                if r.min_tokens.allows(t) {
                     let mut bs: Vec<f64> = v.iter().map(|p| p.0).collect();
                     let mut fs: Vec<f64> = v.iter().map(|p| p.1).collect();
                     bs.sort_by(f64::total_cmp); fs.sort_by(f64::total_cmp);

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use fp8_merge::fold::{both_thresholds, fold, overlay, step_first};
+#[cfg(test)]
+use fp8_policy::Threshold;
 use fp8_policy::{DenseKind, GroupedKind, Policy};
 
 use crate::build::Files;
@@ -71,10 +73,6 @@ pub fn fold_files(
     Ok(out)
 }
 
-fn threshold(t: u64) -> String {
-    fp8_policy::threshold_words(t)
-}
-
 /// Keys the training step kept BF16 at its largest swept count that stay BF16 above it: the
 /// step has no verdict there, so the rule is "never" for want of one, not by a measurement
 /// (`key execution: largest count`). A sweep to larger counts can move them.
@@ -127,9 +125,7 @@ fn section(path: &Path, p: &Policy) -> String {
                 let _ = writeln!(
                     s,
                     "| {kind} | {ub} tp={} | {} | {} |",
-                    r.tp,
-                    threshold(r.min_tokens),
-                    threshold(g)
+                    r.tp, r.min_tokens, g
                 );
             }
         }
@@ -140,10 +136,7 @@ fn section(path: &Path, p: &Policy) -> String {
             let _ = writeln!(
                 s,
                 "| {kind} | etp={} gemms={} | {} | {} |",
-                r.etp,
-                r.num_gemms,
-                threshold(r.min_tokens),
-                threshold(g)
+                r.etp, r.num_gemms, r.min_tokens, g
             );
         }
     }
@@ -194,10 +187,16 @@ mod tests {
             parse(&out[Path::new("m.json")], Path::new("m.json")).unwrap_or_else(|e| panic!("{e}"));
         let r = &m.dense_rules(DenseKind::Row)["fc2"][0];
         // TE measured the key: its eager threshold wins over the host profile's.
-        assert_eq!((r.min_tokens, r.min_tokens_graphed), (16384, Some(1024)));
+        assert_eq!(
+            (r.min_tokens, r.min_tokens_graphed),
+            (Threshold::From(16384), Some(Threshold::From(1024)))
+        );
         let v = parse(&out[Path::new("v.llm.json")], Path::new("v.llm.json"))
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(v.dense_rules(DenseKind::Row)["fc2"][0].min_tokens, 4096);
+        assert_eq!(
+            v.dense_rules(DenseKind::Row)["fc2"][0].min_tokens,
+            Threshold::From(4096)
+        );
         let md = String::from_utf8_lossy(&out[Path::new("m.md")]);
         assert!(md.contains("| row | fc2 tp=1 | 16384 | 1024 |"), "{md}");
         assert!(md.contains("`min_tokens_graphed`: gpu"), "{md}");

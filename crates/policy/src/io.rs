@@ -45,11 +45,11 @@ impl Policy {
     /// written through to its target; a target that is not a regular file is refused.
     ///
     /// ```
-    /// use fp8_policy::{DenseKind, DenseRule, Policy};
+    /// use fp8_policy::{DenseKind, DenseRule, Policy, Threshold};
     /// # let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("policy.json");
     /// let mut p = Policy::new(1.0)?;
-    /// p.add_dense_rule(DenseKind::Row, "fc2", DenseRule { tp: 4, min_tokens: 2048, min_tokens_graphed: None, measured_speedup: Some(1.2) })?;
+    /// p.add_dense_rule(DenseKind::Row, "fc2", DenseRule { tp: 4, min_tokens: Threshold::From(2048), min_tokens_graphed: None, measured_speedup: Some(1.2) })?;
     /// p.write(&path)?;
     /// assert_eq!(Policy::load(&path)?, p);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

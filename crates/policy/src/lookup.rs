@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::threshold::{NEVER, threshold_words};
+use crate::threshold::Threshold;
 
 use crate::execution::Execution;
 use crate::kind::{DenseKind, GroupedKind};
@@ -68,7 +68,7 @@ pub enum MatchedRule {
 
 impl MatchedRule {
     /// The rule's eager token threshold (`min_tokens`).
-    pub fn min_tokens(&self) -> u64 {
+    pub fn min_tokens(&self) -> Threshold {
         match self {
             MatchedRule::Dense(r) => r.min_tokens,
             MatchedRule::Grouped(r) => r.min_tokens,
@@ -77,7 +77,7 @@ impl MatchedRule {
 
     /// The threshold for `execution` and the field it comes from: `min_tokens_graphed` for a
     /// graphed step when the rule has one, else `min_tokens`.
-    pub fn threshold(&self, execution: Execution) -> (u64, &'static str) {
+    pub fn threshold(&self, execution: Execution) -> (Threshold, &'static str) {
         let graphed = match self {
             MatchedRule::Dense(r) => r.min_tokens_graphed,
             MatchedRule::Grouped(r) => r.min_tokens_graphed,
@@ -185,7 +185,6 @@ impl fmt::Display for Reason {
             } => {
                 let (t, field) = rule.threshold(*execution);
                 let s = speed(rule, *estimated);
-                let t = threshold_words(t);
                 write!(f, "tokens {num_tokens} >= {field} {t}{s}")
             }
             Reason::BelowThreshold {
@@ -196,7 +195,7 @@ impl fmt::Display for Reason {
             } => {
                 let (t, field) = rule.threshold(*execution);
                 let s = speed(rule, *estimated);
-                if t >= NEVER {
+                if t == Threshold::Never {
                     return write!(f, "{field} never: BF16 at every token count{s}");
                 }
                 write!(f, "tokens {num_tokens} < {field} {t}{s}")
@@ -217,12 +216,12 @@ impl Policy {
     /// `fp8_dynamic_num_tokens` override) for dense modules, times `moe_router_topk` for experts.
     ///
     /// ```
-    /// use fp8_policy::{GroupedKind, GroupedRule, Lookup, Policy, Reason};
+    /// use fp8_policy::{GroupedKind, GroupedRule, Lookup, Policy, Reason, Threshold};
     ///
     /// let mut p = Policy::new(1.0)?;
     /// p.add_grouped_rule(
     ///     GroupedKind::ColumnGrouped,
-    ///     GroupedRule { etp: 1, num_gemms: 32, min_tokens: 16384, min_tokens_graphed: None, measured_speedup: Some(1.1) },
+    ///     GroupedRule { etp: 1, num_gemms: 32, min_tokens: Threshold::From(16384), min_tokens_graphed: None, measured_speedup: Some(1.1) },
     /// )?;
     /// // 4096 tokens x top-8 routing = 32768 routed tokens: FP8.
     /// let experts = Lookup::Grouped { kind: GroupedKind::ColumnGrouped, etp: 1, num_gemms: 32 };
@@ -290,7 +289,7 @@ impl Policy {
         };
         let estimated = self.estimated();
         match rule {
-            Ok(rule) if num_tokens >= rule.threshold(execution).0 => Decision {
+            Ok(rule) if rule.threshold(execution).0.allows(num_tokens) => Decision {
                 use_fp8: true,
                 reason: Reason::AtOrAboveThreshold {
                     rule,

@@ -11,6 +11,7 @@ use crate::error::{PolicyError, Problem};
 use crate::kind::{KindFamily, ModuleKind};
 use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, check_ratio};
 use crate::rule_key::RuleKey;
+use crate::threshold::Threshold;
 
 pub(crate) fn parse_str(text: &str, file: &Path) -> Result<Policy, PolicyError> {
     if text.trim().is_empty() {
@@ -210,8 +211,10 @@ impl Parser<'_> {
         )?;
         Ok(DenseRule {
             tp: self.size(obj, "tp", path)?,
-            min_tokens: self.count(obj, "min_tokens", path)?,
-            min_tokens_graphed: self.opt_count(obj, "min_tokens_graphed", path)?,
+            min_tokens: Threshold::from_wire(self.count(obj, "min_tokens", path)?),
+            min_tokens_graphed: self
+                .opt_count(obj, "min_tokens_graphed", path)?
+                .map(Threshold::from_wire),
             measured_speedup: self.opt_ratio(obj, "measured_speedup", path)?,
         })
     }
@@ -232,8 +235,10 @@ impl Parser<'_> {
         Ok(GroupedRule {
             etp: self.size(obj, "etp", path)?,
             num_gemms: self.size(obj, "num_gemms", path)?,
-            min_tokens: self.count(obj, "min_tokens", path)?,
-            min_tokens_graphed: self.opt_count(obj, "min_tokens_graphed", path)?,
+            min_tokens: Threshold::from_wire(self.count(obj, "min_tokens", path)?),
+            min_tokens_graphed: self
+                .opt_count(obj, "min_tokens_graphed", path)?
+                .map(Threshold::from_wire),
             measured_speedup: self.opt_ratio(obj, "measured_speedup", path)?,
         })
     }

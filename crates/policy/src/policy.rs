@@ -28,11 +28,11 @@ pub struct Thresholds {
 pub struct DenseRule {
     /// Tensor-parallel size the rule applies to.
     pub tp: u32,
-    /// Smallest token count (`seq_length * micro_batch_size`, or the override) that runs FP8 in
-    /// an eager step.
-    pub min_tokens: u64,
+    /// Where FP8 starts in an eager step, in tokens (`seq_length * micro_batch_size`, or the
+    /// override); the file's number ([`Threshold::to_wire`]).
+    pub min_tokens: Threshold,
     /// The same for a CUDA-graphed step; `None`: `min_tokens` holds for both.
-    pub min_tokens_graphed: Option<u64>,
+    pub min_tokens_graphed: Option<Threshold>,
     /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
     pub measured_speedup: Option<f64>,
 }
@@ -44,10 +44,10 @@ pub struct GroupedRule {
     pub etp: u32,
     /// Experts per rank (`num_experts / ep`).
     pub num_gemms: u32,
-    /// Smallest routed token count (tokens x topk) that runs FP8 in an eager step.
-    pub min_tokens: u64,
+    /// Where FP8 starts in an eager step, in routed tokens (tokens x topk).
+    pub min_tokens: Threshold,
     /// The same for a CUDA-graphed step; `None`: `min_tokens` holds for both.
-    pub min_tokens_graphed: Option<u64>,
+    pub min_tokens_graphed: Option<Threshold>,
     /// FP8/BF16 speedup measured at `min_tokens`. Informational; lookup ignores it.
     pub measured_speedup: Option<f64>,
 }
@@ -76,10 +76,10 @@ impl Policy {
     /// Fails when the threshold is not a finite number above zero.
     ///
     /// ```
-    /// use fp8_policy::{DenseKind, DenseRule, Policy};
+    /// use fp8_policy::{DenseKind, DenseRule, Policy, Threshold};
     ///
     /// let mut p = Policy::new(1.0)?;
-    /// let rule = DenseRule { tp: 8, min_tokens: 8192, min_tokens_graphed: None, measured_speedup: Some(1.12) };
+    /// let rule = DenseRule { tp: 8, min_tokens: Threshold::From(8192), min_tokens_graphed: None, measured_speedup: Some(1.12) };
     /// p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule)?;
     /// assert!(p.add_dense_rule(DenseKind::LayernormColumn, "fc1", rule).is_err(), "duplicate");
     /// assert!(Policy::new(f64::NAN).is_err());
@@ -263,8 +263,8 @@ impl Policy {
                 ub_name,
                 DenseRule {
                     tp: *tp,
-                    min_tokens: t.eager.to_wire(),
-                    min_tokens_graphed: t.graphed.map(Threshold::to_wire),
+                    min_tokens: t.eager,
+                    min_tokens_graphed: t.graphed,
                     measured_speedup: t.measured_speedup,
                 },
             ),
@@ -277,8 +277,8 @@ impl Policy {
                 GroupedRule {
                     etp: *etp,
                     num_gemms: *num_gemms,
-                    min_tokens: t.eager.to_wire(),
-                    min_tokens_graphed: t.graphed.map(Threshold::to_wire),
+                    min_tokens: t.eager,
+                    min_tokens_graphed: t.graphed,
                     measured_speedup: t.measured_speedup,
                 },
             ),
@@ -377,8 +377,8 @@ impl DenseRule {
     /// Its thresholds.
     pub fn thresholds(&self) -> Thresholds {
         Thresholds {
-            eager: Threshold::from_wire(self.min_tokens),
-            graphed: self.min_tokens_graphed.map(Threshold::from_wire),
+            eager: self.min_tokens,
+            graphed: self.min_tokens_graphed,
             measured_speedup: self.measured_speedup,
         }
     }
@@ -388,8 +388,8 @@ impl GroupedRule {
     /// Its thresholds.
     pub fn thresholds(&self) -> Thresholds {
         Thresholds {
-            eager: Threshold::from_wire(self.min_tokens),
-            graphed: self.min_tokens_graphed.map(Threshold::from_wire),
+            eager: self.min_tokens,
+            graphed: self.min_tokens_graphed,
             measured_speedup: self.measured_speedup,
         }
     }

@@ -62,9 +62,9 @@ impl Serialize for DenseRule {
             + usize::from(self.min_tokens_graphed.is_some());
         let mut st = s.serialize_struct("DenseRule", n)?;
         st.serialize_field("tp", &self.tp)?;
-        st.serialize_field("min_tokens", &self.min_tokens)?;
+        st.serialize_field("min_tokens", &self.min_tokens.to_wire())?;
         if let Some(g) = self.min_tokens_graphed {
-            st.serialize_field("min_tokens_graphed", &g)?;
+            st.serialize_field("min_tokens_graphed", &g.to_wire())?;
         }
         if let Some(x) = self.measured_speedup {
             st.serialize_field("measured_speedup", &x)?;
@@ -81,9 +81,9 @@ impl Serialize for GroupedRule {
         let mut st = s.serialize_struct("GroupedRule", n)?;
         st.serialize_field("etp", &self.etp)?;
         st.serialize_field("num_gemms", &self.num_gemms)?;
-        st.serialize_field("min_tokens", &self.min_tokens)?;
+        st.serialize_field("min_tokens", &self.min_tokens.to_wire())?;
         if let Some(g) = self.min_tokens_graphed {
-            st.serialize_field("min_tokens_graphed", &g)?;
+            st.serialize_field("min_tokens_graphed", &g.to_wire())?;
         }
         if let Some(x) = self.measured_speedup {
             st.serialize_field("measured_speedup", &x)?;

@@ -42,7 +42,10 @@ fn dense_boundaries() {
             ..
         }
     ));
-    assert_eq!(at.rule().map(MatchedRule::min_tokens), Some(8192));
+    assert_eq!(
+        at.rule().map(MatchedRule::min_tokens),
+        Some(fp8_policy::Threshold::From(8192))
+    );
     assert_eq!(
         at.rule().and_then(MatchedRule::measured_speedup),
         Some(1.23)
@@ -143,7 +146,7 @@ fn builder_refuses_duplicates_and_zeroes() {
     let mut p = Policy::new(1.0).unwrap();
     let r = DenseRule {
         tp: 2,
-        min_tokens: 10,
+        min_tokens: fp8_policy::Threshold::From(10),
         min_tokens_graphed: None,
         measured_speedup: Some(1.1),
     };
@@ -168,7 +171,7 @@ fn builder_refuses_duplicates_and_zeroes() {
     let g = GroupedRule {
         etp: 1,
         num_gemms: 8,
-        min_tokens: 5,
+        min_tokens: fp8_policy::Threshold::From(5),
         min_tokens_graphed: None,
         measured_speedup: None,
     };

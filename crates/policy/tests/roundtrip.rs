@@ -92,7 +92,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 &ub,
                 DenseRule {
                     tp,
-                    min_tokens,
+                    min_tokens: fp8_policy::Threshold::from_wire(min_tokens),
                     min_tokens_graphed: None,
                     measured_speedup: s,
                 },
@@ -104,7 +104,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 GroupedRule {
                     etp,
                     num_gemms,
-                    min_tokens,
+                    min_tokens: fp8_policy::Threshold::from_wire(min_tokens),
                     min_tokens_graphed: None,
                     measured_speedup: s,
                 },

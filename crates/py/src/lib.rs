@@ -190,7 +190,7 @@ impl Policy {
             fp8: decision.use_fp8,
             reason: decision.reason.to_string(),
             key: key.as_ref().map(|k| key_dict(py, k)).transpose()?,
-            min_tokens: decision.rule().map(|r| r.threshold(execution).0),
+            min_tokens: decision.rule().map(|r| r.threshold(execution).0.to_wire()),
             measured_speedup: decision.rule().and_then(|r| r.measured_speedup()),
             estimated: self.inner.estimated(),
             kind: one.classified.kind.to_string(),
