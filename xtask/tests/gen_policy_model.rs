@@ -46,12 +46,15 @@ fn estimated_pipeline_on_a_fixture_model() {
         matches!((eager, graphed), (Some(e), Some(g)) if e > g),
         "{fc1}"
     );
+    let prov = &v["provenance"];
     assert!(
-        v["provenance"]["thresholds"]["min_tokens"]
+        prov["host_profile"]
             .as_str()
-            .is_some_and(|t| t.contains("host profile fixtures/host/h200")),
-        "{}",
-        v["provenance"]
+            .is_some_and(|t| t.contains("fixtures/host/h200"))
+            && prov["sources"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty() && s.iter().all(|k| k["eager"] == "host_profile")),
+        "{prov}"
     );
     // The CLI's validator accepts it too.
     let v = Command::new(env!("CARGO"))

@@ -60,17 +60,17 @@ pub(crate) fn measured_shapes(samples: &[Sample]) -> BTreeMap<String, Vec<fp8_po
 /// What the eager thresholds of a merge with these settings are made from: an eager report's
 /// own times, GPU times raised to a host model, or GPU times alone (a graphed policy, or one
 /// of GPU times that an eager trainer would read as they are).
-fn eager_source(inputs: &[Loaded], opt: &MergeOptions) -> fp8_policy::EagerSource {
-    use fp8_policy::EagerSource;
+fn eager_source(inputs: &[Loaded], opt: &MergeOptions) -> fp8_policy::ThresholdSource {
+    use fp8_policy::ThresholdSource;
     let eager_report = inputs
         .iter()
         .all(|l| matches!(l.origin.timing.as_str(), "te-eager" | "reference-eager"));
     let host = opt.host_profile.is_some() || opt.host_floor_ms.is_some();
     match opt.trainer {
-        Some(fp8_policy::Execution::Graphed) => EagerSource::GpuTime,
-        _ if eager_report => EagerSource::EagerStep,
-        _ if host => EagerSource::HostProfile,
-        _ => EagerSource::GpuTime,
+        Some(fp8_policy::Execution::Graphed) => ThresholdSource::GpuTime,
+        _ if eager_report => ThresholdSource::EagerStep,
+        _ if host => ThresholdSource::HostProfile,
+        _ => ThresholdSource::GpuTime,
     }
 }
 

@@ -193,7 +193,7 @@ pub fn step_policy(runs: &[StepRun]) -> Result<Policy, MergeError> {
         .map(|r| format!("step-{}", r.execution))
         .collect();
     prov.measured_bf16_keys = bf16;
-    prov.eager_source = Some(fp8_policy::EagerSource::Step);
+    prov.eager_source = Some(fp8_policy::ThresholdSource::Step);
     prov.step = Some(json!({
         "runs": runs.iter().map(|r| json!({"execution": r.execution.name(), "counts": r.counts.iter().map(|c| c.tokens).collect::<Vec<_>>(),
             "overruled": overruled(r), "info": r.info()})).collect::<Vec<_>>(),

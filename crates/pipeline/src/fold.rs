@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fp8_merge::fold::{both_thresholds, fold, overlay, step_first};
-#[cfg(test)]
-use fp8_policy::Threshold;
-use fp8_policy::{DenseKind, GroupedKind, Policy};
+use fp8_merge::fold::{Source, both_thresholds, fold};
+use fp8_policy::{DenseKind, Execution, GroupedKind, Policy, Threshold};
 
 use crate::build::Files;
 
@@ -29,12 +27,12 @@ fn summary_of(path: &Path) -> Option<PathBuf> {
     Some(PathBuf::from(format!("{model}.md")))
 }
 
-/// Every policy of `graphed` folded with its eager counterpart: `eager` (the host-profile
-/// objective, same layouts), overlaid by `measured_eager` where that has the file (the TE
-/// backend's eager times, for the keys it measured); then, where `step` has the file (a policy
-/// from the training step, both executions), the step's answer for every key it measured. A
-/// policy with no eager counterpart stays graphed only; a step policy with no default to fold
-/// into is an error.
+/// Every policy of `graphed` folded with its eager counterpart, by the one fold
+/// (`fp8_merge::fold`) over its sources in order: the training step's policy (`step`, both
+/// executions, where it has the file), the measured eager policy (`measured_eager`, TE's eager
+/// times, where it has the file), the eager policy (`eager`: the host-profile objective, same
+/// layouts), and the graphed one. A policy with no eager counterpart stays graphed only; a step
+/// policy with no default to fold into is an error.
 pub fn fold_files(
     graphed: &Files,
     eager: &Files,
@@ -57,14 +55,16 @@ pub fn fold_files(
             continue;
         };
         let g = parse(bytes, path)?;
-        let mut e = parse(e_bytes, path)?;
-        if let Some(m) = measured_eager.get(path) {
-            e = overlay(&parse(m, path)?, &e).map_err(|e| e.to_string())?;
-        }
-        let mut folded = fold(&e, &g).map_err(|e| e.to_string())?;
+        let mut sources = Vec::new();
         if let Some(sp) = step.get(path) {
-            folded = step_first(&parse(sp, path)?, &folded).map_err(|e| e.to_string())?;
+            sources.push(Source::of_step(&parse(sp, path)?).map_err(|e| e.to_string())?);
         }
+        if let Some(m) = measured_eager.get(path) {
+            sources.push(Source::of_policy(&parse(m, path)?, Execution::Eager));
+        }
+        sources.push(Source::of_policy(&parse(e_bytes, path)?, Execution::Eager));
+        sources.push(Source::of_policy(&g, Execution::Graphed));
+        let folded = fold(&sources, g.speedup_threshold()).map_err(|e| e.to_string())?;
         out.insert(path.clone(), folded.to_json().into_bytes());
         if let Some(text) = out.get_mut(&md) {
             text.extend_from_slice(section(path, &folded).as_bytes());
@@ -81,7 +81,7 @@ fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
         return Vec::new();
     };
     // By the key's provenance spelling (`RuleKey`'s display): each execution's threshold.
-    let rules: BTreeMap<String, [u64; 2]> = both_thresholds(p)
+    let rules: BTreeMap<String, [Threshold; 2]> = both_thresholds(p)
         .into_iter()
         .map(|(k, (e, g, _))| (k.to_string(), [e, g.unwrap_or(e)]))
         .collect();
@@ -94,15 +94,33 @@ fn bf16_above_the_sweep(p: &Policy) -> Vec<String> {
             let Some(&(count, fp8)) = timed.as_ref().and_then(|t| t.last()) else {
                 continue;
             };
-            let never = rules
-                .get(key)
-                .is_none_or(|t| t[i] >= fp8_merge::step::NEVER);
+            let never = rules.get(key).is_none_or(|t| t[i] == Threshold::Never);
             if !fp8 && never {
                 out.push(format!("{key} {e}: {count}"));
             }
         }
     }
     out
+}
+
+/// Where one execution's thresholds came from, in words: each source and its count of keys
+/// (`provenance.sources`).
+fn sources_in_words(sources: &[fp8_policy::KeySources], e: Execution) -> String {
+    let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+    for k in sources {
+        let s = match e {
+            Execution::Eager => k.eager,
+            Execution::Graphed => k.graphed,
+        };
+        *n.entry(s.map_or("none named", |s| s.name())).or_default() += 1;
+    }
+    if n.is_empty() {
+        return "no keys".to_owned();
+    }
+    n.iter()
+        .map(|(s, c)| format!("{s} for {c} key(s)"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The summary's table of both thresholds of one folded policy.
@@ -113,9 +131,18 @@ fn section(path: &Path, p: &Policy) -> String {
         path.display()
     );
     if let Some(pr) = p.provenance() {
-        for (field, from) in &pr.thresholds {
-            let _ = writeln!(s, "- `{field}`: {from}");
+        for (field, e) in [
+            ("min_tokens", Execution::Eager),
+            ("min_tokens_graphed", Execution::Graphed),
+        ] {
+            let _ = writeln!(s, "- `{field}`: {}", sources_in_words(&pr.sources, e));
         }
+        s.push_str(
+            "\n(`provenance.sources`, key by key: `step` the training step's verdicts, \
+             `eager_step` TE's eager module times, `host_profile` GPU time with the host profile, \
+             `gpu_time` GPU time alone; none named: no source measured the key in that \
+             execution, or its source did not say.)\n",
+        );
     }
     s.push_str("\n| kind | key | min_tokens (eager) | min_tokens_graphed |\n|---|---|---:|---:|\n");
     for kind in DenseKind::ALL {
@@ -164,9 +191,9 @@ mod tests {
             .collect()
     }
 
-    const G: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 1024}]}}, "provenance": {"timing": ["gpu"]}}"#;
-    const E: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 4096}]}}, "provenance": {"timing": ["gpu"], "host_profile": "h.json"}}"#;
-    const T: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 16384}]}}, "provenance": {"timing": ["te-eager"]}}"#;
+    const G: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 1024}]}}, "provenance": {"timing": ["gpu"], "eager_source": "gpu_time"}}"#;
+    const E: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 4096}]}}, "provenance": {"timing": ["gpu"], "host_profile": "h.json", "eager_source": "host_profile"}}"#;
+    const T: &str = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 16384}]}}, "provenance": {"timing": ["te-eager"], "eager_source": "eager_step"}}"#;
 
     #[test]
     fn each_policy_gets_both_thresholds_and_its_summary_a_table() {
@@ -199,7 +226,14 @@ mod tests {
         );
         let md = String::from_utf8_lossy(&out[Path::new("m.md")]);
         assert!(md.contains("| row | fc2 tp=1 | 16384 | 1024 |"), "{md}");
-        assert!(md.contains("`min_tokens_graphed`: gpu"), "{md}");
+        assert!(
+            md.contains("- `min_tokens`: eager_step for 1 key(s)\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- `min_tokens_graphed`: gpu_time for 1 key(s)\n"),
+            "{md}"
+        );
         assert_eq!(out[Path::new("plots/m/x.svg")], b"<svg/>");
     }
 

@@ -66,7 +66,7 @@ pub fn merge_both(
     let (_, graphed) = merge_reports(reports, &graphed_opt, pad).map_err(BothError::Merge)?;
     for (component, p) in &mut eager.policies {
         if let Some(g) = graphed.policies.get(component) {
-            *p = fp8_merge::fold::fold(p, g).map_err(BothError::Fold)?;
+            *p = fp8_merge::fold::fold_pair(p, g).map_err(BothError::Fold)?;
         }
     }
     eager.warnings.extend(

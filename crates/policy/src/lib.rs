@@ -48,9 +48,11 @@ pub use execution::Execution;
 pub use kind::{DenseKind, GroupedKind, KindFamily, ModuleKind, UnknownKind};
 pub use lookup::{Decision, Lookup, MatchedRule, Reason};
 pub use policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy, Thresholds};
+#[allow(deprecated)]
+pub use provenance::EagerSource;
 pub use provenance::{
-    EagerSource, GemmShape, HostFloor, KeyShapes, ModuleVerdict, NumericsBoundApplied,
-    NumericsOverrule, Provenance, SharedKeyVerdict,
+    GemmShape, HostFloor, KeyShapes, KeySources, ModuleVerdict, NumericsBoundApplied,
+    NumericsOverrule, Provenance, SharedKeyVerdict, ThresholdSource,
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
 pub use rule_key::RuleKey;

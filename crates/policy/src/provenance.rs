@@ -40,7 +40,7 @@ pub struct Provenance {
     /// What the eager thresholds (`min_tokens`) were made from, when the tool that wrote the
     /// policy said ([`Provenance::eager_from_gpu_time`] reads older files too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eager_source: Option<EagerSource>,
+    pub eager_source: Option<ThresholdSource>,
     /// Host floors applied for an eager trainer, when any.
     #[serde(default)]
     pub host_floor_ms: Option<HostFloor>,
@@ -86,11 +86,11 @@ pub struct Provenance {
     /// TE and Megatron versions, and each key's oracle verdict per swept count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<serde_json::Value>,
-    /// What each threshold field was made from, in words, when a policy carries thresholds of
-    /// several origins (`min_tokens`: the eager one, `min_tokens_graphed`): e.g. `te-eager` and
-    /// `gpu`. Empty in a policy of one origin (then `timing` says it).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub thresholds: BTreeMap<String, String>,
+    /// Where each key's thresholds came from, execution by execution, in a policy folded from
+    /// several sources (`fp8_merge::fold`): one entry per key with a rule or a measured BF16
+    /// answer. Empty in a policy of one source (then `eager_source` says it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<KeySources>,
     /// How the merged reports were timed, i.e. which backend made the policy: `gpu` (fp8sel's
     /// cuBLASLt backend, kernel time), `te-eager` (the Transformer Engine backend: eager step
     /// time, with GPU time alongside), `reference-eager` (the reference tool), `model` (the
@@ -140,11 +140,12 @@ pub struct NumericsOverrule {
     pub min_tokens: u64,
 }
 
-/// What a policy's eager thresholds (`min_tokens`) were made from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a threshold was made from: a policy's eager ones (`eager_source`), or one key's in one
+/// execution (`sources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum EagerSource {
+pub enum ThresholdSource {
     /// Eager step times measured module by module in the trainer (Transformer Engine's, or the
     /// reference tool's synced iterations): host time included.
     EagerStep,
@@ -157,16 +158,34 @@ pub enum EagerSource {
     GpuTime,
 }
 
-impl EagerSource {
+impl ThresholdSource {
     /// The name written in the file.
     pub const fn name(self) -> &'static str {
         match self {
-            EagerSource::EagerStep => "eager_step",
-            EagerSource::HostProfile => "host_profile",
-            EagerSource::Step => "step",
-            EagerSource::GpuTime => "gpu_time",
+            ThresholdSource::EagerStep => "eager_step",
+            ThresholdSource::HostProfile => "host_profile",
+            ThresholdSource::Step => "step",
+            ThresholdSource::GpuTime => "gpu_time",
         }
     }
+}
+
+/// The earlier name of [`ThresholdSource`], when it named the eager thresholds' source only.
+#[deprecated(note = "renamed ThresholdSource")]
+pub type EagerSource = ThresholdSource;
+
+/// Where one key's two thresholds came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySources {
+    /// The key.
+    pub key: RuleKey,
+    /// The source of `min_tokens`; absent where no source measured the key for an eager step
+    /// (BF16 there for want of a measurement) or the source did not record what it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eager: Option<ThresholdSource>,
+    /// The same for `min_tokens_graphed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphed: Option<ThresholdSource>,
 }
 
 /// The per-rank GEMM shapes one key was measured at.
@@ -199,13 +218,13 @@ impl Provenance {
     /// times with no host profile, host floor or eager source beside them.
     pub fn eager_from_gpu_time(&self) -> bool {
         if let Some(s) = self.eager_source {
-            return s == EagerSource::GpuTime;
+            return s == ThresholdSource::GpuTime;
         }
         if self.trainer.as_deref() == Some("graphed") {
             return true;
         }
         self.trainer.is_none()
-            && self.thresholds.is_empty()
+            && self.sources.is_empty()
             && self.host_profile.is_none()
             && self.host_floor_ms.is_none()
             && !self.timing.is_empty()

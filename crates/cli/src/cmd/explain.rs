@@ -108,10 +108,12 @@ pub(super) fn make_plan(
         && policies.values().any(|pol| {
             !pol.estimated()
                 && pol.provenance().is_some_and(|v| {
-                    // A folded policy's graphed thresholds are GPU time of one rank: the TP
-                    // group's times are in its eager ones only.
+                    // A folded policy's graphed thresholds from GPU time are one rank's: the
+                    // TP group's times are in its eager ones only (`provenance.sources`).
                     let graphed_apart = execution == fp8_policy::Execution::Graphed
-                        && v.thresholds.contains_key("min_tokens_graphed");
+                        && v.sources
+                            .iter()
+                            .any(|k| k.graphed == Some(fp8_policy::ThresholdSource::GpuTime));
                     !v.timing.iter().any(|t| t == "model")
                         && (!v.tp_comm.contains(&tp) || graphed_apart)
                 })
@@ -148,8 +150,8 @@ pub(super) fn make_plan(
 /// this TP and execution (`provenance.step`): the step has no verdict there. Above its largest
 /// count, a key it kept BF16 stays BF16 unless the default it was folded into has a threshold
 /// above the sweep; below its smallest, a key it found FP8 there follows the default's
-/// threshold where that lies below the sweep (`fp8_merge::fold::step_first`; docs/POLICY.md,
-/// "From the training step").
+/// threshold where that lies below the sweep (`fp8_merge::fold`, rule 2; docs/POLICY.md,
+/// "How sources fold").
 fn outside_step_note(
     pol: &fp8_policy::Policy,
     role: Role,

@@ -84,7 +84,7 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
     prov.shapes = shapes(layouts);
     prov.eager_source = executions
         .contains(&Execution::Eager)
-        .then_some(fp8_policy::EagerSource::Step);
+        .then_some(fp8_policy::ThresholdSource::Step);
     prov.step = Some(json!({ "model": layouts.iter().map(record).collect::<Vec<_>>() }));
     policy.set_provenance(prov);
     Ok(policy)
