@@ -115,6 +115,9 @@ pub enum Problem {
     /// An empty `ub_name`.
     #[error("empty ub_name")]
     EmptyUbName,
+    /// A `recipes` plan that breaks its schema (docs/POLICY.md, "Per-module recipes").
+    #[error("{0}")]
+    RecipePlan(String),
 }
 
 impl Problem {
@@ -153,6 +156,9 @@ impl Problem {
             }
             Problem::EmptyUbName => {
                 "use the module's TE tp-comm buffer name (qkv, proj, fc1, fc2, ...)"
+            }
+            Problem::RecipePlan(_) => {
+                "write `recipes` as {base, max_quant_error, keys: [{key, eager, graphed}]} with steps [{from, recipe}] in rising `from` (docs/POLICY.md, \"Per-module recipes\"), or regenerate it with `fp8sel gen-policy --recipes`"
             }
         }
     }

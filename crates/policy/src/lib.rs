@@ -39,6 +39,7 @@ mod parse;
 mod policy;
 mod provenance;
 mod recipe;
+mod recipe_plan;
 mod rule_key;
 mod ser;
 mod threshold;
@@ -55,5 +56,6 @@ pub use provenance::{
     NumericsOverrule, Provenance, SharedKeyVerdict, ThresholdSource,
 };
 pub use recipe::{Fp8Format, Recipe, UnknownRecipe};
+pub use recipe_plan::{KeyRecipes, PLAN_RECIPES, RecipeFrom, RecipePlan};
 pub use rule_key::RuleKey;
 pub use threshold::{NEVER, Threshold, threshold_words};

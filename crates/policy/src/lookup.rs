@@ -314,3 +314,50 @@ impl Policy {
         }
     }
 }
+
+impl Policy {
+    /// The recipe one module runs (`None`: BF16). With a per-module plan
+    /// ([`Policy::recipe_plan`]) a key it lists follows its steps, every other key `rules` under
+    /// the plan's base recipe; without one, `rules` under `trainer_recipe`, the recipe the
+    /// trainer runs.
+    ///
+    /// ```
+    /// use fp8_policy::{DenseKind, Execution, Lookup, Policy, Recipe};
+    ///
+    /// let p = Policy::from_json_str(r#"{"version": 1, "speedup_threshold": 1.0,
+    ///     "rules": {"row": {"fc2": [{"tp": 1, "min_tokens": 4096}], "proj": [{"tp": 1, "min_tokens": 4096}]}},
+    ///     "recipes": {"base": "blockwise", "keys": [{"key": {"kind": "row", "ub_name": "fc2", "tp": 1},
+    ///         "eager": [{"from": 2048, "recipe": "tensorwise"}, {"from": 16384, "recipe": "blockwise"}]}]}}"#,
+    ///     "mixed.json")?;
+    /// let fc2 = Lookup::Dense { kind: DenseKind::Row, ub_name: Some("fc2"), tp: 1 };
+    /// let proj = Lookup::Dense { kind: DenseKind::Row, ub_name: Some("proj"), tp: 1 };
+    /// let at = |l, t| p.recipe_in(l, t, Execution::Eager, Recipe::Blockwise);
+    /// assert_eq!(at(fc2, 1024), None);
+    /// assert_eq!(at(fc2, 4096), Some(Recipe::Tensorwise));
+    /// assert_eq!(at(fc2, 16384), Some(Recipe::Blockwise));
+    /// assert_eq!(at(proj, 4096), Some(Recipe::Blockwise));
+    /// // The reference loader's answer, `rules`, is the base recipe's: fc2 BF16 at 2048.
+    /// assert!(!p.decide(fc2, 2048).use_fp8);
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
+    pub fn recipe_in(
+        &self,
+        lookup: Lookup<'_>,
+        num_tokens: u64,
+        execution: Execution,
+        trainer_recipe: crate::Recipe,
+    ) -> Option<crate::Recipe> {
+        let base = match &self.recipes {
+            Some(plan) => {
+                if let Some(k) = lookup.key().and_then(|k| plan.key(&k)) {
+                    return k.at(num_tokens, execution);
+                }
+                plan.base
+            }
+            None => trainer_recipe,
+        };
+        self.decide_in(lookup, num_tokens, execution)
+            .use_fp8
+            .then_some(base)
+    }
+}

@@ -161,6 +161,11 @@ impl Parser<'_> {
             match k.as_str() {
                 "version" | "speedup_threshold" | "rules" => {}
                 // Ours when it reads as ours; another tool's is kept as it is.
+                "recipes" => {
+                    let plan = crate::RecipePlan::from_value(v)
+                        .map_err(|(path, m)| self.err(&path, Problem::RecipePlan(m)))?;
+                    policy.recipes = Some(plan);
+                }
                 "provenance" => match serde_json::from_value(v.clone()) {
                     Ok(p) => policy.provenance = Some(p),
                     Err(_) => {

@@ -63,6 +63,8 @@ pub struct Policy {
     pub(crate) grouped: [Vec<GroupedRule>; 2],
     /// Where the policy came from, when it says so in our format.
     pub(crate) provenance: Option<Provenance>,
+    /// The per-module recipe plan (top-level `recipes`), when the policy has one.
+    pub(crate) recipes: Option<crate::RecipePlan>,
     /// Other top-level keys (and a `provenance` in another tool's form). The seed's loader
     /// ignores them; we keep them on a round trip.
     pub(crate) extra: BTreeMap<String, serde_json::Value>,
@@ -93,8 +95,24 @@ impl Policy {
             dense: Default::default(),
             grouped: Default::default(),
             provenance: None,
+            recipes: None,
             extra: BTreeMap::new(),
         })
+    }
+
+    /// The per-module recipe plan, when the policy has one (docs/POLICY.md, "Per-module
+    /// recipes").
+    pub fn recipe_plan(&self) -> Option<&crate::RecipePlan> {
+        self.recipes.as_ref()
+    }
+
+    /// Sets the per-module recipe plan, checked ([`crate::RecipePlan::validate`]).
+    pub fn set_recipe_plan(&mut self, plan: crate::RecipePlan) -> Result<(), PolicyError> {
+        plan.validate()
+            .map_err(|(path, m)| in_memory(&path, Problem::RecipePlan(m)))?;
+        self.extra.remove("recipes");
+        self.recipes = Some(plan);
+        Ok(())
     }
 
     /// How the policy was made, when it records that in our format.

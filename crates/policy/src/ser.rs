@@ -12,24 +12,49 @@ use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
 
 impl Serialize for Policy {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 3 + self.extra.len() + usize::from(self.provenance.is_some());
+        let n = 3
+            + self.extra.len()
+            + usize::from(self.provenance.is_some())
+            + usize::from(self.recipes.is_some());
         let mut m = s.serialize_map(Some(n))?;
         m.serialize_entry("version", &POLICY_VERSION)?;
         m.serialize_entry("speedup_threshold", &self.speedup_threshold)?;
         m.serialize_entry("rules", &RulesView(self))?;
-        // Extra keys sorted, `provenance` in its sorted place among them.
-        let mut provenance = self.provenance.as_ref();
+        // Extra keys sorted, `provenance` and `recipes` in their sorted places among them.
+        let recipes = self.recipes.as_ref().map(crate::RecipePlan::to_value);
+        let mut ours: Vec<(&str, Ours<'_>)> = Vec::new();
+        if let Some(p) = &self.provenance {
+            ours.push(("provenance", Ours::Provenance(p)));
+        }
+        if let Some(r) = &recipes {
+            ours.push(("recipes", Ours::Value(r)));
+        }
+        let mut ours = ours.into_iter().peekable();
         for (k, v) in &self.extra {
-            if let Some(p) = provenance.filter(|_| k.as_str() > "provenance") {
-                m.serialize_entry("provenance", p)?;
-                provenance = None;
+            while let Some((name, value)) = ours.next_if(|(name, _)| k.as_str() > *name) {
+                m.serialize_entry(name, &value)?;
             }
             m.serialize_entry(k, v)?;
         }
-        if let Some(p) = provenance {
-            m.serialize_entry("provenance", p)?;
+        for (name, value) in ours {
+            m.serialize_entry(name, &value)?;
         }
         m.end()
+    }
+}
+
+/// A top-level value this crate owns.
+enum Ours<'a> {
+    Provenance(&'a crate::Provenance),
+    Value(&'a serde_json::Value),
+}
+
+impl Serialize for Ours<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Ours::Provenance(p) => p.serialize(s),
+            Ours::Value(v) => v.serialize(s),
+        }
     }
 }
 
