@@ -150,7 +150,7 @@ fn bad_reports_and_bounds_are_refused_naming_the_field() {
     let o = run(good.to_str().unwrap(), "0");
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("--max-quant-error 0"), "{}", err(&o));
-    // One flag without the other is a usage error.
+    // --numerics alone applies the stated default bound, 0.05.
     let o = fp8sel(&[
         "merge-policy",
         "--reports",
@@ -160,6 +160,18 @@ fn bad_reports_and_bounds_are_refused_naming_the_field() {
         "--numerics",
         good.to_str().unwrap(),
     ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    assert_eq!(v["provenance"]["numerics"]["max_quant_error"], 0.05, "{v}");
+    // --max-quant-error without a report is a usage error.
+    let o = fp8sel(&[
+        "merge-policy",
+        "--reports",
+        "reports/h200/llama3_2_1b_tp1.json",
+        "--output",
+        p.to_str().unwrap(),
+        "--max-quant-error",
+        "0.1",
+    ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(!p.exists());
 }

@@ -81,6 +81,9 @@ pub struct Matcher {
     pub pattern: String,
     /// FP8 or BF16.
     pub fp8: bool,
+    /// The recipe an FP8 matcher runs: the config's, or its module's under a per-module recipe
+    /// plan.
+    pub recipe: Recipe,
     /// The engine's reason, written beside the matcher.
     pub reason: String,
     /// Module instances it matches (layers of the group).
@@ -144,6 +147,11 @@ pub fn te_precision_config(
             name: matcher_name(&m.spec.name),
             pattern: pattern(&m.spec.name),
             fp8: m.use_fp8,
+            recipe: m
+                .recipe
+                .as_deref()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(recipe),
             reason: m.reason.clone(),
             instances: m.spec.layers,
         })
@@ -152,6 +160,7 @@ pub fn te_precision_config(
         name: "default".to_owned(),
         pattern: "*".to_owned(),
         fp8: false,
+        recipe,
         reason: "any other TE module: BF16, as a missing rule is".to_owned(),
         instances: 0,
     });
@@ -166,27 +175,58 @@ pub fn te_precision_config(
 }
 
 impl NativeConfig {
-    /// The two configs by name: `fp8` (the recipe, entering FP8 even outside an FP8 region) and
-    /// `bf16` (no recipe: BF16 even inside one).
-    fn configs(&self) -> Value {
-        json!({
-            "fp8": {
-                "transformer_engine_config_type": "TEQuantizationParams",
-                "training_recipe": {
-                    "fp8_quantization_recipe": self.recipe.name(),
-                    "fp8_format": self.format.name(),
-                    "override_nonquantized_autocast": true,
-                },
-            },
-            "bf16": {
-                "transformer_engine_config_type": "TEQuantizationParams",
-                "training_recipe": {},
-            },
-        })
+    /// The recipes FP8 matchers run: the config's first, then each other one a per-module
+    /// recipe plan uses.
+    pub fn recipes(&self) -> Vec<Recipe> {
+        let mut v = vec![self.recipe];
+        for m in self.matchers.iter().filter(|m| m.fp8) {
+            if !v.contains(&m.recipe) {
+                v.push(m.recipe);
+            }
+        }
+        v
     }
 
-    fn config_name(m: &Matcher) -> &'static str {
-        if m.fp8 { "fp8" } else { "bf16" }
+    /// A recipe's config name: `fp8` for the config's recipe, `fp8_<recipe>` for another.
+    fn recipe_config(&self, r: Recipe) -> String {
+        if r == self.recipe {
+            "fp8".to_owned()
+        } else {
+            format!("fp8_{}", r.name())
+        }
+    }
+
+    /// The configs by name: `fp8` (the recipe, entering FP8 even outside an FP8 region), one
+    /// `fp8_<recipe>` per other recipe of a per-module plan, and `bf16` (no recipe: BF16 even
+    /// inside one).
+    fn configs(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for r in self.recipes() {
+            m.insert(
+                self.recipe_config(r),
+                json!({
+                    "transformer_engine_config_type": "TEQuantizationParams",
+                    "training_recipe": {
+                        "fp8_quantization_recipe": r.name(),
+                        "fp8_format": self.format.name(),
+                        "override_nonquantized_autocast": true,
+                    },
+                }),
+            );
+        }
+        m.insert(
+            "bf16".to_owned(),
+            json!({"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": {}}),
+        );
+        Value::Object(m)
+    }
+
+    fn config_name(&self, m: &Matcher) -> String {
+        if m.fp8 {
+            self.recipe_config(m.recipe)
+        } else {
+            "bf16".to_owned()
+        }
     }
 
     /// The content the YAML holds, with the matchers as a list in order (a JSON object's keys
@@ -199,7 +239,7 @@ impl NativeConfig {
             .iter()
             .map(|m| {
                 json!({"name": m.name, "type": "glob", "pattern": m.pattern,
-                       "config": Self::config_name(m), "enabled": true, "reason": m.reason})
+                       "config": self.config_name(m), "enabled": true, "reason": m.reason})
             })
             .collect();
         json!({"configs": self.configs(), "matchers": matchers})
@@ -212,21 +252,26 @@ impl NativeConfig {
         for line in &self.header {
             let _ = writeln!(s, "# {line}");
         }
-        let _ = writeln!(
-            s,
-            "configs:\n  fp8:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe:\n      fp8_quantization_recipe: {}\n      fp8_format: {}\n      override_nonquantized_autocast: true\n  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe: {{}}\nmatchers:",
-            self.recipe.name(),
-            self.format.name()
-        );
+        s.push_str("configs:\n");
+        for r in self.recipes() {
+            let _ = writeln!(
+                s,
+                "  {}:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe:\n      fp8_quantization_recipe: {}\n      fp8_format: {}\n      override_nonquantized_autocast: true",
+                self.recipe_config(r),
+                r.name(),
+                self.format.name()
+            );
+        }
+        s.push_str("  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe: {}\nmatchers:\n");
         for m in &self.matchers {
             let _ = writeln!(
                 s,
                 "  {}:  # {}: {}\n    type: glob\n    pattern: \"{}\"\n    config: {}\n    enabled: true",
                 m.name,
-                Self::config_name(m),
+                self.config_name(m),
                 m.reason.replace('\n', " "),
                 m.pattern,
-                Self::config_name(m)
+                self.config_name(m)
             );
         }
         s
@@ -281,6 +326,7 @@ mod tests {
                 name: format!("m{i}"),
                 pattern: format!("decoder.layers.*.m{i}"),
                 fp8,
+                recipe: Recipe::Blockwise,
                 reason: String::new(),
                 instances: 2,
             })
@@ -289,6 +335,7 @@ mod tests {
             name: "default".to_owned(),
             pattern: "*".to_owned(),
             fp8: false,
+            recipe: Recipe::Blockwise,
             reason: String::new(),
             instances: 0,
         });

@@ -166,6 +166,10 @@ pub struct PlannedModule {
     pub missing_key: Option<RuleKey>,
     /// Forward+backward GEMM FLOPs of all its layers in one step.
     pub step_flops: f64,
+    /// The recipe it runs, where the policy has a per-module recipe plan (`None` there: BF16);
+    /// absent without one (an FP8 module then runs the trainer's recipe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
 }
 
 /// A missing rule and the modules that fell back to BF16 because of it.
@@ -334,7 +338,9 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         }
         for spec in specs {
             let d = decide(&spec, tokens, topk, policy, cfg.execution).map_err(decide_err)?;
-            modules.push(planned(spec, &d, policy, estimated));
+            let mut row = planned(spec, &d, policy, estimated);
+            with_recipe(&mut row, policy, cfg.execution);
+            modules.push(row);
         }
     }
     let mut summary = summarize(&modules, without, token_words, defaults);
@@ -427,7 +433,40 @@ fn planned(
         reason,
         missing_key,
         step_flops: spec.step_flops(d.num_tokens) * spec.layers as f64,
+        recipe: None,
         spec,
+    }
+}
+
+/// Under a per-module recipe plan, the module's recipe and why: the plan's steps for a key it
+/// lists, `rules` under the plan's base recipe for the others.
+fn with_recipe(row: &mut PlannedModule, policy: Option<&Policy>, execution: Execution) {
+    let Some((p, plan)) = policy.and_then(|p| Some((p, p.recipe_plan()?))) else {
+        return;
+    };
+    let q = ModuleQuery {
+        kind: row.spec.module_kind,
+        ub_name: row.spec.ub_name.as_deref(),
+        tp: row.spec.tp,
+        etp: row.spec.etp,
+        num_gemms: Some(row.spec.num_gemms),
+        execution,
+    };
+    let Some(lookup) = q.lookup() else { return };
+    let recipe = p.recipe_in(lookup, row.num_tokens, execution, plan.base);
+    row.use_fp8 = recipe.is_some();
+    row.recipe = Some(recipe.map_or("bf16", fp8_policy::Recipe::name).to_owned());
+    if let Some(k) = lookup.key().and_then(|k| plan.key(&k)) {
+        row.reason = format!(
+            "recipe plan: {} at {} tokens ({execution}: {}; bound {})",
+            recipe.map_or("bf16", fp8_policy::Recipe::name),
+            row.num_tokens,
+            k.steps_in_words(execution),
+            plan.max_quant_error
+                .map_or("none".to_owned(), |e| e.to_string()),
+        );
+    } else if recipe.is_some() {
+        row.reason = format!("{}; the plan's base recipe {}", row.reason, plan.base);
     }
 }
 

@@ -22,7 +22,7 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
                 "module_kind": s.module_kind, "ub_name": s.ub_name, "in_features": s.in_features,
                 "out_features": s.out_features, "num_gemms": s.num_gemms, "num_tokens": m.num_tokens,
                 "gemm_rows": m.gemm_rows, "use_fp8": m.use_fp8, "estimated": m.estimated,
-                "reason": m.reason, "key": s.lookup().key(),
+                "reason": m.reason, "key": s.lookup().key(), "recipe": m.recipe,
             })
         })
         .collect();
@@ -55,7 +55,11 @@ pub fn table(plan: &Plan) -> String {
                 format!("{} x {}", s.in_features, s.out_features),
                 s.num_gemms.to_string(),
                 m.num_tokens.to_string(),
-                if m.use_fp8 { "fp8" } else { "bf16" }.to_owned(),
+                match (&m.recipe, m.use_fp8) {
+                    (Some(r), true) => format!("fp8 {r}"),
+                    (_, true) => "fp8".to_owned(),
+                    (_, false) => "bf16".to_owned(),
+                },
                 m.reason.clone(),
             ]
         })

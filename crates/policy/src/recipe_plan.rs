@@ -56,9 +56,31 @@ impl KeyRecipes {
         steps.iter().rev().find(|s| s.from <= tokens)?.recipe
     }
 
+    /// The steps in one execution in words: `bf16 below 2048, tensorwise from 2048, blockwise
+    /// from 16384`.
+    pub fn steps_in_words(&self, execution: Execution) -> String {
+        let steps = match execution {
+            Execution::Eager => &self.eager,
+            Execution::Graphed => &self.graphed,
+        };
+        let Some(first) = steps.first() else {
+            return "bf16 at every count".to_owned();
+        };
+        let mut words = vec![format!("bf16 below {}", first.from)];
+        words.extend(
+            steps
+                .iter()
+                .map(|s| format!("{} from {}", s.recipe.map_or("bf16", Recipe::name), s.from)),
+        );
+        words.join(", ")
+    }
+
     /// Every recipe the key runs at some count.
     pub fn recipes(&self) -> impl Iterator<Item = Recipe> + '_ {
-        self.eager.iter().chain(&self.graphed).filter_map(|s| s.recipe)
+        self.eager
+            .iter()
+            .chain(&self.graphed)
+            .filter_map(|s| s.recipe)
     }
 }
 
@@ -101,7 +123,9 @@ impl RecipePlan {
             } else {
                 Err((
                     path.to_owned(),
-                    format!("recipe `{r}` cannot run per module (Megatron's per-module config takes blockwise, tensorwise or mxfp8)"),
+                    format!(
+                        "recipe `{r}` cannot run per module (Megatron's per-module config takes blockwise, tensorwise or mxfp8)"
+                    ),
                 ))
             }
         };
@@ -109,13 +133,19 @@ impl RecipePlan {
         if let Some(e) = self.max_quant_error
             && !(e.is_finite() && e > 0.0)
         {
-            return Err(("recipes.max_quant_error".into(), format!("expected a finite number above 0, found {e}")));
+            return Err((
+                "recipes.max_quant_error".into(),
+                format!("expected a finite number above 0, found {e}"),
+            ));
         }
         for (i, k) in self.keys.iter().enumerate() {
             if i > 0 && self.keys[i - 1].key >= k.key {
                 return Err((
                     format!("recipes.keys[{i}].key"),
-                    format!("{} is listed twice or out of order (keys sorted, each once)", k.key),
+                    format!(
+                        "{} is listed twice or out of order (keys sorted, each once)",
+                        k.key
+                    ),
                 ));
             }
             for (e, steps) in [("eager", &k.eager), ("graphed", &k.graphed)] {
@@ -125,7 +155,14 @@ impl RecipePlan {
                         ok(r, &format!("{path}.recipe"))?;
                     }
                     if j > 0 && steps[j - 1].from >= s.from {
-                        return Err((format!("{path}.from"), format!("{} does not rise above the step before ({})", s.from, steps[j - 1].from)));
+                        return Err((
+                            format!("{path}.from"),
+                            format!(
+                                "{} does not rise above the step before ({})",
+                                s.from,
+                                steps[j - 1].from
+                            ),
+                        ));
                     }
                 }
             }
@@ -168,24 +205,35 @@ impl RecipePlan {
     /// Reads the file's `recipes` value; the error is `(JSON path, problem)`.
     pub fn from_value(v: &Value) -> Result<RecipePlan, (String, String)> {
         let at = |p: &str, m: String| (p.to_owned(), m);
-        let obj = v.as_object().ok_or_else(|| at("recipes", "expected an object".into()))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| at("recipes", "expected an object".into()))?;
         for k in obj.keys() {
             if !["base", "max_quant_error", "keys"].contains(&k.as_str()) {
                 return Err(at(&format!("recipes.{k}"), format!("unknown key `{k}`")));
             }
         }
         let recipe = |v: Option<&Value>, p: &str| -> Result<Option<Recipe>, (String, String)> {
-            let s = v.and_then(Value::as_str).ok_or_else(|| at(p, "expected a recipe name".into()))?;
+            let s = v
+                .and_then(Value::as_str)
+                .ok_or_else(|| at(p, "expected a recipe name".into()))?;
             if s == "bf16" {
                 return Ok(None);
             }
-            s.parse().map(Some).map_err(|e: crate::UnknownRecipe| at(p, e.to_string()))
+            s.parse()
+                .map(Some)
+                .map_err(|e: crate::UnknownRecipe| at(p, e.to_string()))
         };
         let base = recipe(obj.get("base"), "recipes.base")?
             .ok_or_else(|| at("recipes.base", "the base is an FP8 recipe, not bf16".into()))?;
         let max_quant_error = match obj.get("max_quant_error") {
             None => None,
-            Some(x) => Some(x.as_f64().ok_or_else(|| at("recipes.max_quant_error", format!("expected a number, found {x}")))?),
+            Some(x) => Some(x.as_f64().ok_or_else(|| {
+                at(
+                    "recipes.max_quant_error",
+                    format!("expected a number, found {x}"),
+                )
+            })?),
         };
         let list = obj
             .get("keys")
@@ -194,7 +242,9 @@ impl RecipePlan {
         let mut keys = Vec::with_capacity(list.len());
         for (i, k) in list.iter().enumerate() {
             let p = format!("recipes.keys[{i}]");
-            let o = k.as_object().ok_or_else(|| at(&p, "expected an object".into()))?;
+            let o = k
+                .as_object()
+                .ok_or_else(|| at(&p, "expected an object".into()))?;
             for name in o.keys() {
                 if !["key", "eager", "graphed"].contains(&name.as_str()) {
                     return Err(at(&format!("{p}.{name}"), format!("unknown key `{name}`")));
@@ -203,28 +253,48 @@ impl RecipePlan {
             let key: RuleKey = o
                 .get("key")
                 .ok_or_else(|| at(&format!("{p}.key"), "missing".into()))
-                .and_then(|v| serde_json::from_value(v.clone()).map_err(|e| at(&format!("{p}.key"), e.to_string())))?;
+                .and_then(|v| {
+                    serde_json::from_value(v.clone())
+                        .map_err(|e| at(&format!("{p}.key"), e.to_string()))
+                })?;
             let mut both = [Vec::new(), Vec::new()];
             for (slot, e) in both.iter_mut().zip(["eager", "graphed"]) {
                 let Some(steps) = o.get(e) else { continue };
-                let steps = steps.as_array().ok_or_else(|| at(&format!("{p}.{e}"), "expected a list of steps".into()))?;
+                let steps = steps
+                    .as_array()
+                    .ok_or_else(|| at(&format!("{p}.{e}"), "expected a list of steps".into()))?;
                 for (j, s) in steps.iter().enumerate() {
                     let sp = format!("{p}.{e}[{j}]");
-                    let so = s.as_object().ok_or_else(|| at(&sp, "expected {from, recipe}".into()))?;
+                    let so = s
+                        .as_object()
+                        .ok_or_else(|| at(&sp, "expected {from, recipe}".into()))?;
                     if so.len() != 2 {
                         return Err(at(&sp, "expected exactly {from, recipe}".into()));
                     }
-                    let from = so
-                        .get("from")
-                        .and_then(Value::as_u64)
-                        .ok_or_else(|| at(&format!("{sp}.from"), "expected a whole, non-negative count".into()))?;
-                    slot.push(RecipeFrom { from, recipe: recipe(so.get("recipe"), &format!("{sp}.recipe"))? });
+                    let from = so.get("from").and_then(Value::as_u64).ok_or_else(|| {
+                        at(
+                            &format!("{sp}.from"),
+                            "expected a whole, non-negative count".into(),
+                        )
+                    })?;
+                    slot.push(RecipeFrom {
+                        from,
+                        recipe: recipe(so.get("recipe"), &format!("{sp}.recipe"))?,
+                    });
                 }
             }
             let [eager, graphed] = both;
-            keys.push(KeyRecipes { key, eager, graphed });
+            keys.push(KeyRecipes {
+                key,
+                eager,
+                graphed,
+            });
         }
-        let plan = RecipePlan { base, max_quant_error, keys };
+        let plan = RecipePlan {
+            base,
+            max_quant_error,
+            keys,
+        };
         plan.validate()?;
         Ok(plan)
     }

@@ -300,14 +300,33 @@ fn run_step_model(args: &Args) -> CliResult {
             token_step: parallel.token_step(),
             ..fp8_merge::model::ChoiceOptions::default()
         };
+        let recipe = step_inputs_recipe(&inputs, f)?;
         let mut lm = fp8_merge::model::LayoutModel::new(inputs, f, &executions, options)
             .map_err(merge_error)?;
-        for c in checks.iter().filter(|c| layout(c) == mine) {
+        let fp8_recipe = lm.inputs.fp8_recipe.clone();
+        for c in checks
+            .iter()
+            .filter(|c| layout(c) == mine && c.fp8_recipe == fp8_recipe)
+        {
             lm.add_check(c);
         }
-        layouts.push(lm);
+        layouts.push((recipe, lm));
     }
-    let policy = fp8_merge::model::model_policy(&layouts).map_err(merge_error)?;
+    let mut recipes: Vec<fp8_policy::Recipe> = layouts.iter().map(|l| l.0).collect();
+    recipes.sort();
+    recipes.dedup();
+    let policy = if recipes.len() > 1 {
+        // Several recipes: rules from the base (blockwise where measured), the plan over all.
+        let base = recipes[0];
+        let bounds = args.objective.numerics_bounds()?;
+        let margin = fp8_merge::model::ChoiceOptions::default().margin;
+        fp8_merge::model::recipes::mixed_policy(base, &layouts, &bounds, margin)
+            .map_err(merge_error)?
+    } else {
+        let only: Vec<_> = layouts.iter().map(|l| l.1.clone()).collect();
+        fp8_merge::model::model_policy(&only).map_err(merge_error)?
+    };
+    let layouts: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
     let inputs: Vec<&Path> = args
         .step_model
         .iter()
@@ -340,7 +359,31 @@ fn run_step_model(args: &Args) -> CliResult {
         policy.rule_count(),
         policy.measured_bf16_keys().len()
     );
+    if let Some(plan) = policy.recipe_plan() {
+        let names: Vec<&str> = plan.recipes().iter().map(|r| r.name()).collect();
+        println!(
+            "per-module recipes: {} key(s) planned over {} (rules: {}, the base, for the reference's loader; bound {})",
+            plan.keys.len(),
+            names.join(", "),
+            plan.base,
+            plan.max_quant_error
+                .map_or("none".to_owned(), |e| e.to_string())
+        );
+    }
     Ok(())
+}
+
+/// The recipe a step-inputs document was measured with (its `fp8_recipe`, Megatron's name).
+fn step_inputs_recipe(
+    inputs: &fp8_report::step_inputs::StepInputs,
+    file: &Path,
+) -> CliResult<fp8_policy::Recipe> {
+    inputs.fp8_recipe.parse().map_err(|e| {
+        CliError::input(format!(
+            "{}: field `fp8_recipe`: {e}; fix: measure again with python -m adaptive_fp8.bench.step_inputs --recipe",
+            file.display()
+        ))
+    })
 }
 
 /// `--step`: the policy from the step benchmark's oracle verdicts.

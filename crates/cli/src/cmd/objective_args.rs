@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use fp8_merge::host::{HostProfile, MAX_HOST_PROFILE_BYTES};
-use fp8_merge::numerics::{MAX_NUMERICS_BYTES, NumericsBound, parse_numerics};
+use fp8_merge::numerics::{
+    DEFAULT_MAX_QUANT_ERROR, MAX_NUMERICS_BYTES, NumericsBound, parse_numerics,
+};
 use fp8_merge::{MergeOptions, SharedKey};
 
 use crate::error::{CliError, CliResult};
@@ -24,13 +26,18 @@ pub struct ObjectiveArgs {
     /// modules); each module's times become max(time, host). Exclusive with --host-floor-ms.
     #[arg(long, value_name = "FILE")]
     pub host_profile: Option<PathBuf>,
-    /// A numerics report (`python -m adaptive_fp8.bench.numerics`): with --max-quant-error, every
-    /// module whose FP8 quantize-dequantize error (relative RMS, worst operand) is over the
-    /// bound runs BF16 whatever its speedup; provenance names the bound and each key it kept
-    /// BF16, and explain gives that as the reason.
-    #[arg(long, value_name = "FILE", requires = "max_quant_error")]
-    pub numerics: Option<PathBuf>,
-    /// The bound for --numerics (a relative RMS error, e.g. 0.05).
+    /// A numerics report (`python -m adaptive_fp8.bench.numerics`): every module whose FP8
+    /// quantize-dequantize error (relative RMS, worst operand) is over --max-quant-error runs
+    /// BF16 whatever its speedup; provenance names the bound and each key it kept BF16, and
+    /// explain gives that as the reason. With `merge-policy --step-model` inputs of several
+    /// recipes, one report per recipe (each names its `recipe`): a key runs a recipe only
+    /// within the bound.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub numerics: Vec<PathBuf>,
+    /// The bound for --numerics, a relative RMS error [default: 0.05: E4M3's round trip of a
+    /// well-scaled tensor is about 0.027 (measured on the H200 for Llama-3.2-1B's modules in
+    /// blockwise and tensorwise, docs/device-logs/numerics/num6), so the bound admits that and
+    /// refuses a module with twice that error]
     #[arg(long, value_name = "E", requires = "numerics")]
     pub max_quant_error: Option<f64>,
 }
@@ -72,22 +79,38 @@ impl ObjectiveArgs {
         Ok((shared, profile))
     }
 
-    /// The numerics bound, loaded and validated, when one is given.
+    /// The numerics bound, loaded and validated, when one report is given (several: use
+    /// [`ObjectiveArgs::numerics_bounds`], the per-recipe choice).
     pub fn numerics(&self) -> CliResult<Option<NumericsBound>> {
-        let (Some(path), Some(max)) = (&self.numerics, self.max_quant_error) else {
-            return Ok(None);
-        };
+        let mut all = self.numerics_bounds()?;
+        if all.len() > 1 {
+            return Err(CliError::input(
+                "--numerics: several reports are for a choice among recipes (merge-policy --step-model with inputs of several recipes); a merge of one recipe takes one",
+            ));
+        }
+        Ok(all.pop())
+    }
+
+    /// Every numerics report given, each with the bound (--max-quant-error, else
+    /// [`DEFAULT_MAX_QUANT_ERROR`]).
+    pub fn numerics_bounds(&self) -> CliResult<Vec<NumericsBound>> {
+        let max = self.max_quant_error.unwrap_or(DEFAULT_MAX_QUANT_ERROR);
         if !(max.is_finite() && max > 0.0) {
             return Err(CliError::input(format!(
                 "--max-quant-error {max}: not a positive number; fix: give the largest relative RMS error a module may have and run FP8, e.g. 0.05"
             )));
         }
-        let text = fp8_io::read_to_string_limited(path, MAX_NUMERICS_BYTES)?;
-        let report = parse_numerics(&text, path).map_err(CliError::input)?;
-        Ok(Some(NumericsBound {
-            report,
-            max_quant_error: max,
-        }))
+        self.numerics
+            .iter()
+            .map(|path| {
+                let text = fp8_io::read_to_string_limited(path, MAX_NUMERICS_BYTES)?;
+                let report = parse_numerics(&text, path).map_err(CliError::input)?;
+                Ok(NumericsBound {
+                    report,
+                    max_quant_error: max,
+                })
+            })
+            .collect()
     }
 }
 

@@ -47,6 +47,7 @@ pub mod choose;
 pub mod curve;
 pub mod fit;
 mod policy;
+pub mod recipes;
 mod summary;
 
 use std::collections::BTreeMap;
@@ -226,5 +227,7 @@ impl LayoutModel {
     }
 }
 
+#[cfg(test)]
+mod recipes_tests;
 #[cfg(test)]
 mod tests;

@@ -15,17 +15,17 @@ use super::*;
 /// A group of the synthetic step: GPU ms per module = `a + b t/1000` (BF16) and `a8 + b8 t/1000`
 /// (FP8); host ms per module `h` and `h8`.
 #[derive(Clone, Copy)]
-struct G {
-    name: &'static str,
-    gpu: (f64, f64),
-    gpu8: (f64, f64),
-    host: f64,
-    host8: f64,
-    segment: usize,
+pub(super) struct G {
+    pub(super) name: &'static str,
+    pub(super) gpu: (f64, f64),
+    pub(super) gpu8: (f64, f64),
+    pub(super) host: f64,
+    pub(super) host8: f64,
+    pub(super) segment: usize,
 }
 
-struct Synth {
-    groups: Vec<G>,
+pub(super) struct Synth {
+    pub(super) groups: Vec<G>,
     n: u32,
     /// GPU ms of the rest per segment: `a + b t/1000 + c (t/1000)^2`.
     rest: Vec<(f64, f64, f64)>,
@@ -66,7 +66,7 @@ impl Synth {
         (wall, host, gpu)
     }
 
-    fn inputs(&self, swept: &[u64], calibrate: &[u64]) -> StepInputs {
+    pub(super) fn inputs(&self, swept: &[u64], calibrate: &[u64]) -> StepInputs {
         let r = 5usize;
         let jitter = |i: usize| 1.0 + 0.002 * (i as f64 - 2.0);
         let mut modules = Vec::new();
@@ -163,12 +163,12 @@ impl Synth {
     }
 }
 
-const SWEPT: [u64; 5] = [1024, 2048, 4096, 8192, 16384];
-const CAL: [u64; 3] = [1024, 4096, 16384];
+pub(super) const SWEPT: [u64; 5] = [1024, 2048, 4096, 8192, 16384];
+pub(super) const CAL: [u64; 3] = [1024, 4096, 16384];
 
 /// A dense layer: FP8 saves GPU time on fc1/fc2 (steeply) and qkv (mildly), costs host time on
 /// every group; proj is slower in FP8 on the GPU at every count.
-fn dense(host_rest: f64) -> Synth {
+pub(super) fn dense(host_rest: f64) -> Synth {
     let g = |name, gpu, gpu8, host, host8| G {
         name,
         gpu,
@@ -191,7 +191,7 @@ fn dense(host_rest: f64) -> Synth {
     }
 }
 
-fn model(s: &Synth, swept: &[u64], cal: &[u64]) -> LayoutModel {
+pub(super) fn model(s: &Synth, swept: &[u64], cal: &[u64]) -> LayoutModel {
     LayoutModel::new(
         s.inputs(swept, cal),
         Path::new("synth.json"),
