@@ -87,6 +87,9 @@ struct Decision {
     kind: String,
     /// The token count compared (x topk for experts).
     num_tokens: u64,
+    /// Under the policy's per-module recipe plan, the recipe an FP8 module runs (`None` for a
+    /// BF16 one); without a plan `None` (an FP8 module runs the trainer's recipe).
+    recipe: Option<String>,
 }
 
 #[pymethods]
@@ -186,9 +189,23 @@ impl Policy {
         let one =
             decide_one(&module, &self.inner).map_err(|e| PlanError::new_err(one_error(&e)))?;
         let (decision, key) = (&one.decision, &one.key);
+        let (mut fp8, mut reason, mut recipe) =
+            (decision.use_fp8, decision.reason.to_string(), None);
+        if let Some(plan) = self.inner.recipe_plan() {
+            let r = match key.as_ref().and_then(|k| plan.key(k)) {
+                Some(k) => {
+                    reason = format!("recipe plan: {execution}: {}", k.steps_in_words(execution));
+                    k.at(one.num_tokens, execution)
+                }
+                None => fp8.then_some(plan.base),
+            };
+            fp8 = r.is_some();
+            recipe = r.map(|r| r.name().to_owned());
+        }
         Ok(Decision {
-            fp8: decision.use_fp8,
-            reason: decision.reason.to_string(),
+            fp8,
+            reason,
+            recipe,
             key: key.as_ref().map(|k| key_dict(py, k)).transpose()?,
             min_tokens: decision.rule().map(|r| r.threshold(execution).0.to_wire()),
             measured_speedup: decision.rule().and_then(|r| r.measured_speedup()),

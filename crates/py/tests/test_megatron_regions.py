@@ -289,3 +289,30 @@ def test_the_hook_warns_of_eager_thresholds_of_gpu_time_alone(stand_ins, tmp_pat
         w.simplefilter("always")
         af8m.enable(graphed)
     assert not any("GPU time alone" in str(x.message) for x in seen)
+
+
+def test_a_per_module_recipe_plan_runs_each_module_under_its_own_recipe(stand_ins, tmp_path):
+    mixed = dict(POLICY, recipes={"base": "blockwise", "keys": [
+        {"key": {"kind": "layernorm_column", "ub_name": "qkv", "tp": 1},
+         "eager": [{"from": 1024, "recipe": "tensorwise"}], "graphed": [{"from": 1024, "recipe": "tensorwise"}]}]})
+    f = tmp_path / "mixed.json"
+    f.write_text(json.dumps(mixed))
+    # In the global FP8 region (FP8 experts) FP8 weights are built in the trainer's recipe: a
+    # module of another recipe is refused.
+    af8m.enable(moe(tmp_path, fp8_dynamic_policy_path=str(f)))
+    with pytest.raises(RuntimeError, match="fp8_param"):
+        build_dense(stand_ins.mte)
+    plan = af8m.enable(config(tmp_path, fp8_dynamic_policy_path=str(f)))
+    assert plan.region == "bf16"
+    qkv, fc1 = build_dense(stand_ins.mte)
+    assert [(r["fp8"], r["recipe"]) for r in plan.rows] == [(True, "tensorwise"), (False, None)]
+    assert plan.rows[0]["reason"].startswith("recipe plan: eager: bf16 below 1024, tensorwise from 1024")
+    assert "fp8 tensorwise TELayerNormColumnParallelLinear" in str(plan)
+    qkv.forward(1)
+    # Its own recipe's context, not the trainer's blockwise.
+    assert stand_ins.state["autocast"][-1] == (True, "recipe:tensorwise:e4m3")
+    # The proj key the plan does not list follows the rules under the base recipe.
+    proj = stand_ins.mte.TERowParallelLinear(1024, 1024, tp_comm_buffer_name="proj")
+    assert plan.rows[-1]["fp8"] and plan.rows[-1]["recipe"] == "blockwise"
+    proj.forward(1)
+    assert stand_ins.state["autocast"][-1] == (True, "recipe:blockwise:e4m3")

@@ -100,10 +100,7 @@ fn the_mix_is_the_least_predicted_step_and_never_slower_than_either_recipe_alone
     }
     // Where FP8 pays, the faster recipe's GEMMs are chosen.
     let big = m.choose(Execution::Eager, 16384, 0.005, &any).unwrap();
-    assert!(
-        big.recipes.contains(&Some(Tensorwise)),
-        "{big:?}"
-    );
+    assert!(big.recipes.contains(&Some(Tensorwise)), "{big:?}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ class Decision:
     estimated: bool
     kind: str
     num_tokens: int
+    recipe: Optional[str]
     def __bool__(self) -> bool: ...
 
 class Policy:

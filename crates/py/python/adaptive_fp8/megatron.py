@@ -25,6 +25,7 @@ to ``fp8sel decide`` / ``fp8sel explain``. Importing this module does not import
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -98,8 +99,9 @@ def selective_fp8_init_decision(
 
 def _decide(
     config: Any, te_cls: Any, ub_name: Optional[str], init_kwargs: Optional[dict]
-) -> tuple[bool, str]:
-    """The decision and its reason."""
+) -> tuple[bool, str, Optional[str]]:
+    """The decision, its reason, and the recipe an FP8 module runs under the policy's
+    per-module recipe plan (``None``: the trainer's)."""
     init_kwargs = dict(init_kwargs or {})
     name = te_cls if isinstance(te_cls, str) else getattr(te_cls, "__name__", str(te_cls))
     policy = load_policy(config)
@@ -108,7 +110,7 @@ def _decide(
             "config has no fp8_dynamic_policy_path: every TE module runs BF16 "
             "(set it to a policy made by `fp8sel merge-policy`)"
         )
-        return False, "no policy: BF16"
+        return False, "no policy: BF16", None
     tp = _positive(getattr(config, "tensor_model_parallel_size", 1)) or 1
     etp = _positive(getattr(config, "expert_tensor_parallel_size", None)) or tp
     cp = _positive(getattr(config, "context_parallel_size", 1)) or 1
@@ -120,7 +122,7 @@ def _decide(
             "config has neither fp8_dynamic_num_tokens nor seq_length: every TE module runs "
             "BF16 (set one of them on the config before building the model)"
         )
-        return False, "no token count: BF16"
+        return False, "no token count: BF16", None
     is_expert = bool(init_kwargs.get("is_expert", False))
     grouped = name in _GROUPED
     num_gemms = _positive(init_kwargs.get("num_gemms"))
@@ -131,7 +133,7 @@ def _decide(
             f"expert modules ({name}) have no {missing}: they run BF16 "
             "(num_gemms comes from the module's constructor, moe_router_topk from the config)"
         )
-        return False, f"expert without {missing}: BF16"
+        return False, f"expert without {missing}: BF16", None
     try:
         d = policy.decide(
             name,
@@ -149,13 +151,13 @@ def _decide(
         )
     except ValueError as e:
         _say_once(f"{name} (ub_name={ub_name!r}) cannot be decided: {e}; it runs BF16")
-        return False, f"cannot be decided ({e}): BF16"
+        return False, f"cannot be decided ({e}): BF16", None, None
     if d.estimated:
         _say_once(
             f"the policy {policy.origin} is an ESTIMATE from the cost model, not a measurement"
         )
     _check_recipe(config, policy)
-    return d.fp8, d.reason
+    return d.fp8, d.reason, d.recipe
 
 
 def _check_recipe(config: Any, policy: Policy) -> None:
@@ -199,8 +201,9 @@ class Plan:
         lines += [f"  note: {n}" for n in self.notes]
         for r in self.rows:
             g = f" num_gemms={r['num_gemms']}" if r["num_gemms"] else ""
+            prec = "bf16" if not r["fp8"] else f"fp8 {r['recipe']}" if r.get("recipe") else "fp8 "
             lines.append(
-                f"  {'fp8 ' if r['fp8'] else 'bf16'} {r['te_class']} ub_name={r['ub_name']}{g}: "
+                f"  {prec} {r['te_class']} ub_name={r['ub_name']}{g}: "
                 f"{r['reason']}"
             )
         return "\n".join(lines)
@@ -339,9 +342,12 @@ def _predict_region(
     return "bf16", fp8, "FP8 modules are dense: they enter FP8 themselves"
 
 
-def _fp8_context_factory(config: Any) -> Any:
+def _fp8_context_factory(config: Any, recipe_name: Optional[str] = None) -> Any:
     """A callable that opens the trainer's FP8 autocast (Megatron's recipe and amax group), read
-    from the config while ``config.fp8`` is still set."""
+    from the config while ``config.fp8`` is still set; with ``recipe_name``, that recipe's
+    (``config`` is then a copy whose ``fp8_recipe`` is set to it)."""
+    if recipe_name is not None:
+        config.fp8_recipe = recipe_name
     import transformer_engine.pytorch as te
     from megatron.core import parallel_state
     from megatron.core.fp8_utils import get_fp8_recipe
@@ -388,10 +394,11 @@ def _wrap(cls: type, plan: Plan) -> None:
                 num_gemms = args[0]
             ub = kwargs.get("tp_comm_buffer_name")
             is_expert = bool(kwargs.get("is_expert", False))
-            fp8, reason = _decide(
+            fp8, reason, recipe = _decide(
                 _active["config"], known, ub, {"num_gemms": num_gemms, "is_expert": is_expert}
             )
-            _build(self, original, args, kwargs, fp8, is_expert or known in _GROUPED, model_init)
+            expert = is_expert or known in _GROUPED
+            _build(self, original, args, kwargs, fp8, expert, model_init, recipe)
             plan.rows.append(
                 {
                     "te_class": known,
@@ -399,6 +406,7 @@ def _wrap(cls: type, plan: Plan) -> None:
                     "num_gemms": _positive(num_gemms),
                     "is_expert": is_expert,
                     "fp8": fp8,
+                    "recipe": recipe,
                     "reason": reason,
                 }
             )
@@ -408,15 +416,58 @@ def _wrap(cls: type, plan: Plan) -> None:
     cls.__init__ = __init__
 
 
+def _context_for(recipe: Optional[str]) -> Any:
+    """The FP8 context of ``recipe`` (a per-module plan's; ``None``: the trainer's), made once
+    per recipe."""
+    if recipe is None or recipe == _active.get("recipe"):
+        return _active.get("fp8_context")
+    made = _active.setdefault("contexts", {})
+    if recipe not in made:
+        if _active["region"] == "fp8" and getattr(_active["config"], "fp8_param", False):
+            raise RuntimeError(
+                f"adaptive_fp8.megatron: the policy runs some modules {recipe} while the trainer's "
+                f"recipe is {_active.get('recipe')} and fp8_param (FP8 weights) is on: a module's "
+                "FP8 weights are built in the trainer's recipe. Fix: train without "
+                "--fp8-param-gather, or use a policy without a per-module recipe plan"
+            )
+        made[recipe] = _fp8_context_factory(copy.copy(_active["fp8_config"]), recipe)
+    return made[recipe]
+
+
+def _nest(module: Any, fp8_context: Any) -> None:
+    """Runs a module's forward in its own recipe's context inside the FP8 region (Megatron keeps
+    re-arming its weight cache there)."""
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def own_recipe_forward(*args: Any, **kwargs: Any) -> Any:
+        with fp8_context():
+            return forward(*args, **kwargs)
+
+    module.forward = own_recipe_forward
+    module._selective_fp8_enabled = True
+
+
 def _build(
-    module: Any, original: Any, args: tuple, kwargs: dict, fp8: bool, expert: bool, model_init: Any
+    module: Any,
+    original: Any,
+    args: tuple,
+    kwargs: dict,
+    fp8: bool,
+    expert: bool,
+    model_init: Any,
+    recipe: Optional[str] = None,
 ) -> None:
     """Builds one decided module for the plan's region. In the FP8 region a BF16 module gets
     BF16 weights and leaves FP8 per call; in the BF16 region a BF16 module is left as Megatron
-    builds it (no cost) and an FP8 one enters FP8 per call."""
+    builds it (no cost) and an FP8 one enters FP8 per call. Under a per-module recipe plan an
+    FP8 module of another recipe than the trainer's runs its own recipe's context per call."""
+    other = fp8 and recipe is not None and recipe != _active.get("recipe")
     if _active["region"] == "fp8":
         if fp8:
             original(module, *args, **kwargs)
+            if other:
+                _nest(module, _context_for(recipe))
         else:
             with model_init(enabled=False):
                 original(module, *args, **kwargs)
@@ -431,7 +482,7 @@ def _build(
                 "pads expert tokens for FP8 only under config.fp8. Fix: set every field of the "
                 "model on the config before enable() (num_moe_experts, moe_router_topk, the layout)"
             )
-        run_in_fp8(module, _active["fp8_context"], cache_weights=_active.get("cache_weights", False))
+        run_in_fp8(module, _context_for(recipe), cache_weights=_active.get("cache_weights", False))
 
 
 def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Plan:
@@ -469,6 +520,10 @@ def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Pl
         why = f"region {region} asked for"
     if not getattr(config, "fp8", None):
         region, why = "bf16", "config.fp8 is not set: no FP8 region to leave"
+    # The trainer's recipe and a copy of the config with FP8 on, for a per-module recipe
+    # plan's other recipes (read before the BF16 region clears config.fp8).
+    _active["recipe"] = str(getattr(config, "fp8_recipe", None) or "")
+    _active["fp8_config"] = copy.copy(config)
     if region == "bf16":
         plan.region = "bf16"
         _active["fp8_context"] = (
