@@ -58,10 +58,9 @@ fn numerics(recipe: &str, proj_error: f64) -> Value {
                        module("fc1", "layernorm_column", 0.027), module("fc2", "row", 0.027)]})
 }
 
-#[test]
-fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_recipe() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// `merge-policy` over the blockwise inputs alone, then over both recipes: refused without the
+/// tensorwise numerics (nothing written), chosen with them. Returns (blockwise, mixed) files.
+fn make_policies(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let (b, t, nt) = (d.join("b.json"), d.join("t.json"), d.join("nt.json"));
     let blockwise = read(&root().join(INPUTS));
     write(&b, &blockwise);
@@ -98,32 +97,26 @@ fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_re
     ]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("per-module recipes:"), "{}", out(&o));
-    let (vb, vm) = (read(&base), read(&mixed));
-    // The reference's loader reads `rules`: the blockwise policy's, unchanged.
-    assert_eq!(vb["rules"], vm["rules"]);
-    let plan = &vm["recipes"];
-    assert_eq!(plan["base"], "blockwise");
-    assert_eq!(plan["max_quant_error"], 0.05);
-    let keys = plan["keys"].as_array().unwrap();
-    let steps = |k: &Value| -> Vec<(u64, String)> {
-        ["eager", "graphed"]
-            .iter()
-            .flat_map(|e| k[e].as_array().cloned().unwrap_or_default())
-            .map(|s| {
-                (
-                    s["from"].as_u64().unwrap(),
-                    s["recipe"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    };
-    let proj = keys.iter().find(|k| k["key"]["ub_name"] == "proj").unwrap();
-    assert!(
-        steps(proj).iter().all(|s| s.1 != "tensorwise"),
-        "proj over the bound: {proj}"
-    );
-    let fc = keys
+    (base, mixed)
+}
+
+/// A key's recipe steps over both executions: (from, recipe).
+fn steps(k: &Value) -> Vec<(u64, String)> {
+    ["eager", "graphed"]
         .iter()
+        .flat_map(|e| k[e].as_array().cloned().unwrap_or_default())
+        .map(|s| {
+            (
+                s["from"].as_u64().unwrap(),
+                s["recipe"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The first key that runs tensorwise in eager: its ub_name and the count it starts at.
+fn first_tensorwise(keys: &[Value]) -> (String, u64) {
+    keys.iter()
         .find_map(|k| {
             let first = k["eager"]
                 .as_array()?
@@ -134,26 +127,17 @@ fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_re
                 first["from"].as_u64()?,
             ))
         })
-        .expect("a key runs tensorwise somewhere in eager");
-    // Python: the seed's loader reads it.
-    let py = std::process::Command::new("python3")
-        .arg(root().join("fixtures/compat/seed_loader.py"))
-        .args(["check", s(&mixed)])
-        .output();
-    if let Ok(py) = py {
-        assert!(
-            py.status.success(),
-            "{}",
-            String::from_utf8_lossy(&py.stderr)
-        );
-    }
-    // explain names the recipe per module and why; the export gives it its own config.
-    let seq = fc.1.to_string();
+        .expect("a key runs tensorwise somewhere in eager")
+}
+
+/// `explain` names the recipe of `ub` at `tokens` and why; the export gives it its own config.
+fn explain_and_export(d: &Path, mixed: &Path, ub: &str, tokens: u64) {
+    let seq = tokens.to_string();
     let args = [
         "--model",
         "fixtures/models/llama3_2_1b.yaml",
         "--policy",
-        s(&mixed),
+        s(mixed),
         "--seq-length",
         &seq,
     ];
@@ -164,7 +148,7 @@ fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_re
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["ub_name"] == fc.0.as_str())
+        .find(|m| m["ub_name"] == ub)
         .unwrap();
     assert_eq!(row["recipe"], "tensorwise", "{row}");
     assert!(
@@ -184,4 +168,37 @@ fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_re
         "{text}"
     );
     assert!(text.contains("config: fp8_tensorwise"), "{text}");
+}
+
+#[test]
+fn a_mixed_plan_is_chosen_read_as_blockwise_by_the_reference_and_exported_per_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (base, mixed) = make_policies(d);
+    let (vb, vm) = (read(&base), read(&mixed));
+    // The reference's loader reads `rules`: the blockwise policy's, unchanged.
+    assert_eq!(vb["rules"], vm["rules"]);
+    let plan = &vm["recipes"];
+    assert_eq!(plan["base"], "blockwise");
+    assert_eq!(plan["max_quant_error"], 0.05);
+    let keys = plan["keys"].as_array().unwrap();
+    let proj = keys.iter().find(|k| k["key"]["ub_name"] == "proj").unwrap();
+    assert!(
+        steps(proj).iter().all(|s| s.1 != "tensorwise"),
+        "proj over the bound: {proj}"
+    );
+    let fc = first_tensorwise(keys);
+    // Python: the seed's loader reads it.
+    let py = std::process::Command::new("python3")
+        .arg(root().join("fixtures/compat/seed_loader.py"))
+        .args(["check", s(&mixed)])
+        .output();
+    if let Ok(py) = py {
+        assert!(
+            py.status.success(),
+            "{}",
+            String::from_utf8_lossy(&py.stderr)
+        );
+    }
+    explain_and_export(d, &mixed, &fc.0, fc.1);
 }

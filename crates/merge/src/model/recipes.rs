@@ -18,8 +18,9 @@
 //! [`EXHAUSTIVE`] combinations); then a unit on another recipe goes back to the base where the
 //! base is a candidate and the other's gain is within `margin` of the step. So where a recipe
 //! is chosen alone the plan is that recipe's policy, and a mix is chosen only where the models
-//! predict it faster. Each unit's recipe over the grid becomes its steps (`fp8_policy::RecipeFrom`),
-//! in the key's own tokens.
+//! predict it faster. Above the largest swept count a key FP8 at the top keeps its recipe (only
+//! where FP8 starts is extrapolated). Each unit's recipe over the grid becomes its steps
+//! (`fp8_policy::RecipeFrom`), in the key's own tokens.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -219,10 +220,11 @@ impl RecipeModels<'_> {
         let mut choices = BTreeMap::new();
         for &e in base.fits.keys() {
             if self.models.iter().all(|(_, m)| m.fits.contains_key(&e)) {
-                let c: Vec<MixedChoice> = counts
+                let mut c: Vec<MixedChoice> = counts
                     .iter()
                     .filter_map(|&t| self.choose(e, t, margin, allowed))
                     .collect();
+                hold_above_the_sweep(&mut c, base.swept.last().copied().unwrap_or(0));
                 choices.insert(e, c);
             }
         }
@@ -242,6 +244,24 @@ impl RecipeModels<'_> {
             })
             .collect();
         (keys, choices)
+    }
+}
+
+/// Above the largest swept count the models are extrapolated, each recipe on its own line: a
+/// key that runs an FP8 recipe at the top of the sweep keeps that recipe above it (a switch
+/// between FP8 recipes there would rest on two extrapolations); a key BF16 there takes the
+/// choice (where the models say FP8 starts).
+fn hold_above_the_sweep(choices: &mut [MixedChoice], top: u64) {
+    let Some(at_top) = choices.iter().rposition(|c| c.tokens <= top) else {
+        return;
+    };
+    let held = choices[at_top].recipes.clone();
+    for c in &mut choices[at_top + 1..] {
+        for (r, h) in c.recipes.iter_mut().zip(&held) {
+            if h.is_some() {
+                *r = *h;
+            }
+        }
     }
 }
 

@@ -113,6 +113,9 @@ class GptTrainer:
         from adaptive_fp8.bench.megatron_step import Judge
 
         args.fp8_param = False  # FP8 weights need Megatron's optimizer; the masters stay fp32
+        # The judge plans the layout at its first token count (the experts' TP).
+        if not getattr(args, "tokens", None):
+            args.tokens = [args.seq_length * args.micro_batch_size]
         self.judge = Judge(args)
         self.torch, self.args, self.kw = self.judge.torch, args, kw
 
