@@ -251,7 +251,7 @@ impl RecipeModels<'_> {
 /// key that runs an FP8 recipe at the top of the sweep keeps that recipe above it (a switch
 /// between FP8 recipes there would rest on two extrapolations); a key BF16 there takes the
 /// choice (where the models say FP8 starts).
-fn hold_above_the_sweep(choices: &mut [MixedChoice], top: u64) {
+pub(super) fn hold_above_the_sweep(choices: &mut [MixedChoice], top: u64) {
     let Some(at_top) = choices.iter().rposition(|c| c.tokens <= top) else {
         return;
     };

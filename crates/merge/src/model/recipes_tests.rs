@@ -159,3 +159,33 @@ fn each_keys_steps_give_the_choice_at_every_grid_count() {
     assert_eq!(plan.validate(), Ok(()));
     assert!(plan.recipes().contains(&Tensorwise), "{plan:?}");
 }
+
+#[test]
+fn above_the_sweep_a_key_fp8_at_the_top_keeps_its_recipe() {
+    let at = |tokens: u64, recipes: Vec<Option<Recipe>>| MixedChoice {
+        tokens,
+        recipes,
+        predicted: 1.0,
+        best_single: 1.0,
+    };
+    let mut c = vec![
+        at(2048, vec![None, None, Some(Blockwise)]),
+        at(4096, vec![None, Some(Tensorwise), Some(Blockwise)]),
+        at(8192, vec![Some(Tensorwise), Some(Blockwise), Some(Tensorwise)]),
+        at(16384, vec![Some(Blockwise), None, Some(Tensorwise)]),
+    ];
+    super::recipes::hold_above_the_sweep(&mut c, 4096);
+    // Within the sweep, untouched.
+    assert_eq!(c[0].recipes, vec![None, None, Some(Blockwise)]);
+    assert_eq!(c[1].recipes, vec![None, Some(Tensorwise), Some(Blockwise)]);
+    // Above it: the FP8 keys at the top keep their recipe, the BF16 one takes the choice.
+    for above in &c[2..] {
+        assert_eq!(above.recipes[1..], [Some(Tensorwise), Some(Blockwise)]);
+    }
+    assert_eq!(c[2].recipes[0], Some(Tensorwise));
+    assert_eq!(c[3].recipes[0], Some(Blockwise));
+    // A sweep below every choice holds nothing.
+    let mut d = c.clone();
+    super::recipes::hold_above_the_sweep(&mut d, 1024);
+    assert_eq!(d, c);
+}
