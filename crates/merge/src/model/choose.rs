@@ -158,6 +158,7 @@ pub fn choose(fit: &Fit, units: &[Unit], t: u64, o: &ChoiceOptions) -> Choice {
     // Prune: drop the unit whose gain falls shortest of its bar until every one clears it.
     loop {
         let now = wall(&best);
+        let weights = fit.predict(&groups_of(units, &best), tf).sensitivity();
         let short = best
             .iter()
             .map(|&i| {
@@ -167,7 +168,7 @@ pub fn choose(fit: &Fit, units: &[Unit], t: u64, o: &ChoiceOptions) -> Choice {
                 let noise: f64 = units[i]
                     .groups
                     .iter()
-                    .map(|g| fit.groups[g].noise(fit.execution, tf))
+                    .map(|g| fit.groups[g].noise(fit.execution, tf, weights))
                     .sum();
                 (gain - noise - o.margin * now, i)
             })

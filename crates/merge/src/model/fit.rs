@@ -40,6 +40,20 @@ pub struct Prediction {
     pub gpu: f64,
     /// Wall ms per step: `max(host, gpu) + overlap * min(host, gpu)`.
     pub wall: f64,
+    /// The share `k` of the smaller time the larger does not hide.
+    pub overlap: f64,
+}
+
+impl Prediction {
+    /// What one more ms of host time and of GPU time adds to the wall: the larger side in
+    /// full, the smaller by the overlap share. `(host, gpu)`.
+    pub fn sensitivity(&self) -> (f64, f64) {
+        if self.host >= self.gpu {
+            (1.0, self.overlap)
+        } else {
+            (self.overlap, 1.0)
+        }
+    }
 }
 
 /// The calibrated model of one layout's step in one execution.
@@ -178,14 +192,16 @@ impl GroupCurves {
         self.gpu(true, t) - self.gpu(false, t)
     }
 
-    /// The noise of the group's FP8 - BF16 difference in one step, host and GPU together.
-    pub fn noise(&self, execution: Execution, t: f64) -> f64 {
+    /// The noise of the group's FP8 - BF16 difference in one step's wall time: its host and
+    /// GPU noise, each weighted by what that side adds to the wall (`Prediction::sensitivity`:
+    /// host noise is hidden in a GPU-bound step but for the overlap share, and the reverse).
+    pub fn noise(&self, execution: Execution, t: f64, (w_host, w_gpu): (f64, f64)) -> f64 {
         let host = if execution == Execution::Graphed && self.graphed {
             0.0
         } else {
             self.host_noise
         };
-        self.instances * (self.gpu_noise.at(t) + host)
+        self.instances * (w_gpu * self.gpu_noise.at(t) + w_host * host)
     }
 }
 
@@ -326,6 +342,7 @@ impl Fit {
             host,
             gpu,
             wall: host.max(gpu) + k * host.min(gpu),
+            overlap: k,
         }
     }
 

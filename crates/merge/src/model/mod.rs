@@ -30,7 +30,8 @@
 //! **The choice** at each count: the plan of least predicted step over every subset of policy
 //! keys (greedy above [`ChoiceOptions::exhaustive_up_to`] keys), a key only where it is faster
 //! alone in GPU or host time, then each FP8 key kept only where its gain (the step without it
-//! minus with it) beats its measured noise plus a margin. **Thresholds** over a grid (the swept
+//! minus with it) beats its measured noise plus a margin (host and GPU noise each weighted by
+//! what that side adds to the predicted wall: [`Prediction::sensitivity`]). **Thresholds** over a grid (the swept
 //! counts and four counts per doubling, up to 64 times the largest swept count): for a key FP8
 //! at the sweep's top, the smallest count from which it is FP8 up to there; for one BF16 there,
 //! the model's crossing above the sweep; "never" only past the grid.
@@ -227,6 +228,8 @@ impl LayoutModel {
     }
 }
 
+#[cfg(test)]
+mod noise_tests;
 #[cfg(test)]
 mod recipes_tests;
 #[cfg(test)]

@@ -171,7 +171,10 @@ fn above_the_sweep_a_key_fp8_at_the_top_keeps_its_recipe() {
     let mut c = vec![
         at(2048, vec![None, None, Some(Blockwise)]),
         at(4096, vec![None, Some(Tensorwise), Some(Blockwise)]),
-        at(8192, vec![Some(Tensorwise), Some(Blockwise), Some(Tensorwise)]),
+        at(
+            8192,
+            vec![Some(Tensorwise), Some(Blockwise), Some(Tensorwise)],
+        ),
         at(16384, vec![Some(Blockwise), None, Some(Tensorwise)]),
     ];
     super::recipes::hold_above_the_sweep(&mut c, 4096);

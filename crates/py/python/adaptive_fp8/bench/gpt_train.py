@@ -116,6 +116,10 @@ class GptTrainer:
         # The judge plans the layout at its first token count (the experts' TP).
         if not getattr(args, "tokens", None):
             args.tokens = [args.seq_length * args.micro_batch_size]
+        # What the judge reads that these tools do not take: eager steps, the config's experts.
+        for name, default in (("execution", ["eager"]), ("etp", None), ("grad_accum", 1)):
+            if not hasattr(args, name):
+                setattr(args, name, default)
         self.judge = Judge(args)
         self.torch, self.args, self.kw = self.judge.torch, args, kw
 

@@ -383,9 +383,10 @@ def _group_keys(args, tokens: int, named: dict) -> dict[str, dict]:
 
 def _plan_kwargs(args, tokens: int) -> dict:
     kwp = dict(tp=args.tp, seq_length=tokens, micro_batch_size=1, config_root=args.config_root)
-    if args.ep:
+    # Tools built on the judge (numerics, convergence) take no expert layout: the config's.
+    if getattr(args, "ep", None):
         kwp["ep"] = args.ep
-    if args.etp:
+    if getattr(args, "etp", None):
         kwp["etp"] = args.etp
     return kwp
 
