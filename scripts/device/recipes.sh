@@ -1,98 +1,47 @@
 #!/usr/bin/env bash
-# Per-module recipes on the H200 (issue 48), for two dense models: Llama-3.1-8B (written here
-# from public dimensions, in no fixture of the repository) and Llama-3.2-1B (a fixture). After
-# the TE install (../shared/tools/te-device), call a phase again, back to back, until it prints
-# every row done: each row has its own time bound and runs only where it fits what is left of
-# the call (BUDGET seconds, default 560); rows done in an earlier call on the same machine, or
-# committed under docs/device-logs/recipes/, are skipped.
-#   bash scripts/device/recipes.sh M   # M = L8 or L1:
-#     1. the step model's inputs in blockwise and in tensorwise (4096, 8192, 16384 tokens)
-#     2. each recipe's numerics (the probe's quantization error per module)
-#     3. the three policies by fp8sel merge-policy: blockwise, tensorwise (its rules run under a
-#        tensorwise base) and the mixed plan (blockwise base, the bound from the numerics)
-#     4. the Megatron judge: the three in upstream GPTModel, interleaved with BF16 and all-FP8
-#        blockwise, eager then graphed, 21 rounds
-#   bash scripts/device/recipes.sh converge   # Llama-3.2-1B's loss curves: BF16, all-FP8
-#                                             # blockwise and the mixed plan
-# Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/recipes_<phase>.tar.gz; prints a
-# table last.
-set -uo pipefail
-phase=${1:?L8, L1 or converge}
+# Issue 15 on the H200: the per-tensor recipes (tensorwise, delayed), in device calls that each
+# fit one call. Carry devcarry/ (fp8sel, the gpu test binary, anchors/).
+#   bash scripts/device/recipes.sh test    # GPU tests + bench-kernels with the _scaled_mm anchors
+#   RECIPE=delayed bash scripts/device/recipes.sh sweep   # the shipped layouts' sweeps in one recipe
+# Results go to $OUT (a tarball plus the logs); the last lines are the summary table.
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+B=${B:-./devcarry/fp8sel}
 OUT=${OUT:-/tmp/out}
-W=/tmp/rc/$phase
-T0=$(date +%s)
-mkdir -p "$W" "$OUT"
-. scripts/device/te_env.sh
-te_env "$W" > /dev/null
-FP8SEL=$PWD/devcarry/fp8sel
-chmod +x "$FP8SEL"
-L8=/tmp/rc/Llama-3.1-8B/config.json
-mkdir -p "$(dirname $L8)"
-cat > "$L8" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
- "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05}
-JSON
-config() { [ "$1" = L1 ] && echo fixtures/models/llama3_2_1b.yaml || echo "$L8"; }
-left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
-queued() {  # name, seconds, command...: runs unless done here or committed; waits where it won't fit
-  local name=$1 t=$2; shift 2
-  [ -e "$W/$name.done" ] && return
-  [ -e "docs/device-logs/recipes/$phase/$name.log" ] && { cp docs/device-logs/recipes/$phase/$name.* "$W/" 2>/dev/null; return; }
-  [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
-  local t1=$(date +%s)
-  if declare -F "$1" > /dev/null; then "$@"; else timeout "$t" "$@"; fi > "$W/$name.log" 2>&1
-  echo "$name rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/steps.txt"
-  grep -E "Error|error:|Traceback|differ from fp8sel" "$W/$name.log" | sort | uniq -c | head -5 | cut -c1-240
-  touch "$W/$name.done"
-  # What ran so far comes back even where the call is stopped by its device-time limit.
-  tar -C /tmp/rc -czf "$OUT/recipes_$phase.tar.gz" "$phase"
-}
-policies() {  # the three policies of $phase from its inputs and numerics
-  local m=$phase
-  "$FP8SEL" merge-policy --step-model "$W/inputs_blockwise.json" --output "$W/blockwise.json" || return 1
-  "$FP8SEL" merge-policy --step-model "$W/inputs_tensorwise.json" --output "$W/tensorwise.json" || return 1
-  # The tensorwise policy as one the hook runs under tensorwise beside a blockwise trainer.
-  python3 - "$W/tensorwise.json" <<'PY' || return 1
-import json, sys
-p = json.load(open(sys.argv[1])); p["recipes"] = {"base": "tensorwise", "keys": []}
-json.dump(p, open(sys.argv[1], "w"), indent=1)
-PY
-  "$FP8SEL" merge-policy --step-model "$W/inputs_blockwise.json" "$W/inputs_tensorwise.json" \
-    --numerics "$W/numerics_blockwise.json" "$W/numerics_tensorwise.json" --output "$W/mixed.json" || return 1
-  for e in eager graphed; do
-    for p in blockwise tensorwise mixed; do
-      "$FP8SEL" explain --model "$(config $m)" --policy "$W/$p.json" --tp 1 --seq-length 8192 --execution $e \
-        | sed "s/^/$e $p: /" | head -12
-    done
-  done
-}
-case $phase in
-L8|L1)
-  m=$phase
-  for r in blockwise tensorwise; do
-    queued "inputs_$r" 170 python3 -m adaptive_fp8.bench.step_inputs --model "$(config $m)" --tp 1 \
-      --tokens 4096,8192,16384 --recipe "$r" --json "$W/inputs_$r.json"
-  done
-  for r in blockwise tensorwise; do
-    queued "numerics_$r" 90 python3 -m adaptive_fp8.bench.numerics --model "$(config $m)" --layers 2 \
-      --seq-length 4096 --steps 2 --recipe "$r" --out "$W/numerics_$r.json"
-  done
-  [ -e "$W/numerics_tensorwise.done" ] && queued policies 20 policies
-  for e in eager graphed; do
-    [ -e "$W/policies.done" ] && queued "judge_$e" 170 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
-      --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
-      --tokens 8192 --execution "$e" --layers 2 --repeats 21 --no-fp8-param \
-      --json "$W/judge_$e.json" --md "$W/judge_$e.md"
-  done
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+t() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
+case "${1:-test}" in
+test)
+  t0=$(date +%s.%N)
+  timeout 300 ./devcarry/gpu --ignored --test-threads=1 --nocapture > "$OUT/gpu_tests.txt" 2>&1
+  echo "gpu tests rc=$? $(t "$t0")s"
+  grep -E "^test |test result" "$OUT/gpu_tests.txt"
+  t0=$(date +%s.%N)
+  timeout 280 "$B" bench-kernels --search "${SEARCH:-heuristic}" --candidates 32 \
+    --anchors devcarry/anchors/h200_gemm_ceiling.json --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+  echo "bench-kernels rc=$? $(t "$t0")s"
+  grep -E "tensorwise|target|copy|cast" "$OUT/kernels.txt" | grep -v tuning
   ;;
-converge)
-  queued converge 400 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 2 --seq-length 8192 \
-    --micro-batch-size 1 --steps 200 --warmup-steps 20 --eval-every 50 --policy docs/device-logs/recipes/L1/mixed.json \
-    --out "$W/converge_L1_mixed"
-  cat "$W/converge_L1_mixed/convergence.md" 2>/dev/null | head -30
+sweep)
+  # The shipped layouts and grids, per recipe (RECIPE=tensorwise|delayed): Qwen2.5-72B TP 1-8
+  # (powers of two, as sweeps.sh a), DeepSeek-V3 (TP,EP) = (1,8) (2,16) (4,32) (8,64) with two
+  # points per doubling (as sweeps.sh c). Reports straight into $OUT/<recipe>/ so a run cut short
+  # keeps what finished.
+  r=${RECIPE:-tensorwise}
+  mkdir -p "$OUT/$r"
+  run() {
+    local name=$1; shift
+    local t0=$(date +%s.%N)
+    timeout 280 "$B" bench --recipe "$r" --warmup 5 --iters 10 --quiet "$@" --report "$OUT/$r/$name.json" > "$OUT/$r/$name.txt" 2>&1
+    echo "$r $name rc=$? $(tail -n 1 "$OUT/$r/$name.txt") $(t "$t0")s"
+  }
+  for tp in ${QWEN_TPS-1 2 4 8}; do run qwen2_5_72b_tp$tp --model fixtures/models/qwen2_5_72b.yaml --tp $tp; done
+  for te in ${DS_LAYOUTS-1:8 2:16 4:32 8:64}; do
+    tp=${te%:*}; ep=${te#*:}
+    run deepseek_v3_tp${tp}_ep$ep --model fixtures/models/deepseek_v3.yaml --tp $tp --ep $ep --etp 1 --points-per-doubling 2
+  done
+  rm -f "$OUT/$r"/*.txt
+  tar czf "$OUT/${r}_${TAG:-all}.tar.gz" -C "$OUT" "$r" && rm -rf "${OUT:?}/$r"
   ;;
 esac
-tar -C /tmp/rc -czf "$OUT/recipes_$phase.tar.gz" "$phase"
-echo "== $phase ($(left) s of the budget left)"; cat "$W/steps.txt" 2>/dev/null
-for f in "$W"/policies.log "$W"/judge_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -40; }; done

@@ -2,7 +2,7 @@
 //! (`python -m adaptive_fp8.bench.step_bench`, run by `scripts/device/trainer_loop.sh`), adaptive
 //! policies against all-BF16, all-FP8 and the per-module oracle, per scenario of the seed's
 //! section 4, eager and CUDA-graphed; how far the cuBLASLt backend's decisions match TE's; what
-//! gradient accumulation and real TP communication change. Everything is read from the step
+//! real TP communication changes. Everything is read from the step
 //! benchmark's JSON under `docs/device-logs/trainer_loop/`; nothing here is typed in.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use crate::build::Files;
 use crate::plot::{Chart, Line, chart_svg};
 
 mod sections;
-use sections::{render_accum, render_combine, render_tp};
+use sections::{render_combine, render_tp};
 
 /// The logs' folder.
 pub const LOGS: &str = "docs/device-logs/trainer_loop";
@@ -30,8 +30,6 @@ struct Sections {
     /// `scripts/upkeep/standing.py` reads against today's policies (checked to exist by a test).
     #[cfg_attr(not(test), allow(dead_code))]
     scenarios: Vec<Scenario>,
-    /// The gradient-accumulation table: per model, its step runs with 1 and 8 micro-batches.
-    grad_accum: Vec<GradAccum>,
     /// The host-and-GPU combination table: per model, its reports (from the repository's root)
     /// and its eager step runs.
     combine: Vec<Combine>,
@@ -56,23 +54,11 @@ struct Scenario {
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct GradAccum {
-    model: String,
-    files: Vec<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Combine {
     model: String,
     cublaslt: String,
     te: String,
     steps: Vec<String>,
-}
-
-/// A mode's ratio to all-BF16 in a row (NaN where the row lacks the mode).
-fn ratio(row: &StepRow, mode: &str) -> f64 {
-    row.modes.get(mode).map_or(f64::NAN, |m| m.vs_bf16_median)
 }
 
 /// A mode's median ms per step in a row (NaN where the row lacks the mode).
@@ -130,30 +116,6 @@ fn prose(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("{rel}: {e}"))
 }
 
-/// Which backend and objective made a policy, from its file name in the logs (`policy:<name>`,
-/// or `policy:<folder>/<name>` where two policies share a name: `eager/` and `te/` are the
-/// shipped folders).
-fn policy_label(mode: &str, file: &str) -> &'static str {
-    let name = mode.trim_start_matches("policy:");
-    let new_model = file.contains("qwen3_30b_a3b") || file.contains("mixtral");
-    if name.ends_with("_tp2_comm.json") {
-        TP_COMM_LABEL
-    } else if name.ends_with("_te_eager.json") || name.starts_with("te/") {
-        "TE, eager"
-    } else if name.ends_with("_te_graphed.json") {
-        "TE, GPU time"
-    } else if name.ends_with("_host.json") || name.starts_with("eager/") {
-        "cuBLASLt + host profile (eager)"
-    } else if new_model {
-        "cost model, GPU time"
-    } else {
-        "cuBLASLt, GPU time"
-    }
-}
-
-/// A TE eager policy whose TP 2 rules were measured over a real TP group (`te_tp`).
-const TP_COMM_LABEL: &str = "TE, eager, TP communication";
-
 /// A step run under [`LOGS`], through the step results' one typed reader.
 fn read_run(root: &Path, rel: &str) -> Result<StepResults, String> {
     fp8_report::step_results::read_step_results(&root.join(LOGS).join(rel))
@@ -174,8 +136,8 @@ fn f(v: &Value, k: &str) -> f64 {
 /// Where the section's plots go.
 pub const PLOT_DIR: &str = "docs/plots/e2e";
 
-/// Renders the section and its plot (paths relative to [`PLOT_DIR`]): gradient accumulation,
-/// how host and GPU time combine, and TP 2 over a real TP group against one rank alone.
+/// Renders the section and its plot (paths relative to [`PLOT_DIR`]): how host and GPU time
+/// combine, and TP 2 over a real TP group against one rank alone.
 pub fn render(root: &Path) -> Result<(String, Files), String> {
     let mut s = String::new();
     let mut files = Files::new();
@@ -183,7 +145,6 @@ pub fn render(root: &Path) -> Result<(String, Files), String> {
     s.push('\n');
     let sec = sections(root)?;
     let parts = Parts::parse(&prose(root, PARTS)?);
-    render_accum(root, &parts, &sec.grad_accum, &mut s)?;
     render_combine(root, &parts, &sec.combine, &mut s)?;
     render_tp(root, &parts, &sec.tp_comm, &mut s, &mut files)?;
     Ok((s, files))

@@ -5,6 +5,7 @@
 //! - `{{probe: FILE...}}`: numerics reports (`fp8sel-numerics`), the worst operand per module;
 //! - `{{convergence: FILE...}}`: `convergence.json` files, final losses and gaps;
 //! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16;
+//! - `{{modes: FILE...}}`: the same, one row per policy mode (several policies judged together);
 //! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]);
 //! - `{{causes: FILE}}`: the standing misses' causes, one bullet each.
 //!
@@ -59,7 +60,7 @@ fn placeholder(line: &str) -> Option<(&str, Vec<&str>)> {
 }
 
 fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
-    if kind == "judge" {
+    if kind == "judge" || kind == "modes" {
         // The step benchmark's results, through their one typed reader.
         let typed = files
             .iter()
@@ -69,7 +70,11 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
                 Ok(((*f).to_owned(), doc))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        return Ok(judge::judge(&typed));
+        return Ok(if kind == "judge" {
+            judge::judge(&typed)
+        } else {
+            judge::modes(&typed)
+        });
     }
     let docs: Vec<(String, Value)> = files
         .iter()
@@ -88,7 +93,7 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
             .collect()),
         "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, standing, causes)"
+            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes)"
         )),
     }
 }

@@ -1,5 +1,4 @@
-//! The end-to-end section's parts: gradient accumulation, the host-and-GPU combination and the
-//! TP group (split from `e2e_results` by concern).
+//! The end-to-end section's parts: the host-and-GPU combination and the TP group (split from `e2e_results` by concern).
 
 use super::*;
 
@@ -15,46 +14,6 @@ fn sorted_lines(lines: impl Iterator<Item = Line>) -> Vec<Line> {
         }
     }
     lines
-}
-
-/// Gradient accumulation: the optimizer (which re-quantizes FP8 parameters) once per 8
-/// micro-batches instead of once per micro-batch.
-pub(super) fn render_accum(
-    root: &Path,
-    parts: &Parts,
-    cases: &[GradAccum],
-    s: &mut String,
-) -> Result<(), String> {
-    s.push_str(parts.get("accum")?);
-    for case in cases {
-        for rel in case.files.iter().map(String::as_str) {
-            let v = read_run(root, rel)?;
-            let ga = v.grad_accum;
-            for row in &v.results {
-                let pol = row
-                    .modes
-                    .iter()
-                    .find(|(n, _)| {
-                        let l = policy_label(n, rel);
-                        n.starts_with("policy:")
-                            && (l == "cuBLASLt, GPU time" || l == "cost model, GPU time")
-                    })
-                    .map_or("-".to_owned(), |(_, m)| format!("{:.3}", m.vs_bf16_median));
-                let tokens = row.tokens;
-                if !(1024..=4096).contains(&tokens) {
-                    continue;
-                }
-                let _ = writeln!(
-                    s,
-                    "| {} | {ga} | {} | {tokens} | {:.3} | {pol} |",
-                    case.model,
-                    row.execution,
-                    ratio(row, "fp8")
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The ways to combine per-module host and GPU time compared with the measured eager steps.

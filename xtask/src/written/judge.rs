@@ -2,6 +2,7 @@
 //! reader), the policy mode of each row against BF16, all-FP8 and the oracle.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
 
 use fp8_report::step_results::{ModeResult, StepResults, StepRow, StepTrainer};
@@ -146,6 +147,45 @@ fn vs_min(modes: &BTreeMap<String, ModeResult>, policy: &ModeResult) -> String {
     let ms = |name: &str| modes.get(name).map_or(f64::INFINITY, |m| m.ms_median);
     let best = ms("bf16").min(ms("fp8")).min(oracle.ms_median);
     format!("{:.3}", policy.ms_median / best)
+}
+
+/// `{{modes: FILE...}}`: one row per policy mode (`hook:`, `native:`, `policy:`) of every row
+/// that ran, for runs that judge several policies side by side: the mode, its FP8 groups, its
+/// step against BF16 and against the fastest of BF16 and all-FP8 (the trainer's recipe).
+pub(super) fn modes(docs: &[(String, StepResults)]) -> String {
+    let mut s = String::from(
+        "| model | execution | tokens | mode | FP8 groups | / BF16 (p10-p90) | verdict | all-FP8 / BF16 | / min |\n|---|---|---:|---|---|---|---|---:|---:|\n",
+    );
+    for (_, v) in docs {
+        let label = judge_label(v);
+        for r in v.results.iter().filter(|r| r.error.is_none()) {
+            let fp8 = r.modes.get("fp8").map_or(f64::NAN, |f| f.vs_bf16_median);
+            let policies = r.modes.iter().filter(|(k, _)| {
+                ["hook:", "native:", "policy:"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            });
+            for (name, m) in policies {
+                let groups = if m.fp8_groups.is_empty() {
+                    "-".to_owned()
+                } else {
+                    m.fp8_groups.join(",")
+                };
+                let _ = writeln!(
+                    s,
+                    "| {label} | {} | {} | {name} | {groups} | {:.3} ({:.3}-{:.3}) | {} | {fp8:.3} | {} |",
+                    r.execution,
+                    r.tokens,
+                    m.vs_bf16_median,
+                    m.vs_bf16_p10,
+                    m.vs_bf16_p90,
+                    m.verdict_vs_bf16,
+                    vs_min(&r.modes, m),
+                );
+            }
+        }
+    }
+    s
 }
 
 #[cfg(test)]

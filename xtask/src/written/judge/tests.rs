@@ -152,3 +152,26 @@ fn judge_minimum_is_paired_with_its_band_where_the_judge_wrote_it() {
     // The paired median (1.08), not the ratio of medians (9.9 / 9.0 = 1.100).
     assert!(t.contains("| 0.900 | 1.080 (1.020-1.150) |"), "{t}");
 }
+
+#[test]
+fn modes_give_every_policy_mode_its_row() {
+    let v = doc(
+        json!({"model": "x/L8/config.json", "trainer": "megatron"}),
+        json!([
+          {"tokens": 8192, "execution": "eager", "modes": {
+            "bf16": {"vs_bf16_median": 1.0},
+            "fp8": {"vs_bf16_median": 0.84},
+            "hook:a.json": {"fp8_groups": ["fc1", "fc2"], "vs_bf16_median": 0.866,
+                            "vs_bf16_p10": 0.864, "vs_bf16_p90": 0.872, "verdict_vs_bf16": "faster"},
+            "native:b.json": {"fp8_groups": [], "vs_bf16_median": 1.0}}},
+          {"tokens": 4096, "execution": "eager", "error": "boom"}]),
+    );
+    let t = modes(&[("f.json".to_owned(), v)]);
+    assert!(
+        t.contains("| L8, TP 1, 2 layer(s) | eager | 8192 | hook:a.json | fc1,fc2 | 0.866 (0.864-0.872) | faster | 0.840 |"),
+        "{t}"
+    );
+    assert!(t.contains("| native:b.json | - | 1.000"), "{t}");
+    assert!(!t.contains("4096"), "{t}");
+    assert_eq!(t.lines().count(), 4, "{t}");
+}
