@@ -105,6 +105,19 @@ def check_model_args(args: Any) -> Optional[str]:
     return None
 
 
+def judge_args(args: Any) -> Any:
+    """The tools' arguments completed with what the judge reads and they do not take: BF16
+    master weights, eager steps, the config's experts, one micro-batch, and the layout planned
+    at the tool's own token count. Returns ``args``."""
+    args.fp8_param = False  # FP8 weights need Megatron's optimizer; the masters stay fp32
+    if not getattr(args, "tokens", None):
+        args.tokens = [args.seq_length * args.micro_batch_size]
+    for name, default in (("execution", ["eager"]), ("etp", None), ("grad_accum", 1)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    return args
+
+
 class GptTrainer:
     """One process's Megatron state; builds, trains and evaluates ``GPTModel`` s of one
     architecture."""
@@ -112,15 +125,7 @@ class GptTrainer:
     def __init__(self, args: Any, kw: dict) -> None:
         from adaptive_fp8.bench.megatron_step import Judge
 
-        args.fp8_param = False  # FP8 weights need Megatron's optimizer; the masters stay fp32
-        # The judge plans the layout at its first token count (the experts' TP).
-        if not getattr(args, "tokens", None):
-            args.tokens = [args.seq_length * args.micro_batch_size]
-        # What the judge reads that these tools do not take: eager steps, the config's experts.
-        for name, default in (("execution", ["eager"]), ("etp", None), ("grad_accum", 1)):
-            if not hasattr(args, name):
-                setattr(args, name, default)
-        self.judge = Judge(args)
+        self.judge = Judge(judge_args(args))
         self.torch, self.args, self.kw = self.judge.torch, args, kw
 
     def build(self, mode: str, policy: Optional[str], seed: int):
