@@ -85,6 +85,28 @@ fn make_policies(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
         err(&o)
     );
     assert!(!mixed.exists());
+    // A report of another model (no fc2) is refused: fc2's tensorwise error would be unknown.
+    let other = d.join("other.json");
+    let mut partial = numerics("tensorwise", 0.09);
+    partial["modules"].as_array_mut().unwrap().pop();
+    write(&other, &partial);
+    let o = fp8sel(&[
+        "merge-policy",
+        "--step-model",
+        s(&b),
+        s(&t),
+        "--numerics",
+        s(&other),
+        "--output",
+        s(&mixed),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("measured no module of (kind=row, ub_name=fc2"),
+        "{}",
+        err(&o)
+    );
+    assert!(!mixed.exists());
     let o = fp8sel(&[
         "merge-policy",
         "--step-model",

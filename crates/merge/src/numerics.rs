@@ -87,17 +87,52 @@ pub struct NumericsBound {
     pub max_quant_error: f64,
 }
 
+/// Whether two keys name the same modules at any layout: a dense key's kind and `ub_name`, a
+/// grouped key's kind. A module's quantization error is a property of its tensors, not of how
+/// they are split: blockwise scales the same blocks at any TP, and a per-tensor scale of a shard
+/// has at most the whole tensor's amax, so the error the probe measured at its own layout bounds
+/// the module's error at every layout (the probe runs one GPU; the policy's keys carry the TP).
+pub fn same_module(a: &RuleKey, b: &RuleKey) -> bool {
+    match (a, b) {
+        (
+            RuleKey::Dense {
+                kind: ka,
+                ub_name: ua,
+                ..
+            },
+            RuleKey::Dense {
+                kind: kb,
+                ub_name: ub,
+                ..
+            },
+        ) => ka == kb && ua == ub,
+        (RuleKey::Grouped { kind: ka, .. }, RuleKey::Grouped { kind: kb, .. }) => ka == kb,
+        _ => false,
+    }
+}
+
 impl NumericsBound {
-    /// The module on `key` (of `component`) with the worst error over the bound, if any:
-    /// `(module, operand, error)`.
+    /// The module on `key`'s modules (of `component`, at any layout: [`same_module`]) with the
+    /// worst error over the bound, if any: `(module, operand, error)`.
     pub fn overrule(&self, component: &str, key: &RuleKey) -> Option<(&str, &str, f64)> {
-        self.report
-            .modules
-            .iter()
-            .filter(|m| m.component == component && &m.key == key)
+        self.of(component, key)
             .filter_map(|m| m.worst().map(|(op, e)| (m.name.as_str(), op, e)))
             .filter(|(_, _, e)| *e > self.max_quant_error)
             .max_by(|a, b| a.2.total_cmp(&b.2))
+    }
+
+    /// Whether the report measured `key`'s modules (of `component`) at all.
+    pub fn covers(&self, component: &str, key: &RuleKey) -> bool {
+        self.of(component, key).next().is_some()
+    }
+
+    fn of(&self, component: &str, key: &RuleKey) -> std::vec::IntoIter<&ModuleNumerics> {
+        self.report
+            .modules
+            .iter()
+            .filter(|m| m.component == component && same_module(&m.key, key))
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 }
 

@@ -51,6 +51,23 @@ fn the_python_probes_report_reads_and_bounds() {
     );
     assert_eq!(bound.overrule("llm", &fc1), None);
     assert_eq!(bound.overrule("vit", &fc2), None);
+    // The probe's layout (TP 1) bounds the same modules at every layout.
+    let fc2_tp8 = RuleKey::Dense {
+        kind: DenseKind::Row,
+        ub_name: "fc2".into(),
+        tp: 8,
+    };
+    assert_eq!(
+        bound.overrule("llm", &fc2_tp8),
+        Some(("decoder.layers.mlp.linear_fc2", "weight", 0.2))
+    );
+    assert!(bound.covers("llm", &fc2_tp8) && bound.covers("llm", &fc1));
+    let proj = RuleKey::Dense {
+        kind: DenseKind::Row,
+        ub_name: "proj".into(),
+        tp: 1,
+    };
+    assert!(!bound.covers("llm", &proj) && !bound.covers("vit", &fc2));
 }
 
 proptest! {

@@ -337,6 +337,7 @@ pub fn mixed_policy(
         }
         if models.len() > 1 {
             let component = b.inputs.component.as_str();
+            uncovered(bounds, &models, b, component)?;
             let allowed = |key: &RuleKey, r: Recipe| {
                 bounds
                     .iter()
@@ -349,4 +350,33 @@ pub fn mixed_policy(
     let bound = bounds.iter().map(|b| b.max_quant_error).reduce(f64::max);
     policy.set_recipe_plan(recipe_plan(base, bound, keys))?;
     Ok(policy)
+}
+
+/// A recipe's numerics report that measured none of a key's modules (a report of another
+/// model): refused, or that key would run the recipe with its error unknown.
+fn uncovered(
+    bounds: &[crate::numerics::NumericsBound],
+    models: &[(Recipe, &LayoutModel)],
+    layout: &LayoutModel,
+    component: &str,
+) -> Result<(), crate::MergeError> {
+    for (r, _) in models {
+        for bound in bounds.iter().filter(|x| x.report.recipe == Some(*r)) {
+            if let Some(u) = layout
+                .units
+                .iter()
+                .find(|u| !bound.covers(component, &u.key))
+            {
+                return Err(crate::MergeError::Record(format!(
+                    "{}: the numerics report of {r} measured no module of {} ({component}), a \
+                     key of {}'s inputs: it is a report of another model; fix: probe this model \
+                     (python -m adaptive_fp8.bench.numerics --model ... --recipe {r})",
+                    bound.report.file.display(),
+                    u.key,
+                    layout.file.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
