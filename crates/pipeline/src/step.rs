@@ -14,9 +14,10 @@ use crate::generate::{GenOptions, GenOutcome, default_layouts};
 
 mod command;
 mod committed;
+mod mix;
 mod model;
 pub(crate) mod worker;
-pub use command::{StepJob, StepTuner, dense_layers_for};
+pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
 use worker::{Clock, WorkerEnd, first_sentence, read_timed, run_worker};
@@ -73,6 +74,7 @@ pub fn gen_policy_step(
         for p in &layouts {
             off_the_token_step(&job.tokens, p)?;
         }
+        let first_ep = layouts.first().map_or(1, |p| p.ep);
         let mut runs = Vec::new();
         let mut models = Vec::new();
         let notes_before = outcome.notes.len();
@@ -80,6 +82,7 @@ pub fn gen_policy_step(
             dense_layers: job.dense_layers.or(dense_layers_for(&model, job.layers)),
             ..job.clone()
         };
+        let mut mixed: Vec<(fp8_policy::Recipe, fp8_merge::model::LayoutModel)> = Vec::new();
         for p in layouts {
             if clock.out() {
                 outcome.notes.push(format!(
@@ -96,10 +99,16 @@ pub fn gen_policy_step(
                 p,
                 reports_dir: &reports_dir,
                 clock: &clock,
+                tag: String::new(),
             };
             match job.tuner {
                 StepTuner::Oracle => runs.extend(ctx.sweep(say, &mut outcome)?),
-                StepTuner::Model => models.extend(ctx.model(say, &mut outcome)?),
+                StepTuner::Model => {
+                    models.extend(ctx.model(say, &mut outcome)?);
+                    if let Some(m) = &job.mix {
+                        mixed.extend(ctx.other_recipes(m, say, &mut outcome)?);
+                    }
+                }
             }
         }
         if runs.is_empty() && models.is_empty() {
@@ -118,28 +127,57 @@ pub fn gen_policy_step(
                 )
             });
         }
-        let policy = match job.tuner {
-            StepTuner::Oracle => fp8_merge::step::step_policy(&runs),
-            StepTuner::Model => fp8_merge::model::model_policy(&models),
-        }
-        .map_err(|e| e.to_string())?;
-        let name = if model.components.len() > 1 {
-            format!("{}.llm.json", model.name)
-        } else {
-            format!("{}.json", model.name)
+        let policy = match (job.tuner, &job.mix) {
+            (StepTuner::Oracle, _) => {
+                fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?
+            }
+            (StepTuner::Model, None) => {
+                fp8_merge::model::model_policy(&models).map_err(|e| e.to_string())?
+            }
+            (StepTuner::Model, Some(m)) => {
+                let probe = mix::Probe {
+                    o,
+                    job: &model_job,
+                    config,
+                    model: &model.name,
+                    ep: first_ep,
+                    reports_dir: &reports_dir,
+                    clock: &clock,
+                };
+                mix::mixed_policy(&probe, m, &models, mixed, say, &mut outcome)?
+            }
         };
-        let target = out.join(name);
-        fp8_io::create_parent_dir(&target).map_err(|e| e.to_string())?;
-        policy.write(&target).map_err(|e| e.to_string())?;
-        outcome.files.push(target);
-        if job.tuner == StepTuner::Model {
-            let md = out.join(format!("{}.md", model.name));
-            let text = fp8_merge::model::summary_markdown(&model.name, &models);
-            fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
-            outcome.files.push(md);
-        }
+        write_policy(&out, &model, job, &policy, &models, &mut outcome)?;
     }
     Ok(outcome)
+}
+
+/// The model's policy (`<model>.json`, a VLM's language model `<model>.llm.json`) and, from the
+/// step model, its summary `<model>.md`, into `out`.
+fn write_policy(
+    out: &Path,
+    model: &ModelDesc,
+    job: &StepJob,
+    policy: &fp8_policy::Policy,
+    models: &[fp8_merge::model::LayoutModel],
+    outcome: &mut GenOutcome,
+) -> Result<(), String> {
+    let name = if model.components.len() > 1 {
+        format!("{}.llm.json", model.name)
+    } else {
+        format!("{}.json", model.name)
+    };
+    let target = out.join(name);
+    fp8_io::create_parent_dir(&target).map_err(|e| e.to_string())?;
+    policy.write(&target).map_err(|e| e.to_string())?;
+    outcome.files.push(target);
+    if job.tuner == StepTuner::Model {
+        let md = out.join(format!("{}.md", model.name));
+        let text = fp8_merge::model::summary_markdown(&model.name, models);
+        fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
+        outcome.files.push(md);
+    }
+    Ok(())
 }
 
 /// One layout's sweep and refinements.
@@ -151,14 +189,17 @@ struct Layout<'a> {
     p: fp8_engine::Parallel,
     reports_dir: &'a Path,
     clock: &'a Clock,
+    /// Beside the model's name in the files' names: `_<recipe>` for a recipe other than the
+    /// base of a per-module recipe choice, else empty.
+    tag: String,
 }
 
 impl Layout<'_> {
     fn json(&self, tail: &str) -> PathBuf {
         let p = self.p;
         self.reports_dir.join(format!(
-            "{}_tp{}_ep{}_etp{}{tail}_step.json",
-            self.model, p.tp, p.ep, p.etp
+            "{}_tp{}_ep{}_etp{}{}{tail}_step.json",
+            self.model, p.tp, p.ep, p.etp, self.tag
         ))
     }
 

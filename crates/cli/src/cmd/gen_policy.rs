@@ -163,6 +163,15 @@ pub struct Args {
     /// The FP8 recipe and its options.
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
+    /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8), with the step
+    /// model on a GPU where adaptive_fp8 and Transformer Engine import: each recipe is measured
+    /// and checked in the step, and probed for each module's quantization error (`python -m
+    /// adaptive_fp8.bench.numerics`, unless --numerics gives its report); a module runs the
+    /// recipe the model predicts fastest within --max-quant-error. The first is the base: the
+    /// policy's rules are its (what the reference's loader reads), the plan (`recipes`) gives
+    /// each module its own. Megatron applies it with `fp8sel te-precision-config`.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub recipes: Vec<fp8_policy::Recipe>,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
     #[arg(long, default_value = "h200")]
     pub device_profile: String,
@@ -208,7 +217,9 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             "no model: give --model CONFIG (a Megatron/LoongForge YAML or a HuggingFace config.json)",
         ));
     }
-    let recipe = args.recipe.options()?;
+    args.objective
+        .check_bound_has_reports(!args.recipes.is_empty())?;
+    let recipe = base_recipe(args)?;
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -220,7 +231,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         tp: args.tp.clone(),
         ep: args.ep.clone(),
         etp: args.etp.clone(),
-        merge: args.objective.merge_options(
+        merge: merge_objective(args).merge_options(
             args.speedup_threshold,
             args.margin,
             args.trainer.as_deref(),
@@ -241,6 +252,14 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         out: args.out.clone(),
     };
     let backend = resolve_backend(args, progress)?;
+    if !args.recipes.is_empty() && (backend != "step" || args.step_tuner != "model") {
+        return Err(CliError::input(format!(
+            "--recipes chooses each module's recipe with the step model, which runs on a GPU \
+             where adaptive_fp8 and Transformer Engine import (here: backend {backend}, tuner \
+             {}); fix: run it there (--backend step), or measure one recipe with --recipe",
+            args.step_tuner
+        )));
+    }
     let done = if backend == "step" {
         let tuner = match args.step_tuner.as_str() {
             "oracle" => fp8_pipeline::step::StepTuner::Oracle,
@@ -262,6 +281,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             dense_layers: args.dense_layers,
             refine: args.refine,
             time_limit: args.time_limit.map(std::time::Duration::from_secs),
+            mix: recipe_mix(args)?,
         };
         fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?
@@ -270,6 +290,65 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     };
     progress.finish();
     Ok(done)
+}
+
+/// The measured recipe: --recipe's, or with --recipes the first of them (the base).
+fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
+    let Some(&first) = args.recipes.first() else {
+        return args.recipe.options();
+    };
+    let mut seen = Vec::new();
+    for &r in &args.recipes {
+        if !fp8_policy::PLAN_RECIPES.contains(&r) {
+            return Err(CliError::input(format!(
+                "--recipes {r}: Megatron's per-module config runs blockwise, tensorwise or mxfp8 \
+                 per module; fix: choose among those, or measure {r} alone with --recipe {r}"
+            )));
+        }
+        if seen.contains(&r) {
+            return Err(CliError::input(format!("--recipes names {r} twice")));
+        }
+        seen.push(r);
+    }
+    if seen.len() < 2 {
+        return Err(CliError::input(format!(
+            "--recipes {first}: a choice needs two recipes or more; fix: --recipes {first},tensorwise, or --recipe {first}"
+        )));
+    }
+    if args.recipe.recipe != first && args.recipe.recipe != fp8_policy::Recipe::Blockwise {
+        return Err(CliError::input(format!(
+            "--recipe {} and --recipes {}: the base is the first of --recipes; fix: leave out --recipe",
+            args.recipe.recipe, first
+        )));
+    }
+    fp8_bench::recipe::RecipeOptions::new(first, args.recipe.fp8_format, None, None)
+        .map_err(CliError::input)
+}
+
+/// The objective of the merge: with --recipes its --numerics reports are the choice's, one per
+/// recipe, not a bound on one recipe's merge.
+fn merge_objective(args: &Args) -> super::objective_args::ObjectiveArgs {
+    let mut o = args.objective.clone();
+    if !args.recipes.is_empty() {
+        o.numerics.clear();
+        o.max_quant_error = None;
+    }
+    o
+}
+
+/// With --recipes: the recipes beside the base, the given reports and the bound.
+fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
+    if args.recipes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(fp8_pipeline::step::RecipeMix {
+        recipes: args.recipes[1..].to_vec(),
+        numerics: args.objective.numerics_bounds()?,
+        max_quant_error: args
+            .objective
+            .max_quant_error
+            .unwrap_or(fp8_merge::numerics::DEFAULT_MAX_QUANT_ERROR),
+    }))
 }
 
 /// The backend the flags name; `auto` is the step on a GPU where this package and Transformer

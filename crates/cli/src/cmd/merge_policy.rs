@@ -193,6 +193,7 @@ fn parse_floor(s: &str) -> CliResult<(f64, f64)> {
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
+    args.objective.check_bound_has_reports(false)?;
     if !args.step.is_empty() {
         return run_step(args);
     }

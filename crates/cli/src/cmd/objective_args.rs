@@ -34,15 +34,29 @@ pub struct ObjectiveArgs {
     /// within the bound.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub numerics: Vec<PathBuf>,
-    /// The bound for --numerics, a relative RMS error [default: 0.05: E4M3's round trip of a
-    /// well-scaled tensor is about 0.027 (measured on the H200 for Llama-3.2-1B's modules in
-    /// blockwise and tensorwise, docs/device-logs/numerics/num6), so the bound admits that and
-    /// refuses a module with twice that error]
-    #[arg(long, value_name = "E", requires = "numerics")]
+    /// The bound for --numerics (and for `gen-policy --recipes`' own probes), a relative RMS
+    /// error [default: 0.05: E4M3's round trip of a well-scaled tensor is about 0.027 (measured
+    /// on the H200 for Llama-3.2-1B's modules in blockwise and tensorwise,
+    /// docs/device-logs/numerics/num6), so the bound admits that and refuses a module with
+    /// twice that error]
+    #[arg(long, value_name = "E")]
     pub max_quant_error: Option<f64>,
 }
 
 impl ObjectiveArgs {
+    /// `--max-quant-error` bounds the errors of reports: of --numerics, or of the probes that
+    /// `probes` says the command runs itself.
+    pub fn check_bound_has_reports(&self, probes: bool) -> CliResult<()> {
+        if self.max_quant_error.is_some() && self.numerics.is_empty() && !probes {
+            return Err(CliError::input(
+                "--max-quant-error bounds the quantization errors of a numerics report, and none \
+                 was given; fix: pass --numerics FILE (python -m adaptive_fp8.bench.numerics \
+                 writes it), or leave out --max-quant-error",
+            ));
+        }
+        Ok(())
+    }
+
     /// The merge settings of `merge-policy` and `gen-policy`, built once: these flags, the
     /// threshold and margin, and `--trainer` (`both` and absent leave it unset: the caller
     /// folds or keeps the reports' own times).

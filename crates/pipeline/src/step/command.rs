@@ -20,7 +20,7 @@ pub enum StepTuner {
 }
 
 /// What the step worker runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepJob {
     /// The model or the oracle.
     pub tuner: StepTuner,
@@ -46,6 +46,22 @@ pub struct StepJob {
     /// from the counts it finished (each one saved as it ends); refinements and layouts not
     /// begun by then are skipped, with a note. `None`: unbounded.
     pub time_limit: Option<Duration>,
+    /// With the step model: choose each module's recipe among the measured recipe (the base)
+    /// and these ([`RecipeMix`]); `None`: the measured recipe alone.
+    pub mix: Option<RecipeMix>,
+}
+
+/// Per-module recipes: the further recipes to measure, each in the step model's inputs and
+/// its check and in the numerics probe, and the bound on a module's quantization error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeMix {
+    /// The recipes beside the base, in the order given.
+    pub recipes: Vec<fp8_policy::Recipe>,
+    /// Numerics reports given (one per recipe, each naming its recipe): a recipe with one is
+    /// not probed again.
+    pub numerics: Vec<fp8_merge::numerics::NumericsBound>,
+    /// The largest relative RMS error a module may have and run a recipe.
+    pub max_quant_error: f64,
 }
 
 /// The worker's command line for one layout, writing `json`: its oracle search, or with
@@ -227,6 +243,7 @@ mod tests {
             dense_layers: None,
             refine: 1,
             time_limit: None,
+            mix: None,
         };
         // One layout's command line, as one string.
         let line = |job: &StepJob, p| {
@@ -295,6 +312,7 @@ mod tests {
             dense_layers: None,
             refine: 0,
             time_limit: None,
+            mix: None,
         };
         let layouts: Vec<_> = [1, 4, 2]
             .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))

@@ -4,6 +4,7 @@ step whose times follow known rules (one segment; the wall time is the larger of
 time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the captured groups'
 host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
 FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
+Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
 It records its command line in <json>.argv (the format has no field for it)."""
 
 from __future__ import annotations
@@ -25,8 +26,16 @@ HOST_REST = {"eager": 6.0, "graphed": 0.3}
 ROUNDS = 5
 
 
+#: Under --recipe tensorwise, the FP8 GPU slope of each group times this: fc1 and fc2 faster than
+#: blockwise, qkv slower (so a per-module choice mixes the two).
+TENSORWISE = {"qkv": 1.3, "proj": 1.0, "fc1": 0.75, "fc2": 0.75}
+RECIPE = ["blockwise"]
+
+
 def gpu(g: str, fp8: bool, t: int, tp: int) -> float:
     a, b = GROUPS[g][2] if fp8 else GROUPS[g][1]
+    if fp8 and RECIPE[0] == "tensorwise":
+        b *= TENSORWISE[g]
     return a + b * t / 1000.0 / tp
 
 
@@ -53,6 +62,7 @@ def main() -> int:
     with open(a.json + ".argv", "w") as f:
         f.write(" ".join(sys.argv[1:]))
     tp, layers = int(a.tp), int(a.layers)
+    RECIPE[0] = a.recipe
     executions = a.execution.split(",")
     tokens = sorted(int(x) for x in a.tokens.split(","))
     doc = {
