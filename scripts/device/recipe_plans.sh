@@ -13,12 +13,16 @@
 #        tensorwise base) and the mixed plan (blockwise base, the bound from the numerics)
 #     4. the Megatron judge: the three in upstream GPTModel, interleaved with BF16 and all-FP8
 #        blockwise, eager then graphed, 21 rounds
+#   bash scripts/device/recipe_plans.sh gen M   # the user's one command instead of rows 1-3:
+#     fp8sel gen-policy --recipes blockwise,tensorwise (both recipes measured and checked, both
+#     probed), the single-recipe policies re-fitted from its reports by merge-policy, then row 4
 #   bash scripts/device/recipe_plans.sh converge   # Llama-3.2-1B's loss curves: BF16, all-FP8
 #                                             # blockwise and the mixed plan
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/recipes_<phase>.tar.gz; prints a
 # table last.
 set -uo pipefail
-phase=${1:?L8, L1 or converge}
+phase=${1:?L8, L1, gen M or converge}
+if [ "$phase" = gen ]; then m=${2:?gen L8 or gen L1}; phase=gen_$m; fi
 OUT=${OUT:-/tmp/out}
 W=/tmp/rc/$phase
 T0=$(date +%s)
@@ -84,6 +88,34 @@ L8|L1)
       --seq-length 4096 --steps 2 --recipe "$r" --out "$W/numerics_$r.json"
   done
   [ -e "$W/numerics_tensorwise.done" ] && queued policies 20 policies
+  for e in eager graphed; do
+    [ -e "$W/policies.done" ] && queued "judge_$e" 150 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
+      --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
+      --tokens 8192 --execution "$e" --layers 2 --repeats 21 --no-fp8-param \
+      --json "$W/judge_$e.json" --md "$W/judge_$e.md"
+  done
+  ;;
+gen_*)
+  G=$W/gen
+  queued gen 560 "$FP8SEL" gen-policy --model "$(config $m)" --tp 1 --tokens 4096,8192,16384 \
+    --recipes blockwise,tensorwise --out "$G"
+  single() {  # the single-recipe policies from the same measurements
+    local name; name=$(basename "$(ls "$G"/*.json | head -1)" .json)
+    cp "$G/$name.json" "$W/mixed.json"
+    shopt -s nullglob
+    local bc=("$G"/reports/*_etp1_check_step.json "$G"/reports/*_etp1_recheck_step.json)
+    local tc=("$G"/reports/*_tensorwise_check_step.json "$G"/reports/*_tensorwise_recheck_step.json)
+    "$FP8SEL" merge-policy --step-model "$G"/reports/*_etp1_inputs_step.json ${bc[@]:+--step-check "${bc[@]}"} \
+      --output "$W/blockwise.json" &&
+    "$FP8SEL" merge-policy --step-model "$G"/reports/*_tensorwise_inputs_step.json ${tc[@]:+--step-check "${tc[@]}"} \
+      --output "$W/tensorwise.json" &&
+    python3 - "$W/tensorwise.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["recipes"] = {"base": "tensorwise", "keys": []}
+json.dump(p, open(sys.argv[1], "w"), indent=1)
+PY
+  }
+  [ -e "$W/gen.done" ] && queued policies 30 single
   for e in eager graphed; do
     [ -e "$W/policies.done" ] && queued "judge_$e" 150 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
       --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
