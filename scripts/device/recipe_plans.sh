@@ -76,6 +76,14 @@ PY
     done
   done
 }
+judge() {  # row 4: the three policies of $m in upstream GPTModel, eager then graphed
+  for e in eager graphed; do
+    [ -e "$W/policies.done" ] && queued "judge_$e" 150 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
+      --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
+      --tokens 8192 --execution "$e" --layers 2 --repeats 21 --no-fp8-param \
+      --json "$W/judge_$e.json" --md "$W/judge_$e.md"
+  done
+}
 case $phase in
 L8|L1)
   m=$phase
@@ -88,12 +96,7 @@ L8|L1)
       --seq-length 4096 --steps 2 --recipe "$r" --out "$W/numerics_$r.json"
   done
   [ -e "$W/numerics_tensorwise.done" ] && queued policies 20 policies
-  for e in eager graphed; do
-    [ -e "$W/policies.done" ] && queued "judge_$e" 150 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
-      --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
-      --tokens 8192 --execution "$e" --layers 2 --repeats 21 --no-fp8-param \
-      --json "$W/judge_$e.json" --md "$W/judge_$e.md"
-  done
+  judge
   ;;
 gen_*)
   G=$W/gen
@@ -116,12 +119,7 @@ json.dump(p, open(sys.argv[1], "w"), indent=1)
 PY
   }
   [ -e "$W/gen.done" ] && queued policies 30 single
-  for e in eager graphed; do
-    [ -e "$W/policies.done" ] && queued "judge_$e" 150 python3 -m adaptive_fp8.bench.step_bench --trainer megatron \
-      --model "$(config $m)" --policy "$W/blockwise.json" --policy "$W/tensorwise.json" --policy "$W/mixed.json" \
-      --tokens 8192 --execution "$e" --layers 2 --repeats 21 --no-fp8-param \
-      --json "$W/judge_$e.json" --md "$W/judge_$e.md"
-  done
+  judge
   ;;
 converge)
   queued converge 400 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 2 --seq-length 8192 \

@@ -8,30 +8,13 @@ mod common;
 
 use common::{err, root};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn gen_step(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let mut args = vec![
-        "gen-policy",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--backend",
-        "step",
-        "--tp",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ];
+    let mut args = vec!["--backend", "step"];
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .envs(env.iter().copied())
-        .args(&args)
-        .output()
-        .unwrap()
+    common::gen_with_stand_ins(out, &args, env)
 }
 
 fn policy(dir: &Path) -> serde_json::Value {

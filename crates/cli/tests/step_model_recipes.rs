@@ -9,32 +9,15 @@ mod common;
 
 use common::{err, root};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
 fn gen_policy(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let mut args = vec![
-        "gen-policy",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--tp",
-        "1",
-        "--execution",
-        "eager",
-        "--out",
-        out.to_str().unwrap(),
-    ];
+    let mut args = vec!["--execution", "eager"];
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .envs(env.iter().copied())
-        .args(&args)
-        .output()
-        .unwrap()
+    common::gen_with_stand_ins(out, &args, env)
 }
 
 fn read(p: &Path) -> Value {

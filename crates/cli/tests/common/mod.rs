@@ -62,3 +62,26 @@ pub fn estimated_policy(dir: &std::path::Path) -> PathBuf {
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     policy
 }
+
+/// `fp8sel gen-policy --model <Llama-3.2-1B> --tp 1 --out OUT EXTRA...` from the root, with the
+/// stand-in Python workers of `tests/fake_te` first on the path and `env` set (their settings).
+pub fn gen_with_stand_ins(out: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
+    let mut args = vec![
+        "gen-policy",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--tp",
+        "1",
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .env("PYTHONPATH", &fake)
+        .envs(env.iter().copied())
+        .args(&args)
+        .output()
+        .unwrap()
+}
