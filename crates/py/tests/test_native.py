@@ -135,3 +135,51 @@ def test_a_config_dict_plans_like_its_file(root):
     assert [(r["name"], r["use_fp8"], r["in_features"]) for r in a] == [(r["name"], r["use_fp8"], r["in_features"]) for r in b]
     with pytest.raises(af8.ConfigError, match="num_layers|hidden_size"):
         af8.plan({"hidden_size": 64}, None, seq_length=128)
+
+
+def _plan_keys(rules: dict) -> list[dict]:
+    """Every rule key of a policy's ``rules``, in the plan's key form."""
+    keys = []
+    for kind, v in sorted(rules.items()):
+        if isinstance(v, dict):
+            keys += [{"kind": kind, "ub_name": ub, "tp": r["tp"]} for ub, rs in sorted(v.items()) for r in rs]
+        else:
+            keys += [{"kind": kind, "etp": r["etp"], "num_gemms": r["num_gemms"]} for r in v]
+    return keys
+
+
+def _mixed(policy: dict) -> dict:
+    """The policy with a recipe plan over every other key: tensorwise from 1024, then blockwise
+    or BF16 from 8192 (eager) and the reverse order graphed; the keys left out follow rules."""
+    keys = []
+    for i, k in enumerate(_plan_keys(policy["rules"])):
+        if i % 2:
+            continue
+        late = "blockwise" if i % 4 == 0 else "bf16"
+        keys.append({"key": k, "eager": [{"from": 1024, "recipe": "tensorwise"}, {"from": 8192, "recipe": late}],
+                     "graphed": [{"from": 512, "recipe": "blockwise"}, {"from": 4096, "recipe": "tensorwise"}]})
+    # The reader wants the keys in the policy crate's order: dense before grouped, each by kind
+    # (declaration order), then name and layout.
+    order = ["layernorm_column", "column", "row", "duplicated", "column_grouped", "row_grouped"]
+    keys.sort(key=lambda k: (order.index(k["key"]["kind"]), k["key"].get("ub_name", ""), k["key"].get("tp", 0),
+                             k["key"].get("etp", 0), k["key"].get("num_gemms", 0)))
+    return {**policy, "recipes": {"base": "blockwise", "max_quant_error": 0.05, "keys": keys}}
+
+
+@pytest.mark.parametrize("model,policy,layouts", [c for c in CASES if c[1]])
+def test_a_mixed_plans_matchers_give_each_module_the_recipe_explain_gives(fp8sel, root, tmp_path, model, policy, layouts):
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps(_mixed(json.loads((root / policy).read_text()))))
+    recipes = set()
+    for (tp, ep, etp) in layouts:
+        for seq in TOKENS:
+            cfg = af8m.te_precision_config(root / model, mixed, tp=tp, ep=ep, etp=etp, seq_length=seq)
+            for row in explain(fp8sel, root, model, str(mixed), tp, ep, etp, seq)["modules"]:
+                if row["component"] != "llm":
+                    continue
+                want = (row.get("recipe") or "blockwise") if row["use_fp8"] else None
+                for p in paths(row["name"], row["layers"]):
+                    got = cfg["configs"][megatron_match(cfg, p)]["training_recipe"].get("fp8_quantization_recipe")
+                    assert got == want, (model, tp, seq, p, row["reason"])
+                    recipes.add(got)
+    assert "tensorwise" in recipes, recipes
