@@ -69,8 +69,8 @@ impl Probe<'_> {
             .join(format!("{}_{}_numerics.json", self.model, r.name()))
     }
 
-    /// The probe's command line for `r`: 2 probed steps of the step's layers at the swept
-    /// count nearest 4096 from below (the error does not depend on the count).
+    /// The probe's command line for `r`: 2 probed steps of the step's layers at 4096 tokens, or
+    /// at the largest swept count where that is smaller (the error barely depends on the count).
     fn command(&self, r: Recipe) -> Vec<String> {
         let seq = self
             .job
