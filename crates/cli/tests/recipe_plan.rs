@@ -69,54 +69,33 @@ fn make_policies(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let (base, mixed) = (d.join("base.json"), d.join("mixed.json"));
     let o = fp8sel(&["merge-policy", "--step-model", s(&b), "--output", s(&base)]);
     assert!(o.status.success(), "{}", err(&o));
-    // A second recipe without its numerics is refused before anything is written.
-    let o = fp8sel(&[
-        "merge-policy",
-        "--step-model",
-        s(&b),
-        s(&t),
-        "--output",
-        s(&mixed),
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        err(&o).contains("no numerics report of tensorwise"),
-        "{}",
-        err(&o)
-    );
-    assert!(!mixed.exists());
-    // A report of another model (no fc2) is refused: fc2's tensorwise error would be unknown.
+    let both = |numerics: Option<&Path>| {
+        let mut args = vec!["merge-policy", "--step-model", s(&b), s(&t)];
+        if let Some(n) = numerics {
+            args.extend(["--numerics", s(n)]);
+        }
+        args.extend(["--output", s(&mixed)]);
+        fp8sel(&args)
+    };
+    // A second recipe without its numerics is refused before anything is written; so is a
+    // report of another model (no fc2): fc2's tensorwise error would be unknown.
     let other = d.join("other.json");
     let mut partial = numerics("tensorwise", 0.09);
     partial["modules"].as_array_mut().unwrap().pop();
     write(&other, &partial);
-    let o = fp8sel(&[
-        "merge-policy",
-        "--step-model",
-        s(&b),
-        s(&t),
-        "--numerics",
-        s(&other),
-        "--output",
-        s(&mixed),
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        err(&o).contains("measured no module of (kind=row, ub_name=fc2"),
-        "{}",
-        err(&o)
-    );
-    assert!(!mixed.exists());
-    let o = fp8sel(&[
-        "merge-policy",
-        "--step-model",
-        s(&b),
-        s(&t),
-        "--numerics",
-        s(&nt),
-        "--output",
-        s(&mixed),
-    ]);
+    for (given, says) in [
+        (None, "no numerics report of tensorwise"),
+        (
+            Some(other.as_path()),
+            "measured no module of (kind=row, ub_name=fc2",
+        ),
+    ] {
+        let o = both(given);
+        assert!(!o.status.success());
+        assert!(err(&o).contains(says), "{}", err(&o));
+        assert!(!mixed.exists());
+    }
+    let o = both(Some(&nt));
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("per-module recipes:"), "{}", out(&o));
     (base, mixed)
