@@ -30,8 +30,8 @@ pub struct ObjectiveArgs {
     /// quantize-dequantize error (relative RMS, worst operand) is over --max-quant-error runs
     /// BF16 whatever its speedup; provenance names the bound and each key it kept BF16, and
     /// explain gives that as the reason. With `merge-policy --step-model` inputs of several
-    /// recipes, one report per recipe (each names its `recipe`): a key runs a recipe only
-    /// within the bound.
+    /// recipes, or `gen-policy --recipes`, one report per recipe (each names its `recipe`): a
+    /// key runs a recipe only within the bound.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub numerics: Vec<PathBuf>,
     /// The bound for --numerics (and for `gen-policy --recipes`' own probes), a relative RMS
