@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn gen_step(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args = vec!["--backend", "step"];
+    let mut args = vec!["--backend", "step", "--tp", "1"];
     args.extend_from_slice(extra);
     common::gen_with_stand_ins(out, &args, env)
 }

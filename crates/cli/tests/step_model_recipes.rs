@@ -15,7 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn gen_policy(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args = vec!["--execution", "eager"];
+    let mut args = vec!["--tp", "1", "--execution", "eager"];
     args.extend_from_slice(extra);
     common::gen_with_stand_ins(out, &args, env)
 }

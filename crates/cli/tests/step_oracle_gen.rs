@@ -32,28 +32,13 @@ fn gen_step_with(
     tp: u32,
     env: &[(&str, &str)],
 ) -> (std::process::Output, String) {
-    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let mut args = vec![
-        "gen-policy",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--backend",
-        "step",
-        "--out",
-        out.to_str().unwrap(),
-    ];
+    let mut args = vec!["--backend", "step"];
     // These tests are the oracle's; the step model's are in step_model.rs.
     if !extra.contains(&"--step-tuner") {
         args.extend(["--step-tuner", "oracle"]);
     }
     args.extend_from_slice(extra);
-    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .envs(env.iter().copied())
-        .args(&args)
-        .output()
-        .unwrap();
+    let o = common::gen_with_stand_ins(out, &args, env);
     let results = out.join(format!("reports/llama3_2_1b_tp{tp}_ep1_etp{tp}_step.json"));
     // The stand-in records its command line beside the results (`<json>.argv`).
     let argv = std::fs::read_to_string(results.with_extension("json.argv")).unwrap_or_default();

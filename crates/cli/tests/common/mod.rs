@@ -63,7 +63,7 @@ pub fn estimated_policy(dir: &std::path::Path) -> PathBuf {
     policy
 }
 
-/// `fp8sel gen-policy --model <Llama-3.2-1B> --tp 1 --out OUT EXTRA...` from the root, with the
+/// `fp8sel gen-policy --model <Llama-3.2-1B> --out OUT EXTRA...` from the root, with the
 /// stand-in Python workers of `tests/fake_te` first on the path and `env` set (their settings).
 pub fn gen_with_stand_ins(out: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
@@ -71,8 +71,6 @@ pub fn gen_with_stand_ins(out: &std::path::Path, extra: &[&str], env: &[(&str, &
         "gen-policy",
         "--model",
         "fixtures/models/llama3_2_1b.yaml",
-        "--tp",
-        "1",
         "--out",
         s(out),
     ];
