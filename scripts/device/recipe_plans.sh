@@ -16,8 +16,8 @@
 #   bash scripts/device/recipe_plans.sh gen M   # the user's one command instead of rows 1-3:
 #     fp8sel gen-policy --recipes blockwise,tensorwise (both recipes measured and checked, both
 #     probed), the single-recipe policies re-fitted from its reports by merge-policy, then row 4
-#   bash scripts/device/recipe_plans.sh converge   # Llama-3.2-1B's loss curves: BF16, all-FP8
-#                                             # blockwise and the mixed plan
+#   bash scripts/device/recipe_plans.sh converge   # Llama-3.2-1B's loss curves: BF16 (twice),
+#     all-FP8 blockwise and the mixed plan of the L1 phase (this machine's, else the committed one)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/recipes_<phase>.tar.gz; prints a
 # table last.
 set -uo pipefail
@@ -44,7 +44,7 @@ queued() {  # name, seconds, command...: runs unless done here or committed; wai
   local name=$1 t=$2; shift 2
   [ -e "$W/$name.done" ] && return
   case $name in inputs_*|numerics_*)
-    [ -e "docs/device-logs/recipe_plans/$phase/$name.json" ] && { cp docs/device-logs/recipe_plans/$phase/$name.* "$W/"; return; } ;;
+    [ -e "docs/device-logs/recipe_plans/$phase/$name.json" ] && { cp docs/device-logs/recipe_plans/$phase/$name.* "$W/"; touch "$W/$name.done"; return; } ;;
   esac
   [ "$(left)" -lt "$t" ] && { echo "$name: next call (needs $t s, $(left) s left)" | tee -a "$W/steps.txt"; return; }
   local t1=$(date +%s)
@@ -122,9 +122,13 @@ PY
   judge
   ;;
 converge)
-  queued converge 400 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 2 --seq-length 8192 \
-    --micro-batch-size 1 --steps 200 --warmup-steps 20 --eval-every 50 --policy docs/device-logs/recipe_plans/L1/mixed.json \
-    --out "$W/converge_L1_mixed"
+  # The mixed plan made by this machine's L1 phase, else the committed one; the settings of the
+  # dense convergence check in docs/RESULTS.md (numerics/num6/conv_l1).
+  pol=/tmp/rc/L1/mixed.json
+  [ -e "$pol" ] || pol=docs/device-logs/recipe_plans/L1/mixed.json
+  cp "$pol" "$W/mixed.json"
+  queued converge 300 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 4 --seq-length 1024 \
+    --micro-batch-size 8 --steps 300 --lr 6e-4 --policy "$W/mixed.json" --out "$W/converge_L1_mixed"
   cat "$W/converge_L1_mixed/convergence.md" 2>/dev/null | head -30
   ;;
 esac

@@ -8,11 +8,14 @@
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
 #                                             # at, eager and graphed (the policies carried in
 #                                             # devcarry/step_model/)
+#   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
+#                                             # committed inputs under today's noise bar
+#                                             # (devcarry/step_model/), Llama-3.2-1B's included
 #   bash scripts/device/step_model.sh shipped M TP  # a shipped model's step-model policy at TP
 #                                             # (fixtures/models/M.yaml), its documents kept
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, judge or shipped}
+phase=${1:?dense, moe, judge, refit or shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -58,8 +61,9 @@ PY
 }
 judge() {  # name, timeout, layers, execution, tokens
   local m=$1 t=$2 layers=$3 ex=$4 tokens=$5
-  local tag=${m}_$ex
-  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
+  local tag=${m}_$ex cfg=$W/$m/config.json
+  [ -e "$cfg" ] || cfg=fixtures/models/$m.yaml
+  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$cfg" \
     --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
     --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
   echo "judge $tag rc=$?"
@@ -80,6 +84,13 @@ judge)
   judge MoE-64x1408 150 2 eager 3072,6144
   judge Llama-3.1-8B 120 2 graphed 3072
   judge MoE-64x1408 120 2 graphed 3072
+  ;;
+refit)
+  mkdir -p "$W/policies"
+  cp devcarry/step_model/*.json "$W/policies/"
+  judge Llama-3.1-8B 150 2 eager 3072,6144
+  judge Llama-3.1-8B 120 2 graphed 3072
+  judge llama3_2_1b 150 2 eager 3072,7168
   ;;
 shipped)
   m=${2:?model} tp=${3:?tp}
