@@ -149,38 +149,56 @@ fn vs_min(modes: &BTreeMap<String, ModeResult>, policy: &ModeResult) -> String {
     format!("{:.3}", policy.ms_median / best)
 }
 
-/// `{{modes: FILE...}}`: one row per policy mode (`hook:`, `native:`, `policy:`) of every row
-/// that ran, for runs that judge several policies side by side: the mode, its FP8 groups, its
-/// step against BF16 and against the fastest of BF16 and all-FP8 (the trainer's recipe).
+/// `{{modes: FILE...}}`: one row per policy of every row that ran, for runs that judge several
+/// policies side by side: its FP8 groups, its step against BF16 through the hook (or the TE
+/// blocks' `policy:`) and through the native config, with the verdict, and the hook's step
+/// against the fastest of BF16 and all-FP8 (the trainer's recipe).
 pub(super) fn modes(docs: &[(String, StepResults)]) -> String {
     let mut s = String::from(
-        "| model | execution | tokens | mode | FP8 groups | / BF16 (p10-p90) | verdict | all-FP8 / BF16 | / min |\n|---|---|---:|---|---|---|---|---:|---:|\n",
+        "| model | execution | tokens | policy | FP8 groups | hook / BF16 (p10-p90) | native / BF16 (p10-p90) | all-FP8 / BF16 | hook / min |\n|---|---|---:|---|---|---|---|---:|---:|\n",
     );
+    let cell = |m: Option<&ModeResult>| {
+        m.map_or_else(
+            || "-".to_owned(),
+            |m| {
+                format!(
+                    "{:.3} ({:.3}-{:.3}) {}",
+                    m.vs_bf16_median, m.vs_bf16_p10, m.vs_bf16_p90, m.verdict_vs_bf16
+                )
+            },
+        )
+    };
     for (_, v) in docs {
         let label = judge_label(v);
         for r in v.results.iter().filter(|r| r.error.is_none()) {
             let fp8 = r.modes.get("fp8").map_or(f64::NAN, |f| f.vs_bf16_median);
-            let policies = r.modes.iter().filter(|(k, _)| {
-                ["hook:", "native:", "policy:"]
-                    .iter()
-                    .any(|p| k.starts_with(p))
-            });
-            for (name, m) in policies {
-                let groups = if m.fp8_groups.is_empty() {
+            // Each policy's modes by integration: hook (or policy), native.
+            let mut by: BTreeMap<&str, [Option<&ModeResult>; 2]> = BTreeMap::new();
+            for (name, m) in &r.modes {
+                let (slot, file) = match name.split_once(':') {
+                    Some(("hook" | "policy", f)) => (0, f),
+                    Some(("native", f)) => (1, f),
+                    _ => continue,
+                };
+                by.entry(file).or_default()[slot] = Some(m);
+            }
+            for (file, [hook, native]) in by {
+                let Some(first) = hook.or(native) else {
+                    continue;
+                };
+                let groups = if first.fp8_groups.is_empty() {
                     "-".to_owned()
                 } else {
-                    m.fp8_groups.join(",")
+                    first.fp8_groups.join(",")
                 };
                 let _ = writeln!(
                     s,
-                    "| {label} | {} | {} | {name} | {groups} | {:.3} ({:.3}-{:.3}) | {} | {fp8:.3} | {} |",
+                    "| {label} | {} | {} | {file} | {groups} | {} | {} | {fp8:.3} | {} |",
                     r.execution,
                     r.tokens,
-                    m.vs_bf16_median,
-                    m.vs_bf16_p10,
-                    m.vs_bf16_p90,
-                    m.verdict_vs_bf16,
-                    vs_min(&r.modes, m),
+                    cell(hook),
+                    cell(native),
+                    vs_min(&r.modes, first),
                 );
             }
         }

@@ -297,10 +297,7 @@ fn run_step_model(args: &Args) -> CliResult {
             inputs.etp.unwrap_or(1),
             1,
         );
-        let options = fp8_merge::model::ChoiceOptions {
-            token_step: parallel.token_step(),
-            ..fp8_merge::model::ChoiceOptions::default()
-        };
+        let options = fp8_merge::model::ChoiceOptions::on_layout(parallel.token_step());
         let recipe = step_inputs_recipe(&inputs, f)?;
         let mut lm = fp8_merge::model::LayoutModel::new(inputs, f, &executions, options)
             .map_err(merge_error)?;

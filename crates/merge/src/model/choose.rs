@@ -58,6 +58,31 @@ pub struct ChoiceOptions {
     pub token_step: u64,
 }
 
+/// The grain of the sequence lengths the check times: on the H200, graphed `GPTModel` steps at
+/// counts off a multiple of 128 ran 1.3-10x slower in every mode alike (BF16, all-FP8 and the
+/// plan: docs/RESULTS.md, "The step model, on the H200"), a cost of that length that no plan
+/// changes and no trainer's usual sequence length meets.
+pub const SEQUENCE_GRAIN: u64 = 128;
+
+impl ChoiceOptions {
+    /// The defaults on a layout whose token step is `token_step`
+    /// (`fp8_engine::Parallel::token_step`): the check's counts on both that step and
+    /// [`SEQUENCE_GRAIN`].
+    pub fn on_layout(token_step: u64) -> Self {
+        let (a, b) = (token_step.max(1), SEQUENCE_GRAIN);
+        let gcd = |mut x: u64, mut y: u64| {
+            while y != 0 {
+                (x, y) = (y, x % y);
+            }
+            x
+        };
+        ChoiceOptions {
+            token_step: a / gcd(a, b) * b,
+            ..ChoiceOptions::default()
+        }
+    }
+}
+
 impl Default for ChoiceOptions {
     fn default() -> Self {
         ChoiceOptions {

@@ -58,7 +58,9 @@ use fp8_policy::Execution;
 use fp8_report::step_inputs::StepInputs;
 
 pub use check::{CheckRow, compare, guard};
-pub use choose::{Choice, ChoiceOptions, Unit, UnitThreshold, choose, grid, thresholds, units};
+pub use choose::{
+    Choice, ChoiceOptions, SEQUENCE_GRAIN, Unit, UnitThreshold, choose, grid, thresholds, units,
+};
 pub use fit::{Fit, GroupCurves, Prediction};
 pub use policy::model_policy;
 pub use summary::summary_markdown;

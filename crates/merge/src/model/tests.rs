@@ -544,3 +544,33 @@ fn the_checks_counts_lie_on_the_layouts_token_step() {
         }
     }
 }
+
+#[test]
+fn the_checks_counts_lie_on_the_sequence_grain_too() {
+    // Graphed steps at counts off a multiple of 128 ran 1.3-10x slower in every mode on the
+    // H200: a layout's check times none of them, whatever its own token step.
+    const SPARSE: [u64; 3] = [1024, 3072, 16384];
+    for (layout, want) in [(16u64, 128u64), (128, 128), (256, 256), (48, 384)] {
+        let options = ChoiceOptions::on_layout(layout);
+        assert_eq!(options.token_step, want, "token step {layout}");
+        let m = LayoutModel::new(
+            dense(1.0).inputs(&SPARSE, &SPARSE),
+            Path::new("synth.json"),
+            &[Execution::Eager],
+            options,
+        )
+        .unwrap();
+        // The swept counts are the user's; the check adds its midpoints on the grain.
+        let added: Vec<u64> = m
+            .check_plans()
+            .into_iter()
+            .map(|p| p.1)
+            .filter(|t| !SPARSE.contains(t))
+            .collect();
+        assert!(!added.is_empty());
+        for t in added {
+            assert_eq!(t % want, 0, "{t} is off the {want}-token grain");
+        }
+    }
+    assert_eq!(ChoiceOptions::on_layout(0).token_step, SEQUENCE_GRAIN);
+}

@@ -68,11 +68,9 @@ impl Layout<'_> {
                 calibrated
             })
             .collect();
-        // The check's counts on the layout's token step, so every rank's FP8 GEMMs stay aligned.
-        let options = ChoiceOptions {
-            token_step: self.p.token_step(),
-            ..ChoiceOptions::default()
-        };
+        // The check's counts on the layout's token step (every rank's FP8 GEMMs aligned) and
+        // on the sequence grain.
+        let options = ChoiceOptions::on_layout(self.p.token_step());
         let mut lm =
             LayoutModel::new(inputs, &json, &executions, options).map_err(|e| e.to_string())?;
         self.check(&mut lm, say, outcome)?;

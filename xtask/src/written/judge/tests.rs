@@ -154,7 +154,7 @@ fn judge_minimum_is_paired_with_its_band_where_the_judge_wrote_it() {
 }
 
 #[test]
-fn modes_give_every_policy_mode_its_row() {
+fn modes_give_every_policy_its_row_hook_and_native_side_by_side() {
     let v = doc(
         json!({"model": "x/L8/config.json", "trainer": "megatron"}),
         json!([
@@ -163,15 +163,18 @@ fn modes_give_every_policy_mode_its_row() {
             "fp8": {"vs_bf16_median": 0.84},
             "hook:a.json": {"fp8_groups": ["fc1", "fc2"], "vs_bf16_median": 0.866,
                             "vs_bf16_p10": 0.864, "vs_bf16_p90": 0.872, "verdict_vs_bf16": "faster"},
+            "native:a.json": {"fp8_groups": ["fc1", "fc2"], "vs_bf16_median": 0.870,
+                              "vs_bf16_p10": 0.860, "vs_bf16_p90": 0.873, "verdict_vs_bf16": "faster"},
             "native:b.json": {"fp8_groups": [], "vs_bf16_median": 1.0}}},
           {"tokens": 4096, "execution": "eager", "error": "boom"}]),
     );
     let t = modes(&[("f.json".to_owned(), v)]);
     assert!(
-        t.contains("| L8, TP 1, 2 layer(s) | eager | 8192 | hook:a.json | fc1,fc2 | 0.866 (0.864-0.872) | faster | 0.840 |"),
+        t.contains("| L8, TP 1, 2 layer(s) | eager | 8192 | a.json | fc1,fc2 | 0.866 (0.864-0.872) faster | 0.870 (0.860-0.873) faster | 0.840 |"),
         "{t}"
     );
-    assert!(t.contains("| native:b.json | - | 1.000"), "{t}");
+    // A policy judged through one integration only: the other's cell is empty.
+    assert!(t.contains("| b.json | - | - | 1.000"), "{t}");
     assert!(!t.contains("4096"), "{t}");
     assert_eq!(t.lines().count(), 4, "{t}");
 }
