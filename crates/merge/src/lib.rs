@@ -16,6 +16,9 @@ pub mod load;
 pub mod merge;
 mod merge_provenance;
 pub mod model;
+pub mod module_recipes;
+#[cfg(test)]
+mod module_recipes_tests;
 pub mod numerics;
 pub mod options;
 mod reference;
@@ -25,6 +28,6 @@ pub mod step;
 
 pub use error::{MergeError, Setting};
 pub use load::{load, parse};
-pub use merge::{Merged, RuleOutcome, merge, module_of, rule_key, threshold_of};
+pub use merge::{Merged, RuleOutcome, merge, module_of, rule_key, speeds_of, threshold_of};
 pub use options::{MergeOptions, SharedKey};
 pub use sample::{GroupKey, Loaded, Origin, ParKey, Sample, ShardInfo};

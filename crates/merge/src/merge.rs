@@ -201,14 +201,34 @@ pub fn threshold_of(
     samples: &[Sample],
     opt: &MergeOptions,
 ) -> (Option<(u64, f64)>, bool, Vec<u64>) {
+    let (counts, pass, speed) = judged(samples, opt);
+    // Smallest index from which everything above passes.
+    let mut start = counts.len();
+    while start > 0 && pass[start - 1] {
+        start -= 1;
+    }
+    let non_monotone = pass[..start].iter().any(|p| *p);
+    let rule =
+        (start < counts.len()).then(|| (counts[start], (speed[start] * 1000.0).round() / 1000.0));
+    (rule, non_monotone, counts)
+}
+
+/// Per measured count of a key (ascending): the count, and the speedup [`threshold_of`] judges
+/// it by (the slowest curve's, or the summed step's; NaN where a shared key's module was not
+/// measured there).
+pub fn speeds_of(samples: &[Sample], opt: &MergeOptions) -> Vec<(u64, f64)> {
+    let (counts, _, speed) = judged(samples, opt);
+    counts.into_iter().zip(speed).collect()
+}
+
+/// The key's counts, whether it clears the bar at each, and the speedup it is judged by.
+fn judged(samples: &[Sample], opt: &MergeOptions) -> (Vec<u64>, Vec<bool>, Vec<f64>) {
     let counts: BTreeSet<u64> = samples.iter().map(|s| s.tokens).collect();
     let counts: Vec<u64> = counts.into_iter().collect();
     let all_modules = modules(samples);
     let step = opt.shared_key == SharedKey::Step
         && all_modules.len() > 1
         && samples.iter().all(|s| s.instances.is_some());
-    // pass[t]: the key clears at t; speed[t]: the speedup it is judged by (the slowest curve's,
-    // or the summed step's).
     let mut pass = Vec::with_capacity(counts.len());
     let mut speed = Vec::with_capacity(counts.len());
     for &t in &counts {
@@ -229,15 +249,7 @@ pub fn threshold_of(
         pass.push(ok);
         speed.push(worst);
     }
-    // Smallest index from which everything above passes.
-    let mut start = counts.len();
-    while start > 0 && pass[start - 1] {
-        start -= 1;
-    }
-    let non_monotone = pass[..start].iter().any(|p| *p);
-    let rule =
-        (start < counts.len()).then(|| (counts[start], (speed[start] * 1000.0).round() / 1000.0));
-    (rule, non_monotone, counts)
+    (counts, pass, speed)
 }
 
 /// What each module sharing a key would get on its own, beside the key's rule: the per-module
@@ -328,6 +340,7 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
     for (key, samples) in by_key(&all) {
         let samples = dedup(samples, &mut warnings);
         let (rule, non_monotone, counts) = threshold_of(&samples, opt);
+        let speeds = speeds_of(&samples, opt).into_iter().map(|x| x.1).collect();
         if let Some(v) = shared_verdict(&key, &samples, rule, opt, &mut warnings) {
             shared.entry(key.component.clone()).or_default().push(v);
         }
@@ -368,7 +381,12 @@ pub fn merge(inputs: &[Loaded], opt: &MergeOptions) -> Result<Merged, MergeError
         if let Some((min_tokens, speedup)) = rule {
             add_rule(policy, &key, min_tokens, speedup, &mut warnings)?;
         }
-        outcomes.push(RuleOutcome { key, rule, counts });
+        outcomes.push(RuleOutcome {
+            key,
+            rule,
+            counts,
+            speeds,
+        });
     }
     let mut bf16_keys = measured_bf16(&outcomes, &overruled);
     let mut shapes = measured_shapes(&all);

@@ -150,6 +150,8 @@ pub struct RuleOutcome {
     pub rule: Option<(u64, f64)>,
     /// Measured token counts of the key.
     pub counts: Vec<u64>,
+    /// The speedup each count was judged by, one per `counts` entry (`merge::speeds_of`).
+    pub speeds: Vec<f64>,
 }
 
 /// The policy lookup key of a group, when it can carry a rule.
