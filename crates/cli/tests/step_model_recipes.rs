@@ -179,8 +179,15 @@ fn recipes_are_refused_where_no_choice_can_be_made() {
             "twice",
         ),
         (
-            vec!["--backend", "model", "--recipes", "blockwise,tensorwise"],
-            "with the step model",
+            vec![
+                "--backend",
+                "step",
+                "--step-tuner",
+                "oracle",
+                "--recipes",
+                "blockwise,tensorwise",
+            ],
+            "not the oracle",
         ),
         (
             vec![

@@ -198,7 +198,7 @@ pub fn build_all_with(
     let reports = read_reports(reports_dir)?;
     let mut files = Files::new();
     for config in configs {
-        let model = load(config, config_root)?;
+        let model = load_model(config, config_root)?;
         let mine: Vec<_> = reports
             .iter()
             .filter(|r| r.1.provenance.model == model.name)
@@ -302,6 +302,9 @@ pub struct GenOptions {
     pub reports_base: PathBuf,
     /// Write outputs here instead (overrides `policies_dir` and the estimate directory).
     pub out: Option<PathBuf>,
+    /// Per-module recipes: the further recipes measured beside `measure`'s (the base), and
+    /// the numerics bound of the choice (`crate::module_mix` with the per-module backends).
+    pub recipes: Option<crate::step::RecipeMix>,
 }
 
 /// What `gen-policy` wrote.
@@ -354,7 +357,7 @@ impl GenOutcome {
     }
 }
 
-fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
+pub(crate) fn load_model(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
     let opt = match root {
         Some(r) => fp8_engine::LoadOptions::with_config_root(r),
         None => fp8_engine::LoadOptions::default(),
@@ -371,7 +374,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let models: Vec<(PathBuf, ModelDesc)> = o
         .models
         .iter()
-        .map(|c| load(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
+        .map(|c| load_model(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
         .collect::<Result<_, _>>()?;
     let mut plans = Vec::new();
     for (config, model) in &models {
@@ -392,6 +395,12 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         progress,
     )?;
     fp8_bench::recipe::check_device(o.measure.recipe.recipe(), &chosen.backend().device())?;
+    if let Some(mix) = &o.recipes {
+        crate::module_mix::check_numerics(o.measure.recipe.recipe(), mix)?;
+        for &r in &mix.recipes {
+            fp8_bench::recipe::check_device(r, &chosen.backend().device())?;
+        }
+    }
     let estimated = matches!(chosen, Chosen::Model(_));
     // TE reports keep their own folder (another objective's times); the policy made from them
     // is the default file, both executions folded (see `merged_files`).
@@ -431,11 +440,34 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
             &o.measure,
             progress,
         )?);
+        for &r in o.recipes.iter().flat_map(|m| &m.recipes) {
+            let opts = MeasureOptions {
+                recipe: fp8_bench::recipe::RecipeOptions::new(r, None, None, None)?,
+                ..o.measure.clone()
+            };
+            progress.note(&format!(
+                "gen-policy: {} in {r}, for the per-module recipe choice",
+                model.name
+            ));
+            reports.extend(measure(
+                chosen.backend(),
+                config,
+                model,
+                layouts,
+                &crate::module_mix::recipe_reports(&reports_dir, r),
+                &opts,
+                progress,
+            )?);
+        }
     }
     let configs: Vec<PathBuf> = models.iter().map(|(c, _)| c.clone()).collect();
     let (merge, host, mut notes) = resolve_host(o, &mut chosen, &reports_dir, progress);
     let o = GenOptions { merge, ..o.clone() };
-    let files = merged_files(&configs, &o, &reports_dir, te, progress)?;
+    let mut files = merged_files(&configs, &o, &reports_dir, te, progress)?;
+    if let Some(mix) = &o.recipes {
+        let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
+        crate::module_mix::attach_plans(&mut files, &configs, &o, mix, &reports_dir, eager_known)?;
+    }
     write_files(&out, &files)?;
     notes.extend(models.iter().flat_map(|(_, m)| m.notes.clone()));
     Ok(GenOutcome {

@@ -15,6 +15,7 @@ pub mod fold;
 pub mod generate;
 pub mod host;
 pub mod layout;
+pub mod module_mix;
 pub mod outputs;
 pub mod plot;
 pub mod progress;

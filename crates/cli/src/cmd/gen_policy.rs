@@ -163,13 +163,16 @@ pub struct Args {
     /// The FP8 recipe and its options.
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
-    /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8), with the step
-    /// model on a GPU where adaptive_fp8 and Transformer Engine import: each recipe is measured
-    /// and checked in the step, and probed for each module's quantization error (`python -m
-    /// adaptive_fp8.bench.numerics`, unless --numerics gives its report); a module runs the
-    /// recipe the model predicts fastest within --max-quant-error. The first is the base: the
-    /// policy's rules are its (what the reference's loader reads), the plan (`recipes`) gives
-    /// each module its own. Megatron applies it with `fp8sel te-precision-config`.
+    /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8). With the step
+    /// model (a GPU where adaptive_fp8 and Transformer Engine import) each recipe is measured
+    /// and checked in the step and probed for each module's quantization error (`python -m
+    /// adaptive_fp8.bench.numerics`, unless --numerics gives its report), and a module runs the
+    /// recipe the model predicts fastest within --max-quant-error. With a per-module backend
+    /// (cuda, te, or model: the cost model's estimates, e.g. mxfp8 with --device-profile b200)
+    /// each recipe's modules are timed alone, the fastest per module wins, and --numerics must
+    /// give every recipe's report. The first is the base: the policy's rules are its (what the
+    /// reference's loader reads), the plan (`recipes`) gives each module its own. Megatron
+    /// applies it with `fp8sel te-precision-config`.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub recipes: Vec<fp8_policy::Recipe>,
     /// Cost-model profile: h200 (calibrated on measured H200 reports), h100, b200.
@@ -225,7 +228,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         args.models.len(),
         args.backend
     ));
-    let o = GenOptions {
+    let mut o = GenOptions {
         models: args.models.clone(),
         config_root: args.config_root.clone(),
         tp: args.tp.clone(),
@@ -250,15 +253,18 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         policies_dir: args.policies_dir.clone(),
         reports_base: args.reports_dir.clone(),
         out: args.out.clone(),
+        recipes: None,
     };
     let backend = resolve_backend(args, progress)?;
-    if !args.recipes.is_empty() && (backend != "step" || args.step_tuner != "model") {
-        return Err(CliError::input(format!(
-            "--recipes chooses each module's recipe with the step model, which runs on a GPU \
-             where adaptive_fp8 and Transformer Engine import (here: backend {backend}, tuner \
-             {}); fix: run it there (--backend step), or measure one recipe with --recipe",
-            args.step_tuner
-        )));
+    if !args.recipes.is_empty() && backend == "step" && args.step_tuner != "model" {
+        return Err(CliError::input(
+            "--recipes chooses each module's recipe with the step model, not the oracle; fix: \
+             leave out --step-tuner oracle, or measure one recipe with --recipe",
+        ));
+    }
+    if backend != "step" {
+        // The per-module backends choose from per-module speedups (fp8_pipeline::module_mix).
+        o.recipes = recipe_mix(args)?;
     }
     let done = if backend == "step" {
         let tuner = match args.step_tuner.as_str() {

@@ -65,7 +65,12 @@ pub fn run(args: &Args) -> CliResult {
             u.message(&fill)
         )));
     }
-    let recipe = cx.recipe.unwrap_or(Recipe::Blockwise);
+    // Unset, the recipe is the one the policy's recipe plan is based on, else blockwise.
+    let base = || {
+        let p = fp8_policy::Policy::load(args.policy.policy.as_ref()?).ok()?;
+        p.recipe_plan().map(|r| r.base)
+    };
+    let recipe = cx.recipe.or_else(base).unwrap_or(Recipe::Blockwise);
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
     if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
         return Err(CliError::input(format!(

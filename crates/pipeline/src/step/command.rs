@@ -232,6 +232,7 @@ mod tests {
             policies_dir: PathBuf::from("policies"),
             reports_base: PathBuf::from("reports"),
             out: None,
+            recipes: None,
         };
         let job = StepJob {
             tuner: StepTuner::Oracle,

@@ -1,0 +1,137 @@
+//! Per-module recipes in `gen-policy` with a per-module backend (cuBLASLt, TE, or the cost
+//! model's estimates, where Blackwell's MXFP8 has no GPU here): each further recipe's reports
+//! beside the base's (`<reports>/<recipe>/`), then each policy file of the base recipe gets the
+//! plan `fp8_merge::module_recipes` chooses from the per-module speedups of every recipe, in
+//! each execution's objective, under the given numerics reports.
+
+use std::path::{Path, PathBuf};
+
+use fp8_merge::MergeOptions;
+use fp8_merge::module_recipes::{RecipeMerge, module_recipe_plan};
+use fp8_policy::{Execution, Policy, Recipe};
+
+use crate::build::{Files, read_reports, with_instances};
+use crate::generate::GenOptions;
+use crate::step::RecipeMix;
+
+/// Where recipe `r`'s reports go beside the base's.
+pub fn recipe_reports(reports_dir: &Path, r: Recipe) -> PathBuf {
+    reports_dir.join(r.name())
+}
+
+/// Every recipe of `mix` that lacks a numerics report: the per-module backends cannot probe
+/// (the probe trains the model in TE), so the choice is refused before anything is measured.
+pub fn check_numerics(base: Recipe, mix: &RecipeMix) -> Result<(), String> {
+    let missing: Vec<String> = std::iter::once(base)
+        .chain(mix.recipes.iter().copied())
+        .filter(|r| !mix.numerics.iter().any(|b| b.report.recipe == Some(*r)))
+        .filter(|r| *r != base)
+        .map(|r| r.name().to_owned())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the per-module recipe choice needs each recipe's quantization error, and this backend \
+         cannot probe it: no numerics report of {}; fix: run `python -m \
+         adaptive_fp8.bench.numerics --model ... --recipe R --out R.json` on a GPU with TE (it \
+         emulates every recipe, mxfp8 included) and pass the reports with --numerics",
+        missing.join(", ")
+    ))
+}
+
+/// Each execution's merge options, as the base policy's files are made: graphed from GPU time,
+/// eager from the eager source where one is known, else GPU time too.
+fn objectives(o: &GenOptions, eager_known: bool) -> [(Execution, MergeOptions); 2] {
+    let graphed = MergeOptions {
+        trainer: Some(Execution::Graphed),
+        host_profile: None,
+        host_floor_ms: None,
+        numerics: None,
+        ..o.merge.clone()
+    };
+    let eager = MergeOptions {
+        trainer: eager_known.then_some(Execution::Eager),
+        numerics: None,
+        ..o.merge.clone()
+    };
+    [(Execution::Graphed, graphed), (Execution::Eager, eager)]
+}
+
+/// Puts the recipe plan into each policy file of `configs` in `files` (the base recipe's, made
+/// from `reports_dir`), the other recipes' reports read from [`recipe_reports`].
+pub fn attach_plans(
+    files: &mut Files,
+    configs: &[PathBuf],
+    o: &GenOptions,
+    mix: &RecipeMix,
+    reports_dir: &Path,
+    eager_known: bool,
+) -> Result<(), String> {
+    let base = o.measure.recipe.recipe();
+    let dirs: Vec<(Recipe, PathBuf)> = std::iter::once((base, reports_dir.to_path_buf()))
+        .chain(
+            mix.recipes
+                .iter()
+                .map(|r| (*r, recipe_reports(reports_dir, *r))),
+        )
+        .collect();
+    let reports: Vec<(Recipe, Vec<_>)> = dirs
+        .iter()
+        .map(|(r, d)| read_reports(d).map(|v| (*r, v)))
+        .collect::<Result<_, _>>()?;
+    let margin = o.merge.margin;
+    for config in configs {
+        let model = crate::generate::load_model(config, o.config_root.as_deref())?;
+        let mut merged = Vec::new();
+        for (r, all) in &reports {
+            let loaded: Vec<_> = all
+                .iter()
+                .filter(|x| x.1.provenance.model == model.name)
+                .map(|x| with_instances(&model, x).2)
+                .collect();
+            if loaded.is_empty() {
+                return Err(format!(
+                    "{}: no {r} reports of {} for the per-module recipe choice",
+                    config.display(),
+                    model.name
+                ));
+            }
+            for (e, opt) in objectives(o, eager_known) {
+                let m = fp8_merge::merge(&loaded, &opt).map_err(|e| e.to_string())?;
+                merged.push((*r, e, m));
+            }
+        }
+        let merges: Vec<RecipeMerge> = merged
+            .iter()
+            .map(|(r, e, m)| RecipeMerge {
+                recipe: *r,
+                execution: *e,
+                merged: m,
+            })
+            .collect();
+        let components: std::collections::BTreeSet<String> = merged
+            .iter()
+            .filter(|(r, _, _)| *r == base)
+            .flat_map(|(_, _, m)| m.policies.keys().cloned())
+            .collect();
+        let single = components.len() == 1;
+        for comp in &components {
+            let name = PathBuf::from(if single {
+                format!("{}.json", model.name)
+            } else {
+                format!("{}.{comp}.json", model.name)
+            });
+            let Some(bytes) = files.get(&name) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            let mut policy = Policy::from_json_str(&text, &name).map_err(|e| e.to_string())?;
+            let plan = module_recipe_plan(base, &merges, comp, &mix.numerics, margin)
+                .map_err(|e| format!("{}: {e}", name.display()))?;
+            policy.set_recipe_plan(plan).map_err(|e| e.to_string())?;
+            files.insert(name, policy.to_json().into_bytes());
+        }
+    }
+    Ok(())
+}
