@@ -27,6 +27,8 @@ pub struct DeviceProfile {
     pub bf16_tflops: f64,
     /// Dense FP8 tensor-core peak, TFLOP/s.
     pub fp8_tflops: f64,
+    /// Dense FP4 tensor-core peak, TFLOP/s (0: no FP4 tensor cores).
+    pub fp4_tflops: f64,
     /// Device-to-device copy bandwidth (read + write), TB/s.
     pub copy_tbs: f64,
     /// Streaming multiprocessors.
@@ -66,6 +68,7 @@ fn h200() -> DeviceProfile {
         source: "H200 SXM: datasheet peaks; efficiencies and overheads calibrated on reports/h200 (see docs/PERFORMANCE.md)",
         bf16_tflops: 989.0,
         fp8_tflops: 1979.0,
+        fp4_tflops: 0.0,
         copy_tbs: 4.27,
         sm_count: 132,
         bf16_eff: 0.78,
@@ -96,9 +99,10 @@ pub fn profiles() -> Vec<DeviceProfile> {
         },
         DeviceProfile {
             name: "b200",
-            source: "B200: datasheet dense peaks (2.25 PF BF16, 4.5 PF FP8) and 8 TB/s; efficiencies assumed like Hopper (uncalibrated)",
+            source: "B200: datasheet dense peaks (2.25 PF BF16, 4.5 PF FP8, 9 PF FP4) and 8 TB/s; efficiencies assumed like Hopper (uncalibrated)",
             bf16_tflops: 2250.0,
             fp8_tflops: 4500.0,
+            fp4_tflops: 9000.0,
             copy_tbs: 7.2,
             sm_count: 148,
             ..h200()
@@ -122,13 +126,17 @@ impl DeviceProfile {
 
     /// [`DeviceProfile::gemm_ms`] with the FP8 efficiency given (`None`: BF16).
     fn gemm_ms_with(&self, m: u64, n: u64, k: u64, fp8_eff: Option<f64>) -> f64 {
+        match fp8_eff {
+            Some(e) => self.gemm_ms_at(m, n, k, (self.fp8_tflops, e, 1.0)),
+            None => self.gemm_ms_at(m, n, k, (self.bf16_tflops, self.bf16_eff, 2.0)),
+        }
+    }
+
+    /// One GEMM at `(peak TFLOP/s, best efficiency, bytes per operand element)`.
+    fn gemm_ms_at(&self, m: u64, n: u64, k: u64, (peak, cap, bytes_per): (f64, f64, f64)) -> f64 {
         if m == 0 || n == 0 || k == 0 {
             return 0.0;
         }
-        let (peak, cap, bytes_per) = match fp8_eff {
-            Some(e) => (self.fp8_tflops, e, 1.0),
-            None => (self.bf16_tflops, self.bf16_eff, 2.0),
-        };
         // Output tiles of 128x128 spread over the SMs: the last wave is partly idle.
         let tiles = m.div_ceil(128) * n.div_ceil(128);
         let waves = tiles.div_ceil(u64::from(self.sm_count));
@@ -177,9 +185,12 @@ impl DeviceProfile {
         // - tensorwise: an amax pass reads it once more; memset + scale kernel are launches;
         // - delayed: one pass (the amax is recorded on the way); the history update is one
         //   launch per direction;
-        // - mxfp8: like blockwise, with 1x32 scales.
+        // - mxfp8: like blockwise, with 1x32 scales;
+        // - nvfp4: the per-tensor amax pass (read 2), then both FP4 copies (half a byte each)
+        //   with 1x16 scales.
         let (cast_bytes, extra_launches, update_launches) = match recipe {
             Recipe::Tensorwise => (6.0, 2u32, 0u32),
+            Recipe::Nvfp4 => (5.0, 1, 0),
             Recipe::Delayed => (4.0, 0, 1),
             _ => (4.0, 0, 0),
         };
@@ -224,16 +235,18 @@ impl DeviceProfile {
         } else {
             s.num_gemms * cast_launches
         } + 2 * update_launches;
-        let eff = if recipe == Recipe::Blockwise {
-            self.fp8_eff
-        } else {
-            self.fp8_tensor_eff
+        // The low-precision GEMM: FP8 at its efficiency per recipe, FP4 at the FP4 peak with
+        // the per-tensor efficiency (uncalibrated: no FP4 measurement here).
+        let low = match recipe {
+            Recipe::Blockwise => (self.fp8_tflops, self.fp8_eff, 1.0),
+            Recipe::Nvfp4 => (self.fp4_tflops, self.fp8_tensor_eff, 0.5),
+            _ => (self.fp8_tflops, self.fp8_tensor_eff, 1.0),
         };
         for &pr in &seg.padded {
             if pr > 0 {
-                f.0 += self.gemm_ms_with(pr, n, k, Some(eff));
-                f.1 += self.gemm_ms_with(pr, k, n, Some(eff))
-                    + self.gemm_ms_with(k, n, round_up(pr, 16), Some(eff));
+                f.0 += self.gemm_ms_at(pr, n, k, low);
+                f.1 +=
+                    self.gemm_ms_at(pr, k, n, low) + self.gemm_ms_at(k, n, round_up(pr, 16), low);
                 f.3 += 3;
             }
         }
@@ -269,10 +282,11 @@ impl Backend for ModelBackend {
     }
     fn measure(&mut self, p: &BenchPoint, opt: &MeasureOptions) -> Point {
         let mut point = p.report_point(opt.pad);
-        if opt.fp8 && opt.recipe.recipe() == Recipe::Mxfp8 && self.0.name != "b200" {
+        let recipe = opt.recipe.recipe();
+        if opt.fp8 && recipe.blackwell_only() && self.0.name != "b200" {
             point.status = Status::Skipped;
             point.reason = Some(format!(
-                "mxfp8 runs on Blackwell only; the {} profile cannot estimate it (use --device-profile b200)",
+                "{recipe} runs on Blackwell only; the {} profile cannot estimate it (use --device-profile b200)",
                 self.0.name
             ));
             return point;
@@ -448,8 +462,46 @@ mod tests {
         assert_eq!(refused.status, Status::Skipped);
         assert!(refused.reason.unwrap_or_default().contains("b200"));
         let b200 = profile("b200").unwrap_or_else(|| unreachable!());
-        let est = ModelBackend(b200).measure(&p, &mx);
+        let est = ModelBackend(b200.clone()).measure(&p, &mx);
         assert_eq!(est.status, Status::Ok);
         assert!(est.speedup.is_some_and(|s| s > 0.0));
+        // NVFP4 likewise; on the B200 its GEMMs run at twice FP8's peak, so at a count where
+        // the GEMMs dominate it is estimated ahead of MXFP8, and behind it where its extra amax
+        // pass over the activations dominates.
+        let fp4 = MeasureOptions {
+            recipe: RecipeOptions::new(Recipe::Nvfp4, None, None, None).unwrap_or_default(),
+            ..MeasureOptions::default()
+        };
+        let refused = ModelBackend(h.clone()).measure(&p, &fp4);
+        assert_eq!(refused.status, Status::Skipped);
+        let big = BenchPoint {
+            tokens: 32768,
+            splits: vec![32768],
+            ..p.clone()
+        };
+        let speed = |o: &MeasureOptions, q: &BenchPoint| {
+            ModelBackend(b200.clone())
+                .measure(q, o)
+                .speedup
+                .unwrap_or(0.0)
+        };
+        assert!(
+            speed(&fp4, &big) > speed(&mx, &big),
+            "{} {}",
+            speed(&fp4, &big),
+            speed(&mx, &big)
+        );
+        let (_, ff, fc, fl) = {
+            let (b, f) = b200.estimate(&big, &fp4);
+            (b, f.total_ms.median, f.cast_ms.median, f.launches)
+        };
+        let (_, mf, mc, ml) = {
+            let (b, f) = b200.estimate(&big, &mx);
+            (b, f.total_ms.median, f.cast_ms.median, f.launches)
+        };
+        assert!(
+            fc > mc && fl > ml && ff < mf,
+            "cast {fc} {mc}, launches {fl} {ml}, total {ff} {mf}"
+        );
     }
 }

@@ -90,7 +90,7 @@ impl RecipeOptions {
             ));
         }
         let format = match (recipe, format) {
-            (Recipe::Blockwise | Recipe::Mxfp8, Some(Fp8Format::Hybrid)) => {
+            (Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4, Some(Fp8Format::Hybrid)) => {
                 return Err(format!(
                     "--fp8-format hybrid: TE's {} runs E4M3 only (use --fp8-format e4m3, or the tensorwise or delayed recipe)",
                     recipe.te_class()
@@ -163,9 +163,9 @@ impl fmt::Display for RecipeOptions {
 }
 
 /// Refuses a recipe the device (or cost-model profile) cannot run, before a sweep starts:
-/// MXFP8 needs compute capability 10.0 (Blackwell), or the cost model's `b200` profile.
+/// MXFP8 and NVFP4 need compute capability 10.0 (Blackwell), or the cost model's `b200` profile.
 pub fn check_device(recipe: Recipe, device: &fp8_report::DeviceInfo) -> Result<(), String> {
-    if recipe != Recipe::Mxfp8 {
+    if !recipe.blackwell_only() {
         return Ok(());
     }
     if let Some(profile) = device.name.strip_prefix("model:") {
@@ -173,7 +173,7 @@ pub fn check_device(recipe: Recipe, device: &fp8_report::DeviceInfo) -> Result<(
             Ok(())
         } else {
             Err(format!(
-                "--recipe mxfp8 runs on Blackwell only; the {profile} cost-model profile cannot estimate it: use --device-profile b200"
+                "--recipe {recipe} runs on Blackwell only; the {profile} cost-model profile cannot estimate it: use --device-profile b200"
             ))
         };
     }
@@ -187,7 +187,7 @@ pub fn check_device(recipe: Recipe, device: &fp8_report::DeviceInfo) -> Result<(
         Ok(())
     } else {
         Err(format!(
-            "--recipe mxfp8 needs compute capability 10.0 or newer (Blackwell); {} is {}: measure on a B200, or estimate with --backend model --device-profile b200",
+            "--recipe {recipe} needs compute capability 10.0 or newer (Blackwell); {} is {}: measure on a B200, or estimate with --backend model --device-profile b200",
             device.name, device.compute_capability
         ))
     }
@@ -250,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn mxfp8_needs_blackwell_or_the_b200_profile() {
+    fn mxfp8_and_nvfp4_need_blackwell_or_the_b200_profile() {
         let dev = |name: &str, cc: &str| fp8_report::DeviceInfo {
             name: name.into(),
             compute_capability: cc.into(),
@@ -265,5 +265,9 @@ mod tests {
         );
         assert!(check_device(Recipe::Mxfp8, &dev("model:h200", "")).is_err());
         assert!(check_device(Recipe::Delayed, &dev("NVIDIA H200", "9.0")).is_ok());
+        assert!(check_device(Recipe::Nvfp4, &dev("model:b200", "")).is_ok());
+        let e = check_device(Recipe::Nvfp4, &dev("NVIDIA H200", "9.0")).unwrap_err();
+        assert!(e.contains("--recipe nvfp4"), "{e}");
+        assert!(check_device(Recipe::Nvfp4, &dev("model:h100", "")).is_err());
     }
 }

@@ -17,18 +17,23 @@ const TENSORWISE: &str = "docs/device-logs/recipe_plans/L1/numerics_tensorwise.j
 /// An MXFP8 numerics report of Llama-3.2-1B: the probe's blockwise report relabelled (a
 /// stand-in: the errors are not MXFP8's), with fc2's input error put over the 0.05 bound.
 fn mxfp8_report(dir: &Path) -> PathBuf {
+    relabelled(dir, "mxfp8", 0.09)
+}
+
+/// The same relabelled as `recipe`, fc2's input error set to `fc2`.
+fn relabelled(dir: &Path, recipe: &str, fc2: f64) -> PathBuf {
     let text = std::fs::read_to_string(
         common::root().join("docs/device-logs/recipe_plans/L1/numerics_blockwise.json"),
     )
     .unwrap();
     let mut v: Value = serde_json::from_str(&text).unwrap();
-    v["recipe"] = "mxfp8".into();
+    v["recipe"] = recipe.into();
     for m in v["modules"].as_array_mut().unwrap() {
         if m["key"]["ub_name"] == "fc2" {
-            m["operands"]["input"]["rel_rms"] = 0.09.into();
+            m["operands"]["input"]["rel_rms"] = fc2.into();
         }
     }
-    let out = dir.join("mxfp8.json");
+    let out = dir.join(format!("{recipe}.json"));
     std::fs::write(&out, serde_json::to_string(&v).unwrap()).unwrap();
     out
 }
@@ -155,4 +160,57 @@ fn a_per_module_choice_is_refused_without_every_recipes_error_or_on_the_wrong_de
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("b200"), "{}", err(&o));
     assert!(!out.join("llama3_2_1b.json").exists());
+}
+
+#[test]
+fn nvfp4_is_chosen_per_module_on_blackwell_and_exported_as_megatrons_fp4_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mx = relabelled(dir.path(), "mxfp8", 0.03);
+    // NVFP4's error bound is the user's: here 0.2 admits every module.
+    let nv = relabelled(dir.path(), "nvfp4", 0.03);
+    let out = dir.path().join("b200");
+    let o = gen_policy(
+        &out,
+        &[
+            "--device-profile",
+            "b200",
+            "--recipes",
+            "mxfp8,nvfp4",
+            "--numerics",
+            s(&mx),
+            s(&nv),
+            "--max-quant-error",
+            "0.2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let policy = out.join("llama3_2_1b.json");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let p: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(p["recipes"]["base"], "mxfp8");
+    assert!(
+        text.contains("\"nvfp4\""),
+        "some module runs NVFP4 somewhere: {}",
+        p["recipes"]
+    );
+    let o = fp8sel(&[
+        "te-precision-config",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        s(&policy),
+        "--tp",
+        "1",
+        "--seq-length",
+        "131072",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let yaml = common::out(&o);
+    assert!(yaml.contains("fp4_quantization_recipe: nvfp4"), "{yaml}");
+    let fp4 = yaml.split("fp4_quantization_recipe: nvfp4").nth(1).unwrap();
+    let block = fp4.split("\n  ").next().unwrap();
+    assert!(
+        !block.contains("fp8_format"),
+        "an FP4 config has no FP8 format: {yaml}"
+    );
 }

@@ -202,16 +202,19 @@ impl NativeConfig {
     fn configs(&self) -> Value {
         let mut m = serde_json::Map::new();
         for r in self.recipes() {
+            // An FP4 recipe is Megatron's `fp4_quantization_recipe` (no FP8 format).
+            let training = if r.is_fp4() {
+                json!({"fp4_quantization_recipe": r.name(), "override_nonquantized_autocast": true})
+            } else {
+                json!({
+                    "fp8_quantization_recipe": r.name(),
+                    "fp8_format": self.format.name(),
+                    "override_nonquantized_autocast": true,
+                })
+            };
             m.insert(
                 self.recipe_config(r),
-                json!({
-                    "transformer_engine_config_type": "TEQuantizationParams",
-                    "training_recipe": {
-                        "fp8_quantization_recipe": r.name(),
-                        "fp8_format": self.format.name(),
-                        "override_nonquantized_autocast": true,
-                    },
-                }),
+                json!({"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": training}),
             );
         }
         m.insert(
@@ -254,12 +257,19 @@ impl NativeConfig {
         }
         s.push_str("configs:\n");
         for r in self.recipes() {
+            let quant = if r.is_fp4() {
+                format!("fp4_quantization_recipe: {}", r.name())
+            } else {
+                format!(
+                    "fp8_quantization_recipe: {}\n      fp8_format: {}",
+                    r.name(),
+                    self.format.name()
+                )
+            };
             let _ = writeln!(
                 s,
-                "  {}:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe:\n      fp8_quantization_recipe: {}\n      fp8_format: {}\n      override_nonquantized_autocast: true",
+                "  {}:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe:\n      {quant}\n      override_nonquantized_autocast: true",
                 self.recipe_config(r),
-                r.name(),
-                self.format.name()
             );
         }
         s.push_str("  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n    training_recipe: {}\nmatchers:\n");

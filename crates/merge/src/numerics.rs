@@ -224,7 +224,7 @@ pub fn parse_numerics(text: &str, file: &Path) -> Result<NumericsReport, MergeEr
             bad(
                 file,
                 "recipe",
-                format!("{r} is not a recipe name (blockwise, tensorwise, delayed, mxfp8)"),
+                format!("{r} is not a recipe name (blockwise, tensorwise, delayed, mxfp8, nvfp4)"),
             )
         })?),
     };

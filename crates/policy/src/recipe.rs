@@ -29,24 +29,30 @@ pub enum Recipe {
     Delayed,
     /// TE `MXFP8BlockScaling`: 1x32 blocks with E8M0 scales (Blackwell, sm_100 and newer).
     Mxfp8,
+    /// TE `NVFP4BlockScaling`: FP4 (E2M1) values in 1x16 blocks with E4M3 scales under a
+    /// per-tensor FP32 scale, weights in 16x16 blocks (Blackwell; Megatron's
+    /// `fp4_quantization_recipe`, `--fp4-recipe`).
+    Nvfp4,
 }
 
 impl Recipe {
     /// Every recipe, in the order `--help` lists them.
-    pub const ALL: [Recipe; 4] = [
+    pub const ALL: [Recipe; 5] = [
         Recipe::Blockwise,
         Recipe::Tensorwise,
         Recipe::Delayed,
         Recipe::Mxfp8,
+        Recipe::Nvfp4,
     ];
 
-    /// The canonical name (`blockwise`, `tensorwise`, `delayed`, `mxfp8`).
+    /// The canonical name (`blockwise`, `tensorwise`, `delayed`, `mxfp8`, `nvfp4`).
     pub const fn name(self) -> &'static str {
         match self {
             Recipe::Blockwise => "blockwise",
             Recipe::Tensorwise => "tensorwise",
             Recipe::Delayed => "delayed",
             Recipe::Mxfp8 => "mxfp8",
+            Recipe::Nvfp4 => "nvfp4",
         }
     }
 
@@ -57,7 +63,18 @@ impl Recipe {
             Recipe::Tensorwise => "Float8CurrentScaling",
             Recipe::Delayed => "DelayedScaling",
             Recipe::Mxfp8 => "MXFP8BlockScaling",
+            Recipe::Nvfp4 => "NVFP4BlockScaling",
         }
+    }
+
+    /// Runs on Blackwell (sm_100) and newer only: MXFP8 and NVFP4.
+    pub const fn blackwell_only(self) -> bool {
+        matches!(self, Recipe::Mxfp8 | Recipe::Nvfp4)
+    }
+
+    /// An FP4 recipe (Megatron's `fp4_quantization_recipe`), as opposed to an FP8 one.
+    pub const fn is_fp4(self) -> bool {
+        matches!(self, Recipe::Nvfp4)
     }
 
     /// One scale per tensor (tensorwise, delayed), as opposed to per block.
@@ -85,7 +102,7 @@ impl fmt::Display for UnknownRecipe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown FP8 recipe `{}`: use blockwise, tensorwise (alias current), delayed or mxfp8",
+            "unknown FP8 recipe `{}`: use blockwise, tensorwise (alias current), delayed, mxfp8 or nvfp4",
             self.0
         )
     }
@@ -102,6 +119,7 @@ impl FromStr for Recipe {
             "tensorwise" | "current" => Ok(Recipe::Tensorwise),
             "delayed" => Ok(Recipe::Delayed),
             "mxfp8" => Ok(Recipe::Mxfp8),
+            "nvfp4" => Ok(Recipe::Nvfp4),
             _ => Err(UnknownRecipe(s.to_owned())),
         }
     }

@@ -24,7 +24,12 @@ use crate::rule_key::RuleKey;
 
 /// The recipes a per-module plan may use: those Megatron's per-module precision config takes
 /// (delayed scaling is "not in scope of te per-module quantization config" there).
-pub const PLAN_RECIPES: [Recipe; 3] = [Recipe::Blockwise, Recipe::Tensorwise, Recipe::Mxfp8];
+pub const PLAN_RECIPES: [Recipe; 4] = [
+    Recipe::Blockwise,
+    Recipe::Tensorwise,
+    Recipe::Mxfp8,
+    Recipe::Nvfp4,
+];
 
 /// From one count up, one recipe (`None`: BF16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +129,7 @@ impl RecipePlan {
                 Err((
                     path.to_owned(),
                     format!(
-                        "recipe `{r}` cannot run per module (Megatron's per-module config takes blockwise, tensorwise or mxfp8)"
+                        "recipe `{r}` cannot run per module (Megatron's per-module config takes blockwise, tensorwise, mxfp8 or nvfp4)"
                     ),
                 ))
             }

@@ -173,6 +173,26 @@ def test_round_trip_is_exact_on_representable_values_and_bounded_on_random_data(
     assert 0.01 < w["rel_rms"] < 0.07 and w["elements"] == 60000
 
 
+def test_nvfp4_is_exact_on_its_grid_and_coarser_than_fp8_on_random_data(torch):
+    from adaptive_fp8.bench.quant_error import E2M1_VALUES, error_sums, round_trip
+
+    # Every E2M1 value, signed, in 16-element blocks whose amax is 6: scales of exactly 1.
+    grid = torch.tensor([[v * s for v in E2M1_VALUES for s in (1.0, -1.0)]] * 4)
+    for op in ("input", "weight"):
+        q, codes = round_trip(grid, recipe_rules("nvfp4")[op])
+        assert torch.equal(q, grid), op
+        assert set(codes.abs().unique().tolist()) <= set(E2M1_VALUES)
+    # Round to nearest under a block scale of 1 (the block's amax is 6): 2.4 -> 2, 2.6 -> 3, 5.5 -> 6.
+    q, _ = round_trip(torch.tensor([[2.4, 2.6, 5.5, 6.0] + [0.0] * 12]), recipe_rules("nvfp4")["input"])
+    assert q[0, :4].tolist() == [2.0, 3.0, 6.0, 6.0]
+    x = torch.randn(256, 512)
+    fp4 = error_sums(x, recipe_rules("nvfp4")["input"]).summary()
+    fp8 = error_sums(x, recipe_rules("mxfp8")["input"]).summary()
+    # Two mantissa bits fewer than E4M3, block scales in E4M3: several times MXFP8's error.
+    assert 0.05 < fp4["rel_rms"] < 0.2 and fp4["rel_rms"] > 3 * fp8["rel_rms"], (fp4, fp8)
+    assert fp4["nonfinite"] == 0 and fp4["elements"] == x.numel()
+
+
 def test_per_tensor_scaling_underflows_small_values_that_blocks_keep(torch):
     from adaptive_fp8.bench.quant_error import error_sums
 

@@ -163,7 +163,7 @@ pub struct Args {
     /// The FP8 recipe and its options.
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
-    /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8). With the step
+    /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8, nvfp4). With the step
     /// model (a GPU where adaptive_fp8 and Transformer Engine import) each recipe is measured
     /// and checked in the step and probed for each module's quantization error (`python -m
     /// adaptive_fp8.bench.numerics`, unless --numerics gives its report), and a module runs the
@@ -307,7 +307,7 @@ fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
     for &r in &args.recipes {
         if !fp8_policy::PLAN_RECIPES.contains(&r) {
             return Err(CliError::input(format!(
-                "--recipes {r}: Megatron's per-module config runs blockwise, tensorwise or mxfp8 \
+                "--recipes {r}: Megatron's per-module config runs blockwise, tensorwise, mxfp8 or nvfp4 \
                  per module; fix: choose among those, or measure {r} alone with --recipe {r}"
             )));
         }

@@ -50,7 +50,7 @@ impl RecipeArgs {
 /// `--recipe` of the trainer, for commands that read a policy.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TrainerRecipe {
-    /// The FP8 recipe the trainer runs (blockwise, tensorwise or current, delayed, mxfp8)
+    /// The FP8 recipe the trainer runs (blockwise, tensorwise or current, delayed, mxfp8, nvfp4)
     /// [default: the model config's fp8_recipe, when it has one]. A policy made for another
     /// recipe still answers, with a warning: its crossovers are not this recipe's.
     #[arg(long, alias = "fp8-recipe", value_name = "RECIPE")]

@@ -72,7 +72,9 @@ pub fn run(args: &Args) -> CliResult {
     };
     let recipe = cx.recipe.or_else(base).unwrap_or(Recipe::Blockwise);
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
-    if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
+    if format == Fp8Format::Hybrid
+        && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
+    {
         return Err(CliError::input(format!(
             "--fp8-format hybrid: {recipe} scaling runs E4M3 only; fix: drop --fp8-format or use --recipe tensorwise"
         )));

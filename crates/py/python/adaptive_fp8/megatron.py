@@ -362,7 +362,14 @@ def _fp8_context_factory(config: Any, recipe_name: Optional[str] = None) -> Any:
     group_kw = "amax_reduction_group" if "amax_reduction_group" in params else "fp8_group"
     from adaptive_fp8.amax_eps import apply_amax_epsilons
 
-    recipe = apply_amax_epsilons(get_fp8_recipe(config), dict(os.environ))
+    if recipe_name == "nvfp4":
+        # Megatron builds FP4 recipes from its FP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4).
+        from megatron.core.fp4_utils import get_fp4_recipe
+
+        config.fp4, config.fp4_recipe = "e2m1", "nvfp4"
+        recipe = get_fp4_recipe(config)
+    else:
+        recipe = apply_amax_epsilons(get_fp8_recipe(config), dict(os.environ))
     group = None
     if parallel_state.model_parallel_is_initialized():
         group = parallel_state.get_amax_reduction_group(

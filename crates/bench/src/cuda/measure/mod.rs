@@ -167,6 +167,12 @@ fn check_arch(gpu: &Gpu, recipe: Recipe) -> Result<(), BenchError> {
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
+    if recipe == Recipe::Nvfp4 {
+        return Err(BenchError::Unsupported(format!(
+            "the cuBLASLt backend has no NVFP4 GEMMs; on {} measure nvfp4 with --backend te on a B200, or estimate it with --backend model --device-profile b200",
+            gpu.info.name
+        )));
+    }
     if recipe == Recipe::Mxfp8 && major < 10 {
         return Err(BenchError::Unsupported(format!(
             "the mxfp8 recipe needs compute capability 10.0 or newer (Blackwell); {} is {cc}: measure it on a B200, or estimate it with --backend model --device-profile b200",

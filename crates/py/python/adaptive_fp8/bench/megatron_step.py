@@ -157,7 +157,10 @@ class Judge:
         if kw.get("gated_linear_unit"):
             kw["activation_func"] = self.torch.nn.functional.silu  # SwiGLU, as the configs say
         cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
-        if mode != "bf16":
+        if mode != "bf16" and recipe == "nvfp4":
+            # Megatron's FP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4), not its FP8 ones.
+            kw.update(fp4="e2m1", fp4_recipe="nvfp4", fp4_param=bool(self.args.fp8_param))
+        elif mode != "bf16":
             kw.update(fp8="e4m3", fp8_recipe=recipe, fp8_param=bool(self.args.fp8_param))
         c = cls(params_dtype=self.torch.bfloat16, **kw)
         c.seq_length, c.micro_batch_size = tokens, 1

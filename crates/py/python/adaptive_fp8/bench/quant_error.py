@@ -13,6 +13,12 @@ The rules (TE 2.20's recipes, as Megatron's ``--fp8-recipe`` selects them):
   magnitude saturate.
 - ``delayed`` (``DelayedScaling``): one scale per tensor from an amax history; emulated with the
   current tensor's amax (the history's best case), and named so in the report.
+- ``nvfp4`` (``NVFP4BlockScaling``): FP4 E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6) in 1 x 16
+  blocks along the inner dimension, weights in 16 x 16 blocks; each block's scale
+  ``amax / 6`` stored in E4M3 under a per-tensor FP32 scale ``448 * 6 / amax``. Emulated with
+  round-to-nearest everywhere: TE rounds the output gradients stochastically and applies a
+  random Hadamard transform before the wgrad GEMM, which this does not, so the gradients' error
+  here is the deterministic rounding's, not the training's.
 
 ``amax_epsilon`` (the seed's ``FP8_QUANT_*_AMAX_EPS``) floors every amax before the scale.
 Imports torch only inside the functions that take tensors.
@@ -29,14 +35,18 @@ from adaptive_fp8.bench.recipe_names import RECIPES
 OPERANDS = ("input", "weight", "grad_output")
 
 #: Largest magnitude and the largest power-of-two exponent of each FP8 format.
-FORMATS = {"e4m3": (448.0, 8), "e5m2": (57344.0, 15)}
+FORMATS = {"e4m3": (448.0, 8), "e5m2": (57344.0, 15), "e2m1": (6.0, 2)}
 
+#: E2M1's non-negative values, and the midpoints between neighbours (round to nearest).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
 @dataclass(frozen=True)
 class OperandRule:
     """How one operand is quantized: its format, its block (rows, cols) or None for one scale per
-    tensor, the scale's rounding (``fp32``, ``pow2`` or ``e8m0``) and the amax floor."""
+    tensor, the scale's rounding (``fp32``, ``pow2``, ``e8m0``, or ``nvfp4``'s two levels) and the
+    amax floor."""
 
     fmt: str
     block: Optional[tuple[int, int]]
@@ -59,6 +69,12 @@ def recipe_rules(recipe: str, fp8_format: str = "e4m3", epsilons: Optional[dict[
             "input": OperandRule("e4m3", (1, 128), "pow2", e_in),
             "weight": OperandRule("e4m3", (128, 128), "pow2", e_w),
             "grad_output": OperandRule(grad_fmt, (1, 128), "pow2", e_g),
+        }
+    if recipe == "nvfp4":
+        return {
+            "input": OperandRule("e2m1", (1, 16), "nvfp4"),
+            "weight": OperandRule("e2m1", (16, 16), "nvfp4"),
+            "grad_output": OperandRule("e2m1", (1, 16), "nvfp4"),
         }
     if recipe == "mxfp8":
         return {
@@ -128,12 +144,42 @@ def _scale(torch: Any, amax: Any, rule: OperandRule) -> Any:
     return torch.where(amax > 0, s, torch.ones_like(s))
 
 
+def _e2m1(torch: Any, v: Any) -> Any:
+    """``v`` (already within +-6) rounded to the nearest E2M1 value."""
+    mids = torch.tensor(E2M1_MIDPOINTS, dtype=v.dtype, device=v.device)
+    vals = torch.tensor(E2M1_VALUES, dtype=v.dtype, device=v.device)
+    return torch.sign(v) * vals[torch.bucketize(v.abs(), mids)]
+
+
+def _nvfp4(torch: Any, xb: Any, global_amax: Any) -> tuple[Any, Any]:
+    """NVFP4's two-level scaling of blocked ``xb`` (R, br, C, bc): ``(dequantized, codes)``."""
+    fmax, e4 = FORMATS["e2m1"][0], FORMATS["e4m3"][0]
+    s_enc = torch.where(global_amax > 0, (e4 * fmax) / global_amax, torch.ones_like(global_amax))
+    bamax = xb.abs().amax(dim=(1, 3), keepdim=True)
+    # The block's decode scale as stored: E4M3, in the per-tensor scale's units.
+    stored = (bamax / fmax * s_enc).clamp(max=e4).to(torch.float8_e4m3fn).float()
+    scale = stored / s_enc
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = _e2m1(torch, (xb / safe).clamp(-fmax, fmax))
+    return codes * safe, codes
+
+
 def round_trip(x: Any, rule: OperandRule) -> tuple[Any, Any]:
     """``(dequantized, codes)``: ``x`` (any shape, the GEMM's inner dimension last) through FP8
-    and back, in float32, and the FP8 values themselves (before the scale is undone)."""
+    (or FP4) and back, in float32, and the low-precision values themselves (before the scale is
+    undone)."""
     import torch
 
     fmax, _ = FORMATS[rule.fmt]
+    if rule.scale == "nvfp4":
+        x2 = x.detach().float().reshape(-1, x.shape[-1]) if x.dim() > 1 else x.detach().float().reshape(1, -1)
+        xb, (rows, cols) = _blocked(torch, x2, rule.block or (1, 16))
+        q, codes = _nvfp4(torch, xb, x2.abs().max())
+
+        def unblock4(t: Any) -> Any:
+            return t.reshape(t.shape[0] * t.shape[1], t.shape[2] * t.shape[3])[:rows, :cols].reshape(x.shape)
+
+        return unblock4(q), unblock4(codes)
     dtype = torch.float8_e4m3fn if rule.fmt == "e4m3" else torch.float8_e5m2
     x2 = x.detach().float().reshape(-1, x.shape[-1]) if x.dim() > 1 else x.detach().float().reshape(1, -1)
     if rule.block is None:

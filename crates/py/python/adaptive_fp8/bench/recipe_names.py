@@ -11,6 +11,7 @@ RECIPE_CLASSES = {
     "current": "Float8CurrentScaling",
     "delayed": "DelayedScaling",
     "mxfp8": "MXFP8BlockScaling",
+    "nvfp4": "NVFP4BlockScaling",
 }
 
 #: The names, in the order the tools' ``--help`` lists them.

@@ -46,7 +46,7 @@ def recipe_spec(opt: dict) -> tuple[str, dict]:
     name = str(opt.get("recipe", "blockwise")).lower()
     if name not in RECIPE_CLASSES:
         raise ValueError(
-            f"unknown FP8 recipe {name!r}: use blockwise, tensorwise (alias current), delayed or mxfp8"
+            f"unknown FP8 recipe {name!r}: use blockwise, tensorwise (alias current), delayed, mxfp8 or nvfp4"
         )
     cls = RECIPE_CLASSES[name]
     kw: dict = {}
