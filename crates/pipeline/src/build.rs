@@ -63,6 +63,15 @@ fn role(s: &str) -> Role {
     s.parse().unwrap_or(Role::Llm)
 }
 
+/// A model config, read as every command reads it.
+pub fn load_model(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
+    let opt = match root {
+        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
+        None => fp8_engine::LoadOptions::default(),
+    };
+    fp8_engine::load_model_with(config, &opt).map_err(|e| e.to_string())
+}
+
 /// A report's samples with their instance counts: reports written before points carried
 /// `instances` get them from the model's inventory at the report's layout (the same numbers
 /// the bench now records), so shared keys can be decided by the step.

@@ -14,7 +14,7 @@ use fp8_engine::{ModelDesc, Parallel, inventory};
 use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
-use crate::build::{Files, build_model, read_reports};
+use crate::build::{Files, build_model, load_model, read_reports};
 use crate::host::HostSource;
 use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
@@ -304,7 +304,7 @@ pub struct GenOptions {
     pub out: Option<PathBuf>,
     /// Per-module recipes: the further recipes measured beside `measure`'s (the base), and
     /// the numerics bound of the choice (`crate::module_mix` with the per-module backends).
-    pub recipes: Option<crate::step::RecipeMix>,
+    pub recipes: Option<crate::module_mix::RecipeMix>,
 }
 
 /// What `gen-policy` wrote.
@@ -355,14 +355,6 @@ impl GenOutcome {
             self.out.display()
         )
     }
-}
-
-pub(crate) fn load_model(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
-    let opt = match root {
-        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
-        None => fp8_engine::LoadOptions::default(),
-    };
-    fp8_engine::load_model_with(config, &opt).map_err(|e| e.to_string())
 }
 
 /// The whole job: sweep every layout of every model (each distinct shape once), merge, and
@@ -466,7 +458,15 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let mut files = merged_files(&configs, &o, &reports_dir, te, progress)?;
     if let Some(mix) = &o.recipes {
         let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
-        crate::module_mix::attach_plans(&mut files, &configs, &o, mix, &reports_dir, eager_known)?;
+        let inputs = crate::module_mix::PlanInputs {
+            configs: &configs,
+            config_root: o.config_root.as_deref(),
+            base: o.measure.recipe.recipe(),
+            reports_dir: &reports_dir,
+            merge: &o.merge,
+            eager_known,
+        };
+        crate::module_mix::attach_plans(&mut files, &inputs, mix)?;
     }
     write_files(&out, &files)?;
     notes.extend(models.iter().flat_map(|(_, m)| m.notes.clone()));

@@ -10,9 +10,21 @@ use fp8_merge::MergeOptions;
 use fp8_merge::module_recipes::{RecipeMerge, module_recipe_plan};
 use fp8_policy::{Execution, Policy, Recipe};
 
-use crate::build::{Files, read_reports, with_instances};
-use crate::generate::GenOptions;
-use crate::step::RecipeMix;
+use crate::build::{Files, load_model, read_reports, with_instances};
+
+/// Per-module recipes: the further recipes to measure beside the base (with the step model,
+/// each in its inputs, its check and the numerics probe), and the bound on a module's
+/// quantization error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeMix {
+    /// The recipes beside the base, in the order given.
+    pub recipes: Vec<fp8_policy::Recipe>,
+    /// Numerics reports given (one per recipe, each naming its recipe): a recipe with one is
+    /// not probed again.
+    pub numerics: Vec<fp8_merge::numerics::NumericsBound>,
+    /// The largest relative RMS error a module may have and run a recipe.
+    pub max_quant_error: f64,
+}
 
 /// Where recipe `r`'s reports go beside the base's.
 pub fn recipe_reports(reports_dir: &Path, r: Recipe) -> PathBuf {
@@ -42,33 +54,42 @@ pub fn check_numerics(base: Recipe, mix: &RecipeMix) -> Result<(), String> {
 
 /// Each execution's merge options, as the base policy's files are made: graphed from GPU time,
 /// eager from the eager source where one is known, else GPU time too.
-fn objectives(o: &GenOptions, eager_known: bool) -> [(Execution, MergeOptions); 2] {
+fn objectives(merge: &MergeOptions, eager_known: bool) -> [(Execution, MergeOptions); 2] {
     let graphed = MergeOptions {
         trainer: Some(Execution::Graphed),
         host_profile: None,
         host_floor_ms: None,
         numerics: None,
-        ..o.merge.clone()
+        ..merge.clone()
     };
     let eager = MergeOptions {
         trainer: eager_known.then_some(Execution::Eager),
         numerics: None,
-        ..o.merge.clone()
+        ..merge.clone()
     };
     [(Execution::Graphed, graphed), (Execution::Eager, eager)]
 }
 
-/// Puts the recipe plan into each policy file of `configs` in `files` (the base recipe's, made
-/// from `reports_dir`), the other recipes' reports read from [`recipe_reports`].
-pub fn attach_plans(
-    files: &mut Files,
-    configs: &[PathBuf],
-    o: &GenOptions,
-    mix: &RecipeMix,
-    reports_dir: &Path,
-    eager_known: bool,
-) -> Result<(), String> {
-    let base = o.measure.recipe.recipe();
+/// What [`attach_plans`] reads: the models, the base recipe's reports and merge settings.
+pub struct PlanInputs<'a> {
+    /// Model configs.
+    pub configs: &'a [PathBuf],
+    /// How far Hydra `defaults` may reach.
+    pub config_root: Option<&'a Path>,
+    /// The base recipe (its reports in `reports_dir`).
+    pub base: Recipe,
+    /// The base recipe's reports.
+    pub reports_dir: &'a Path,
+    /// The merge settings the policies were made with.
+    pub merge: &'a MergeOptions,
+    /// Whether the eager objective has a source (the TE backend's times, a host profile).
+    pub eager_known: bool,
+}
+
+/// Puts the recipe plan into each policy file of `i.configs` in `files` (the base recipe's,
+/// made from `i.reports_dir`), the other recipes' reports read from [`recipe_reports`].
+pub fn attach_plans(files: &mut Files, i: &PlanInputs, mix: &RecipeMix) -> Result<(), String> {
+    let (base, reports_dir) = (i.base, i.reports_dir);
     let dirs: Vec<(Recipe, PathBuf)> = std::iter::once((base, reports_dir.to_path_buf()))
         .chain(
             mix.recipes
@@ -80,9 +101,9 @@ pub fn attach_plans(
         .iter()
         .map(|(r, d)| read_reports(d).map(|v| (*r, v)))
         .collect::<Result<_, _>>()?;
-    let margin = o.merge.margin;
-    for config in configs {
-        let model = crate::generate::load_model(config, o.config_root.as_deref())?;
+    let margin = i.merge.margin;
+    for config in i.configs {
+        let model = load_model(config, i.config_root)?;
         let mut merged = Vec::new();
         for (r, all) in &reports {
             let loaded: Vec<_> = all
@@ -97,7 +118,7 @@ pub fn attach_plans(
                     model.name
                 ));
             }
-            for (e, opt) in objectives(o, eager_known) {
+            for (e, opt) in objectives(i.merge, i.eager_known) {
                 let m = fp8_merge::merge(&loaded, &opt).map_err(|e| e.to_string())?;
                 merged.push((*r, e, m));
             }

@@ -267,6 +267,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         o.recipes = recipe_mix(args)?;
     }
     let done = if backend == "step" {
+        blackwell_recipes_on_this_gpu(recipe.recipe(), &args.recipes)?;
         let tuner = match args.step_tuner.as_str() {
             "oracle" => fp8_pipeline::step::StepTuner::Oracle,
             _ => fp8_pipeline::step::StepTuner::Model,
@@ -296,6 +297,22 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     };
     progress.finish();
     Ok(done)
+}
+
+/// The step runs on this machine's GPU: a Blackwell recipe (mxfp8, nvfp4) is refused on an
+/// older one before any worker starts.
+fn blackwell_recipes_on_this_gpu(
+    base: fp8_policy::Recipe,
+    others: &[fp8_policy::Recipe],
+) -> CliResult<()> {
+    let Some(r) = std::iter::once(&base)
+        .chain(others)
+        .find(|r| r.blackwell_only())
+    else {
+        return Ok(());
+    };
+    let gpu = fp8_bench::cuda::Gpu::open(0).map_err(|e| CliError::input(e.to_string()))?;
+    fp8_bench::recipe::check_device(*r, &gpu.info).map_err(CliError::input)
 }
 
 /// The measured recipe: --recipe's, or with --recipes the first of them (the base).

@@ -7,6 +7,7 @@ use fp8_engine::ModelDesc;
 use fp8_policy::Execution;
 
 use crate::generate::GenOptions;
+pub use crate::module_mix::RecipeMix;
 
 /// How `--backend step` turns the step into thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,19 +50,6 @@ pub struct StepJob {
     /// With the step model: choose each module's recipe among the measured recipe (the base)
     /// and these ([`RecipeMix`]); `None`: the measured recipe alone.
     pub mix: Option<RecipeMix>,
-}
-
-/// Per-module recipes: the further recipes to measure, each in the step model's inputs and
-/// its check and in the numerics probe, and the bound on a module's quantization error.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecipeMix {
-    /// The recipes beside the base, in the order given.
-    pub recipes: Vec<fp8_policy::Recipe>,
-    /// Numerics reports given (one per recipe, each naming its recipe): a recipe with one is
-    /// not probed again.
-    pub numerics: Vec<fp8_merge::numerics::NumericsBound>,
-    /// The largest relative RMS error a module may have and run a recipe.
-    pub max_quant_error: f64,
 }
 
 /// The worker's command line for one layout, writing `json`: its oracle search, or with
