@@ -50,6 +50,12 @@ pub struct Args {
     allow_missing: bool,
 }
 
+/// With no recipe given, the one the policy's recipe plan is based on (else blockwise).
+fn plan_base(args: &Args) -> Option<Recipe> {
+    let p = fp8_policy::Policy::load(args.policy.policy.as_ref()?).ok()?;
+    p.recipe_plan().map(|r| r.base)
+}
+
 /// Runs `te-precision-config`.
 pub fn run(args: &Args) -> CliResult {
     let (plan, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
@@ -65,12 +71,10 @@ pub fn run(args: &Args) -> CliResult {
             u.message(&fill)
         )));
     }
-    // Unset, the recipe is the one the policy's recipe plan is based on, else blockwise.
-    let base = || {
-        let p = fp8_policy::Policy::load(args.policy.policy.as_ref()?).ok()?;
-        p.recipe_plan().map(|r| r.base)
-    };
-    let recipe = cx.recipe.or_else(base).unwrap_or(Recipe::Blockwise);
+    let recipe = cx
+        .recipe
+        .or_else(|| plan_base(args))
+        .unwrap_or(Recipe::Blockwise);
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
     if format == Fp8Format::Hybrid
         && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
@@ -145,6 +149,11 @@ pub fn run(args: &Args) -> CliResult {
             "note: the vision encoder's modules are not GPTModel decoder paths; they fall to the BF16 catch-all (decide them with adaptive_fp8.megatron.enable)"
         );
     }
+    emit(args, &yaml, &flags, (fp8, total))
+}
+
+/// The YAML to `--output` (with the launch flags on stdout) or to stdout (flags on stderr).
+fn emit(args: &Args, yaml: &str, flags: &[String], (fp8, total): (u64, u64)) -> CliResult {
     match &args.output {
         Some(out) => {
             let inputs: Vec<&std::path::Path> = [
@@ -161,13 +170,13 @@ pub fn run(args: &Args) -> CliResult {
                 out.display()
             );
             println!("launch Megatron with:");
-            for f in &flags {
+            for f in flags {
                 println!("  {f}");
             }
         }
         None => {
             print!("{yaml}");
-            for f in &flags {
+            for f in flags {
                 eprintln!("launch: {f}");
             }
         }
