@@ -26,8 +26,10 @@ def test_recipe_rules_follow_each_recipe_and_the_epsilons():
     assert recipe_rules("current")["input"].block is None
     mx = recipe_rules("mxfp8", "hybrid")
     assert mx["weight"] == OperandRule("e4m3", (1, 32), "e8m0") and mx["grad_output"].fmt == "e5m2"
-    with pytest.raises(ValueError, match="recipe 'nvfp4'"):
-        recipe_rules("nvfp4")
+    nv = recipe_rules("nvfp4")
+    assert nv["input"] == OperandRule("e2m1", (1, 16), "nvfp4") and nv["weight"].block == (16, 16)
+    with pytest.raises(ValueError, match="recipe 'mxfp4'"):
+        recipe_rules("mxfp4")
     with pytest.raises(ValueError, match="fp8 format"):
         recipe_rules("blockwise", "e5m2")
 
