@@ -96,6 +96,11 @@ fn blackwell_recipes_are_chosen_per_module_from_the_cost_models_estimates() {
         "fc2 is over the bound in mxfp8: {keys:?}"
     );
     assert!(uses("fc2", "tensorwise"), "{keys:?}");
+    let md = std::fs::read_to_string(out.join("llama3_2_1b.md")).unwrap();
+    assert!(
+        md.contains("## Recipes per module") && md.contains("mxfp8 from"),
+        "the summary shows the plan: {md}"
+    );
 
     // Exported: one config per recipe the plan runs at this count, each module on its own.
     let o = fp8sel(&[

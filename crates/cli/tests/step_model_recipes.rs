@@ -72,6 +72,8 @@ fn each_recipe_is_measured_probed_and_chosen_per_module() {
             .contains("--recipe tensorwise --layers 2 --seq-length 4096 --steps 2")
     );
     let p = read(&dir.path().join("llama3_2_1b.json"));
+    let md = std::fs::read_to_string(dir.path().join("llama3_2_1b.md")).unwrap();
+    assert!(md.contains("## Recipes per module"), "{md}");
     assert_eq!(p["recipes"]["base"], "blockwise", "{p}");
     assert_eq!(p["recipes"]["max_quant_error"], 0.05, "{p}");
     let steps = eager_steps(&p);

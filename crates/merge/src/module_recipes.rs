@@ -168,3 +168,24 @@ pub fn choose_steps(
     }
     out
 }
+
+/// The plan for people, appended to a policy's `<model>.md`: each key's recipe per execution.
+pub fn plan_markdown(plan: &RecipePlan) -> String {
+    let mut s = format!(
+        "\n## Recipes per module\n\nThe policy's `recipes` plan (docs/POLICY.md, \"Per-module recipes\"): `rules` are the base recipe's \
+         ({}, what the reference's loader reads); each key below runs its own recipe per count. Bound on a module's quantization \
+         error: {}.\n\n| key | eager | graphed |\n|---|---|---|\n",
+        plan.base,
+        plan.max_quant_error
+            .map_or_else(|| "none".to_owned(), |b| format!("{b}"))
+    );
+    for k in &plan.keys {
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            k.key,
+            k.steps_in_words(Execution::Eager),
+            k.steps_in_words(Execution::Graphed)
+        ));
+    }
+    s
+}

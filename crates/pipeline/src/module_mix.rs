@@ -150,8 +150,12 @@ pub fn attach_plans(files: &mut Files, i: &PlanInputs, mix: &RecipeMix) -> Resul
             let mut policy = Policy::from_json_str(&text, &name).map_err(|e| e.to_string())?;
             let plan = module_recipe_plan(base, &merges, comp, &mix.numerics, margin)
                 .map_err(|e| format!("{}: {e}", name.display()))?;
+            let words = fp8_merge::module_recipes::plan_markdown(&plan);
             policy.set_recipe_plan(plan).map_err(|e| e.to_string())?;
             files.insert(name, policy.to_json().into_bytes());
+            if let Some(md) = files.get_mut(&PathBuf::from(format!("{}.md", model.name))) {
+                md.extend_from_slice(words.as_bytes());
+            }
         }
     }
     Ok(())

@@ -173,7 +173,10 @@ fn write_policy(
     outcome.files.push(target);
     if job.tuner == StepTuner::Model {
         let md = out.join(format!("{}.md", model.name));
-        let text = fp8_merge::model::summary_markdown(&model.name, models);
+        let mut text = fp8_merge::model::summary_markdown(&model.name, models);
+        if let Some(plan) = policy.recipe_plan() {
+            text.push_str(&fp8_merge::module_recipes::plan_markdown(plan));
+        }
         fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
         outcome.files.push(md);
     }
