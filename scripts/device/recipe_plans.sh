@@ -16,12 +16,16 @@
 #   bash scripts/device/recipe_plans.sh gen M   # the user's one command instead of rows 1-3:
 #     fp8sel gen-policy --recipes blockwise,tensorwise (both recipes measured and checked, both
 #     probed), the single-recipe policies re-fitted from its reports by merge-policy, then row 4
+#   bash scripts/device/recipe_plans.sh mix   # where the committed plans run two recipes at once:
+#     Llama-3.1-8B eager 16384 (proj blockwise, the rest tensorwise) and gen_L1's Llama-3.2-1B
+#     eager 7168 (fc1 tensorwise, fc2 blockwise), judged beside their single-recipe policies;
+#     then the convergence check of gen_L1's plan at 7 x 1024 tokens (both recipes training)
 #   bash scripts/device/recipe_plans.sh converge   # Llama-3.2-1B's loss curves: BF16 (twice),
 #     all-FP8 blockwise and the mixed plan of the L1 phase (this machine's, else the committed one)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/recipes_<phase>.tar.gz; prints a
 # table last.
 set -uo pipefail
-phase=${1:?L8, L1, gen M or converge}
+phase=${1:?L8, L1, gen M, mix or converge}
 if [ "$phase" = gen ]; then m=${2:?gen L8 or gen L1}; phase=gen_$m; fi
 OUT=${OUT:-/tmp/out}
 W=/tmp/rc/$phase
@@ -120,6 +124,20 @@ PY
   }
   [ -e "$W/gen.done" ] && queued policies 30 single
   judge
+  ;;
+mix)
+  D=docs/device-logs/recipe_plans
+  judge_at() {  # name, model, policies' folder, tokens
+    queued "$1" 240 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$(config "$2")" \
+      --policy "$D/$3/blockwise.json" --policy "$D/$3/tensorwise.json" --policy "$D/$3/mixed.json" \
+      --tokens "$4" --execution eager --layers 2 --repeats 21 --no-fp8-param --json "$W/$1.json" --md "$W/$1.md"
+  }
+  judge_at judge_L8_16384 L8 L8 16384
+  judge_at judge_L1_7168 L1 gen_L1 7168
+  queued converge_mix 300 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 4 --seq-length 1024 \
+    --micro-batch-size 7 --steps 300 --lr 6e-4 --policy "$D/gen_L1/mixed.json" --out "$W/converge_mix"
+  cat "$W/converge_mix/convergence.md" 2>/dev/null | head -30
+  for f in "$W"/judge_L*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -14; }; done
   ;;
 converge)
   # The mixed plan made by this machine's L1 phase, else the committed one; the settings of the
