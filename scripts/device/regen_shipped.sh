@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 46's last step on the H200: the shipped models' language-model policies made again by
+# the plain `fp8sel gen-policy` (on a GPU with TE: the step model, 2 layers, 1024-16384 tokens,
+# both executions), one layout per row, at every layout the shipped files cover. The sweep is
+# longer than one session's device time (about 15 layouts of 130-200 s), so it is a queue over
+# sessions: a row whose reports are committed under docs/device-logs/regen_shipped/<row>/ is
+# skipped; each call runs the rows that fit what is left of it (BUDGET seconds, default 560)
+# and brings back what it made ($OUT/regen_shipped.tar.gz, to commit). After the TE install
+# (../shared/tools/te-device), carrying devcarry/ and .te/mc:
+#   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
+#   bash scripts/device/regen_shipped.sh ROW...     # these rows (e.g. llama3_2_1b_tp2)
+# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+W=/tmp/regen
+T0=$(date +%s)
+mkdir -p "$W" "$OUT"
+. scripts/device/te_env.sh
+te_env "$W" > /dev/null
+FP8SEL=$PWD/devcarry/fp8sel
+chmod +x "$FP8SEL"
+D=docs/device-logs/regen_shipped
+ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
+  deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
+  qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4)
+[ $# -gt 0 ] && ROWS=("$@")
+left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
+for row in "${ROWS[@]}"; do
+  [ -e "$D/$row/gen.log" ] || [ -e "$W/$row/gen.log" ] && continue
+  model=${row%%_tp*}
+  rest=${row#"$model"_tp}
+  tp=${rest%%_ep*}
+  ep=1
+  [ "$rest" != "$tp" ] && ep=${rest#*_ep}
+  # A row needs up to 240 s (DeepSeek-V3 at TP 8 took 201 s); it waits for the next call.
+  [ "$(left)" -lt 240 ] && { echo "$row: next call ($(left) s left)"; continue; }
+  mkdir -p "$W/$row"
+  t1=$(date +%s)
+  timeout 300 "$FP8SEL" gen-policy --model "fixtures/models/$model.yaml" --tp "$tp" --ep "$ep" \
+    --out "$W/$row" > "$W/$row/gen.log" 2>&1
+  echo "$row rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/steps.txt"
+  grep -E "modelled|disagree|Error|error:" "$W/$row/gen.log" | cut -c1-200 | head -4
+  tar -C /tmp --exclude='*.svg' -czf "$OUT/regen_shipped.tar.gz" regen
+done
+tar -C /tmp --exclude='*.svg' -czf "$OUT/regen_shipped.tar.gz" regen
+echo "== regen_shipped ($(left) s of the budget left)"; cat "$W/steps.txt" 2>/dev/null
