@@ -8,7 +8,7 @@
 # and brings back what it made ($OUT/regen_shipped.tar.gz, to commit). After the TE install
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
-#   bash scripts/device/regen_shipped.sh ROW...     # these rows (e.g. llama3_2_1b_tp2)
+#   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -23,10 +23,12 @@ D=docs/device-logs/regen_shipped
 ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4)
-[ $# -gt 0 ] && ROWS=("$@")
+named=0
+[ $# -gt 0 ] && { ROWS=("$@"); named=1; }
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 for row in "${ROWS[@]}"; do
-  [ -e "$D/$row/gen.log" ] || [ -e "$W/$row/gen.log" ] && continue
+  # Rows named on the command line run again; the queue skips rows done.
+  [ $named = 0 ] && { [ -e "$D/$row/gen.log" ] || [ -e "$W/$row/gen.log" ]; } && continue
   model=${row%%_tp*}
   rest=${row#"$model"_tp}
   tp=${rest%%_ep*}
