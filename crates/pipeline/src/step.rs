@@ -16,6 +16,7 @@ mod command;
 mod committed;
 mod mix;
 mod model;
+pub mod saved;
 pub(crate) mod worker;
 pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};

@@ -270,60 +270,18 @@ pub fn run(args: &Args) -> CliResult {
 
 /// `--step-model`: the policy of the step model, fitted again from saved measurements.
 fn run_step_model(args: &Args) -> CliResult {
-    use fp8_report::step_inputs::read_step_inputs;
+    use fp8_pipeline::step::saved::{layout_models, saved_policy};
     let out = args
         .output
         .as_deref()
         .ok_or_else(|| CliError::input("--step-model needs --output"))?;
-    let mut layouts = Vec::new();
-    let checks = args
-        .step_check
-        .iter()
-        .map(|f| read_step_inputs(f).map_err(|e| CliError::input(e.to_string())))
-        .collect::<CliResult<Vec<_>>>()?;
-    for f in &args.step_model {
-        let inputs = read_step_inputs(f).map_err(|e| CliError::input(e.to_string()))?;
-        let executions: Vec<fp8_policy::Execution> =
-            [fp8_policy::Execution::Eager, fp8_policy::Execution::Graphed]
-                .into_iter()
-                .filter(|e| inputs.step_times.iter().any(|s| s.execution == *e))
-                .collect();
-        let layout =
-            |d: &fp8_report::step_inputs::StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
-        let mine = layout(&inputs);
-        let parallel = fp8_engine::Parallel::new(
-            inputs.tp,
-            inputs.ep.unwrap_or(1),
-            inputs.etp.unwrap_or(1),
-            1,
-        );
-        let options = fp8_merge::model::ChoiceOptions::on_layout(parallel.token_step());
-        let recipe = step_inputs_recipe(&inputs, f)?;
-        let mut lm = fp8_merge::model::LayoutModel::new(inputs, f, &executions, options)
-            .map_err(merge_error)?;
-        let fp8_recipe = lm.inputs.fp8_recipe.clone();
-        for c in checks
-            .iter()
-            .filter(|c| layout(c) == mine && c.fp8_recipe == fp8_recipe)
-        {
-            lm.add_check(c);
-        }
-        layouts.push((recipe, lm));
-    }
-    let mut recipes: Vec<fp8_policy::Recipe> = layouts.iter().map(|l| l.0).collect();
-    recipes.sort();
-    recipes.dedup();
-    let policy = if recipes.len() > 1 {
-        // Several recipes: rules from the base (blockwise where measured), the plan over all.
-        let base = recipes[0];
-        let bounds = args.objective.numerics_bounds()?;
-        let margin = fp8_merge::model::ChoiceOptions::default().margin;
-        fp8_merge::model::recipes::mixed_policy(base, &layouts, &bounds, margin)
-            .map_err(merge_error)?
+    let layouts = layout_models(&args.step_model, &args.step_check).map_err(CliError::input)?;
+    let bounds = if layouts.iter().any(|l| l.0 != layouts[0].0) {
+        args.objective.numerics_bounds()?
     } else {
-        let only: Vec<_> = layouts.iter().map(|l| l.1.clone()).collect();
-        fp8_merge::model::model_policy(&only).map_err(merge_error)?
+        Vec::new()
     };
+    let policy = saved_policy(&layouts, &bounds).map_err(CliError::input)?;
     let layouts: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
     let inputs: Vec<&Path> = args
         .step_model
@@ -369,19 +327,6 @@ fn run_step_model(args: &Args) -> CliResult {
         );
     }
     Ok(())
-}
-
-/// The recipe a step-inputs document was measured with (its `fp8_recipe`, Megatron's name).
-fn step_inputs_recipe(
-    inputs: &fp8_report::step_inputs::StepInputs,
-    file: &Path,
-) -> CliResult<fp8_policy::Recipe> {
-    inputs.fp8_recipe.parse().map_err(|e| {
-        CliError::input(format!(
-            "{}: field `fp8_recipe`: {e}; fix: measure again with python -m adaptive_fp8.bench.step_inputs --recipe",
-            file.display()
-        ))
-    })
 }
 
 /// `--step`: the policy from the step benchmark's oracle verdicts.

@@ -1,0 +1,76 @@
+//! The step model's policy from saved measurements (`adaptive-fp8-step-inputs` documents: a
+//! layout's inputs, and its check and re-check), as `fp8sel merge-policy --step-model` and the
+//! shipped policies make it: the same fit, choice and guard `gen-policy` ran on the GPU.
+
+use std::path::{Path, PathBuf};
+
+use fp8_merge::model::{ChoiceOptions, LayoutModel};
+use fp8_merge::numerics::NumericsBound;
+use fp8_policy::{Execution, Policy, Recipe};
+use fp8_report::step_inputs::{StepInputs, read_step_inputs};
+
+/// The recipe a step-inputs document was measured with (its `fp8_recipe`, Megatron's name).
+fn recipe_of(inputs: &StepInputs, file: &Path) -> Result<Recipe, String> {
+    inputs.fp8_recipe.parse().map_err(|e| {
+        format!(
+            "{}: field `fp8_recipe`: {e}; fix: measure again with python -m adaptive_fp8.bench.step_inputs --recipe",
+            file.display()
+        )
+    })
+}
+
+/// Each inputs file's layout model (its recipe beside it), with the checks of the same layout
+/// and recipe added.
+pub fn layout_models(
+    inputs: &[PathBuf],
+    checks: &[PathBuf],
+) -> Result<Vec<(Recipe, LayoutModel)>, String> {
+    let checks = checks
+        .iter()
+        .map(|f| read_step_inputs(f).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let layout = |d: &StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
+    let mut out = Vec::new();
+    for f in inputs {
+        let doc = read_step_inputs(f).map_err(|e| e.to_string())?;
+        let executions: Vec<Execution> = [Execution::Eager, Execution::Graphed]
+            .into_iter()
+            .filter(|e| doc.step_times.iter().any(|s| s.execution == *e))
+            .collect();
+        let mine = layout(&doc);
+        let parallel =
+            fp8_engine::Parallel::new(doc.tp, doc.ep.unwrap_or(1), doc.etp.unwrap_or(1), 1);
+        let options = ChoiceOptions::on_layout(parallel.token_step());
+        let recipe = recipe_of(&doc, f)?;
+        let mut lm = LayoutModel::new(doc, f, &executions, options).map_err(|e| e.to_string())?;
+        let fp8_recipe = lm.inputs.fp8_recipe.clone();
+        for c in checks
+            .iter()
+            .filter(|c| layout(c) == mine && c.fp8_recipe == fp8_recipe)
+        {
+            lm.add_check(c);
+        }
+        out.push((recipe, lm));
+    }
+    Ok(out)
+}
+
+/// The policy of the layout models: one recipe's, or with several the base's rules and the
+/// per-module plan over all under `bounds` (`fp8_merge::model::recipes::mixed_policy`).
+pub fn saved_policy(
+    layouts: &[(Recipe, LayoutModel)],
+    bounds: &[NumericsBound],
+) -> Result<Policy, String> {
+    let mut recipes: Vec<Recipe> = layouts.iter().map(|l| l.0).collect();
+    recipes.sort();
+    recipes.dedup();
+    if recipes.len() > 1 {
+        // Several recipes: rules from the base (blockwise where measured), the plan over all.
+        let margin = ChoiceOptions::default().margin;
+        fp8_merge::model::recipes::mixed_policy(recipes[0], layouts, bounds, margin)
+            .map_err(|e| e.to_string())
+    } else {
+        let only: Vec<LayoutModel> = layouts.iter().map(|l| l.1.clone()).collect();
+        fp8_merge::model::model_policy(&only).map_err(|e| e.to_string())
+    }
+}
