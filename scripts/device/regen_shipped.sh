@@ -9,7 +9,10 @@
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
 #   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
-# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml.
+# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. Commit each row's logs under
+# docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
+# under reports/h200/step_model/: `cargo xtask gen-policy --check` (fp8_pipeline::shipped) then
+# makes a model's shipped file from them, in place of the fold, once they cover every key it has.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/regen

@@ -9,6 +9,11 @@ use fp8_merge::MergeOptions;
 use crate::build::Files;
 use crate::progress::Progress;
 
+/// Where the step model's committed measurements of the shipped models live (what
+/// `scripts/device/regen_shipped.sh` brings back: each layout's inputs, check and re-check, as
+/// `fp8sel gen-policy` wrote them on the H200).
+pub const STEP_MODEL_DIR: &str = "reports/h200/step_model";
+
 /// The recipes besides blockwise with measured H200 reports in `reports/h200/<recipe>/`;
 /// their policies go to `policies/<recipe>/`.
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
@@ -48,6 +53,13 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
         &crate::generate::build_all(&models, &h200, &eager, progress)?,
         &te_policies(&models, &h200.join("te"))?,
         &crate::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
+    )?;
+    step_model_files(
+        root,
+        Path::new(STEP_MODEL_DIR),
+        &models,
+        &mut files,
+        progress,
     )?;
     for recipe in RECIPE_DIRS {
         let dir = h200.join(recipe);
@@ -126,4 +138,88 @@ fn te_policies(models: &[PathBuf], dir: &Path) -> Result<Files, String> {
         }
     }
     Ok(files)
+}
+
+/// A model's step-model files in `dir` (under `root`): its base recipe's inputs, and its
+/// checks and re-checks, as repository paths.
+fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(root.join(dir)) else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let (mut inputs, mut checks) = (Vec::new(), Vec::new());
+    for n in names {
+        let Some(rest) = n.strip_prefix(&format!("{model}_tp")) else {
+            continue;
+        };
+        // <tp>_ep<e>_etp<t>_<what>_step.json: another recipe's files carry one more word.
+        let words: Vec<&str> = rest.trim_end_matches("_step.json").split('_').collect();
+        match words.as_slice() {
+            [_, ep, etp, "inputs"] if ep.starts_with("ep") && etp.starts_with("etp") => {
+                inputs.push(dir.join(&n));
+            }
+            [_, ep, etp, "check" | "recheck"] if ep.starts_with("ep") && etp.starts_with("etp") => {
+                checks.push(dir.join(&n));
+            }
+            _ => {}
+        }
+    }
+    (inputs, checks)
+}
+
+/// Puts the step model's policy of each language model whose layouts it measured (in `dir`)
+/// in place of the folded one, with its summary, once it covers every key the folded file has
+/// a rule for; until then the folded file stays, and a note says what is missing. A model of
+/// several components (a VLM) keeps the fold.
+pub fn step_model_files(
+    root: &Path,
+    dir: &Path,
+    models: &[PathBuf],
+    files: &mut Files,
+    progress: &dyn Progress,
+) -> Result<(), String> {
+    for config in models {
+        let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
+        let (inputs, checks) = step_model_reports(root, dir, &model.name);
+        if inputs.is_empty() || model.components.len() != 1 {
+            continue;
+        }
+        let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root))?;
+        let policy = crate::step::saved::saved_policy(&layouts, &[])?;
+        let name = PathBuf::from(format!("{}.json", model.name));
+        let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
+            .rule_keys()
+            .into_iter()
+            .chain(policy.measured_bf16_keys().iter().cloned())
+            .collect();
+        if let Some(bytes) = files.get(&name) {
+            let folded = fp8_policy::Policy::from_json_str(&String::from_utf8_lossy(bytes), &name)
+                .map_err(|e| e.to_string())?;
+            let missing: Vec<String> = folded
+                .rule_keys()
+                .into_iter()
+                .filter(|k| !covered.contains(k))
+                .map(|k| k.to_string())
+                .collect();
+            if !missing.is_empty() {
+                progress.note(&format!(
+                    "{}: the step model's reports in {} cover {} of the shipped file's keys; it stays the fold until they cover {}",
+                    model.name,
+                    dir.display(),
+                    covered.len(),
+                    missing.join(", ")
+                ));
+                continue;
+            }
+        }
+        let models: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
+        let md = fp8_merge::model::summary_markdown(&model.name, &models);
+        files.insert(name, policy.to_json().into_bytes());
+        files.insert(PathBuf::from(format!("{}.md", model.name)), md.into_bytes());
+    }
+    Ok(())
 }

@@ -275,7 +275,8 @@ fn run_step_model(args: &Args) -> CliResult {
         .output
         .as_deref()
         .ok_or_else(|| CliError::input("--step-model needs --output"))?;
-    let layouts = layout_models(&args.step_model, &args.step_check).map_err(CliError::input)?;
+    let layouts =
+        layout_models(&args.step_model, &args.step_check, None).map_err(CliError::input)?;
     let bounds = if layouts.iter().any(|l| l.0 != layouts[0].0) {
         args.objective.numerics_bounds()?
     } else {

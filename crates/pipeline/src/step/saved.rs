@@ -20,19 +20,23 @@ fn recipe_of(inputs: &StepInputs, file: &Path) -> Result<Recipe, String> {
 }
 
 /// Each inputs file's layout model (its recipe beside it), with the checks of the same layout
-/// and recipe added.
+/// and recipe added. Files are read under `root` where one is given, and named as given (the
+/// policy's provenance then holds repository paths, not this machine's).
 pub fn layout_models(
     inputs: &[PathBuf],
     checks: &[PathBuf],
+    root: Option<&Path>,
 ) -> Result<Vec<(Recipe, LayoutModel)>, String> {
+    let at = |f: &Path| root.map_or_else(|| f.to_path_buf(), |r| r.join(f));
+    let read = |f: &Path| read_step_inputs(&at(f)).map_err(|e| e.to_string());
     let checks = checks
         .iter()
-        .map(|f| read_step_inputs(f).map_err(|e| e.to_string()))
+        .map(|f| read(f))
         .collect::<Result<Vec<_>, _>>()?;
     let layout = |d: &StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
     let mut out = Vec::new();
     for f in inputs {
-        let doc = read_step_inputs(f).map_err(|e| e.to_string())?;
+        let doc = read(f)?;
         let executions: Vec<Execution> = [Execution::Eager, Execution::Graphed]
             .into_iter()
             .filter(|e| doc.step_times.iter().any(|s| s.execution == *e))
