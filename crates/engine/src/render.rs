@@ -56,6 +56,11 @@ pub fn table(plan: &Plan) -> String {
                 s.num_gemms.to_string(),
                 m.num_tokens.to_string(),
                 match (&m.recipe, m.use_fp8) {
+                    (Some(r), true)
+                        if r.parse::<fp8_policy::Recipe>().is_ok_and(|x| x.is_fp4()) =>
+                    {
+                        format!("fp4 {r}")
+                    }
                     (Some(r), true) => format!("fp8 {r}"),
                     (_, true) => "fp8".to_owned(),
                     (_, false) => "bf16".to_owned(),

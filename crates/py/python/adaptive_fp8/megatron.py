@@ -201,7 +201,8 @@ class Plan:
         lines += [f"  note: {n}" for n in self.notes]
         for r in self.rows:
             g = f" num_gemms={r['num_gemms']}" if r["num_gemms"] else ""
-            prec = "bf16" if not r["fp8"] else f"fp8 {r['recipe']}" if r.get("recipe") else "fp8 "
+            low = "fp4" if r.get("recipe") == "nvfp4" else "fp8"  # NVFP4 is Megatron's FP4 recipe
+            prec = "bf16" if not r["fp8"] else f"{low} {r['recipe']}" if r.get("recipe") else "fp8 "
             lines.append(
                 f"  {prec} {r['te_class']} ub_name={r['ub_name']}{g}: "
                 f"{r['reason']}"
