@@ -172,9 +172,9 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
 }
 
 /// Puts the step model's policy of each language model whose layouts it measured (in `dir`)
-/// in place of the folded one, with its summary, once it covers every key the folded file has
-/// a rule for; until then the folded file stays, and a note says what is missing. A model of
-/// several components (a VLM) keeps the fold.
+/// in place of the folded one (a VLM's `<model>.llm.json`; its vision encoder keeps the fold),
+/// with its summary, once it covers every key the folded file has a rule for; until then the
+/// folded file stays, and a note says what is missing.
 pub fn step_model_files(
     root: &Path,
     dir: &Path,
@@ -185,12 +185,17 @@ pub fn step_model_files(
     for config in models {
         let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
         let (inputs, checks) = step_model_reports(root, dir, &model.name);
-        if inputs.is_empty() || model.components.len() != 1 {
+        if inputs.is_empty() {
             continue;
         }
+        let vlm = model.components.len() > 1;
         let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root))?;
         let policy = crate::step::saved::saved_policy(&layouts, &[])?;
-        let name = PathBuf::from(format!("{}.json", model.name));
+        let name = PathBuf::from(if vlm {
+            format!("{}.llm.json", model.name)
+        } else {
+            format!("{}.json", model.name)
+        });
         let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
             .rule_keys()
             .into_iter()
@@ -219,7 +224,17 @@ pub fn step_model_files(
         let models: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
         let md = fp8_merge::model::summary_markdown(&model.name, &models);
         files.insert(name, policy.to_json().into_bytes());
-        files.insert(PathBuf::from(format!("{}.md", model.name)), md.into_bytes());
+        let md_name = PathBuf::from(format!("{}.md", model.name));
+        match files.get_mut(&md_name) {
+            // A VLM's summary keeps its vision encoder's part; the language model's follows.
+            Some(old) if vlm => {
+                old.extend_from_slice(b"\n");
+                old.extend_from_slice(md.as_bytes());
+            }
+            _ => {
+                files.insert(md_name, md.into_bytes());
+            }
+        }
     }
     Ok(())
 }
