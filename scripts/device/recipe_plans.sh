@@ -20,12 +20,14 @@
 #     Llama-3.1-8B eager 16384 (proj blockwise, the rest tensorwise) and gen_L1's Llama-3.2-1B
 #     eager 7168 (fc1 tensorwise, fc2 blockwise), judged beside their single-recipe policies;
 #     then the convergence check of gen_L1's plan at 7 x 1024 tokens (both recipes training)
+#   bash scripts/device/recipe_plans.sh fp4   # Llama-3.2-1B's numerics probe in mxfp8 and nvfp4
+#     (emulated: the probe's round trip needs no Blackwell GPU), beside L1's blockwise/tensorwise
 #   bash scripts/device/recipe_plans.sh converge   # Llama-3.2-1B's loss curves: BF16 (twice),
 #     all-FP8 blockwise and the mixed plan of the L1 phase (this machine's, else the committed one)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/recipes_<phase>.tar.gz; prints a
 # table last.
 set -uo pipefail
-phase=${1:?L8, L1, gen M, mix or converge}
+phase=${1:?L8, L1, gen M, mix, fp4 or converge}
 if [ "$phase" = gen ]; then m=${2:?gen L8 or gen L1}; phase=gen_$m; fi
 OUT=${OUT:-/tmp/out}
 W=/tmp/rc/$phase
@@ -124,6 +126,18 @@ PY
   }
   [ -e "$W/gen.done" ] && queued policies 30 single
   judge
+  ;;
+fp4)
+  for r in mxfp8 nvfp4; do
+    queued "numerics_$r" 45 python3 -m adaptive_fp8.bench.numerics --model "$(config L1)" --layers 2 \
+      --seq-length 4096 --steps 2 --recipe "$r" --out "$W/numerics_$r.json"
+  done
+  for r in mxfp8 nvfp4; do
+    [ -f "$W/numerics_$r.json" ] && python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+for m in d["modules"]:
+    print(d["recipe"], m["name"].split(".")[-1], {k: round(v["rel_rms"], 4) for k, v in m["operands"].items()})' "$W/numerics_$r.json"
+  done
   ;;
 mix)
   D=docs/device-logs/recipe_plans
