@@ -219,3 +219,47 @@ fn nvfp4_is_chosen_per_module_on_blackwell_and_exported_as_megatrons_fp4_recipe(
         "an FP4 config has no FP8 format: {yaml}"
     );
 }
+
+#[test]
+fn nvfp4s_measured_error_keeps_it_off_under_the_default_bound_and_on_under_a_raised_one() {
+    // The H200 probe's NVFP4 report of Llama-3.2-1B (0.089-0.111 for every module).
+    let nvfp4 = "docs/device-logs/recipe_plans/fp4/numerics_nvfp4.json";
+    let dir = tempfile::tempdir().unwrap();
+    let runs_nvfp4 = |bound: Option<&str>| {
+        let out = dir.path().join(bound.unwrap_or("default"));
+        let mut extra = vec![
+            "--device-profile",
+            "b200",
+            "--recipes",
+            "tensorwise,nvfp4",
+            "--numerics",
+            TENSORWISE,
+            nvfp4,
+        ];
+        if let Some(b) = bound {
+            extra.extend(["--max-quant-error", b]);
+        }
+        let o = gen_policy(&out, &extra);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let text = std::fs::read_to_string(out.join("llama3_2_1b.json")).unwrap();
+        let p: Value = serde_json::from_str(&text).unwrap();
+        p["recipes"]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| {
+                k["eager"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s["recipe"] == "nvfp4")
+            })
+            .count()
+    };
+    assert_eq!(runs_nvfp4(None), 0);
+    assert_eq!(
+        runs_nvfp4(Some("0.12")),
+        4,
+        "every key once the bound admits it"
+    );
+}
