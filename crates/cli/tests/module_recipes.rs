@@ -38,6 +38,23 @@ fn relabelled(dir: &Path, recipe: &str, fc2: f64) -> PathBuf {
     out
 }
 
+/// `te-precision-config` of `policy` at `seq` tokens: its YAML, and the run (stderr).
+fn te_precision(policy: &Path, seq: &str) -> (String, std::process::Output) {
+    let o = fp8sel(&[
+        "te-precision-config",
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        s(policy),
+        "--tp",
+        "1",
+        "--seq-length",
+        seq,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    (common::out(&o), o)
+}
+
 fn gen_policy(out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "gen-policy",
@@ -103,19 +120,7 @@ fn blackwell_recipes_are_chosen_per_module_from_the_cost_models_estimates() {
     );
 
     // Exported: one config per recipe the plan runs at this count, each module on its own.
-    let o = fp8sel(&[
-        "te-precision-config",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        s(&policy),
-        "--tp",
-        "1",
-        "--seq-length",
-        "16384",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let yaml = common::out(&o);
+    let (yaml, o) = te_precision(&policy, "16384");
     assert!(yaml.contains("fp8_quantization_recipe: mxfp8"), "{yaml}");
     assert!(
         yaml.contains("# recipe: tensorwise"),
@@ -198,19 +203,7 @@ fn nvfp4_is_chosen_per_module_on_blackwell_and_exported_as_megatrons_fp4_recipe(
         "some module runs NVFP4 somewhere: {}",
         p["recipes"]
     );
-    let o = fp8sel(&[
-        "te-precision-config",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        s(&policy),
-        "--tp",
-        "1",
-        "--seq-length",
-        "131072",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let yaml = common::out(&o);
+    let (yaml, _) = te_precision(&policy, "131072");
     assert!(yaml.contains("fp4_quantization_recipe: nvfp4"), "{yaml}");
     let fp4 = yaml.split("fp4_quantization_recipe: nvfp4").nth(1).unwrap();
     let block = fp4.split("\n  ").next().unwrap();

@@ -48,19 +48,22 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
     let root = root_with_reports();
     let models = [repo().join("fixtures/models/llama3_2_1b.yaml")];
     let name = PathBuf::from("llama3_2_1b.json");
+    let notes = Notes::default();
+    let run = |files: &mut Files| {
+        step_model_files(
+            root.path(),
+            Path::new(STEP_MODEL_DIR),
+            &models,
+            files,
+            &notes,
+        )
+        .unwrap()
+    };
 
     // The shipped file has TP 1 and TP 2 rules; the reports measured TP 1: the fold stays.
     let shipped = std::fs::read(repo().join("policies/llama3_2_1b.json")).unwrap();
     let mut files: Files = [(name.clone(), shipped.clone())].into();
-    let notes = Notes::default();
-    step_model_files(
-        root.path(),
-        Path::new(STEP_MODEL_DIR),
-        &models,
-        &mut files,
-        &notes,
-    )
-    .unwrap();
+    run(&mut files);
     assert_eq!(files[&name], shipped);
     let said = notes.0.lock().unwrap().join("\n");
     assert!(
@@ -70,14 +73,7 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
 
     // No folded file: the step model's, with its summary.
     let mut files = Files::new();
-    step_model_files(
-        root.path(),
-        Path::new(STEP_MODEL_DIR),
-        &models,
-        &mut files,
-        &notes,
-    )
-    .unwrap();
+    run(&mut files);
     let text = String::from_utf8(files[&name].clone()).unwrap();
     assert!(files.contains_key(Path::new("llama3_2_1b.md")));
     assert!(
@@ -100,13 +96,6 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
 
     // A folded file whose keys it covers: replaced.
     let mut files: Files = [(name.clone(), direct.to_json().into_bytes())].into();
-    step_model_files(
-        root.path(),
-        Path::new(STEP_MODEL_DIR),
-        &models,
-        &mut files,
-        &notes,
-    )
-    .unwrap();
+    run(&mut files);
     assert_eq!(files[&name], text.into_bytes());
 }
