@@ -63,6 +63,8 @@ pub(super) struct Context {
     /// The trainer's execution: the flag, else the config's, else eager.
     pub(super) execution: fp8_policy::Execution,
     pub(super) recipe: Option<Recipe>,
+    /// The base recipe of the policies' per-module recipe plan, if they carry one.
+    pub(super) plan_base: Option<Recipe>,
     pub(super) notes: Vec<String>,
 }
 
@@ -141,6 +143,9 @@ pub(super) fn make_plan(
         Context {
             execution,
             recipe: trainer,
+            plan_base: policies
+                .values()
+                .find_map(|pol| pol.recipe_plan().map(|plan| plan.base)),
             notes,
         },
     ))

@@ -50,12 +50,6 @@ pub struct Args {
     allow_missing: bool,
 }
 
-/// With no recipe given, the one the policy's recipe plan is based on (else blockwise).
-fn plan_base(args: &Args) -> Option<Recipe> {
-    let p = fp8_policy::Policy::load(args.policy.policy.as_ref()?).ok()?;
-    p.recipe_plan().map(|r| r.base)
-}
-
 /// Runs `te-precision-config`.
 pub fn run(args: &Args) -> CliResult {
     let (plan, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
@@ -71,10 +65,8 @@ pub fn run(args: &Args) -> CliResult {
             u.message(&fill)
         )));
     }
-    let recipe = cx
-        .recipe
-        .or_else(|| plan_base(args))
-        .unwrap_or(Recipe::Blockwise);
+    // Unset, the recipe is the one the policy's recipe plan is based on, else blockwise.
+    let recipe = cx.recipe.or(cx.plan_base).unwrap_or(Recipe::Blockwise);
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
     if format == Fp8Format::Hybrid
         && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
