@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fp8_policy::{Execution, KeyRecipes, Recipe, RecipeFrom, RecipePlan, RuleKey};
 
-use crate::numerics::NumericsBound;
+use crate::numerics::{NumericsBound, per_recipe};
 use crate::{MergeError, Merged, RuleOutcome, rule_key};
 
 /// One recipe's merge of its per-module reports in one execution's objective.
@@ -48,16 +48,8 @@ pub fn module_recipe_plan(
             "the per-module recipe choice needs reports of two recipes or more (only {base})"
         )));
     }
-    for r in recipes.iter().filter(|r| **r != base) {
-        if !bounds.iter().any(|b| b.report.recipe == Some(*r)) {
-            return Err(MergeError::Record(format!(
-                "the reports of {r} have no numerics report of {r}: its quantization error is \
-                 unknown, so it cannot be chosen per module; fix: measure it (python -m \
-                 adaptive_fp8.bench.numerics --recipe {r}, which emulates {r} on any GPU) and \
-                 pass it, or leave out {r}"
-            )));
-        }
-    }
+    let listed: Vec<Recipe> = recipes.iter().copied().collect();
+    per_recipe::require(base, &listed, bounds, "the reports of")?;
     // Per execution, per recipe: each key's outcome.
     let mut by: BTreeMap<(Execution, Recipe), BTreeMap<RuleKey, &RuleOutcome>> = BTreeMap::new();
     for m in merges {
@@ -80,24 +72,10 @@ pub fn module_recipe_plan(
         .collect();
     for key in &keys {
         for r in &recipes {
-            for b in bounds.iter().filter(|b| b.report.recipe == Some(*r)) {
-                if !b.covers(component, key) {
-                    return Err(MergeError::Record(format!(
-                        "{}: the numerics report of {r} measured no module of {key} \
-                         ({component}): it is a report of another model; fix: probe this model \
-                         (python -m adaptive_fp8.bench.numerics --model ... --recipe {r})",
-                        b.report.file.display()
-                    )));
-                }
-            }
+            per_recipe::covers(bounds, *r, component, key, "")?;
         }
     }
-    let allowed = |key: &RuleKey, r: Recipe| {
-        bounds
-            .iter()
-            .filter(|b| b.report.recipe == Some(r))
-            .all(|b| b.overrule(component, key).is_none())
-    };
+    let allowed = |key: &RuleKey, r: Recipe| per_recipe::allows(bounds, component, key, r);
     let steps = |key: &RuleKey, e: Execution| {
         let outcomes: Vec<(Recipe, &RuleOutcome)> = recipes
             .iter()

@@ -234,3 +234,66 @@ pub fn parse_numerics(text: &str, file: &Path) -> Result<NumericsReport, MergeEr
         modules,
     })
 }
+
+/// The per-module recipe choices' use of the numerics reports (`model::recipes` and
+/// `module_recipes`): one report per recipe, each bounding a key's modules.
+pub mod per_recipe {
+    use fp8_policy::{Recipe, RuleKey};
+
+    use super::NumericsBound;
+    use crate::MergeError;
+
+    /// Refuses a recipe beside `base` without a report of its own: its error is unknown, so it
+    /// cannot be chosen per module. `what` names its measurements (`the reports of`, ...).
+    pub fn require(
+        base: Recipe,
+        recipes: &[Recipe],
+        bounds: &[NumericsBound],
+        what: &str,
+    ) -> Result<(), MergeError> {
+        match recipes
+            .iter()
+            .find(|r| **r != base && !bounds.iter().any(|b| b.report.recipe == Some(**r)))
+        {
+            Some(r) => Err(MergeError::Record(format!(
+                "{what} {r} have no numerics report of {r}: its quantization error is unknown, \
+                 so it cannot be chosen per module; fix: measure it (python -m \
+                 adaptive_fp8.bench.numerics --recipe {r}, which emulates {r} on any GPU) and pass \
+                 it, or leave out {r}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a report of `r` that measured none of `key`'s modules (of `component`): a
+    /// report of another model. `of` names where the key comes from.
+    pub fn covers(
+        bounds: &[NumericsBound],
+        r: Recipe,
+        component: &str,
+        key: &RuleKey,
+        of: &str,
+    ) -> Result<(), MergeError> {
+        match bounds
+            .iter()
+            .filter(|b| b.report.recipe == Some(r))
+            .find(|b| !b.covers(component, key))
+        {
+            Some(b) => Err(MergeError::Record(format!(
+                "{}: the numerics report of {r} measured no module of {key} ({component}){of}: it \
+                 is a report of another model; fix: probe this model (python -m \
+                 adaptive_fp8.bench.numerics --model ... --recipe {r})",
+                b.report.file.display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether every report of `r` puts every module of `key` within its bound.
+    pub fn allows(bounds: &[NumericsBound], component: &str, key: &RuleKey, r: Recipe) -> bool {
+        bounds
+            .iter()
+            .filter(|b| b.report.recipe == Some(r))
+            .all(|b| b.overrule(component, key).is_none())
+    }
+}

@@ -316,15 +316,7 @@ pub fn mixed_policy(
     let mut recipes: Vec<Recipe> = layouts.iter().map(|(r, _)| *r).collect();
     recipes.sort();
     recipes.dedup();
-    for r in recipes.iter().filter(|r| **r != base) {
-        if !bounds.iter().any(|b| b.report.recipe == Some(*r)) {
-            return Err(crate::MergeError::Record(format!(
-                "the step model's inputs of {r} have no numerics report of {r}: its quantization \
-                 error is unknown, so it cannot be chosen per module; fix: measure it (python -m \
-                 adaptive_fp8.bench.numerics --recipe {r}) and pass it, or leave out the {r} inputs"
-            )));
-        }
-    }
+    crate::numerics::per_recipe::require(base, &recipes, bounds, "the step model's inputs of")?;
     let same = |a: &LayoutModel, b: &LayoutModel| {
         (&a.inputs.model_name, a.inputs.tp, a.inputs.ep, a.inputs.etp)
             == (&b.inputs.model_name, b.inputs.tp, b.inputs.ep, b.inputs.etp)
@@ -339,10 +331,7 @@ pub fn mixed_policy(
             let component = b.inputs.component.as_str();
             uncovered(bounds, &models, b, component)?;
             let allowed = |key: &RuleKey, r: Recipe| {
-                bounds
-                    .iter()
-                    .filter(|x| x.report.recipe == Some(r))
-                    .all(|x| x.overrule(component, key).is_none())
+                crate::numerics::per_recipe::allows(bounds, component, key, r)
             };
             keys.push(RecipeModels { base, models }.plan(margin, &allowed).0);
         }
@@ -360,22 +349,10 @@ fn uncovered(
     layout: &LayoutModel,
     component: &str,
 ) -> Result<(), crate::MergeError> {
+    let of = format!(", a key of {}'s inputs", layout.file.display());
     for (r, _) in models {
-        for bound in bounds.iter().filter(|x| x.report.recipe == Some(*r)) {
-            if let Some(u) = layout
-                .units
-                .iter()
-                .find(|u| !bound.covers(component, &u.key))
-            {
-                return Err(crate::MergeError::Record(format!(
-                    "{}: the numerics report of {r} measured no module of {} ({component}), a \
-                     key of {}'s inputs: it is a report of another model; fix: probe this model \
-                     (python -m adaptive_fp8.bench.numerics --model ... --recipe {r})",
-                    bound.report.file.display(),
-                    u.key,
-                    layout.file.display()
-                )));
-            }
+        for u in &layout.units {
+            crate::numerics::per_recipe::covers(bounds, *r, component, &u.key, &of)?;
         }
     }
     Ok(())
