@@ -457,14 +457,13 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let o = GenOptions { merge, ..o.clone() };
     let mut files = merged_files(&configs, &o, &reports_dir, te, progress)?;
     if let Some(mix) = &o.recipes {
-        let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
         let inputs = crate::module_mix::PlanInputs {
             configs: &configs,
             config_root: o.config_root.as_deref(),
             base: o.measure.recipe.recipe(),
             reports_dir: &reports_dir,
             merge: &o.merge,
-            eager_known,
+            eager_known: eager_known(&o, te),
         };
         crate::module_mix::attach_plans(&mut files, &inputs, mix)?;
     }
@@ -559,6 +558,12 @@ fn resolve_host(
     }
 }
 
+/// Whether the eager objective has a source: the TE backend's own eager times, or a host
+/// profile or floors given.
+fn eager_known(o: &GenOptions, te: bool) -> bool {
+    te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some()
+}
+
 /// The policies, plots and summaries of the measured reports. Where the execution was not
 /// chosen (`MergeOptions::trainer`), one file serves both: GPU time as `min_tokens_graphed` and
 /// the eager objective as `min_tokens`, the TE backend's eager step times or the host profile
@@ -576,17 +581,7 @@ fn merged_files(
     }
     // Without an eager source the eager policy is the GPU times as they are: both thresholds
     // are written, and provenance says the eager one is GPU time alone (`eager_source`).
-    let eager_known = te || o.merge.host_profile.is_some() || o.merge.host_floor_ms.is_some();
-    let graphed = MergeOptions {
-        trainer: Some(fp8_policy::Execution::Graphed),
-        host_profile: None,
-        host_floor_ms: None,
-        ..o.merge.clone()
-    };
-    let eager = MergeOptions {
-        trainer: eager_known.then_some(fp8_policy::Execution::Eager),
-        ..o.merge.clone()
-    };
+    let [graphed, eager] = crate::module_mix::execution_objectives(&o.merge, eager_known(o, te));
     crate::fold::fold_files(
         &build_all_with(configs, root, reports_dir, &graphed, progress)?,
         &build_all_with(configs, root, reports_dir, &eager, progress)?,

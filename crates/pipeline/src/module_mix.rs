@@ -53,21 +53,19 @@ pub fn check_numerics(base: Recipe, mix: &RecipeMix) -> Result<(), String> {
 }
 
 /// Each execution's merge options, as the base policy's files are made: graphed from GPU time,
-/// eager from the eager source where one is known, else GPU time too.
-fn objectives(merge: &MergeOptions, eager_known: bool) -> [(Execution, MergeOptions); 2] {
+/// eager from the eager source where one is known (`eager_known`), else GPU time too.
+pub fn execution_objectives(merge: &MergeOptions, eager_known: bool) -> [MergeOptions; 2] {
     let graphed = MergeOptions {
         trainer: Some(Execution::Graphed),
         host_profile: None,
         host_floor_ms: None,
-        numerics: None,
         ..merge.clone()
     };
     let eager = MergeOptions {
         trainer: eager_known.then_some(Execution::Eager),
-        numerics: None,
         ..merge.clone()
     };
-    [(Execution::Graphed, graphed), (Execution::Eager, eager)]
+    [graphed, eager]
 }
 
 /// What [`attach_plans`] reads: the models, the base recipe's reports and merge settings.
@@ -118,7 +116,13 @@ pub fn attach_plans(files: &mut Files, i: &PlanInputs, mix: &RecipeMix) -> Resul
                     model.name
                 ));
             }
-            for (e, opt) in objectives(i.merge, i.eager_known) {
+            let [graphed, eager] = execution_objectives(i.merge, i.eager_known);
+            for (e, opt) in [(Execution::Graphed, graphed), (Execution::Eager, eager)] {
+                // The choice bounds each recipe by its own report, not one merge by the bound.
+                let opt = MergeOptions {
+                    numerics: None,
+                    ..opt
+                };
                 let m = fp8_merge::merge(&loaded, &opt).map_err(|e| e.to_string())?;
                 merged.push((*r, e, m));
             }
