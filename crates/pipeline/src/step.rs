@@ -23,14 +23,6 @@ use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
 use worker::{Clock, WorkerEnd, first_sentence, read_timed, run_worker};
 
-fn load(config: &Path, root: Option<&Path>) -> Result<ModelDesc, String> {
-    let opt = match root {
-        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
-        None => fp8_engine::LoadOptions::default(),
-    };
-    fp8_engine::load_model_with(config, &opt).map_err(|e| e.to_string())
-}
-
 /// Sweeps every layout of every model through the step worker and writes one policy per model
 /// (`<out>/<model>.json`; a VLM's language model as `<model>.llm.json`), the worker's results
 /// under `<out>/reports/` (or `<reports>/step/`). `say` gets a line per layout.
@@ -55,7 +47,7 @@ pub fn gen_policy_step(
         host: crate::host::HostSource::NotNeeded,
     };
     for config in &o.models {
-        let model = load(config, o.config_root.as_deref())?;
+        let model = crate::build::load_model(config, o.config_root.as_deref())?;
         outcome.notes.extend(model.notes.iter().cloned());
         let layouts = default_layouts(&model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
         if let Some(tp) = megatron_ranks(job, &layouts) {
