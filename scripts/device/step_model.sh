@@ -5,6 +5,7 @@
 # TE install (../shared/tools/te-device), one call per phase, back to back:
 #   bash scripts/device/step_model.sh dense   # the plain `fp8sel gen-policy --model M --tp 1`
 #   bash scripts/device/step_model.sh moe     # (on a GPU with TE: the step model), timed
+#   bash scripts/device/step_model.sh cost    # both, back to back, with each phase's time
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
 #                                             # at, eager and graphed (the policies carried in
 #                                             # devcarry/step_model/)
@@ -15,7 +16,7 @@
 #                                             # (fixtures/models/M.yaml), its documents kept
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, judge, refit or shipped}
+phase=${1:?dense, moe, cost, judge, refit or shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -70,7 +71,16 @@ judge() {  # name, timeout, layers, execution, tokens
   grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
   cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
+phases() {  # log: each worker phase's own clock (its last "[ x s]" line before "wrote")
+  awk '/^\[ *[0-9.]+ s\]/ {match($0, /[0-9.]+/); t=substr($0, RSTART, RLENGTH)} /step_inputs: wrote/ {n++; printf "%s%s %s s", (n>1?", ":""), (n==1?"inputs":(n==2?"check":"recheck")), t} END {print ""}' "$1"
+}
 case $phase in
+cost)
+  for m in Llama-3.1-8B MoE-64x1408; do
+    gen "$m" | grep -E "^gen |held-out"
+    echo "  phases: $(phases "$W/gen_$m.log")"
+  done
+  ;;
 dense)
   gen Llama-3.1-8B
   ;;

@@ -83,6 +83,19 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
         argv.contains("--tokens 1024,2048,4096,8192,16384 --execution eager,graphed"),
         "{argv}"
     );
+    // The check ran in the inputs' worker (served: TE's import paid once), on its own plans.
+    let check = std::fs::read_to_string(
+        dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_check_step.json.argv"),
+    )
+    .unwrap();
+    let pid = |a: &str| a.rsplit_once(" pid=").map(|(_, p)| p.to_owned());
+    assert!(argv.contains("--serve") && pid(&argv).is_some(), "{argv}");
+    assert_eq!(pid(&check), pid(&argv), "{check}");
+    assert!(
+        check.contains("--check") && check.contains("_check_plans") && !argv.contains("--check"),
+        "{check}"
+    );
     // check accepts the policy for the model it was made for.
     let c = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())

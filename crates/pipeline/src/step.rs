@@ -17,6 +17,7 @@ mod committed;
 mod mix;
 mod model;
 pub mod saved;
+mod serve;
 pub(crate) mod worker;
 pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};

@@ -147,3 +147,27 @@ def test_the_writers_documents_match_the_readers_schema_and_a_planted_field_fail
             _check(d, schema, defs)
     plans, pdefs = _schema(root, "adaptive-fp8-step-plans.v1.schema.json")
     _check({"format": si.PLANS_FORMAT, "plans": [{"execution": "graphed", "tokens": 2048, "fp8_groups": ["fc1"]}]}, plans, pdefs)
+
+
+def test_served_the_worker_runs_each_asked_check_then_ends_with_its_input(tmp_path, monkeypatch, capsys):
+    import io
+
+    runs = []
+
+    def fake_run(args, progress=None, **_):
+        runs.append((args.check, args.json))
+        return {"modules": [], "step_times": [], "failed": [], "complete": True}
+
+    monkeypatch.setattr(si, "run", fake_run)
+    monkeypatch.setattr(si, "emit", lambda d, _n, path, _p, quiet: open(path, "w").write("{}"))
+    c = tmp_path / "c.json"
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"check": "p.json", "json": str(c)}) + "\n"))
+    assert si.main(["--model", "m.yaml", "--json", str(tmp_path / "in.json"), "--serve"]) == 0
+    assert runs == [(None, str(tmp_path / "in.json")), ("p.json", str(c))]
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"step_inputs: done {tmp_path / 'in.json'}", f"step_inputs: done {c}"]
+    # A line that is not a check ends the worker with the fix named, on stderr.
+    for line, want in [("{", "not JSON"), (json.dumps({"check": "p"}), 'expected {"check"')]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(line + "\n"))
+        assert si.main(["--model", "m.yaml", "--json", str(tmp_path / "in.json"), "--serve"]) == 2
+        assert want in capsys.readouterr().err

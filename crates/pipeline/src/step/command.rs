@@ -162,15 +162,14 @@ fn layer_args(job: &StepJob) -> Vec<String> {
     a
 }
 
-/// The step model's worker for one layout: its measurements (`check` None) or the check of the
-/// plans file `check`, writing `json`.
+/// The step model's worker for one layout: its measurements, writing `json` (served: the checks
+/// are asked on its stdin, `super::serve`).
 pub(super) fn inputs_command(
     o: &GenOptions,
     job: &StepJob,
     config: &Path,
     p: fp8_engine::Parallel,
     json: &Path,
-    check: Option<&Path>,
 ) -> Vec<String> {
     let mut a = layout_args("adaptive_fp8.bench.step_inputs", job, config, p);
     a.extend(layer_args(job));
@@ -180,9 +179,6 @@ pub(super) fn inputs_command(
         "--json".to_owned(),
         json.display().to_string(),
     ]);
-    if let Some(c) = check {
-        a.extend(["--check".to_owned(), c.display().to_string()]);
-    }
     if let Some(r) = &o.config_root {
         a.extend(["--config-root".to_owned(), r.display().to_string()]);
     }

@@ -12,6 +12,7 @@ use fp8_report::step_inputs::{PlannedStep, StepMode, StepPlans, read_step_inputs
 
 use super::Layout;
 use super::command::{command, inputs_command};
+use super::serve::Served;
 use super::worker::{WorkerEnd, run_worker};
 use crate::generate::GenOutcome;
 
@@ -35,8 +36,9 @@ impl Layout<'_> {
                 .collect::<Vec<_>>()
                 .join(" and ")
         ));
-        let args = inputs_command(self.o, job, self.config, p, &json, None);
-        let end = run_worker(&self.o.python, &args, self.clock, &json)?;
+        let args = inputs_command(self.o, job, self.config, p, &json);
+        // One worker for the inputs and the checks (TE's import and the CUDA start once).
+        let (mut worker, end) = Served::start(&self.o.python, &args, self.clock, &json)?;
         let inputs = match (end, read_step_inputs(&json)) {
             (_, Ok(d)) => d,
             (WorkerEnd::Stopped, Err(_)) => {
@@ -73,7 +75,9 @@ impl Layout<'_> {
         let options = ChoiceOptions::on_layout(self.p.token_step());
         let mut lm =
             LayoutModel::new(inputs, &json, &executions, options).map_err(|e| e.to_string())?;
-        self.check(&mut lm, say, outcome)?;
+        let checked = self.check(&mut lm, &mut worker, say, outcome);
+        worker.end();
+        checked?;
         if job.trainer == "megatron" {
             self.judge(&mut lm, say, outcome)?;
         }
@@ -85,6 +89,7 @@ impl Layout<'_> {
     fn check(
         &self,
         lm: &mut LayoutModel,
+        worker: &mut Served,
         say: &dyn Fn(&str),
         outcome: &mut GenOutcome,
     ) -> Result<(), String> {
@@ -110,15 +115,7 @@ impl Layout<'_> {
             let plans_file = self.json(&format!("_{round}_plans"));
             write_plans(&plans_file, &asked)?;
             let json = self.json(&format!("_{round}"));
-            let args = inputs_command(
-                self.o,
-                self.job,
-                self.config,
-                self.p,
-                &json,
-                Some(&plans_file),
-            );
-            let end = run_worker(&self.o.python, &args, self.clock, &json)?;
+            let end = worker.check(&plans_file, &json, self.clock)?;
             let doc = match read_step_inputs(&json) {
                 Ok(d) => d,
                 Err(e) if end == WorkerEnd::Stopped => {

@@ -56,7 +56,7 @@ const GRACE: Duration = Duration::from_secs(20);
 
 /// Stops a worker at the time limit: SIGTERM (a plain interpreter ends at once: Python keeps the
 /// default action; torchrun's launcher ends its ranks first), then SIGKILL after [`GRACE`].
-fn stop(child: &mut std::process::Child) {
+pub(super) fn stop(child: &mut std::process::Child) {
     #[cfg(unix)]
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: kill(2) on our own child's pid, which `child` has not yet reaped, so the pid
@@ -116,7 +116,7 @@ pub(super) enum WorkerEnd {
 }
 
 /// How often a bounded worker is looked at.
-const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 
 /// Runs `python args...`, writing `json`; the worker's progress goes to stderr, its tables are
 /// not needed (the results are in the JSON it writes). An earlier run's `json` is removed
@@ -130,11 +130,7 @@ pub(super) fn run_worker(
     json: &Path,
 ) -> Result<WorkerEnd, String> {
     let shown = format!("{python} {}", args.join(" "));
-    match std::fs::remove_file(json) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: cannot replace it: {e}", json.display())),
-    }
+    remove_old(json)?;
     let mut child = Command::new(python)
         .args(args)
         .stdout(Stdio::null())
@@ -161,5 +157,15 @@ pub(super) fn run_worker(
         Err(format!(
             "the step worker failed ({status}): `{shown}`; its messages are above"
         ))
+    }
+}
+
+/// Removes an earlier run's `json`, so a worker stopped before its first count leaves none to
+/// be taken for its own.
+pub(super) fn remove_old(json: &Path) -> Result<(), String> {
+    match std::fs::remove_file(json) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("{}: cannot replace it: {e}", json.display())),
     }
 }

@@ -21,6 +21,11 @@ Check (`--check PLANS`): at each count and execution the plans file names, all-B
 each plan (`fp8_groups`) timed as whole steps in interleaved rounds: what the model predicted,
 measured.
 
+Serve (`--serve`, what fp8sel runs): after the first document, the process stays up for the
+layout's checks, so TE's import and the CUDA start are paid once. Each document written is
+announced on stdout (`step_inputs: done PATH`); each stdin line `{"check": PLANS, "json": PATH}`
+then runs one more check; end of input ends the process.
+
 The output (`--json`) is one typed document, format `adaptive-fp8-step-inputs` version 1, read by
 fp8sel (`fp8_report::step_inputs`, which refuses unknown fields); it is rewritten after each
 count, so a run stopped at a time limit keeps what it finished.
@@ -315,6 +320,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
     ap.add_argument("--json", required=True, help="write the document here")
+    ap.add_argument("--serve", action="store_true", help="then run each check asked on stdin (one JSON line: check, json) in this process")
     return ap
 
 
@@ -336,6 +342,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step_inputs: --calibrate {','.join(map(str, outside))} not in --tokens; fix: calibrate at measured counts", file=sys.stderr)
         return 2
     args.tp_comm, args.component = False, "llm"
+    while True:
+        code = _one(args)
+        if code or not args.serve:
+            return code
+        print(f"step_inputs: done {args.json}", flush=True)
+        asked = _asked(sys.stdin.readline())
+        if asked is None:
+            return 0
+        if isinstance(asked, str):
+            print(f"step_inputs: --serve: {asked}", file=sys.stderr)
+            return 2
+        args.check, args.json = asked
+
+
+def _asked(line: str) -> tuple[str, str] | str | None:
+    """One stdin line of `--serve`: (plans, json), None at the end of input, else the error."""
+    if not line.strip():
+        return None
+    try:
+        d = json.loads(line)
+    except ValueError as e:
+        return f"a line that is not JSON ({e}); expected {{\"check\": PLANS, \"json\": PATH}}"
+    if not isinstance(d, dict) or set(d) != {"check", "json"} or not all(isinstance(v, str) and v for v in d.values()):
+        return f"expected {{\"check\": PLANS, \"json\": PATH}}, got {line.strip()[:120]}"
+    return d["check"], d["json"]
+
+
+def _one(args) -> int:
+    """One document: the measurements, or the check of `args.check`."""
     try:
         out = run(args, progress=lambda d: emit(d, "", args.json, None, quiet=True))
     except StepBenchError as e:

@@ -5,7 +5,9 @@ time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the 
 host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
 FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
-It records its command line in <json>.argv (the format has no field for it)."""
+It records its command line in <json>.argv (the format has no field for it); with --serve it then
+runs each check asked on stdin, as the real worker does, and records each check's argv (the
+served command line with that check's --check and --json) the same way."""
 
 from __future__ import annotations
 
@@ -58,9 +60,25 @@ def main() -> int:
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution", "--grad-accum",
                  "--layers", "--dense-layers", "--recipe", "--json", "--check"):
         ap.add_argument(flag)
+    ap.add_argument("--serve", action="store_true")
     a = ap.parse_args()
-    with open(a.json + ".argv", "w") as f:
-        f.write(" ".join(sys.argv[1:]))
+    argv = sys.argv[1:]
+    while True:
+        with open(a.json + ".argv", "w") as f:
+            f.write(" ".join(argv + (["--check", a.check] if a.check else [])) + f" pid={os.getpid()}")
+        one(a)
+        if not a.serve:
+            return 0
+        print(f"step_inputs: done {a.json}", flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        asked = json.loads(line)
+        a.check, a.json = asked["check"], asked["json"]
+        argv = [x for i, x in enumerate(argv) if argv[i - 1] != "--json" and x != "--json"] + ["--json", a.json]
+
+
+def one(a) -> None:
     tp, layers = int(a.tp), int(a.layers)
     RECIPE[0] = a.recipe
     executions = a.execution.split(",")
@@ -103,7 +121,6 @@ def main() -> int:
         json.dump(doc, f)
     os.replace(a.json + ".tmp", a.json)
     print(f"stand-in step_inputs: tp {tp}{' check' if a.check else ''}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
