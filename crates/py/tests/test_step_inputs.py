@@ -91,11 +91,16 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     assert all(set(s) == STEP_FIELDS and s["host_ms"] > 0 and s["gpu_ms"] > 0 for s in doc["step_times"])
     # The check: the plans file's plans, beside all-BF16 and all-FP8.
     plans = tmp_path / "plans.json"
-    plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]}]}))
+    plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]},
+                                                                      {"execution": "eager", "tokens": 64, "fp8_groups": []}]}))
     args = si.parser().parse_args([*base, "--check", str(plans), "--execution", "eager", "--json", str(tmp_path / "c.json")])
     args.calibrate, args.tp_comm, args.component = [], False, "llm"
     doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
-    assert doc["modules"] == [] and [(s["mode"], s["fp8_groups"]) for s in doc["step_times"]][2] == ("plan", ["qkv"])
+    rows = {(s["tokens"], s["mode"]): s for s in doc["step_times"]}
+    assert doc["modules"] == [] and (rows[(128, "plan")]["mode"], rows[(128, "plan")]["fp8_groups"]) == ("plan", ["qkv"])
+    assert rows[(128, "plan")]["wall_ms"] != rows[(128, "bf16")]["wall_ms"]
+    # A plan that is all-BF16 is that step: timed once, the same rounds.
+    assert rows[(64, "plan")]["fp8_groups"] == [] and rows[(64, "plan")]["wall_ms"] == rows[(64, "bf16")]["wall_ms"]
     assert all(s["host_ms"] is None and s["gpu_ms"] is None for s in doc["step_times"])
     _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
 

@@ -19,7 +19,8 @@ optimizer, syncs.
 
 Check (`--check PLANS`): at each count and execution the plans file names, all-BF16, all-FP8 and
 each plan (`fp8_groups`) timed as whole steps in interleaved rounds: what the model predicted,
-measured.
+measured. A plan that is all-BF16 or all-FP8 is that step, timed once (its row has the same
+rounds).
 
 Serve (`--serve`, what fp8sel runs): after the first document, the process stays up for the
 layout's checks, so TE's import and the CUDA start are paid once. Each document written is
@@ -248,19 +249,26 @@ def _tiny_host(bench, sleeper, spec, group: str, on: bool, args, tiny: dict) -> 
 def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log, host_of=None, notes=None) -> list[dict]:
     """Whole steps of each mode, interleaved: wall ms per step; where ``host_of`` is given (the
     calibration), also each mode's GPU ms (its kernels under the profiler) and host ms
-    (``host_of(execution, name, fp8)``: the step at a small count)."""
+    (``host_of(execution, name, fp8)``: the step at a small count). A plan with the FP8 groups
+    of a mode before it (all-BF16 or all-FP8) is that same step: built and timed once, its rows
+    the same rounds."""
     built = []
     for name, on in modes:
+        twin = next((b for b in built if set(b[1]) == set(on)), None)
+        if twin is not None:
+            built.append((name, on, twin[2], twin[3]))
+            continue
         fp8 = {g: g in on for g in groups}
         step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
         bench.check(step, name)
         built.append((name, on, step, []))
+    timed = list({id(b[3]): b for b in built}.values())
     for _ in range(args.rounds):
-        for _name, _on, step, walls in built:
+        for _name, _on, step, walls in timed:
             walls.append(bench.time_ms(step))
     out = []
     for name, on, step, walls in built:
-        row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": walls, "host_ms": None, "gpu_ms": None}
+        row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "host_ms": None, "gpu_ms": None}
         if host_of is not None:
             gpu = sleeper.kernels(step, 2)
             step.losses.clear()
