@@ -176,3 +176,36 @@ def test_served_the_worker_runs_each_asked_check_then_ends_with_its_input(tmp_pa
         monkeypatch.setattr("sys.stdin", io.StringIO(line + "\n"))
         assert si.main(["--model", "m.yaml", "--json", str(tmp_path / "in.json"), "--serve"]) == 2
         assert want in capsys.readouterr().err
+
+
+def test_a_served_check_that_ran_out_of_memory_runs_again_in_a_fresh_interpreter(tmp_path, monkeypatch, capsys):
+    import io
+    import os
+
+    def fake_run(args, progress=None, **_):
+        failed = [{"execution": "eager", "tokens": 1024, "error": "OutOfMemoryError: CUDA out of memory."}] if args.check else []
+        return {"modules": [], "step_times": [], "failed": failed, "complete": True}
+
+    class Exec(Exception):
+        pass
+
+    def fake_exec(path, argv):
+        raise Exec(argv)
+
+    monkeypatch.setattr(si, "run", fake_run)
+    monkeypatch.setattr(si, "emit", lambda *a, **k: None)
+    monkeypatch.setattr(os, "execv", fake_exec)
+    monkeypatch.delenv(si.FRESH, raising=False)
+    argv = ["--model", "m.yaml", "--json", str(tmp_path / "in.json"), "--serve"]
+    monkeypatch.setattr("sys.argv", ["step_inputs.py", *argv])
+    c = tmp_path / "c.json"
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"check": "p.json", "json": str(c)}) + "\n"))
+    with pytest.raises(Exec) as e:
+        si.main(argv)
+    got = e.value.args[0]
+    assert got[1:3] == ["-m", "adaptive_fp8.bench.step_inputs"] and got.count("--json") == 1
+    assert got[-4:] == ["--check", "p.json", "--json", str(c)] and "--serve" in got and "m.yaml" in got
+    assert os.environ[si.FRESH] == "1" and "fresh interpreter" in capsys.readouterr().err
+    # Started afresh, the same check keeps what it measured (no second restart).
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert si.main(["--model", "m.yaml", "--check", "p.json", "--json", str(c), "--serve"]) == 0

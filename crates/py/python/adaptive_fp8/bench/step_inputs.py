@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step_inputs: --serve: {asked}", file=sys.stderr)
             return 2
         args.check, args.json = asked
+        _release()
 
 
 def _asked(line: str) -> tuple[str, str] | str | None:
@@ -377,6 +378,38 @@ def _asked(line: str) -> tuple[str, str] | str | None:
     return d["check"], d["json"]
 
 
+#: Set in a served worker started afresh for a check (so it is done once).
+FRESH = "ADAPTIVE_FP8_STEP_INPUTS_FRESH"
+
+
+def _release() -> None:
+    """What the last document left on the GPU, freed before the next."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _fresh(args, n: int) -> None:
+    """This check again in a fresh interpreter, in this process (exec: the same pid and pipes):
+    `n` of its counts ran out of memory after the documents before it in this worker."""
+    print(f"step_inputs: {n} count(s) of the check ran out of memory in the worker that measured before it; "
+          "timing the check again in a fresh interpreter", file=sys.stderr, flush=True)
+    argv, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a in ("--json", "--check"):
+            skip = True
+        else:
+            argv.append(a)
+    sys.stdout.flush()
+    os.environ[FRESH] = "1"
+    os.execv(sys.executable, [sys.executable, "-m", "adaptive_fp8.bench.step_inputs", *argv, "--check", args.check, "--json", args.json])
+
+
 def _one(args) -> int:
     """One document: the measurements, or the check of `args.check`."""
     try:
@@ -387,6 +420,9 @@ def _one(args) -> int:
     except ImportError as e:
         print(f"step_inputs: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
         return 2
+    oom = [f for f in out["failed"] if "out of memory" in f["error"].lower() or "OutOfMemory" in f["error"]]
+    if args.serve and args.check and oom and not os.environ.get(FRESH):
+        _fresh(args, len(oom))
     emit(out, "", args.json, None, quiet=True)
     print(f"step_inputs: wrote {args.json}: {len(out['modules'])} module rows, {len(out['step_times'])} step rows, {len(out['failed'])} failed", file=sys.stderr)
     return 0
