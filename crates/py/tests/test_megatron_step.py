@@ -361,3 +361,25 @@ def test_a_graphed_release_deletes_megatrons_graphs_before_freeing_the_models(mo
     judge.live = []
     judge.release_graphs("graphed")
     assert calls == ["delete", "empty_cache"] and pool.global_mempool is None
+
+
+def test_the_recipe_each_fp8_module_ran_is_read_from_te():
+    """`Judge.recipes`: TE's `fp8_meta["recipe"]` of each module that ran FP8, by class name."""
+
+    class Float8CurrentScaling:
+        pass
+
+    class Float8BlockScaling:
+        pass
+
+    def te(name, fp8, recipe):
+        cls = type(sorted(ms.TE_CLASSES)[0], (), {})
+        m = cls()
+        m.fp8, m.fp8_meta = fp8, {"recipe": recipe} if recipe is not None else {}
+        return name, m
+
+    mods = [te("a.linear_fc1", True, Float8CurrentScaling()), te("a.linear_fc2", True, Float8BlockScaling()),
+            te("a.linear_qkv", False, Float8BlockScaling()), te("a.linear_proj", True, None)]
+    model = NS(named_modules=lambda: mods)
+    judge = object.__new__(ms.Judge)
+    assert judge.recipes(model) == {"a.linear_fc1": "Float8CurrentScaling", "a.linear_fc2": "Float8BlockScaling"}

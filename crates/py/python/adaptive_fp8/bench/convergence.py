@@ -190,6 +190,11 @@ def run(args: Any, log=print) -> dict:
                 fp8_groups = sorted({plan_name(n) for n, on in seen.items() if on})
                 all_groups = sorted({plan_name(n) for n in seen})
                 log(f"  {mode}: FP8 groups in the step: {', '.join(fp8_groups) or 'none'}", file=sys.stderr)
+                ran = {}
+                for n, r in trainer.judge.recipes(model).items():
+                    ran.setdefault(plan_name(n), set()).add(r)
+                if ran:
+                    log(f"  {mode}: recipes in the step: " + "; ".join(f"{g} {'/'.join(sorted(r))}" for g, r in sorted(ran.items())), file=sys.stderr)
             if (i + 1) % args.eval_every == 0 or i + 1 == len(train):
                 evals.append([i + 1, trainer.eval_loss(model, held)])
                 log(f"  {mode} step {i + 1}/{len(train)}: loss {loss:.4f}, held-out {evals[-1][1]:.4f}", file=sys.stderr)

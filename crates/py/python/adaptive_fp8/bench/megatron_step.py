@@ -264,6 +264,16 @@ class Judge:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
         return {n: bool(getattr(m, "fp8", False)) for n, m in self._te_modules(model)}
 
+    def recipes(self, model) -> dict[str, str]:
+        """The recipe each FP8 TE module ran its last forward under (TE keeps it in
+        ``fp8_meta["recipe"]``), by module path: its class name (``Float8CurrentScaling``...)."""
+        out = {}
+        for n, m in self._te_modules(model):
+            r = (getattr(m, "fp8_meta", None) or {}).get("recipe") if getattr(m, "fp8", False) else None
+            if r is not None:
+                out[n] = type(r).__name__
+        return out
+
     def te_classes(self, model) -> dict[str, str]:
         """Each TE module's class, by module path."""
         return {n: type(m).__name__ for n, m in self._te_modules(model)}
