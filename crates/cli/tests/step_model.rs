@@ -39,6 +39,7 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
         e.contains("stand-in step_inputs: tp 1 check"),
         "the check ran: {e}"
     );
+    assert!(e.contains("timed with the inputs"), "{e}");
     assert!(e.contains("held-out step(s) the model was within"), "{e}");
     let p = policy(dir.path());
     let fc1 = rule(&p, "layernorm_column", "fc1");
@@ -197,4 +198,42 @@ fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_m
         .as_u64()
         .unwrap();
     assert!(fc1 > 8192, "{fc1}");
+}
+
+#[test]
+fn merge_policy_from_the_saved_reports_remakes_gen_policys_policy() {
+    // The shipped policies are made from saved reports (fp8_pipeline::step::saved): the same
+    // choice, the check's rows (those the inputs timed included) and the same rules.
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(dir.path(), &[], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let reports = dir.path().join("reports");
+    let f = |tail: &str| reports.join(format!("llama3_2_1b_tp1_ep1_etp1_{tail}_step.json"));
+    let out = dir.path().join("again.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    cmd.args(["merge-policy", "--step-model"])
+        .arg(f("inputs"))
+        .arg("--step-check")
+        .arg(f("check"));
+    if f("recheck").exists() {
+        cmd.arg(f("recheck"));
+    }
+    let m = cmd.arg("--output").arg(&out).output().unwrap();
+    assert_eq!(m.status.code(), Some(0), "{}", err(&m));
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let made = policy(dir.path());
+    assert_eq!(again["rules"], made["rules"]);
+    let checked = |p: &serde_json::Value| p["provenance"]["step"]["model"][0]["check"].clone();
+    assert_eq!(checked(&again), checked(&made));
+    // Some rows came from the inputs (a calibrated count's all-BF16 plan), not the check file.
+    let check_file = std::fs::read_to_string(f("check")).unwrap();
+    let n_file = serde_json::from_str::<serde_json::Value>(&check_file).unwrap()["step_times"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(
+        checked(&made).as_array().unwrap().len() > n_file,
+        "{n_file}"
+    );
 }

@@ -123,3 +123,54 @@ pub fn guard(
     }
     moved
 }
+
+/// A plan the check would time, its count and execution: `(execution, count, FP8 groups)`.
+pub type CheckPlan = (Execution, u64, Vec<String>);
+
+/// Splits the check's plans: a plan at a count the inputs calibrated (whole steps timed there in
+/// all-BF16 and all-FP8, interleaved) that is all-BF16 or all-FP8 is a step already timed, so
+/// its rows come from the inputs (its plan row the same rounds as its twin); the rest are to be
+/// timed. Returns the timed rows as a check document (empty `step_times` when none) and the
+/// plans left.
+pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs, Vec<CheckPlan>) {
+    let mut known = StepInputs {
+        modules: Vec::new(),
+        step_times: Vec::new(),
+        failed: Vec::new(),
+        notes: Vec::new(),
+        ..inputs.clone()
+    };
+    let mut left = Vec::new();
+    for p in plans {
+        let (e, t, groups) = p;
+        let row = |mode: StepMode| {
+            inputs
+                .step_times
+                .iter()
+                .find(|s| s.execution == *e && s.tokens == *t && s.mode == mode)
+        };
+        let wanted: BTreeSet<String> = groups.iter().cloned().collect();
+        let twin = match (row(StepMode::Bf16), row(StepMode::Fp8)) {
+            (Some(b), Some(f)) if wanted.is_empty() || wanted == f.fp8_groups => {
+                Some((b, f, if wanted.is_empty() { b } else { f }))
+            }
+            _ => None,
+        };
+        let Some((b, f, twin)) = twin else {
+            left.push(p.clone());
+            continue;
+        };
+        let mut plan = twin.clone();
+        plan.mode = StepMode::Plan;
+        plan.fp8_groups = wanted;
+        plan.host_ms = None;
+        plan.gpu_ms = None;
+        for r in [b, f] {
+            if !known.step_times.contains(r) {
+                known.step_times.push(r.clone());
+            }
+        }
+        known.step_times.push(plan);
+    }
+    (known, left)
+}

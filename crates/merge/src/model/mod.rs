@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use fp8_policy::Execution;
 use fp8_report::step_inputs::StepInputs;
 
-pub use check::{CheckRow, compare, guard};
+pub use check::{CheckPlan, CheckRow, compare, guard, timed_in_inputs};
 pub use choose::{
     Choice, ChoiceOptions, SEQUENCE_GRAIN, Unit, UnitThreshold, choose, grid, thresholds, units,
 };
@@ -230,6 +230,8 @@ impl LayoutModel {
     }
 }
 
+#[cfg(test)]
+mod check_tests;
 #[cfg(test)]
 mod noise_tests;
 #[cfg(test)]

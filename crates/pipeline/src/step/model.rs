@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use fp8_merge::model::{ChoiceOptions, LayoutModel};
+use fp8_merge::model::{ChoiceOptions, LayoutModel, timed_in_inputs};
 use fp8_policy::Execution;
 use fp8_report::step_inputs::{PlannedStep, StepMode, StepPlans, read_step_inputs};
 
@@ -95,16 +95,27 @@ impl Layout<'_> {
     ) -> Result<(), String> {
         let at = format!("{} {}", self.model, self.p);
         let plans = lm.check_plans();
+        // A calibrated count's all-BF16 or all-FP8 plan: the inputs timed that step already.
+        let (known, to_time) = timed_in_inputs(&lm.inputs, &plans);
         say(&format!(
-            "{at}: checking the model's plans in whole steps at {} count(s)",
-            plans.len()
+            "{at}: checking the model's plans in whole steps at {} count(s) ({} of them timed \
+             with the inputs: a calibrated count's all-BF16 or all-FP8 plan)",
+            plans.len(),
+            plans.len() - to_time.len()
         ));
+        if !known.step_times.is_empty() {
+            lm.add_check(&known);
+        }
         let mut wanted: Option<BTreeSet<(Execution, u64)>> = None;
         for round in ["check", "recheck"] {
-            let asked: Vec<&(Execution, u64, Vec<String>)> = plans
-                .iter()
-                .filter(|(e, t, _)| wanted.as_ref().is_none_or(|w| w.contains(&(*e, *t))))
-                .collect();
+            // The check times what the inputs did not; the recheck any count it asks for.
+            let asked: Vec<&(Execution, u64, Vec<String>)> = match &wanted {
+                None => to_time.iter().collect(),
+                Some(w) => plans
+                    .iter()
+                    .filter(|(e, t, _)| w.contains(&(*e, *t)))
+                    .collect(),
+            };
             if asked.is_empty() {
                 break;
             }

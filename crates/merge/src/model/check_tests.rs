@@ -1,0 +1,64 @@
+//! The check's plans already timed by the inputs: a calibrated count's all-BF16 or all-FP8 plan.
+
+use fp8_policy::Execution;
+use fp8_report::step_inputs::StepMode;
+
+use super::check::{CheckPlan, timed_in_inputs};
+use super::tests::{CAL, SWEPT, dense, model};
+
+#[test]
+fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
+    let s = dense(1.0);
+    let mut m = model(&s, &SWEPT, &CAL);
+    let all: Vec<String> = m
+        .inputs
+        .step_times
+        .iter()
+        .find(|r| r.mode == StepMode::Fp8)
+        .unwrap()
+        .fp8_groups
+        .iter()
+        .cloned()
+        .collect();
+    let (e, g) = (Execution::Eager, Execution::Graphed);
+    let plans: Vec<CheckPlan> = vec![
+        (e, 1024, vec![]),                 // calibrated, all-BF16: from the inputs
+        (e, 16384, all.clone()),           // calibrated, all-FP8: from the inputs
+        (g, 4096, vec![all[0].clone()]),   // calibrated, a mix: timed
+        (e, 2048, vec![]),                 // not calibrated: timed
+        (g, 1024, vec!["no_such".into()]), // not all-FP8: timed
+    ];
+    let (known, left) = timed_in_inputs(&m.inputs, &plans);
+    assert_eq!(left, plans[2..].to_vec());
+    assert!(known.modules.is_empty() && known.failed.is_empty());
+    let rows: Vec<(Execution, u64, StepMode)> = known
+        .step_times
+        .iter()
+        .map(|r| (r.execution, r.tokens, r.mode))
+        .collect();
+    use StepMode::{Bf16, Fp8, Plan};
+    assert_eq!(
+        rows,
+        [
+            (e, 1024, Bf16),
+            (e, 1024, Fp8),
+            (e, 1024, Plan),
+            (e, 16384, Bf16),
+            (e, 16384, Fp8),
+            (e, 16384, Plan)
+        ]
+    );
+    // The plan row is its twin's rounds, named as the plan (no host or GPU time of its own).
+    let plan = &known.step_times[5];
+    assert_eq!(plan.wall_ms, known.step_times[4].wall_ms);
+    assert!(plan.host_ms.is_none() && plan.gpu_ms.is_none());
+    assert_eq!(plan.fp8_groups.iter().cloned().collect::<Vec<_>>(), all);
+    // Checked as any check's rows: calibrated, the BF16 twin exactly 1 x BF16, never a loss.
+    m.add_check(&known);
+    let bf16_plan = m
+        .check
+        .iter()
+        .find(|r| r.mode == Plan && r.tokens == 1024)
+        .unwrap();
+    assert!(bf16_plan.calibrated && bf16_plan.vs_bf16 == (1.0, 1.0, 1.0) && !bf16_plan.loses());
+}
