@@ -9,6 +9,10 @@
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
 #   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
+#   bash scripts/device/regen_shipped.sh judge M... # the shipped policies/M.json (once made by
+#       the step model) in upstream GPTModel at TP 1, 2 layers, at counts no policy was made at
+#       (eager 3072 and 7168, graphed 6144; 21 interleaved rounds, hook and native), each M
+#       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. Commit each row's logs under
 # docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
 # under reports/h200/step_model/: `cargo xtask gen-policy --check` (fp8_pipeline::shipped) then
@@ -26,6 +30,24 @@ D=docs/device-logs/regen_shipped
 ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4)
+if [ "${1:-}" = judge ]; then
+  shift
+  mkdir -p "$W/judge"
+  for m in "$@"; do
+    for ex in eager:3072,7168 graphed:6144; do
+      [ "$(left)" -lt 150 ] && { echo "judge $m ${ex%%:*}: next call ($(left) s left)"; continue; }
+      tag=${m}_${ex%%:*}
+      t1=$(date +%s)
+      timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "fixtures/models/$m.yaml" \
+        --tp 1 --policy "policies/$m.json" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers 2 --repeats 21 \
+        --json "$W/judge/$tag.json" --md "$W/judge/$tag.md" > "$W/judge/$tag.log" 2>&1
+      echo "judge $tag rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/judge/steps.txt"
+      tar -C /tmp -czf "$OUT/regen_judge.tar.gz" regen/judge
+    done
+  done
+  for f in "$W"/judge/*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -14; }; done
+  exit 0
+fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
