@@ -174,3 +174,50 @@ pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs,
     }
     (known, left)
 }
+
+/// The same step timed twice: all-BF16 or all-FP8 at a count and execution the inputs timed,
+/// timed again by a check in its own rounds. What separates the two is the step's own
+/// repeatability, a floor under any model's error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RepeatRow {
+    /// Eager or graphed.
+    pub execution: Execution,
+    /// The count.
+    pub tokens: u64,
+    /// All-BF16 or all-FP8.
+    pub mode: StepMode,
+    /// The inputs' median wall ms.
+    pub inputs_ms: f64,
+    /// The check's median wall ms.
+    pub check_ms: f64,
+    /// `check_ms / inputs_ms - 1`.
+    pub change: f64,
+}
+
+/// Every step `check` timed again of those `inputs` timed (rows with the inputs' own rounds,
+/// [`timed_in_inputs`], are the same measurement and left out).
+pub fn repeats(inputs: &StepInputs, check: &StepInputs) -> Vec<RepeatRow> {
+    let mut out = Vec::new();
+    for c in check.step_times.iter().filter(|c| c.mode != StepMode::Plan) {
+        let Some(i) = inputs
+            .step_times
+            .iter()
+            .find(|i| (i.execution, i.tokens, i.mode) == (c.execution, c.tokens, c.mode))
+        else {
+            continue;
+        };
+        if i.wall_ms == c.wall_ms || i.wall_ms.is_empty() || c.wall_ms.is_empty() {
+            continue;
+        }
+        let (a, b) = (median(&i.wall_ms), median(&c.wall_ms));
+        out.push(RepeatRow {
+            execution: c.execution,
+            tokens: c.tokens,
+            mode: c.mode,
+            inputs_ms: a,
+            check_ms: b,
+            change: b / a - 1.0,
+        });
+    }
+    out
+}

@@ -62,3 +62,37 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
         .unwrap();
     assert!(bf16_plan.calibrated && bf16_plan.vs_bf16 == (1.0, 1.0, 1.0) && !bf16_plan.loses());
 }
+
+#[test]
+fn the_same_step_timed_again_by_the_check_measures_the_steps_repeatability() {
+    let s = dense(1.0);
+    let mut m = model(&s, &SWEPT, &CAL);
+    // The inputs' own rounds (a plan the inputs timed) are the same measurement: no repeat.
+    let plans: Vec<CheckPlan> = vec![(Execution::Eager, 1024, vec![])];
+    let (known, _) = timed_in_inputs(&m.inputs, &plans);
+    m.add_check(&known);
+    assert!(m.repeats.is_empty() && m.repeatability().is_none());
+    // A check that timed all-BF16 at 4096 again, 5% slower, and a plan beside it.
+    let mut again = known.clone();
+    let mut bf16 = m
+        .inputs
+        .step_times
+        .iter()
+        .find(|r| r.execution == Execution::Eager && r.tokens == 4096 && r.mode == StepMode::Bf16)
+        .unwrap()
+        .clone();
+    bf16.wall_ms = bf16.wall_ms.iter().map(|w| w * 1.05).collect();
+    let mut plan = bf16.clone();
+    plan.mode = StepMode::Plan;
+    again.step_times = vec![bf16, plan];
+    m.add_check(&again);
+    assert_eq!(m.repeats.len(), 1, "{:?}", m.repeats);
+    let r = &m.repeats[0];
+    assert_eq!((r.tokens, r.mode), (4096, StepMode::Bf16));
+    assert!((r.change - 0.05).abs() < 1e-9, "{r:?}");
+    let (med, worst) = m.repeatability().unwrap();
+    assert!((med - 0.05).abs() < 1e-9 && (worst - 0.05).abs() < 1e-9);
+    // Timed once more, the later timing replaces the earlier.
+    m.add_check(&again);
+    assert_eq!(m.repeats.len(), 1);
+}

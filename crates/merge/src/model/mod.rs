@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use fp8_policy::Execution;
 use fp8_report::step_inputs::StepInputs;
 
-pub use check::{CheckPlan, CheckRow, compare, guard, timed_in_inputs};
+pub use check::{CheckPlan, CheckRow, RepeatRow, compare, guard, repeats, timed_in_inputs};
 pub use choose::{
     Choice, ChoiceOptions, SEQUENCE_GRAIN, Unit, UnitThreshold, choose, grid, thresholds, units,
 };
@@ -88,6 +88,8 @@ pub struct LayoutModel {
     pub check: Vec<CheckRow>,
     /// `(execution, count)` where the check measured the plan slower than BF16, moving its keys.
     pub guarded: Vec<(Execution, u64)>,
+    /// The steps the check timed again of those the inputs timed: the step's repeatability.
+    pub repeats: Vec<RepeatRow>,
     /// The policy modes a judge (the Megatron one, `--step-trainer megatron`) timed against
     /// all-BF16 at the check's counts.
     pub judged: Vec<crate::step::JudgedPolicy>,
@@ -138,6 +140,7 @@ impl LayoutModel {
             choices,
             check: Vec::new(),
             guarded: Vec::new(),
+            repeats: Vec::new(),
             judged: Vec::new(),
             options,
         })
@@ -200,6 +203,19 @@ impl LayoutModel {
             .collect();
         self.guard(&losses);
         self.check.extend(rows);
+        let again = repeats(&self.inputs, check);
+        self.repeats.retain(|old| {
+            !again
+                .iter()
+                .any(|r| (r.execution, r.tokens, r.mode) == (old.execution, old.tokens, old.mode))
+        });
+        self.repeats.extend(again);
+    }
+
+    /// The median and largest `|change|` of [`LayoutModel::repeats`], `None` without any.
+    pub fn repeatability(&self) -> Option<(f64, f64)> {
+        let v: Vec<f64> = self.repeats.iter().map(|r| r.change.abs()).collect();
+        (!v.is_empty()).then(|| (curve::median(&v), v.iter().copied().fold(0.0, f64::max)))
     }
 }
 

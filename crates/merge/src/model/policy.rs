@@ -146,7 +146,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "inputs": l.file.display().to_string(),
         "tp": l.inputs.tp, "ep": l.inputs.ep, "etp": l.inputs.etp, "layers": l.inputs.layers, "layer_types": l.inputs.layer_types,
         "swept": l.swept, "fits": fits, "thresholds": thresholds,
-        "check": l.check, "held_out_worst_error": worst,
+        "check": l.check, "held_out_worst_error": worst, "repeats": l.repeats,
         "disagreements": l.check.iter().filter(|r| r.disagrees).collect::<Vec<_>>(),
         "judged": l.judged,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),

@@ -86,6 +86,15 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
             "\n{off} of {} checked step(s) off the model by more than 3% and their noise.",
             l.check.len()
         );
+        if let Some((med, worst)) = l.repeatability() {
+            let _ = writeln!(
+                s,
+                "The same step timed twice (all-BF16 or all-FP8 in the inputs, again in the check, {} step(s)): median {:.1}%, up to {:.1}% apart, a floor under the model's error.",
+                l.repeats.len(),
+                100.0 * med,
+                100.0 * worst
+            );
+        }
         for (e, t) in &l.guarded {
             let _ = writeln!(
                 s,

@@ -283,9 +283,18 @@ fn summary(at: &str, lm: &LayoutModel) -> String {
         return format!("{at}: modelled; no count held out of the calibration was checked");
     }
     let worst = held.iter().copied().fold(0.0, f64::max);
-    format!(
-        "{at}: modelled; at {} held-out step(s) the model was within {:.1}% of the step (worst)",
+    let mut line = format!(
+        "{at}: modelled; at {} held-out step(s) the model was within {:.1}% of the step (worst; median {:.1}%)",
         held.len(),
-        100.0 * worst
-    )
+        100.0 * worst,
+        100.0 * fp8_merge::model::curve::median(&held)
+    );
+    if let Some((med, most)) = lm.repeatability() {
+        line.push_str(&format!(
+            "; the same step timed twice differed by {:.1}% (median), up to {:.1}%",
+            100.0 * med,
+            100.0 * most
+        ));
+    }
+    line
 }
