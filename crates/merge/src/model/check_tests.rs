@@ -96,3 +96,38 @@ fn the_same_step_timed_again_by_the_check_measures_the_steps_repeatability() {
     m.add_check(&again);
     assert_eq!(m.repeats.len(), 1);
 }
+
+#[test]
+fn a_loss_the_recheck_times_again_guards_only_if_the_recheck_confirms_it() {
+    let s = dense(1.0);
+    let fresh = model(&s, &SWEPT, &CAL);
+    let (_, _, groups) = fresh
+        .check_plans()
+        .into_iter()
+        .find(|(e, t, g)| *e == Execution::Eager && *t == 16384 && !g.is_empty())
+        .expect("FP8 at 16384");
+    let on: std::collections::BTreeSet<&str> = groups.iter().map(String::as_str).collect();
+    let step = |slower: f64| {
+        let mut doc = s.inputs(&[], &[]);
+        let base = s.step_row(Execution::Eager, 16384, StepMode::Bf16, &Default::default());
+        let mut plan = s.step_row(Execution::Eager, 16384, StepMode::Plan, &on);
+        plan.wall_ms = base.wall_ms.iter().map(|w| w * slower).collect();
+        doc.step_times = vec![base, plan];
+        doc
+    };
+    let (lost, fine) = (step(1.15), step(0.9));
+    // The check lost there; the re-timing did not: no guard, the re-timing's rows stand.
+    let mut m = fresh.clone();
+    m.add_checks(&[&lost, &fine]);
+    assert!(m.guarded.is_empty(), "{:?}", m.guarded);
+    assert_eq!(m.thresholds, fresh.thresholds);
+    assert!(m.check.iter().all(|r| !r.loses()));
+    // Confirmed by the re-timing: guarded once.
+    let mut m = fresh.clone();
+    m.add_checks(&[&lost, &lost]);
+    assert_eq!(m.guarded, vec![(Execution::Eager, 16384)]);
+    // Not timed again: guarded.
+    let mut m = fresh.clone();
+    m.add_checks(&[&lost]);
+    assert_eq!(m.guarded, vec![(Execution::Eager, 16384)]);
+}

@@ -190,6 +190,27 @@ impl LayoutModel {
     /// Adds a check's timings: compares them with the model and guards the thresholds.
     /// A count checked again replaces its earlier rows.
     pub fn add_check(&mut self, check: &StepInputs) {
+        self.add_checks(&[check]);
+    }
+
+    /// Adds checks in the order they ran: a later one's rows replace an earlier one's at the
+    /// counts it timed again, and a loss guards its keys only where no later check timed that
+    /// count again (a loss is confirmed first: the re-timing decides).
+    pub fn add_checks(&mut self, checks: &[&StepInputs]) {
+        for (i, check) in checks.iter().enumerate() {
+            let later: std::collections::BTreeSet<(Execution, u64)> = checks[i + 1..]
+                .iter()
+                .flat_map(|c| c.step_times.iter().map(|s| (s.execution, s.tokens)))
+                .collect();
+            self.add_one(check, &later);
+        }
+    }
+
+    fn add_one(
+        &mut self,
+        check: &StepInputs,
+        later: &std::collections::BTreeSet<(Execution, u64)>,
+    ) {
         let rows = compare(&self.fits, check);
         self.check.retain(|old| {
             !rows
@@ -198,7 +219,7 @@ impl LayoutModel {
         });
         let losses: Vec<_> = rows
             .iter()
-            .filter(|r| r.loses())
+            .filter(|r| r.loses() && !later.contains(&(r.execution, r.tokens)))
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
         self.guard(&losses);

@@ -142,7 +142,7 @@ impl Synth {
         }
     }
 
-    fn step_row(
+    pub(super) fn step_row(
         &self,
         execution: Execution,
         t: u64,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use fp8_merge::model::{ChoiceOptions, LayoutModel, timed_in_inputs};
 use fp8_policy::Execution;
-use fp8_report::step_inputs::{PlannedStep, StepMode, StepPlans, read_step_inputs};
+use fp8_report::step_inputs::{PlannedStep, StepInputs, StepMode, StepPlans, read_step_inputs};
 
 use super::Layout;
 use super::command::{command, inputs_command};
@@ -103,61 +103,62 @@ impl Layout<'_> {
             plans.len(),
             plans.len() - to_time.len()
         ));
+        let json = self.json("_check");
+        let timed = if to_time.is_empty() {
+            Some(None)
+        } else {
+            self.time_plans(
+                "check",
+                &to_time.iter().collect::<Vec<_>>(),
+                worker,
+                outcome,
+            )?
+            .map(Some)
+        };
+        let Some(timed) = timed else {
+            return Ok(());
+        };
+        // One check document: the worker's steps and the inputs' (saved so, as the saved
+        // path reads it back).
+        let mut first = timed.unwrap_or_else(|| StepInputs {
+            step_times: Vec::new(),
+            ..known.clone()
+        });
+        first.step_times.extend(known.step_times.iter().cloned());
+        if first.step_times.is_empty() {
+            return Ok(());
+        }
         if !known.step_times.is_empty() {
-            lm.add_check(&known);
+            first.notes.push(format!(
+                "{} step(s) of all-BF16 and all-FP8 at calibrated counts are the inputs' own rounds (fp8_merge::model::timed_in_inputs)",
+                known.step_times.len()
+            ));
+            fp8_io::write_atomic(&json, first.to_json().as_bytes()).map_err(|e| e.to_string())?;
         }
-        let mut wanted: Option<BTreeSet<(Execution, u64)>> = None;
-        for round in ["check", "recheck"] {
-            // The check times what the inputs did not; the recheck any count it asks for.
-            let asked: Vec<&(Execution, u64, Vec<String>)> = match &wanted {
-                None => to_time.iter().collect(),
-                Some(w) => plans
-                    .iter()
-                    .filter(|(e, t, _)| w.contains(&(*e, *t)))
-                    .collect(),
-            };
-            if asked.is_empty() {
-                break;
-            }
-            if self.clock.out() {
-                outcome.notes.push(format!("{at}: the {round} was skipped, the time limit ran out; the thresholds are the model's alone"));
-                break;
-            }
-            let plans_file = self.json(&format!("_{round}_plans"));
-            write_plans(&plans_file, &asked)?;
-            let json = self.json(&format!("_{round}"));
-            let end = worker.check(&plans_file, &json, self.clock)?;
-            let doc = match read_step_inputs(&json) {
-                Ok(d) => d,
-                Err(e) if end == WorkerEnd::Stopped => {
-                    outcome.notes.push(format!(
-                        "{at}: the {round} stopped at the time limit before a count ended ({e})"
-                    ));
-                    break;
-                }
-                Err(e) => return Err(e.to_string()),
-            };
-            outcome.reports.push(json);
-            lm.add_check(&doc);
-            // Timed again: the counts where the model's plan measured slower than BF16 and the
-            // model disagrees with the step (a loss the guard would act on, confirmed first).
-            let off: BTreeSet<(Execution, u64)> = lm
-                .check
+        outcome.reports.push(json);
+        // Timed again before the guard acts: the counts where the model's plan measured slower
+        // than BF16 and the model disagrees with the step.
+        let off: BTreeSet<(Execution, u64)> = fp8_merge::model::compare(&lm.fits, &first)
+            .iter()
+            .filter(|r| r.disagrees && r.mode == StepMode::Plan && r.vs_bf16.0 > 1.0)
+            .map(|r| (r.execution, r.tokens))
+            .collect();
+        let mut docs = vec![first];
+        if !off.is_empty() {
+            say(&format!(
+                "{at}: the model's plan measured slower than BF16 at {} count(s), beyond the model; timing them again",
+                off.len()
+            ));
+            let asked: Vec<&(Execution, u64, Vec<String>)> = plans
                 .iter()
-                .filter(|r| r.disagrees && r.mode == StepMode::Plan && r.vs_bf16.0 > 1.0)
-                .map(|r| (r.execution, r.tokens))
+                .filter(|(e, t, _)| off.contains(&(*e, *t)))
                 .collect();
-            if off.is_empty() {
-                break;
+            if let Some(again) = self.time_plans("recheck", &asked, worker, outcome)? {
+                outcome.reports.push(self.json("_recheck"));
+                docs.push(again);
             }
-            if round == "check" {
-                say(&format!(
-                    "{at}: the model's plan measured slower than BF16 at {} count(s), beyond the model; timing them again",
-                    off.len()
-                ));
-            }
-            wanted = Some(off);
         }
+        lm.add_checks(&docs.iter().collect::<Vec<_>>());
         let left: Vec<String> = lm
             .check
             .iter()
@@ -184,6 +185,37 @@ impl Layout<'_> {
 }
 
 impl Layout<'_> {
+    /// One round of the check (`round`: check or recheck): `asked` timed by the served worker
+    /// into `<layout>_<round>_step.json`; `None` (with a note) where the time limit left no
+    /// count of it.
+    fn time_plans(
+        &self,
+        round: &str,
+        asked: &[&(Execution, u64, Vec<String>)],
+        worker: &mut Served,
+        outcome: &mut GenOutcome,
+    ) -> Result<Option<StepInputs>, String> {
+        let at = format!("{} {}", self.model, self.p);
+        if self.clock.out() {
+            outcome.notes.push(format!("{at}: the {round} was skipped, the time limit ran out; the thresholds are the model's alone"));
+            return Ok(None);
+        }
+        let plans_file = self.json(&format!("_{round}_plans"));
+        write_plans(&plans_file, asked)?;
+        let json = self.json(&format!("_{round}"));
+        let end = worker.check(&plans_file, &json, self.clock)?;
+        match read_step_inputs(&json) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if end == WorkerEnd::Stopped => {
+                outcome.notes.push(format!(
+                    "{at}: the {round} stopped at the time limit before a count ended ({e})"
+                ));
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// `--step-trainer megatron`: the layout's policy as it stands, judged in upstream
     /// `GPTModel` (the Megatron judge, through the hook and the native config) at the check's
     /// counts; a policy mode slower than BF16 there moves its keys above that count.

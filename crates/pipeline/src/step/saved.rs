@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fp8_merge::model::{ChoiceOptions, LayoutModel, timed_in_inputs};
+use fp8_merge::model::{ChoiceOptions, LayoutModel};
 use fp8_merge::numerics::NumericsBound;
 use fp8_policy::{Execution, Policy, Recipe};
 use fp8_report::step_inputs::{StepInputs, read_step_inputs};
@@ -52,21 +52,7 @@ pub fn layout_models(
             .iter()
             .filter(|c| layout(c) == mine && c.fp8_recipe == fp8_recipe)
             .collect();
-        // As gen-policy checks: first the plans the inputs timed (where no check timed them).
-        let (mut known, _) = timed_in_inputs(&lm.inputs, &lm.check_plans());
-        known.step_times.retain(|r| {
-            !own.iter().any(|c| {
-                c.step_times
-                    .iter()
-                    .any(|s| s.execution == r.execution && s.tokens == r.tokens)
-            })
-        });
-        if !known.step_times.is_empty() {
-            lm.add_check(&known);
-        }
-        for c in own {
-            lm.add_check(c);
-        }
+        lm.add_checks(&own);
         out.push((recipe, lm));
     }
     Ok(out)
