@@ -16,8 +16,6 @@ W=/tmp/om
 mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
-FP8SEL=$PWD/devcarry/fp8sel
-chmod +x "$FP8SEL"
 
 # Qwen2.5-14B (dense, GQA) and Qwen1.5-MoE-A2.7B (60 experts, top-4, a shared expert), from
 # their public config.json dimensions.

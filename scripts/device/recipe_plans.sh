@@ -35,8 +35,6 @@ T0=$(date +%s)
 mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
-FP8SEL=$PWD/devcarry/fp8sel
-chmod +x "$FP8SEL"
 L8=/tmp/rc/Llama-3.1-8B/config.json
 mkdir -p "$(dirname $L8)"
 cat > "$L8" <<'JSON'

@@ -24,8 +24,6 @@ T0=$(date +%s)
 mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
-FP8SEL=$PWD/devcarry/fp8sel
-chmod +x "$FP8SEL"
 D=docs/device-logs/regen_shipped
 ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8

@@ -22,8 +22,6 @@ W=/tmp/sm
 mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
-FP8SEL=$PWD/devcarry/fp8sel
-chmod +x "$FP8SEL"
 
 mkdir -p "$W/Llama-3.1-8B" "$W/MoE-64x1408"
 cat > "$W/Llama-3.1-8B/config.json" <<'EOF'

@@ -104,19 +104,14 @@ impl Layout<'_> {
             plans.len() - to_time.len()
         ));
         let json = self.json("_check");
-        let timed = if to_time.is_empty() {
-            Some(None)
+        let asked: Vec<&(Execution, u64, Vec<String>)> = to_time.iter().collect();
+        let timed = if asked.is_empty() {
+            None
         } else {
-            self.time_plans(
-                "check",
-                &to_time.iter().collect::<Vec<_>>(),
-                worker,
-                outcome,
-            )?
-            .map(Some)
-        };
-        let Some(timed) = timed else {
-            return Ok(());
+            match self.time_plans("check", &asked, worker, outcome)? {
+                Some(d) => Some(d),
+                None => return Ok(()),
+            }
         };
         // One check document: the worker's steps and the inputs' (saved so, as the saved
         // path reads it back).
