@@ -25,6 +25,7 @@ mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
 D=docs/device-logs/regen_shipped
+left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4)
@@ -48,7 +49,6 @@ if [ "${1:-}" = judge ]; then
 fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
-left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 for row in "${ROWS[@]}"; do
   # Rows named on the command line run again; the queue skips rows done.
   [ $named = 0 ] && { [ -e "$D/$row/gen.log" ] || [ -e "$W/$row/gen.log" ]; } && continue
