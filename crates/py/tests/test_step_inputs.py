@@ -209,3 +209,41 @@ def test_a_served_check_that_ran_out_of_memory_runs_again_in_a_fresh_interpreter
     # Started afresh, the same check keeps what it measured (no second restart).
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert si.main(["--model", "m.yaml", "--check", "p.json", "--json", str(c), "--serve"]) == 0
+
+
+def test_a_count_that_ran_out_of_memory_is_collected_and_timed_once_more():
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    class Bench:
+        freed = 0
+
+        def free(self):
+            self.freed += 1
+
+    def timing(failures):
+        left = list(failures)
+
+        def time_it():
+            if left:
+                raise left.pop(0)
+            return [{"mode": "bf16"}]
+        return time_it
+
+    logged = []
+    log = lambda *a, **k: logged.append(" ".join(map(str, a)))  # noqa: E731
+    # Out of memory once: collected, timed again, its rows kept.
+    b, doc = Bench(), {"step_times": [], "failed": []}
+    si._count(b, doc, "graphed", 2432, log, timing([OutOfMemoryError("CUDA out of memory. Tried to allocate 924.00 MiB")]))
+    assert doc == {"step_times": [{"mode": "bf16"}], "failed": []} and b.freed == 1 and "timing it again" in logged[-1]
+    # Twice: a failed row. Another failure is not timed again.
+    for failures, freed in (([OutOfMemoryError("x"), OutOfMemoryError("y")], 2), ([RuntimeError("capture failed")], 1)):
+        b, doc = Bench(), {"step_times": [], "failed": []}
+        si._count(b, doc, "eager", 3200, log, timing(failures))
+        assert doc["step_times"] == [] and b.freed == freed
+        assert [(f["execution"], f["tokens"]) for f in doc["failed"]] == [("eager", 3200)]
+    assert doc["failed"][0]["error"] == "RuntimeError: capture failed"
+    # A refusal of the plans is the caller's error, not a failed count.
+    with pytest.raises(si.StepBenchError):
+        si._count(Bench(), {"step_times": [], "failed": []}, "eager", 64, log, timing([si.StepBenchError("plans: bad")]))
+    assert si.is_oom("OutOfMemoryError: CUDA out of memory.") and not si.is_oom("RuntimeError: capture failed")

@@ -175,19 +175,33 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 [("bf16", []), ("fp8", [g for g in groups if capable[g]])] if tokens in args.calibrate else [])
             if not modes:
                 continue
-            try:
-                doc["step_times"].extend(_steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens, args, log,
-                                                None if plans else host_of, doc["notes"]))
-            except StepBenchError:
-                raise
-            except Exception as e:  # a capture or kernel failure is a failed count, not a crash
-                log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-                doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            _count(bench, doc, execution, tokens, log, lambda: _steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens,
+                                                                       args, log, None if plans else host_of, doc["notes"]))
             bench.free()
         if progress:
             progress(doc)
     doc["complete"] = True
     return doc
+
+
+def _count(bench, doc: dict, execution: str, tokens: int, log, time_it) -> None:
+    """One count's step rows into `doc`. A failure (a capture, a kernel) is a failed row, not a
+    crash; one that ran out of memory is timed once more after what the counts before it left
+    is collected."""
+    for again in (False, True):
+        try:
+            doc["step_times"].extend(time_it())
+            return
+        except StepBenchError:
+            raise
+        except Exception as e:
+            bench.free()
+            if not again and is_oom(e):
+                log(f"  tokens {tokens} {execution}: out of memory; collected, timing it again", file=sys.stderr)
+                continue
+            log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+            doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            return
 
 
 def _modes_at(plans: list[dict], execution: str, tokens: int, groups: list[str], capable: dict) -> list[tuple[str, list[str]]]:
@@ -279,6 +293,12 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         out.append(row)
     log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out), file=sys.stderr)
     return out
+
+
+def is_oom(e) -> bool:
+    """An out-of-memory failure: torch's OutOfMemoryError, or its message (a failed row's error)."""
+    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+    return "OutOfMemory" in text or "out of memory" in text.lower()
 
 
 #: Tokens (times TP) of the small step whose wall time is the host's time.
@@ -420,7 +440,7 @@ def _one(args) -> int:
     except ImportError as e:
         print(f"step_inputs: skipped: Transformer Engine / torch not importable ({e})", file=sys.stderr)
         return 2
-    oom = [f for f in out["failed"] if "out of memory" in f["error"].lower() or "OutOfMemory" in f["error"]]
+    oom = [f for f in out["failed"] if is_oom(f["error"])]
     if args.serve and args.check and oom and not os.environ.get(FRESH):
         _fresh(args, len(oom))
     emit(out, "", args.json, None, quiet=True)
