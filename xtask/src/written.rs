@@ -7,7 +7,8 @@
 //! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16;
 //! - `{{modes: FILE...}}`: the same, one row per policy mode (several policies judged together);
 //! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]);
-//! - `{{causes: FILE}}`: the standing misses' causes, one bullet each.
+//! - `{{causes: FILE}}`: the standing misses' causes, one bullet each;
+//! - `{{step_model: POLICY...}}`: the step model's error against its check, per layout.
 //!
 //! Paths are relative to the repository.
 
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 mod judge;
+mod step_model;
 
 /// The folder of the written sections.
 pub const WRITTEN_RESULTS: &str = "docs/results";
@@ -92,8 +94,9 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
             .map(|(_, v)| crate::standing::table(v))
             .collect()),
         "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
+        "step_model" => step_model::step_model(&docs),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes)"
+            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model)"
         )),
     }
 }

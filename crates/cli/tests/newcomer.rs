@@ -279,7 +279,7 @@ fn megatron_flag_names_are_accepted() {
         "--te-class",
         "TERowParallelLinear",
         "--ub-name",
-        "proj",
+        "fc2",
         "--tensor-model-parallel-size",
         "8",
         "--seq-length",

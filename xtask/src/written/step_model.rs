@@ -1,0 +1,98 @@
+//! `{{step_model: POLICY...}}`: the step model's error against its own check, one row per layout
+//! of each policy file the step model made (`provenance.step.model`): the held-out steps'
+//! |predicted / measured - 1|, the same step timed twice (the floor under that error), and the
+//! checked plans slower than BF16 beyond their band.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// One row per layout; a file without the step model's provenance is an error (the placeholder
+/// names a file that is not the step model's).
+pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
+    let mut s = String::from(
+        "| model | layout | held-out steps | median \\|error\\| | within 3% | worst | same step twice: median (max) | plans slower than BF16 |\n|---|---|---:|---:|---:|---:|---|---:|\n",
+    );
+    for (file, v) in docs {
+        let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
+            format!("{file}: no provenance.step.model (not made by the step model)")
+        })?;
+        let name = v["provenance"]["models"][0].as_str().unwrap_or("?");
+        for lm in layouts {
+            let _ = writeln!(s, "{}", row(name, lm));
+        }
+    }
+    Ok(s)
+}
+
+fn row(name: &str, lm: &Value) -> String {
+    let u = |k: &str| lm[k].as_u64().unwrap_or(1);
+    let mut layout = format!("TP {}", u("tp"));
+    if u("ep") > 1 {
+        let _ = write!(layout, " EP {}", u("ep"));
+    }
+    let check = lm["check"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut held: Vec<f64> = check
+        .iter()
+        .filter(|r| r["calibrated"] == false)
+        .filter_map(|r| r["error"].as_f64().map(f64::abs))
+        .collect();
+    let within = held.iter().filter(|e| **e <= 0.03).count();
+    let mut twice: Vec<f64> = lm["repeats"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["change"].as_f64().map(f64::abs))
+        .collect();
+    let plans: Vec<&Value> = check.iter().filter(|r| r["mode"] == "plan").collect();
+    let slower = plans
+        .iter()
+        .filter(|r| r["vs_bf16"][1].as_f64().is_some_and(|p10| p10 > 1.0))
+        .count();
+    let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", 100.0 * x));
+    let n = held.len();
+    format!(
+        "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} |",
+        pct(median(&mut held)),
+        pct(held.last().copied()),
+        pct(median(&mut twice)),
+        pct(twice.last().copied()),
+        plans.len()
+    )
+}
+
+/// The step model's own median (`fp8_merge::model::curve`), the slice left sorted so its last
+/// is the largest; `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| fp8_merge::model::curve::median(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_layout_row_counts_held_out_errors_repeats_and_slow_plans() {
+        let check = |cal: bool, mode: &str, err: f64, p10: f64| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": [1.0, p10, 1.1]});
+        let lm = json!({"tp": 8, "ep": 64, "check": [
+            check(true, "bf16", 0.5, 1.0), check(false, "bf16", -0.02, 1.0),
+            check(false, "fp8", 0.10, 0.9), check(false, "plan", 0.01, 1.02)],
+            "repeats": [{"change": -0.04}, {"change": 0.01}]});
+        let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
+        let t = step_model(&[("p.json".into(), doc)]).unwrap();
+        // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; one plan of one
+        // slower than BF16 beyond its band (p10 above 1).
+        assert!(
+            t.contains("| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 |"),
+            "{t}"
+        );
+        let e = step_model(&[("f.json".into(), json!({"provenance": {}}))]).unwrap_err();
+        assert!(
+            e.contains("f.json") && e.contains("provenance.step.model"),
+            "{e}"
+        );
+    }
+}
