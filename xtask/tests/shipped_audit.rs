@@ -1,0 +1,144 @@
+//! The step model's policies against their own inputs: no module group runs FP8 at a count where
+//! it was measured slower alone in both GPU and host time (issue 46), a key its groups share
+//! judged by their sum. The shipped files and the
+//! H200 runs' own (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/policies/`), each
+//! read with the `*_inputs_step.json` its provenance lists (found where it was committed).
+
+use std::path::{Path, PathBuf};
+
+use fp8_policy::RuleKey;
+use fp8_policy::{Execution, Policy};
+use fp8_report::step_inputs::{StepInputs, read_step_inputs};
+use xtask::root;
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    fp8_merge::model::curve::median(&s)
+}
+
+/// A key's groups at one count, FP8 against BF16, each summed over its groups' modules of one
+/// step (medians of the rounds): (GPU ms, host ms) slower, or `None` where one cannot run FP8.
+fn key_change(doc: &StepInputs, key: &RuleKey, tokens: u64) -> Option<(f64, f64)> {
+    let mut d = (0.0, 0.0);
+    for g in doc.groups.iter().filter(|g| g.key == *key) {
+        let m = doc
+            .modules
+            .iter()
+            .find(|m| m.group == g.group && m.tokens == tokens)?;
+        let f = m.fp8.as_ref()?;
+        let n = f64::from(g.instances);
+        d.0 += n * (median(&f.gpu_ms) - median(&m.bf16.gpu_ms));
+        d.1 += n * (median(&f.host_ms) - median(&m.bf16.host_ms));
+    }
+    Some(d)
+}
+
+#[test]
+fn no_shipped_step_model_policy_runs_a_group_fp8_where_it_is_slower_alone_in_both_times() {
+    let root = root();
+    let mut audited = 0;
+    let mut bad = Vec::new();
+    for path in policy_files(&root) {
+        let policy = Policy::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let Some(prov) = policy.provenance() else {
+            continue;
+        };
+        let inputs = prov
+            .reports
+            .iter()
+            .filter(|r| r.ends_with("_inputs_step.json"));
+        for report in inputs {
+            let doc = read_step_inputs(&committed(&root, &path, report))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let counts: std::collections::BTreeSet<u64> =
+                doc.modules.iter().map(|m| m.tokens).collect();
+            for (key, t) in policy.rules() {
+                let Some(g) = doc.groups.iter().find(|g| g.key == key) else {
+                    continue;
+                };
+                for &c in &counts {
+                    // A key its groups share (a dense fc2 and a shared expert's fc2) is one
+                    // decision: judged by their sum.
+                    let Some((gpu, host)) = key_change(&doc, &key, c) else {
+                        continue;
+                    };
+                    if gpu <= 0.0 || host <= 0.0 {
+                        continue;
+                    }
+                    let tokens = c * g.scale;
+                    for (ex, th) in [
+                        (Execution::Eager, t.eager),
+                        (Execution::Graphed, t.graphed.unwrap_or(t.eager)),
+                    ] {
+                        audited += 1;
+                        if th.allows(tokens) {
+                            bad.push(format!(
+                                "{}: {key} at {c} ({ex:?}, from {th})",
+                                path.display()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The step model's files are shipped (Llama-3.2-1B, Qwen2.5-72B): the audit is not empty.
+    assert!(audited > 0, "no step-model inputs were audited");
+    assert!(
+        bad.is_empty(),
+        "FP8 where slower alone in both GPU and host time:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The shipped policies and the H200 runs' step-model policies.
+fn policy_files(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![
+        root.join("policies"),
+        root.join("docs/device-logs/step_model/cost/policies"),
+    ];
+    let rows = root.join("docs/device-logs/regen_shipped");
+    // A row: a folder with its gen-policy log (not the judge's).
+    dirs.extend(
+        entries(&rows)
+            .into_iter()
+            .filter(|p| p.join("gen.log").is_file()),
+    );
+    let mut out: Vec<PathBuf> = dirs
+        .iter()
+        .flat_map(|d| entries(d))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    out.sort();
+    out
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let rd = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    rd.map(|e| {
+        e.unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .path()
+    })
+    .collect()
+}
+
+/// A report a policy names, where the repository keeps it: the named path, else by its file name
+/// in `reports/h200/step_model/` (a shipped row's) or beside the policy (`../reports/step/`).
+fn committed(root: &Path, policy: &Path, report: &str) -> PathBuf {
+    let name = Path::new(report).file_name().unwrap_or_default();
+    let dir = policy.parent().unwrap_or(root);
+    [
+        root.join(report),
+        root.join("reports/h200/step_model").join(name),
+        dir.join("../reports/step").join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .unwrap_or_else(|| {
+        panic!(
+            "{}: its report {report} is not in the repository",
+            policy.display()
+        )
+    })
+}
