@@ -74,6 +74,15 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
         "{md}"
     );
     assert!(md.contains("| eager | 2048 | plan |"), "{md}");
+    // ...and its pictures, one per execution checked.
+    for ex in ["eager", "graphed"] {
+        let svg = dir
+            .path()
+            .join(format!("plots/llama3_2_1b/step-tp1-{ex}.svg"));
+        let svg =
+            std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{}: {e}", svg.display()));
+        assert!(svg.starts_with("<svg") && svg.contains("the policy, measured"));
+    }
     // The worker got the layout, the counts and both executions.
     let argv = std::fs::read_to_string(
         dir.path()

@@ -173,7 +173,7 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
 
 /// Puts the step model's policy of each language model whose layouts it measured (in `dir`)
 /// in place of the folded one (a VLM's `<model>.llm.json`; its vision encoder keeps the fold),
-/// with its summary, once it covers every key the folded file has a rule for; until then the
+/// with its summary and pictures, once it covers every key the folded file has a rule for; until then the
 /// folded file stays, and a note says what is missing.
 pub fn step_model_files(
     root: &Path,
@@ -224,6 +224,17 @@ pub fn step_model_files(
         let models: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
         let md = fp8_merge::model::summary_markdown(&model.name, &models);
         files.insert(name, policy.to_json().into_bytes());
+        // The fold's per-module plots of the language model describe thresholds that no longer
+        // ship; the step model's pictures take their place.
+        let plots = PathBuf::from(format!("plots/{}", model.name));
+        files.retain(|p, _| {
+            !(p.starts_with(&plots)
+                && p.file_name()
+                    .is_some_and(|f| f.to_string_lossy().starts_with("llm-")))
+        });
+        for (rel, svg) in crate::step::plot::step_plots(&model.name, &models)? {
+            files.insert(rel, svg.into_bytes());
+        }
         let md_name = PathBuf::from(format!("{}.md", model.name));
         match files.get_mut(&md_name) {
             // A VLM's summary keeps its vision encoder's part; the language model's follows.

@@ -16,6 +16,7 @@ mod command;
 mod committed;
 mod mix;
 mod model;
+pub mod plot;
 pub mod saved;
 mod serve;
 pub(crate) mod worker;
@@ -147,7 +148,7 @@ pub fn gen_policy_step(
 }
 
 /// The model's policy (`<model>.json`, a VLM's language model `<model>.llm.json`) and, from the
-/// step model, its summary `<model>.md`, into `out`.
+/// step model, its summary `<model>.md` and pictures (`plots/<model>/step-*.svg`), into `out`.
 fn write_policy(
     out: &Path,
     model: &ModelDesc,
@@ -173,6 +174,12 @@ fn write_policy(
         }
         fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
         outcome.files.push(md);
+        for (rel, svg) in plot::step_plots(&model.name, models)? {
+            let path = out.join(rel);
+            fp8_io::create_parent_dir(&path).map_err(|e| e.to_string())?;
+            fp8_io::write_atomic(&path, svg.as_bytes()).map_err(|e| e.to_string())?;
+            outcome.files.push(path);
+        }
     }
     Ok(())
 }
