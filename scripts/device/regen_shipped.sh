@@ -10,8 +10,8 @@
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
 #   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
 #   bash scripts/device/regen_shipped.sh judge M... # the shipped policies/M.json (once made by
-#       the step model) in upstream GPTModel at TP 1, 2 layers, at counts no policy was made at
-#       (eager 3072 and 7168, graphed 6144; 21 interleaved rounds, hook and native), each M
+#       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
+#       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. Commit each row's logs under
 # docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
@@ -37,8 +37,12 @@ if [ "${1:-}" = judge ]; then
       [ "$(left)" -lt 150 ] && { echo "judge $m ${ex%%:*}: next call ($(left) s left)"; continue; }
       tag=${m}_${ex%%:*}
       t1=$(date +%s)
+      # One model per mode stays alive for the interleaved rounds: a 72B-class layer takes ~30 GB
+      # with its optimizer state, so those run one layer.
+      layers=2
+      case $m in qwen2_5_72b) layers=1 ;; esac
       timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "fixtures/models/$m.yaml" \
-        --tp 1 --policy "policies/$m.json" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers 2 --repeats 21 \
+        --tp 1 --policy "policies/$m.json" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers "$layers" --repeats 21 \
         --json "$W/judge/$tag.json" --md "$W/judge/$tag.md" > "$W/judge/$tag.log" 2>&1
       echo "judge $tag rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/judge/steps.txt"
       tar -C /tmp -czf "$OUT/regen_judge.tar.gz" regen/judge
