@@ -1,21 +1,15 @@
 //! The step model's policies against their own inputs: no module group runs FP8 at a count where
 //! it was measured slower alone in both GPU and host time (issue 46), a key its groups share
-//! judged by their sum. The shipped files and the
-//! H200 runs' own (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/policies/`), each
-//! read with the `*_inputs_step.json` its provenance lists (found where it was committed).
+//! judged by their sum. The shipped files and the H200 runs' own
+//! (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/policies/`), each read with the
+//! `*_inputs_step.json` its provenance lists (found where it was committed).
 
 use std::path::{Path, PathBuf};
 
-use fp8_policy::RuleKey;
-use fp8_policy::{Execution, Policy};
+use fp8_merge::model::curve::median;
+use fp8_policy::{Execution, Policy, RuleKey};
 use fp8_report::step_inputs::{StepInputs, read_step_inputs};
 use xtask::root;
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    fp8_merge::model::curve::median(&s)
-}
 
 /// A key's groups at one count, FP8 against BF16, each summed over its groups' modules of one
 /// step (medians of the rounds): (GPU ms, host ms) slower, or `None` where one cannot run FP8.

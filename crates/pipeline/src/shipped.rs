@@ -173,8 +173,8 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
 
 /// Puts the step model's policy of each language model whose layouts it measured (in `dir`)
 /// in place of the folded one (a VLM's `<model>.llm.json`; its vision encoder keeps the fold),
-/// with its summary and pictures, once it covers every key the folded file has a rule for; until then the
-/// folded file stays, and a note says what is missing.
+/// with its summary and pictures, once it covers every key the folded file has a rule for; until
+/// then the folded file stays, and a note says what is missing.
 pub fn step_model_files(
     root: &Path,
     dir: &Path,
@@ -232,9 +232,7 @@ pub fn step_model_files(
                 && p.file_name()
                     .is_some_and(|f| f.to_string_lossy().starts_with("llm-")))
         });
-        for (rel, svg) in crate::step::plot::step_plots(&model.name, &models)? {
-            files.insert(rel, svg.into_bytes());
-        }
+        files.extend(crate::step::plot::step_plots(&model.name, &models)?);
         let md_name = PathBuf::from(format!("{}.md", model.name));
         match files.get_mut(&md_name) {
             // A VLM's summary keeps its vision encoder's part; the language model's follows.

@@ -174,12 +174,9 @@ fn write_policy(
         }
         fp8_io::write_atomic(&md, text.as_bytes()).map_err(|e| e.to_string())?;
         outcome.files.push(md);
-        for (rel, svg) in plot::step_plots(&model.name, models)? {
-            let path = out.join(rel);
-            fp8_io::create_parent_dir(&path).map_err(|e| e.to_string())?;
-            fp8_io::write_atomic(&path, svg.as_bytes()).map_err(|e| e.to_string())?;
-            outcome.files.push(path);
-        }
+        let plots = plot::step_plots(&model.name, models)?;
+        crate::generate::write_files(out, &plots)?;
+        outcome.files.extend(plots.keys().map(|rel| out.join(rel)));
     }
     Ok(())
 }

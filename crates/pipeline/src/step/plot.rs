@@ -12,6 +12,7 @@ use fp8_merge::model::{CheckRow, LayoutModel};
 use fp8_policy::Execution;
 use fp8_report::step_inputs::StepMode;
 
+use crate::build::Files;
 use crate::plot::{Chart, Line, chart_svg};
 
 const AXES: Chart<'static> = Chart {
@@ -22,8 +23,8 @@ const AXES: Chart<'static> = Chart {
 };
 
 /// `plots/<model>/step-tp<T>[-ep<E>]-<execution>.svg` of each layout and checked execution.
-pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Vec<(PathBuf, String)>, String> {
-    let mut out = Vec::new();
+pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Files, String> {
+    let mut out = Files::new();
     for lm in layouts {
         let (tp, ep) = (lm.inputs.tp, lm.inputs.ep.unwrap_or(1));
         let (layout, words) = if ep > 1 {
@@ -42,10 +43,8 @@ pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Vec<(PathBuf, 
                 ex.name()
             );
             let svg = chart_svg(&title, 1.0, &lines, &AXES)?;
-            out.push((
-                PathBuf::from(format!("plots/{model}/step-{layout}-{}.svg", ex.name())),
-                svg,
-            ));
+            let name = format!("plots/{model}/step-{layout}-{}.svg", ex.name());
+            out.insert(PathBuf::from(name), svg.into_bytes());
         }
     }
     Ok(out)
@@ -102,7 +101,7 @@ mod tests {
         let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(&root)).unwrap();
         let models: Vec<LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
         let plots = step_plots("llama3_2_1b", &models).unwrap();
-        let names: Vec<String> = plots.iter().map(|p| p.0.display().to_string()).collect();
+        let names: Vec<String> = plots.keys().map(|p| p.display().to_string()).collect();
         assert_eq!(
             names,
             [
@@ -110,7 +109,7 @@ mod tests {
                 "plots/llama3_2_1b/step-tp1-graphed.svg"
             ]
         );
-        for (_, svg) in &plots {
+        for svg in plots.values().map(|b| String::from_utf8_lossy(b)) {
             for label in [
                 "all-FP8, measured (p10-p90)",
                 "the policy, the model",
