@@ -7,8 +7,8 @@
 #   bash scripts/device/step_model.sh moe     # (on a GPU with TE: the step model), timed
 #   bash scripts/device/step_model.sh cost    # both, back to back, with each phase's time
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
-#                                             # at, eager and graphed (the policies carried in
-#                                             # devcarry/step_model/)
+#                                             # at, eager and graphed (the cost run's committed
+#                                             # policies, docs/device-logs/step_model/cost/)
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
@@ -86,8 +86,9 @@ moe)
   gen MoE-64x1408
   ;;
 judge)
+  # The cost run's policies as committed (docs/device-logs/step_model/cost/policies/).
   mkdir -p "$W/policies"
-  cp devcarry/step_model/*.json "$W/policies/"
+  cp docs/device-logs/step_model/cost/policies/*.json "$W/policies/"
   judge Llama-3.1-8B 150 2 eager 3072,6144
   judge MoE-64x1408 150 2 eager 3072,6144
   judge Llama-3.1-8B 120 2 graphed 3072
