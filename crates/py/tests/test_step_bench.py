@@ -111,7 +111,7 @@ class _UnitBench:
     def time_ms(self, step):
         return 10.0 - sum(self.gains[g] for g, on in step.items() if on)
 
-    def free(self):
+    def free(self, collect=False):
         pass
 
 

@@ -218,7 +218,8 @@ def test_a_count_that_ran_out_of_memory_is_collected_and_timed_once_more():
     class Bench:
         freed = 0
 
-        def free(self):
+        def free(self, collect=False):
+            assert collect, "a failed count's steps are collected"
             self.freed += 1
 
     def timing(failures):

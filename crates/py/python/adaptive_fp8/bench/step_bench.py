@@ -249,7 +249,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                     raise  # ...except in a TP group, where the other ranks would wait forever
                 log(f"  tokens {spec.tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
                 results.append({"tokens": spec.tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:200]}"})
-            bench.free()
+            bench.free(collect=True)
             if progress:
                 progress(snapshot(False))
     bench.close()
@@ -297,7 +297,7 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
     wanted = {key(f) for f in modes.values()}
     for k in [k for k in steps if k not in wanted]:
         del steps[k]
-    bench.free()
+    bench.free(collect=True)
     for f in modes.values():
         ensure(f)
     times = {k: [] for k in steps}

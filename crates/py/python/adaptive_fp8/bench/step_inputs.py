@@ -177,7 +177,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 continue
             _count(bench, doc, execution, tokens, log, lambda: _steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens,
                                                                        args, log, None if plans else host_of, doc["notes"]))
-            bench.free()
+            bench.free(collect=True)
         if progress:
             progress(doc)
     doc["complete"] = True
@@ -195,7 +195,7 @@ def _count(bench, doc: dict, execution: str, tokens: int, log, time_it) -> None:
         except StepBenchError:
             raise
         except Exception as e:
-            bench.free()
+            bench.free(collect=True)
             if not again and is_oom(e):
                 log(f"  tokens {tokens} {execution}: out of memory; collected, timing it again", file=sys.stderr)
                 continue
