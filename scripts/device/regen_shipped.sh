@@ -4,8 +4,8 @@
 # both executions), one layout per row, at every layout the shipped files cover. The sweep is
 # longer than one session's device time (about 15 layouts of 130-200 s), so it is a queue over
 # sessions: a row whose reports are committed under docs/device-logs/regen_shipped/<row>/ is
-# skipped; each call runs the rows that fit what is left of it (BUDGET seconds, default 560)
-# and brings back what it made ($OUT/regen_shipped.tar.gz, to commit). After the TE install
+# skipped unless its check lost counts; each call runs the rows that fit what is left of it
+# (BUDGET seconds, default 560) and brings back what it made ($OUT/regen_shipped.tar.gz). After the TE install
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
 #   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
@@ -53,9 +53,22 @@ if [ "${1:-}" = judge ]; then
 fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
+# A committed row is done unless its check lost counts (out of memory, a failed capture).
+done_row() {
+  [ -e "$W/$1/gen.log" ] && return 0
+  [ -e "$D/$1/gen.log" ] || return 1
+  python3 - "$1" <<'PY'
+import glob, json, sys
+row = sys.argv[1]
+model, rest = row.split("_tp", 1)
+tp, _, ep = rest.partition("_ep")
+files = glob.glob(f"reports/h200/step_model/{model}_tp{tp}_ep{ep or 1}_etp*_check_step.json")
+sys.exit(0 if files and all(not json.load(open(f))["failed"] for f in files) else 1)
+PY
+}
 for row in "${ROWS[@]}"; do
   # Rows named on the command line run again; the queue skips rows done.
-  [ $named = 0 ] && { [ -e "$D/$row/gen.log" ] || [ -e "$W/$row/gen.log" ]; } && continue
+  [ $named = 0 ] && done_row "$row" && continue
   model=${row%%_tp*}
   rest=${row#"$model"_tp}
   tp=${rest%%_ep*}
