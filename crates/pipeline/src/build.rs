@@ -28,6 +28,9 @@ pub fn read_reports(dir: &Path) -> Result<Vec<(PathBuf, Report, Loaded)>, String
     let mut out = Vec::new();
     for f in files {
         let text = fp8_report::read_text(&f).map_err(|e| e.to_string())?;
+        if fp8_report::is_step_document(&text) {
+            continue;
+        }
         let report: Report = fp8_report::parse(&text, &f).map_err(|e| e.to_string())?;
         // Provenance names reports relative to the repository, whatever the checkout path.
         let name = PathBuf::from(rel_name(&f));
@@ -112,7 +115,8 @@ pub fn build_model(
     let loaded: Vec<Loaded> = reports.iter().map(|r| with_instances(model, r).2).collect();
     let merged = fp8_merge::merge(&loaded, opt).map_err(|e| e.to_string())?;
     let mut files = Files::new();
-    let single = merged.policies.len() == 1;
+    // A VLM's files are per component, also where its reports hold one component.
+    let single = model.components.len() == 1;
     let mut policies = BTreeMap::new();
     for (comp, p) in &merged.policies {
         let name = if single {
@@ -414,4 +418,54 @@ fn write_step_times(
             st.modules
         );
     }
+}
+
+/// Builds every model's outputs from the reports in `reports_dir`; a model with no report there
+/// is skipped, with a note to `progress`.
+pub fn build_all(
+    configs: &[PathBuf],
+    reports_dir: &Path,
+    opt: &MergeOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<Files, String> {
+    build_all_with(configs, None, None, reports_dir, opt, progress)
+}
+
+/// [`build_all`], with `defaults` bounded by `config_root`, and only `component`'s points where
+/// one is named (a VLM's files keep their per-component names).
+pub fn build_all_with(
+    configs: &[PathBuf],
+    config_root: Option<&Path>,
+    component: Option<fp8_engine::Role>,
+    reports_dir: &Path,
+    opt: &MergeOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<Files, String> {
+    let mut reports = read_reports(reports_dir)?;
+    if let Some(role) = component {
+        let name = role.as_str();
+        for (_, report, loaded) in &mut reports {
+            report.points.retain(|p| p.component == name);
+            loaded.samples.retain(|s| s.key.component == name);
+        }
+        reports.retain(|r| !r.1.points.is_empty());
+    }
+    let mut files = Files::new();
+    for config in configs {
+        let model = load_model(config, config_root)?;
+        let mine: Vec<_> = reports
+            .iter()
+            .filter(|r| r.1.provenance.model == model.name)
+            .collect();
+        if mine.is_empty() {
+            progress.note(&format!(
+                "gen-policy: no reports for {} in {}; skipped",
+                model.name,
+                reports_dir.display()
+            ));
+            continue;
+        }
+        files.extend(build_model(&model, &mine, opt)?.files);
+    }
+    Ok(files)
 }

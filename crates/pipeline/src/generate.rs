@@ -14,7 +14,7 @@ use fp8_engine::{ModelDesc, Parallel, inventory};
 use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
-use crate::build::{Files, build_model, load_model, read_reports};
+use crate::build::{Files, load_model};
 use crate::host::HostSource;
 use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
@@ -176,46 +176,6 @@ pub fn measure(
     Ok(written)
 }
 
-/// Builds every model's outputs from the reports in `reports_dir`; a model with no report there
-/// is skipped, with a note to `progress`.
-pub fn build_all(
-    configs: &[PathBuf],
-    reports_dir: &Path,
-    opt: &MergeOptions,
-    progress: &dyn Progress,
-) -> Result<Files, String> {
-    build_all_with(configs, None, reports_dir, opt, progress)
-}
-
-/// [`build_all`], with `defaults` bounded by `config_root`.
-pub fn build_all_with(
-    configs: &[PathBuf],
-    config_root: Option<&Path>,
-    reports_dir: &Path,
-    opt: &MergeOptions,
-    progress: &dyn Progress,
-) -> Result<Files, String> {
-    let reports = read_reports(reports_dir)?;
-    let mut files = Files::new();
-    for config in configs {
-        let model = load_model(config, config_root)?;
-        let mine: Vec<_> = reports
-            .iter()
-            .filter(|r| r.1.provenance.model == model.name)
-            .collect();
-        if mine.is_empty() {
-            progress.note(&format!(
-                "gen-policy: no reports for {} in {}; skipped",
-                model.name,
-                reports_dir.display()
-            ));
-            continue;
-        }
-        files.extend(build_model(&model, &mine, opt)?.files);
-    }
-    Ok(files)
-}
-
 /// Writes files under `out`, atomically each.
 pub fn write_files(out: &Path, files: &Files) -> Result<(), String> {
     for (rel, bytes) in files {
@@ -305,6 +265,9 @@ pub struct GenOptions {
     /// Per-module recipes: the further recipes measured beside `measure`'s (the base), and
     /// the numerics bound of the choice (`crate::module_mix` with the per-module backends).
     pub recipes: Option<crate::module_mix::RecipeMix>,
+    /// Only this component of each model, measured and written (`None`: every one): a VLM's
+    /// vision encoder beside its language model's step model.
+    pub component: Option<fp8_engine::Role>,
 }
 
 /// What `gen-policy` wrote.
@@ -357,17 +320,34 @@ impl GenOutcome {
     }
 }
 
+/// The models `o` names, each with only `o.component` where one is named.
+fn load_models(o: &GenOptions) -> Result<Vec<(PathBuf, ModelDesc)>, String> {
+    let mut models: Vec<(PathBuf, ModelDesc)> = o
+        .models
+        .iter()
+        .map(|c| load_model(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
+        .collect::<Result<_, _>>()?;
+    if let Some(role) = o.component {
+        for (config, m) in &mut models {
+            m.components.retain(|c| c.role == role);
+            if m.components.is_empty() {
+                return Err(format!(
+                    "{}: the model has no {role} component",
+                    config.display()
+                ));
+            }
+        }
+    }
+    Ok(models)
+}
+
 /// The whole job: sweep every layout of every model (each distinct shape once), merge, and
 /// write policies, plots and summaries.
 pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome, String> {
     if o.models.is_empty() {
         return Err("no model configs given".into());
     }
-    let models: Vec<(PathBuf, ModelDesc)> = o
-        .models
-        .iter()
-        .map(|c| load_model(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
-        .collect::<Result<_, _>>()?;
+    let models = load_models(o)?;
     let mut plans = Vec::new();
     for (config, model) in &models {
         let layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
@@ -576,15 +556,16 @@ fn merged_files(
     progress: &dyn Progress,
 ) -> Result<Files, String> {
     let root = o.config_root.as_deref();
+    let only = o.component;
     if o.merge.trainer.is_some() {
-        return build_all_with(configs, root, reports_dir, &o.merge, progress);
+        return crate::build::build_all_with(configs, root, only, reports_dir, &o.merge, progress);
     }
     // Without an eager source the eager policy is the GPU times as they are: both thresholds
     // are written, and provenance says the eager one is GPU time alone (`eager_source`).
     let [graphed, eager] = crate::module_mix::execution_objectives(&o.merge, eager_known(o, te));
     crate::fold::fold_files(
-        &build_all_with(configs, root, reports_dir, &graphed, progress)?,
-        &build_all_with(configs, root, reports_dir, &eager, progress)?,
+        &crate::build::build_all_with(configs, root, only, reports_dir, &graphed, progress)?,
+        &crate::build::build_all_with(configs, root, only, reports_dir, &eager, progress)?,
         &Files::new(),
         &Files::new(),
     )

@@ -49,8 +49,8 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
         ..MergeOptions::default()
     };
     let mut files = crate::fold::fold_files(
-        &crate::generate::build_all(&models, &h200, &graphed, progress)?,
-        &crate::generate::build_all(&models, &h200, &eager, progress)?,
+        &crate::build::build_all(&models, &h200, &graphed, progress)?,
+        &crate::build::build_all(&models, &h200, &eager, progress)?,
         &te_policies(&models, &h200.join("te"))?,
         &crate::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
     )?;
@@ -88,8 +88,8 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
         // (`<recipe>/step/`) first where they measured a key.
         let step_label = Path::new("reports/h200").join(recipe).join("step");
         let folded = crate::fold::fold_files(
-            &crate::generate::build_all(&mine, &dir, &graphed, progress)?,
-            &crate::generate::build_all(&mine, &dir, &eager, progress)?,
+            &crate::build::build_all(&mine, &dir, &graphed, progress)?,
+            &crate::build::build_all(&mine, &dir, &eager, progress)?,
             &Files::new(),
             &crate::step::step_policies(&dir.join("step"), &step_label)?,
         )?;

@@ -19,10 +19,12 @@ mod model;
 pub mod plot;
 pub mod saved;
 mod serve;
+mod vision;
 pub(crate) mod worker;
 pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for};
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
+pub use vision::add_vision;
 use worker::{Clock, WorkerEnd, first_sentence, read_timed, run_worker};
 
 /// Sweeps every layout of every model through the step worker and writes one policy per model

@@ -37,3 +37,18 @@ pub fn write(report: &Report, path: &Path) -> Result<(), fp8_io::Error> {
     fp8_io::create_parent_dir(path)?;
     fp8_io::write_atomic(path, report.to_json().as_bytes())
 }
+
+/// True when a JSON text is one of the step model's or the step benchmark's documents
+/// ([`crate::step_inputs`], [`crate::step_results`]): they share a folder with reports (`gen-policy
+/// --out DIR` writes both under `DIR/reports/`) and have their own readers.
+pub fn is_step_document(text: &str) -> bool {
+    use step_inputs::{STEP_INPUTS_FORMAT, STEP_PLANS_FORMAT};
+    use step_results::STEP_RESULTS_FORMAT;
+    serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| {
+        v.get("format")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|f| {
+                [STEP_INPUTS_FORMAT, STEP_PLANS_FORMAT, STEP_RESULTS_FORMAT].contains(&f)
+            })
+    })
+}

@@ -57,3 +57,23 @@ proptest! {
         prop_assert_eq!(id.to_string().parse::<PointId>().unwrap(), id);
     }
 }
+
+#[test]
+fn the_step_documents_are_told_apart_from_reports_by_their_format() {
+    use fp8_report::step_inputs::{STEP_INPUTS_FORMAT, STEP_PLANS_FORMAT};
+    use fp8_report::step_results::STEP_RESULTS_FORMAT;
+    for f in [STEP_INPUTS_FORMAT, STEP_PLANS_FORMAT, STEP_RESULTS_FORMAT] {
+        assert!(
+            fp8_report::is_step_document(&format!("{{\"format\": \"{f}\"}}")),
+            "{f}"
+        );
+    }
+    assert!(!fp8_report::is_step_document(&report_text(
+        1.0, 1.1, 1.2, 1
+    )));
+    assert!(!fp8_report::is_step_document(
+        "{\"format\": \"adaptive-fp8-step-other\"}"
+    ));
+    assert!(!fp8_report::is_step_document("[1, 2]"));
+    assert!(!fp8_report::is_step_document("not json"));
+}

@@ -15,6 +15,8 @@ use crate::error::{CliError, CliResult};
 /// and GPU time alone, BF16 vs FP8, at --tokens; a few real training steps in all-BF16 and
 /// all-FP8 that calibrate the model; the plan it predicts fastest at each count; that plan
 /// checked in whole steps (results under <reports-dir>/step/; docs/POLICY.md has the formula).
+/// A VLM's language model gets the step model (<model>.llm.json), its vision encoder per-module
+/// timing (<model>.vit.json), both in one folder with one summary.
 ///
 /// Otherwise, for each model config (Megatron/LoongForge YAML or HF config.json) and each
 /// requested layout (every TP x EP x ETP that divides the model), every TE module is measured
@@ -105,7 +107,8 @@ pub struct Args {
     /// alone, calibrated on a few real steps in all-BF16 and all-FP8 and checked in whole steps,
     /// through `python -m adaptive_fp8.bench.step_inputs`; eager sets min_tokens, graphed
     /// min_tokens_graphed; results under <reports-dir>/step/). auto picks step on a GPU where
-    /// this package and Transformer Engine import (a language model; a VLM keeps cuda).
+    /// this package and Transformer Engine import (a VLM: step for its language model, per-module
+    /// timing for its vision encoder).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
     pub backend: String,
     /// --backend step: model (the step model, checked in the step) or oracle (step_bench's
@@ -254,6 +257,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         reports_base: args.reports_dir.clone(),
         out: args.out.clone(),
         recipes: None,
+        component: None,
     };
     let backend = resolve_backend(args, progress)?;
     if !args.recipes.is_empty() && backend == "step" && args.step_tuner != "model" {
@@ -290,8 +294,10 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             time_limit: args.time_limit.map(std::time::Duration::from_secs),
             mix: recipe_mix(args)?,
         };
-        fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
-            .map_err(CliError::input)?
+        let mut done = fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
+            .map_err(CliError::input)?;
+        fp8_pipeline::step::add_vision(&o, &mut done, progress).map_err(CliError::input)?;
+        done
     } else {
         gen_policy(&o, progress).map_err(CliError::input)?
     };
@@ -375,7 +381,8 @@ fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
 }
 
 /// The backend the flags name; `auto` is the step on a GPU where this package and Transformer
-/// Engine import and every model is a language model alone, else the per-module `auto`.
+/// Engine import (a VLM's vision encoder then per module, `fp8_pipeline::step::add_vision`),
+/// else the per-module `auto`.
 fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     if args.backend != "auto" {
         return Ok(args.backend.clone());
@@ -388,15 +395,15 @@ fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
         Some(r) => fp8_engine::LoadOptions::with_config_root(r),
         None => fp8_engine::LoadOptions::default(),
     };
-    let several = args
+    let vlm = args
         .models
         .iter()
         .any(|m| fp8_engine::load_model_with(m, &opt).is_ok_and(|d| d.components.len() > 1));
-    if several {
+    if vlm {
         progress.say(
-            "backend auto: a VLM; per-module GPU timing (the step model builds language models)",
+            "backend auto: a GPU with Transformer Engine and a VLM: the step model for the language model, per-module timing for the vision encoder (--backend cuda: per-module GEMM timing for both)",
         );
-        return Ok("auto".to_owned());
+        return Ok("step".to_owned());
     }
     progress.say("backend auto: a GPU with Transformer Engine: the step model (--backend cuda for per-module GEMM timing)");
     Ok("step".to_owned())

@@ -217,6 +217,7 @@ mod tests {
             reports_base: PathBuf::from("reports"),
             out: None,
             recipes: None,
+            component: None,
         };
         let job = StepJob {
             tuner: StepTuner::Oracle,
