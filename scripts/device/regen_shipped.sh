@@ -13,7 +13,9 @@
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
-# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. Commit each row's logs under
+# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. A VLM's row (Qwen3-VL) makes its
+# language model by the step model (<model>.llm.json, the reports shipped) and its vision encoder
+# per module beside it (not shipped from here: the vision encoder keeps the fold). Commit each row's logs under
 # docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
 # under reports/h200/step_model/: `cargo xtask gen-policy --check` (fp8_pipeline::shipped) then
 # makes a model's shipped file from them, in place of the fold, once they cover every key it has.
