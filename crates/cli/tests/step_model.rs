@@ -258,19 +258,12 @@ fn merge_policy_from_the_saved_reports_remakes_gen_policys_policy() {
 #[test]
 fn a_vlm_gets_its_language_model_from_the_step_model_and_its_vision_encoder_per_module() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .args([
-            "gen-policy",
-            "--model",
-            "fixtures/models/qwen3_vl_235b_a22b.yaml",
-        ])
-        .args(["--backend", "step", "--tp", "1", "--ep", "8", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let o = common::gen_model_with_stand_ins(
+        "fixtures/models/qwen3_vl_235b_a22b.yaml",
+        dir.path(),
+        &["--backend", "step", "--tp", "1", "--ep", "8"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
         err(&o).contains("the vision encoder by per-module timing"),

@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::{err, out, root};
+use common::{err, out};
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::json;
 
@@ -225,18 +224,12 @@ fn a_count_out_of_memory_after_others_is_timed_alone_in_a_fresh_worker() {
 #[test]
 fn a_step_of_deepseek_v3_builds_a_dense_layer_beside_the_moe_one() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .env("PYTHONPATH", &fake)
-        .args([
-            "gen-policy",
-            "--model",
-            "fixtures/models/deepseek_v3.yaml",
+    let o = common::gen_model_with_stand_ins(
+        "fixtures/models/deepseek_v3.yaml",
+        dir.path(),
+        &[
             "--backend",
             "step",
-        ])
-        .args([
             "--tp",
             "1",
             "--ep",
@@ -245,11 +238,9 @@ fn a_step_of_deepseek_v3_builds_a_dense_layer_beside_the_moe_one() {
             "1024,2048",
             "--refine",
             "0",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+        ],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     // The step model's worker (the default tuner) got the dense layer beside the MoE one.
     let argv = std::fs::read_to_string(

@@ -66,14 +66,18 @@ pub fn estimated_policy(dir: &std::path::Path) -> PathBuf {
 /// `fp8sel gen-policy --model <Llama-3.2-1B> --out OUT EXTRA...` from the root, with the
 /// stand-in Python workers of `tests/fake_te` first on the path and `env` set (their settings).
 pub fn gen_with_stand_ins(out: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    gen_model_with_stand_ins("fixtures/models/llama3_2_1b.yaml", out, extra, env)
+}
+
+/// [`gen_with_stand_ins`] for another model config.
+pub fn gen_model_with_stand_ins(
+    model: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let fake = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_te"));
-    let mut args = vec![
-        "gen-policy",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--out",
-        s(out),
-    ];
+    let mut args = vec!["gen-policy", "--model", model, "--out", s(out)];
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_fp8sel"))
         .current_dir(root())
