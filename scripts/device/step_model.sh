@@ -89,10 +89,10 @@ judge)
   # The cost run's policies as committed (docs/device-logs/step_model/cost/policies/).
   mkdir -p "$W/policies"
   cp docs/device-logs/step_model/cost/policies/*.json "$W/policies/"
-  judge Llama-3.1-8B 150 2 eager 3072,6144
-  judge MoE-64x1408 150 2 eager 3072,6144
-  judge Llama-3.1-8B 120 2 graphed 3072
-  judge MoE-64x1408 120 2 graphed 3072
+  # Eager 3072 and Llama-3.1-8B's eager 6144 are committed (judge_cost/); the rest, graphed first.
+  judge Llama-3.1-8B 150 2 graphed 3072,6144
+  judge MoE-64x1408 150 2 graphed 3072,6144
+  judge MoE-64x1408 120 2 eager 6144
   ;;
 refit)
   mkdir -p "$W/policies"
