@@ -191,6 +191,29 @@ pub(super) fn dense(host_rest: f64) -> Synth {
     }
 }
 
+/// A GPU-bound step of `k` small groups beside a large rest: each saves `1 - fp8_slope / 0.1` of
+/// its GPU time in FP8 and nothing on the host.
+pub(super) fn small_gains(k: usize, fp8_slope: f64) -> Synth {
+    const NAMES: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
+    Synth {
+        groups: NAMES[..k]
+            .iter()
+            .map(|&name| G {
+                name,
+                gpu: (0.0, 0.1),
+                gpu8: (0.0, fp8_slope),
+                host: 0.05,
+                host8: 0.05,
+                segment: 0,
+            })
+            .collect(),
+        n: 4,
+        rest: vec![(0.3, 2.0, 0.1)],
+        rest_host: vec![1.0],
+        region: (0.0, 0.0),
+    }
+}
+
 pub(super) fn model(s: &Synth, swept: &[u64], cal: &[u64]) -> LayoutModel {
     LayoutModel::new(
         s.inputs(swept, cal),
