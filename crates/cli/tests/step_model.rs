@@ -141,6 +141,12 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
         e.contains("disagree beyond 3%") && e.contains("slower than BF16"),
         "{e}"
     );
+    // All-FP8 ran there too: the plan behind it is said, with both ratios.
+    assert!(
+        e.contains("more than 1% behind all-FP8, beyond both bands")
+            && e.contains("eager 16384: 1.200 x BF16 against all-FP8's 0.7"),
+        "{e}"
+    );
     let p = policy(dir.path());
     let m = &p["provenance"]["step"]["model"][0];
     assert!(!m["disagreements"].as_array().unwrap().is_empty(), "{m}");

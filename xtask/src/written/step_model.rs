@@ -11,7 +11,7 @@ use serde_json::Value;
 /// names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut s = String::from(
-        "| model | layout | held-out steps | median \\|error\\| | within 3% | worst | same step twice: median (max) | plans slower than BF16 |\n|---|---|---:|---:|---:|---:|---|---:|\n",
+        "| model | layout | held-out steps | median \\|error\\| | within 3% | worst | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 |\n|---|---|---:|---:|---:|---:|---|---:|---:|\n",
     );
     for (file, v) in docs {
         let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
@@ -49,16 +49,36 @@ fn row(name: &str, lm: &Value) -> String {
         .iter()
         .filter(|r| r["vs_bf16"][1].as_f64().is_some_and(|p10| p10 > 1.0))
         .count();
+    let behind = plans.iter().filter(|p| trails(p, check)).count();
     let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", 100.0 * x));
     let n = held.len();
     format!(
-        "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} |",
+        "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} | {behind} of {} |",
         pct(median(&mut held)),
         pct(held.last().copied()),
         pct(median(&mut twice)),
         pct(twice.last().copied()),
+        plans.len(),
         plans.len()
     )
+}
+
+/// A checked plan that trails all-FP8 at its count beyond the noise
+/// (`fp8_merge::model::trails_fp8`, the rule gen-policy notes it by), other groups than all-FP8's.
+fn trails(plan: &Value, check: &[Value]) -> bool {
+    let band = |r: &Value| -> Option<(f64, f64, f64)> {
+        let v = &r["vs_bf16"];
+        Some((v[0].as_f64()?, v[1].as_f64()?, v[2].as_f64()?))
+    };
+    let fp8 = check.iter().find(|r| {
+        r["mode"] == "fp8" && r["execution"] == plan["execution"] && r["tokens"] == plan["tokens"]
+    });
+    match (fp8, band(plan)) {
+        (Some(f), Some(p)) if f["fp8_groups"] != plan["fp8_groups"] => {
+            band(f).is_some_and(|f| fp8_merge::model::trails_fp8(p, f))
+        }
+        _ => false,
+    }
 }
 
 /// The step model's own median (`fp8_merge::model::curve`), the slice left sorted so its last
@@ -76,17 +96,19 @@ mod tests {
 
     #[test]
     fn a_layout_row_counts_held_out_errors_repeats_and_slow_plans() {
-        let check = |cal: bool, mode: &str, err: f64, p10: f64| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": [1.0, p10, 1.1]});
+        let check = |cal: bool, mode: &str, err: f64, vs: [f64; 3], g: &[&str]| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": vs, "execution": "eager", "tokens": if cal { 1024 } else { 4096 }, "fp8_groups": g});
         let lm = json!({"tp": 8, "ep": 64, "check": [
-            check(true, "bf16", 0.5, 1.0), check(false, "bf16", -0.02, 1.0),
-            check(false, "fp8", 0.10, 0.9), check(false, "plan", 0.01, 1.02)],
+            check(true, "bf16", 0.5, [1.0, 1.0, 1.0], &[]), check(false, "bf16", -0.02, [1.0, 1.0, 1.0], &[]),
+            check(false, "fp8", 0.10, [0.9, 0.88, 0.92], &["a", "b"]), check(false, "plan", 0.01, [1.05, 1.02, 1.1], &["a"])],
             "repeats": [{"change": -0.04}, {"change": 0.01}]});
         let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
         let t = step_model(&[("p.json".into(), doc)]).unwrap();
         // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; one plan of one
-        // slower than BF16 beyond its band (p10 above 1).
+        // slower than BF16 beyond its band (p10 above 1), and behind all-FP8 at its count.
         assert!(
-            t.contains("| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 |"),
+            t.contains(
+                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 | 1 of 1 |"
+            ),
             "{t}"
         );
         let e = step_model(&[("f.json".into(), json!({"provenance": {}}))]).unwrap_err();

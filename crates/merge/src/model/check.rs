@@ -49,6 +49,30 @@ impl CheckRow {
     }
 }
 
+/// How far a plan may trail all-FP8 at its count: issue 46's bar, 1.01 x.
+pub const FP8_SLACK: f64 = 0.01;
+
+/// Whether a plan trails all-FP8 beyond the noise, each as its paired ratio to all-BF16 in the
+/// same rounds (median, p10, p90): the bands apart (the plan's p10 above all-FP8's p90) and the
+/// medians more than [`FP8_SLACK`] apart.
+pub fn trails_fp8(plan: (f64, f64, f64), fp8: (f64, f64, f64)) -> bool {
+    plan.1 > fp8.2 && plan.0 > (1.0 + FP8_SLACK) * fp8.0
+}
+
+/// The checked plans that trail all-FP8 at their count and execution ([`trails_fp8`]), each
+/// with all-FP8's row.
+pub fn behind_fp8(rows: &[CheckRow]) -> Vec<(&CheckRow, &CheckRow)> {
+    rows.iter()
+        .filter(|r| r.mode == StepMode::Plan)
+        .filter_map(|p| {
+            let f = rows.iter().find(|f| {
+                f.mode == StepMode::Fp8 && (f.execution, f.tokens) == (p.execution, p.tokens)
+            })?;
+            (p.fp8_groups != f.fp8_groups && trails_fp8(p.vs_bf16, f.vs_bf16)).then_some((p, f))
+        })
+        .collect()
+}
+
 /// Every whole step of `check` against `fits` (counts of an execution without a fit are skipped).
 pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<CheckRow> {
     let mut out = Vec::new();

@@ -131,3 +131,38 @@ fn a_loss_the_recheck_times_again_guards_only_if_the_recheck_confirms_it() {
     m.add_checks(&[&lost]);
     assert_eq!(m.guarded, vec![(Execution::Eager, 16384)]);
 }
+
+#[test]
+fn a_plan_is_behind_all_fp8_only_with_the_bands_apart_and_more_than_the_slack() {
+    use super::check::{CheckRow, behind_fp8, trails_fp8};
+    // DeepSeek-V3 TP 2's 16384 eager: 0.935 (0.931-0.938) against 0.898 (0.893-0.902).
+    assert!(trails_fp8((0.935, 0.931, 0.938), (0.898, 0.893, 0.902)));
+    // Bands overlapping: a tie.
+    assert!(!trails_fp8((0.935, 0.900, 0.940), (0.898, 0.893, 0.902)));
+    // Bands apart but within 1%: within the bar.
+    assert!(!trails_fp8((0.905, 0.9035, 0.906), (0.898, 0.896, 0.9030)));
+    let row = |mode, groups: &[&str], vs: (f64, f64, f64)| CheckRow {
+        execution: Execution::Eager,
+        tokens: 16384,
+        mode,
+        fp8_groups: groups.iter().map(|g| g.to_string()).collect(),
+        predicted_ms: 1.0,
+        measured_ms: 1.0,
+        error: 0.0,
+        noise: 0.0,
+        vs_bf16: vs,
+        calibrated: false,
+        disagrees: false,
+    };
+    let fp8 = row(StepMode::Fp8, &["fc1", "qkv"], (0.898, 0.893, 0.902));
+    let plan = row(StepMode::Plan, &["fc1"], (0.935, 0.931, 0.938));
+    let rows = vec![fp8.clone(), plan.clone()];
+    let behind = behind_fp8(&rows);
+    assert_eq!(behind, vec![(&plan, &fp8)]);
+    // The plan that is all-FP8 trails nothing; a plan at a count without all-FP8 neither.
+    let same = row(StepMode::Plan, &["fc1", "qkv"], (0.935, 0.931, 0.938));
+    assert!(behind_fp8(&[fp8.clone(), same]).is_empty());
+    let mut elsewhere = plan;
+    elsewhere.tokens = 8192;
+    assert!(behind_fp8(&[fp8, elsewhere]).is_empty());
+}

@@ -57,7 +57,10 @@ use std::path::{Path, PathBuf};
 use fp8_policy::Execution;
 use fp8_report::step_inputs::StepInputs;
 
-pub use check::{CheckPlan, CheckRow, RepeatRow, compare, guard, repeats, timed_in_inputs};
+pub use check::{
+    CheckPlan, CheckRow, FP8_SLACK, RepeatRow, behind_fp8, compare, guard, repeats,
+    timed_in_inputs, trails_fp8,
+};
 pub use choose::{
     Choice, ChoiceOptions, SEQUENCE_GRAIN, Unit, UnitThreshold, choose, grid, thresholds, units,
 };

@@ -175,6 +175,22 @@ impl Layout<'_> {
         for (e, t) in &lm.guarded {
             outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan slower than BF16; its keys are FP8 only above {t}"));
         }
+        let behind: Vec<String> = fp8_merge::model::behind_fp8(&lm.check)
+            .iter()
+            .map(|(p, f)| {
+                format!(
+                    "{} {}: {:.3} x BF16 against all-FP8's {:.3}",
+                    p.execution, p.tokens, p.vs_bf16.0, f.vs_bf16.0
+                )
+            })
+            .collect();
+        if !behind.is_empty() {
+            outcome.notes.push(format!(
+                "{at}: the check measured the model's plan more than {:.0}% behind all-FP8, beyond both bands (the policy keeps keys BF16 there that all-FP8 runs): {}",
+                100.0 * fp8_merge::model::FP8_SLACK,
+                behind.join("; ")
+            ));
+        }
         Ok(())
     }
 }
