@@ -19,13 +19,13 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
         })?;
         let name = v["provenance"]["models"][0].as_str().unwrap_or("?");
         for lm in layouts {
-            let _ = writeln!(s, "{}", row(name, lm));
+            let _ = writeln!(s, "{}", row(name, lm).map_err(|e| format!("{file}: {e}"))?);
         }
     }
     Ok(s)
 }
 
-fn row(name: &str, lm: &Value) -> String {
+fn row(name: &str, lm: &Value) -> Result<String, String> {
     let u = |k: &str| lm[k].as_u64().unwrap_or(1);
     let mut layout = format!("TP {}", u("tp"));
     if u("ep") > 1 {
@@ -49,10 +49,13 @@ fn row(name: &str, lm: &Value) -> String {
         .iter()
         .filter(|r| r["vs_bf16"][1].as_f64().is_some_and(|p10| p10 > 1.0))
         .count();
-    let behind = plans.iter().filter(|p| trails(p, check)).count();
+    // The rows as gen-policy wrote them, read back typed: the one rule it notes them by.
+    let typed: Vec<fp8_merge::model::CheckRow> = serde_json::from_value(lm["check"].clone())
+        .map_err(|e| format!("provenance.step.model[].check: {e}"))?;
+    let behind = fp8_merge::model::behind_fp8(&typed).len();
     let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", 100.0 * x));
     let n = held.len();
-    format!(
+    Ok(format!(
         "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} | {behind} of {} |",
         pct(median(&mut held)),
         pct(held.last().copied()),
@@ -60,25 +63,7 @@ fn row(name: &str, lm: &Value) -> String {
         pct(twice.last().copied()),
         plans.len(),
         plans.len()
-    )
-}
-
-/// A checked plan that trails all-FP8 at its count beyond the noise
-/// (`fp8_merge::model::trails_fp8`, the rule gen-policy notes it by), other groups than all-FP8's.
-fn trails(plan: &Value, check: &[Value]) -> bool {
-    let band = |r: &Value| -> Option<(f64, f64, f64)> {
-        let v = &r["vs_bf16"];
-        Some((v[0].as_f64()?, v[1].as_f64()?, v[2].as_f64()?))
-    };
-    let fp8 = check.iter().find(|r| {
-        r["mode"] == "fp8" && r["execution"] == plan["execution"] && r["tokens"] == plan["tokens"]
-    });
-    match (fp8, band(plan)) {
-        (Some(f), Some(p)) if f["fp8_groups"] != plan["fp8_groups"] => {
-            band(f).is_some_and(|f| fp8_merge::model::trails_fp8(p, f))
-        }
-        _ => false,
-    }
+    ))
 }
 
 /// The step model's own median (`fp8_merge::model::curve`), the slice left sorted so its last
@@ -96,7 +81,7 @@ mod tests {
 
     #[test]
     fn a_layout_row_counts_held_out_errors_repeats_and_slow_plans() {
-        let check = |cal: bool, mode: &str, err: f64, vs: [f64; 3], g: &[&str]| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": vs, "execution": "eager", "tokens": if cal { 1024 } else { 4096 }, "fp8_groups": g});
+        let check = |cal: bool, mode: &str, err: f64, vs: [f64; 3], g: &[&str]| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": vs, "execution": "eager", "tokens": if cal { 1024 } else { 4096 }, "fp8_groups": g, "predicted_ms": 1.0, "measured_ms": 1.0, "noise": 0.0, "disagrees": false});
         let lm = json!({"tp": 8, "ep": 64, "check": [
             check(true, "bf16", 0.5, [1.0, 1.0, 1.0], &[]), check(false, "bf16", -0.02, [1.0, 1.0, 1.0], &[]),
             check(false, "fp8", 0.10, [0.9, 0.88, 0.92], &["a", "b"]), check(false, "plan", 0.01, [1.05, 1.02, 1.1], &["a"])],

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fp8_policy::Execution;
 use fp8_report::step_inputs::{StepInputs, StepMode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::choose::{ChoiceOptions, Unit, UnitThreshold, grid};
 use super::curve::{median, quantile};
@@ -15,8 +15,9 @@ use super::fit::Fit;
 /// The relative error below which the model agrees with the step, whatever the noise.
 pub const TOLERANCE: f64 = 0.03;
 
-/// One checked step: predicted against measured.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One checked step: predicted against measured (`provenance.step.model[].check`, read back by
+/// the docs' tables).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckRow {
     /// Eager or graphed.
     pub execution: Execution,
