@@ -110,11 +110,15 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
     let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
         Some(v) => v,
         None => {
-            defaults.push(format!(
-                "ffn_hidden_size absent: 4 x hidden_size = {}",
-                4 * hidden
-            ));
-            4 * hidden
+            let ffn = hidden.checked_mul(4).ok_or_else(|| {
+                f.err(
+                    "hidden_size",
+                    format!("{hidden} is too large to derive ffn_hidden_size (4 x hidden_size)"),
+                    "write the model's width, or give ffn_hidden_size",
+                )
+            })?;
+            defaults.push(format!("ffn_hidden_size absent: 4 x hidden_size = {ffn}"));
+            ffn
         }
     };
     let groups = query_groups(f, heads, &mut defaults)?;
