@@ -269,8 +269,7 @@ fn a_width_too_large_to_derive_the_mlp_from_is_refused_naming_the_field() {
     // found hidden_size above 2^62 panicking there).
     let v = json!({"num_layers": 2, "hidden_size": u64::MAX / 2, "num_attention_heads": 1});
     let e = model_from_value(&v, std::path::Path::new("wide.yaml"), "wide", false)
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         e.contains("wide.yaml") && e.contains("hidden_size") && e.contains("ffn_hidden_size"),
