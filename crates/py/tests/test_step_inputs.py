@@ -178,13 +178,25 @@ def test_served_the_worker_runs_each_asked_check_then_ends_with_its_input(tmp_pa
         assert want in capsys.readouterr().err
 
 
-def test_a_served_check_that_ran_out_of_memory_runs_again_in_a_fresh_interpreter(tmp_path, monkeypatch, capsys):
+def test_a_served_check_that_ran_out_of_memory_times_only_those_counts_again_in_a_fresh_interpreter(tmp_path, monkeypatch, capsys):
     import io
     import os
 
+    def row(e, t):
+        return {"execution": e, "tokens": t, "mode": "bf16", "fp8_groups": [], "wall_ms": [1.0], "host_ms": None, "gpu_ms": None}
+
+    oom = {"execution": "graphed", "tokens": 4096, "error": "OutOfMemoryError: CUDA out of memory."}
+    other = {"execution": "eager", "tokens": 1024, "error": "RuntimeError: capture failed"}
+    timed = []
+
     def fake_run(args, progress=None, **_):
-        failed = [{"execution": "eager", "tokens": 1024, "error": "OutOfMemoryError: CUDA out of memory."}] if args.check else []
-        return {"modules": [], "step_times": [], "failed": failed, "complete": True}
+        if not args.check:
+            return {"modules": [], "step_times": [], "failed": [], "notes": [], "complete": True}
+        asked = [(p["execution"], p["tokens"]) for p in si.read_plans(args.check)]
+        timed.append(asked)
+        if len(timed) == 1:
+            return {"modules": [], "step_times": [row("eager", 2048)], "failed": [other, oom], "notes": ["n"], "complete": True}
+        return {"modules": [], "step_times": [row(e, t) for e, t in asked], "failed": [], "notes": ["n"], "complete": True}
 
     class Exec(Exception):
         pass
@@ -192,23 +204,34 @@ def test_a_served_check_that_ran_out_of_memory_runs_again_in_a_fresh_interpreter
     def fake_exec(path, argv):
         raise Exec(argv)
 
+    written = {}
     monkeypatch.setattr(si, "run", fake_run)
-    monkeypatch.setattr(si, "emit", lambda *a, **k: None)
+    monkeypatch.setattr(si, "emit", lambda d, _n, path, _p, quiet: written.__setitem__(path, d))
     monkeypatch.setattr(os, "execv", fake_exec)
     monkeypatch.delenv(si.FRESH, raising=False)
     argv = ["--model", "m.yaml", "--json", str(tmp_path / "in.json"), "--serve"]
     monkeypatch.setattr("sys.argv", ["step_inputs.py", *argv])
+    plans = tmp_path / "p.json"
+    plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [
+        {"execution": e, "tokens": t, "fp8_groups": []} for e, t in [("eager", 1024), ("eager", 2048), ("graphed", 4096)]]}))
     c = tmp_path / "c.json"
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"check": "p.json", "json": str(c)}) + "\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"check": str(plans), "json": str(c)}) + "\n"))
     with pytest.raises(Exec) as e:
         si.main(argv)
     got = e.value.args[0]
     assert got[1:3] == ["-m", "adaptive_fp8.bench.step_inputs"] and got.count("--json") == 1
-    assert got[-4:] == ["--check", "p.json", "--json", str(c)] and "--serve" in got and "m.yaml" in got
-    assert os.environ[si.FRESH] == "1" and "fresh interpreter" in capsys.readouterr().err
-    # Started afresh, the same check keeps what it measured (no second restart).
+    again = f"{c}.oom-plans.json"
+    assert got[-4:] == ["--check", again, "--json", str(c)] and "--serve" in got and "m.yaml" in got
+    assert os.environ[si.FRESH] == "1" and "timing them again in a fresh interpreter" in capsys.readouterr().err
+    # Started afresh, the worker times the count that ran out of memory, alone, and keeps the rest.
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    assert si.main(["--model", "m.yaml", "--check", "p.json", "--json", str(c), "--serve"]) == 0
+    assert si.main(["--model", "m.yaml", "--check", again, "--json", str(c), "--serve"]) == 0
+    assert timed == [[("eager", 1024), ("eager", 2048), ("graphed", 4096)], [("graphed", 4096)]]
+    doc = written[str(c)]
+    assert [(r["execution"], r["tokens"]) for r in doc["step_times"]] == [("eager", 2048), ("graphed", 4096)]
+    assert doc["failed"] == [other]
+    assert doc["notes"] == ["n", "graphed at 4096: ran out of memory after the other counts; timed again in a fresh interpreter"]
+    assert not os.path.exists(again) and not os.path.exists(f"{c}.kept.json") and si.KEPT not in os.environ
 
 
 def test_a_count_that_ran_out_of_memory_is_collected_and_timed_once_more():

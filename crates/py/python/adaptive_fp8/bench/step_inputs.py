@@ -400,6 +400,8 @@ def _asked(line: str) -> tuple[str, str] | str | None:
 
 #: Set in a served worker started afresh for a check (so it is done once).
 FRESH = "ADAPTIVE_FP8_STEP_INPUTS_FRESH"
+#: In that worker: the document of the counts timed before it started, to keep.
+KEPT = "ADAPTIVE_FP8_STEP_INPUTS_KEPT"
 
 
 def _release() -> None:
@@ -412,11 +414,19 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def _fresh(args, n: int) -> None:
-    """This check again in a fresh interpreter, in this process (exec: the same pid and pipes):
-    `n` of its counts ran out of memory after the documents before it in this worker."""
-    print(f"step_inputs: {n} count(s) of the check ran out of memory in the worker that measured before it; "
-          "timing the check again in a fresh interpreter", file=sys.stderr, flush=True)
+def _fresh(args, out: dict, oom: list[dict]) -> None:
+    """The counts of this check that ran out of memory again, alone, in a fresh interpreter in this
+    process (exec: the same pid and pipes); what the other counts measured is kept (`KEPT`), not
+    timed twice."""
+    where = {(f["execution"], f["tokens"]) for f in oom}
+    print(f"step_inputs: {len(where)} count(s) of the check ran out of memory in the worker that measured before it; "
+          "timing them again in a fresh interpreter", file=sys.stderr, flush=True)
+    plans = [p for p in read_plans(args.check) if (p["execution"], p["tokens"]) in where]
+    again, kept = f"{args.json}.oom-plans.json", f"{args.json}.kept.json"
+    with open(again, "w") as f:
+        json.dump({"format": PLANS_FORMAT, "plans": plans}, f)
+    with open(kept, "w") as f:
+        json.dump({**out, "failed": [r for r in out["failed"] if r not in oom]}, f)
     argv, skip = [], False
     for a in sys.argv[1:]:
         if skip:
@@ -426,14 +436,39 @@ def _fresh(args, n: int) -> None:
         else:
             argv.append(a)
     sys.stdout.flush()
-    os.environ[FRESH] = "1"
-    os.execv(sys.executable, [sys.executable, "-m", "adaptive_fp8.bench.step_inputs", *argv, "--check", args.check, "--json", args.json])
+    os.environ[FRESH], os.environ[KEPT] = "1", kept
+    os.execv(sys.executable, [sys.executable, "-m", "adaptive_fp8.bench.step_inputs", *argv, "--check", again, "--json", args.json])
+
+
+def _with_kept(out: dict, before: dict | None) -> dict:
+    """`out` (the counts timed afresh) after the rows `before` kept from the worker that ran out
+    of memory; `out` itself where nothing was kept."""
+    if before is None:
+        return out
+    again = sorted({(r["execution"], r["tokens"]) for r in out["step_times"]})
+    notes = [n for n in out.get("notes", []) if n not in before.get("notes", [])]
+    if again:
+        notes.append(", ".join(f"{e} at {t}" for e, t in again) + ": ran out of memory after the other counts; timed again in a fresh interpreter")
+    return {**out, "step_times": before["step_times"] + out["step_times"], "failed": before["failed"] + out["failed"],
+            "notes": before.get("notes", []) + notes}
+
+
+def _kept() -> dict | None:
+    """The document `_fresh` kept for this worker, once (its scratch files removed)."""
+    kept = os.environ.pop(KEPT, None)
+    if not kept:
+        return None
+    with open(kept) as f:
+        before = json.load(f)
+    os.remove(kept)
+    return before
 
 
 def _one(args) -> int:
     """One document: the measurements, or the check of `args.check`."""
+    before = _kept()
     try:
-        out = run(args, progress=lambda d: emit(d, "", args.json, None, quiet=True))
+        out = run(args, progress=lambda d: emit(_with_kept(d, before), "", args.json, None, quiet=True))
     except StepBenchError as e:
         print(f"step_inputs: {e}", file=sys.stderr)
         return 2
@@ -442,7 +477,10 @@ def _one(args) -> int:
         return 2
     oom = [f for f in out["failed"] if is_oom(f["error"])]
     if args.serve and args.check and oom and not os.environ.get(FRESH):
-        _fresh(args, len(oom))
+        _fresh(args, out, oom)
+    if before is not None:
+        os.remove(args.check)
+        out = _with_kept(out, before)
     emit(out, "", args.json, None, quiet=True)
     print(f"step_inputs: wrote {args.json}: {len(out['modules'])} module rows, {len(out['step_times'])} step rows, {len(out['failed'])} failed", file=sys.stderr)
     return 0
