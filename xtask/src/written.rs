@@ -8,7 +8,9 @@
 //! - `{{modes: FILE...}}`: the same, one row per policy mode (several policies judged together);
 //! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]);
 //! - `{{causes: FILE}}`: the standing misses' causes, one bullet each;
-//! - `{{step_model: POLICY...}}`: the step model's error against its check, per layout.
+//! - `{{step_model: FILE...}}`: the step model's error against its check, per layout: of a policy
+//!   it made, or of a layout's committed `*_inputs_step.json`, fitted afresh by today's tool
+//!   with the checks beside it.
 //!
 //! Paths are relative to the repository.
 
@@ -81,6 +83,9 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
     let docs: Vec<(String, Value)> = files
         .iter()
         .map(|f| {
+            if kind == "step_model" && f.ends_with(step_model::INPUTS) {
+                return Ok(((*f).to_owned(), step_model::refit(root, f)?));
+            }
             let text = std::fs::read_to_string(root.join(f)).map_err(|e| format!("{f}: {e}"))?;
             let v: Value = serde_json::from_str(&text).map_err(|e| format!("{f}: {e}"))?;
             Ok(((*f).to_owned(), v))

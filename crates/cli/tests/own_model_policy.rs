@@ -104,7 +104,7 @@ fn the_never_value_is_never_shown_as_a_number() {
     // Every shipped policy, at layouts it has rules for, in both executions: the tables and
     // diagnostics say "never" where the file carries 2^53 for the reference's loader.
     let never = "9007199254740992";
-    let cases: [(&str, &str, &[&str]); 4] = [
+    let cases: [(&str, &str, &[&str]); 3] = [
         (
             "deepseek_v3.yaml",
             "deepseek_v3.json",
@@ -113,10 +113,13 @@ fn the_never_value_is_never_shown_as_a_number() {
         (
             "deepseek_v3.yaml",
             "deepseek_v3.json",
+            &["--tp", "2", "--ep", "16", "--etp", "1"],
+        ),
+        (
+            "deepseek_v3.yaml",
+            "deepseek_v3.json",
             &["--tp", "1", "--ep", "16", "--etp", "1"],
         ),
-        ("llama3_2_1b.yaml", "llama3_2_1b.json", &["--tp", "1"]),
-        ("llama3_2_1b.yaml", "llama3_2_1b.json", &["--tp", "2"]),
     ];
     let mut shown_never = false;
     for (model, policy, layout) in cases {

@@ -7,6 +7,27 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+/// How a layout's step-model measurements end (`<model>_tp<T>_ep<E>_etp<T>_inputs_step.json`).
+pub(super) const INPUTS: &str = "_inputs_step.json";
+
+/// The policy today's tool makes of one layout's committed measurements (`file`, relative to
+/// `root`) and the checks beside it (`_check_step.json`, `_recheck_step.json`), as
+/// `fp8sel merge-policy --step-model FILE --step-check ...` writes it: the table then says what
+/// the tool as it stands predicts, not what it predicted when the row ran.
+pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String> {
+    let base = file.trim_end_matches(INPUTS);
+    let checks: Vec<std::path::PathBuf> = ["_check_step.json", "_recheck_step.json"]
+        .iter()
+        .map(|end| std::path::PathBuf::from(format!("{base}{end}")))
+        .filter(|p| root.join(p).is_file())
+        .collect();
+    let layouts = fp8_pipeline::step::saved::layout_models(&[file.into()], &checks, Some(root))
+        .map_err(|e| format!("{file}: {e}"))?;
+    let policy = fp8_pipeline::step::saved::saved_policy(&layouts, &[])
+        .map_err(|e| format!("{file}: {e}"))?;
+    serde_json::from_str(&policy.to_json()).map_err(|e| format!("{file}: {e}"))
+}
+
 /// One row per layout; a file without the step model's provenance is an error (the placeholder
 /// names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {

@@ -103,6 +103,41 @@ pub(crate) fn medians(s: &StepTimes) -> Option<StepMedians> {
     })
 }
 
+/// The whole steps of `execution` in `mode` that calibrate it, by count. A graphed step whose
+/// GPU time is its wall time (the worker's stand-in where the profiler traced none of the graph's
+/// kernels: at a host-bound count that reads the host's time as the GPU's) takes the eager step's
+/// GPU time at the same count and mode where that was measured: the same kernels, launched one
+/// by one (docs/RESULTS.md, "The step model", has what it changed on the H200).
+pub(crate) fn calibration_rows(
+    inputs: &StepInputs,
+    execution: Execution,
+    mode: StepMode,
+) -> BTreeMap<u64, StepMedians> {
+    let of = |execution: Execution| -> BTreeMap<u64, StepMedians> {
+        inputs
+            .step_times
+            .iter()
+            .filter(|s| s.execution == execution && s.mode == mode)
+            .filter_map(|s| Some((s.tokens, medians(s)?)))
+            .collect()
+    };
+    let mut rows = of(execution);
+    if execution == Execution::Graphed {
+        let eager = of(Execution::Eager);
+        for (t, m) in &mut rows {
+            if let Some(e) = eager.get(t).filter(|_| m.gpu >= WALL_AS_GPU * m.wall) {
+                m.gpu = e.gpu;
+            }
+        }
+    }
+    rows
+}
+
+/// A graphed step's GPU time at least this share of its wall time is taken for the worker's
+/// stand-in (its wall time itself); in a step truly that GPU-bound the eager step's kernels take
+/// the same time.
+const WALL_AS_GPU: f64 = 0.999;
+
 /// Each group's curves from the module rows.
 pub fn group_curves(inputs: &StepInputs) -> BTreeMap<String, GroupCurves> {
     inputs
@@ -234,15 +269,10 @@ impl Fit {
         file: &Path,
     ) -> Result<Fit, MergeError> {
         let groups = group_curves(inputs);
-        let rows = |mode: StepMode| -> BTreeMap<u64, StepMedians> {
-            inputs
-                .step_times
-                .iter()
-                .filter(|s| s.execution == execution && s.mode == mode)
-                .filter_map(|s| Some((s.tokens, medians(s)?)))
-                .collect()
-        };
-        let (bf16, fp8) = (rows(StepMode::Bf16), rows(StepMode::Fp8));
+        let (bf16, fp8) = (
+            calibration_rows(inputs, execution, StepMode::Bf16),
+            calibration_rows(inputs, execution, StepMode::Fp8),
+        );
         let at: Vec<u64> = bf16
             .keys()
             .filter(|t| fp8.contains_key(t))

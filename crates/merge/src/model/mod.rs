@@ -271,6 +271,8 @@ impl LayoutModel {
 }
 
 #[cfg(test)]
+mod calibrate_tests;
+#[cfg(test)]
 mod check_tests;
 #[cfg(test)]
 mod noise_tests;

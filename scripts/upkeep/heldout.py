@@ -1,0 +1,73 @@
+"""The step model's held-out error on every committed set of its measurements, by today's tool.
+
+Each ``*_inputs_step.json`` in the repository with a ``_check_step.json`` (and a
+``_recheck_step.json``) beside it is fitted again by ``fp8sel merge-policy --step-model
+--step-check`` (no GPU), and its check rows at counts the calibration did not use are compared
+with the model: per set and execution the median and worst |predicted / measured - 1| and how
+many lie within 3%, then the totals. Run it before and after a change to the model
+(``fp8_merge::model``) to see what the change does on every measurement on record.
+
+    python scripts/upkeep/heldout.py [--fp8sel target/release/fp8sel] [--root .]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+INPUTS = "_inputs_step.json"
+
+
+def sets(root: Path) -> list[tuple[Path, list[Path]]]:
+    """Each committed inputs file (one recipe: a recipe's own inputs carry its name) and its checks."""
+    files = subprocess.run(["git", "ls-files", f"*{INPUTS}"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    out = []
+    for f in sorted(files):
+        base = f[: -len(INPUTS)]
+        checks = [Path(base + end) for end in ("_check_step.json", "_recheck_step.json") if (root / (base + end)).is_file()]
+        if checks and not base.endswith(("_tensorwise", "_delayed", "_mxfp8")):
+            out.append((Path(f), checks))
+    return out
+
+
+def errors(policy: dict) -> dict[str, list[float]]:
+    """Each execution's held-out |error| over the policy's layouts."""
+    by: dict[str, list[float]] = {}
+    for layout in policy["provenance"]["step"]["model"]:
+        for r in layout["check"]:
+            if not r["calibrated"]:
+                by.setdefault(r["execution"], []).append(abs(r["error"]))
+    return by
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fp8sel", default="target/release/fp8sel", help="the binary to fit with (default target/release/fp8sel)")
+    ap.add_argument("--root", default=".", help="the repository (default .)")
+    args = ap.parse_args(argv)
+    root = Path(args.root)
+    total = within = 0
+    print("| set | execution | held-out | median | worst | within 3% |\n|---|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "p.json"
+        for inputs, checks in sets(root):
+            cmd = [args.fp8sel, "merge-policy", "--step-model", str(inputs), "--step-check", *map(str, checks), "--output", str(out)]
+            run = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+            if run.returncode != 0:
+                print(f"heldout: {inputs}: fp8sel failed: {run.stderr.strip()[-300:]}", file=sys.stderr)
+                return 1
+            for execution, e in sorted(errors(json.loads(out.read_text())).items()):
+                n3 = sum(x <= 0.03 for x in e)
+                total, within = total + len(e), within + n3
+                print(f"| {inputs} | {execution} | {len(e)} | {100 * statistics.median(e):.1f}% | {100 * max(e):.1f}% | {n3} |")
+    print(f"\n{within} of {total} held-out steps within 3%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
