@@ -7,13 +7,14 @@ with the model: per set and execution the median and worst |predicted / measured
 many lie within 3%, then the totals. Run it before and after a change to the model
 (``fp8_merge::model``) to see what the change does on every measurement on record.
 
-    python scripts/upkeep/heldout.py [--fp8sel target/release/fp8sel] [--root .]
+    python scripts/upkeep/heldout.py [--fp8sel BIN] [--root .]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def errors(policy: dict) -> dict[str, list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fp8sel", default="target/release/fp8sel", help="the binary to fit with (default target/release/fp8sel)")
+    ap.add_argument("--fp8sel", default=os.environ.get("FP8SEL", "target/release/fp8sel"), help="the binary to fit with (default $FP8SEL, else target/release/fp8sel)")
     ap.add_argument("--root", default=".", help="the repository (default .)")
     args = ap.parse_args(argv)
     root = Path(args.root)
