@@ -178,6 +178,36 @@ def test_served_the_worker_runs_each_asked_check_then_ends_with_its_input(tmp_pa
         assert want in capsys.readouterr().err
 
 
+def test_a_check_count_out_of_memory_twice_is_timed_in_groups_of_fewer_modes():
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    class Bench:
+        def free(self, collect=False):
+            pass
+
+    modes = [("bf16", []), ("fp8", ["fc1", "qkv"]), ("plan", ["fc1"])]
+    assert si.split_modes(modes) == [[modes[0], modes[2]], [modes[1]]]
+    assert si.split_modes(modes[:2]) == []
+    oom = OutOfMemoryError("CUDA out of memory.")
+
+    def raises():
+        raise oom
+
+    def rows(ms):
+        return lambda: [{"mode": m} for m, _ in ms]
+
+    log = lambda *a, **k: None  # noqa: E731
+    doc = {"step_times": [], "failed": [], "notes": []}
+    si._count(Bench(), doc, "graphed", 16384, log, raises, [rows(g) for g in si.split_modes(modes)])
+    assert [r["mode"] for r in doc["step_times"]] == ["bf16", "plan", "fp8"] and doc["failed"] == []
+    assert "timed in 2 groups" in doc["notes"][0]
+    # A group out of memory too: a failed row, no partial rows.
+    doc = {"step_times": [], "failed": [], "notes": []}
+    si._count(Bench(), doc, "graphed", 16384, log, raises, [rows(modes[:1]), raises])
+    assert doc["step_times"] == [] and [f["tokens"] for f in doc["failed"]] == [16384] and doc["notes"] == []
+
+
 def test_a_served_check_that_ran_out_of_memory_times_only_those_counts_again_in_a_fresh_interpreter(tmp_path, monkeypatch, capsys):
     import io
     import os

@@ -35,6 +35,7 @@ count, so a run stopped at a time limit keeps what it finished.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -175,8 +176,9 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 [("bf16", []), ("fp8", [g for g in groups if capable[g]])] if tokens in args.calibrate else [])
             if not modes:
                 continue
-            _count(bench, doc, execution, tokens, log, lambda: _steps(bench, sleeper, spec, kinds, groups, modes, execution, tokens,
-                                                                       args, log, None if plans else host_of, doc["notes"]))
+            timed = [functools.partial(_steps, bench, sleeper, spec, kinds, groups, ms, execution, tokens, args, log,
+                                       None if plans else host_of, doc["notes"]) for ms in [modes, *split_modes(modes)]]
+            _count(bench, doc, execution, tokens, log, timed[0], timed[1:])
             bench.free(collect=True)
         if progress:
             progress(doc)
@@ -184,10 +186,10 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     return doc
 
 
-def _count(bench, doc: dict, execution: str, tokens: int, log, time_it) -> None:
+def _count(bench, doc: dict, execution: str, tokens: int, log, time_it, split=()) -> None:
     """One count's step rows into `doc`. A failure (a capture, a kernel) is a failed row, not a
     crash; one that ran out of memory is timed once more after what the counts before it left
-    is collected."""
+    is collected, and then, where `split` gives fewer modes at a time (`split_modes`), so."""
     for again in (False, True):
         try:
             doc["step_times"].extend(time_it())
@@ -199,9 +201,41 @@ def _count(bench, doc: dict, execution: str, tokens: int, log, time_it) -> None:
             if not again and is_oom(e):
                 log(f"  tokens {tokens} {execution}: out of memory; collected, timing it again", file=sys.stderr)
                 continue
+            if is_oom(e) and split:
+                log(f"  tokens {tokens} {execution}: out of memory again; timing its modes in {len(split)} groups", file=sys.stderr)
+                return _count_split(bench, doc, execution, tokens, log, split)
             log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
             doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             return
+
+
+def _count_split(bench, doc: dict, execution: str, tokens: int, log, split) -> None:
+    """The count's modes group by group (fewer models alive at once); every group's rows or a
+    failed row, and a note that the groups' rounds were not interleaved with each other."""
+    rows = []
+    for time_it in split:
+        try:
+            rows.extend(time_it())
+        except StepBenchError:
+            raise
+        except Exception as e:
+            bench.free(collect=True)
+            log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+            doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            return
+        bench.free(collect=True)
+    doc["step_times"].extend(rows)
+    doc["notes"].append(f"{execution} at {tokens}: ran out of memory with every mode built; timed in {len(split)} groups "
+                        "(all-BF16 with the plans, then all-FP8), each group's rounds interleaved, the groups' not")
+
+
+def split_modes(modes: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
+    """A check count's modes in groups of fewer built steps, for a count that ran out of memory
+    with all of them: all-BF16 with the plans (the comparison the guard reads), then all-FP8
+    alone; none where there are only two modes (the measurement's BF16 and FP8)."""
+    if len(modes) <= 2:
+        return []
+    return [[modes[0], *modes[2:]], [modes[1]]]
 
 
 def _modes_at(plans: list[dict], execution: str, tokens: int, groups: list[str], capable: dict) -> list[tuple[str, list[str]]]:
