@@ -204,9 +204,7 @@ def _count(bench, doc: dict, execution: str, tokens: int, log, time_it, split=()
             if is_oom(e) and split:
                 log(f"  tokens {tokens} {execution}: out of memory again; timing its modes in {len(split)} groups", file=sys.stderr)
                 return _count_split(bench, doc, execution, tokens, log, split)
-            log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-            doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
-            return
+            return _failed(doc, execution, tokens, e, log)
 
 
 def _count_split(bench, doc: dict, execution: str, tokens: int, log, split) -> None:
@@ -220,13 +218,17 @@ def _count_split(bench, doc: dict, execution: str, tokens: int, log, split) -> N
             raise
         except Exception as e:
             bench.free(collect=True)
-            log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-            doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
-            return
+            return _failed(doc, execution, tokens, e, log)
         bench.free(collect=True)
     doc["step_times"].extend(rows)
     doc["notes"].append(f"{execution} at {tokens}: ran out of memory with every mode built; timed in {len(split)} groups "
                         "(all-BF16 with the plans, then all-FP8), each group's rounds interleaved, the groups' not")
+
+
+def _failed(doc: dict, execution: str, tokens: int, e: Exception, log) -> None:
+    """A count that could not be timed: said, and a failed row of the document."""
+    log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
+    doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
 
 
 def split_modes(modes: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
