@@ -112,10 +112,14 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
         g.models = gen_mod::default_models(&root);
     }
     // The defaults are relative to where fp8sel runs; here, to the repository.
-    for dir in [&mut g.policies_dir, &mut g.reports_dir] {
-        if dir.is_relative() {
-            *dir = root.join(&*dir);
-        }
+    let reports = g
+        .reports_dir
+        .get_or_insert_with(|| std::path::PathBuf::from("reports"));
+    if reports.is_relative() {
+        *reports = root.join(&*reports);
+    }
+    if g.policies_dir.is_relative() {
+        g.policies_dir = root.join(&g.policies_dir);
     }
     let progress = gen_mod::TermProgress::new(g.quiet || g.json);
     let done = fp8sel::cmd::gen_policy::job(&g, &progress).map_err(|e| e.message)?;

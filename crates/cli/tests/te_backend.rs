@@ -361,3 +361,45 @@ fn a_one_rank_sweep_at_tp_above_one_notes_the_missing_communication() {
         );
     }
 }
+
+#[test]
+fn with_out_and_no_reports_dir_the_measured_reports_go_beside_the_policies() {
+    // Everything under --out: the reports too, and no earlier report of the working directory
+    // (here the repository's own reports/h200/te/) is read or overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = root().join("reports/h200/te/llama3_2_1b_tp1.json");
+    let before = std::fs::read(&shipped).ok();
+    let o = fp8sel(
+        &[
+            "gen-policy",
+            "--backend",
+            "te",
+            "--quiet",
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--tp",
+            "1",
+            "--out",
+            s(dir.path()),
+        ],
+        Some(&fake()),
+    );
+    assert_ok(&o);
+    assert!(dir.path().join("llama3_2_1b.json").is_file());
+    assert!(
+        dir.path()
+            .join("reports/h200/te/llama3_2_1b_tp1.json")
+            .is_file()
+    );
+    assert_eq!(std::fs::read(&shipped).ok(), before);
+    let p: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
+    )
+    .unwrap();
+    // This run's report alone (the working directory's reports/h200/te/ holds another
+    // llama3_2_1b report, from another device: folded in, it would refuse the mix).
+    assert_eq!(
+        p["provenance"]["reports"],
+        serde_json::json!(["reports/h200/te/llama3_2_1b_tp1.json"])
+    );
+}

@@ -184,9 +184,10 @@ pub struct Args {
     /// Where policies, summaries and plots go.
     #[arg(long, default_value = "policies", value_name = "DIR")]
     pub policies_dir: PathBuf,
-    /// Where measured reports go (one folder per GPU).
-    #[arg(long, default_value = "reports", value_name = "DIR")]
-    pub reports_dir: PathBuf,
+    /// Where measured reports go (one folder per GPU), and the earlier ones a model's policy is
+    /// folded with [default: reports; with --out, <out>/reports].
+    #[arg(long, value_name = "DIR")]
+    pub reports_dir: Option<PathBuf>,
     /// Write everything here instead of --policies-dir (and its estimated/ folder).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -254,7 +255,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             ..MeasureOptions::default()
         },
         policies_dir: args.policies_dir.clone(),
-        reports_base: args.reports_dir.clone(),
+        reports_base: reports_base(args),
         out: args.out.clone(),
         recipes: None,
         component: None,
@@ -356,6 +357,15 @@ fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
 
 /// The objective of the merge: with --recipes its --numerics reports are the choice's, one per
 /// recipe, not a bound on one recipe's merge.
+/// Where measured reports go: `--reports-dir`, else beside `--out`'s policies, else `reports`.
+fn reports_base(args: &Args) -> PathBuf {
+    match (&args.reports_dir, &args.out) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(out)) => out.join("reports"),
+        (None, None) => PathBuf::from("reports"),
+    }
+}
+
 fn merge_objective(args: &Args) -> super::objective_args::ObjectiveArgs {
     let mut o = args.objective.clone();
     if !args.recipes.is_empty() {
