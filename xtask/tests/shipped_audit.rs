@@ -2,7 +2,8 @@
 //! it was measured slower alone in both GPU and host time (issue 46), a key its groups share
 //! judged by their sum. The shipped files and the H200 runs' own
 //! (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/policies/`), each read with the
-//! `*_inputs_step.json` its provenance lists (found where it was committed).
+//! `*_inputs_step.json` its provenance lists (found where it was committed). And the shipped
+//! summaries of both executions say so.
 
 use std::path::{Path, PathBuf};
 
@@ -135,4 +136,29 @@ fn committed(root: &Path, policy: &Path, report: &str) -> PathBuf {
             policy.display()
         )
     })
+}
+
+#[test]
+fn a_shipped_summary_of_both_executions_never_sends_an_eager_trainer_elsewhere() {
+    // A file that carries eager thresholds of their own (its summary's "Thresholds by
+    // execution") is for an eager trainer too: its summary may not say to make another.
+    let root = root();
+    let mut read = 0;
+    for dir in ["policies", "policies/tensorwise", "policies/delayed"] {
+        for md in entries(&root.join(dir))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        {
+            let text = std::fs::read_to_string(&md).unwrap();
+            if text.contains("## Thresholds by execution") {
+                read += 1;
+                assert!(
+                    !text.contains("make its policy with `--backend te --trainer eager`"),
+                    "{}",
+                    md.display()
+                );
+            }
+        }
+    }
+    assert!(read >= 3, "only {read} summaries of both executions");
 }

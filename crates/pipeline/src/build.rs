@@ -246,6 +246,14 @@ fn write_origin(s: &mut String, reports: &[&(PathBuf, Report, Loaded)], opt: &Me
                  an eager trainer (see docs/POLICY.md).\n",
                 opt.host_profile.as_ref().map_or("", |h| h.source.as_str())
             ),
+            (false, Some(fp8_policy::Execution::Graphed)) => writeln!(
+                s,
+                "Measured on {devices} with fp8sel's cuBLASLt backend (GPU time, CUDA events, median of the timed \
+                 steps): the thresholds of CUDA-graphed steps (`min_tokens_graphed`). Where this file also \
+                 carries eager ones, \"Thresholds by execution\" below names each key's source; where it \
+                 does not, an eager trainer at short sequences pays host time GPU time does not see (`--backend \
+                 te --trainer eager`).\n"
+            ),
             (false, _) => writeln!(
                 s,
                 "Measured on {devices} with fp8sel's cuBLASLt backend (GPU time, CUDA events, median of the timed \
