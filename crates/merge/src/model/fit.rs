@@ -108,7 +108,7 @@ pub(crate) fn medians(s: &StepTimes) -> Option<StepMedians> {
 /// kernels: at a host-bound count that reads the host's time as the GPU's) takes the eager step's
 /// GPU time at the same count and mode where that was measured: the same kernels, launched one
 /// by one (docs/RESULTS.md, "The step model", has what it changed on the H200).
-pub(crate) fn calibration_rows(
+fn calibration_rows(
     inputs: &StepInputs,
     execution: Execution,
     mode: StepMode,
