@@ -264,6 +264,37 @@ def test_a_served_check_that_ran_out_of_memory_times_only_those_counts_again_in_
     assert not os.path.exists(again) and not os.path.exists(f"{c}.kept.json") and si.KEPT not in os.environ
 
 
+def test_a_failed_count_is_collected_after_its_steps_are_gone():
+    # The failure's traceback holds the frame that built the steps; a collection while it is
+    # alive frees nothing (the H200 kept 29 GiB of CUDA-graph pools through both retries).
+    import weakref
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    class Step:
+        pass
+
+    alive = []
+
+    class Bench:
+        def free(self, collect=False):
+            alive.append(sum(r() is not None for r in refs))
+
+    refs = []
+
+    def builds_then_fails():
+        step = Step()
+        refs.append(weakref.ref(step))
+        raise OutOfMemoryError("CUDA out of memory.")
+
+    doc = {"step_times": [], "failed": [], "notes": []}
+    log = lambda *a, **k: None  # noqa: E731
+    si._count(Bench(), doc, "graphed", 14976, log, builds_then_fails, [builds_then_fails])
+    assert alive == [0, 0, 0] and len(refs) == 3
+    assert doc["failed"] == [{"execution": "graphed", "tokens": 14976, "error": "OutOfMemoryError: CUDA out of memory."}]
+
+
 def test_a_count_that_ran_out_of_memory_is_collected_and_timed_once_more():
     class OutOfMemoryError(RuntimeError):
         pass

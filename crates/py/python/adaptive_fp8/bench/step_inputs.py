@@ -191,20 +191,31 @@ def _count(bench, doc: dict, execution: str, tokens: int, log, time_it, split=()
     crash; one that ran out of memory is timed once more after what the counts before it left
     is collected, and then, where `split` gives fewer modes at a time (`split_modes`), so."""
     for again in (False, True):
-        try:
-            doc["step_times"].extend(time_it())
+        rows, error = _attempt(time_it)
+        if error is None:
+            doc["step_times"].extend(rows)
             return
-        except StepBenchError:
-            raise
-        except Exception as e:
-            bench.free(collect=True)
-            if not again and is_oom(e):
-                log(f"  tokens {tokens} {execution}: out of memory; collected, timing it again", file=sys.stderr)
-                continue
-            if is_oom(e) and split:
-                log(f"  tokens {tokens} {execution}: out of memory again; timing its modes in {len(split)} groups", file=sys.stderr)
-                return _count_split(bench, doc, execution, tokens, log, split)
-            return _failed(doc, execution, tokens, e, log)
+        bench.free(collect=True)
+        if not again and is_oom(error):
+            log(f"  tokens {tokens} {execution}: out of memory; collected, timing it again", file=sys.stderr)
+            continue
+        if is_oom(error) and split:
+            log(f"  tokens {tokens} {execution}: out of memory again; timing its modes in {len(split)} groups", file=sys.stderr)
+            return _count_split(bench, doc, execution, tokens, log, split)
+        return _failed(doc, execution, tokens, error, log)
+
+
+def _attempt(time_it) -> tuple[list | None, str | None]:
+    """`time_it()`'s rows, or the text of its failure. Only the text leaves: the exception's
+    traceback holds the frames that built the steps (their models, CUDA graphs and private memory
+    pools), so freeing memory while it is alive frees nothing (the H200's DeepSeek-V3 TP 1 check
+    kept 29 GiB of graph pools through both retries)."""
+    try:
+        return time_it(), None
+    except StepBenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of one count is that count's failed row
+        return None, f"{type(e).__name__}: {e}"
 
 
 def _count_split(bench, doc: dict, execution: str, tokens: int, log, split) -> None:
@@ -212,23 +223,20 @@ def _count_split(bench, doc: dict, execution: str, tokens: int, log, split) -> N
     failed row, and a note that the groups' rounds were not interleaved with each other."""
     rows = []
     for time_it in split:
-        try:
-            rows.extend(time_it())
-        except StepBenchError:
-            raise
-        except Exception as e:
-            bench.free(collect=True)
-            return _failed(doc, execution, tokens, e, log)
+        got, error = _attempt(time_it)
         bench.free(collect=True)
+        if error is not None:
+            return _failed(doc, execution, tokens, error, log)
+        rows.extend(got)
     doc["step_times"].extend(rows)
     doc["notes"].append(f"{execution} at {tokens}: ran out of memory with every mode built; timed in {len(split)} groups "
                         "(all-BF16 with the plans, then all-FP8), each group's rounds interleaved, the groups' not")
 
 
-def _failed(doc: dict, execution: str, tokens: int, e: Exception, log) -> None:
+def _failed(doc: dict, execution: str, tokens: int, error: str, log) -> None:
     """A count that could not be timed: said, and a failed row of the document."""
-    log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-    doc["failed"].append({"execution": execution, "tokens": tokens, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+    log(f"  tokens {tokens} {execution}: {error}", file=sys.stderr)
+    doc["failed"].append({"execution": execution, "tokens": tokens, "error": error[:240]})
 
 
 def split_modes(modes: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
