@@ -12,11 +12,14 @@
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
+#   bash scripts/device/step_model.sh today   # the graphed judge (3072, 6144) of the policies
+#                                             # today's fp8sel fits from the cost run's committed
+#                                             # inputs and checks (merge-policy --step-model)
 #   bash scripts/device/step_model.sh shipped M TP  # a shipped model's step-model policy at TP
 #                                             # (fixtures/models/M.yaml), its documents kept
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, judge, refit or shipped}
+phase=${1:?dense, moe, cost, judge, refit, today or shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -100,6 +103,16 @@ refit)
   judge Llama-3.1-8B 150 2 eager 3072,6144
   judge Llama-3.1-8B 120 2 graphed 3072
   judge llama3_2_1b 150 2 eager 3072,7168
+  ;;
+today)
+  mkdir -p "$W/policies"
+  R=docs/device-logs/step_model/cost/reports/step
+  for m in Llama-3.1-8B MoE-64x1408; do
+    "$FP8SEL" merge-policy --step-model "$R/${m}_tp1_ep1_etp1_inputs_step.json" \
+      --step-check "$R/${m}_tp1_ep1_etp1_check_step.json" --output "$W/policies/$m.json" > /dev/null || exit 1
+  done
+  judge Llama-3.1-8B 170 2 graphed 3072,6144
+  judge MoE-64x1408 170 2 graphed 3072,6144
   ;;
 shipped)
   m=${2:?model} tp=${3:?tp}
