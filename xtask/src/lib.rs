@@ -50,6 +50,11 @@ pub fn check_policies(root: &Path, update: bool) -> Result<Vec<String>, String> 
     let out = root.join("policies");
     if update {
         generate::write_files(&out, &files)?;
+        // What the sources no longer make (a fold's plots once the step model makes the file).
+        for rel in generate::orphans(&out, &files) {
+            std::fs::remove_file(out.join(&rel))
+                .map_err(|e| format!("{}: {e}", out.join(&rel).display()))?;
+        }
         return Ok(Vec::new());
     }
     Ok(generate::stale(&out, &files))

@@ -104,36 +104,39 @@ fn the_never_value_is_never_shown_as_a_number() {
     // Every shipped policy, at layouts it has rules for, in both executions: the tables and
     // diagnostics say "never" where the file carries 2^53 for the reference's loader.
     let never = "9007199254740992";
-    let cases: [(&str, &str, &[&str]); 3] = [
-        (
-            "deepseek_v3.yaml",
-            "deepseek_v3.json",
-            &["--tp", "8", "--ep", "64", "--etp", "1"],
-        ),
-        (
-            "deepseek_v3.yaml",
-            "deepseek_v3.json",
-            &["--tp", "2", "--ep", "16", "--etp", "1"],
-        ),
-        (
-            "deepseek_v3.yaml",
-            "deepseek_v3.json",
-            &["--tp", "1", "--ep", "16", "--etp", "1"],
-        ),
+    // (model, its policy files, the layout); the step model leaves a key it never runs FP8 out
+    // of the file, so the never values are those of a per-module policy (Qwen3-VL's vision
+    // encoder), shown beside a step-model language model.
+    let ds = ("deepseek_v3.yaml", &["deepseek_v3.json"][..]);
+    let vl = (
+        "qwen3_vl_235b_a22b.yaml",
+        &["qwen3_vl_235b_a22b.llm.json", "qwen3_vl_235b_a22b.vit.json"][..],
+    );
+    let cases: [(&str, &[&str], &[&str]); 4] = [
+        (vl.0, vl.1, &["--tp", "1", "--ep", "8", "--etp", "1"]),
+        (vl.0, vl.1, &["--tp", "4", "--ep", "16", "--etp", "1"]),
+        (ds.0, ds.1, &["--tp", "8", "--ep", "64", "--etp", "1"]),
+        (ds.0, ds.1, &["--tp", "1", "--ep", "16", "--etp", "1"]),
     ];
+    let read = |p: &str| std::fs::read_to_string(root().join("policies").join(p)).unwrap();
+    assert!(
+        cases
+            .iter()
+            .any(|c| c.1.iter().any(|p| read(p).contains(never))),
+        "the cases need a never threshold"
+    );
     let mut shown_never = false;
-    for (model, policy, layout) in cases {
-        let shipped = std::fs::read_to_string(root().join("policies").join(policy)).unwrap();
-        assert!(
-            shipped.contains(never),
-            "{policy}: the case needs a never threshold"
-        );
+    for (model, policies, layout) in cases {
         for cmd in ["explain", "check"] {
             for execution in ["eager", "graphed"] {
                 for seq in ["1024", "32768"] {
                     let m = format!("fixtures/models/{model}");
-                    let p = format!("policies/{policy}");
+                    let p = format!("policies/{}", policies[0]);
                     let mut a = vec![cmd, "--model", &m, "--policy", &p, "--seq-length", seq];
+                    let vit = policies.get(1).map(|v| format!("policies/{v}"));
+                    if let Some(v) = &vit {
+                        a.extend(["--vit-policy", v]);
+                    }
                     a.extend(["--execution", execution]);
                     a.extend(layout);
                     let o = fp8sel(&a);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{err, fp8sel, out};
+use common::{err, fp8sel, out, root};
 
 use std::path::{Path, PathBuf};
 
@@ -219,38 +219,48 @@ fn check_notes_counts_outside_the_steps_sweep() {
 
 #[test]
 fn check_notes_graphed_thresholds_at_tp_above_one_that_no_step_timed() {
-    let notes = |tp: &str, ep: &str, execution: &str| {
-        let model = ["--model", "fixtures/models/deepseek_v3.yaml"];
+    // The shipped Qwen2.5-72B file as the step made it, and the same rules as a per-module
+    // policy of GPU time would carry them (no step record).
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = root().join("policies/qwen2_5_72b.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
+    let prov = v["provenance"].as_object_mut().unwrap();
+    prov.remove("step");
+    prov.insert("timing".into(), json!(["gpu", "te-eager"]));
+    let proxy = dir.path().join("proxy.json");
+    std::fs::write(&proxy, serde_json::to_string(&v).unwrap()).unwrap();
+    let notes = |policy: &Path, tp: &str, execution: &str| {
+        let p = policy.to_str().unwrap();
         let args = [
+            "--model",
+            "fixtures/models/qwen2_5_72b.yaml",
             "--policy",
-            "policies/deepseek_v3.json",
+            p,
             "--tp",
             tp,
-            "--ep",
-            ep,
         ];
         let n = check_notes(
             &[
-                &model[..],
-                &args,
+                &args[..],
                 &["--seq-length", "4096", "--execution", execution],
             ]
             .concat(),
             "are per-module GPU time, not a training step",
         );
-        assert!(n.0, "fp8sel check at TP {tp} EP {ep} {execution} failed");
+        assert!(n.0, "fp8sel check of {p} at TP {tp} {execution} failed");
         n.1
     };
-    // The shipped DeepSeek-V3 file: the step timed TP 8 EP 64 graphed, not TP 2.
-    let n = notes("2", "16", "graphed");
+    let n = notes(&proxy, "2", "graphed");
     assert!(
         n.len() == 1 && n[0].contains("at TP 2") && n[0].contains("--tp 2 --execution graphed"),
         "{n:?}"
     );
-    assert!(notes("8", "64", "graphed").is_empty());
+    // The step timed TP 2 graphed in the shipped file.
+    assert!(notes(&shipped, "2", "graphed").is_empty());
     // Eager thresholds are another objective's; TP 1 has no TP to misread.
-    assert!(notes("2", "16", "eager").is_empty());
-    assert!(notes("1", "16", "graphed").is_empty());
+    assert!(notes(&proxy, "2", "eager").is_empty());
+    assert!(notes(&proxy, "1", "graphed").is_empty());
 }
 
 /// Whether `fp8sel check ARGS --json` passed, and its notes that contain `containing` (a check

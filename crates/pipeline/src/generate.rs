@@ -197,7 +197,17 @@ pub fn stale(out: &Path, files: &Files) -> Vec<String> {
             Err(_) => bad.push(format!("{} is missing", rel.display())),
         }
     }
+    for rel in orphans(out, files) {
+        bad.push(format!("{} is no longer generated", rel.display()));
+    }
+    bad
+}
+
+/// Generated files under `out` (policies, summaries, plots; `estimated/` is another job's) that
+/// `files` no longer produces, relative to `out`.
+pub fn orphans(out: &Path, files: &Files) -> Vec<PathBuf> {
     let produced: std::collections::BTreeSet<&PathBuf> = files.keys().collect();
+    let mut found = Vec::new();
     for entry in walk(out) {
         let rel = entry
             .strip_prefix(out)
@@ -207,10 +217,11 @@ pub fn stale(out: &Path, files: &Files) -> Vec<String> {
             .extension()
             .is_some_and(|e| e == "json" || e == "md" || e == "svg");
         if generated && !rel.starts_with("estimated") && !produced.contains(&rel) {
-            bad.push(format!("{} is no longer generated", rel.display()));
+            found.push(rel);
         }
     }
-    bad
+    found.sort();
+    found
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -28,3 +28,33 @@ fn etp_defaults_to_the_configs_else_to_each_tp_as_megatron() {
             .all(|p| p.etp == 1)
     );
 }
+
+#[test]
+fn generated_files_no_longer_produced_are_named_and_others_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path();
+    let mut files = crate::build::Files::new();
+    files.insert("m.json".into(), b"{}".to_vec());
+    super::write_files(out, &files).unwrap();
+    for rel in [
+        "plots/m/llm-row-fc2.svg",
+        "old.md",
+        "estimated/e.json",
+        "README.txt",
+    ] {
+        fp8_io::create_parent_dir(&out.join(rel)).unwrap();
+        std::fs::write(out.join(rel), b"x").unwrap();
+    }
+    let orphans = super::orphans(out, &files);
+    assert_eq!(
+        orphans,
+        [
+            std::path::PathBuf::from("old.md"),
+            "plots/m/llm-row-fc2.svg".into()
+        ]
+    );
+    let stale = super::stale(out, &files);
+    assert_eq!(stale.len(), 2, "{stale:?}");
+    files.insert("m.json".into(), b"{ }".to_vec());
+    assert!(super::stale(out, &files).contains(&"m.json differs".to_string()));
+}
