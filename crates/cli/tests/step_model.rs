@@ -134,7 +134,9 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let e = err(&o);
     assert!(
-        e.contains("slower than BF16 at 1 count(s), beyond the model; timing them again"),
+        e.contains(
+            "slower than BF16 beyond the model, or behind all-FP8, at 1 count(s); timing them again"
+        ),
         "{e}"
     );
     assert!(
@@ -156,6 +158,56 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
         .as_u64()
         .unwrap();
     assert!(fc1 > 16384, "{fc1}");
+}
+
+#[test]
+fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(
+        dir.path(),
+        &["--execution", "eager"],
+        &[("FAKE_STEP_PLAN_BEHIND", "2048")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("or behind all-FP8, at 1 count(s); timing them again"),
+        "{e}"
+    );
+    assert!(
+        e.contains("eager at 2048: the check measured the model's plan behind all-FP8; fc1, qkv, fc2 (BF16 in it, FP8 further up by the model) FP8 from 2048"),
+        "{e}"
+    );
+    let p = policy(dir.path());
+    let m = &p["provenance"]["step"]["model"][0];
+    assert_eq!(m["lifted"][0]["tokens"], 2048, "{m}");
+    assert_eq!(
+        m["lifted"][0]["groups"],
+        serde_json::json!(["fc1", "qkv", "fc2"]),
+        "{m}"
+    );
+    assert!(m["guarded"].as_array().unwrap().is_empty(), "{m}");
+    // fc1, qkv and fc2 (faster alone on the GPU, FP8 from 2-8k in the made-up eager step) from
+    // 2048; proj (slower alone in both) stays BF16.
+    for (kind, ub) in [
+        ("layernorm_column", "fc1"),
+        ("layernorm_column", "qkv"),
+        ("row", "fc2"),
+    ] {
+        assert_eq!(
+            rule(&p, kind, ub)["min_tokens"],
+            2048,
+            "{ub}: {}",
+            p["rules"]
+        );
+    }
+    assert!(
+        p["provenance"]["measured_bf16_keys"]
+            .to_string()
+            .contains("proj"),
+        "{}",
+        p["provenance"]
+    );
 }
 
 #[test]

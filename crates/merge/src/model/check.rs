@@ -1,6 +1,7 @@
 //! The check: the model's plans, all-BF16 and all-FP8 timed as whole steps, against what the
-//! model predicted; and the guard that keeps a plan the step measured slower than BF16 out of
-//! the policy.
+//! model predicted; the guard that keeps a plan the step measured slower than BF16 out of the
+//! policy, and the lift that moves a crossing down where the step measured the plan behind
+//! all-FP8.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,7 +9,7 @@ use fp8_policy::Execution;
 use fp8_report::step_inputs::{StepInputs, StepMode};
 use serde::{Deserialize, Serialize};
 
-use super::choose::{ChoiceOptions, Unit, UnitThreshold, grid};
+use super::choose::{ChoiceOptions, Unit, UnitThreshold, grid, pays_somewhere};
 use super::curve::{median, quantile};
 use super::fit::Fit;
 
@@ -145,6 +146,58 @@ pub fn guard(
             }
         }
         moved.push((execution, tokens));
+    }
+    moved
+}
+
+/// A plan the check measured behind all-FP8: `(execution, count, the plan's FP8 groups,
+/// all-FP8's)`.
+pub type Trailing<'a> = (Execution, u64, &'a BTreeSet<String>, &'a BTreeSet<String>);
+
+/// A crossing the check moved down: `(execution, count, the groups now FP8 from that count)`.
+pub type Lifted = (Execution, u64, Vec<String>);
+
+/// Moves down to each trailing plan's count (a plan the step measured behind all-FP8,
+/// [`trails_fp8`], where all-FP8 beat all-BF16 beyond the noise) the threshold of every unit
+/// all-FP8 runs there and the plan does not, where the model already has that unit FP8 at a
+/// larger count (a finite threshold above the count: the step says the crossing lies lower) and
+/// the unit is faster alone in GPU or host time at every grid count from there up to it. A unit
+/// BF16 up to the grid's top stays so: one count does not make a crossing. Returns each
+/// trailing plan that moved a threshold: its execution, its count and the groups it moved.
+pub fn lift(
+    thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
+    fits: &BTreeMap<Execution, Fit>,
+    units: &[Unit],
+    trailing: &[Trailing<'_>],
+    swept: &[u64],
+    o: &ChoiceOptions,
+) -> Vec<Lifted> {
+    let counts = grid(swept, o);
+    let mut moved = Vec::new();
+    for &(execution, tokens, plan, fp8) in trailing {
+        let (Some(ts), Some(fit)) = (thresholds.get_mut(&execution), fits.get(&execution)) else {
+            continue;
+        };
+        let mut groups = Vec::new();
+        for (i, u) in units.iter().enumerate() {
+            let missing = u
+                .groups
+                .iter()
+                .any(|g| fp8.contains(g) && !plan.contains(g));
+            let Some(from) = ts[i].from.filter(|&f| f > tokens) else {
+                continue;
+            };
+            let pays = std::iter::once(tokens)
+                .chain(counts.iter().copied().filter(|&c| c > tokens && c < from))
+                .all(|c| pays_somewhere(fit, u, c as f64));
+            if missing && pays {
+                ts[i].from = Some(tokens);
+                groups.extend(u.groups.iter().cloned());
+            }
+        }
+        if !groups.is_empty() {
+            moved.push((execution, tokens, groups));
+        }
     }
     moved
 }

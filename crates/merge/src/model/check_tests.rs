@@ -166,3 +166,86 @@ fn a_plan_is_behind_all_fp8_only_with_the_bands_apart_and_more_than_the_slack() 
     elsewhere.tokens = 8192;
     assert!(behind_fp8(&[fp8, elsewhere]).is_empty());
 }
+
+#[test]
+fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_count() {
+    use std::collections::BTreeSet;
+    // Host-bound at small counts: fc1 FP8 from about 2048, fc2 and qkv from about 2896.
+    let s = dense(6.0);
+    let mut fresh = model(&s, &SWEPT, &CAL);
+    let e = Execution::Eager;
+    let at = |m: &super::LayoutModel, g: &str| {
+        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
+        m.thresholds[&e][i].from
+    };
+    let set = |m: &mut super::LayoutModel, g: &str, from: Option<u64>| {
+        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
+        m.thresholds.get_mut(&e).unwrap()[i].from = from;
+    };
+    let (_, _, chosen) = fresh
+        .check_plans()
+        .into_iter()
+        .find(|(x, t, _)| *x == e && *t == 2048)
+        .unwrap();
+    assert!(chosen == ["fc1"], "{chosen:?}");
+    assert!(at(&fresh, "qkv").unwrap() > 2048, "{:?}", fresh.thresholds);
+    // As if proj (slower alone in both GPU and host time) had a crossing at 8192; fc2 as if BF16
+    // to the grid's top.
+    set(&mut fresh, "proj", Some(8192));
+    set(&mut fresh, "fc2", None);
+    // At 2048 the plan ran 0.95 x BF16; all-FP8 0.90 (`fp8`: its band).
+    let step = |plan: &[String], plan_vs: f64, fp8: (f64, f64)| {
+        let mut doc = s.inputs(&[], &[]);
+        let all: BTreeSet<&str> = ["fc1", "fc2", "proj", "qkv"].into();
+        let on: BTreeSet<&str> = plan.iter().map(String::as_str).collect();
+        let base = s.step_row(e, 2048, StepMode::Bf16, &BTreeSet::new());
+        let mut f = s.step_row(e, 2048, StepMode::Fp8, &all);
+        let mut p = s.step_row(e, 2048, StepMode::Plan, &on);
+        let spread = |lo: f64, hi: f64| (0..5).map(move |i| lo + (hi - lo) * i as f64 / 4.0);
+        f.wall_ms = base
+            .wall_ms
+            .iter()
+            .zip(spread(fp8.0, fp8.1))
+            .map(|(w, r)| w * r)
+            .collect();
+        p.wall_ms = base.wall_ms.iter().map(|w| w * plan_vs).collect();
+        doc.step_times = vec![base, f, p];
+        doc
+    };
+    let behind = step(&chosen, 0.95, (0.89, 0.91));
+    let mut m = fresh.clone();
+    m.add_checks(&[&behind]);
+    assert_eq!(m.lifted, vec![(e, 2048, vec!["qkv".to_owned()])]);
+    assert_eq!(
+        at(&m, "qkv"),
+        Some(2048),
+        "the step says qkv's crossing lies lower"
+    );
+    assert_eq!(
+        at(&m, "proj"),
+        Some(8192),
+        "slower alone in both: never lifted"
+    );
+    assert_eq!(
+        at(&m, "fc2"),
+        None,
+        "BF16 to the grid's top: one count is no crossing"
+    );
+    assert_eq!(at(&m, "fc1"), at(&fresh, "fc1"));
+    let summary = super::summary_markdown("synth", std::slice::from_ref(&m));
+    assert!(
+        summary.contains("eager at 2048: the plan measured behind all-FP8 (more than 1%, the bands apart); qkv (BF16 in it"),
+        "{summary}"
+    );
+    // A re-timing that measured a tie decides: nothing moves.
+    let unchanged = |checks: &[&fp8_report::step_inputs::StepInputs]| {
+        let mut m = fresh.clone();
+        m.add_checks(checks);
+        m.lifted.is_empty() && m.thresholds == fresh.thresholds
+    };
+    assert!(unchanged(&[&behind, &step(&chosen, 0.905, (0.89, 0.91))]));
+    // All-FP8 not ahead of BF16 beyond the noise (its band reaches 1).
+    assert!(unchanged(&[&step(&chosen, 1.0, (0.90, 1.02))]));
+    // A plan other than today's choice there (a check of an earlier tool's choice).
+    assert!(unchanged(&[&step(&[], 0.95, (0.89, 0.91))]));
+}

@@ -125,7 +125,7 @@ fn groups_of<'a>(units: &'a [Unit], on: &BTreeSet<usize>) -> BTreeSet<&'a str> {
 
 /// Whether a unit is faster alone in GPU time or in host time at `t`: a unit slower in both is
 /// never FP8, whatever a sum of predictions says.
-fn pays_somewhere(fit: &Fit, u: &Unit, t: f64) -> bool {
+pub(super) fn pays_somewhere(fit: &Fit, u: &Unit, t: f64) -> bool {
     let (mut gpu, mut host) = (0.0, 0.0);
     for g in &u.groups {
         let c = &fit.groups[g];

@@ -38,8 +38,9 @@
 //!
 //! **The check** ([`check`]): the chosen plans, all-BF16 and all-FP8 as whole steps at the swept
 //! counts and between thresholds; rows where the model is off by more than 3% and the noise are
-//! disagreements (provenance records them), and a plan the step measured slower than BF16 moves
-//! its keys above that count ([`check::guard`]).
+//! disagreements (provenance records them), a plan the step measured slower than BF16 moves
+//! its keys above that count ([`check::guard`]), and one it measured behind all-FP8 moves the
+//! crossings of the keys it left BF16 down to that count ([`check::lift`]).
 //!
 //! Pure: documents in, a policy out.
 
@@ -91,6 +92,9 @@ pub struct LayoutModel {
     pub check: Vec<CheckRow>,
     /// `(execution, count)` where the check measured the plan slower than BF16, moving its keys.
     pub guarded: Vec<(Execution, u64)>,
+    /// `(execution, count)` where the check measured the plan behind all-FP8, moving the keys
+    /// all-FP8 ran down to that count ([`check::lift`]).
+    pub lifted: Vec<check::Lifted>,
     /// The steps the check timed again of those the inputs timed: the step's repeatability.
     pub repeats: Vec<RepeatRow>,
     /// The policy modes a judge (the Megatron one, `--step-trainer megatron`) timed against
@@ -143,6 +147,7 @@ impl LayoutModel {
             choices,
             check: Vec::new(),
             guarded: Vec::new(),
+            lifted: Vec::new(),
             repeats: Vec::new(),
             judged: Vec::new(),
             options,
@@ -190,15 +195,15 @@ impl LayoutModel {
         out
     }
 
-    /// Adds a check's timings: compares them with the model and guards the thresholds.
+    /// Adds a check's timings: compares them with the model, guards and lifts the thresholds.
     /// A count checked again replaces its earlier rows.
     pub fn add_check(&mut self, check: &StepInputs) {
         self.add_checks(&[check]);
     }
 
     /// Adds checks in the order they ran: a later one's rows replace an earlier one's at the
-    /// counts it timed again, and a loss guards its keys only where no later check timed that
-    /// count again (a loss is confirmed first: the re-timing decides).
+    /// counts it timed again, and a loss guards its keys (a plan behind all-FP8 lifts them) only
+    /// where no later check timed that count again (confirmed first: the re-timing decides).
     pub fn add_checks(&mut self, checks: &[&StepInputs]) {
         for (i, check) in checks.iter().enumerate() {
             let later: std::collections::BTreeSet<(Execution, u64)> = checks[i + 1..]
@@ -226,6 +231,25 @@ impl LayoutModel {
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
         self.guard(&losses);
+        let trailing: Vec<check::Trailing<'_>> = behind_fp8(&rows)
+            .into_iter()
+            .filter(|(p, f)| {
+                !later.contains(&(p.execution, p.tokens))
+                    && !p.loses()
+                    && f.vs_bf16.2 < 1.0
+                    && self.is_choice(p)
+            })
+            .map(|(p, f)| (p.execution, p.tokens, &p.fp8_groups, &f.fp8_groups))
+            .collect();
+        let lifted = check::lift(
+            &mut self.thresholds,
+            &self.fits,
+            &self.units,
+            &trailing,
+            &self.swept,
+            &self.options,
+        );
+        self.lifted.extend(lifted);
         self.check.extend(rows);
         let again = repeats(&self.inputs, check);
         self.repeats.retain(|old| {
@@ -234,6 +258,17 @@ impl LayoutModel {
                 .any(|r| (r.execution, r.tokens, r.mode) == (old.execution, old.tokens, old.mode))
         });
         self.repeats.extend(again);
+    }
+
+    /// Whether a checked plan is the model's choice at its count (a check of an earlier choice,
+    /// its reports read back by a later tool, says nothing of today's plan there).
+    fn is_choice(&self, row: &CheckRow) -> bool {
+        self.fits.get(&row.execution).is_some_and(|fit| {
+            let c = choose(fit, &self.units, row.tokens, &self.options);
+            c.groups(&self.units)
+                .into_iter()
+                .eq(row.fp8_groups.iter().map(String::as_str))
+        })
     }
 
     /// The median and largest `|change|` of [`LayoutModel::repeats`], `None` without any.

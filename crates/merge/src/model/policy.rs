@@ -150,6 +150,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "disagreements": l.check.iter().filter(|r| r.disagrees).collect::<Vec<_>>(),
         "judged": l.judged,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),
+        "lifted": l.lifted.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
     })
 }
 

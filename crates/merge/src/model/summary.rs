@@ -101,6 +101,13 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
                 "- {e} at {t}: a plan measured slower than BF16; its keys are FP8 only above {t}."
             );
         }
+        for (e, t, g) in &l.lifted {
+            let _ = writeln!(
+                s,
+                "- {e} at {t}: the plan measured behind all-FP8 (more than 1%, the bands apart); {} (BF16 in it, FP8 further up by the model) FP8 from {t}.",
+                g.join(", ")
+            );
+        }
     }
     s
 }

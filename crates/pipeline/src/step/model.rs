@@ -131,17 +131,24 @@ impl Layout<'_> {
             fp8_io::write_atomic(&json, first.to_json().as_bytes()).map_err(|e| e.to_string())?;
         }
         outcome.reports.push(json);
-        // Timed again before the guard acts: the counts where the model's plan measured slower
-        // than BF16 and the model disagrees with the step.
-        let off: BTreeSet<(Execution, u64)> = fp8_merge::model::compare(&lm.fits, &first)
+        // Timed again before the guard or the lift acts: the counts where the model's plan
+        // measured slower than BF16 and the model disagrees with the step, and those where it
+        // measured behind all-FP8.
+        let rows = fp8_merge::model::compare(&lm.fits, &first);
+        let off: BTreeSet<(Execution, u64)> = rows
             .iter()
             .filter(|r| r.disagrees && r.mode == StepMode::Plan && r.vs_bf16.0 > 1.0)
             .map(|r| (r.execution, r.tokens))
+            .chain(
+                fp8_merge::model::behind_fp8(&rows)
+                    .iter()
+                    .map(|(p, _)| (p.execution, p.tokens)),
+            )
             .collect();
         let mut docs = vec![first];
         if !off.is_empty() {
             say(&format!(
-                "{at}: the model's plan measured slower than BF16 at {} count(s), beyond the model; timing them again",
+                "{at}: the model's plan measured slower than BF16 beyond the model, or behind all-FP8, at {} count(s); timing them again",
                 off.len()
             ));
             let asked: Vec<&(Execution, u64, Vec<String>)> = plans
@@ -175,6 +182,9 @@ impl Layout<'_> {
         for (e, t) in &lm.guarded {
             outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan slower than BF16; its keys are FP8 only above {t}"));
         }
+        for (e, t, g) in &lm.lifted {
+            outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan behind all-FP8; {} (BF16 in it, FP8 further up by the model) FP8 from {t}", g.join(", ")));
+        }
         let behind: Vec<String> = fp8_merge::model::behind_fp8(&lm.check)
             .iter()
             .map(|(p, f)| {
@@ -186,7 +196,7 @@ impl Layout<'_> {
             .collect();
         if !behind.is_empty() {
             outcome.notes.push(format!(
-                "{at}: the check measured the model's plan more than {:.0}% behind all-FP8, beyond both bands (the policy keeps keys BF16 there that all-FP8 runs): {}",
+                "{at}: the check measured the model's plan more than {:.0}% behind all-FP8, beyond both bands (where no key moved, the model has them BF16 up to the grid's top, slower alone, or all-FP8 did not beat BF16 beyond the noise): {}",
                 100.0 * fp8_merge::model::FP8_SLACK,
                 behind.join("; ")
             ));

@@ -4,6 +4,8 @@ step whose times follow known rules (one segment; the wall time is the larger of
 time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the captured groups'
 host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
 FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
+With FAKE_STEP_PLAN_BEHIND=<count> it measures all-FP8 there 10% faster than BF16 and the plan as
+fast as BF16 (a plan behind all-FP8).
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
 It records its command line in <json>.argv (the format has no field for it); with --serve it then
 runs each check asked on stdin, as the real worker does, and records each check's argv (the
@@ -99,6 +101,8 @@ def one(a) -> None:
         w, h, g = truth(execution, set(on), t, tp, layers)
         if mode == "plan" and str(t) == os.environ.get("FAKE_STEP_PLAN_SLOW"):
             w = truth(execution, set(), t, tp, layers)[0] * 1.2
+        if str(t) == os.environ.get("FAKE_STEP_PLAN_BEHIND") and mode != "bf16":
+            w = truth(execution, set(), t, tp, layers)[0] * (0.9 if mode == "fp8" else 1.0)
         return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
                 "host_ms": None if mode == "plan" else h, "gpu_ms": None if mode == "plan" else g}
 
