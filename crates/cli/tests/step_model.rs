@@ -17,6 +17,15 @@ fn gen_step(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::O
     common::gen_with_stand_ins(out, &args, env)
 }
 
+/// An eager run whose stand-in check measures what `env` asks (one variable): its folder and
+/// its stderr.
+fn eager_checked_with(env: (&str, &str)) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(dir.path(), &["--execution", "eager"], &[env]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    (dir, err(&o))
+}
+
 fn policy(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap()).unwrap()
 }
@@ -125,14 +134,7 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
 
 #[test]
 fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(
-        dir.path(),
-        &["--execution", "eager"],
-        &[("FAKE_STEP_PLAN_SLOW", "16384")],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let e = err(&o);
+    let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_SLOW", "16384"));
     assert!(
         e.contains(
             "slower than BF16 beyond the model, or behind all-FP8, at 1 count(s); timing them again"
@@ -162,14 +164,7 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
 
 #[test]
 fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(
-        dir.path(),
-        &["--execution", "eager"],
-        &[("FAKE_STEP_PLAN_BEHIND", "2048")],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let e = err(&o);
+    let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_BEHIND", "2048"));
     assert!(
         e.contains("or behind all-FP8, at 1 count(s); timing them again"),
         "{e}"
