@@ -21,10 +21,10 @@ def test_every_committed_layout_with_a_check_is_a_set_and_other_recipes_are_not(
         assert all((ROOT / c).is_file() and c.name.startswith(inputs.name[: -len(heldout.INPUTS)]) for c in checks)
 
 
-def test_only_the_rows_the_calibration_did_not_use_are_held_out():
-    row = lambda e, err, cal: {"execution": e, "error": err, "calibrated": cal}  # noqa: E731
+def test_only_the_rows_the_calibration_did_not_use_and_on_the_grain_are_held_out():
+    row = lambda e, err, cal, t=4096: {"execution": e, "error": err, "calibrated": cal, "tokens": t}  # noqa: E731
     policy = {"provenance": {"step": {"model": [
         {"check": [row("eager", -0.04, False), row("eager", 0.5, True), row("graphed", 0.01, False)]},
-        {"check": [row("eager", 0.02, False)]},
+        {"check": [row("eager", 0.02, False), row("graphed", -0.9, False, 8928)]},
     ]}}}
-    assert heldout.errors(policy) == {"eager": [0.04, 0.02], "graphed": [0.01]}
+    assert heldout.errors(policy) == ({"eager": [0.04, 0.02], "graphed": [0.01]}, 1)
