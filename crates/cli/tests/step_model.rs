@@ -136,9 +136,8 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
 fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out() {
     let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_SLOW", "16384"));
     assert!(
-        e.contains(
-            "slower than BF16 beyond the model, or behind all-FP8, at 1 count(s); timing them again"
-        ),
+        e.contains("slower than BF16 beyond the model, or behind all-FP8, at ")
+            && e.contains(" count(s); timing them again"),
         "{e}"
     );
     assert!(
@@ -166,7 +165,7 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
 fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_down() {
     let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_BEHIND", "2048"));
     assert!(
-        e.contains("or behind all-FP8, at 1 count(s); timing them again"),
+        e.contains("or behind all-FP8, at ") && e.contains(" count(s); timing them again"),
         "{e}"
     );
     assert!(
@@ -175,9 +174,14 @@ fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_d
     );
     let p = policy(dir.path());
     let m = &p["provenance"]["step"]["model"][0];
-    assert_eq!(m["lifted"][0]["tokens"], 2048, "{m}");
+    let at_2048 = m["lifted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["tokens"] == 2048)
+        .unwrap_or_else(|| panic!("{m}"));
     assert_eq!(
-        m["lifted"][0]["groups"],
+        at_2048["groups"],
         serde_json::json!(["fc1", "qkv", "fc2"]),
         "{m}"
     );

@@ -1,7 +1,7 @@
 //! `{{step_model: POLICY...}}`: the step model's error against its own check, one row per layout
 //! of each policy file the step model made (`provenance.step.model`): the held-out steps'
 //! |predicted / measured - 1|, the same step timed twice (the floor under that error), and the
-//! checked plans slower than BF16 beyond their band.
+//! checked plans slower than BF16 beyond their band, behind all-FP8, and not the policy's plan.
 
 use std::fmt::Write as _;
 
@@ -32,7 +32,7 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
 /// names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut s = String::from(
-        "| model | layout | held-out steps | median \\|error\\| | within 3% | worst | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 |\n|---|---|---:|---:|---:|---:|---|---:|---:|\n",
+        "| model | layout | held-out steps | median \\|error\\| | within 3% | worst | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     for (file, v) in docs {
         let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
@@ -74,14 +74,16 @@ fn row(name: &str, lm: &Value) -> Result<String, String> {
     let typed: Vec<fp8_merge::model::CheckRow> = serde_json::from_value(lm["check"].clone())
         .map_err(|e| format!("provenance.step.model[].check: {e}"))?;
     let behind = fp8_merge::model::behind_fp8(&typed).len();
+    let other = lm["not_the_policy"].as_array().map_or(0, Vec::len);
     let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", 100.0 * x));
     let n = held.len();
     Ok(format!(
-        "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} | {behind} of {} |",
+        "| {name} | {layout} | {n} | {} | {within} of {n} | {} | {} ({}) | {slower} of {} | {behind} of {} | {other} of {} |",
         pct(median(&mut held)),
         pct(held.last().copied()),
         pct(median(&mut twice)),
         pct(twice.last().copied()),
+        plans.len(),
         plans.len(),
         plans.len()
     ))
@@ -106,14 +108,14 @@ mod tests {
         let lm = json!({"tp": 8, "ep": 64, "check": [
             check(true, "bf16", 0.5, [1.0, 1.0, 1.0], &[]), check(false, "bf16", -0.02, [1.0, 1.0, 1.0], &[]),
             check(false, "fp8", 0.10, [0.9, 0.88, 0.92], &["a", "b"]), check(false, "plan", 0.01, [1.05, 1.02, 1.1], &["a"])],
-            "repeats": [{"change": -0.04}, {"change": 0.01}]});
+            "repeats": [{"change": -0.04}, {"change": 0.01}], "not_the_policy": [{"execution": "eager", "tokens": 4096}]});
         let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
         let t = step_model(&[("p.json".into(), doc)]).unwrap();
         // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; one plan of one
         // slower than BF16 beyond its band (p10 above 1), and behind all-FP8 at its count.
         assert!(
             t.contains(
-                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 | 1 of 1 |"
+                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
             ),
             "{t}"
         );

@@ -249,3 +249,50 @@ fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_c
     // A plan other than today's choice there (a check of an earlier tool's choice).
     assert!(unchanged(&[&step(&[], 0.95, (0.89, 0.91))]));
 }
+
+#[test]
+fn the_check_times_the_policys_plan_not_the_choice_between_grid_counts() {
+    use std::collections::BTreeSet;
+    let s = dense(6.0);
+    let mut m = model(&s, &SWEPT, &CAL);
+    let e = Execution::Eager;
+    // The choice at 1024 (host-bound) keeps qkv BF16; a policy that has it FP8 from 1024 (as a
+    // guard or a lift can make one) is what a trainer runs, so that is what the check times.
+    let fit = &m.fits[&e];
+    let chosen = super::choose(fit, &m.units, 1024, &m.options);
+    assert!(!chosen.groups(&m.units).contains("qkv"), "{chosen:?}");
+    let i = m.units.iter().position(|u| u.groups == ["qkv"]).unwrap();
+    m.thresholds.get_mut(&e).unwrap()[i].from = Some(1024);
+    let plans = m.check_plans();
+    let (_, _, at_1024) = plans.iter().find(|(_, t, _)| *t == 1024).unwrap();
+    assert!(at_1024.iter().any(|g| g == "qkv"), "{at_1024:?}");
+    for (x, t, groups) in &plans {
+        let want: Vec<String> = m.plan_at(*x, *t).into_iter().collect();
+        assert_eq!(groups, &want, "{x} at {t}");
+    }
+    // A check of the choice there (an earlier tool's) is named in the provenance as not the
+    // policy's plan; the policy's own plan is not.
+    let on = |g: &BTreeSet<&str>| {
+        let mut doc = s.inputs(&[], &[]);
+        let base = s.step_row(e, 1024, StepMode::Bf16, &BTreeSet::new());
+        // Measured 1% ahead of BF16: no loss, so no guard moves the plan it checks.
+        let mut plan = s.step_row(e, 1024, StepMode::Plan, g);
+        plan.wall_ms = base.wall_ms.iter().map(|w| w * 0.99).collect();
+        doc.step_times = vec![base, plan];
+        doc
+    };
+    let named = |m: &super::LayoutModel| {
+        let p = super::model_policy(std::slice::from_ref(m)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        v["provenance"]["step"]["model"][0]["not_the_policy"].clone()
+    };
+    let mut checked = m.clone();
+    checked.add_check(&on(&chosen.groups(&m.units)));
+    assert_eq!(
+        named(&checked),
+        serde_json::json!([{"execution": "eager", "tokens": 1024}])
+    );
+    let policy_plan = m.plan_at(e, 1024);
+    checked.add_check(&on(&policy_plan.iter().map(String::as_str).collect()));
+    assert_eq!(named(&checked), serde_json::json!([]));
+}

@@ -154,13 +154,13 @@ impl LayoutModel {
         })
     }
 
-    /// The plans the check times: per execution, the model's choice at every swept count and at
-    /// the geometric midpoint of each pair of neighbouring distinct thresholds within the sweep
-    /// (on the layout's token step).
+    /// The plans the check times: per execution, the policy's plan ([`LayoutModel::plan_at`]) at
+    /// every swept count and at the geometric midpoint of each pair of neighbouring distinct
+    /// thresholds within the sweep (on the layout's token step).
     pub fn check_plans(&self) -> Vec<(Execution, u64, Vec<String>)> {
         let mut out = Vec::new();
         let (lo, hi) = (self.swept[0], *self.swept.last().unwrap_or(&self.swept[0]));
-        for (&e, fit) in &self.fits {
+        for &e in self.fits.keys() {
             let mut counts: Vec<u64> = self.swept.clone();
             let mut ths: Vec<u64> = self.thresholds[&e]
                 .iter()
@@ -181,15 +181,7 @@ impl LayoutModel {
             counts.sort_unstable();
             counts.dedup();
             for t in counts {
-                let c = choose(fit, &self.units, t, &self.options);
-                out.push((
-                    e,
-                    t,
-                    c.groups(&self.units)
-                        .into_iter()
-                        .map(str::to_owned)
-                        .collect(),
-                ));
+                out.push((e, t, self.plan_at(e, t).into_iter().collect()));
             }
         }
         out
@@ -230,17 +222,18 @@ impl LayoutModel {
             .filter(|r| r.loses() && !later.contains(&(r.execution, r.tokens)))
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
-        self.guard(&losses);
+        // Read against the plans as they stood when the check ran: before its own guard.
         let trailing: Vec<check::Trailing<'_>> = behind_fp8(&rows)
             .into_iter()
             .filter(|(p, f)| {
                 !later.contains(&(p.execution, p.tokens))
                     && !p.loses()
                     && f.vs_bf16.2 < 1.0
-                    && self.is_choice(p)
+                    && self.plan_at(p.execution, p.tokens) == p.fp8_groups
             })
             .map(|(p, f)| (p.execution, p.tokens, &p.fp8_groups, &f.fp8_groups))
             .collect();
+        self.guard(&losses);
         let lifted = check::lift(
             &mut self.thresholds,
             &self.fits,
@@ -260,15 +253,19 @@ impl LayoutModel {
         self.repeats.extend(again);
     }
 
-    /// Whether a checked plan is the model's choice at its count (a check of an earlier choice,
-    /// its reports read back by a later tool, says nothing of today's plan there).
-    fn is_choice(&self, row: &CheckRow) -> bool {
-        self.fits.get(&row.execution).is_some_and(|fit| {
-            let c = choose(fit, &self.units, row.tokens, &self.options);
-            c.groups(&self.units)
-                .into_iter()
-                .eq(row.fp8_groups.iter().map(String::as_str))
-        })
+    /// The policy's plan at `tokens` in `execution`, as a trainer runs it: the groups of every
+    /// unit whose threshold is at or below the count (the choice between grid counts can differ;
+    /// the policy is what runs).
+    pub fn plan_at(&self, execution: Execution, tokens: u64) -> std::collections::BTreeSet<String> {
+        let Some(ts) = self.thresholds.get(&execution) else {
+            return Default::default();
+        };
+        self.units
+            .iter()
+            .zip(ts)
+            .filter(|(_, t)| t.from.is_some_and(|f| f <= tokens))
+            .flat_map(|(u, _)| u.groups.iter().cloned())
+            .collect()
     }
 
     /// The median and largest `|change|` of [`LayoutModel::repeats`], `None` without any.
