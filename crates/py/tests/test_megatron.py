@@ -94,6 +94,18 @@ def test_cannot_decide_says_why_once(policy_file):
     assert len(w) == 1 and "seq_length" in str(w[0].message)
 
 
+def test_a_module_that_cannot_be_classified_is_bf16_with_its_reason_in_the_hooks_shape(policy_file):
+    # The hook unpacks (fp8, reason, recipe) for every module it builds: a module the policy cannot
+    # classify (no TE class known, its ub_name not in the fallback table) is BF16 in that shape,
+    # not a crash of the build.
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fp8, reason, recipe = megatron._decide(config(policy_file), "MyLinear", "router", {})
+    assert (fp8, recipe) == (False, None)
+    assert reason.startswith("cannot be decided (") and "ub_name `router`" in reason, reason
+    assert any("cannot be decided" in str(x.message) for x in w)
+
+
 def test_vlm_components_use_their_own_token_counts(root):
     megatron._said.clear()
     vit = SimpleNamespace(

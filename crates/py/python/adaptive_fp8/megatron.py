@@ -151,7 +151,7 @@ def _decide(
         )
     except ValueError as e:
         _say_once(f"{name} (ub_name={ub_name!r}) cannot be decided: {e}; it runs BF16")
-        return False, f"cannot be decided ({e}): BF16", None, None
+        return False, f"cannot be decided ({e}): BF16", None
     if d.estimated:
         _say_once(
             f"the policy {policy.origin} is an ESTIMATE from the cost model, not a measurement"
