@@ -292,6 +292,12 @@ fn the_check_times_the_policys_plan_not_the_choice_between_grid_counts() {
         named(&checked),
         serde_json::json!([{"execution": "eager", "tokens": 1024}])
     );
+    let summary = super::summary_markdown("synth", std::slice::from_ref(&checked));
+    assert!(
+        summary
+            .contains("- 1 checked plan(s) are not this policy's plan at their count (eager 1024)"),
+        "{summary}"
+    );
     let policy_plan = m.plan_at(e, 1024);
     checked.add_check(&on(&policy_plan.iter().map(String::as_str).collect()));
     assert_eq!(named(&checked), serde_json::json!([]));

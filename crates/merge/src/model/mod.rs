@@ -268,6 +268,19 @@ impl LayoutModel {
             .collect()
     }
 
+    /// The checked plans that are not the policy's plan at their count
+    /// ([`LayoutModel::plan_at`]): a check of an earlier choice, read back by a later tool, or a
+    /// count whose thresholds the check itself moved.
+    pub fn not_the_policy(&self) -> Vec<&CheckRow> {
+        self.check
+            .iter()
+            .filter(|r| {
+                r.mode == fp8_report::step_inputs::StepMode::Plan
+                    && self.plan_at(r.execution, r.tokens) != r.fp8_groups
+            })
+            .collect()
+    }
+
     /// The median and largest `|change|` of [`LayoutModel::repeats`], `None` without any.
     pub fn repeatability(&self) -> Option<(f64, f64)> {
         let v: Vec<f64> = self.repeats.iter().map(|r| r.change.abs()).collect();

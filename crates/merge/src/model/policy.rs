@@ -151,10 +151,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "judged": l.judged,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),
         "lifted": l.lifted.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
-        // Checked plans that are not the policy's plan at their count (a check of an earlier
-        // choice, or a count whose thresholds the check itself moved).
-        "not_the_policy": l.check.iter().filter(|r| r.mode == fp8_report::step_inputs::StepMode::Plan && l.plan_at(r.execution, r.tokens) != r.fp8_groups)
-            .map(|r| json!({"execution": r.execution.name(), "tokens": r.tokens})).collect::<Vec<_>>(),
+        "not_the_policy": l.not_the_policy().iter().map(|r| json!({"execution": r.execution.name(), "tokens": r.tokens})).collect::<Vec<_>>(),
     })
 }
 

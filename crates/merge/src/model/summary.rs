@@ -108,6 +108,19 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
                 g.join(", ")
             );
         }
+        let other: Vec<String> = l
+            .not_the_policy()
+            .iter()
+            .map(|r| format!("{} {}", r.execution, r.tokens))
+            .collect();
+        if !other.is_empty() {
+            let _ = writeln!(
+                s,
+                "- {} checked plan(s) are not this policy's plan at their count ({}): a check of an earlier choice, or a count the check moved; the policy there is not yet timed in the step.",
+                other.len(),
+                other.join(", ")
+            );
+        }
     }
     s
 }
