@@ -305,3 +305,22 @@ def test_the_tools_arguments_carry_what_the_judge_reads(root):
         assert args.fp8_param is False and args.etp is None
         kw = ms._plan_kwargs(args, args.tokens[0])
         assert af8._plan(args.model, None, kw)["modules"], tool
+
+
+def test_recipe_counts_compare_what_the_hook_planned_with_what_te_ran():
+    from adaptive_fp8.bench.recipe_names import recipe_counts
+
+    planned = [
+        {"fp8": True, "recipe": "tensorwise"},
+        {"fp8": True, "recipe": None},  # the trainer's recipe
+        {"fp8": False, "recipe": None},
+        {"fp8": True, "recipe": "blockwise"},
+    ]
+    ran = {"decoder.layers.0.mlp.linear_fc1": "Float8CurrentScaling", "decoder.layers.0.mlp.linear_fc2": "Float8BlockScaling",
+           "decoder.layers.0.self_attention.linear_qkv": "Float8BlockScaling"}
+    want, got = recipe_counts(planned, ran, "blockwise")
+    assert want == got == {"Float8CurrentScaling": 1, "Float8BlockScaling": 2}
+    # A module that ran the trainer's recipe where the policy gave it tensorwise is seen.
+    ran["decoder.layers.0.mlp.linear_fc1"] = "Float8BlockScaling"
+    want, got = recipe_counts(planned, ran, "blockwise")
+    assert want != got and got == {"Float8BlockScaling": 3}

@@ -157,6 +157,7 @@ def run(args: Any, log=print) -> dict:
     from adaptive_fp8.bench.corpus import Corpus
     from adaptive_fp8.bench.gpt_train import GptTrainer, Schedule, model_kwargs, token_batches
     from adaptive_fp8.bench.megatron_step import plan_name
+    from adaptive_fp8.bench.recipe_names import recipe_counts
 
     kw, plan, notes = model_kwargs(af8, args)
     if args.deterministic:
@@ -180,6 +181,7 @@ def run(args: Any, log=print) -> dict:
         opt = trainer.optimizer(model)
         losses, norms, evals = [], [], []
         fp8_groups: list[str] = []
+        recipes: dict[str, list[str]] = {}
         for i, b in enumerate(train):
             loss, gn = trainer.train_step(model, opt, b, sched.at(i))
             losses.append(loss)
@@ -190,16 +192,24 @@ def run(args: Any, log=print) -> dict:
                 fp8_groups = sorted({plan_name(n) for n, on in seen.items() if on})
                 all_groups = sorted({plan_name(n) for n in seen})
                 log(f"  {mode}: FP8 groups in the step: {', '.join(fp8_groups) or 'none'}", file=sys.stderr)
+                by_module = trainer.judge.recipes(model)
                 ran = {}
-                for n, r in trainer.judge.recipes(model).items():
+                for n, r in by_module.items():
                     ran.setdefault(plan_name(n), set()).add(r)
                 if ran:
                     log(f"  {mode}: recipes in the step: " + "; ".join(f"{g} {'/'.join(sorted(r))}" for g, r in sorted(ran.items())), file=sys.stderr)
+                recipes = {g: sorted(r) for g, r in sorted(ran.items())}
+                if p is not None:
+                    want, got = recipe_counts(p.rows, by_module, args.recipe)
+                    if want != got:
+                        notes.append(f"{mode}: FP8 modules by recipe planned {want}, ran {got}: not every module ran under its policy's recipe")
+                        log(f"  {mode}: recipes planned {want}, ran {got}", file=sys.stderr)
             if (i + 1) % args.eval_every == 0 or i + 1 == len(train):
                 evals.append([i + 1, trainer.eval_loss(model, held)])
                 log(f"  {mode} step {i + 1}/{len(train)}: loss {loss:.4f}, held-out {evals[-1][1]:.4f}", file=sys.stderr)
         bad = sum(1 for x, g in zip(losses, norms) if not (math.isfinite(x) and math.isfinite(g)))
-        runs[mode] = {"losses": losses, "grad_norms": norms, "evals": evals, "final_eval": evals[-1][1], "nonfinite_steps": bad, "fp8_groups": fp8_groups}
+        runs[mode] = {"losses": losses, "grad_norms": norms, "evals": evals, "final_eval": evals[-1][1], "nonfinite_steps": bad, "fp8_groups": fp8_groups,
+                      "recipes": recipes}
         del model, opt
         trainer.torch.cuda.empty_cache()
     import megatron.core as mc

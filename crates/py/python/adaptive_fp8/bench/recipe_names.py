@@ -16,3 +16,20 @@ RECIPE_CLASSES = {
 
 #: The names, in the order the tools' ``--help`` lists them.
 RECIPES = tuple(RECIPE_CLASSES)
+
+
+def recipe_counts(planned: list[dict], ran: dict[str, str], trainer_recipe: str) -> tuple[dict[str, int], dict[str, int]]:
+    """What the hook planned against what ran: ``planned`` the hook's plan rows (``fp8``, and
+    ``recipe``: the module's own under a per-module recipe plan, else ``None``: the trainer's),
+    ``ran`` each FP8 module's TE recipe class as TE kept it (``fp8_meta["recipe"]``, by module
+    path). Returns ``(planned, ran)``, each the number of FP8 modules per TE recipe class: equal
+    when every module ran under the recipe the policy gave it (one row per module instance)."""
+    want: dict[str, int] = {}
+    for r in planned:
+        if r.get("fp8"):
+            cls = RECIPE_CLASSES.get(r.get("recipe") or trainer_recipe, r.get("recipe") or trainer_recipe)
+            want[cls] = want.get(cls, 0) + 1
+    got: dict[str, int] = {}
+    for cls in ran.values():
+        got[cls] = got.get(cls, 0) + 1
+    return want, got
