@@ -107,6 +107,27 @@ def test_precision_check_names_every_difference(root):
     missing = {k: v for k, v in seen.items() if "linear_proj" not in k}
     assert ms.compare_precisions(missing, plan) == ["decoder.layers.self_attention.linear_proj: planned, not built"]
 
+def test_recipe_check_reads_each_fp8_modules_recipe_against_the_plan(root):
+    # A per-module recipe plan (fc1 tensorwise, fc2 blockwise at 7168, made by gen-policy
+    # --recipes on the H200): each FP8 module must run under its own recipe.
+    pol = root / "docs/device-logs/recipe_plans/gen_L1/mixed.json"
+    plan = af8.plan(root / "fixtures/models/llama3_2_1b.yaml", pol, seq_length=7168, root=root)
+    fp8 = [r for r in plan if r["use_fp8"]]
+    assert {r["recipe"] for r in fp8} == {"tensorwise", "blockwise"}, [(r["name"], r["recipe"]) for r in plan]
+    cls = {"tensorwise": "Float8CurrentScaling", "blockwise": "Float8BlockScaling"}
+    ran = {r["name"].replace("layers.", f"layers.{i}.", 1): cls[r["recipe"]] for r in fp8 for i in range(2)}
+    assert ms.compare_recipes(ran, plan, "blockwise") == []
+    # Every module under the trainer's recipe (the per-module plan not applied): each is named.
+    flat = dict.fromkeys(ran, "Float8BlockScaling")
+    bad = ms.compare_recipes(flat, plan, "blockwise")
+    assert bad and all("the plan says tensorwise (Float8CurrentScaling)" in b for b in bad), bad
+    # A plain policy's FP8 modules run the trainer's recipe.
+    plain = af8.plan(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=16384)
+    ran = {r["name"].replace("layers.", "layers.0.", 1): "Float8CurrentScaling" for r in plain if r["use_fp8"]}
+    assert ran and ms.compare_recipes(ran, plain, "tensorwise") == []
+    assert len(ms.compare_recipes(ran, plain, "blockwise")) == len(ran)
+
+
 def test_the_cli_takes_the_megatron_trainer():
     a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--regions", "both", "--no-fp8-param"])
     assert a.trainer == "megatron" and a.regions == "both" and a.fp8_param is False and a.vocab == 8192
@@ -201,6 +222,10 @@ class _FakeJudge:
                          dict(tp=1, seq_length=model["tokens"], execution=self.precisions_from))["modules"]
         return {m["name"].replace("layers.", f"layers.{i}.", 1): m["use_fp8"] for m in plan for i in range(2)}
 
+    def recipes(self, model):
+        # Every FP8 module under the trainer's recipe (the policies here have no recipe plan).
+        return {k: "Float8BlockScaling" for k, on in self.precisions(model).items() if on}
+
     def te_classes(self, model):
         plan = af8._plan(self.root / "fixtures/models/llama3_2_1b.yaml", None, dict(tp=1, seq_length=model["tokens"]))["modules"]
         return {m["name"].replace("layers.", f"layers.{i}.", 1): m["te_class"] for m in plan for i in range(2)}
@@ -240,6 +265,18 @@ def test_eager_counts_check_against_the_eager_plan(root):
     with pytest.raises(ms.StepBenchError, match="precisions differ from the plan"):
         ms._one_count(judge, args, 4096, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
     assert "capture" not in judge.calls
+
+def test_a_module_under_another_recipe_than_the_plan_stops_the_count(root):
+    class OtherRecipe(_FakeJudge):
+        def recipes(self, model):
+            return {k: "Float8CurrentScaling" for k, on in self.precisions(model).items() if on}
+
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    judge = OtherRecipe(root, "eager")
+    with pytest.raises(ms.StepBenchError, match="recipes differ from the plan: .*ran Float8CurrentScaling, the plan says blockwise"):
+        ms._one_count(judge, args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+
 
 def test_group_keys_for_merge_policy_step(root):
     from adaptive_fp8.bench.step_spec import group_keys

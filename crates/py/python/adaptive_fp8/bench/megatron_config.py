@@ -150,6 +150,24 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
     return bad
 
 
+def compare_recipes(ran: dict[str, str], plan_modules: list[dict], trainer_recipe: str) -> list[str]:
+    """FP8 module paths whose TE recipe in the step (``fp8_meta["recipe"]``'s class) is not the
+    one the plan gives them: the module's own under a per-module recipe plan, else the trainer's
+    ``trainer_recipe``; the hook and Megatron's native config must both build each module so."""
+    from adaptive_fp8.bench.recipe_names import RECIPE_CLASSES
+
+    want = {m["name"]: m.get("recipe") for m in plan_modules if m["component"] == "llm" and m["use_fp8"]}
+    bad = []
+    for path, cls in sorted(ran.items()):
+        name = plan_name(path)
+        if name not in want:
+            continue  # a precision mismatch, said by compare_precisions
+        recipe = want[name] or trainer_recipe
+        if RECIPE_CLASSES.get(recipe, recipe) != cls:
+            bad.append(f"{path}: ran {cls}, the plan says {recipe} ({RECIPE_CLASSES.get(recipe, recipe)})")
+    return bad
+
+
 def compare_classes(seen: dict[str, str], plan_modules: list[dict]) -> list[str]:
     """Module paths whose TE class in the built model differs from the plan's: the judge would
     time a model the policy's rules were not written for (another kind, another rule)."""

@@ -50,6 +50,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     TE_CLASSES,
     compare_classes,
     compare_precisions,
+    compare_recipes,
     config_kwargs,
     expert_tp,
     graph_kwargs,
@@ -475,12 +476,15 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         if policy:
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
+            bad_recipes = compare_recipes(judge.recipes(model), planned, recipe)
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
-                           "fp8_modules": sum(seen.values()), "mismatches": bad})
+                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes})
             log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
-                f"{len(bad)} differ from fp8sel explain", file=sys.stderr)
+                f"{len(bad) + len(bad_recipes)} differ from fp8sel explain", file=sys.stderr)
             if bad:
                 raise StepBenchError(f"mode {name} ({execution}): precisions differ from the plan: {bad[:5]}")
+            if bad_recipes:
+                raise StepBenchError(f"mode {name} ({execution}): recipes differ from the plan: {bad_recipes[:5]}")
         steps[name] = step
     times: dict[str, list[float]] = {m: [] for m in steps}
     for _ in range(args.repeats):
