@@ -210,6 +210,88 @@ fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_d
 }
 
 #[test]
+fn a_numerics_bound_keeps_the_step_models_keys_bf16_and_merge_policy_remakes_it() {
+    // The H200 probe of Llama-3.2-1B in blockwise: every module about 0.027; a bound of 0.01
+    // keeps every key BF16 whatever the model's gain.
+    let probe =
+        "docs/device-logs/recipe_plans/gen_L1/gen/reports/llama3_2_1b_blockwise_numerics.json";
+    let dir = tempfile::tempdir().unwrap();
+    let bound = ["--numerics", probe, "--max-quant-error", "0.01"];
+    let o = gen_step(
+        dir.path(),
+        &[&["--execution", "eager"], &bound[..]].concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("kept BF16 by the numerics bound: decoder.layers.mlp.linear_fc1's"),
+        "{e}"
+    );
+    let p = policy(dir.path());
+    assert_eq!(p["rules"], serde_json::json!({}), "{}", p["rules"]);
+    let n = &p["provenance"]["numerics"];
+    assert_eq!(n["max_quant_error"], 0.01, "{n}");
+    assert_eq!(
+        n["overruled"].as_array().unwrap().len(),
+        3,
+        "fc1, qkv, fc2 (proj is BF16 by speed): {n}"
+    );
+    // merge-policy from the saved reports, with the same bound: the same policy.
+    let f = |tail: &str| {
+        dir.path()
+            .join(format!("reports/llama3_2_1b_tp1_ep1_etp1_{tail}_step.json"))
+    };
+    let remake = |numerics: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+        cmd.current_dir(root())
+            .args(["merge-policy", "--step-model"])
+            .arg(f("inputs"));
+        cmd.arg("--step-check").arg(f("check"));
+        if f("recheck").exists() {
+            cmd.arg(f("recheck"));
+        }
+        cmd.args([
+            "--numerics",
+            numerics,
+            "--max-quant-error",
+            "0.01",
+            "--output",
+        ])
+        .arg(dir.path().join("again.json"))
+        .output()
+        .unwrap()
+    };
+    let m = remake(probe);
+    assert_eq!(m.status.code(), Some(0), "{}", err(&m));
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("again.json")).unwrap())
+            .unwrap();
+    assert_eq!(again["rules"], p["rules"]);
+    assert_eq!(again["provenance"]["numerics"], p["provenance"]["numerics"]);
+    // A report of another recipe bounds nothing of this one: refused, naming the fix.
+    let other = remake(&probe.replace("blockwise", "tensorwise"));
+    assert_eq!(other.status.code(), Some(2), "{}", err(&other));
+    assert!(
+        err(&other).contains("a numerics report of tensorwise") && err(&other).contains("fix:"),
+        "{}",
+        err(&other)
+    );
+    let tensorwise = probe.replace("blockwise", "tensorwise");
+    let g = gen_step(
+        &dir.path().join("tw"),
+        &["--execution", "eager", "--numerics", &tensorwise],
+        &[],
+    );
+    assert_ne!(g.status.code(), Some(0));
+    assert!(
+        err(&g).contains("a numerics report of tensorwise, and the step measures blockwise"),
+        "{}",
+        err(&g)
+    );
+}
+
+#[test]
 fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_moves_its_keys() {
     let dir = tempfile::tempdir().unwrap();
     let o = gen_step(

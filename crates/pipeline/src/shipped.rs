@@ -189,7 +189,7 @@ pub fn step_model_files(
             continue;
         }
         let vlm = model.components.len() > 1;
-        let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root))?;
+        let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root), &[])?;
         let policy = crate::step::saved::saved_policy(&layouts, &[])?;
         let name = PathBuf::from(if vlm {
             format!("{}.llm.json", model.name)

@@ -87,9 +87,13 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
     // The same policy merge-policy --step-model makes from those files.
     let dir = root.path().join(STEP_MODEL_DIR);
     let f = |n: &str| dir.join(format!("llama3_2_1b_tp1_ep1_etp1_{n}_step.json"));
-    let direct =
-        fp8_pipeline::step::saved::layout_models(&[f("inputs")], &[f("check"), f("recheck")], None)
-            .unwrap();
+    let direct = fp8_pipeline::step::saved::layout_models(
+        &[f("inputs")],
+        &[f("check"), f("recheck")],
+        None,
+        &[],
+    )
+    .unwrap();
     let direct = fp8_pipeline::step::saved::saved_policy(&direct, &[]).unwrap();
     let ours = fp8_policy::Policy::from_json_str(&text, "p.json").unwrap();
     assert_eq!(ours.rules(), direct.rules());

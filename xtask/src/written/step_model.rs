@@ -21,8 +21,9 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
         .map(|end| std::path::PathBuf::from(format!("{base}{end}")))
         .filter(|p| root.join(p).is_file())
         .collect();
-    let layouts = fp8_pipeline::step::saved::layout_models(&[file.into()], &checks, Some(root))
-        .map_err(|e| format!("{file}: {e}"))?;
+    let layouts =
+        fp8_pipeline::step::saved::layout_models(&[file.into()], &checks, Some(root), &[])
+            .map_err(|e| format!("{file}: {e}"))?;
     let policy = fp8_pipeline::step::saved::saved_policy(&layouts, &[])
         .map_err(|e| format!("{file}: {e}"))?;
     serde_json::from_str(&policy.to_json()).map_err(|e| format!("{file}: {e}"))

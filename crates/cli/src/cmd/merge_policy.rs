@@ -268,6 +268,25 @@ pub fn run(args: &Args) -> CliResult {
     Ok(())
 }
 
+/// With one recipe's step model, a numerics report of another recipe bounds nothing: refused.
+fn refuse_other_recipes(
+    bounds: &[fp8_merge::numerics::NumericsBound],
+    recipe: Option<fp8_policy::Recipe>,
+) -> CliResult {
+    if bounds.len() > 1 {
+        return Err(CliError::input(
+            "--numerics: several reports are for a choice among recipes (--step-model inputs of several recipes); one recipe's step model takes one",
+        ));
+    }
+    match (bounds.first().and_then(|b| b.report.recipe), recipe) {
+        (Some(r), Some(want)) if r != want => Err(CliError::input(format!(
+            "{}: a numerics report of {r}, and the step model's inputs measured {want}; fix: probe {want} (python -m adaptive_fp8.bench.numerics --recipe {want})",
+            bounds[0].report.file.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `--step-model`: the policy of the step model, fitted again from saved measurements.
 fn run_step_model(args: &Args) -> CliResult {
     use fp8_pipeline::step::saved::{layout_models, saved_policy};
@@ -275,14 +294,20 @@ fn run_step_model(args: &Args) -> CliResult {
         .output
         .as_deref()
         .ok_or_else(|| CliError::input("--step-model needs --output"))?;
-    let layouts =
-        layout_models(&args.step_model, &args.step_check, None).map_err(CliError::input)?;
-    let bounds = if layouts.iter().any(|l| l.0 != layouts[0].0) {
-        args.objective.numerics_bounds()?
-    } else {
-        Vec::new()
-    };
-    let policy = saved_policy(&layouts, &bounds).map_err(CliError::input)?;
+    // One recipe: its numerics report bounds the step model's keys before the checks are read
+    // (as gen-policy bounds before it checks, and --numerics bounds a per-module merge);
+    // several: one report per recipe, for the choice among them.
+    let bounds = args.objective.numerics_bounds()?;
+    let mut layouts =
+        layout_models(&args.step_model, &args.step_check, None, &[]).map_err(CliError::input)?;
+    let several = layouts.iter().any(|l| l.0 != layouts[0].0);
+    if !several && !bounds.is_empty() {
+        refuse_other_recipes(&bounds, layouts.first().map(|l| l.0))?;
+        layouts = layout_models(&args.step_model, &args.step_check, None, &bounds)
+            .map_err(CliError::input)?;
+    }
+    let policy =
+        saved_policy(&layouts, if several { &bounds } else { &[] }).map_err(CliError::input)?;
     let layouts: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
     let inputs: Vec<&Path> = args
         .step_model

@@ -28,7 +28,8 @@ pub struct ObjectiveArgs {
     pub host_profile: Option<PathBuf>,
     /// A numerics report (`python -m adaptive_fp8.bench.numerics`): every module whose FP8
     /// quantize-dequantize error (relative RMS, worst operand) is over --max-quant-error runs
-    /// BF16 whatever its speedup; provenance names the bound and each key it kept BF16, and
+    /// BF16 whatever its speedup (the step model's keys too, before its check, so the check
+    /// times the bounded plan); provenance names the bound and each key it kept BF16, and
     /// explain gives that as the reason. With `merge-policy --step-model` inputs of several
     /// recipes, or `gen-policy --recipes`, one report per recipe (each names its `recipe`): a
     /// key runs a recipe only within the bound.

@@ -302,3 +302,71 @@ fn the_check_times_the_policys_plan_not_the_choice_between_grid_counts() {
     checked.add_check(&on(&policy_plan.iter().map(String::as_str).collect()));
     assert_eq!(named(&checked), serde_json::json!([]));
 }
+
+#[test]
+fn a_numerics_bound_keeps_its_keys_bf16_before_the_check_and_says_so() {
+    use crate::numerics::{NumericsBound, parse_numerics};
+    let s = dense(6.0);
+    let mut m = model(&s, &SWEPT, &CAL);
+    let e = Execution::Eager;
+    let at = |m: &super::LayoutModel, g: &str| {
+        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
+        m.thresholds[&e][i].from
+    };
+    let fc2 = at(&m, "fc2").expect("fc2 FP8 by speed");
+    assert!(at(&m, "proj").is_none());
+    // fc2's input and proj's weight over 0.05; fc1 within.
+    let module = |ub: &str, op: &str, err: f64| {
+        format!(
+            r#"{{"component": "llm", "name": "decoder.layers.x.{ub}", "key": {{"kind": "row", "ub_name": "{ub}", "tp": 1}}, "operands": {{"{op}": {{"rel_rms": {err}}}}}}}"#
+        )
+    };
+    let text = format!(
+        r#"{{"format": "fp8sel-numerics", "version": 1, "recipe": "blockwise", "modules": [{}, {}, {}]}}"#,
+        module("fc2", "input", 0.08),
+        module("proj", "weight", 0.09),
+        module("fc1", "input", 0.02)
+    );
+    let b = NumericsBound {
+        report: parse_numerics(&text, std::path::Path::new("n.json")).unwrap(),
+        max_quant_error: 0.05,
+    };
+    m.bound(&b);
+    assert_eq!(
+        at(&m, "fc2"),
+        None,
+        "over the bound: BF16 whatever its gain"
+    );
+    assert!(
+        at(&m, "fc1").is_some(),
+        "within the bound: as speed gave it"
+    );
+    assert!(
+        !m.check_plans()
+            .iter()
+            .any(|(_, _, g)| g.iter().any(|x| x == "fc2"))
+    );
+    // Recorded: fc2 with the count speed gave it; proj (BF16 by speed anyway) is not an overrule.
+    let n = m.numerics.as_ref().unwrap();
+    assert_eq!((n.report.as_str(), n.max_quant_error), ("n.json", 0.05));
+    assert_eq!(n.overruled.len(), 1, "{n:?}");
+    let o = &n.overruled[0];
+    assert_eq!(
+        (o.module.as_str(), o.operand.as_str(), o.min_tokens),
+        ("decoder.layers.x.fc2", "input", fc2)
+    );
+    // The policy: no rule for fc2, named by the bound (not as a key FP8 never won); proj is one.
+    let p = super::model_policy(std::slice::from_ref(&m)).unwrap();
+    let prov = p.provenance().unwrap();
+    assert_eq!(prov.numerics.as_ref(), Some(n));
+    let names: Vec<String> = prov
+        .measured_bf16_keys
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert!(
+        names.iter().any(|k| k.contains("proj")) && !names.iter().any(|k| k.contains("fc2")),
+        "{names:?}"
+    );
+    assert!(prov.numerics_overrule(&o.key).is_some());
+}

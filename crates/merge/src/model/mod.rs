@@ -102,6 +102,8 @@ pub struct LayoutModel {
     pub judged: Vec<crate::step::JudgedPolicy>,
     /// The options the choice used.
     pub options: ChoiceOptions,
+    /// The numerics bound applied ([`LayoutModel::bound`]), with every key it kept BF16.
+    pub numerics: Option<fp8_policy::NumericsBoundApplied>,
 }
 
 impl LayoutModel {
@@ -151,6 +153,7 @@ impl LayoutModel {
             repeats: Vec::new(),
             judged: Vec::new(),
             options,
+            numerics: None,
         })
     }
 
@@ -268,6 +271,22 @@ impl LayoutModel {
             .collect()
     }
 
+    /// Whether a plan the check measured behind all-FP8 could move a crossing down
+    /// ([`check::lift`]): a key all-FP8 ran and the plan did not has a threshold above the count
+    /// (not one BF16 to the grid's top, nor one a numerics bound keeps BF16). Only such a count
+    /// is worth timing again.
+    pub fn could_lift(&self, plan: &CheckRow, fp8: &CheckRow) -> bool {
+        let Some(ts) = self.thresholds.get(&plan.execution) else {
+            return false;
+        };
+        self.units.iter().zip(ts).any(|(u, t)| {
+            t.from.is_some_and(|f| f > plan.tokens)
+                && u.groups
+                    .iter()
+                    .any(|g| fp8.fp8_groups.contains(g) && !plan.fp8_groups.contains(g))
+        })
+    }
+
     /// The checked plans that are not the policy's plan at their count
     /// ([`LayoutModel::plan_at`]): a check of an earlier choice, read back by a later tool, or a
     /// count whose thresholds the check itself moved.
@@ -289,6 +308,39 @@ impl LayoutModel {
 }
 
 impl LayoutModel {
+    /// Keeps BF16, in every execution, each key whose modules' quantization error a numerics
+    /// report puts over its bound, whatever the model's gain (as the per-module merge does with
+    /// `--numerics`); a key the model had FP8 somewhere is recorded with the count speed alone
+    /// gave it (eager where it has one). Before the check, so the check times the bounded plan.
+    pub fn bound(&mut self, b: &crate::numerics::NumericsBound) {
+        let mut overruled = Vec::new();
+        for (i, u) in self.units.iter().enumerate() {
+            let Some((module, operand, error)) = b.overrule(&self.inputs.component, &u.key) else {
+                continue;
+            };
+            let by_speed = [Execution::Eager, Execution::Graphed]
+                .iter()
+                .find_map(|e| self.thresholds.get(e).and_then(|ts| ts[i].from));
+            for ts in self.thresholds.values_mut() {
+                ts[i].from = None;
+            }
+            if let Some(f) = by_speed {
+                overruled.push(fp8_policy::NumericsOverrule {
+                    key: u.key.clone(),
+                    module: module.to_owned(),
+                    operand: operand.to_owned(),
+                    error,
+                    min_tokens: f.saturating_mul(u.scale),
+                });
+            }
+        }
+        self.numerics = Some(fp8_policy::NumericsBoundApplied {
+            report: b.report.file.display().to_string(),
+            max_quant_error: b.max_quant_error,
+            overruled,
+        });
+    }
+
     /// Moves the keys of each loss (execution, count, FP8 groups) above its count.
     fn guard(&mut self, losses: &[(Execution, u64, &std::collections::BTreeSet<String>)]) {
         let moved = guard(

@@ -43,11 +43,20 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
     let keys: BTreeSet<RuleKey> = per.keys().map(|(k, _)| k.clone()).collect();
     let mut policy = Policy::new(1.0).map_err(|e| format_err(first, e))?;
     let mut bf16 = Vec::new();
+    let numerics = bound_applied(layouts);
+    let overruled = |k: &RuleKey| {
+        numerics
+            .as_ref()
+            .is_some_and(|n| n.overruled.iter().any(|o| &o.key == k))
+    };
     for key in keys {
         let get = |e| per.get(&(key.clone(), e)).copied().flatten();
         let (eager, graphed) = (get(Execution::Eager), get(Execution::Graphed));
         if eager.is_none() && graphed.is_none() {
-            bf16.push(key);
+            // A key the numerics bound kept BF16 is named there, not as one FP8 never won.
+            if !overruled(&key) {
+                bf16.push(key);
+            }
             continue;
         }
         let min_tokens = eager.unwrap_or(NEVER);
@@ -81,6 +90,7 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
         .map(|e| format!("step-model-{e}"))
         .collect();
     prov.measured_bf16_keys = bf16;
+    prov.numerics = numerics;
     prov.shapes = shapes(layouts);
     prov.eager_source = executions
         .contains(&Execution::Eager)
@@ -88,6 +98,25 @@ pub fn model_policy(layouts: &[LayoutModel]) -> Result<Policy, MergeError> {
     prov.step = Some(json!({ "model": layouts.iter().map(record).collect::<Vec<_>>() }));
     policy.set_provenance(prov);
     Ok(policy)
+}
+
+/// The numerics bound the layouts applied (one report and bound: `fp8sel` passes the same to
+/// each), every key it kept BF16 once, at the smallest count speed gave it.
+fn bound_applied(layouts: &[LayoutModel]) -> Option<fp8_policy::NumericsBoundApplied> {
+    let mut out: Option<fp8_policy::NumericsBoundApplied> = None;
+    for n in layouts.iter().filter_map(|l| l.numerics.as_ref()) {
+        let all = out.get_or_insert_with(|| fp8_policy::NumericsBoundApplied {
+            overruled: Vec::new(),
+            ..n.clone()
+        });
+        for o in &n.overruled {
+            match all.overruled.iter_mut().find(|x| x.key == o.key) {
+                Some(x) => x.min_tokens = x.min_tokens.min(o.min_tokens),
+                None => all.overruled.push(o.clone()),
+            }
+        }
+    }
+    out
 }
 
 /// Each key's per-rank GEMM shapes over the layouts (what `fp8sel check` tells models apart by).

@@ -75,6 +75,9 @@ impl Layout<'_> {
         let options = ChoiceOptions::on_layout(self.p.token_step());
         let mut lm =
             LayoutModel::new(inputs, &json, &executions, options).map_err(|e| e.to_string())?;
+        if let Some(b) = &self.o.merge.numerics {
+            bound(&mut lm, b, &at, outcome)?;
+        }
         let checked = self.check(&mut lm, &mut worker, say, outcome);
         worker.end();
         checked?;
@@ -142,6 +145,7 @@ impl Layout<'_> {
             .chain(
                 fp8_merge::model::behind_fp8(&rows)
                     .iter()
+                    .filter(|(p, f)| lm.could_lift(p, f))
                     .map(|(p, _)| (p.execution, p.tokens)),
             )
             .collect();
@@ -196,7 +200,7 @@ impl Layout<'_> {
             .collect();
         if !behind.is_empty() {
             outcome.notes.push(format!(
-                "{at}: the check measured the model's plan more than {:.0}% behind all-FP8, beyond both bands (where no key moved, the model has them BF16 up to the grid's top, slower alone, or all-FP8 did not beat BF16 beyond the noise): {}",
+                "{at}: the check measured the model's plan more than {:.0}% behind all-FP8, beyond both bands (where no key moved, the model has them BF16 up to the grid's top, slower alone or kept BF16 by the numerics bound, or all-FP8 did not beat BF16 beyond the noise): {}",
                 100.0 * fp8_merge::model::FP8_SLACK,
                 behind.join("; ")
             ));
@@ -299,6 +303,33 @@ impl Layout<'_> {
         }
         Ok(())
     }
+}
+
+/// `--numerics`: the keys over the bound stay BF16 before the check (`LayoutModel::bound`); a
+/// report of another recipe than the step's is refused (its errors are not this recipe's).
+fn bound(
+    lm: &mut LayoutModel,
+    b: &fp8_merge::numerics::NumericsBound,
+    at: &str,
+    outcome: &mut GenOutcome,
+) -> Result<(), String> {
+    let measured = lm.inputs.fp8_recipe.parse::<fp8_policy::Recipe>().ok();
+    if let (Some(r), Some(m)) = (b.report.recipe, measured)
+        && r != m
+    {
+        return Err(format!(
+            "{}: a numerics report of {r}, and the step measures {m}; fix: pass the report of {m} (python -m adaptive_fp8.bench.numerics --recipe {m})",
+            b.report.file.display()
+        ));
+    }
+    lm.bound(b);
+    for o in lm.numerics.iter().flat_map(|n| &n.overruled) {
+        outcome.notes.push(format!(
+            "{at}: {} kept BF16 by the numerics bound: {}'s {} has relative RMS error {:.4} > {} (FP8 would start at {} by speed)",
+            o.key, o.module, o.operand, o.error, b.max_quant_error, o.min_tokens
+        ));
+    }
+    Ok(())
 }
 
 fn mode(m: StepMode) -> &'static str {

@@ -98,7 +98,8 @@ mod tests {
         let dir = Path::new("reports/h200/step_model");
         let inputs = [dir.join("llama3_2_1b_tp1_ep1_etp1_inputs_step.json")];
         let checks = [dir.join("llama3_2_1b_tp1_ep1_etp1_check_step.json")];
-        let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(&root)).unwrap();
+        let layouts =
+            crate::step::saved::layout_models(&inputs, &checks, Some(&root), &[]).unwrap();
         let models: Vec<LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
         let plots = step_plots("llama3_2_1b", &models).unwrap();
         let names: Vec<String> = plots.keys().map(|p| p.display().to_string()).collect();

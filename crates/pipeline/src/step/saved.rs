@@ -19,13 +19,16 @@ fn recipe_of(inputs: &StepInputs, file: &Path) -> Result<Recipe, String> {
     })
 }
 
-/// Each inputs file's layout model (its recipe beside it), with the checks of the same layout
-/// and recipe added. Files are read under `root` where one is given, and named as given (the
-/// policy's provenance then holds repository paths, not this machine's).
+/// Each inputs file's layout model (its recipe beside it), bounded by the numerics report of
+/// its recipe among `bounds` (a report that names no recipe bounds every layout), then with the
+/// checks of the same layout and recipe added, as `gen-policy` bounds before it checks. Files
+/// are read under `root` where one is given, and named as given (the policy's provenance then
+/// holds repository paths, not this machine's).
 pub fn layout_models(
     inputs: &[PathBuf],
     checks: &[PathBuf],
     root: Option<&Path>,
+    bounds: &[NumericsBound],
 ) -> Result<Vec<(Recipe, LayoutModel)>, String> {
     let at = |f: &Path| root.map_or_else(|| f.to_path_buf(), |r| r.join(f));
     let read = |f: &Path| read_step_inputs(&at(f)).map_err(|e| e.to_string());
@@ -47,6 +50,12 @@ pub fn layout_models(
         let options = ChoiceOptions::on_layout(parallel.token_step());
         let recipe = recipe_of(&doc, f)?;
         let mut lm = LayoutModel::new(doc, f, &executions, options).map_err(|e| e.to_string())?;
+        if let Some(b) = bounds
+            .iter()
+            .find(|b| b.report.recipe.is_none_or(|r| r == recipe))
+        {
+            lm.bound(b);
+        }
         let fp8_recipe = lm.inputs.fp8_recipe.clone();
         let own: Vec<&StepInputs> = checks
             .iter()
