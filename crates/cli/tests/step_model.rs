@@ -292,6 +292,30 @@ fn a_numerics_bound_keeps_the_step_models_keys_bf16_and_merge_policy_remakes_it(
 }
 
 #[test]
+fn per_module_flags_given_to_a_step_model_run_are_said_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_step(
+        dir.path(),
+        &["--execution", "eager", "--margin", "0.2", "--iters", "7"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("note: --margin, --iters: per-module settings")
+            && err(&o).contains("does not read them"),
+        "{}",
+        err(&o)
+    );
+    // Left at their defaults: no such note.
+    let plain = gen_step(&dir.path().join("plain"), &["--execution", "eager"], &[]);
+    assert!(
+        !err(&plain).contains("per-module settings"),
+        "{}",
+        err(&plain)
+    );
+}
+
+#[test]
 fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_moves_its_keys() {
     let dir = tempfile::tempdir().unwrap();
     let o = gen_step(

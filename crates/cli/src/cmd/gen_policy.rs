@@ -298,12 +298,39 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         let mut done = fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?;
         fp8_pipeline::step::add_vision(&o, &mut done, progress).map_err(CliError::input)?;
+        let unused = per_module_flags(args);
+        if !unused.is_empty() {
+            done.notes.push(format!(
+                "{}: per-module settings (of what is measured per module: a VLM's vision encoder); the step model's choice does not read them, it keeps a key FP8 only where its gain beats its measured noise (docs/POLICY.md, \"The choice\")",
+                unused.join(", ")
+            ));
+        }
         done
     } else {
         gen_policy(&o, progress).map_err(CliError::input)?
     };
     progress.finish();
     Ok(done)
+}
+
+/// The per-module flags given away from their defaults: a step-model run uses them only for
+/// what it measures per module (a VLM's vision encoder), so they are said, not silently dropped.
+fn per_module_flags(args: &Args) -> Vec<String> {
+    let o = &args.objective;
+    [
+        (args.speedup_threshold != 1.0, "--speedup-threshold"),
+        (args.margin != 0.02, "--margin"),
+        (args.trainer.is_some(), "--trainer"),
+        (o.shared_key != "step", "--shared-key"),
+        (o.host_profile.is_some(), "--host-profile"),
+        (args.iters != DEFAULT_ITERS, "--iters"),
+        (args.warmup != DEFAULT_WARMUP, "--warmup"),
+        (args.te.recompute, "--recompute"),
+    ]
+    .into_iter()
+    .filter(|(given, _)| *given)
+    .map(|(_, flag)| flag.to_owned())
+    .collect()
 }
 
 /// The step runs on this machine's GPU: a Blackwell recipe (mxfp8, nvfp4) is refused on an
