@@ -468,3 +468,29 @@ fn a_vlm_gets_its_language_model_from_the_step_model_and_its_vision_encoder_per_
     assert!(plots.iter().any(|p| p.starts_with("vit-")), "{plots:?}");
     assert!(!plots.iter().any(|p| p.starts_with("llm-")), "{plots:?}");
 }
+
+#[test]
+fn merge_policy_step_model_refuses_the_per_module_merges_settings() {
+    let inputs = "reports/h200/step_model/llama3_2_1b_tp1_ep1_etp1_inputs_step.json";
+    let out = tempfile::tempdir().unwrap();
+    for flag in [
+        &["--margin", "0.2"][..],
+        &["--trainer", "eager"],
+        &["--shared-key", "all-win"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args(["merge-policy", "--step-model", inputs, "--output"])
+            .arg(out.path().join("p.json"))
+            .args(flag)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("cannot be used with") && err(&o).contains(flag[0]),
+            "{}",
+            err(&o)
+        );
+        assert!(!out.path().join("p.json").exists());
+    }
+}

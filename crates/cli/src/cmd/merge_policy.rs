@@ -36,7 +36,10 @@ pub struct Args {
     /// The step model's measurements to make the policy from (`python -m
     /// adaptive_fp8.bench.step_inputs --json`, one per layout; what `gen-policy --backend step`
     /// writes as <model>_tp*_inputs_step.json): fitted and chosen again, without a GPU.
-    #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir", "step"], requires = "output", value_name = "INPUTS")]
+    /// The per-module merge's settings (--margin, --trainer, --host-profile, ...) do not apply:
+    /// the step model keeps a key FP8 where its gain beats its measured noise, in the
+    /// executions its inputs timed.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir", "step", "margin", "trainer", "host_floor_ms", "fp8_pad", "host_profile", "shared_key", "component", "allow_mixed"], requires = "output", value_name = "INPUTS")]
     pub step_model: Vec<PathBuf>,
     /// With --step-model: the step model's checks of those layouts (<model>_tp*_check_step.json,
     /// *_recheck_step.json), compared with the model again; a plan they measured slower than BF16
