@@ -494,3 +494,49 @@ fn merge_policy_step_model_refuses_the_per_module_merges_settings() {
         assert!(!out.path().join("p.json").exists());
     }
 }
+
+#[test]
+fn the_step_models_flags_on_a_per_module_run_are_refused_or_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen_policy = |backend: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "gen-policy",
+                "--model",
+                "fixtures/models/llama3_2_1b.yaml",
+                "--tp",
+                "1",
+            ])
+            .args([
+                "--backend",
+                backend,
+                "--layers",
+                "4",
+                "--tokens",
+                "2048",
+                "--out",
+            ])
+            .arg(dir.path().join(backend))
+            .output()
+            .unwrap()
+    };
+    // Asked for a per-module backend: refused before anything is measured.
+    let o = gen_policy("model");
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("--tokens, --layers: the step model's settings")
+            && err(&o).contains("fix:"),
+        "{}",
+        err(&o)
+    );
+    assert!(!dir.path().join("model").exists());
+    // auto on a machine without TE measures per module (here: estimates) and says what it left.
+    let o = gen_policy("auto");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("note: --tokens, --layers: the step model's settings, not read"),
+        "{}",
+        err(&o)
+    );
+}

@@ -267,6 +267,13 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
              leave out --step-tuner oracle, or measure one recipe with --recipe",
         ));
     }
+    let step_only = step_flags(args);
+    if backend != "step" && !step_only.is_empty() && args.backend != "auto" {
+        return Err(CliError::input(format!(
+            "{}: the step model's settings, and --backend {backend} measures per module; fix: leave them out, or use --backend step",
+            step_only.join(", ")
+        )));
+    }
     if backend != "step" {
         // The per-module backends choose from per-module speedups (fp8_pipeline::module_mix).
         o.recipes = recipe_mix(args)?;
@@ -307,10 +314,37 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         }
         done
     } else {
-        gen_policy(&o, progress).map_err(CliError::input)?
+        let mut done = gen_policy(&o, progress).map_err(CliError::input)?;
+        if !step_only.is_empty() {
+            done.notes.push(format!(
+                "{}: the step model's settings, not read: --backend auto measured per module here (the step model needs a GPU where adaptive_fp8 and Transformer Engine import)",
+                step_only.join(", ")
+            ));
+        }
+        done
     };
     progress.finish();
     Ok(done)
+}
+
+/// The step model's flags given away from their defaults: a per-module run reads none of them.
+fn step_flags(args: &Args) -> Vec<String> {
+    use fp8_policy::Execution::{Eager, Graphed};
+    [
+        (args.step_tuner != "model", "--step-tuner"),
+        (args.tokens != [1024, 2048, 4096, 8192, 16384], "--tokens"),
+        (args.execution != [Eager, Graphed], "--execution"),
+        (args.grad_accum != 1, "--grad-accum"),
+        (args.step_trainer != "te", "--step-trainer"),
+        (args.refine != 1, "--refine"),
+        (args.layers != 2, "--layers"),
+        (args.dense_layers.is_some(), "--dense-layers"),
+        (args.time_limit.is_some(), "--time-limit"),
+    ]
+    .into_iter()
+    .filter(|(given, _)| *given)
+    .map(|(_, flag)| flag.to_owned())
+    .collect()
 }
 
 /// The per-module flags given away from their defaults: a step-model run uses them only for
