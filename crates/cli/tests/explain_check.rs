@@ -299,3 +299,65 @@ fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["notes"][0].as_str().unwrap().contains("at TP 4"), "{v}");
 }
+
+#[test]
+fn vision_flags_on_a_language_model_are_refused_not_ignored() {
+    let base = [
+        "--model",
+        "fixtures/models/llama3_2_1b.yaml",
+        "--policy",
+        "policies/llama3_2_1b.json",
+        "--tp",
+        "1",
+        "--seq-length",
+        "4096",
+    ];
+    for cmd in ["explain", "check"] {
+        let o = fp8sel(
+            &[
+                &[cmd][..],
+                &base,
+                &["--vit-policy", "policies/qwen3_vl_235b_a22b.vit.json"],
+            ]
+            .concat(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("--vit-policy: the model has no vision encoder"),
+            "{}",
+            text(&o.stderr)
+        );
+        let o = fp8sel(&[&[cmd][..], &base, &["--vit-num-tokens", "1024"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(
+                "--vit-num-tokens: fixtures/models/llama3_2_1b.yaml has no vision encoder"
+            ),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    // A VLM takes both.
+    let vlm = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/qwen3_vl_235b_a22b.yaml",
+        "--policy",
+        "policies/qwen3_vl_235b_a22b.llm.json",
+        "--vit-policy",
+        "policies/qwen3_vl_235b_a22b.vit.json",
+        "--tp",
+        "1",
+        "--ep",
+        "8",
+        "--seq-length",
+        "4096",
+        "--vit-num-tokens",
+        "2048",
+    ]);
+    assert!(
+        !text(&vlm.stderr).contains("no vision encoder"),
+        "{}",
+        text(&vlm.stderr)
+    );
+}

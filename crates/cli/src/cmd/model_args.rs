@@ -94,6 +94,12 @@ impl ModelArgs {
     /// Loads the model and fills every unset value from the config.
     pub fn resolve(&self) -> CliResult<Resolved> {
         let model = load_config(&self.model, self.config_root.as_deref())?;
+        if self.vit_num_tokens.is_some() && !model.components.iter().any(|c| c.role == Role::Vit) {
+            return Err(CliError::input(format!(
+                "--vit-num-tokens: {} has no vision encoder (a language model only); fix: leave it out",
+                self.model.display()
+            )));
+        }
         let r = model.resolve(&self.request()).map_err(|e| {
             CliError::input(format!(
                 "{}: {e} (--seq-length, or --num-tokens / --vit-num-tokens)",
@@ -124,6 +130,11 @@ impl PolicyArgs {
     /// Loads the policy of each component: the flag, else the config's path when
     /// selective_fp8 is on. A component with neither has none (and runs BF16).
     pub fn load(&self, model: &ModelDesc) -> CliResult<BTreeMap<Role, Policy>> {
+        if self.vit_policy.is_some() && !model.components.iter().any(|c| c.role == Role::Vit) {
+            return Err(CliError::input(
+                "--vit-policy: the model has no vision encoder (a language model only); fix: leave it out",
+            ));
+        }
         let mut out = BTreeMap::new();
         for c in &model.components {
             let flag = match c.role {
