@@ -17,11 +17,15 @@ fn gen_step(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::O
     common::gen_with_stand_ins(out, &args, env)
 }
 
-/// An eager run whose stand-in check measures what `env` asks (one variable): its folder and
+/// An eager run with `extra` flags and the stand-in's `env`, which must succeed: its folder and
 /// its stderr.
-fn eager_checked_with(env: (&str, &str)) -> (tempfile::TempDir, String) {
+fn eager_ok(extra: &[&str], env: &[(&str, &str)]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(dir.path(), &["--execution", "eager"], &[env]);
+    let o = gen_step(
+        dir.path(),
+        &[&["--execution", "eager"], extra].concat(),
+        env,
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     (dir, err(&o))
 }
@@ -134,7 +138,7 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
 
 #[test]
 fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out() {
-    let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_SLOW", "16384"));
+    let (dir, e) = eager_ok(&[], &[("FAKE_STEP_PLAN_SLOW", "16384")]);
     assert!(
         e.contains("slower than BF16 beyond the model, or behind all-FP8, at ")
             && e.contains(" count(s); timing them again"),
@@ -163,7 +167,7 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
 
 #[test]
 fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_down() {
-    let (dir, e) = eager_checked_with(("FAKE_STEP_PLAN_BEHIND", "2048"));
+    let (dir, e) = eager_ok(&[], &[("FAKE_STEP_PLAN_BEHIND", "2048")]);
     assert!(
         e.contains("or behind all-FP8, at ") && e.contains(" count(s); timing them again"),
         "{e}"
@@ -215,15 +219,7 @@ fn a_numerics_bound_keeps_the_step_models_keys_bf16_and_merge_policy_remakes_it(
     // keeps every key BF16 whatever the model's gain.
     let probe =
         "docs/device-logs/recipe_plans/gen_L1/gen/reports/llama3_2_1b_blockwise_numerics.json";
-    let dir = tempfile::tempdir().unwrap();
-    let bound = ["--numerics", probe, "--max-quant-error", "0.01"];
-    let o = gen_step(
-        dir.path(),
-        &[&["--execution", "eager"], &bound[..]].concat(),
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let e = err(&o);
+    let (dir, e) = eager_ok(&["--numerics", probe, "--max-quant-error", "0.01"], &[]);
     assert!(
         e.contains("kept BF16 by the numerics bound: decoder.layers.mlp.linear_fc1's"),
         "{e}"
@@ -293,38 +289,23 @@ fn a_numerics_bound_keeps_the_step_models_keys_bf16_and_merge_policy_remakes_it(
 
 #[test]
 fn per_module_flags_given_to_a_step_model_run_are_said_not_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(
-        dir.path(),
-        &["--execution", "eager", "--margin", "0.2", "--iters", "7"],
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let (_dir, e) = eager_ok(&["--margin", "0.2", "--iters", "7"], &[]);
     assert!(
-        err(&o).contains("note: --margin, --iters: per-module settings")
-            && err(&o).contains("does not read them"),
-        "{}",
-        err(&o)
+        e.contains("note: --margin, --iters: per-module settings")
+            && e.contains("does not read them"),
+        "{e}"
     );
     // Left at their defaults: no such note.
-    let plain = gen_step(&dir.path().join("plain"), &["--execution", "eager"], &[]);
-    assert!(
-        !err(&plain).contains("per-module settings"),
-        "{}",
-        err(&plain)
-    );
+    let (_plain, e) = eager_ok(&[], &[]);
+    assert!(!e.contains("per-module settings"), "{e}");
 }
 
 #[test]
 fn with_the_megatron_trainer_the_policy_is_judged_in_gptmodel_and_a_loss_there_moves_its_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = gen_step(
-        dir.path(),
-        &["--step-trainer", "megatron", "--execution", "eager"],
+    let (dir, e) = eager_ok(
+        &["--step-trainer", "megatron"],
         &[("FAKE_JUDGE_SLOW", "8192")],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let e = err(&o);
     assert!(
         e.contains("the policy in megatron-core's GPTModel, eager")
             && e.contains("stand-in step_bench: judged"),
