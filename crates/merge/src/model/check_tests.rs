@@ -167,6 +167,12 @@ fn a_plan_is_behind_all_fp8_only_with_the_bands_apart_and_more_than_the_slack() 
     assert!(behind_fp8(&[fp8, elsewhere]).is_empty());
 }
 
+/// Unit `g`'s eager threshold (a unit of one group).
+fn eager_from(m: &super::LayoutModel, g: &str) -> Option<u64> {
+    let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
+    m.thresholds[&Execution::Eager][i].from
+}
+
 #[test]
 fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_count() {
     use std::collections::BTreeSet;
@@ -174,10 +180,6 @@ fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_c
     let s = dense(6.0);
     let mut fresh = model(&s, &SWEPT, &CAL);
     let e = Execution::Eager;
-    let at = |m: &super::LayoutModel, g: &str| {
-        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
-        m.thresholds[&e][i].from
-    };
     let set = |m: &mut super::LayoutModel, g: &str, from: Option<u64>| {
         let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
         m.thresholds.get_mut(&e).unwrap()[i].from = from;
@@ -188,7 +190,11 @@ fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_c
         .find(|(x, t, _)| *x == e && *t == 2048)
         .unwrap();
     assert!(chosen == ["fc1"], "{chosen:?}");
-    assert!(at(&fresh, "qkv").unwrap() > 2048, "{:?}", fresh.thresholds);
+    assert!(
+        eager_from(&fresh, "qkv").unwrap() > 2048,
+        "{:?}",
+        fresh.thresholds
+    );
     // As if proj (slower alone in both GPU and host time) had a crossing at 8192; fc2 as if BF16
     // to the grid's top.
     set(&mut fresh, "proj", Some(8192));
@@ -217,21 +223,21 @@ fn a_plan_behind_all_fp8_moves_down_only_the_crossings_the_model_has_above_its_c
     m.add_checks(&[&behind]);
     assert_eq!(m.lifted, vec![(e, 2048, vec!["qkv".to_owned()])]);
     assert_eq!(
-        at(&m, "qkv"),
+        eager_from(&m, "qkv"),
         Some(2048),
         "the step says qkv's crossing lies lower"
     );
     assert_eq!(
-        at(&m, "proj"),
+        eager_from(&m, "proj"),
         Some(8192),
         "slower alone in both: never lifted"
     );
     assert_eq!(
-        at(&m, "fc2"),
+        eager_from(&m, "fc2"),
         None,
         "BF16 to the grid's top: one count is no crossing"
     );
-    assert_eq!(at(&m, "fc1"), at(&fresh, "fc1"));
+    assert_eq!(eager_from(&m, "fc1"), eager_from(&fresh, "fc1"));
     let summary = super::summary_markdown("synth", std::slice::from_ref(&m));
     assert!(
         summary.contains("eager at 2048: the plan measured behind all-FP8 (more than 1%, the bands apart); qkv (BF16 in it"),
@@ -308,13 +314,8 @@ fn a_numerics_bound_keeps_its_keys_bf16_before_the_check_and_says_so() {
     use crate::numerics::{NumericsBound, parse_numerics};
     let s = dense(6.0);
     let mut m = model(&s, &SWEPT, &CAL);
-    let e = Execution::Eager;
-    let at = |m: &super::LayoutModel, g: &str| {
-        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
-        m.thresholds[&e][i].from
-    };
-    let fc2 = at(&m, "fc2").expect("fc2 FP8 by speed");
-    assert!(at(&m, "proj").is_none());
+    let fc2 = eager_from(&m, "fc2").expect("fc2 FP8 by speed");
+    assert!(eager_from(&m, "proj").is_none());
     // fc2's input and proj's weight over 0.05; fc1 within.
     let module = |ub: &str, op: &str, err: f64| {
         format!(
@@ -333,12 +334,12 @@ fn a_numerics_bound_keeps_its_keys_bf16_before_the_check_and_says_so() {
     };
     m.bound(&b);
     assert_eq!(
-        at(&m, "fc2"),
+        eager_from(&m, "fc2"),
         None,
         "over the bound: BF16 whatever its gain"
     );
     assert!(
-        at(&m, "fc1").is_some(),
+        eager_from(&m, "fc1").is_some(),
         "within the bound: as speed gave it"
     );
     assert!(
