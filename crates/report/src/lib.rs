@@ -8,12 +8,14 @@
 //! - [`step_inputs`]: the step model's measurements (module groups alone, whole steps), typed;
 //! - [`step_results`]: the step benchmark's results (every mode's rounds, each row's verdict),
 //!   typed;
+//! - [`numerics`]: the numerics probe's report (each module's FP8 round-trip error per operand);
 //! - [`read`] / [`parse`] (bounded, checked: positive ordered timings, sizes of at least 1) and
 //!   [`write`] (atomic).
 //!
 //! It measures nothing and merges nothing. The reference tool's list-of-results format is read by
 //! `fp8-merge`, which pairs its results; this crate knows only ours.
 
+pub mod numerics;
 mod point_id;
 mod read;
 mod report;
