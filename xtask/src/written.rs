@@ -3,7 +3,8 @@
 //! device logs a placeholder line names, so no measured number is typed by hand:
 //!
 //! - `{{probe: FILE...}}`: numerics reports (`fp8sel-numerics`), the worst operand per module;
-//! - `{{convergence: FILE...}}`: `convergence.json` files, final losses and gaps;
+//! - `{{convergence: FILE...}}`: the convergence check's reports (`fp8_report::convergence`),
+//!   final losses and gaps;
 //! - `{{judge: FILE...}}`: step-benchmark JSON, the policy mode of each row against BF16;
 //! - `{{modes: FILE...}}`: the same, one row per policy mode (several policies judged together);
 //! - `{{standing: FILE}}`: the end-to-end runs read against today's policies ([`crate::standing`]);
@@ -64,6 +65,18 @@ fn placeholder(line: &str) -> Option<(&str, Vec<&str>)> {
 }
 
 fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
+    if kind == "convergence" {
+        // The convergence check's reports, through their one typed reader.
+        let typed = files
+            .iter()
+            .map(|f| {
+                let doc = fp8_report::convergence::read_convergence(&root.join(f))
+                    .map_err(|e| e.to_string())?;
+                Ok(((*f).to_owned(), doc))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        return Ok(convergence(&typed));
+    }
     if kind == "judge" || kind == "modes" {
         // The step benchmark's results, through their one typed reader.
         let typed = files
@@ -93,7 +106,6 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
         .collect::<Result<_, String>>()?;
     match kind {
         "probe" => Ok(probe(&docs)),
-        "convergence" => Ok(convergence(&docs)),
         "standing" => Ok(docs
             .iter()
             .map(|(_, v)| crate::standing::table(v))
@@ -160,7 +172,7 @@ fn probe(docs: &[(String, Value)]) -> String {
     s
 }
 
-fn convergence(docs: &[(String, Value)]) -> String {
+fn convergence(docs: &[(String, fp8_report::convergence::Convergence)]) -> String {
     let mut s = String::from(
         "| run | recipe | tokens/step | plan's FP8 groups | BF16 | all-FP8 gap | plan gap | BF16 repeat gap | NaN/Inf steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|\n",
     );
@@ -169,44 +181,35 @@ fn convergence(docs: &[(String, Value)]) -> String {
             .parent()
             .and_then(|p| p.strip_prefix("docs/device-logs/").ok())
             .map_or_else(|| file.clone(), |p| p.display().to_string());
-        let st = &c["settings"];
-        let tokens =
-            st["seq_length"].as_u64().unwrap_or(0) * st["micro_batch_size"].as_u64().unwrap_or(0);
-        let gaps = &c["summary"]["gap_to_bf16"];
-        let gap = |m: &str| {
-            gaps.get(m)
-                .and_then(Value::as_f64)
-                .map_or("-".to_owned(), |g| format!("{g:+.4}"))
-        };
-        let plan: Vec<&str> = c["plan_fp8"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(short)
-            .collect();
-        let plan = if c["runs"].get("adaptive").is_none() {
+        let tokens = c.settings.seq_length * c.settings.micro_batch_size;
+        let gap = |m: &str| c.gap(m).map_or("-".to_owned(), |g| format!("{g:+.4}"));
+        let plan = if !c.runs.contains_key("adaptive") {
             "-".to_owned()
-        } else if plan.is_empty() {
+        } else if c.plan_fp8.is_empty() {
             "none (all BF16)".to_owned()
         } else {
-            plan.join(", ")
+            c.plan_fp8
+                .iter()
+                .map(|g| short(g))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
-        let bad: u64 = c["runs"]
-            .as_object()
-            .into_iter()
+        let bf16 = c
+            .summary
+            .final_eval
+            .get("bf16")
+            .copied()
             .flatten()
-            .map(|(_, r)| r["nonfinite_steps"].as_u64().unwrap_or(0))
-            .sum();
+            .unwrap_or(f64::NAN);
         let _ = writeln!(
             s,
-            "| {run} ({}) | {} | {tokens} | {plan} | {:.4} | {} | {} | {} | {bad} |",
-            c["model"].as_str().unwrap_or("?"),
-            c["recipe"].as_str().unwrap_or("?"),
-            num(&c["summary"]["final_eval"], "bf16"),
+            "| {run} ({}) | {} | {tokens} | {plan} | {bf16:.4} | {} | {} | {} | {} |",
+            c.model,
+            c.recipe,
             gap("fp8"),
             gap("adaptive"),
             gap("bf16-repeat"),
+            c.nonfinite_steps(),
         );
     }
     s

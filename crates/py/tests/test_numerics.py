@@ -140,6 +140,36 @@ def test_convergence_verdict_compares_gaps_within_the_run_to_run_band():
     assert "all FP8" in convergence.summarize(runs, ["a", "b"], ["a", "b"])["plan_note"]
 
 
+def test_a_diverged_runs_report_is_json_the_reader_takes(root):
+    # A run whose loss went NaN at step 7: the report carries it as null (JSON has no NaN), in the
+    # shape docs/schemas/adaptive-fp8-convergence.v1.schema.json (fp8_report::convergence) reads.
+    import json
+
+    from schema_check import check, schema
+
+    def run(final, bad=0):
+        losses = [5.0 - i * 0.01 for i in range(40)]
+        return {"losses": losses, "grad_norms": [1.0] * 40, "evals": [[20, 4.0], [40, final]], "final_eval": final,
+                "nonfinite_steps": bad, "fp8_groups": [], "recipes": {}}
+
+    runs = {"bf16": run(3.0), "fp8": run(float("nan"), bad=1), "adaptive": run(3.01)}
+    runs["fp8"]["losses"][7] = float("nan")
+    runs["adaptive"]["fp8_groups"], runs["adaptive"]["recipes"] = ["decoder.layers.mlp.linear_fc1"], {"decoder.layers.mlp.linear_fc1": ["Float8BlockScaling"]}
+    out = {"format": convergence.FORMAT, "version": convergence.VERSION, "model": "m", "recipe": "blockwise", "policy": "p.json",
+           "notes": [], "plan_fp8": ["decoder.layers.mlp.linear_fc1"], "groups": ["decoder.layers.mlp.linear_fc1"], "corpus_floor": 1.5,
+           "settings": {"layers": 2, "seq_length": 1024, "micro_batch_size": 4, "steps": 40, "warmup_steps": 4, "lr": 1e-3, "seed": 0,
+                        "vocab": 4096, "ep": None, "eval_batches": 8, "deterministic": False},
+           "device": "d", "te_version": "t", "megatron_core_version": "m", "runs": runs}
+    out["summary"] = convergence.summarize(runs, out["plan_fp8"], out["groups"])
+    text = convergence.document(out)
+    def no_constant(c):
+        raise ValueError(f"{c} in the report: not JSON")
+
+    doc = json.loads(text, parse_constant=no_constant)
+    assert doc["runs"]["fp8"]["losses"][7] is None and doc["summary"]["gap_to_bf16"]["fp8"] is None
+    check(doc, *schema(root, "adaptive-fp8-convergence.v1.schema.json"))
+
+
 def test_smoothing_skips_nan_and_the_plot_has_both_panels():
     assert convergence.smooth([1.0, float("nan"), 3.0], 2) == [1.0, 1.0, 2.0]
     runs = {m: _run([5.0 - i * 0.01 + (0.001 if m != "bf16" else 0) for i in range(60)], 2.0) for m in ("bf16", "fp8", "adaptive")}

@@ -9,12 +9,14 @@
 //! - [`step_results`]: the step benchmark's results (every mode's rounds, each row's verdict),
 //!   typed;
 //! - [`numerics`]: the numerics probe's report (each module's FP8 round-trip error per operand);
+//! - [`convergence`]: the convergence check's report (loss curves of BF16, all-FP8 and a policy);
 //! - [`read`] / [`parse`] (bounded, checked: positive ordered timings, sizes of at least 1) and
 //!   [`write`] (atomic).
 //!
 //! It measures nothing and merges nothing. The reference tool's list-of-results format is read by
 //! `fp8-merge`, which pairs its results; this crate knows only ours.
 
+pub mod convergence;
 pub mod numerics;
 mod point_id;
 mod read;

@@ -168,4 +168,3 @@ pub fn parse_numerics(text: &str, file: &Path) -> Result<NumericsReport, ReportE
         modules,
     })
 }
-

@@ -152,6 +152,10 @@ fn the_committed_schemas_are_generated_from_the_types() {
             "adaptive-fp8-step-results.v1.schema.json",
             fp8_report::step_results::step_results_schema(),
         ),
+        (
+            "adaptive-fp8-convergence.v1.schema.json",
+            fp8_report::convergence::convergence_schema(),
+        ),
     ] {
         let f = dir.join(name);
         if std::env::var_os("FP8_UPDATE_SCHEMAS").is_some() {
@@ -169,6 +173,7 @@ fn the_committed_schemas_are_generated_from_the_types() {
     for schema in [
         fp8_report::step_inputs::step_inputs_schema(),
         fp8_report::step_results::step_results_schema(),
+        fp8_report::convergence::convergence_schema(),
     ] {
         let v: serde_json::Value = serde_json::from_str(&schema).unwrap();
         assert_eq!(v["additionalProperties"], false, "{v}");

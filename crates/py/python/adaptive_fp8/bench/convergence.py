@@ -37,6 +37,28 @@ COLORS = {"bf16": "#1f77b4", "bf16-repeat": "#9ecae1", "fp8": "#d62728", "adapti
 # -- pure half ----------------------------------------------------------------------------------
 
 
+#: The report's format and version (fp8_report::convergence reads it; docs/schemas/ holds its
+#: schema).
+FORMAT, VERSION = "adaptive-fp8-convergence", 1
+
+
+def _finite(v):
+    """``v`` with every non-finite float as ``None``: JSON has no NaN, and a diverged run is what
+    the report must still carry."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def document(out: dict) -> str:
+    """The report as JSON text, a non-finite loss or gap as ``null``."""
+    return json.dumps(_finite(out), indent=1, allow_nan=False) + "\n"
+
+
 def smooth(xs: list[float], width: int) -> list[float]:
     """Trailing moving average over finite values (a NaN step does not poison the curve)."""
     out, window = [], []
@@ -216,7 +238,7 @@ def run(args: Any, log=print) -> dict:
     import transformer_engine
 
     out = {
-        "model": plan["model"], "recipe": args.recipe, "policy": args.policy, "notes": notes,
+        "format": FORMAT, "version": VERSION, "model": plan["model"], "recipe": args.recipe, "policy": args.policy, "notes": notes,
         "plan_fp8": runs.get("adaptive", {}).get("fp8_groups", []), "groups": all_groups,
         "corpus_floor": corpus.entropy_floor(),
         "settings": {k: getattr(args, k) for k in ("layers", "seq_length", "micro_batch_size", "steps", "warmup_steps", "lr", "seed", "vocab", "ep", "eval_batches", "deterministic")},
@@ -280,7 +302,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     d = Path(args.out)
     d.mkdir(parents=True, exist_ok=True)
     text = markdown(out)
-    write_atomic(str(d / "convergence.json"), json.dumps(out, indent=1) + "\n")
+    write_atomic(str(d / "convergence.json"), document(out))
     write_atomic(str(d / "convergence.md"), text)
     write_atomic(str(d / "curves.svg"), svg(out["runs"], f"{out['model']}: {args.layers} layers, {args.recipe}"))
     sys.stdout.write(text)
