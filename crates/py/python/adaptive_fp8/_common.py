@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import statistics
 import sys
@@ -69,11 +70,28 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def finite_json(v: Any) -> str:
+    """``v`` as JSON text (indent 1), every non-finite float as ``null``: JSON has no NaN or
+    Infinity (Python's ``json`` writes them as bare tokens no JSON reader takes), so the readers
+    (``fp8_report``) see a missing figure they name, not a file that is not JSON."""
+
+    def finite(x: Any) -> Any:
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {k: finite(y) for k, y in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [finite(y) for y in x]
+        return x
+
+    return json.dumps(finite(v), indent=1, allow_nan=False) + "\n"
+
+
 def emit(out: dict, text: str, json_path: Optional[str], md_path: Optional[str], quiet: bool = False) -> None:
     """A benchmark's results: the JSON and the markdown where asked (each written to a temp file
     and renamed, so a reader or a kill never leaves half a file), the markdown on stdout unless
     `quiet`."""
-    for path, body in ((json_path, json.dumps(out, indent=1) + "\n"), (md_path, text)):
+    for path, body in ((json_path, finite_json(out)), (md_path, text)):
         if path:
             write_atomic(path, body)
     if not quiet:

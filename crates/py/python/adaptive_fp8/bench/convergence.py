@@ -42,21 +42,12 @@ COLORS = {"bf16": "#1f77b4", "bf16-repeat": "#9ecae1", "fp8": "#d62728", "adapti
 FORMAT, VERSION = "adaptive-fp8-convergence", 1
 
 
-def _finite(v):
-    """``v`` with every non-finite float as ``None``: JSON has no NaN, and a diverged run is what
-    the report must still carry."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
 def document(out: dict) -> str:
-    """The report as JSON text, a non-finite loss or gap as ``null``."""
-    return json.dumps(_finite(out), indent=1, allow_nan=False) + "\n"
+    """The report as JSON text, a non-finite loss or gap as ``null`` (a diverged run is what the
+    report must still carry)."""
+    from adaptive_fp8._common import finite_json
+
+    return finite_json(out)
 
 
 def smooth(xs: list[float], width: int) -> list[float]:
