@@ -92,8 +92,8 @@ pub struct LayoutModel {
     pub check: Vec<CheckRow>,
     /// `(execution, count)` where the check measured the plan slower than BF16, moving its keys.
     pub guarded: Vec<(Execution, u64)>,
-    /// `(execution, count)` where the check measured the plan behind all-FP8, moving the keys
-    /// all-FP8 ran down to that count ([`check::lift`]).
+    /// Where the check measured the plan behind all-FP8 and moved crossings down to that count
+    /// ([`check::lift`]): the execution, the count and the groups moved.
     pub lifted: Vec<check::Lifted>,
     /// The steps the check timed again of those the inputs timed: the step's repeatability.
     pub repeats: Vec<RepeatRow>,
