@@ -281,9 +281,13 @@ fn a_numerics_bound_keeps_the_step_models_keys_bf16_and_merge_policy_remakes_it(
     );
     assert_ne!(g.status.code(), Some(0));
     assert!(
-        err(&g).contains("a numerics report of tensorwise, and the step measures blockwise"),
+        err(&g).contains("a report of tensorwise, and this run measures blockwise"),
         "{}",
         err(&g)
+    );
+    assert!(
+        !dir.path().join("tw").exists(),
+        "refused before anything was measured"
     );
 }
 

@@ -227,6 +227,20 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     args.objective
         .check_bound_has_reports(!args.recipes.is_empty())?;
     let recipe = base_recipe(args)?;
+    if args.recipes.is_empty() {
+        // Before anything is measured: a report of another recipe bounds nothing of this one.
+        for b in args.objective.numerics_bounds()? {
+            if let Some(r) = b.report.recipe.filter(|r| *r != recipe.recipe()) {
+                return Err(CliError::input(format!(
+                    "--numerics {}: a report of {r}, and this run measures {}; fix: pass the report of {} (python -m adaptive_fp8.bench.numerics --recipe {}), or --recipe {r}",
+                    b.report.file.display(),
+                    recipe.recipe(),
+                    recipe.recipe(),
+                    recipe.recipe()
+                )));
+            }
+        }
+    }
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
