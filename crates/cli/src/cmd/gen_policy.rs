@@ -227,20 +227,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     args.objective
         .check_bound_has_reports(!args.recipes.is_empty())?;
     let recipe = base_recipe(args)?;
-    if args.recipes.is_empty() {
-        // Before anything is measured: a report of another recipe bounds nothing of this one.
-        for b in args.objective.numerics_bounds()? {
-            if let Some(r) = b.report.recipe.filter(|r| *r != recipe.recipe()) {
-                return Err(CliError::input(format!(
-                    "--numerics {}: a report of {r}, and this run measures {}; fix: pass the report of {} (python -m adaptive_fp8.bench.numerics --recipe {}), or --recipe {r}",
-                    b.report.file.display(),
-                    recipe.recipe(),
-                    recipe.recipe(),
-                    recipe.recipe()
-                )));
-            }
-        }
-    }
+    numerics_of_this_recipe(args, recipe.recipe())?;
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -359,6 +346,23 @@ fn step_flags(args: &Args) -> Vec<String> {
     .filter(|(given, _)| *given)
     .map(|(_, flag)| flag.to_owned())
     .collect()
+}
+
+/// Before anything is measured: with one recipe, a numerics report of another bounds nothing
+/// of this one, so it is refused.
+fn numerics_of_this_recipe(args: &Args, measured: fp8_policy::Recipe) -> CliResult<()> {
+    if !args.recipes.is_empty() {
+        return Ok(());
+    }
+    for b in args.objective.numerics_bounds()? {
+        if let Some(r) = b.report.recipe.filter(|r| *r != measured) {
+            return Err(CliError::input(format!(
+                "--numerics {}: a report of {r}, and this run measures {measured}; fix: pass the report of {measured} (python -m adaptive_fp8.bench.numerics --recipe {measured}), or --recipe {r}",
+                b.report.file.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The per-module flags given away from their defaults: a step-model run uses them only for
