@@ -149,14 +149,12 @@ impl Convergence {
 /// The JSON Schema of [`Convergence`] (generated from the type; `docs/schemas/` holds it, a test
 /// keeps it current, and the Python writer's tests read it).
 pub fn convergence_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(Convergence)).expect("a schema serializes")
-        + "\n"
+    crate::read::schema_of::<Convergence>()
 }
 
 /// Reads and checks a report.
 pub fn read_convergence(path: &Path) -> Result<Convergence, ReportError> {
-    let text = fp8_io::read_to_string_limited(path, MAX_CONVERGENCE_BYTES)
-        .map_err(|e| ReportError::new(path, ReportErrorKind::Io(e)))?;
+    let text = crate::read::read_bounded(path, MAX_CONVERGENCE_BYTES)?;
     parse_convergence(&text, path)
 }
 

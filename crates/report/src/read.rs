@@ -249,3 +249,15 @@ pub(crate) fn typed_document<T: serde::de::DeserializeOwned>(
     }
     serde_json::from_value(head).map_err(|e| err(e.to_string()))
 }
+
+/// A document's text, bounded by `max` bytes, its read error a report error: what every typed
+/// reader here reads before it parses.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<String, ReportError> {
+    fp8_io::read_to_string_limited(path, max)
+        .map_err(|e| ReportError::new(path, ReportErrorKind::Io(e)))
+}
+
+/// The JSON Schema of a typed document, pretty, as `docs/schemas/` holds it.
+pub(crate) fn schema_of<T: schemars::JsonSchema>() -> String {
+    serde_json::to_string_pretty(&schemars::schema_for!(T)).expect("a schema serializes") + "\n"
+}

@@ -197,20 +197,17 @@ pub(crate) enum ExecutionSchema {
 /// The JSON Schema of [`StepInputs`] (generated from the type; `docs/schemas/` holds it, a test
 /// keeps it current, and the Python writer's tests read it).
 pub fn step_inputs_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(StepInputs)).expect("a schema serializes")
-        + "\n"
+    crate::read::schema_of::<StepInputs>()
 }
 
 /// The JSON Schema of [`StepPlans`].
 pub fn step_plans_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(StepPlans)).expect("a schema serializes")
-        + "\n"
+    crate::read::schema_of::<StepPlans>()
 }
 
 /// Reads and checks a document.
 pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
-    let text = fp8_io::read_to_string_limited(path, MAX_STEP_INPUTS_BYTES)
-        .map_err(|e| ReportError::new(path, ReportErrorKind::Io(e)))?;
+    let text = crate::read::read_bounded(path, MAX_STEP_INPUTS_BYTES)?;
     parse_step_inputs(&text, path)
 }
 

@@ -260,14 +260,12 @@ pub struct OracleTrial {
 /// The JSON Schema of [`StepResults`] (generated from the type; `docs/schemas/` holds it, a test
 /// keeps it current, and the Python writer's tests read it).
 pub fn step_results_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(StepResults)).expect("a schema serializes")
-        + "\n"
+    crate::read::schema_of::<StepResults>()
 }
 
 /// Reads and checks a document.
 pub fn read_step_results(path: &Path) -> Result<StepResults, ReportError> {
-    let text = fp8_io::read_to_string_limited(path, MAX_STEP_RESULTS_BYTES)
-        .map_err(|e| ReportError::new(path, ReportErrorKind::Io(e)))?;
+    let text = crate::read::read_bounded(path, MAX_STEP_RESULTS_BYTES)?;
     parse_step_results(&text, path)
 }
 
