@@ -16,7 +16,7 @@
 #   bash scripts/device/recipe_plans.sh gen M   # the user's one command instead of rows 1-3:
 #     fp8sel gen-policy --recipes blockwise,tensorwise (both recipes measured and checked, both
 #     probed), the single-recipe policies re-fitted from its reports by merge-policy, then row 4
-#   bash scripts/device/recipe_plans.sh mix   # where the committed plans run two recipes at once:
+#   bash scripts/device/recipe_plans.sh mix [L1]   # where the committed plans run two recipes at once:
 #     Llama-3.1-8B eager 16384 (proj blockwise, the rest tensorwise) and gen_L1's Llama-3.2-1B
 #     eager 7168 (fc1 tensorwise, fc2 blockwise), judged beside their single-recipe policies;
 #     then the convergence check of gen_L1's plan at 7 x 1024 tokens (both recipes training)
@@ -144,7 +144,8 @@ mix)
       --policy "$D/$3/blockwise.json" --policy "$D/$3/tensorwise.json" --policy "$D/$3/mixed.json" \
       --tokens "$4" --execution eager --layers 2 --repeats 21 --no-fp8-param --json "$W/$1.json" --md "$W/$1.md"
   }
-  judge_at judge_L8_16384 L8 L8 16384
+  # `mix L1` leaves out Llama-3.1-8B (189 s on the H200).
+  [ "${2:-}" = L1 ] || judge_at judge_L8_16384 L8 L8 16384
   judge_at judge_L1_7168 L1 gen_L1 7168
   queued converge_mix 300 python3 -m adaptive_fp8.bench.convergence --model "$(config L1)" --layers 4 --seq-length 1024 \
     --micro-batch-size 7 --steps 300 --lr 6e-4 --policy "$D/gen_L1/mixed.json" --out "$W/converge_mix"

@@ -12,9 +12,10 @@
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
-#   bash scripts/device/step_model.sh today   # the graphed judge (3072, 6144) of the policies
-#                                             # today's fp8sel fits from the cost run's committed
-#                                             # inputs and checks (merge-policy --step-model)
+#   bash scripts/device/step_model.sh today [M...]  # the graphed judge (3072, 6144) of the
+#                                             # policies today's fp8sel fits from the cost run's
+#                                             # committed inputs and checks (merge-policy
+#                                             # --step-model); M: Llama-3.1-8B, MoE-64x1408 (both)
 #   bash scripts/device/step_model.sh shipped M TP  # a shipped model's step-model policy at TP
 #                                             # (fixtures/models/M.yaml), its documents kept
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
@@ -107,12 +108,13 @@ refit)
 today)
   mkdir -p "$W/policies"
   R=docs/device-logs/step_model/cost/reports/step
-  for m in Llama-3.1-8B MoE-64x1408; do
+  shift
+  [ $# -gt 0 ] || set -- Llama-3.1-8B MoE-64x1408
+  for m in "$@"; do
     "$FP8SEL" merge-policy --step-model "$R/${m}_tp1_ep1_etp1_inputs_step.json" \
       --step-check "$R/${m}_tp1_ep1_etp1_check_step.json" --output "$W/policies/$m.json" > /dev/null || exit 1
+    judge "$m" 170 2 graphed 3072,6144
   done
-  judge Llama-3.1-8B 170 2 graphed 3072,6144
-  judge MoE-64x1408 170 2 graphed 3072,6144
   ;;
 shipped)
   m=${2:?model} tp=${3:?tp}
