@@ -126,6 +126,12 @@ def test_recipe_check_reads_each_fp8_modules_recipe_against_the_plan(root):
     ran = {r["name"].replace("layers.", "layers.0.", 1): "Float8CurrentScaling" for r in plain if r["use_fp8"]}
     assert ran and ms.compare_recipes(ran, plain, "tensorwise") == []
     assert len(ms.compare_recipes(ran, plain, "blockwise")) == len(ran)
+    # A module that ran FP8 with no recipe read back is named, not passed for want of a recipe.
+    seen = dict.fromkeys(ran, True)
+    quiet = {k: v for k, v in ran.items() if "linear_fc1" not in k}
+    bad = ms.compare_recipes(quiet, plain, "tensorwise", seen)
+    assert bad == ["decoder.layers.0.mlp.linear_fc1: ran FP8, no recipe read back (fp8_meta has none)"], bad
+    assert ms.compare_recipes(ran, plain, "tensorwise", seen) == []
 
 
 def test_the_cli_takes_the_megatron_trainer():

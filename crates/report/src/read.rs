@@ -148,7 +148,7 @@ pub fn from_value(v: Value, path: &Path) -> Result<Report, ReportError> {
         )));
     }
     let r: Report =
-        serde_json::from_value(v).map_err(|e| format(format!("malformed fp8sel report: {e}")))?;
+        from_value_at(v).map_err(|e| format(format!("malformed fp8sel report: {e}")))?;
     r.check(path)?;
     Ok(r)
 }
@@ -247,7 +247,20 @@ pub(crate) fn typed_document<T: serde::de::DeserializeOwned>(
             "version: this fp8sel reads version {version}; fix: {again}"
         )));
     }
-    serde_json::from_value(head).map_err(|e| err(e.to_string()))
+    from_value_at(head).map_err(err)
+}
+
+/// A JSON value as `T`, its error naming the field it failed at (`results[0].tokens: invalid
+/// type: string "x", expected u64`; serde alone names no field for a wrong type or value).
+pub(crate) fn from_value_at<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let at = e.path().to_string();
+        if at == "." {
+            e.inner().to_string()
+        } else {
+            format!("{at}: {}", e.inner())
+        }
+    })
 }
 
 /// A document's text, bounded by `max` bytes, its read error a report error: what every typed

@@ -161,6 +161,10 @@ pub struct PrecisionCheck {
     pub fp8_modules: u64,
     /// Modules whose precision differs from the plan, in words.
     pub mismatches: Vec<String>,
+    /// The FP8 modules by the TE recipe each ran (its `fp8_meta["recipe"]` class, e.g.
+    /// `Float8CurrentScaling`); absent in checks made before the judge read recipes back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recipes: BTreeMap<String, u64>,
 }
 
 /// One count and execution.

@@ -32,6 +32,16 @@ fn a_valid_report_reads_and_its_point_has_one_identity() {
     assert_eq!(id.to_string().parse::<PointId>().unwrap(), id);
 }
 
+#[test]
+fn a_field_of_the_wrong_type_is_named_with_its_path() {
+    let text = report_text(0.9, 1.0, 1.1, 2).replace(r#""tokens": 1024"#, r#""tokens": "many""#);
+    let e = parse(&text, Path::new("r.json")).unwrap_err().to_string();
+    assert!(
+        e.contains("r.json") && e.contains("points[0].tokens"),
+        "{e}"
+    );
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

@@ -73,3 +73,30 @@ fn refusals_name_the_file_and_the_field() {
         .to_string();
     assert!(e.contains("planted"), "{e}");
 }
+
+#[test]
+fn a_precision_check_keeps_the_recipes_the_step_read_back() {
+    // The Megatron judge's precision checks count the FP8 modules by the TE recipe each ran;
+    // checks made before it read recipes back have none, and read the same.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let f = root.join("docs/device-logs/recipe_plans/mix/judge_L8_16384.json");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let before = parse_step_results(&text, &f).unwrap();
+    assert!(before.precision_checks.iter().all(|c| c.recipes.is_empty()));
+    v["precision_checks"][0]["recipes"] =
+        serde_json::json!({"Float8BlockScaling": 2, "Float8CurrentScaling": 6});
+    let doc = parse_step_results(&v.to_string(), &f).unwrap();
+    let counts = &doc.precision_checks[0].recipes;
+    assert_eq!(
+        counts.values().sum::<u64>(),
+        doc.precision_checks[0].fp8_modules
+    );
+    assert_eq!(counts["Float8CurrentScaling"], 6);
+    assert_eq!(parse_step_results(&doc.to_json(), &f).unwrap(), doc);
+    v["precision_checks"][0]["recipes"] = serde_json::json!({"Float8BlockScaling": -1});
+    let e = parse_step_results(&v.to_string(), Path::new("s.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("s.json") && e.contains("recipes"), "{e}");
+}

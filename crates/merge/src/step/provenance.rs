@@ -85,10 +85,18 @@ impl StepRecord {
     /// The record of `policy`, where it has one; an error where it has one that does not read.
     pub fn of(policy: &Policy) -> Option<Result<StepRecord, String>> {
         let v = policy.provenance()?.step.as_ref()?;
-        Some(
-            serde_json::from_value(v.clone())
-                .map_err(|e| format!("provenance.step: {e} (not a record fp8sel wrote)")),
-        )
+        Some(serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            let at = e.path().to_string();
+            let at = if at == "." {
+                String::new()
+            } else {
+                format!(".{at}")
+            };
+            format!(
+                "provenance.step{at}: {} (not a record fp8sel wrote)",
+                e.inner()
+            )
+        }))
     }
 
     /// The counts the step timed at tensor-parallel size `tp` in `execution` (the oracle's runs
@@ -164,7 +172,13 @@ mod tests {
         let bad = policy(
             serde_json::json!({"runs": [{"execution": "fast", "counts": [], "info": {"tp": 1}}]}),
         );
-        assert!(StepRecord::of(&bad).is_some_and(|r| r.is_err()));
+        let e = StepRecord::of(&bad)
+            .and_then(Result::err)
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("provenance.step.runs[0].execution: "),
+            "the error names the field: {e}"
+        );
         let none = policy(serde_json::Value::Null);
         assert!(StepRecord::of(&none).is_none_or(|r| r.is_err()));
     }

@@ -150,14 +150,18 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
     return bad
 
 
-def compare_recipes(ran: dict[str, str], plan_modules: list[dict], trainer_recipe: str) -> list[str]:
+def compare_recipes(ran: dict[str, str], plan_modules: list[dict], trainer_recipe: str,
+                    seen: dict[str, bool] | None = None) -> list[str]:
     """FP8 module paths whose TE recipe in the step (``fp8_meta["recipe"]``'s class) is not the
     one the plan gives them: the module's own under a per-module recipe plan, else the trainer's
-    ``trainer_recipe``; the hook and Megatron's native config must both build each module so."""
+    ``trainer_recipe``; the hook and Megatron's native config must both build each module so.
+    With ``seen`` (each module's precision in the step), a module that ran FP8 with no recipe
+    read back is named too: the check never passes for want of what it checks."""
     from adaptive_fp8.bench.recipe_names import RECIPE_CLASSES
 
     want = {m["name"]: m.get("recipe") for m in plan_modules if m["component"] == "llm" and m["use_fp8"]}
-    bad = []
+    bad = [f"{path}: ran FP8, no recipe read back (fp8_meta has none)"
+           for path, on in sorted((seen or {}).items()) if on and path not in ran and plan_name(path) in want]
     for path, cls in sorted(ran.items()):
         name = plan_name(path)
         if name not in want:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -476,11 +477,14 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         if policy:
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
-            bad_recipes = compare_recipes(judge.recipes(model), planned, recipe)
+            ran = judge.recipes(model)
+            bad_recipes = compare_recipes(ran, planned, recipe, seen)
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
-                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes})
-            log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8, "
-                f"{len(bad) + len(bad_recipes)} differ from fp8sel explain", file=sys.stderr)
+                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes,
+                           "recipes": dict(Counter(ran.values()))})
+            under = ", ".join(f"{n} {c}" for c, n in sorted(Counter(ran.values()).items()))
+            log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8"
+                f"{f' ({under})' if under else ''}, {len(bad) + len(bad_recipes)} differ from fp8sel explain", file=sys.stderr)
             if bad:
                 raise StepBenchError(f"mode {name} ({execution}): precisions differ from the plan: {bad[:5]}")
             if bad_recipes:
