@@ -152,7 +152,9 @@ impl Policy {
     }
 
     /// What a trainer running `recipe` should hear about this policy: `None` when the policy was
-    /// made for that recipe or does not say, else a warning that names both and the fix.
+    /// made for that recipe or does not say, or carries a per-module recipe plan (the plan gives
+    /// every FP8 module its recipe, whatever the trainer's), else a warning that names both and
+    /// the fix.
     ///
     /// ```
     /// use fp8_policy::{Policy, Provenance, Recipe};
@@ -167,7 +169,7 @@ impl Policy {
     /// ```
     pub fn recipe_warning(&self, recipe: crate::Recipe) -> Option<String> {
         let made = self.recipes();
-        if made.is_empty() || made.contains(&recipe) {
+        if made.is_empty() || made.contains(&recipe) || self.recipes.is_some() {
             return None;
         }
         let names: Vec<&str> = made.iter().map(|r| r.name()).collect();

@@ -186,3 +186,24 @@ fn builder_refuses_duplicates_and_zeroes() {
     assert_eq!(p.rule_count(), 2);
     assert_eq!(p.rule_keys().len(), 2);
 }
+
+#[test]
+fn a_recipe_plan_answers_the_recipe_question_itself() {
+    // A policy measured in tensorwise warns a blockwise trainer; with a recipe plan (its base
+    // tensorwise: the hook and the native config run every FP8 module so) it has nothing to say.
+    let text = r#"{"version": 1, "speedup_threshold": 1.0, "rules": {},
+        "provenance": {"recipe": ["tensorwise"]}}"#;
+    let plain = Policy::from_json_str(text, "t.json").unwrap();
+    let w = plain.recipe_warning(fp8_policy::Recipe::Blockwise).unwrap();
+    assert!(
+        w.contains("tensorwise") && w.contains("--recipe blockwise"),
+        "{w}"
+    );
+    let planned = text.replace(
+        r#""rules": {},"#,
+        r#""rules": {}, "recipes": {"base": "tensorwise", "keys": []},"#,
+    );
+    let planned = Policy::from_json_str(&planned, "t.json").unwrap();
+    assert!(planned.recipe_plan().is_some());
+    assert_eq!(planned.recipe_warning(fp8_policy::Recipe::Blockwise), None);
+}

@@ -189,3 +189,7 @@ def test_policy_recipes_and_warning_from_python(tmp_path):
     with pytest.raises(ValueError, match="alias current"):
         p.recipe_warning("fp4")
     assert Policy.from_json(json.dumps(POLICY), "seed.json").recipes == []
+    # A recipe plan gives each FP8 module its recipe: no warning for the trainer's (the Megatron
+    # judge ran such a tensorwise file under a blockwise trainer, each module read back tensorwise).
+    planned = dict(POLICY, provenance={"recipe": ["tensorwise"]}, recipes={"base": "tensorwise", "keys": []})
+    assert Policy.from_json(json.dumps(planned), "t.json").recipe_warning("blockwise") is None

@@ -84,7 +84,8 @@ def selective_fp8_init_decision(
       ``cuda_graph_impl`` (graphed steps use a rule's ``min_tokens_graphed``),
       ``tensor_model_parallel_size``, ``expert_tensor_parallel_size`` (default: TP),
       ``context_parallel_size``, ``moe_router_topk``, ``seq_length``, ``micro_batch_size``,
-      ``fp8_recipe`` (a warning when the policy was measured with another recipe).
+      ``fp8_recipe`` (a warning when the policy was measured with another recipe and carries no
+      per-module recipe plan, which would give each FP8 module its recipe itself).
     - ``te_cls``: the class (or its name), e.g. ``TERowParallelLinear``.
     - ``ub_name``: the module's ``tp_comm_buffer_name`` (qkv, proj, fc1, fc2, ...).
     - ``init_kwargs``: the module's constructor arguments; ``num_gemms`` (local experts) and
@@ -162,7 +163,8 @@ def _decide(
 
 def _check_recipe(config: Any, policy: Policy) -> None:
     """Warns (once) when the trainer's ``config.fp8_recipe`` is not the recipe the policy was
-    measured with: crossovers differ per recipe."""
+    measured with (crossovers differ per recipe), unless the policy's recipe plan gives each FP8
+    module its recipe."""
     recipe = getattr(config, "fp8_recipe", None)
     if not recipe:
         return
