@@ -147,7 +147,10 @@ pub struct Args {
     /// 0: the sweep alone.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=4))]
     pub refine: u32,
-    /// --backend step: transformer layers per step.
+    /// --backend step: transformer layers per step. The step model is fitted on steps this
+    /// deep, and a fixed host part weighs less in a deeper one: for a small model (Llama-3.2-1B
+    /// on an H200) 4-layer steps ran all-FP8 about 3% ahead of a plan fitted on 2 layers
+    /// (docs/RESULTS.md, "Standing misses"); more layers cost more time per step.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub layers: u32,
     /// --backend step: of --layers, how many have a dense MLP, for an MoE model with dense
