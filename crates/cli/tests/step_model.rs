@@ -525,3 +525,41 @@ fn the_step_models_flags_on_a_per_module_run_are_refused_or_said() {
         err(&o)
     );
 }
+
+#[test]
+fn a_model_the_step_cannot_build_is_refused_by_name_before_any_worker() {
+    // Qwen3-Next's Gated DeltaNet is not among the step's layer types: `--backend step` says so
+    // with the fix before it starts a worker (auto times such a model per module on a GPU).
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("qwen3_next.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+        "intermediate_size": 5120, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "num_hidden_layers": 48, "full_attention_interval": 4, "linear_num_value_heads": 32,
+        "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "vocab_size": 151936,
+        "hidden_act": "silu", "rms_norm_eps": 1e-06}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = common::gen_model_with_stand_ins(
+        cfg.to_str().unwrap(),
+        &out,
+        &["--backend", "step", "--tp", "1"],
+        &[],
+    );
+    let e = err(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("qwen3_next.json")
+            && e.contains("Gated DeltaNet")
+            && e.contains("--backend cuda or te"),
+        "{e}"
+    );
+    assert!(!out.join("qwen3_next.json").exists(), "no policy written");
+    // The plain Llama model is buildable: the same helper finds nothing to refuse.
+    let llama = fp8_engine::load_model(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    assert_eq!(fp8_pipeline::step::step_cannot_build(&llama), None);
+}

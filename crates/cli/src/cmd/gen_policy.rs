@@ -108,7 +108,8 @@ pub struct Args {
     /// through `python -m adaptive_fp8.bench.step_inputs`; eager sets min_tokens, graphed
     /// min_tokens_graphed; results under <reports-dir>/step/). auto picks step on a GPU where
     /// this package and Transformer Engine import (a VLM: step for its language model, per-module
-    /// timing for its vision encoder).
+    /// timing for its vision encoder; a model with Gated DeltaNet or gated attention, which the
+    /// step does not build: per-module timing, said).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
     pub backend: String,
     /// --backend step: model (the step model, checked in the step) or oracle (step_bench's
@@ -476,6 +477,26 @@ fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
 /// Engine import (a VLM's vision encoder then per module, `fp8_pipeline::step::add_vision`),
 /// else the per-module `auto`.
 fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
+    let opt = match &args.config_root {
+        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
+        None => fp8_engine::LoadOptions::default(),
+    };
+    let loaded: Vec<(&PathBuf, fp8_engine::ModelDesc)> = args
+        .models
+        .iter()
+        .filter_map(|m| fp8_engine::load_model_with(m, &opt).ok().map(|d| (m, d)))
+        .collect();
+    // A model the step's workers cannot build: refused by name for --backend step, timed per
+    // module (and said) by auto.
+    let unbuilt = loaded.iter().find_map(|(m, d)| {
+        fp8_pipeline::step::step_cannot_build(d).map(|why| (m.display().to_string(), why))
+    });
+    if let Some((m, why)) = unbuilt.as_ref().filter(|_| args.backend == "step") {
+        return Err(CliError::input(format!(
+            "{m}: its language model has {why}, which the step model's layers (attention or MLA, \
+             a dense or MoE MLP) do not build; fix: --backend cuda or te (per-module timing)"
+        )));
+    }
     if args.backend != "auto" {
         return Ok(args.backend.clone());
     }
@@ -483,14 +504,13 @@ fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     if !gpu || !fp8_pipeline::host::te_importable(&args.te.python) {
         return Ok("auto".to_owned());
     }
-    let opt = match &args.config_root {
-        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
-        None => fp8_engine::LoadOptions::default(),
-    };
-    let vlm = args
-        .models
-        .iter()
-        .any(|m| fp8_engine::load_model_with(m, &opt).is_ok_and(|d| d.components.len() > 1));
+    if let Some((m, why)) = unbuilt {
+        progress.say(&format!(
+            "backend auto: a GPU with Transformer Engine, but {m} has {why}, which the step model does not build: per-module timing"
+        ));
+        return Ok("auto".to_owned());
+    }
+    let vlm = loaded.iter().any(|(_, d)| d.components.len() > 1);
     if vlm {
         progress.say(
             "backend auto: a GPU with Transformer Engine and a VLM: the step model for the language model, per-module timing for the vision encoder (--backend cuda: per-module GEMM timing for both)",

@@ -127,6 +127,24 @@ pub fn dense_layers_for(model: &ModelDesc, layers: u32) -> Option<u32> {
     (moe.dense_layers > 0 && moe.dense_layers < arch.num_layers && layers >= 2).then_some(1)
 }
 
+/// Why the step's workers cannot build `model`'s language model, or `None`: their layer types are
+/// attention (MHA, GQA or MLA) and a dense or MoE MLP (`adaptive_fp8.bench.step_spec`), so a
+/// model with Gated DeltaNet or gated attention (Qwen3-Next, Qwen3.5) is timed per module.
+pub fn step_cannot_build(model: &ModelDesc) -> Option<&'static str> {
+    let llm = model
+        .components
+        .iter()
+        .find(|c| c.role == fp8_engine::Role::Llm)?;
+    let arch = &llm.arch;
+    if arch.linear_attention.is_some() {
+        Some("Gated DeltaNet linear attention")
+    } else if arch.attention_output_gate {
+        Some("gated attention (an output gate on the QKV projection)")
+    } else {
+        None
+    }
+}
+
 /// `-m <module>` and the layout, counts, executions and micro-batches both workers take.
 fn layout_args(module: &str, job: &StepJob, config: &Path, p: fp8_engine::Parallel) -> Vec<String> {
     vec![
