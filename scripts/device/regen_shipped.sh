@@ -4,10 +4,11 @@
 # both executions), one layout per row, at every layout the shipped files cover. The sweep is
 # longer than one session's device time (about 15 layouts of 130-200 s), so it is a queue over
 # sessions: a row whose reports are committed under docs/device-logs/regen_shipped/<row>/ is
-# skipped unless its check lost counts; each call runs the rows that fit what is left of it
+# skipped unless its check lost counts or timed plans not its policy's; each call runs the rows that fit what is left of it
 # (BUDGET seconds, default 560) and brings back what it made ($OUT/regen_shipped.tar.gz). After the TE install
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
-#   bash scripts/device/regen_shipped.sh            # the next rows, in the order below
+#   bash scripts/device/regen_shipped.sh            # the next rows, in the order below (a row is
+#       done when its committed check lost no count and timed its policy's plans)
 #   bash scripts/device/regen_shipped.sh ROW...     # these rows again (e.g. llama3_2_1b_tp2)
 #   bash scripts/device/regen_shipped.sh judge M... # the shipped policies/M.json (once made by
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
@@ -55,17 +56,28 @@ if [ "${1:-}" = judge ]; then
 fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
-# A committed row is done unless its check lost counts (out of memory, a failed capture).
+# A committed row is done unless its check lost counts (out of memory, a failed capture) or
+# timed plans that are not its policy's (checks before the check timed the policy's plans:
+# today's fp8sel refits the row and counts them, provenance step.model[].not_the_policy).
 done_row() {
   [ -e "$W/$1/gen.log" ] && return 0
   [ -e "$D/$1/gen.log" ] || return 1
-  python3 - "$1" <<'PY'
-import glob, json, sys
-row = sys.argv[1]
+  python3 - "$1" "$FP8SEL" "$W" <<'PY'
+import glob, json, subprocess, sys
+row, fp8sel, work = sys.argv[1:4]
 model, rest = row.split("_tp", 1)
 tp, _, ep = rest.partition("_ep")
 files = glob.glob(f"reports/h200/step_model/{model}_tp{tp}_ep{ep or 1}_etp*_check_step.json")
-sys.exit(0 if files and all(not json.load(open(f))["failed"] for f in files) else 1)
+if not files or any(json.load(open(f))["failed"] for f in files):
+    sys.exit(1)
+inputs = files[0].replace("_check_step.json", "_inputs_step.json")
+checks = [c for c in (files[0], files[0].replace("_check_", "_recheck_")) if glob.glob(c)]
+out = f"{work}/{row}.refit.json"
+argv = [fp8sel, "merge-policy", "--step-model", inputs, *sum((["--step-check", c] for c in checks), []), "--output", out]
+if subprocess.run(argv, capture_output=True).returncode != 0:
+    sys.exit(1)
+layouts = json.load(open(out))["provenance"]["step"]["model"]
+sys.exit(1 if any(lm.get("not_the_policy") for lm in layouts) else 0)
 PY
 }
 for row in "${ROWS[@]}"; do
