@@ -477,40 +477,34 @@ fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
 /// Engine import (a VLM's vision encoder then per module, `fp8_pipeline::step::add_vision`),
 /// else the per-module `auto`.
 fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
-    let opt = match &args.config_root {
-        Some(r) => fp8_engine::LoadOptions::with_config_root(r),
-        None => fp8_engine::LoadOptions::default(),
-    };
-    let loaded: Vec<(&PathBuf, fp8_engine::ModelDesc)> = args
-        .models
-        .iter()
-        .filter_map(|m| fp8_engine::load_model_with(m, &opt).ok().map(|d| (m, d)))
-        .collect();
-    // A model the step's workers cannot build: refused by name for --backend step, timed per
-    // module (and said) by auto.
-    let unbuilt = loaded.iter().find_map(|(m, d)| {
-        fp8_pipeline::step::step_cannot_build(d).map(|why| (m.display().to_string(), why))
-    });
-    if let Some((m, why)) = unbuilt.as_ref().filter(|_| args.backend == "step") {
-        return Err(CliError::input(format!(
-            "{m}: its language model has {why}, which the step model's layers (attention or MLA, \
-             a dense or MoE MLP) do not build; fix: --backend cuda or te (per-module timing)"
-        )));
-    }
-    if args.backend != "auto" {
-        return Ok(args.backend.clone());
+    match args.backend.as_str() {
+        "step" => {
+            if let Some((m, why)) = step_cannot_build(args) {
+                return Err(CliError::input(format!(
+                    "{m}: its language model has {why}, which the step model's layers (attention \
+                     or MLA, a dense or MoE MLP) do not build; fix: --backend cuda or te \
+                     (per-module timing)"
+                )));
+            }
+            return Ok("step".to_owned());
+        }
+        "auto" => {}
+        other => return Ok(other.to_owned()),
     }
     let gpu = fp8_bench::cuda::device_count().is_ok_and(|n| n > 0);
     if !gpu || !fp8_pipeline::host::te_importable(&args.te.python) {
         return Ok("auto".to_owned());
     }
-    if let Some((m, why)) = unbuilt {
+    if let Some((m, why)) = step_cannot_build(args) {
         progress.say(&format!(
             "backend auto: a GPU with Transformer Engine, but {m} has {why}, which the step model does not build: per-module timing"
         ));
         return Ok("auto".to_owned());
     }
-    let vlm = loaded.iter().any(|(_, d)| d.components.len() > 1);
+    let vlm = args.models.iter().any(|m| {
+        super::model_args::load_config(m, args.config_root.as_deref())
+            .is_ok_and(|d| d.components.len() > 1)
+    });
     if vlm {
         progress.say(
             "backend auto: a GPU with Transformer Engine and a VLM: the step model for the language model, per-module timing for the vision encoder (--backend cuda: per-module GEMM timing for both)",
@@ -519,6 +513,15 @@ fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     }
     progress.say("backend auto: a GPU with Transformer Engine: the step model (--backend cuda for per-module GEMM timing)");
     Ok("step".to_owned())
+}
+
+/// The first model the step's workers cannot build, and why (`fp8_pipeline::step::step_cannot_build`);
+/// a config that does not load is the job's to report.
+fn step_cannot_build(args: &Args) -> Option<(String, &'static str)> {
+    args.models.iter().find_map(|m| {
+        let d = super::model_args::load_config(m, args.config_root.as_deref()).ok()?;
+        fp8_pipeline::step::step_cannot_build(&d).map(|why| (m.display().to_string(), why))
+    })
 }
 
 /// What the job says when it is done: notes on stderr, the files and the summary on stdout (or
