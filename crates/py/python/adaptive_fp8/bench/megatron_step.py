@@ -479,10 +479,10 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             bad = compare_precisions(seen, planned)
             ran = judge.recipes(model)
             bad_recipes = compare_recipes(ran, planned, recipe, seen)
+            counts = dict(sorted(Counter(ran.values()).items()))
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
-                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes,
-                           "recipes": dict(Counter(ran.values()))})
-            under = ", ".join(f"{n} {c}" for c, n in sorted(Counter(ran.values()).items()))
+                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes, "recipes": counts})
+            under = ", ".join(f"{n} {c}" for c, n in counts.items())
             log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8"
                 f"{f' ({under})' if under else ''}, {len(bad) + len(bad_recipes)} differ from fp8sel explain", file=sys.stderr)
             if bad:
