@@ -263,6 +263,8 @@ def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
     # from the eager one at this count.
     assert [c["execution"] for c in checks] == ["graphed", "graphed"] and checks[0]["mismatches"] == []
     assert checks[0]["fp8_modules"] > 0
+    # The recipes read back, counted: every FP8 module under the trainer's here.
+    assert checks[0]["recipes"] == {"Float8BlockScaling": checks[0]["fp8_modules"]}
 
 def test_eager_counts_check_against_the_eager_plan(root):
     args = _count_args(root)
@@ -282,6 +284,17 @@ def test_a_module_under_another_recipe_than_the_plan_stops_the_count(root):
     judge = OtherRecipe(root, "eager")
     with pytest.raises(ms.StepBenchError, match="recipes differ from the plan: .*ran Float8CurrentScaling, the plan says blockwise"):
         ms._one_count(judge, args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+
+
+def test_an_fp8_module_with_no_recipe_read_back_stops_the_count(root):
+    class Silent(_FakeJudge):
+        def recipes(self, model):
+            return {}
+
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    with pytest.raises(ms.StepBenchError, match="recipes differ from the plan: .*no recipe read back"):
+        ms._one_count(Silent(root, "eager"), args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
 
 
 def test_group_keys_for_merge_policy_step(root):
