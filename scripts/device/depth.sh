@@ -8,6 +8,8 @@
 # tokens, eager then graphed, 21 interleaved rounds. After the TE install
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/depth.sh [MODEL]   # MODEL: a fixture name (default llama3_2_1b)
+# A depth that does not fit what is left of the call (BUDGET, default 570 s) waits for the next
+# call on the same machine, which skips the depths done.
 # Writes $OUT/depth.tar.gz (commit under docs/device-logs/depth/) and prints a table last: per
 # depth, each mode's step over BF16 (p10-p90) and over all-FP8 (the plan behind it: above 1).
 set -uo pipefail
@@ -22,6 +24,8 @@ left() { echo $(( ${BUDGET:-570} - ($(date +%s) - T0) )); }
 for ex in eager graphed; do
   for layers in 2 4 8; do
     tag=${m}_${ex}_L$layers
+    # Done in an earlier call on this machine: call the script again until every depth is done.
+    [ -s "$W/$tag.json" ] && continue
     # A deeper step costs more per round: 8 layers needs the most of what is left.
     [ "$(left)" -lt $(( 40 + 15 * layers )) ] && { echo "$tag: next call ($(left) s left)" | tee -a "$W/steps.txt"; continue; }
     t1=$(date +%s)
