@@ -201,8 +201,11 @@ class _FakeJudge:
     ep = 1
 
     def __init__(self, root, precisions_from: str):
+        from adaptive_fp8.bench.collector import Collector
+
         self.calls: list[str] = []
         self.root, self.precisions_from = root, precisions_from
+        self.collector, self.collect_in_steps = Collector(), False
 
     def build(self, kw, integ, policy, region, recipe, tokens, execution):
         self.calls.append(f"build {integ} {execution}")
@@ -240,7 +243,10 @@ class _FakeJudge:
         self.calls.append("drop")
 
     def time_ms(self, step, steps):
-        step()
+        with self.collector:  # as the judge's: a full collection inside a timed step, where asked
+            step()
+            if self.collect_in_steps:
+                __import__("gc").collect()
         return 10.0
 
 def _count_args(root, **kw):
@@ -265,6 +271,12 @@ def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
     assert checks[0]["fp8_modules"] > 0
     # The recipes read back, counted: every FP8 module under the trainer's here.
     assert checks[0]["recipes"] == {"Float8BlockScaling": checks[0]["fp8_modules"]}
+    # Full collections inside the timed rounds are noted, once per count (4 modes x 3 rounds).
+    assert not any("garbage collector" in n for n in notes)
+    judge.collect_in_steps = True
+    ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    assert [n for n in notes if "garbage collector" in n] == [n for n in notes if n.startswith("graphed at 4096: Python's garbage collector ran 12 full")]
+    assert sum("garbage collector" in n for n in notes) == 1
 
 def test_eager_counts_check_against_the_eager_plan(root):
     args = _count_args(root)

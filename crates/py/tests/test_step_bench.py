@@ -9,10 +9,11 @@ import sys
 import pytest
 
 import adaptive_fp8 as af8
-
-GROUPS = ["qkv", "proj", "fc1", "fc2"]
+from adaptive_fp8.bench import collector as col
 from adaptive_fp8.bench import step_bench as sb
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys
+
+GROUPS = ["qkv", "proj", "fc1", "fc2"]
 
 
 def _spec(root, model="qwen2_5_72b.yaml", component="llm", **kw):
@@ -99,6 +100,8 @@ class _UnitBench:
 
     gains = {"fc2": 1.0, "shared.fc2": -0.3, "proj": 0.5}
 
+    collector = col.Collector()
+
     def build(self, spec, kinds, fp8):
         return dict(fp8)
 
@@ -131,12 +134,12 @@ def test_the_te_block_oracle_searches_a_shared_key_as_one_unit():
     modes = {"bf16": dict.fromkeys(groups, False), "fp8": dict.fromkeys(groups, True)}
     args = SimpleNamespace(oracle="greedy", oracle_repeats=3, repeats=3)
     spec = SimpleNamespace(tokens=3072)
-    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, units, "eager", lambda *a, **k: None)
+    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, units, "eager", lambda *a, **k: None, [])
     assert row["modes"]["oracle"]["fp8_groups"] == groups
     assert {t["group"] for t in row["oracle_trials"] if t["search"] != "final"} == {"proj", "fc2+shared.fc2"}
     # Searched per group (the old way), the same model's oracle splits the key.
     alone = sb.search_units({}, groups)
-    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, alone, "eager", lambda *a, **k: None)
+    row = sb._one(_UnitBench(), args, spec, ["dense", "moe"], modes, alone, "eager", lambda *a, **k: None, [])
     assert row["modes"]["oracle"]["fp8_groups"] == ["proj", "fc2"]
 
 

@@ -14,7 +14,7 @@ from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, grou
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
 DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
-              "layer_types", "grad_accum", "steps", "rounds", "groups", "modules", "step_times", "failed", "notes", "complete"}
+              "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "groups", "modules", "step_times", "failed", "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
 STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "host_ms", "gpu_ms"}
 

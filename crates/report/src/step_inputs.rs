@@ -57,6 +57,10 @@ pub struct StepInputs {
     pub steps: u32,
     /// Interleaved rounds.
     pub rounds: u32,
+    /// Whether Python's garbage collector was kept off while steps were timed (Megatron-LM's
+    /// `--manual-gc`); false in runs that predate the field.
+    #[serde(default)]
+    pub manual_gc: bool,
     /// The step's module groups.
     pub groups: Vec<GroupInfo>,
     /// Each group alone, per count.

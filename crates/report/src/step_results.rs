@@ -84,6 +84,10 @@ pub struct StepResults {
     pub grad_accum: u32,
     /// Interleaved rounds.
     pub repeats: u32,
+    /// Whether Python's garbage collector was kept off while steps were timed (Megatron-LM's
+    /// `--manual-gc`); false in runs that predate the field.
+    #[serde(default)]
+    pub manual_gc: bool,
     /// The oracle search (`greedy`, `none`), where recorded.
     #[serde(default)]
     pub oracle: Option<String>,

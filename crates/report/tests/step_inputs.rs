@@ -179,3 +179,22 @@ fn the_committed_schemas_are_generated_from_the_types() {
         assert_eq!(v["additionalProperties"], false, "{v}");
     }
 }
+
+#[test]
+fn whether_the_collector_was_off_in_timed_rounds_is_read_and_older_documents_say_no() {
+    // `--manual-gc` (Python's collector off while steps are timed) is recorded; documents that
+    // predate the field read as the collector left on, and a wrong type names the field.
+    let older = parse_step_inputs(&doc().to_string(), Path::new("in.json")).unwrap();
+    assert!(!older.manual_gc);
+    let mut v = doc();
+    v["manual_gc"] = true.into();
+    let d = parse_step_inputs(&v.to_string(), Path::new("in.json")).unwrap();
+    assert!(d.manual_gc);
+    assert_eq!(
+        parse_step_inputs(&d.to_json(), Path::new("in.json")).unwrap(),
+        d
+    );
+    v["manual_gc"] = "yes".into();
+    let e = parse(&v).unwrap_err();
+    assert!(e.contains("in.json") && e.contains("manual_gc"), "{e}");
+}

@@ -100,3 +100,16 @@ fn a_precision_check_keeps_the_recipes_the_step_read_back() {
         .to_string();
     assert!(e.contains("s.json") && e.contains("recipes"), "{e}");
 }
+
+#[test]
+fn a_judge_run_records_whether_the_collector_was_off_in_timed_rounds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let f = root.join("docs/device-logs/recipe_plans/mix/judge_L8_16384.json");
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert!(!parse_step_results(&text, &f).unwrap().manual_gc);
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["manual_gc"] = true.into();
+    let doc = parse_step_results(&v.to_string(), &f).unwrap();
+    assert!(doc.manual_gc);
+    assert_eq!(parse_step_results(&doc.to_json(), &f).unwrap(), doc);
+}

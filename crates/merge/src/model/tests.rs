@@ -116,6 +116,7 @@ impl Synth {
             grad_accum: 1,
             steps: 5,
             rounds: r as u32,
+            manual_gc: false,
             groups: self
                 .groups
                 .iter()

@@ -148,6 +148,10 @@ class Judge:
         # loop sets up with --te-rng-tracker.
         model_parallel_cuda_manual_seed(0, te_rng_tracker="graphed" in args.execution)
         self.torch, self.args = torch, args
+        from adaptive_fp8.bench.collector import Collector
+
+        # Python's collections inside timed steps, counted (off there with --manual-gc).
+        self.collector = Collector(getattr(args, "manual_gc", False))
         self.live: list = []  # the steps built since the last release (their models and optimizers)
 
     def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int, execution: str = "eager"):
@@ -315,10 +319,11 @@ class Judge:
         torch = self.torch
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
-        a.record()
-        for _ in range(steps):
-            step()
-        b.record()
+        with self.collector:
+            a.record()
+            for _ in range(steps):
+                step()
+            b.record()
         torch.cuda.synchronize()
         step.losses.clear()
         ms = a.elapsed_time(b) / steps
@@ -358,7 +363,8 @@ def run(args, log=print, progress=None) -> dict:
             "oracle": args.oracle, "oracle_repeats": args.oracle_repeats or args.repeats, "fp8_recipe": recipe,
             "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
             "tp_comm": args.tp > 1, "layers": args.layers, "layer_types": [], "steps": args.steps,
-            "grad_accum": args.grad_accum, "repeats": args.repeats, "execution": ",".join(args.execution),
+            "grad_accum": args.grad_accum, "repeats": args.repeats, "manual_gc": bool(getattr(args, "manual_gc", False)),
+            "execution": ",".join(args.execution),
             "recipe": recipe, "fp8_param": bool(args.fp8_param),
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
             "megatron_core_version": getattr(mc, "__version__", "?"), "notes": notes,
@@ -491,9 +497,13 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
                 raise StepBenchError(f"mode {name} ({execution}): recipes differ from the plan: {bad_recipes[:5]}")
         steps[name] = step
     times: dict[str, list[float]] = {m: [] for m in steps}
+    judge.collector.take()
     for _ in range(args.repeats):
         for m in steps:
             times[m].append(judge.time_ms(steps[m], args.steps))
+    gc_note = judge.collector.note(f"{execution} at {tokens}")
+    if gc_note:
+        notes.append(gc_note)
     row = summarize_modes(tokens, groups, times, execution)
     if trials:
         row["oracle_trials"] = trials

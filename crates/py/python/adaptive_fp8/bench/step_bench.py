@@ -32,7 +32,8 @@ but a greedy search can still miss a better set, so a policy can beat it (`--ora
 it). Groups whose dimensions are not multiples of 16 stay BF16 in every mode (TE cannot run them
 in FP8). All modes are then timed interleaved (A B C A B C ...) for `--repeats` rounds of
 `--steps` steps. Ratios to BF16 are paired within a round; their p10-p90 over rounds is the
-noise band, and a band containing 1.0 is reported as a tie.
+noise band, and a band containing 1.0 is reported as a tie. Python's full garbage collections
+inside timed rounds are noted; `--manual-gc` keeps the collector off there, as Megatron-LM's flag.
 
 Scope: by default one rank's GEMMs (no TP/EP communication in the step); no rotary embedding or
 MoE auxiliary loss (the same cost in every mode). With `--tp-comm`, under
@@ -70,6 +71,7 @@ import sys
 from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
+from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
@@ -214,6 +216,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "steps": args.steps,
             "grad_accum": args.grad_accum,
             "repeats": args.repeats,
+            "manual_gc": bool(getattr(args, "manual_gc", False)),
             "oracle_repeats": args.oracle_repeats or args.repeats,
             "execution": ",".join(args.execution),
             "recipe": te_recipe_name(args),
@@ -236,12 +239,13 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             tp_comm_layout(spec, kinds, args.tp, bench.world)
         for execution in args.execution:
             # A policy decides by the execution: a rule's min_tokens_graphed for graphed steps.
-            groups, modes, notes = modes_for(af8, args, spec, kinds, dict(kw, execution=execution))
-            for n in notes:
+            groups, modes, count_notes = modes_for(af8, args, spec, kinds, dict(kw, execution=execution))
+            for n in count_notes:
                 log(f"  note: {n}", file=sys.stderr)
+            notes.extend(n for n in count_notes if n not in notes)
             searchable = [g for g in groups if modes["fp8"][g]]
             try:
-                results.append(_one(bench, args, spec, kinds, modes, search_units(keys, searchable), execution, log))
+                results.append(_one(bench, args, spec, kinds, modes, search_units(keys, searchable), execution, log, notes))
             except StepBenchError:
                 raise
             except Exception as e:  # a capture or kernel failure is a result row, not a crash
@@ -256,10 +260,10 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     return snapshot(True)
 
 
-def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log) -> dict:
+def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log, notes: list[str]) -> dict:
     """One count and execution: every mode timed in interleaved rounds, after the oracle's search
     over ``units`` (policy keys: groups one key shares are searched together, as a policy runs
-    them)."""
+    them); a note where Python's full collections ran inside the rounds."""
     steps: dict = {}
 
     def ensure(fp8):
@@ -301,9 +305,13 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
     for f in modes.values():
         ensure(f)
     times = {k: [] for k in steps}
+    bench.collector.take()
     for _ in range(args.repeats):
         for k in steps:
             times[k].append(bench.time_ms(steps[k]))
+    gc_note = bench.collector.note(f"{execution} at {spec.tokens}")
+    if gc_note:
+        notes.append(gc_note)
     row = summarize(spec.tokens, modes, times, trials)
     row["execution"] = execution
     log(f"  tokens {spec.tokens} {execution}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)
@@ -377,6 +385,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=_positive, default=10, help="steps per timed round (default 10)")
     ap.add_argument("--repeats", type=_positive, help="interleaved rounds per mode (default 7; 21 with --trainer megatron, whose steps are short and host-bound)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
+    collector.add_flag(ap)
     ap.add_argument(
         "--recipe",
         default="blockwise",

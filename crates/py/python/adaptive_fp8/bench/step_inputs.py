@@ -15,7 +15,8 @@ GPU time per training step (forward, backward, optimizer step), measured apart
 wall time per step (`--steps` back-to-back steps, as in training), its GPU time (its kernels
 under the profiler) and its host time (the same step's wall time at 128 x TP tokens, where the
 host bounds it). Those few real steps fix what every plan shares: attention, norms, router, permutation,
-optimizer, syncs.
+optimizer, syncs. Python's full garbage collections that run inside timed rounds are noted
+(`adaptive_fp8.bench.collector`); `--manual-gc` keeps the collector off there.
 
 Check (`--check PLANS`): at each count and execution the plans file names, all-BF16, all-FP8 and
 each plan (`fp8_groups`) timed as whole steps in interleaved rounds: what the model predicted,
@@ -41,6 +42,7 @@ import os
 import sys
 
 from adaptive_fp8._common import emit
+from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import StepBenchError, built_groups, composition, group_keys
 
@@ -113,6 +115,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "grad_accum": args.grad_accum,
         "steps": args.steps,
         "rounds": args.rounds,
+        "manual_gc": bool(getattr(args, "manual_gc", False)),
         "groups": groups,
         "modules": [],
         "step_times": [],
@@ -321,9 +324,13 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         bench.check(step, name)
         built.append((name, on, step, []))
     timed = list({id(b[3]): b for b in built}.values())
+    bench.collector.take()
     for _ in range(args.rounds):
         for _name, _on, step, walls in timed:
             walls.append(bench.time_ms(step))
+    gc_note = bench.collector.note(f"{execution} at {tokens}")
+    if gc_note and notes is not None:
+        notes.append(gc_note)
     out = []
     for name, on, step, walls in built:
         row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "host_ms": None, "gpu_ms": None}
@@ -391,6 +398,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
+    collector.add_flag(ap)
     ap.add_argument("--json", required=True, help="write the document here")
     ap.add_argument("--serve", action="store_true", help="then run each check asked on stdin (one JSON line: check, json) in this process")
     return ap

@@ -23,6 +23,7 @@ class Bench:
 
             if not torch.cuda.is_available():
                 raise StepBenchError("skipped: no CUDA device (torch.cuda.is_available() is False)")
+        from adaptive_fp8.bench.collector import Collector
         from adaptive_fp8.bench.step_common import recipe_options
         from adaptive_fp8.bench.te_worker import make_recipe
 
@@ -30,6 +31,8 @@ class Bench:
         self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
         self.model_init, self.autocast, self.recipe_kw = te_api(te)
         self.group, self.world, self.rank = None, 1, 0
+        # Python's collections inside timed steps, counted (off there with --manual-gc).
+        self.collector = Collector(getattr(args, "manual_gc", False))
         if getattr(args, "tp_comm", False):
             self._join_tp_group()
 
@@ -183,19 +186,22 @@ class Bench:
         if self.device != "cuda":
             if self.group is not None:
                 self.dist.barrier(group=self.group)
-            t0 = time.perf_counter()
-            for _ in range(self.args.steps):
-                step()
+            with self.collector:
+                t0 = time.perf_counter()
+                for _ in range(self.args.steps):
+                    step()
+                ms = (time.perf_counter() - t0) * 1e3 / self.args.steps
             step.losses.clear()
-            return (time.perf_counter() - t0) * 1e3 / self.args.steps
+            return ms
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         if self.group is not None:
             self.dist.barrier(group=self.group)
-        a.record()
-        for _ in range(self.args.steps):
-            step()
-        b.record()
+        with self.collector:
+            a.record()
+            for _ in range(self.args.steps):
+                step()
+            b.record()
         torch.cuda.synchronize()
         step.losses.clear()
         return a.elapsed_time(b) / self.args.steps
