@@ -66,6 +66,27 @@ pub fn te_importable(python: &str) -> bool {
     )
 }
 
+/// The packages the step model's worker imports, looked up by [`te_installed`].
+const STEP_PACKAGES: [&str; 3] = ["torch", "transformer_engine", "adaptive_fp8"];
+
+/// True when `python` has torch, Transformer Engine and this package installed: found on its
+/// path, not imported. An import of TE costs seconds (torch and TE's libraries load), which the
+/// step model's worker pays once anyway; an install that is found and does not import fails that
+/// worker's start with its traceback, where a failed import here fell back to another backend.
+pub fn te_installed(python: &str) -> bool {
+    let names = STEP_PACKAGES.map(|m| format!("'{m}'")).join(", ");
+    let args = [
+        "-c".to_owned(),
+        format!(
+            "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in ({names})) else 1)"
+        ),
+    ];
+    matches!(
+        run_quiet(python, &args, &Clock::start(Some(IMPORT_LIMIT)), true),
+        Ok(true)
+    )
+}
+
 /// Measures this machine's host profile with `python -m adaptive_fp8.bench.probe_host`, writes
 /// it to `out` and reads it back.
 pub fn probe(
@@ -120,5 +141,38 @@ mod tests {
     #[test]
     fn a_python_without_the_package_is_not_importable() {
         assert!(!te_importable("/nonexistent/python3"));
+        assert!(!te_installed("/nonexistent/python3"));
+    }
+
+    /// A `python` whose path holds stand-ins for `names`: packages whose import fails.
+    #[cfg(unix)]
+    fn python_with(dir: &Path, names: &[&str]) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        for n in names {
+            let pkg = dir.join("site").join(n);
+            std::fs::create_dir_all(&pkg).unwrap();
+            std::fs::write(pkg.join("__init__.py"), "raise ImportError('imported')\n").unwrap();
+        }
+        let exe = dir.join("python");
+        let script = format!(
+            "#!/bin/sh\nPYTHONPATH={} exec python3 \"$@\"\n",
+            dir.join("site").display()
+        );
+        std::fs::write(&exe, script).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe.display().to_string()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_step_packages_are_found_without_importing_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = python_with(dir.path(), &STEP_PACKAGES);
+        // Found, though importing any of them fails: the check imports nothing.
+        assert!(te_installed(&python));
+        assert!(!te_importable(&python));
+        let some = tempfile::tempdir().unwrap();
+        let python = python_with(some.path(), &["adaptive_fp8", "torch"]);
+        assert!(!te_installed(&python), "transformer_engine is missing");
     }
 }

@@ -10,7 +10,7 @@ use crate::error::{CliError, CliResult};
 /// Make policies for your own model(s): sweep every layout, merge, write policies, plots and a
 /// summary.
 ///
-/// On a GPU where this package and Transformer Engine import, the default (--backend auto) is
+/// On a GPU where this package and Transformer Engine are installed, the default (--backend auto) is
 /// the step model (--backend step) for a language model: per layout, each module group's host
 /// and GPU time alone, BF16 vs FP8, at --tokens; a few real training steps in all-BF16 and
 /// all-FP8 that calibrate the model; the plan it predicts fastest at each count; that plan
@@ -107,7 +107,7 @@ pub struct Args {
     /// alone, calibrated on a few real steps in all-BF16 and all-FP8 and checked in whole steps,
     /// through `python -m adaptive_fp8.bench.step_inputs`; eager sets min_tokens, graphed
     /// min_tokens_graphed; results under <reports-dir>/step/). auto picks step on a GPU where
-    /// this package and Transformer Engine import (a VLM: step for its language model, per-module
+    /// this package and Transformer Engine are installed (a VLM: step for its language model, per-module
     /// timing for its vision encoder; a model with Gated DeltaNet or gated attention, which the
     /// step does not build: per-module timing, said).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
@@ -171,7 +171,7 @@ pub struct Args {
     #[command(flatten)]
     pub recipe: super::recipe_args::RecipeArgs,
     /// Choose each module's recipe among these (blockwise, tensorwise, mxfp8, nvfp4). With the step
-    /// model (a GPU where adaptive_fp8 and Transformer Engine import) each recipe is measured
+    /// model (a GPU where adaptive_fp8 and Transformer Engine are installed) each recipe is measured
     /// and checked in the step and probed for each module's quantization error (`python -m
     /// adaptive_fp8.bench.numerics`, unless --numerics gives its report), and a module runs the
     /// recipe the model predicts fastest within --max-quant-error. With a per-module backend
@@ -474,8 +474,9 @@ fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
 }
 
 /// The backend the flags name; `auto` is the step on a GPU where this package and Transformer
-/// Engine import (a VLM's vision encoder then per module, `fp8_pipeline::step::add_vision`),
-/// else the per-module `auto`.
+/// Engine are installed (found, not imported: the worker's start imports them, and fails loudly
+/// where they do not import; a VLM's vision encoder then per module,
+/// `fp8_pipeline::step::add_vision`), else the per-module `auto`.
 fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     match args.backend.as_str() {
         "step" => {
@@ -492,7 +493,7 @@ fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
         other => return Ok(other.to_owned()),
     }
     let gpu = fp8_bench::cuda::device_count().is_ok_and(|n| n > 0);
-    if !gpu || !fp8_pipeline::host::te_importable(&args.te.python) {
+    if !gpu || !fp8_pipeline::host::te_installed(&args.te.python) {
         return Ok("auto".to_owned());
     }
     if let Some((m, why)) = step_cannot_build(args) {

@@ -151,7 +151,8 @@ impl Served {
         };
         format!(
             "the step worker ended before its document was written ({status}): `{}`; its \
-             messages are above",
+             messages are above (where it could not import torch or transformer_engine, fix: an \
+             interpreter where they import, --python, or per-module timing, --backend cuda)",
             self.shown
         )
     }
@@ -212,6 +213,13 @@ mod tests {
             e.contains("ended before its document") && e.contains('3'),
             "{e}"
         );
+        // The auto backend finds TE without importing it: a worker that cannot import it is
+        // told what to do.
+        let code = "import transformer_engine_that_does_not_import";
+        let e = Served::start("python3", &args(code, &a), &Clock::start(None), &a)
+            .err()
+            .unwrap();
+        assert!(e.contains("fix:") && e.contains("--backend cuda"), "{e}");
     }
 
     #[test]
