@@ -400,3 +400,54 @@ fn the_megatron_judge_at_tp_2_asks_for_two_gpus_before_any_work() {
     );
     assert!(!dir.path().join("reports").read_dir().unwrap().any(|_| true));
 }
+
+#[test]
+fn manual_gc_reaches_both_workers_and_is_said_unread_by_a_per_module_run() {
+    // The oracle's worker (step_bench) and the step model's (step_inputs) time with Python's
+    // collector off, as the trainer that runs with Megatron-LM's --manual-gc.
+    let dir = tempfile::tempdir().unwrap();
+    let (o, argv) = gen_step(
+        dir.path(),
+        &[
+            "--tp",
+            "1",
+            "--tokens",
+            "1024,2048",
+            "--refine",
+            "0",
+            "--manual-gc",
+        ],
+        1,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(argv.contains("--manual-gc"), "{argv}");
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _) = gen_step(
+        dir.path(),
+        &[
+            "--step-tuner",
+            "model",
+            "--tp",
+            "1",
+            "--tokens",
+            "1024,2048",
+            "--manual-gc",
+        ],
+        1,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let inputs = std::fs::read_to_string(
+        dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_inputs_step.json.argv"),
+    )
+    .unwrap();
+    assert!(inputs.contains("--manual-gc"), "{inputs}");
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::gen_with_stand_ins(
+        dir.path(),
+        &["--backend", "model", "--tp", "1", "--manual-gc"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("--manual-gc"), "{}", err(&o));
+}

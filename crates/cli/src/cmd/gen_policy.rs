@@ -142,6 +142,12 @@ pub struct Args {
     /// TP > 1 runs under torchrun, one process and one GPU per rank).
     #[arg(long, default_value = "te", value_parser = ["te", "megatron"])]
     pub step_trainer: String,
+    /// --backend step: keep Python's garbage collector off while steps are timed, as
+    /// Megatron-LM's --manual-gc does; give it where your trainer runs with --manual-gc. Without
+    /// it the collector runs as in a default trainer, and the reports note full collections that
+    /// ran inside timed rounds.
+    #[arg(long)]
+    pub manual_gc: bool,
     /// --backend step --step-tuner oracle: rounds of refinement. Each times, per execution, the geometric midpoint
     /// (on the 16-token grid) of the two counts a key's threshold falls between, so a threshold
     /// can land between the counts of a coarse sweep; about one count per round and execution.
@@ -149,9 +155,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=4))]
     pub refine: u32,
     /// --backend step: transformer layers per step. The step model is fitted on steps this
-    /// deep, and a fixed host part weighs less in a deeper one: for a small model (Llama-3.2-1B
-    /// on an H200) 4-layer steps ran all-FP8 about 3% ahead of a plan fitted on 2 layers
-    /// (docs/RESULTS.md, "Standing misses"); more layers cost more time per step.
+    /// deep, and a fixed host part weighs less in a deeper one; in upstream GPTModel on an H200,
+    /// Llama-3.2-1B's plan fitted on 2 layers stayed at or ahead of all-FP8 at 4 and 8 layers
+    /// (docs/RESULTS.md, "Depth"); more layers cost more time per step.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub layers: u32,
     /// --backend step: of --layers, how many have a dense MLP, for an MoE model with dense
@@ -306,6 +312,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             refine: args.refine,
             time_limit: args.time_limit.map(std::time::Duration::from_secs),
             mix: recipe_mix(args)?,
+            manual_gc: args.manual_gc,
         };
         let mut done = fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?;
@@ -345,6 +352,7 @@ fn step_flags(args: &Args) -> Vec<String> {
         (args.layers != 2, "--layers"),
         (args.dense_layers.is_some(), "--dense-layers"),
         (args.time_limit.is_some(), "--time-limit"),
+        (args.manual_gc, "--manual-gc"),
     ]
     .into_iter()
     .filter(|(given, _)| *given)

@@ -50,6 +50,9 @@ pub struct StepJob {
     /// With the step model: choose each module's recipe among the measured recipe (the base)
     /// and these ([`RecipeMix`]); `None`: the measured recipe alone.
     pub mix: Option<RecipeMix>,
+    /// Python's garbage collector off while steps are timed (the workers' `--manual-gc`, as
+    /// Megatron-LM's flag): for a trainer that runs so.
+    pub manual_gc: bool,
 }
 
 /// The worker's command line for one layout, writing `json`: its oracle search, or with
@@ -169,6 +172,9 @@ fn layout_args(module: &str, job: &StepJob, config: &Path, p: fp8_engine::Parall
         "--grad-accum".to_owned(),
         job.grad_accum.to_string(),
     ]
+    .into_iter()
+    .chain(job.manual_gc.then(|| "--manual-gc".to_owned()))
+    .collect()
 }
 
 /// `--layers` and, where set, `--dense-layers`.
@@ -248,6 +254,7 @@ mod tests {
             refine: 1,
             time_limit: None,
             mix: None,
+            manual_gc: false,
         };
         // One layout's command line, as one string.
         let line = |job: &StepJob, p| {
@@ -288,6 +295,34 @@ mod tests {
             a.contains("--layers 2 --dense-layers 1 --oracle greedy"),
             "{a}"
         );
+        // A trainer that runs with --manual-gc: both workers time with the collector off.
+        let manual = StepJob {
+            manual_gc: true,
+            ..dense
+        };
+        let p = fp8_engine::Parallel::new(1, 16, 1, 1);
+        assert!(line(&manual, p).contains("--grad-accum 8 --manual-gc --trainer"));
+        let inputs = inputs_command(&o, &manual, Path::new("m.yaml"), p, Path::new("i.json"));
+        assert!(inputs.iter().any(|a| a == "--manual-gc"), "{inputs:?}");
+        assert!(
+            !inputs_command(
+                &o,
+                &job_of(&manual),
+                Path::new("m.yaml"),
+                p,
+                Path::new("i.json")
+            )
+            .iter()
+            .any(|a| a == "--manual-gc")
+        );
+    }
+
+    /// The same job with the collector left on.
+    fn job_of(job: &StepJob) -> StepJob {
+        StepJob {
+            manual_gc: false,
+            ..job.clone()
+        }
     }
 
     #[test]
@@ -317,6 +352,7 @@ mod tests {
             refine: 0,
             time_limit: None,
             mix: None,
+            manual_gc: false,
         };
         let layouts: Vec<_> = [1, 4, 2]
             .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))

@@ -45,6 +45,7 @@ def main() -> int:
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
                  "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--json", "--policy"):
         ap.add_argument(flag)
+    ap.add_argument("--manual-gc", action="store_true")
     a = ap.parse_args()
     if a.oracle == "none" and a.policy:
         return judge(a)

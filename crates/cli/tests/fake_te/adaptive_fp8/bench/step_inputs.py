@@ -63,6 +63,7 @@ def main() -> int:
                  "--layers", "--dense-layers", "--recipe", "--json", "--check"):
         ap.add_argument(flag)
     ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--manual-gc", action="store_true")
     a = ap.parse_args()
     argv = sys.argv[1:]
     while True:
