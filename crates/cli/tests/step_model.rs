@@ -401,6 +401,29 @@ fn merge_policy_from_the_saved_reports_remakes_gen_policys_policy() {
         "{}",
         check["notes"]
     );
+    // A check timed with Python's collector off (--manual-gc) against inputs timed with it on
+    // is refused, naming both files, and no policy is written.
+    let mut off = check.clone();
+    off["manual_gc"] = true.into();
+    let off_file = dir.path().join("check_manual_gc.json");
+    std::fs::write(&off_file, off.to_string()).unwrap();
+    let refused = dir.path().join("refused.json");
+    let m = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .args(["merge-policy", "--step-model"])
+        .arg(f("inputs"))
+        .arg("--step-check")
+        .arg(&off_file)
+        .arg("--output")
+        .arg(&refused)
+        .output()
+        .unwrap();
+    assert_eq!(m.status.code(), Some(2), "{}", err(&m));
+    let e = err(&m);
+    assert!(
+        e.contains("check_manual_gc.json") && e.contains("inputs_step.json") && e.contains("fix:"),
+        "{e}"
+    );
+    assert!(!refused.exists());
 }
 
 #[test]

@@ -32,6 +32,7 @@ pub fn layout_models(
 ) -> Result<Vec<(Recipe, LayoutModel)>, String> {
     let at = |f: &Path| root.map_or_else(|| f.to_path_buf(), |r| r.join(f));
     let read = |f: &Path| read_step_inputs(&at(f)).map_err(|e| e.to_string());
+    let check_files = checks;
     let checks = checks
         .iter()
         .map(|f| read(f))
@@ -57,10 +58,25 @@ pub fn layout_models(
             lm.bound(b);
         }
         let fp8_recipe = lm.inputs.fp8_recipe.clone();
-        let own: Vec<&StepInputs> = checks
+        let own: Vec<(&PathBuf, &StepInputs)> = check_files
             .iter()
-            .filter(|c| layout(c) == mine && c.fp8_recipe == fp8_recipe)
+            .zip(&checks)
+            .filter(|(_, c)| layout(c) == mine && c.fp8_recipe == fp8_recipe)
             .collect();
+        // A check timed with the collector on and inputs with it off (or the reverse) measure
+        // different steps: the disagreement would be the collector's, not the model's.
+        if let Some((c, _)) = own.iter().find(|(_, c)| c.manual_gc != lm.inputs.manual_gc) {
+            let off = |b: bool| if b { "off (--manual-gc)" } else { "on" };
+            return Err(format!(
+                "{}: timed with Python's garbage collector {}, its inputs {} with it {}; fix: \
+                 measure the inputs and the check the same way",
+                c.display(),
+                off(!lm.inputs.manual_gc),
+                f.display(),
+                off(lm.inputs.manual_gc)
+            ));
+        }
+        let own: Vec<&StepInputs> = own.into_iter().map(|(_, c)| c).collect();
         lm.add_checks(&own);
         out.push((recipe, lm));
     }
