@@ -108,3 +108,21 @@ def test_the_worker_and_the_judge_note_full_collections_in_their_rounds_and_none
         assert [n.split(":")[0] for n in notes] == ["eager at 2048", "graphed at 4096"]
         assert all("ran 4 full collection(s) inside timed rounds" in n for n in notes)
     assert gc.isenabled()
+
+
+def test_a_counts_rounds_start_from_zero_and_say_what_ran_inside_them():
+    c = col.Collector()
+    with c:
+        gc.collect()  # before the count's rounds: not the count's
+    notes: list[str] = []
+    with c.rounds("eager at 1024", notes):
+        with c:
+            gc.collect()
+            gc.collect()
+    assert len(notes) == 1 and "ran 2 full collection(s)" in notes[0]
+    with c.rounds("eager at 2048", None):  # no list to say it in: nothing raised
+        with c:
+            gc.collect()
+    with c.rounds("eager at 4096", notes):
+        pass
+    assert len(notes) == 1

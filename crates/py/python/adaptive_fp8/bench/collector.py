@@ -14,6 +14,7 @@ never changes the collector's thresholds."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 
@@ -77,6 +78,16 @@ class Collector:
         out = {"manual": self.manual, "collections": list(self.collections), "collect_ms": self.collect_ms, "timed_ms": self.timed_ms}
         self._reset()
         return out
+
+    @contextlib.contextmanager
+    def rounds(self, where: str, notes: list[str] | None):
+        """Around a count's timed rounds: counts from zero, and appends to ``notes`` (where
+        given) the :meth:`note` of what ran inside them."""
+        self.take()
+        yield self
+        said = self.note(where)
+        if said and notes is not None:
+            notes.append(said)
 
     def note(self, where: str) -> str | None:
         """A report's note where full collections ran inside timed rounds (then reset), else

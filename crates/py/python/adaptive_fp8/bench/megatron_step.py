@@ -497,13 +497,10 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
                 raise StepBenchError(f"mode {name} ({execution}): recipes differ from the plan: {bad_recipes[:5]}")
         steps[name] = step
     times: dict[str, list[float]] = {m: [] for m in steps}
-    judge.collector.take()
-    for _ in range(args.repeats):
-        for m in steps:
-            times[m].append(judge.time_ms(steps[m], args.steps))
-    gc_note = judge.collector.note(f"{execution} at {tokens}")
-    if gc_note:
-        notes.append(gc_note)
+    with judge.collector.rounds(f"{execution} at {tokens}", notes):
+        for _ in range(args.repeats):
+            for m in steps:
+                times[m].append(judge.time_ms(steps[m], args.steps))
     row = summarize_modes(tokens, groups, times, execution)
     if trials:
         row["oracle_trials"] = trials

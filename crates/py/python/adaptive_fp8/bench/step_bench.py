@@ -305,13 +305,10 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
     for f in modes.values():
         ensure(f)
     times = {k: [] for k in steps}
-    bench.collector.take()
-    for _ in range(args.repeats):
-        for k in steps:
-            times[k].append(bench.time_ms(steps[k]))
-    gc_note = bench.collector.note(f"{execution} at {spec.tokens}")
-    if gc_note:
-        notes.append(gc_note)
+    with bench.collector.rounds(f"{execution} at {spec.tokens}", notes):
+        for _ in range(args.repeats):
+            for k in steps:
+                times[k].append(bench.time_ms(steps[k]))
     row = summarize(spec.tokens, modes, times, trials)
     row["execution"] = execution
     log(f"  tokens {spec.tokens} {execution}: " + ", ".join(f"{m} {v['vs_bf16_median']:.3f}" for m, v in row["modes"].items()), file=sys.stderr)

@@ -324,13 +324,10 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         bench.check(step, name)
         built.append((name, on, step, []))
     timed = list({id(b[3]): b for b in built}.values())
-    bench.collector.take()
-    for _ in range(args.rounds):
-        for _name, _on, step, walls in timed:
-            walls.append(bench.time_ms(step))
-    gc_note = bench.collector.note(f"{execution} at {tokens}")
-    if gc_note and notes is not None:
-        notes.append(gc_note)
+    with bench.collector.rounds(f"{execution} at {tokens}", notes):
+        for _ in range(args.rounds):
+            for _name, _on, step, walls in timed:
+                walls.append(bench.time_ms(step))
     out = []
     for name, on, step, walls in built:
         row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "host_ms": None, "gpu_ms": None}
