@@ -329,7 +329,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         let mut done = gen_policy(&o, progress).map_err(CliError::input)?;
         if !step_only.is_empty() {
             done.notes.push(format!(
-                "{}: the step model's settings, not read: --backend auto measured per module here (the step model needs a GPU where adaptive_fp8 and Transformer Engine import)",
+                "{}: the step model's settings, not read: --backend auto measured per module here (the step model needs a GPU where adaptive_fp8 and Transformer Engine are installed)",
                 step_only.join(", ")
             ));
         }
