@@ -1,7 +1,7 @@
 //! The step model's policies against their own inputs: no module group runs FP8 at a count where
 //! it was measured slower alone in both GPU and host time (issue 46), a key its groups share
 //! judged by their sum. The shipped files and the H200 runs' own
-//! (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/policies/`), each read with the
+//! (`docs/device-logs/regen_shipped/<row>/`, `step_model/cost/{,again/}policies/`), each read with the
 //! `*_inputs_step.json` its provenance lists (found where it was committed). And the shipped
 //! summaries of both executions say so.
 
@@ -92,6 +92,7 @@ fn policy_files(root: &Path) -> Vec<PathBuf> {
     let mut dirs = vec![
         root.join("policies"),
         root.join("docs/device-logs/step_model/cost/policies"),
+        root.join("docs/device-logs/step_model/cost/again/policies"),
     ];
     let rows = root.join("docs/device-logs/regen_shipped");
     // A row: a folder with its gen-policy log (not the judge's).

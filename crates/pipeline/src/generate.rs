@@ -497,14 +497,14 @@ fn resolve_host(
     let mut notes = Vec::new();
     if matches!(chosen, Chosen::Cuda(_)) && o.probe_host {
         let started = std::time::Instant::now();
-        if crate::host::te_importable(&o.python) {
+        if crate::host::te_installed(&o.python) {
             let path = reports_dir.join("host").join("host_profile.json");
             let recipe = o.measure.recipe.recipe().name();
             match crate::host::probe(&o.python, recipe, &path, progress) {
                 Ok(p) => {
                     notes.push(format!(
                         "eager thresholds (min_tokens) from the GPU times with this machine's \
-                         host profile, measured in {:.1} s (the import check included) into {}",
+                         host profile, measured in {:.1} s into {}",
                         started.elapsed().as_secs_f64(),
                         path.display()
                     ));
@@ -515,9 +515,9 @@ fn resolve_host(
             }
         } else {
             notes.push(format!(
-                "`{}` cannot import adaptive_fp8 and transformer_engine, so this machine's host \
-                 was not measured (pip install the package beside Transformer Engine, or pass \
-                 --python)",
+                "`{}` has no adaptive_fp8, torch and transformer_engine installed, so this \
+                 machine's host was not measured (pip install the package beside Transformer \
+                 Engine, or pass --python)",
                 o.python
             ));
         }

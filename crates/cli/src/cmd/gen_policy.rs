@@ -145,7 +145,8 @@ pub struct Args {
     /// --backend step: keep Python's garbage collector off while steps are timed, as
     /// Megatron-LM's --manual-gc does; give it where your trainer runs with --manual-gc. Without
     /// it the collector runs as in a default trainer, and the reports note full collections that
-    /// ran inside timed rounds.
+    /// ran inside timed rounds (on the H200 none did, and the spread was the same either way:
+    /// docs/PERFORMANCE.md).
     #[arg(long)]
     pub manual_gc: bool,
     /// --backend step --step-tuner oracle: rounds of refinement. Each times, per execution, the geometric midpoint
