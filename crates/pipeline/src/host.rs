@@ -60,8 +60,8 @@ const STEP_PACKAGES: [&str; 3] = ["torch", "transformer_engine", "adaptive_fp8"]
 /// True when `python` has torch, Transformer Engine and this package installed: found on its
 /// path, not imported. An import of TE costs seconds (torch and TE's libraries load), which the
 /// step model's worker and the probe pay once anyway; an install that is found and does not
-/// import fails that worker's start (or the probe, which then falls back to the shipped profile
-/// with a note) with its traceback, where a failed import here fell back silently.
+/// import fails that worker's start, or the probe (which then falls back to the shipped profile
+/// with a note), with its traceback.
 pub fn te_installed(python: &str) -> bool {
     let names = STEP_PACKAGES.map(|m| format!("'{m}'")).join(", ");
     let args = [
