@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 46's last step on the H200: the shipped models' language-model policies made again by
+# Issue 46's last step on the H200: the shipped models' policies (language models, and Qwen3-VL's vision encoder) made again by
 # the plain `fp8sel gen-policy` (on a GPU with TE: the step model, 2 layers, 1024-16384 tokens,
 # both executions), one layout per row, at every layout the shipped files cover. The sweep is
 # longer than one session's device time (about 15 layouts of 130-200 s), so it is a queue over
@@ -14,9 +14,10 @@
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
-# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml. A VLM's row (Qwen3-VL) makes its
-# language model by the step model (<model>.llm.json, the reports shipped) and its vision encoder
-# per module beside it (not shipped from here: the vision encoder keeps the fold). Commit each row's logs under
+# A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml; a VLM's row (Qwen3-VL) makes its
+# language model and then its vision encoder at that TP, both by the step model. A row
+# <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
+# no EP, so one row per TP). Commit each row's logs under
 # docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
 # under reports/h200/step_model/: `cargo xtask gen-policy --check` (fp8_pipeline::shipped) then
 # makes a model's shipped file from them, in place of the fold, once they cover every key it has.
@@ -31,7 +32,8 @@ D=docs/device-logs/regen_shipped
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
-  qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4)
+  qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4
+  qwen3_vl_235b_a22b_vit_tp1 qwen3_vl_235b_a22b_vit_tp2 qwen3_vl_235b_a22b_vit_tp4)
 if [ "${1:-}" = judge ]; then
   shift
   mkdir -p "$W/judge"
@@ -90,6 +92,9 @@ for row in "${ROWS[@]}"; do
   tp=${rest%%_ep*}
   ep=1
   [ "$rest" != "$tp" ] && ep=${rest#*_ep}
+  # A vision-encoder row: the VLM's config, that part alone, no EP.
+  part=(--ep "$ep")
+  case $model in *_vit) model=${model%_vit}; part=(--component vit) ;; esac
   # What a row took on the H200: dense 50-232 s (Qwen2.5-72B TP 1 the longest), DeepSeek-V3 TP 8-2
   # 164-293 s, and TP 1 EP 8 more than 300 s (cut in its check: its inputs took 121 s); a row
   # that does not fit what is left waits for the next call, and may use all of what is left.
@@ -97,10 +102,11 @@ for row in "${ROWS[@]}"; do
   case $model in llama*|qwen2_5*) need=240 ;; esac
   [ "$row" = deepseek_v3_tp1_ep8 ] && need=480
   [ "$row" = deepseek_v3_tp2_ep16 ] && need=380  # 293 s, then cut at 313 s in its check
+  case $row in *_vit_tp*) need=150 ;; esac  # not yet run: a 2-layer ViT step, small
   [ "$(left)" -lt "$need" ] && { echo "$row: next call ($(left) s left)"; continue; }
   mkdir -p "$W/$row"
   t1=$(date +%s)
-  timeout $(( $(left) - 5 )) "$FP8SEL" gen-policy --model "fixtures/models/$model.yaml" --tp "$tp" --ep "$ep" \
+  timeout $(( $(left) - 5 )) "$FP8SEL" gen-policy --model "fixtures/models/$model.yaml" --tp "$tp" "${part[@]}" \
     --out "$W/$row" > "$W/$row/gen.log" 2>&1
   echo "$row rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/steps.txt"
   grep -E "modelled|disagree|Error|error:" "$W/$row/gen.log" | cut -c1-200 | head -4

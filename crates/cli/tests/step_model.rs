@@ -427,57 +427,6 @@ fn merge_policy_from_the_saved_reports_remakes_gen_policys_policy() {
 }
 
 #[test]
-fn a_vlm_gets_its_language_model_from_the_step_model_and_its_vision_encoder_per_module() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = common::gen_model_with_stand_ins(
-        "fixtures/models/qwen3_vl_235b_a22b.yaml",
-        dir.path(),
-        &["--backend", "step", "--tp", "1", "--ep", "8"],
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert!(
-        err(&o).contains("the vision encoder by per-module timing"),
-        "{}",
-        err(&o)
-    );
-    let read = |f: &str| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(f)).unwrap()).unwrap()
-    };
-    // The language model: the step model's (its provenance carries the check).
-    let llm = read("qwen3_vl_235b_a22b.llm.json");
-    assert_eq!(llm["provenance"]["component"], "llm");
-    assert!(
-        llm["provenance"]["step"]["model"][0]["check"].is_array(),
-        "{}",
-        llm["provenance"]
-    );
-    // The vision encoder: per-module (here the cost model: no GPU), its own component.
-    let vit = read("qwen3_vl_235b_a22b.vit.json");
-    assert_eq!(vit["provenance"]["component"], "vit");
-    assert!(vit["provenance"]["step"].is_null(), "{}", vit["provenance"]);
-    assert!(!vit["rules"].as_object().unwrap().is_empty(), "{vit}");
-    // One summary, the vision encoder's part first, then the step model's.
-    let md = std::fs::read_to_string(dir.path().join("qwen3_vl_235b_a22b.md")).unwrap();
-    let (v, s) = (
-        md.find("qwen3_vl_235b_a22b.vit.json").unwrap(),
-        md.find("the step model's policy").unwrap(),
-    );
-    assert!(v < s, "{md}");
-    // Pictures: the step model's for the language model, per-module ones for the vision encoder only.
-    let plots: Vec<String> = std::fs::read_dir(dir.path().join("plots/qwen3_vl_235b_a22b"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        plots.iter().any(|p| p.starts_with("step-tp1-ep8-")),
-        "{plots:?}"
-    );
-    assert!(plots.iter().any(|p| p.starts_with("vit-")), "{plots:?}");
-    assert!(!plots.iter().any(|p| p.starts_with("llm-")), "{plots:?}");
-}
-
-#[test]
 fn merge_policy_step_model_refuses_the_per_module_merges_settings() {
     let inputs = "reports/h200/step_model/llama3_2_1b_tp1_ep1_etp1_inputs_step.json";
     let out = tempfile::tempdir().unwrap();

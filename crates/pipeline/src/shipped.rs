@@ -171,10 +171,11 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
     (inputs, checks)
 }
 
-/// Puts the step model's policy of each language model whose layouts it measured (in `dir`)
-/// in place of the folded one (a VLM's `<model>.llm.json`; its vision encoder keeps the fold),
-/// with its summary and pictures, once it covers every key the folded file has a rule for; until
-/// then the folded file stays, and a note says what is missing.
+/// Puts the step model's policy of each model whose layouts it measured (in `dir`) in place of
+/// the folded one (a VLM: its language model's `<model>.llm.json` from `<model>_tp...` reports,
+/// its vision encoder's `<model>.vit.json` from `<model>_vit_tp...` ones), with its summary and
+/// pictures, once it covers every key the folded file has a rule for; until then the folded file
+/// stays, and a note says what is missing.
 pub fn step_model_files(
     root: &Path,
     dir: &Path,
@@ -184,66 +185,126 @@ pub fn step_model_files(
 ) -> Result<(), String> {
     for config in models {
         let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
-        let (inputs, checks) = step_model_reports(root, dir, &model.name);
-        if inputs.is_empty() {
-            continue;
-        }
         let vlm = model.components.len() > 1;
-        let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root), &[])?;
-        let policy = crate::step::saved::saved_policy(&layouts, &[])?;
-        let name = PathBuf::from(if vlm {
-            format!("{}.llm.json", model.name)
+        let part = |stem: String, file: String, title: String, files: &mut Files| {
+            let part = Part {
+                stem,
+                file: PathBuf::from(file),
+                title,
+            };
+            step_model_part(root, dir, &model.name, &part, files, progress)
+        };
+        let llm = if vlm {
+            part(
+                model.name.clone(),
+                format!("{}.llm.json", model.name),
+                model.name.clone(),
+                files,
+            )?
         } else {
-            format!("{}.json", model.name)
-        });
-        let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
-            .rule_keys()
-            .into_iter()
-            .chain(policy.measured_bf16_keys().iter().cloned())
-            .collect();
-        if let Some(bytes) = files.get(&name) {
-            let folded = fp8_policy::Policy::from_json_str(&String::from_utf8_lossy(bytes), &name)
-                .map_err(|e| e.to_string())?;
-            let missing: Vec<String> = folded
-                .rule_keys()
-                .into_iter()
-                .filter(|k| !covered.contains(k))
-                .map(|k| k.to_string())
-                .collect();
-            if !missing.is_empty() {
-                progress.note(&format!(
-                    "{}: the step model's reports in {} cover {} of the shipped file's keys; it stays the fold until they cover {}",
-                    model.name,
-                    dir.display(),
-                    covered.len(),
-                    missing.join(", ")
-                ));
-                continue;
-            }
-        }
-        let models: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
-        let md = fp8_merge::model::summary_markdown(&model.name, &models);
-        files.insert(name, policy.to_json().into_bytes());
-        // The fold's per-module plots of the language model describe thresholds that no longer
-        // ship; the step model's pictures take their place.
-        let plots = PathBuf::from(format!("plots/{}", model.name));
-        files.retain(|p, _| {
-            !(p.starts_with(&plots)
-                && p.file_name()
-                    .is_some_and(|f| f.to_string_lossy().starts_with("llm-")))
-        });
-        files.extend(crate::step::plot::step_plots(&model.name, &models)?);
+            part(
+                model.name.clone(),
+                format!("{}.json", model.name),
+                model.name.clone(),
+                files,
+            )?
+        };
+        let vit = if vlm {
+            part(
+                format!("{}_vit", model.name),
+                format!("{}.vit.json", model.name),
+                format!("{}'s vision encoder", model.name),
+                files,
+            )?
+        } else {
+            None
+        };
         let md_name = PathBuf::from(format!("{}.md", model.name));
-        match files.get_mut(&md_name) {
-            // A VLM's summary keeps its vision encoder's part; the language model's follows.
-            Some(old) if vlm => {
-                old.extend_from_slice(b"\n");
-                old.extend_from_slice(md.as_bytes());
+        let md = match (vlm, vit, llm) {
+            // Both parts the step model's: the folded summary describes neither.
+            (_, Some(v), Some(l)) => format!("{v}\n{l}").into_bytes(),
+            // A VLM's summary keeps its folded part; the step model's follows.
+            (true, v, l) => {
+                let Some(new) = v.or(l) else { continue };
+                let mut old = files.get(&md_name).cloned().unwrap_or_default();
+                if !old.is_empty() {
+                    old.extend_from_slice(b"\n");
+                }
+                old.extend_from_slice(new.as_bytes());
+                old
             }
-            _ => {
-                files.insert(md_name, md.into_bytes());
-            }
-        }
+            (false, _, Some(l)) => l.into_bytes(),
+            (false, _, None) => continue,
+        };
+        files.insert(md_name, md);
     }
     Ok(())
+}
+
+/// One part of a model under the step model: its reports' stem, its policy file, its summary's
+/// title.
+struct Part {
+    stem: String,
+    file: PathBuf,
+    title: String,
+}
+
+/// `part`'s step-model policy and pictures into `files` in place of the folded ones, and its
+/// summary; `None` where it has no reports or does not cover the folded file (said).
+fn step_model_part(
+    root: &Path,
+    dir: &Path,
+    model: &str,
+    part: &Part,
+    files: &mut Files,
+    progress: &dyn Progress,
+) -> Result<Option<String>, String> {
+    let (inputs, checks) = step_model_reports(root, dir, &part.stem);
+    if inputs.is_empty() {
+        return Ok(None);
+    }
+    let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root), &[])?;
+    let policy = crate::step::saved::saved_policy(&layouts, &[])?;
+    let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
+        .rule_keys()
+        .into_iter()
+        .chain(policy.measured_bf16_keys().iter().cloned())
+        .collect();
+    if let Some(bytes) = files.get(&part.file) {
+        let folded = fp8_policy::Policy::from_json_str(&String::from_utf8_lossy(bytes), &part.file)
+            .map_err(|e| e.to_string())?;
+        let missing: Vec<String> = folded
+            .rule_keys()
+            .into_iter()
+            .filter(|k| !covered.contains(k))
+            .map(|k| k.to_string())
+            .collect();
+        if !missing.is_empty() {
+            progress.note(&format!(
+                "{}: the step model's reports in {} cover {} of the shipped file's keys; it stays the fold until they cover {}",
+                part.file.display(),
+                dir.display(),
+                covered.len(),
+                missing.join(", ")
+            ));
+            return Ok(None);
+        }
+    }
+    let models: Vec<fp8_merge::model::LayoutModel> = layouts.into_iter().map(|l| l.1).collect();
+    files.insert(part.file.clone(), policy.to_json().into_bytes());
+    // The fold's per-module plots of this part describe thresholds that no longer ship; the step
+    // model's pictures take their place (a VLM's fold draws `llm-*` and `vit-*`; the step model's
+    // vision encoder `vit-step-*`, its language model `step-*`).
+    let plots = PathBuf::from(format!("plots/{model}"));
+    let fold = if part.stem == model { "llm-" } else { "vit-" };
+    files.retain(|p, _| {
+        !(p.starts_with(&plots)
+            && p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(fold)))
+    });
+    files.extend(crate::step::plot::step_plots(model, &models)?);
+    Ok(Some(fp8_merge::model::summary_markdown(
+        &part.title,
+        &models,
+    )))
 }

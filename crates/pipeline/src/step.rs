@@ -25,11 +25,13 @@ pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for, step_cannot_b
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
 pub use vision::add_vision;
+use vision::{vision_job, vision_layouts};
 use worker::{Clock, WorkerEnd, first_sentence, read_timed, run_worker};
 
 /// Sweeps every layout of every model through the step worker and writes one policy per model
-/// (`<out>/<model>.json`; a VLM's language model as `<model>.llm.json`), the worker's results
-/// under `<out>/reports/` (or `<reports>/step/`). `say` gets a line per layout.
+/// (`<out>/<model>.json`; a VLM's language model as `<model>.llm.json`, or with `o.component`
+/// vit its vision encoder as `<model>.vit.json`), the worker's results under `<out>/reports/`
+/// (or `<reports>/step/`). `say` gets a line per layout.
 pub fn gen_policy_step(
     o: &GenOptions,
     job: &StepJob,
@@ -53,31 +55,18 @@ pub fn gen_policy_step(
     for config in &o.models {
         let model = crate::build::load_model(config, o.config_root.as_deref())?;
         outcome.notes.extend(model.notes.iter().cloned());
-        let layouts = default_layouts(&model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
-        if let Some(tp) = megatron_ranks(job, &layouts) {
-            let have = fp8_bench::cuda::device_count().map_err(|e| {
-                format!("--step-trainer megatron at TP {tp} needs {tp} GPUs, and counting them failed ({e}); fix: --tp 1 here, or run on a node with {tp} GPUs")
-            })?;
-            if have < tp as usize {
-                return Err(gpus_error(tp, have));
-            }
-        }
-        if layouts.is_empty() {
-            return Err(format!(
-                "{}: no requested layout divides the model",
-                config.display()
-            ));
-        }
-        for p in &layouts {
-            off_the_token_step(&job.tokens, p)?;
-        }
+        let vit = o.component == Some(fp8_engine::Role::Vit);
+        let (layouts, model_job) = layouts_and_job(o, job, &model, config, &mut outcome.notes)?;
         let first_ep = layouts.first().map_or(1, |p| p.ep);
         let mut runs = Vec::new();
         let mut models = Vec::new();
         let notes_before = outcome.notes.len();
-        let model_job = StepJob {
-            dense_layers: job.dense_layers.or(dense_layers_for(&model, job.layers)),
-            ..job.clone()
+        // What the layouts' files and lines are named by: a VLM's vision encoder
+        // `<model>_vit` (its files beside its language model's).
+        let stem = if vit {
+            format!("{}_vit", model.name)
+        } else {
+            model.name.clone()
         };
         let mut mixed: Vec<(fp8_policy::Recipe, fp8_merge::model::LayoutModel)> = Vec::new();
         for p in layouts {
@@ -92,7 +81,7 @@ pub fn gen_policy_step(
                 o,
                 job: &model_job,
                 config,
-                model: &model.name,
+                model: &stem,
                 p,
                 reports_dir: &reports_dir,
                 clock: &clock,
@@ -102,7 +91,7 @@ pub fn gen_policy_step(
                 StepTuner::Oracle => runs.extend(ctx.sweep(say, &mut outcome)?),
                 StepTuner::Model => {
                     models.extend(ctx.model(say, &mut outcome)?);
-                    if let Some(m) = &job.mix {
+                    if let Some(m) = &model_job.mix {
                         mixed.extend(ctx.other_recipes(m, say, &mut outcome)?);
                     }
                 }
@@ -124,7 +113,7 @@ pub fn gen_policy_step(
                 )
             });
         }
-        let policy = match (job.tuner, &job.mix) {
+        let policy = match (job.tuner, &model_job.mix) {
             (StepTuner::Oracle, _) => {
                 fp8_merge::step::step_policy(&runs).map_err(|e| e.to_string())?
             }
@@ -136,7 +125,7 @@ pub fn gen_policy_step(
                     o,
                     job: &model_job,
                     config,
-                    model: &model.name,
+                    model: &stem,
                     ep: first_ep,
                     reports_dir: &reports_dir,
                     clock: &clock,
@@ -144,25 +133,66 @@ pub fn gen_policy_step(
                 mix::mixed_policy(&probe, m, &models, mixed, say, &mut outcome)?
             }
         };
-        write_policy(&out, &model, job, &policy, &models, &mut outcome)?;
+        write_policy(&out, &model, job, vit, &policy, &models, &mut outcome)?;
     }
     Ok(outcome)
 }
 
-/// The model's policy (`<model>.json`, a VLM's language model `<model>.llm.json`) and, from the
-/// step model, its summary `<model>.md` and pictures (`plots/<model>/step-*.svg`), into `out`.
+/// The layouts `o` asks for of `model` (its vision encoder's, where `o` asks for that) and the
+/// job that times them; refused where a layout cannot be timed here.
+fn layouts_and_job(
+    o: &GenOptions,
+    job: &StepJob,
+    model: &ModelDesc,
+    config: &Path,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<fp8_engine::Parallel>, StepJob), String> {
+    let mut layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+    let model_job = if o.component == Some(fp8_engine::Role::Vit) {
+        layouts = vision_layouts(&layouts);
+        vision_job(job, &model.name, notes)
+    } else {
+        StepJob {
+            dense_layers: job.dense_layers.or(dense_layers_for(model, job.layers)),
+            ..job.clone()
+        }
+    };
+    if let Some(tp) = megatron_ranks(&model_job, &layouts) {
+        let have = fp8_bench::cuda::device_count().map_err(|e| {
+            format!("--step-trainer megatron at TP {tp} needs {tp} GPUs, and counting them failed ({e}); fix: --tp 1 here, or run on a node with {tp} GPUs")
+        })?;
+        if have < tp as usize {
+            return Err(gpus_error(tp, have));
+        }
+    }
+    if layouts.is_empty() {
+        return Err(format!(
+            "{}: no requested layout divides the model",
+            config.display()
+        ));
+    }
+    for p in &layouts {
+        off_the_token_step(&job.tokens, p)?;
+    }
+    Ok((layouts, model_job))
+}
+
+/// The model's policy (`<model>.json`; a VLM's language model `<model>.llm.json`, with `vit` its
+/// vision encoder `<model>.vit.json`) and, from the step model, its summary `<model>.md` and
+/// pictures (`plots/<model>/[vit-]step-*.svg`), into `out`.
 fn write_policy(
     out: &Path,
     model: &ModelDesc,
     job: &StepJob,
+    vit: bool,
     policy: &fp8_policy::Policy,
     models: &[fp8_merge::model::LayoutModel],
     outcome: &mut GenOutcome,
 ) -> Result<(), String> {
-    let name = if model.components.len() > 1 {
-        format!("{}.llm.json", model.name)
-    } else {
-        format!("{}.json", model.name)
+    let name = match (vit, model.components.len() > 1) {
+        (true, _) => format!("{}.vit.json", model.name),
+        (false, true) => format!("{}.llm.json", model.name),
+        (false, false) => format!("{}.json", model.name),
     };
     let target = out.join(name);
     fp8_io::create_parent_dir(&target).map_err(|e| e.to_string())?;
@@ -170,7 +200,12 @@ fn write_policy(
     outcome.files.push(target);
     if job.tuner == StepTuner::Model {
         let md = out.join(format!("{}.md", model.name));
-        let mut text = fp8_merge::model::summary_markdown(&model.name, models);
+        let title = if vit {
+            format!("{}'s vision encoder", model.name)
+        } else {
+            model.name.clone()
+        };
+        let mut text = fp8_merge::model::summary_markdown(&title, models);
         if let Some(plan) = policy.recipe_plan() {
             text.push_str(&fp8_merge::module_recipes::plan_markdown(plan));
         }

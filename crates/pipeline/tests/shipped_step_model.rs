@@ -103,3 +103,136 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
     run(&mut files);
     assert_eq!(files[&name], text.into_bytes());
 }
+
+/// A root with Qwen3-VL's language-model reports from the H200, and with `vit` its vision
+/// encoder's from the step worker's stand-in (`tests/data/vit_stand_in`: `fp8sel gen-policy
+/// --backend step` over `crates/cli/tests/fake_te`; the H200 has not run the vision encoder's
+/// step model yet).
+fn vlm_root(vit: bool) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(STEP_MODEL_DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut from = vec![repo().join(STEP_MODEL_DIR)];
+    if vit {
+        from.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vit_stand_in"));
+    }
+    for d in from {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            if n.starts_with("qwen3_vl_235b_a22b_") {
+                std::fs::copy(&p, dir.join(&n)).unwrap();
+            }
+        }
+    }
+    root
+}
+
+#[test]
+fn a_vlms_vision_encoder_from_the_step_model_replaces_its_fold_beside_its_language_model() {
+    let models = [repo().join("fixtures/models/qwen3_vl_235b_a22b.yaml")];
+    let (llm, vit, md) = (
+        PathBuf::from("qwen3_vl_235b_a22b.llm.json"),
+        PathBuf::from("qwen3_vl_235b_a22b.vit.json"),
+        PathBuf::from("qwen3_vl_235b_a22b.md"),
+    );
+    let fold_plot = PathBuf::from("plots/qwen3_vl_235b_a22b/vit-fold.svg");
+    // The folded files, as the fold makes them (its summary describes both parts).
+    let folded = || -> Files {
+        let mut f: Files = [&llm, &vit, &md]
+            .into_iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    std::fs::read(repo().join("policies").join(n)).unwrap(),
+                )
+            })
+            .collect();
+        f.insert(fold_plot.clone(), b"<svg/>".to_vec());
+        f
+    };
+    let run = |root: &tempfile::TempDir| {
+        let mut files = folded();
+        step_model_files(
+            root.path(),
+            Path::new(STEP_MODEL_DIR),
+            &models,
+            &mut files,
+            &Notes::default(),
+        )
+        .unwrap();
+        files
+    };
+    let text = |f: &Files, n: &Path| String::from_utf8(f[n].clone()).unwrap();
+
+    // The language model's reports alone: the vision encoder keeps its fold and its pictures,
+    // and the summary its folded part, the step model's after it.
+    let before = run(&vlm_root(false));
+    assert_eq!(before[&vit], folded()[&vit]);
+    assert!(before.contains_key(&fold_plot));
+    let summary = text(&before, &md);
+    assert!(summary.starts_with(&text(&folded(), &md)), "{summary}");
+    assert!(summary.contains("# qwen3_vl_235b_a22b: the step model's policy"));
+
+    // With the vision encoder's: its file is the step model's, its own component, the fold's
+    // pictures and summary gone; the language model's file is the same.
+    let after = run(&vlm_root(true));
+    let policy = fp8_policy::Policy::from_json_str(&text(&after, &vit), "vit.json").unwrap();
+    assert_eq!(policy.provenance().unwrap().component, "vit");
+    assert_ne!(after[&vit], before[&vit]);
+    assert_eq!(after[&llm], before[&llm]);
+    assert!(!after.contains_key(&fold_plot));
+    assert!(after.contains_key(Path::new("plots/qwen3_vl_235b_a22b/vit-step-tp1-eager.svg")));
+    let summary = text(&after, &md);
+    let (v, l) = (
+        summary.find("# qwen3_vl_235b_a22b's vision encoder: the step model's policy"),
+        summary.find("# qwen3_vl_235b_a22b: the step model's policy"),
+    );
+    assert!(v == Some(0) && l.is_some(), "{summary}");
+    assert!(!summary.contains("Thresholds by execution"), "{summary}");
+}
+
+#[test]
+fn a_vision_encoders_inputs_are_not_merged_with_the_language_models() {
+    let root = vlm_root(true);
+    let dir = Path::new(STEP_MODEL_DIR);
+    let f = |n: &str| dir.join(format!("qwen3_vl_235b_a22b_{n}_step.json"));
+    // The vision encoder's check is its own inputs', not a language model's at the same layout
+    // (here its own check relabelled `llm`, at other counts: 1024 -> 11024).
+    let own = std::fs::read_to_string(root.path().join(f("vit_tp1_ep1_etp1_check"))).unwrap();
+    let other = own
+        .replacen("\"component\": \"vit\"", "\"component\": \"llm\"", 1)
+        .replace("\"tokens\": ", "\"tokens\": 1");
+    assert_ne!(own, other);
+    std::fs::write(root.path().join(f("llm_relabelled_check")), other).unwrap();
+    let rows = |checks: &[PathBuf]| {
+        fp8_pipeline::step::saved::layout_models(
+            &[f("vit_tp1_ep1_etp1_inputs")],
+            checks,
+            Some(root.path()),
+            &[],
+        )
+        .unwrap()[0]
+            .1
+            .check
+            .len()
+    };
+    let alone = rows(&[f("vit_tp1_ep1_etp1_check")]);
+    assert!(alone > 0);
+    assert_eq!(
+        rows(&[f("vit_tp1_ep1_etp1_check"), f("llm_relabelled_check")]),
+        alone
+    );
+    let both = fp8_pipeline::step::saved::layout_models(
+        &[f("tp1_ep8_etp1_inputs"), f("vit_tp1_ep1_etp1_inputs")],
+        &[],
+        Some(root.path()),
+        &[],
+    )
+    .unwrap();
+    let e = fp8_pipeline::step::saved::saved_policy(&both, &[]).unwrap_err();
+    assert!(
+        e.contains("2 components (llm, vit)") && e.contains("fix:"),
+        "{e}"
+    );
+}

@@ -61,6 +61,27 @@ def test_the_header_has_exactly_the_readers_fields():
     assert set(si.header(args, "m", [], ["dense"], "cpu", "stand-in", "r")) == DOC_FIELDS
 
 
+def test_a_vlms_vision_encoder_is_its_own_document(root):
+    """`--component vit`: the vision encoder's dense layers (bidirectional), its keys at the
+    step's TP, and the document says whose they are."""
+    from adaptive_fp8.bench.step_bench import spec_at, step_keys
+
+    model = str(root / "fixtures" / "models" / "qwen3_vl_235b_a22b.yaml")
+    args = si.parser().parse_args(["--model", model, "--component", "vit", "--tp", "2", "--ep", "1", "--json", "o.json"])
+    args.tp_comm = False
+    spec, kw = spec_at(af8, args, 4096)
+    kinds = composition(spec, 2)
+    name, keys = step_keys(af8, args, spec, kinds, kw)
+    rows = si.group_rows(spec, kinds, keys)
+    assert kinds == ["dense", "dense"] and not spec.causal
+    assert [r["group"] for r in rows] == ["qkv", "proj", "fc1", "fc2"] and all(r["key"]["tp"] == 2 for r in rows)
+    assert si.header(args, name, rows, kinds, "cpu", "stand-in", "r")["component"] == "vit"
+    llm = si.parser().parse_args(["--model", model, "--json", "o.json"])
+    assert si.header(llm, name, [], kinds, "cpu", "stand-in", "r")["component"] == "llm"
+    with pytest.raises(SystemExit):
+        si.parser().parse_args(["--model", model, "--component", "audio", "--json", "o.json"])
+
+
 # -- the torch half on the CPU, with a stand-in for TE (skipped where torch is missing) ---------
 
 TINY = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu", "hidden_size": 128,

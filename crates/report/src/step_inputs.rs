@@ -31,7 +31,7 @@ pub struct StepInputs {
     pub model: String,
     /// The model's name (the engine's).
     pub model_name: String,
-    /// `llm`.
+    /// Whose layers the steps built: `llm`, or `vit` (a VLM's vision encoder).
     pub component: String,
     /// The TE recipe class with its options.
     pub recipe: String,

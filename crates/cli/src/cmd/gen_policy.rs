@@ -15,8 +15,9 @@ use crate::error::{CliError, CliResult};
 /// and GPU time alone, BF16 vs FP8, at --tokens; a few real training steps in all-BF16 and
 /// all-FP8 that calibrate the model; the plan it predicts fastest at each count; that plan
 /// checked in whole steps (results under <reports-dir>/step/; docs/POLICY.md has the formula).
-/// A VLM's language model gets the step model (<model>.llm.json), its vision encoder per-module
-/// timing (<model>.vit.json), both in one folder with one summary.
+/// A VLM gets the step model twice: its language model (<model>.llm.json), then its vision
+/// encoder from steps of its own layers (<model>.vit.json, in the TE blocks), one folder, one
+/// summary.
 ///
 /// Otherwise, for each model config (Megatron/LoongForge YAML or HF config.json) and each
 /// requested layout (every TP x EP x ETP that divides the model), every TE module is measured
@@ -60,6 +61,10 @@ pub struct Args {
     /// ancestor named `configs`, else the checkout's root, else the config's directory].
     #[arg(long, value_name = "DIR")]
     pub config_root: Option<PathBuf>,
+    /// Only this part of a VLM: llm (its language model, <model>.llm.json) or vit (its vision
+    /// encoder, <model>.vit.json), e.g. to make one part again [default: both].
+    #[arg(long)]
+    pub component: Option<fp8_engine::Role>,
     /// TP sizes [default: 1,2,4,8, those that divide the model].
     #[arg(
         long,
@@ -107,9 +112,9 @@ pub struct Args {
     /// alone, calibrated on a few real steps in all-BF16 and all-FP8 and checked in whole steps,
     /// through `python -m adaptive_fp8.bench.step_inputs`; eager sets min_tokens, graphed
     /// min_tokens_graphed; results under <reports-dir>/step/). auto picks step on a GPU where
-    /// this package and Transformer Engine are installed (a VLM: step for its language model, per-module
-    /// timing for its vision encoder; a model with Gated DeltaNet or gated attention, which the
-    /// step does not build: per-module timing, said).
+    /// this package and Transformer Engine are installed (a VLM: step for its language model and
+    /// its vision encoder; a model with Gated DeltaNet or gated attention, which the step does not
+    /// build: per-module timing, said).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cuda", "model", "te", "step"])]
     pub backend: String,
     /// --backend step: model (the step model, checked in the step) or oracle (step_bench's
@@ -239,6 +244,13 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         .check_bound_has_reports(!args.recipes.is_empty())?;
     let recipe = base_recipe(args)?;
     numerics_of_this_recipe(args, recipe.recipe())?;
+    if let Some(c) = args.component {
+        super::model_args::each_a_vlm(
+            &args.models,
+            args.config_root.as_deref(),
+            &format!("--component {c}"),
+        )?;
+    }
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
         args.models.len(),
@@ -270,7 +282,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         reports_base: reports_base(args),
         out: args.out.clone(),
         recipes: None,
-        component: None,
+        component: args.component,
     };
     let backend = resolve_backend(args, progress)?;
     if !args.recipes.is_empty() && backend == "step" && args.step_tuner != "model" {
@@ -317,11 +329,14 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         };
         let mut done = fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
             .map_err(CliError::input)?;
-        fp8_pipeline::step::add_vision(&o, &mut done, progress).map_err(CliError::input)?;
+        if args.component.is_none() {
+            fp8_pipeline::step::add_vision(&o, &job, &mut done, &|line| progress.say(line))
+                .map_err(CliError::input)?;
+        }
         let unused = per_module_flags(args);
         if !unused.is_empty() {
             done.notes.push(format!(
-                "{}: per-module settings (of what is measured per module: a VLM's vision encoder); the step model's choice does not read them, it keeps a key FP8 only where its gain beats its measured noise (docs/POLICY.md, \"The choice\")",
+                "{}: per-module settings; the step model's choice does not read them, it keeps a key FP8 only where its gain beats its measured noise (docs/POLICY.md, \"The choice\")",
                 unused.join(", ")
             ));
         }
@@ -378,8 +393,8 @@ fn numerics_of_this_recipe(args: &Args, measured: fp8_policy::Recipe) -> CliResu
     Ok(())
 }
 
-/// The per-module flags given away from their defaults: a step-model run uses them only for
-/// what it measures per module (a VLM's vision encoder), so they are said, not silently dropped.
+/// The per-module flags given away from their defaults: a step-model run does not read them, so
+/// they are said, not silently dropped.
 fn per_module_flags(args: &Args) -> Vec<String> {
     let o = &args.objective;
     [
@@ -484,7 +499,7 @@ fn recipe_mix(args: &Args) -> CliResult<Option<fp8_pipeline::step::RecipeMix>> {
 
 /// The backend the flags name; `auto` is the step on a GPU where this package and Transformer
 /// Engine are installed (found, not imported: the worker's start imports them, and fails loudly
-/// where they do not import; a VLM's vision encoder then per module,
+/// where they do not import; a VLM's vision encoder by the step model after its language model,
 /// `fp8_pipeline::step::add_vision`), else the per-module `auto`.
 fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     match args.backend.as_str() {
@@ -517,7 +532,7 @@ fn resolve_backend(args: &Args, progress: &TermProgress) -> CliResult<String> {
     });
     if vlm {
         progress.say(
-            "backend auto: a GPU with Transformer Engine and a VLM: the step model for the language model, per-module timing for the vision encoder (--backend cuda: per-module GEMM timing for both)",
+            "backend auto: a GPU with Transformer Engine and a VLM: the step model for the language model, then for the vision encoder (--backend cuda: per-module GEMM timing for both)",
         );
         return Ok("step".to_owned());
     }

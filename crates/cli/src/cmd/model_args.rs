@@ -126,6 +126,19 @@ pub fn load_config(path: &Path, config_root: Option<&Path>) -> CliResult<ModelDe
     })
 }
 
+/// Refuses, for `flag`, a model among `models` that is not a VLM (no vision encoder).
+pub fn each_a_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> CliResult {
+    for m in models {
+        if load_config(m, config_root)?.components.len() < 2 {
+            return Err(CliError::input(format!(
+                "{flag}: {} is not a VLM (it has no vision encoder); fix: leave {flag} out",
+                m.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl PolicyArgs {
     /// Loads the policy of each component: the flag, else the config's path when
     /// selective_fp8 is on. A component with neither has none (and runs BF16).

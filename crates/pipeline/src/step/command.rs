@@ -77,7 +77,13 @@ pub(super) fn command(
     } else {
         Vec::new()
     };
-    a.extend(layout_args("adaptive_fp8.bench.step_bench", job, config, p));
+    a.extend(layout_args(
+        "adaptive_fp8.bench.step_bench",
+        o,
+        job,
+        config,
+        p,
+    ));
     a.extend(["--trainer".to_owned(), job.trainer.clone()]);
     a.extend(layer_args(job));
     match judge {
@@ -148,8 +154,15 @@ pub fn step_cannot_build(model: &ModelDesc) -> Option<&'static str> {
     }
 }
 
-/// `-m <module>` and the layout, counts, executions and micro-batches both workers take.
-fn layout_args(module: &str, job: &StepJob, config: &Path, p: fp8_engine::Parallel) -> Vec<String> {
+/// `-m <module>` and the layout, counts, executions and micro-batches both workers take, and
+/// `--component vit` where `o` asks for a VLM's vision encoder (its layers, image tokens).
+fn layout_args(
+    module: &str,
+    o: &GenOptions,
+    job: &StepJob,
+    config: &Path,
+    p: fp8_engine::Parallel,
+) -> Vec<String> {
     vec![
         "-m".to_owned(),
         module.to_owned(),
@@ -174,6 +187,12 @@ fn layout_args(module: &str, job: &StepJob, config: &Path, p: fp8_engine::Parall
     ]
     .into_iter()
     .chain(job.manual_gc.then(|| "--manual-gc".to_owned()))
+    .chain(
+        (o.component == Some(fp8_engine::Role::Vit))
+            .then(|| ["--component".to_owned(), "vit".to_owned()])
+            .into_iter()
+            .flatten(),
+    )
     .collect()
 }
 
@@ -195,7 +214,7 @@ pub(super) fn inputs_command(
     p: fp8_engine::Parallel,
     json: &Path,
 ) -> Vec<String> {
-    let mut a = layout_args("adaptive_fp8.bench.step_inputs", job, config, p);
+    let mut a = layout_args("adaptive_fp8.bench.step_inputs", o, job, config, p);
     a.extend(layer_args(job));
     a.extend([
         "--recipe".to_owned(),

@@ -22,7 +22,8 @@ const AXES: Chart<'static> = Chart {
     rules: false,
 };
 
-/// `plots/<model>/step-tp<T>[-ep<E>]-<execution>.svg` of each layout and checked execution.
+/// `plots/<model>/step-tp<T>[-ep<E>]-<execution>.svg` of each layout and checked execution (a
+/// VLM's vision encoder: `vit-step-...`).
 pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Files, String> {
     let mut out = Files::new();
     for lm in layouts {
@@ -32,6 +33,11 @@ pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Files, String>
         } else {
             (format!("tp{tp}"), format!("TP {tp}"))
         };
+        let (prefix, whose) = if lm.inputs.component == "vit" {
+            ("vit-", "'s vision encoder")
+        } else {
+            ("", "")
+        };
         for ex in [Execution::Eager, Execution::Graphed] {
             let rows: Vec<&CheckRow> = lm.check.iter().filter(|r| r.execution == ex).collect();
             let lines = lines(&rows);
@@ -39,11 +45,11 @@ pub fn step_plots(model: &str, layouts: &[LayoutModel]) -> Result<Files, String>
                 continue;
             }
             let title = format!(
-                "{model} {words}, {}: the step model against the step",
+                "{model}{whose} {words}, {}: the step model against the step",
                 ex.name()
             );
             let svg = chart_svg(&title, 1.0, &lines, &AXES)?;
-            let name = format!("plots/{model}/step-{layout}-{}.svg", ex.name());
+            let name = format!("plots/{model}/{prefix}step-{layout}-{}.svg", ex.name());
             out.insert(PathBuf::from(name), svg.into_bytes());
         }
     }

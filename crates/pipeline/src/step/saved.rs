@@ -37,7 +37,8 @@ pub fn layout_models(
         .iter()
         .map(|f| read(f))
         .collect::<Result<Vec<_>, _>>()?;
-    let layout = |d: &StepInputs| (d.model_name.clone(), d.tp, d.ep, d.etp);
+    // A check is its inputs' when it timed the same component's steps at the same layout.
+    let layout = |d: &StepInputs| (d.model_name.clone(), d.component.clone(), d.tp, d.ep, d.etp);
     let mut out = Vec::new();
     for f in inputs {
         let doc = read(f)?;
@@ -89,6 +90,21 @@ pub fn saved_policy(
     layouts: &[(Recipe, LayoutModel)],
     bounds: &[NumericsBound],
 ) -> Result<Policy, String> {
+    let mut components: Vec<&str> = layouts
+        .iter()
+        .map(|l| l.1.inputs.component.as_str())
+        .collect();
+    components.sort_unstable();
+    components.dedup();
+    if components.len() > 1 {
+        return Err(format!(
+            "the step model's inputs time the steps of {} components ({}); a policy is one \
+             component's; fix: merge each component's inputs apart (a VLM's language model into \
+             <model>.llm.json, its vision encoder into <model>.vit.json)",
+            components.len(),
+            components.join(", ")
+        ));
+    }
     let mut recipes: Vec<Recipe> = layouts.iter().map(|l| l.0).collect();
     recipes.sort();
     recipes.dedup();

@@ -1,19 +1,27 @@
-//! A VLM under the step model: the step model builds its language model (`<model>.llm.json`);
-//! its vision encoder has no step of its own to model here, so it is timed per module (the
-//! per-module `auto` backend, [`crate::generate::gen_policy`] on that component alone) into the
-//! same folder (`<model>.vit.json`), and the summary holds both parts, the vision encoder's first.
+//! A VLM under the step model: the step model builds its language model (`<model>.llm.json`),
+//! then its vision encoder (`<model>.vit.json`) the same way, from steps of the vision encoder's
+//! own layers (`--component vit`: bidirectional attention and a dense MLP, its counts image
+//! tokens) in the TE blocks, into the same folder; the summary holds both parts, the vision
+//! encoder's first.
+//!
+//! What this is not: a step of the whole VLM. The vision encoder's layers and the language
+//! model's are timed apart (each one's common part calibrated on its own steps), as a trainer
+//! runs them one after the other; the Megatron judge builds `GPTModel`'s language model only, so
+//! the vision encoder is checked in the TE blocks.
 
 use std::path::PathBuf;
 
-use crate::generate::{GenOptions, GenOutcome, gen_policy};
-use crate::progress::Progress;
+use crate::generate::{GenOptions, GenOutcome};
 
-/// Adds the vision encoder of every VLM among `o.models` to `done` (the step model's outcome):
-/// its policy, plots and reports, its notes, and where its eager thresholds came from.
+use super::StepJob;
+
+/// Adds the vision encoder of every VLM among `o.models` to `done` (the language model's
+/// outcome): its policy, summary, plots and reports, and its notes.
 pub fn add_vision(
     o: &GenOptions,
+    job: &StepJob,
     done: &mut GenOutcome,
-    progress: &dyn Progress,
+    say: &dyn Fn(&str),
 ) -> Result<(), String> {
     let mut vlms = Vec::new();
     for config in &o.models {
@@ -34,18 +42,17 @@ pub fn add_vision(
             (md, text)
         })
         .collect();
-    progress.note(&format!(
-        "gen-policy: {} VLM(s): the vision encoder by per-module timing (the step model builds the language model)",
+    say(&format!(
+        "gen-policy: {} VLM(s): the vision encoder by the step model too, from steps of its own layers",
         vlms.len()
     ));
     let vision = GenOptions {
         models: vlms.iter().map(|(c, _)| c.clone()).collect(),
         component: Some(fp8_engine::Role::Vit),
-        backend: "auto".to_owned(),
         out: Some(done.out.clone()),
         ..o.clone()
     };
-    let v = gen_policy(&vision, progress)?;
+    let v = super::gen_policy_step(&vision, job, say)?;
     for (md, llm) in summaries {
         let Some(llm) = llm else { continue };
         let mut text = std::fs::read(&md).unwrap_or_default();
@@ -61,8 +68,117 @@ pub fn add_vision(
         }
     }
     done.reports.extend(v.reports);
-    done.notes.extend(v.notes);
-    done.host = v.host;
-    done.estimated |= v.estimated;
+    // The model's own notes (defaults applied) come once, from the language model's pass.
+    for n in v.notes {
+        if !done.notes.contains(&n) {
+            done.notes.push(n);
+        }
+    }
     Ok(())
+}
+
+/// The vision encoder's layouts among the language model's: one per TP and CP (it has no
+/// experts: EP 1, ETP its TP), in their order.
+pub(super) fn vision_layouts(layouts: &[fp8_engine::Parallel]) -> Vec<fp8_engine::Parallel> {
+    let mut out: Vec<fp8_engine::Parallel> = Vec::new();
+    for p in layouts {
+        let v = fp8_engine::Parallel::new(p.tp, 1, p.tp, p.cp);
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The vision encoder's job: the language model's counts and executions in the TE blocks (the
+/// Megatron judge builds `GPTModel`'s language model), all its layers dense, its measured
+/// recipe alone (the numerics probe reads the language model); a note says what was not taken.
+pub(super) fn vision_job(job: &StepJob, model: &str, notes: &mut Vec<String>) -> StepJob {
+    if job.trainer != "te" {
+        notes.push(format!(
+            "{model}'s vision encoder: its steps and its check are the TE blocks' (the {} judge builds the language model only)",
+            job.trainer
+        ));
+    }
+    if job.mix.is_some() {
+        notes.push(format!(
+            "{model}'s vision encoder: the measured recipe alone (the per-module recipe choice probes the language model's numerics)"
+        ));
+    }
+    StepJob {
+        trainer: "te".to_owned(),
+        dense_layers: None,
+        mix: None,
+        ..job.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8_engine::Parallel;
+
+    #[test]
+    fn the_vision_encoder_has_one_layout_per_tp_and_cp() {
+        let llm = [
+            Parallel::new(1, 8, 1, 1),
+            Parallel::new(1, 4, 1, 1),
+            Parallel::new(2, 8, 1, 1),
+            Parallel::new(2, 8, 1, 2),
+        ];
+        assert_eq!(
+            vision_layouts(&llm),
+            vec![
+                Parallel::new(1, 1, 1, 1),
+                Parallel::new(2, 1, 2, 1),
+                Parallel::new(2, 1, 2, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_vision_encoders_job_is_the_te_blocks_in_its_measured_recipe() {
+        let job = StepJob {
+            tuner: super::super::StepTuner::Model,
+            tokens: vec![1024, 4096],
+            executions: vec![fp8_policy::Execution::Eager],
+            grad_accum: 1,
+            trainer: "megatron".into(),
+            layers: 2,
+            dense_layers: Some(1),
+            refine: 0,
+            time_limit: None,
+            mix: Some(crate::module_mix::RecipeMix {
+                recipes: vec![fp8_policy::Recipe::Tensorwise],
+                numerics: Vec::new(),
+                max_quant_error: 0.1,
+            }),
+            manual_gc: true,
+        };
+        let mut notes = Vec::new();
+        let v = vision_job(&job, "vlm", &mut notes);
+        assert_eq!(
+            (v.trainer.as_str(), v.dense_layers, v.mix.is_none()),
+            ("te", None, true)
+        );
+        assert_eq!((v.tokens, v.manual_gc), (job.tokens.clone(), true));
+        assert!(
+            notes.len() == 2 && notes[0].contains("TE blocks") && notes[1].contains("recipe"),
+            "{notes:?}"
+        );
+        assert!(
+            vision_job(
+                &StepJob {
+                    trainer: "te".into(),
+                    mix: None,
+                    ..job
+                },
+                "vlm",
+                &mut notes
+            )
+            .trainer
+                == "te"
+        );
+        assert_eq!(notes.len(), 2);
+    }
 }

@@ -102,7 +102,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "version": VERSION,
         "model": args.model,
         "model_name": model_name,
-        "component": "llm",
+        "component": args.component,
         "recipe": recipe,
         "fp8_recipe": args.recipe,
         "device": device,
@@ -381,6 +381,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", required=True, help="model config (any form fp8sel reads)")
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size: one rank's shapes (default 1)")
+    ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="whose layers the steps build: the language model (default) or a VLM's vision encoder (vit: its counts are image tokens)")
     ap.add_argument("--ep", type=int, help="expert-parallel size (default: the config's)")
     ap.add_argument("--etp", type=int, help="expert tensor-parallel size (default: the config's, else --tp)")
     ap.add_argument("--tokens", type=_counts, default=[1024, 2048, 4096, 8192, 16384], help="counts whose modules are measured (sequence length at micro-batch 1)")
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if outside and not args.check:
         print(f"step_inputs: --calibrate {','.join(map(str, outside))} not in --tokens; fix: calibrate at measured counts", file=sys.stderr)
         return 2
-    args.tp_comm, args.component = False, "llm"
+    args.tp_comm = False
     while True:
         code = _one(args)
         if code or not args.serve:

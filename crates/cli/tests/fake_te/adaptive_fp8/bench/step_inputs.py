@@ -64,6 +64,7 @@ def main() -> int:
         ap.add_argument(flag)
     ap.add_argument("--serve", action="store_true")
     ap.add_argument("--manual-gc", action="store_true")
+    ap.add_argument("--component", default="llm")
     a = ap.parse_args()
     argv = sys.argv[1:]
     while True:
@@ -88,7 +89,7 @@ def one(a) -> None:
     tokens = sorted(int(x) for x in a.tokens.split(","))
     doc = {
         "format": "adaptive-fp8-step-inputs", "version": 1, "model": a.model, "model_name": "llama3_2_1b",
-        "component": "llm", "recipe": "Float8BlockScaling()", "fp8_recipe": a.recipe, "device": "stand-in",
+        "component": a.component, "recipe": "Float8BlockScaling()", "fp8_recipe": a.recipe, "device": "stand-in",
         "te_version": "stand-in", "tp": tp, "ep": int(a.ep), "etp": int(a.etp), "layers": layers,
         "layer_types": ["dense"] * layers, "grad_accum": int(a.grad_accum), "steps": 5, "rounds": ROUNDS,
         "groups": [{"group": g, "key": {"kind": k[0], "ub_name": g, "tp": tp}, "scale": 1, "instances": layers,
