@@ -14,6 +14,8 @@
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
+#   bash scripts/device/regen_shipped.sh judge-vit [TP...]  # the shipped Qwen3-VL vision encoder
+#       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml; a VLM's row (Qwen3-VL) makes its
 # language model and then its vision encoder at that TP, both by the step model. A row
 # <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
@@ -34,6 +36,26 @@ ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4
   qwen3_vl_235b_a22b_vit_tp1 qwen3_vl_235b_a22b_vit_tp2 qwen3_vl_235b_a22b_vit_tp4)
+if [ "${1:-}" = judge-vit ]; then
+  # The shipped vision encoder (policies/qwen3_vl_235b_a22b.vit.json) in the TE blocks' step of its
+  # own layers (the Megatron judge builds the language model only) at counts no policy was made
+  # at, both executions, 21 rounds, no oracle, at each TP given (default 1).
+  shift
+  mkdir -p "$W/judge"
+  for tp in "${@:-1}"; do
+    [ "$(left)" -lt 150 ] && { echo "judge-vit tp$tp: next call ($(left) s left)"; continue; }
+    tag=qwen3_vl_235b_a22b_vit_tp$tp
+    t1=$(date +%s)
+    timeout 240 python3 -m adaptive_fp8.bench.step_bench --trainer te --component vit --oracle none \
+      --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp "$tp" --policy policies/qwen3_vl_235b_a22b.vit.json \
+      --tokens 3072,6144 --execution eager,graphed --layers 2 --repeats 21 \
+      --json "$W/judge/$tag.json" --md "$W/judge/$tag.md" > "$W/judge/$tag.log" 2>&1
+    echo "judge $tag rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/judge/steps.txt"
+    tar -C /tmp -czf "$OUT/regen_judge.tar.gz" regen/judge
+  done
+  for f in "$W"/judge/*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -14; }; done
+  exit 0
+fi
 if [ "${1:-}" = judge ]; then
   shift
   mkdir -p "$W/judge"
