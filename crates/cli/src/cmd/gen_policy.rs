@@ -327,10 +327,12 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             mix: recipe_mix(args)?,
             manual_gc: args.manual_gc,
         };
-        let mut done = fp8_pipeline::step::gen_policy_step(&o, &job, &|line| progress.say(line))
-            .map_err(CliError::input)?;
+        let started = std::time::Instant::now();
+        let say = |line: &str| progress.say(line);
+        let mut done =
+            fp8_pipeline::step::gen_policy_step(&o, &job, &say).map_err(CliError::input)?;
         if args.component.is_none() {
-            fp8_pipeline::step::add_vision(&o, &job, &mut done, &|line| progress.say(line))
+            fp8_pipeline::step::add_vision(&o, &job, started, &mut done, &say)
                 .map_err(CliError::input)?;
         }
         let unused = per_module_flags(args);

@@ -16,10 +16,12 @@ use crate::generate::{GenOptions, GenOutcome};
 use super::StepJob;
 
 /// Adds the vision encoder of every VLM among `o.models` to `done` (the language model's
-/// outcome): its policy, summary, plots and reports, and its notes.
+/// outcome, begun at `started`): its policy, summary, plots and reports, and its notes. It gets
+/// what `job`'s time limit left it; none left, it is not measured (said).
 pub fn add_vision(
     o: &GenOptions,
     job: &StepJob,
+    started: std::time::Instant,
     done: &mut GenOutcome,
     say: &dyn Fn(&str),
 ) -> Result<(), String> {
@@ -33,6 +35,19 @@ pub fn add_vision(
     if vlms.is_empty() {
         return Ok(());
     }
+    let left = job.time_limit.map(|l| l.saturating_sub(started.elapsed()));
+    if left.is_some_and(|l| l.is_zero()) {
+        for (_, name) in &vlms {
+            done.notes.push(format!(
+                "{name}'s vision encoder: not measured, the time limit ran out before it"
+            ));
+        }
+        return Ok(());
+    }
+    let job = &StepJob {
+        time_limit: left,
+        ..job.clone()
+    };
     // The language model's summary, as the step model wrote it, to follow the vision encoder's.
     let summaries: Vec<(PathBuf, Option<Vec<u8>>)> = vlms
         .iter()
@@ -134,6 +149,60 @@ mod tests {
                 Parallel::new(2, 1, 2, 2)
             ]
         );
+    }
+
+    #[test]
+    fn a_time_limit_the_language_model_used_up_leaves_the_vision_encoder_unmeasured_and_said() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let o = GenOptions {
+            models: vec![root.join("fixtures/models/qwen3_vl_235b_a22b.yaml")],
+            config_root: None,
+            tp: None,
+            ep: None,
+            etp: None,
+            merge: fp8_merge::MergeOptions::default(),
+            backend: "step".into(),
+            python: "/nonexistent/python3".into(),
+            recompute: false,
+            device_profile: "h200".into(),
+            probe_host: false,
+            measure: fp8_bench::cuda::MeasureOptions::default(),
+            policies_dir: PathBuf::from("policies"),
+            reports_base: PathBuf::from("reports"),
+            out: None,
+            recipes: None,
+            component: None,
+        };
+        let job = StepJob {
+            tuner: super::super::StepTuner::Model,
+            tokens: vec![1024],
+            executions: vec![fp8_policy::Execution::Eager],
+            grad_accum: 1,
+            trainer: "te".into(),
+            layers: 2,
+            dense_layers: None,
+            refine: 0,
+            time_limit: Some(std::time::Duration::from_secs(3)),
+            mix: None,
+            manual_gc: false,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut done = GenOutcome {
+            estimated: false,
+            reports: Vec::new(),
+            files: Vec::new(),
+            out: dir.path().to_path_buf(),
+            notes: Vec::new(),
+            host: crate::host::HostSource::NotNeeded,
+        };
+        let started = std::time::Instant::now() - std::time::Duration::from_secs(5);
+        // No worker starts (its interpreter does not exist): the note is all.
+        add_vision(&o, &job, started, &mut done, &|_| {}).unwrap();
+        assert_eq!(
+            done.notes,
+            ["qwen3_vl_235b_a22b's vision encoder: not measured, the time limit ran out before it"]
+        );
+        assert!(done.files.is_empty() && done.reports.is_empty());
     }
 
     #[test]
