@@ -130,7 +130,7 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
              min_tokens_graphed, the committed TE, step and host-profile sources for min_tokens"
         );
     }
-    fp8sel::cmd::gen_policy::report(&g, &done);
+    fp8sel::cmd::gen_policy_output::report(g.quiet, g.json, &done);
     if done.estimated {
         eprintln!(
             "warning: these policies are ESTIMATES from the cost model ({}), not measurements (\"estimated\": true in their provenance)",

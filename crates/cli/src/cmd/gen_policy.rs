@@ -229,7 +229,7 @@ pub struct Args {
 pub fn run(args: &Args) -> CliResult {
     let progress = TermProgress::new(args.quiet || args.json);
     let done = job(args, &progress)?;
-    report(args, &done);
+    super::gen_policy_output::report(args.quiet, args.json, &done);
     Ok(())
 }
 
@@ -303,46 +303,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         o.recipes = recipe_mix(args)?;
     }
     let done = if backend == "step" {
-        blackwell_recipes_on_this_gpu(recipe.recipe(), &args.recipes)?;
-        let tuner = match args.step_tuner.as_str() {
-            "oracle" => fp8_pipeline::step::StepTuner::Oracle,
-            _ => fp8_pipeline::step::StepTuner::Model,
-        };
-        if let Some(d) = args.dense_layers.filter(|d| *d > args.layers) {
-            return Err(CliError::input(format!(
-                "--dense-layers {d} is more than --layers {}; fix: at most --layers",
-                args.layers
-            )));
-        }
-        let job = fp8_pipeline::step::StepJob {
-            tuner,
-            tokens: args.tokens.clone(),
-            executions: args.execution.clone(),
-            grad_accum: args.grad_accum,
-            trainer: args.step_trainer.clone(),
-            layers: args.layers,
-            dense_layers: args.dense_layers,
-            refine: args.refine,
-            time_limit: args.time_limit.map(std::time::Duration::from_secs),
-            mix: recipe_mix(args)?,
-            manual_gc: args.manual_gc,
-        };
-        let started = std::time::Instant::now();
-        let say = |line: &str| progress.say(line);
-        let mut done =
-            fp8_pipeline::step::gen_policy_step(&o, &job, &say).map_err(CliError::input)?;
-        if args.component.is_none() {
-            fp8_pipeline::step::add_vision(&o, &job, started, &mut done, &say)
-                .map_err(CliError::input)?;
-        }
-        let unused = per_module_flags(args);
-        if !unused.is_empty() {
-            done.notes.push(format!(
-                "{}: per-module settings; the step model's choice does not read them, it keeps a key FP8 only where its gain beats its measured noise (docs/POLICY.md, \"The choice\")",
-                unused.join(", ")
-            ));
-        }
-        done
+        step_job(args, &o, recipe.recipe(), progress)?
     } else {
         let mut done = gen_policy(&o, progress).map_err(CliError::input)?;
         if !step_only.is_empty() {
@@ -354,6 +315,55 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         done
     };
     progress.finish();
+    Ok(done)
+}
+
+/// `--backend step`: the step model (or its oracle) over every layout, then a VLM's vision
+/// encoder with what the time limit left.
+fn step_job(
+    args: &Args,
+    o: &GenOptions,
+    recipe: fp8_policy::Recipe,
+    progress: &TermProgress,
+) -> CliResult<GenOutcome> {
+    blackwell_recipes_on_this_gpu(recipe, &args.recipes)?;
+    let tuner = match args.step_tuner.as_str() {
+        "oracle" => fp8_pipeline::step::StepTuner::Oracle,
+        _ => fp8_pipeline::step::StepTuner::Model,
+    };
+    if let Some(d) = args.dense_layers.filter(|d| *d > args.layers) {
+        return Err(CliError::input(format!(
+            "--dense-layers {d} is more than --layers {}; fix: at most --layers",
+            args.layers
+        )));
+    }
+    let job = fp8_pipeline::step::StepJob {
+        tuner,
+        tokens: args.tokens.clone(),
+        executions: args.execution.clone(),
+        grad_accum: args.grad_accum,
+        trainer: args.step_trainer.clone(),
+        layers: args.layers,
+        dense_layers: args.dense_layers,
+        refine: args.refine,
+        time_limit: args.time_limit.map(std::time::Duration::from_secs),
+        mix: recipe_mix(args)?,
+        manual_gc: args.manual_gc,
+    };
+    let started = std::time::Instant::now();
+    let say = |line: &str| progress.say(line);
+    let mut done = fp8_pipeline::step::gen_policy_step(o, &job, &say).map_err(CliError::input)?;
+    if args.component.is_none() {
+        fp8_pipeline::step::add_vision(o, &job, started, &mut done, &say)
+            .map_err(CliError::input)?;
+    }
+    let unused = per_module_flags(args);
+    if !unused.is_empty() {
+        done.notes.push(format!(
+            "{}: per-module settings; the step model's choice does not read them, it keeps a key FP8 only where its gain beats its measured noise (docs/POLICY.md, \"The choice\")",
+            unused.join(", ")
+        ));
+    }
     Ok(done)
 }
 
@@ -549,47 +559,4 @@ fn step_cannot_build(args: &Args) -> Option<(String, &'static str)> {
         let d = super::model_args::load_config(m, args.config_root.as_deref()).ok()?;
         fp8_pipeline::step::step_cannot_build(&d).map(|why| (m.display().to_string(), why))
     })
-}
-
-/// What the job says when it is done: notes on stderr, the files and the summary on stdout (or
-/// one JSON object).
-pub fn report(args: &Args, done: &GenOutcome) {
-    if !args.quiet {
-        for n in &done.notes {
-            eprintln!("note: {n}");
-        }
-    }
-    if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
-        eprintln!("warning: {why}");
-    }
-    if args.json {
-        let mut warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
-        if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
-            warnings.push(format!("warning: {why}"));
-        }
-        let out = serde_json::json!({
-            "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
-            "eager_source": eager_source(&done.host), "warnings": warnings,
-        });
-        println!("{out:#}");
-        return;
-    }
-    if !args.quiet {
-        for f in done.documents() {
-            println!("wrote {}", f.display());
-        }
-    }
-    println!("{}", done.summary());
-}
-
-/// Where the eager thresholds came from, in the JSON output's words.
-fn eager_source(h: &fp8_pipeline::host::HostSource) -> String {
-    use fp8_pipeline::host::HostSource;
-    match h {
-        HostSource::Given => "host profile given".to_owned(),
-        HostSource::Probed(p) => format!("host profile measured here ({})", p.display()),
-        HostSource::Shipped(p) => format!("shipped host profile ({p})"),
-        HostSource::Missing(_) => "gpu_time".to_owned(),
-        HostSource::NotNeeded => "the backend's own eager times".to_owned(),
-    }
 }

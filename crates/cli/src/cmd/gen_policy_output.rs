@@ -1,0 +1,47 @@
+//! What `fp8sel gen-policy` says when it is done: notes on stderr, the files and the summary on
+//! stdout, or one JSON object (`--json`).
+
+use fp8_pipeline::generate::GenOutcome;
+
+/// What the job says when it is done: notes on stderr (none with `quiet`), the files and the
+/// summary on stdout, or with `json` one JSON object.
+pub fn report(quiet: bool, json: bool, done: &GenOutcome) {
+    if !quiet {
+        for n in &done.notes {
+            eprintln!("note: {n}");
+        }
+    }
+    if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
+        eprintln!("warning: {why}");
+    }
+    if json {
+        let mut warnings: Vec<String> = done.notes.iter().map(|n| format!("note: {n}")).collect();
+        if let fp8_pipeline::host::HostSource::Missing(why) = &done.host {
+            warnings.push(format!("warning: {why}"));
+        }
+        let out = serde_json::json!({
+            "estimated": done.estimated, "out": done.out, "reports": done.reports, "files": done.files,
+            "eager_source": eager_source(&done.host), "warnings": warnings,
+        });
+        println!("{out:#}");
+        return;
+    }
+    if !quiet {
+        for f in done.documents() {
+            println!("wrote {}", f.display());
+        }
+    }
+    println!("{}", done.summary());
+}
+
+/// Where the eager thresholds came from, in the JSON output's words.
+fn eager_source(h: &fp8_pipeline::host::HostSource) -> String {
+    use fp8_pipeline::host::HostSource;
+    match h {
+        HostSource::Given => "host profile given".to_owned(),
+        HostSource::Probed(p) => format!("host profile measured here ({})", p.display()),
+        HostSource::Shipped(p) => format!("shipped host profile ({p})"),
+        HostSource::Missing(_) => "gpu_time".to_owned(),
+        HostSource::NotNeeded => "the backend's own eager times".to_owned(),
+    }
+}
