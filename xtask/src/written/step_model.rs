@@ -39,7 +39,13 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
         let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
             format!("{file}: no provenance.step.model (not made by the step model)")
         })?;
-        let name = v["provenance"]["models"][0].as_str().unwrap_or("?");
+        let model = v["provenance"]["models"][0].as_str().unwrap_or("?");
+        // A VLM's vision encoder is its own row beside its language model's.
+        let name = match v["provenance"]["component"].as_str() {
+            Some("vit") => format!("{model} (vision encoder)"),
+            _ => model.to_owned(),
+        };
+        let name = name.as_str();
         for lm in layouts {
             let _ = writeln!(s, "{}", row(name, lm).map_err(|e| format!("{file}: {e}"))?);
         }
@@ -132,6 +138,11 @@ mod tests {
             ),
             "{t}"
         );
+        // A VLM's vision encoder: its own row, named so.
+        let vit =
+            json!({"provenance": {"models": ["m"], "component": "vit", "step": {"model": [lm]}}});
+        let t = step_model(&[("v.json".into(), vit)]).unwrap();
+        assert!(t.contains("| m (vision encoder) | TP 8 EP 64 | 3 |"), "{t}");
         let e = step_model(&[("f.json".into(), json!({"provenance": {}}))]).unwrap_err();
         assert!(
             e.contains("f.json") && e.contains("provenance.step.model"),
