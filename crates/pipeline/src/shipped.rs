@@ -194,21 +194,12 @@ pub fn step_model_files(
             };
             step_model_part(root, dir, &model.name, &part, files, progress)
         };
-        let llm = if vlm {
-            part(
-                model.name.clone(),
-                format!("{}.llm.json", model.name),
-                model.name.clone(),
-                files,
-            )?
+        let llm_file = if vlm {
+            format!("{}.llm.json", model.name)
         } else {
-            part(
-                model.name.clone(),
-                format!("{}.json", model.name),
-                model.name.clone(),
-                files,
-            )?
+            format!("{}.json", model.name)
         };
+        let llm = part(model.name.clone(), llm_file, model.name.clone(), files)?;
         let vit = if vlm {
             part(
                 format!("{}_vit", model.name),
