@@ -7,24 +7,18 @@ mod common;
 
 use common::err;
 
+/// `fp8sel gen-policy` of Qwen3-VL under `--backend step` at TP 1, through the stand-ins, into
+/// `dir`, with `extra` flags.
+fn gen_vlm(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["--backend", "step", "--tp", "1"];
+    args.extend_from_slice(extra);
+    common::gen_model_with_stand_ins("fixtures/models/qwen3_vl_235b_a22b.yaml", dir, &args, &[])
+}
+
 #[test]
 fn a_vlm_gets_its_language_model_and_its_vision_encoder_from_the_step_model() {
     let dir = tempfile::tempdir().unwrap();
-    let o = common::gen_model_with_stand_ins(
-        "fixtures/models/qwen3_vl_235b_a22b.yaml",
-        dir.path(),
-        &[
-            "--backend",
-            "step",
-            "--tp",
-            "1",
-            "--ep",
-            "8,4",
-            "--step-trainer",
-            "megatron",
-        ],
-        &[],
-    );
+    let o = gen_vlm(dir.path(), &["--ep", "8,4", "--step-trainer", "megatron"]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let e = err(&o);
     assert!(
@@ -113,21 +107,7 @@ fn component_makes_one_part_of_a_vlm_and_refuses_a_language_model() {
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let o = common::gen_model_with_stand_ins(
-            "fixtures/models/qwen3_vl_235b_a22b.yaml",
-            dir.path(),
-            &[
-                "--backend",
-                "step",
-                "--tp",
-                "1",
-                "--ep",
-                "8",
-                "--component",
-                part,
-            ],
-            &[],
-        );
+        let o = gen_vlm(dir.path(), &["--ep", "8", "--component", part]);
         assert_eq!(o.status.code(), Some(0), "{}", err(&o));
         assert!(dir.path().join(made).is_file(), "{part}");
         assert!(!dir.path().join(not).exists(), "{part}");

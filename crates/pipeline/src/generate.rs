@@ -281,6 +281,13 @@ pub struct GenOptions {
     pub component: Option<fp8_engine::Role>,
 }
 
+impl GenOptions {
+    /// Whether these options ask for a VLM's vision encoder alone.
+    pub fn vision_encoder(&self) -> bool {
+        self.component == Some(fp8_engine::Role::Vit)
+    }
+}
+
 /// What `gen-policy` wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenOutcome {

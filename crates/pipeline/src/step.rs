@@ -55,7 +55,7 @@ pub fn gen_policy_step(
     for config in &o.models {
         let model = crate::build::load_model(config, o.config_root.as_deref())?;
         outcome.notes.extend(model.notes.iter().cloned());
-        let vit = o.component == Some(fp8_engine::Role::Vit);
+        let vit = o.vision_encoder();
         let (layouts, model_job) = layouts_and_job(o, job, &model, config, &mut outcome.notes)?;
         let first_ep = layouts.first().map_or(1, |p| p.ep);
         let mut runs = Vec::new();
@@ -148,7 +148,7 @@ fn layouts_and_job(
     notes: &mut Vec<String>,
 ) -> Result<(Vec<fp8_engine::Parallel>, StepJob), String> {
     let mut layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
-    let model_job = if o.component == Some(fp8_engine::Role::Vit) {
+    let model_job = if o.vision_encoder() {
         layouts = vision_layouts(&layouts);
         vision_job(job, &model.name, notes)
     } else {

@@ -188,7 +188,7 @@ fn layout_args(
     .into_iter()
     .chain(job.manual_gc.then(|| "--manual-gc".to_owned()))
     .chain(
-        (o.component == Some(fp8_engine::Role::Vit))
+        o.vision_encoder()
             .then(|| ["--component".to_owned(), "vit".to_owned()])
             .into_iter()
             .flatten(),
@@ -236,6 +236,48 @@ pub(super) fn list_counts(tokens: &[u64]) -> String {
         .join(",")
 }
 
+/// Options of the step path for tests: one model, `m.yaml`.
+#[cfg(test)]
+pub(super) fn test_options() -> GenOptions {
+    GenOptions {
+        models: vec![std::path::PathBuf::from("m.yaml")],
+        config_root: Some(std::path::PathBuf::from("configs")),
+        tp: None,
+        ep: None,
+        etp: None,
+        merge: fp8_merge::MergeOptions::default(),
+        backend: "step".into(),
+        python: "python3".into(),
+        recompute: false,
+        device_profile: "h200".into(),
+        probe_host: true,
+        measure: fp8_bench::cuda::MeasureOptions::default(),
+        policies_dir: std::path::PathBuf::from("policies"),
+        reports_base: std::path::PathBuf::from("reports"),
+        out: None,
+        recipes: None,
+        component: None,
+    }
+}
+
+/// A job for tests: two counts, both executions, the oracle.
+#[cfg(test)]
+pub(super) fn test_job() -> StepJob {
+    StepJob {
+        tuner: StepTuner::Oracle,
+        tokens: vec![1024, 4096],
+        executions: vec![Execution::Eager, Execution::Graphed],
+        grad_accum: 8,
+        trainer: "te".into(),
+        layers: 2,
+        dense_layers: None,
+        refine: 1,
+        time_limit: None,
+        mix: None,
+        manual_gc: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,38 +285,8 @@ mod tests {
 
     #[test]
     fn the_worker_gets_the_layout_the_sweep_and_the_recipe() {
-        let o = GenOptions {
-            models: vec![PathBuf::from("m.yaml")],
-            config_root: Some(PathBuf::from("configs")),
-            tp: None,
-            ep: None,
-            etp: None,
-            merge: fp8_merge::MergeOptions::default(),
-            backend: "step".into(),
-            python: "python3".into(),
-            recompute: false,
-            device_profile: "h200".into(),
-            probe_host: true,
-            measure: fp8_bench::cuda::MeasureOptions::default(),
-            policies_dir: PathBuf::from("policies"),
-            reports_base: PathBuf::from("reports"),
-            out: None,
-            recipes: None,
-            component: None,
-        };
-        let job = StepJob {
-            tuner: StepTuner::Oracle,
-            tokens: vec![1024, 4096],
-            executions: vec![Execution::Eager, Execution::Graphed],
-            grad_accum: 8,
-            trainer: "te".into(),
-            layers: 2,
-            dense_layers: None,
-            refine: 1,
-            time_limit: None,
-            mix: None,
-            manual_gc: false,
-        };
+        let o = test_options();
+        let job = test_job();
         // One layout's command line, as one string.
         let line = |job: &StepJob, p| {
             command(&o, job, Path::new("m.yaml"), p, Path::new("r.json"), None).join(" ")

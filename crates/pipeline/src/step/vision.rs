@@ -157,34 +157,13 @@ mod tests {
         let o = GenOptions {
             models: vec![root.join("fixtures/models/qwen3_vl_235b_a22b.yaml")],
             config_root: None,
-            tp: None,
-            ep: None,
-            etp: None,
-            merge: fp8_merge::MergeOptions::default(),
-            backend: "step".into(),
             python: "/nonexistent/python3".into(),
-            recompute: false,
-            device_profile: "h200".into(),
-            probe_host: false,
-            measure: fp8_bench::cuda::MeasureOptions::default(),
-            policies_dir: PathBuf::from("policies"),
-            reports_base: PathBuf::from("reports"),
-            out: None,
-            recipes: None,
-            component: None,
+            ..super::super::command::test_options()
         };
         let job = StepJob {
             tuner: super::super::StepTuner::Model,
-            tokens: vec![1024],
-            executions: vec![fp8_policy::Execution::Eager],
-            grad_accum: 1,
-            trainer: "te".into(),
-            layers: 2,
-            dense_layers: None,
-            refine: 0,
             time_limit: Some(std::time::Duration::from_secs(3)),
-            mix: None,
-            manual_gc: false,
+            ..super::super::command::test_job()
         };
         let dir = tempfile::tempdir().unwrap();
         let mut done = GenOutcome {
@@ -209,20 +188,15 @@ mod tests {
     fn the_vision_encoders_job_is_the_te_blocks_in_its_measured_recipe() {
         let job = StepJob {
             tuner: super::super::StepTuner::Model,
-            tokens: vec![1024, 4096],
-            executions: vec![fp8_policy::Execution::Eager],
-            grad_accum: 1,
             trainer: "megatron".into(),
-            layers: 2,
             dense_layers: Some(1),
-            refine: 0,
-            time_limit: None,
             mix: Some(crate::module_mix::RecipeMix {
                 recipes: vec![fp8_policy::Recipe::Tensorwise],
                 numerics: Vec::new(),
                 max_quant_error: 0.1,
             }),
             manual_gc: true,
+            ..super::super::command::test_job()
         };
         let mut notes = Vec::new();
         let v = vision_job(&job, "vlm", &mut notes);
