@@ -281,7 +281,6 @@ pub(super) fn test_job() -> StepJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     #[test]
     fn the_worker_gets_the_layout_the_sweep_and_the_recipe() {
