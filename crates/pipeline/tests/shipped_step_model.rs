@@ -105,24 +105,18 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
 }
 
 /// A root with Qwen3-VL's language-model reports from the H200, and with `vit` its vision
-/// encoder's from the step worker's stand-in (`tests/data/vit_stand_in`: `fp8sel gen-policy
-/// --backend step` over `crates/cli/tests/fake_te`; the H200 has not run the vision encoder's
-/// step model yet).
+/// encoder's (also the H200's).
 fn vlm_root(vit: bool) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(STEP_MODEL_DIR);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut from = vec![repo().join(STEP_MODEL_DIR)];
-    if vit {
-        from.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vit_stand_in"));
-    }
-    for d in from {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            if n.starts_with("qwen3_vl_235b_a22b_") {
-                std::fs::copy(&p, dir.join(&n)).unwrap();
-            }
+    for e in std::fs::read_dir(repo().join(STEP_MODEL_DIR)).unwrap() {
+        let p = e.unwrap().path();
+        let n = p.file_name().unwrap().to_string_lossy().into_owned();
+        if n.starts_with("qwen3_vl_235b_a22b_")
+            && (vit || !n.starts_with("qwen3_vl_235b_a22b_vit_"))
+        {
+            std::fs::copy(&p, dir.join(&n)).unwrap();
         }
     }
     root
@@ -137,15 +131,20 @@ fn a_vlms_vision_encoder_from_the_step_model_replaces_its_fold_beside_its_langua
         PathBuf::from("qwen3_vl_235b_a22b.md"),
     );
     let fold_plot = PathBuf::from("plots/qwen3_vl_235b_a22b/vit-fold.svg");
-    // The folded files, as the fold makes them (its summary describes both parts).
+    // The folded files, as the fold made them before the vision encoder's step model ran
+    // (`tests/data/vlm_fold`; its summary describes both parts).
     let folded = || -> Files {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vlm_fold");
         let mut f: Files = [&llm, &vit, &md]
             .into_iter()
             .map(|n| {
-                (
-                    n.clone(),
-                    std::fs::read(repo().join("policies").join(n)).unwrap(),
-                )
+                // The language model's file is today's (the step model's since before).
+                let from = if *n == llm {
+                    repo().join("policies")
+                } else {
+                    data.clone()
+                };
+                (n.clone(), std::fs::read(from.join(n)).unwrap())
             })
             .collect();
         f.insert(fold_plot.clone(), b"<svg/>".to_vec());
