@@ -15,7 +15,8 @@
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
 #   bash scripts/device/regen_shipped.sh judge-vit [TP...]  # the shipped Qwen3-VL vision encoder
-#       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds
+#       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds (the
+#       file a row made on this machine where there is one)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml; a VLM's row (Qwen3-VL) makes its
 # language model and then its vision encoder at that TP, both by the step model. A row
 # <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
@@ -45,9 +46,14 @@ if [ "${1:-}" = judge-vit ]; then
   for tp in "${@:-1}"; do
     [ "$(left)" -lt 150 ] && { echo "judge-vit tp$tp: next call ($(left) s left)"; continue; }
     tag=qwen3_vl_235b_a22b_vit_tp$tp
+    # The file this machine's row just made (its TP's rules are the shipped file's once
+    # committed), else the shipped one.
+    pol=policies/qwen3_vl_235b_a22b.vit.json
+    [ -f "$W/$tag/qwen3_vl_235b_a22b.vit.json" ] && pol=$W/$tag/qwen3_vl_235b_a22b.vit.json
+    echo "judge-vit tp$tp: $pol" | tee -a "$W/judge/steps.txt"
     t1=$(date +%s)
     timeout 240 python3 -m adaptive_fp8.bench.step_bench --trainer te --component vit --oracle none \
-      --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp "$tp" --policy policies/qwen3_vl_235b_a22b.vit.json \
+      --model fixtures/models/qwen3_vl_235b_a22b.yaml --tp "$tp" --policy "$pol" \
       --tokens 3072,6144 --execution eager,graphed --layers 2 --repeats 21 \
       --json "$W/judge/$tag.json" --md "$W/judge/$tag.md" > "$W/judge/$tag.log" 2>&1
     echo "judge $tag rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/judge/steps.txt"

@@ -75,9 +75,19 @@ def test_a_vlms_vision_encoder_is_its_own_document(root):
     rows = si.group_rows(spec, kinds, keys)
     assert kinds == ["dense", "dense"] and not spec.causal
     assert [r["group"] for r in rows] == ["qkv", "proj", "fc1", "fc2"] and all(r["key"]["tp"] == 2 for r in rows)
-    assert si.header(args, name, rows, kinds, "cpu", "stand-in", "r")["component"] == "vit"
+    doc = si.header(args, name, rows, kinds, "cpu", "stand-in", "r")
+    assert doc["component"] == "vit"
+    # Its attention runs per image (1024 tokens unless told), and the document says so.
+    assert spec.image_tokens == 1024 and "each image of 1024 tokens" in doc["notes"][0]
+    args.image_tokens = 2304
+    assert spec_at(af8, args, 4096)[0].image_tokens == 2304
+    args.image_tokens = 0
+    with pytest.raises(StepBenchError, match="--image-tokens 0"):
+        spec_at(af8, args, 4096)
     llm = si.parser().parse_args(["--model", model, "--json", "o.json"])
-    assert si.header(llm, name, [], kinds, "cpu", "stand-in", "r")["component"] == "llm"
+    llm_doc = si.header(llm, name, [], kinds, "cpu", "stand-in", "r")
+    assert llm_doc["component"] == "llm" and llm_doc["notes"] == []
+    assert spec_at(af8, llm, 4096)[0].image_tokens == 0
     with pytest.raises(SystemExit):
         si.parser().parse_args(["--model", model, "--component", "audio", "--json", "o.json"])
 
@@ -124,6 +134,32 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     assert rows[(64, "plan")]["fp8_groups"] == [] and rows[(64, "plan")]["wall_ms"] == rows[(64, "bf16")]["wall_ms"]
     assert all(s["host_ms"] is None and s["gpu_ms"] is None for s in doc["step_times"])
     _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
+
+
+def test_a_vision_encoders_attention_stays_within_each_image():
+    """Whole images batched (an image's tokens strided by the batch), the rest one shorter image:
+    each token attends to its own image's tokens alone, never across images."""
+    torch = pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
+    import fake_te
+    from adaptive_fp8.bench.step_layers import _per_image
+
+    torch.manual_seed(0)
+    n, img, h, d = 40, 16, 2, 8
+    q, k, v = (torch.randn(n, h, d) for _ in range(3))
+    core = fake_te.DotProductAttention(h, d, attn_mask_type="no_mask")
+    out = _per_image(torch, core, (q, k, v), img)
+    assert out.shape == (n, h * d)
+
+    def alone(idx):
+        t = torch.tensor(idx)
+        return core(q[t].unsqueeze(1), k[t].unsqueeze(1), v[t].unsqueeze(1)).reshape(len(idx), -1)
+
+    # 40 tokens of 16-token images: two whole images (tokens 0, 2, .., 30 and 1, 3, .., 31), then 8.
+    for idx in (list(range(0, 32, 2)), list(range(1, 32, 2)), list(range(32, 40))):
+        assert torch.allclose(out[idx], alone(idx), atol=1e-5)
+    assert not torch.allclose(out, alone(list(range(n))), atol=1e-3)
+    # One image of every token is the whole sequence's attention.
+    assert torch.allclose(_per_image(torch, core, (q, k, v), n), alone(list(range(n))), atol=1e-5)
 
 
 def test_a_module_the_host_cannot_stay_ahead_of_is_timed_by_its_kernels():

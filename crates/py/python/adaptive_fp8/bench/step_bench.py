@@ -65,6 +65,7 @@ megatron` runs:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -74,7 +75,7 @@ from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
-from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys, tp_comm_layout
+from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, Spec, StepBenchError, image_notes, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
 
@@ -144,7 +145,12 @@ def spec_at(af8, args, tokens: int) -> tuple[Spec, dict]:
         kw["vit_num_tokens"] = tokens
     p = af8._plan(args.model, None, kw)
     arch = p.get("architecture", {}).get(args.component)
-    return Spec.from_plan(p["modules"], arch, args.model, args.component), kw
+    spec = Spec.from_plan(p["modules"], arch, args.model, args.component)
+    if args.component == "vit":
+        if args.image_tokens < 1:
+            raise StepBenchError(f"--image-tokens {args.image_tokens}: give a positive count (tokens of one image)")
+        spec = dataclasses.replace(spec, image_tokens=args.image_tokens)
+    return spec, kw
 
 
 def step_keys(af8, args, spec: Spec, kinds: list[str], kw: dict) -> tuple[str, dict[str, dict]]:
@@ -196,7 +202,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
         log, progress = (lambda *a, **k: None), None
     results: list[dict] = []
     kinds: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = image_notes(args)
     keys: dict[str, dict] = {}
 
     def snapshot(complete: bool) -> dict:
@@ -357,6 +363,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="which component's layers to build (a VLM's vision encoder: vit)")
     ap.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size: the step runs one rank's shapes (default 1)")
+    ap.add_argument("--image-tokens", type=_positive, default=IMAGE_TOKENS, help=f"vit: tokens of one image; attention runs per image (default {IMAGE_TOKENS}: 512 x 512 at patch 16)")
     ap.add_argument(
         "--tp-comm",
         action="store_true",

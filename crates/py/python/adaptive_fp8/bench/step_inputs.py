@@ -44,7 +44,7 @@ import sys
 from adaptive_fp8._common import emit
 from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.recipe_names import RECIPES
-from adaptive_fp8.bench.step_spec import StepBenchError, built_groups, composition, group_keys
+from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
 VERSION = 1
@@ -120,7 +120,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "modules": [],
         "step_times": [],
         "failed": [],
-        "notes": [],
+        "notes": image_notes(args),
         "complete": False,
     }
 
@@ -382,6 +382,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--config-root", help="how far Hydra defaults may reach (as in fp8sel)")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size: one rank's shapes (default 1)")
     ap.add_argument("--component", choices=["llm", "vit"], default="llm", help="whose layers the steps build: the language model (default) or a VLM's vision encoder (vit: its counts are image tokens)")
+    ap.add_argument("--image-tokens", type=int, default=IMAGE_TOKENS, help=f"vit: tokens of one image; attention runs per image (default {IMAGE_TOKENS}: 512 x 512 at patch 16)")
     ap.add_argument("--ep", type=int, help="expert-parallel size (default: the config's)")
     ap.add_argument("--etp", type=int, help="expert tensor-parallel size (default: the config's, else --tp)")
     ap.add_argument("--tokens", type=_counts, default=[1024, 2048, 4096, 8192, 16384], help="counts whose modules are measured (sequence length at micro-batch 1)")

@@ -249,10 +249,28 @@ class MhaBlock:
                 qkv = self.qkv(x)  # with a TP group: gathered to the full sequence
                 n, hd = qkv.shape[0], spec.head_dim
                 q, k, v = qkv.split([spec.heads * hd, spec.groups * hd, spec.groups * hd], dim=-1)
-                a = self.core(q.reshape(n, 1, spec.heads, hd), k.reshape(n, 1, spec.groups, hd), v.reshape(n, 1, spec.groups, hd))
+                q, k, v = q.reshape(n, spec.heads, hd), k.reshape(n, spec.groups, hd), v.reshape(n, spec.groups, hd)
+                if spec.image_tokens:
+                    a = _per_image(b.torch, self.core, (q, k, v), spec.image_tokens).reshape(n, 1, -1)
+                else:
+                    a = self.core(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
                 return x + self.proj(a)
 
         return Block()
+
+
+def _per_image(torch, core, qkv: tuple, img: int):
+    """Attention within each image of `img` tokens, the last one shorter: the whole images as one
+    batch (sbhd, an image's tokens strided by the batch: the same work as contiguous ones), the
+    rest alone; out [tokens, heads x head dim] in the tokens' order."""
+    n = qkv[0].shape[0]
+    whole = n // img * img
+    out = []
+    if whole:
+        out.append(core(*(t[:whole].reshape(img, whole // img, *t.shape[1:]) for t in qkv)).reshape(whole, -1))
+    if whole < n:
+        out.append(core(*(t[whole:].unsqueeze(1) for t in qkv)).reshape(n - whole, -1))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _gather(t, n: int):

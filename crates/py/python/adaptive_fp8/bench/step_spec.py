@@ -69,6 +69,19 @@ def component_rows(rows: list[dict], component: str) -> list[dict]:
     return [r for r in rows if r["component"] == component and not r["name"].split(".")[0] == "mtp" and ".mtp." not in r["name"]]
 
 
+# Tokens of one image in a vision encoder's step, by default: a 512 x 512 image at patch 16
+# (Qwen3-VL's), or 448 x 448 at patch 14. The encoder attends within each image (Megatron and
+# Hugging Face pass each image's bounds), so its attention grows with the image, not the batch.
+IMAGE_TOKENS = 1024
+
+
+def image_notes(args) -> list[str]:
+    """What a vision encoder's documents say of its images (none for a language model)."""
+    if getattr(args, "component", "llm") != "vit":
+        return []
+    return [f"vision encoder: attention within each image of {args.image_tokens} tokens (--image-tokens)"]
+
+
 @dataclass(frozen=True)
 class Spec:
     """One rank's layers of one component, from the plan and the architecture."""
@@ -92,6 +105,9 @@ class Spec:
     num_experts: int = 0  # routed experts in the model (the router's width)
     topk: int = 0  # expert rows per token on this rank
     local_experts: int = 0
+    # A vision encoder's attention runs per image: images of this many tokens (the last one
+    # shorter), each attending to itself alone; 0: one sequence of all the tokens.
+    image_tokens: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
