@@ -131,7 +131,7 @@ for row in "${ROWS[@]}"; do
   [ "$row" = deepseek_v3_tp1_ep8 ] && need=480
   [ "$row" = deepseek_v3_tp2_ep16 ] && need=380  # 293 s, then cut at 313 s in its check
   case $row in
-    *_vit_tp*) need=150 ;;  # not yet run: a 2-layer ViT step, small
+    *_vit_tp*) need=60 ;;  # 24-30 s on the H200 (a 2-layer ViT step, small)
     qwen3_vl*) need=380 ;;  # 167-258 s with the vision encoder per module; now its step model too
   esac
   [ "$(left)" -lt "$need" ] && { echo "$row: next call ($(left) s left)"; continue; }

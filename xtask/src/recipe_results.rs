@@ -4,7 +4,7 @@
 //! (docs/plots/recipes/), and how the cuBLASLt backend's choices compare with TE's own in each
 //! recipe (`reports/h200/te_recipes/`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -79,6 +79,46 @@ fn key_label(k: &GroupKey) -> String {
     }
 }
 
+/// One row per key kind and module, its TP sizes in one cell each (`a / b / ...`, in the order
+/// the key column names them); grouped keys one row each.
+fn write_key_rows(runs: &Runs<'_>, model: &str, keys: &BTreeSet<&GroupKey>, s: &mut String) {
+    let mut rows: Vec<(String, Vec<String>, Vec<&GroupKey>)> = Vec::new();
+    for &k in keys {
+        let label = key_label(k);
+        let (base, tp) = match label.rsplit_once(" tp=") {
+            Some((b, tp)) if matches!(k.par, ParKey::Tp(_)) => (b.to_owned(), Some(tp.to_owned())),
+            _ => (label, None),
+        };
+        match rows.last_mut() {
+            Some((b, tps, ks)) if *b == base && tp.is_some() && !tps.is_empty() => {
+                tps.extend(tp);
+                ks.push(k);
+            }
+            _ => rows.push((base, tp.into_iter().collect(), vec![k])),
+        }
+    }
+    for (base, tps, ks) in rows {
+        let cell = |r: &str| {
+            ks.iter()
+                .map(|k| rule_cell(runs[&(model, r)].rules.get(*k)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let name = if tps.is_empty() {
+            base
+        } else {
+            format!("{base} tp={}", tps.join("/"))
+        };
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} | {} |",
+            cell("blockwise"),
+            cell("tensorwise"),
+            cell("delayed")
+        );
+    }
+}
+
 fn rule_cell(r: Option<&Option<(u64, f64)>>) -> String {
     match r {
         Some(Some((t, _))) => t.to_string(),
@@ -142,20 +182,11 @@ fn write_thresholds(runs: &Runs<'_>, s: &mut String) {
             s,
             "### {model}\n\n| key | blockwise | tensorwise | delayed |\n|---|---|---|---|"
         );
-        let keys: std::collections::BTreeSet<&GroupKey> = RECIPES
+        let keys: BTreeSet<&GroupKey> = RECIPES
             .iter()
             .flat_map(|(r, _)| runs[&(model, *r)].rules.keys())
             .collect();
-        for k in keys {
-            let cell = |r: &str| rule_cell(runs[&(model, r)].rules.get(k));
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} |",
-                key_label(k),
-                cell("blockwise"),
-                cell("tensorwise"),
-                cell("delayed")
-            );
+        for k in &keys {
             let t = |r: &str| match runs[&(model, r)].rules.get(k) {
                 Some(Some((t, _))) => Some(*t),
                 Some(None) => Some(u64::MAX),
@@ -176,6 +207,7 @@ fn write_thresholds(runs: &Runs<'_>, s: &mut String) {
                 }
             }
         }
+        write_key_rows(runs, model, &keys, s);
         s.push('\n');
     }
     let _ = writeln!(

@@ -51,10 +51,8 @@ pub(super) fn render_combine(
         std::fs::read_to_string(root.join(crate::H200_HOST_PROFILE)).map_err(|e| e.to_string())?;
     let host = fp8_merge::host::HostProfile::parse(&host_text, crate::H200_HOST_PROFILE)
         .map_err(|e| e.to_string())?;
+    // The rules are named in the error table below the predictions.
     s.push_str(parts.get("combine")?);
-    for (k, what) in RULES {
-        let _ = writeln!(s, "- {k}: {what}");
-    }
     let _ = writeln!(
         s,
         "\n| model | tokens | measured | A | B | C | D | E |\n|---|---|---|---|---|---|---|---|"
