@@ -59,14 +59,19 @@ fn a_vlm_gets_its_language_model_and_its_vision_encoder_from_the_step_model() {
     );
     let argv = std::fs::read_to_string(reports.join(format!("{}.argv", vit[0]))).unwrap();
     assert!(
-        argv.contains("--component vit") && argv.contains("--ep 1"),
+        argv.contains("--component vit")
+            && argv.contains("--ep 1")
+            && argv.contains("--image-tokens 1024"),
         "{argv}"
     );
     let llm_argv = std::fs::read_to_string(
         reports.join("qwen3_vl_235b_a22b_tp1_ep8_etp1_inputs_step.json.argv"),
     )
     .unwrap();
-    assert!(!llm_argv.contains("--component"), "{llm_argv}");
+    assert!(
+        !llm_argv.contains("--component") && !llm_argv.contains("--image-tokens"),
+        "{llm_argv}"
+    );
     // One summary, the vision encoder's part first, then the language model's.
     let md = std::fs::read_to_string(dir.path().join("qwen3_vl_235b_a22b.md")).unwrap();
     let (v, s) = (
@@ -134,6 +139,42 @@ fn component_makes_one_part_of_a_vlm_and_refuses_a_language_model() {
     let e = err(&o);
     assert!(
         e.contains("--component vit") && e.contains("not a VLM") && e.contains("fix:"),
+        "{e}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn image_tokens_reach_the_vision_encoders_worker_and_are_refused_without_a_vlm() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gen_vlm(
+        dir.path(),
+        &["--ep", "8", "--component", "vit", "--image-tokens", "2304"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let argv = std::fs::read_to_string(
+        dir.path()
+            .join("reports/qwen3_vl_235b_a22b_vit_tp1_ep1_etp1_inputs_step.json.argv"),
+    )
+    .unwrap();
+    assert!(argv.contains("--image-tokens 2304"), "{argv}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::gen_model_with_stand_ins(
+        "fixtures/models/llama3_2_1b.yaml",
+        dir.path(),
+        &["--backend", "step", "--tp", "1", "--image-tokens", "2304"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("--image-tokens 2304")
+            && e.contains("no model given is a VLM")
+            && e.contains("fix: leave"),
         "{e}"
     );
     assert!(

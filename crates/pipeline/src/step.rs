@@ -21,7 +21,9 @@ pub mod saved;
 mod serve;
 mod vision;
 pub(crate) mod worker;
-pub use command::{RecipeMix, StepJob, StepTuner, dense_layers_for, step_cannot_build};
+pub use command::{
+    IMAGE_TOKENS, RecipeMix, StepJob, StepTuner, dense_layers_for, step_cannot_build,
+};
 use command::{command, gpus_error, list_counts, megatron_ranks};
 pub use committed::step_policies;
 pub use vision::add_vision;

@@ -154,6 +154,11 @@ pub struct Args {
     /// docs/PERFORMANCE.md).
     #[arg(long)]
     pub manual_gc: bool,
+    /// --backend step, a VLM's vision encoder: tokens of one image. The encoder attends within
+    /// each image, so its attention grows with the image, not with the step's image tokens; give
+    /// your data's typical image in patches (the default: 512 x 512 at patch 16).
+    #[arg(long, value_name = "N", default_value_t = fp8_pipeline::step::IMAGE_TOKENS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub image_tokens: u32,
     /// --backend step --step-tuner oracle: rounds of refinement. Each times, per execution, the geometric midpoint
     /// (on the 16-token grid) of the two counts a key's threshold falls between, so a threshold
     /// can land between the counts of a coarse sweep; about one count per round and execution.
@@ -249,6 +254,13 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             &args.models,
             args.config_root.as_deref(),
             &format!("--component {c}"),
+        )?;
+    }
+    if args.image_tokens != fp8_pipeline::step::IMAGE_TOKENS {
+        super::model_args::some_vlm(
+            &args.models,
+            args.config_root.as_deref(),
+            &format!("--image-tokens {}", args.image_tokens),
         )?;
     }
     progress.say(&format!(
@@ -349,6 +361,7 @@ fn step_job(
         time_limit: args.time_limit.map(std::time::Duration::from_secs),
         mix: recipe_mix(args)?,
         manual_gc: args.manual_gc,
+        image_tokens: args.image_tokens,
     };
     let started = std::time::Instant::now();
     let say = |line: &str| progress.say(line);
@@ -381,6 +394,10 @@ fn step_flags(args: &Args) -> Vec<String> {
         (args.dense_layers.is_some(), "--dense-layers"),
         (args.time_limit.is_some(), "--time-limit"),
         (args.manual_gc, "--manual-gc"),
+        (
+            args.image_tokens != fp8_pipeline::step::IMAGE_TOKENS,
+            "--image-tokens",
+        ),
     ]
     .into_iter()
     .filter(|(given, _)| *given)

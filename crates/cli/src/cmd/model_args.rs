@@ -126,6 +126,18 @@ pub fn load_config(path: &Path, config_root: Option<&Path>) -> CliResult<ModelDe
     })
 }
 
+/// Refuses, for `flag`, models none of which is a VLM (the flag would be read by none).
+pub fn some_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> CliResult {
+    for m in models {
+        if load_config(m, config_root)?.components.len() >= 2 {
+            return Ok(());
+        }
+    }
+    Err(CliError::input(format!(
+        "{flag}: no model given is a VLM (none has a vision encoder); fix: leave {flag} out"
+    )))
+}
+
 /// Refuses, for `flag`, a model among `models` that is not a VLM (no vision encoder).
 pub fn each_a_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> CliResult {
     for m in models {

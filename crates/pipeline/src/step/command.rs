@@ -53,7 +53,13 @@ pub struct StepJob {
     /// Python's garbage collector off while steps are timed (the workers' `--manual-gc`, as
     /// Megatron-LM's flag): for a trainer that runs so.
     pub manual_gc: bool,
+    /// A VLM's vision encoder: tokens of one image (its attention runs within each image, the
+    /// workers' `--image-tokens`); not read for a language model.
+    pub image_tokens: u32,
 }
+
+/// Tokens of one image by default: a 512 x 512 image at patch 16 (the workers' default too).
+pub const IMAGE_TOKENS: u32 = 1024;
 
 /// The worker's command line for one layout, writing `json`: its oracle search, or with
 /// `judge` the judge of that policy (no oracle).
@@ -189,7 +195,14 @@ fn layout_args(
     .chain(job.manual_gc.then(|| "--manual-gc".to_owned()))
     .chain(
         o.vision_encoder()
-            .then(|| ["--component".to_owned(), "vit".to_owned()])
+            .then(|| {
+                [
+                    "--component".to_owned(),
+                    "vit".to_owned(),
+                    "--image-tokens".to_owned(),
+                    job.image_tokens.to_string(),
+                ]
+            })
             .into_iter()
             .flatten(),
     )
@@ -275,6 +288,7 @@ pub(super) fn test_job() -> StepJob {
         time_limit: None,
         mix: None,
         manual_gc: false,
+        image_tokens: IMAGE_TOKENS,
     }
 }
 
@@ -383,6 +397,7 @@ mod tests {
             time_limit: None,
             mix: None,
             manual_gc: false,
+            image_tokens: IMAGE_TOKENS,
         };
         let layouts: Vec<_> = [1, 4, 2]
             .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))

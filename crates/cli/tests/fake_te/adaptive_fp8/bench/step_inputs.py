@@ -65,6 +65,7 @@ def main() -> int:
     ap.add_argument("--serve", action="store_true")
     ap.add_argument("--manual-gc", action="store_true")
     ap.add_argument("--component", default="llm")
+    ap.add_argument("--image-tokens", type=int)
     a = ap.parse_args()
     argv = sys.argv[1:]
     while True:
