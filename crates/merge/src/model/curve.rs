@@ -79,6 +79,24 @@ impl Curve {
         v.max(FLOOR_MS)
     }
 
+    /// The noise of a difference read at `t` whose noise at each measured count this curve
+    /// holds: the value at `t` within the measured counts; beyond the largest, where the
+    /// difference is read on the line through the last two, that line's noise, each point's
+    /// noise weighted by its leverage (`λ = (t - t_n) / (t_n - t_{n-1})`:
+    /// `sqrt(((1 + λ) σ_n)^2 + (λ σ_{n-1})^2)`), so a crossing far above the sweep needs a gain
+    /// that grows faster than its noise.
+    pub fn spread_at(&self, t: f64) -> f64 {
+        let p = &self.points;
+        match p.len() {
+            n if n >= 2 && t > p[n - 1].0 && p[n - 1].0 > p[n - 2].0 => {
+                let ((t1, s1), (t2, s2)) = (p[n - 2], p[n - 1]);
+                let l = (t - t2) / (t2 - t1);
+                ((1.0 + l) * s2).hypot(l * s1)
+            }
+            _ => self.at(t),
+        }
+    }
+
     /// The value at `t` without the floor (for shares that may be 0).
     pub fn raw_at(&self, t: f64) -> f64 {
         let p = &self.points;
@@ -196,6 +214,21 @@ mod tests {
         assert_eq!(c.at(512.0), 1.0);
         let falling = Curve::new(vec![(1, 1.0), (2, 0.5)]);
         assert_eq!(falling.at(100.0), FLOOR_MS);
+    }
+
+    #[test]
+    fn a_differences_noise_grows_with_its_leverage_beyond_the_sweep() {
+        let c = Curve::new(vec![(8192, 0.1), (16384, 0.2)]);
+        assert_eq!(c.spread_at(16384.0), 0.2);
+        assert!((c.spread_at(12288.0) - 0.15).abs() < 1e-12);
+        // Two sweep steps above the last count: the last point's noise 3 times, the one
+        // before it 2 times (its leverage), not the noise curve's own line (0.4).
+        let far = c.spread_at(32768.0);
+        assert!((far - 0.6_f64.hypot(0.2)).abs() < 1e-12, "{far}");
+        assert!((c.at(32768.0) - 0.4).abs() < 1e-12);
+        // Noise that falls toward the top of the sweep still grows above it.
+        let falling = Curve::new(vec![(8192, 0.3), (16384, 0.1)]);
+        assert!(falling.spread_at(24576.0) > 0.1 && falling.at(24576.0) == FLOOR_MS);
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl GroupCurves {
         } else {
             self.host_noise
         };
-        self.instances * (w_gpu * self.gpu_noise.at(t) + w_host * host)
+        self.instances * (w_gpu * self.gpu_noise.spread_at(t) + w_host * host)
     }
 }
 

@@ -98,3 +98,50 @@ fn small_gains_each_under_the_bar_run_fp8_together_where_together_they_clear_it(
     let c = choose(&m.fits[&Execution::Eager], &m.units, 16384, &o);
     assert!(c.fp8.is_empty(), "{c:?}");
 }
+
+#[test]
+fn a_crossing_above_the_sweep_needs_a_trend_that_beats_its_extrapolated_noise() {
+    // Host-bound over the whole sweep: fc1's threshold lies above it, where its GPU gain grows.
+    let quiet = model(&dense(80.0), &SWEPT, &CAL);
+    let fc1 = quiet
+        .units
+        .iter()
+        .position(|u| u.groups == ["fc1"])
+        .unwrap();
+    let from = |m: &LayoutModel| m.thresholds[&Execution::Eager][fc1].from;
+    let q = from(&quiet).expect("fc1 FP8 somewhere above the sweep");
+    assert!(q > 16384, "{q}");
+    // The same medians, fc1's FP8 GPU rounds spread: the noise of its extrapolated difference
+    // grows with the distance from the sweep, so the crossing moves up or away.
+    let mut inputs = dense(80.0).inputs(&SWEPT, &CAL);
+    for m in inputs.modules.iter_mut().filter(|m| m.group == "fc1") {
+        let fp8 = m.fp8.as_mut().unwrap();
+        let med = fp8.gpu_ms[2];
+        for (i, g) in fp8.gpu_ms.iter_mut().enumerate() {
+            *g += 0.9 * med * (i as f64 - 2.0) / 2.0;
+        }
+    }
+    let noisy = LayoutModel::new(
+        inputs,
+        std::path::Path::new("synth.json"),
+        &[Execution::Eager],
+        ChoiceOptions::default(),
+    )
+    .unwrap();
+    let g = &noisy.fits[&Execution::Eager].groups["fc1"];
+    let (at_top, above) = (
+        g.noise(Execution::Eager, 16384.0, (0.0, 1.0)),
+        g.noise(Execution::Eager, 65536.0, (0.0, 1.0)),
+    );
+    // Not the noise curve's own line through the last two counts: the line's leverage.
+    let line = g.instances * g.gpu_noise.at(65536.0);
+    assert!(
+        above > 1.5 * line && above > 3.0 * at_top,
+        "{above} vs {line}, {at_top}"
+    );
+    assert!(
+        from(&noisy).is_none_or(|n| n > q),
+        "{:?} vs {q}",
+        from(&noisy)
+    );
+}
