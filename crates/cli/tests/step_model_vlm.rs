@@ -128,23 +128,31 @@ fn component_makes_one_part_of_a_vlm_and_refuses_a_language_model() {
         };
         assert_eq!(reports, [want]);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let o = common::gen_model_with_stand_ins(
-        "fixtures/models/llama3_2_1b.yaml",
-        dir.path(),
-        &["--backend", "step", "--tp", "1", "--component", "vit"],
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    let e = err(&o);
+    let e = refused_for_a_language_model(&["--component", "vit"]);
     assert!(
         e.contains("--component vit") && e.contains("not a VLM") && e.contains("fix:"),
         "{e}"
     );
+}
+
+/// `gen-policy --backend step` of Llama-3.2-1B (no vision encoder) with `extra`: refused, nothing
+/// written; its stderr.
+fn refused_for_a_language_model(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--backend", "step", "--tp", "1"];
+    args.extend_from_slice(extra);
+    let o = common::gen_model_with_stand_ins(
+        "fixtures/models/llama3_2_1b.yaml",
+        dir.path(),
+        &args,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "nothing written"
     );
+    err(&o)
 }
 
 #[test]
@@ -162,23 +170,11 @@ fn image_tokens_reach_the_vision_encoders_worker_and_are_refused_without_a_vlm()
     .unwrap();
     assert!(argv.contains("--image-tokens 2304"), "{argv}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let o = common::gen_model_with_stand_ins(
-        "fixtures/models/llama3_2_1b.yaml",
-        dir.path(),
-        &["--backend", "step", "--tp", "1", "--image-tokens", "2304"],
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    let e = err(&o);
+    let e = refused_for_a_language_model(&["--image-tokens", "2304"]);
     assert!(
         e.contains("--image-tokens 2304")
             && e.contains("no model given is a VLM")
             && e.contains("fix: leave"),
         "{e}"
-    );
-    assert!(
-        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
-        "nothing written"
     );
 }

@@ -126,10 +126,15 @@ pub fn load_config(path: &Path, config_root: Option<&Path>) -> CliResult<ModelDe
     })
 }
 
+/// Whether `model` is a VLM (a vision encoder beside its language model).
+fn is_vlm(model: &Path, config_root: Option<&Path>) -> CliResult<bool> {
+    Ok(load_config(model, config_root)?.components.len() >= 2)
+}
+
 /// Refuses, for `flag`, models none of which is a VLM (the flag would be read by none).
 pub fn some_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> CliResult {
     for m in models {
-        if load_config(m, config_root)?.components.len() >= 2 {
+        if is_vlm(m, config_root)? {
             return Ok(());
         }
     }
@@ -141,7 +146,7 @@ pub fn some_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> C
 /// Refuses, for `flag`, a model among `models` that is not a VLM (no vision encoder).
 pub fn each_a_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) -> CliResult {
     for m in models {
-        if load_config(m, config_root)?.components.len() < 2 {
+        if !is_vlm(m, config_root)? {
             return Err(CliError::input(format!(
                 "{flag}: {} is not a VLM (it has no vision encoder); fix: leave {flag} out",
                 m.display()
