@@ -48,6 +48,12 @@ pub struct ModuleSpec {
 }
 
 impl ModuleSpec {
+    /// Whether TE can run this module's GEMMs in FP8: both of one rank's dimensions multiples
+    /// of 16 (TE asserts it; Qwen3-VL's vision MLP at TP 2, 4304 / 2 = 2152, is not).
+    pub fn fp8_capable(&self) -> bool {
+        self.in_features.is_multiple_of(16) && self.out_features.is_multiple_of(16)
+    }
+
     /// The policy lookup key of this module.
     pub fn lookup(&self) -> Lookup<'_> {
         match self.module_kind.family() {

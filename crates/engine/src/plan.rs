@@ -390,7 +390,8 @@ fn policy_warnings(
 }
 
 /// One module's row. A key without a rule is a gap in the sweep unless the policy says why it
-/// has none: measured with FP8 never winning, or kept BF16 by the numerics bound.
+/// has none (measured with FP8 never winning, or kept BF16 by the numerics bound) or TE cannot
+/// run the module in FP8 at all (nothing to measure).
 fn planned(
     spec: ModuleSpec,
     d: &ModuleDecision,
@@ -410,6 +411,14 @@ fn planned(
         && measured_bf16.contains(k)
     {
         reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
+        missing_key = None;
+    } else if let Some(k) = &missing_key
+        && !spec.fp8_capable()
+    {
+        reason = format!(
+            "no rule for {k}: TE cannot run it in FP8 ({} x {} on a rank, not multiples of 16; BF16)",
+            spec.in_features, spec.out_features
+        );
         missing_key = None;
     } else if let Some(k) = &missing_key
         && let Some((o, bound)) = policy.and_then(Policy::provenance).and_then(|p| {

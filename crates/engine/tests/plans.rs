@@ -464,6 +464,67 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
     assert_eq!(keys.len(), 3, "{keys:?}");
 }
 
+#[test]
+fn a_module_te_cannot_run_in_fp8_needs_no_rule() {
+    // Qwen3-VL's vision MLP at TP 2: 4304 / 2 = 2152 features a rank, not a multiple of 16.
+    let m = model("qwen3_vl_235b_a22b.yaml");
+    let empty = Policy::from_json_str(
+        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {}}"#,
+        "empty.json",
+    )
+    .unwrap();
+    let at = |tp: u32| {
+        plan(
+            &m,
+            &cfg(
+                Parallel::tp(tp),
+                &[
+                    (Role::Llm, TokenConfig::new(4096, 1)),
+                    (Role::Vit, TokenConfig::new(2304, 1)),
+                ],
+                &[(Role::Vit, &empty)],
+            ),
+        )
+        .unwrap()
+    };
+    let pl = at(2);
+    let fc1 = pl
+        .modules
+        .iter()
+        .find(|x| x.spec.component == Role::Vit && x.spec.name.ends_with("linear_fc1"))
+        .unwrap();
+    assert!(!fc1.spec.fp8_capable() && !fc1.use_fp8);
+    assert!(
+        fc1.reason.contains("TE cannot run it in FP8"),
+        "{}",
+        fc1.reason
+    );
+    let missing: Vec<String> = pl
+        .summary
+        .missing_rules
+        .iter()
+        .filter(|r| r.component == Role::Vit)
+        .map(|r| r.key.to_string())
+        .collect();
+    // qkv and proj can run FP8: still gaps; fc1 and fc2 are not.
+    assert_eq!(
+        missing,
+        [
+            "(kind=layernorm_column, ub_name=qkv, tp=2)",
+            "(kind=row, ub_name=proj, tp=2)"
+        ],
+        "{missing:?}"
+    );
+    // At TP 1 (4304 a rank) every module can: four gaps.
+    let at_tp1 = at(1)
+        .summary
+        .missing_rules
+        .iter()
+        .filter(|r| r.component == Role::Vit)
+        .count();
+    assert_eq!(at_tp1, 4);
+}
+
 /// A Qwen3.5-like dense model in Megatron's names: Gated DeltaNet in three of four layers.
 fn gated_delta_net_model(extra: &str) -> ModelDesc {
     gated_delta_net_heads(4, 8, extra)
