@@ -19,6 +19,9 @@
 #            (5 counts to 16384, eager and graphed, 2 layers; timed: the default sweep's cost);
 #   moe-shipped: the Megatron judge of the shipped DeepSeek-V3 (TP 1 EP 16) and Qwen3-VL LLM (TP 1
 #            EP 4) defaults, eager and graphed.
+#   dsv3-moves: the shipped DeepSeek-V3 (TP 1 EP 16) where its regeneration moved the 16-GEMM
+#            experts' eager thresholds (55168/77952 -> 65536 routed tokens): 7168 and 8192, eager
+#            and graphed.
 #   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
 #            graphed, at one count: the check of --step-trainer megatron's worker.
 #   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
@@ -88,7 +91,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10, retune11 or oracle-shipped}
+phase=${1:?shipped, dsv3-moves, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10, retune11 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -258,6 +261,10 @@ moe-shipped)  # the shipped MoE defaults in the Megatron judge
     --layers 2 --dense-layers 1 --tokens 1536,3072,6144 --execution eager,graphed
   megatron q3vl_megatron 240 policies/qwen3_vl_235b_a22b.llm.json --model fixtures/models/qwen3_vl_235b_a22b.yaml \
     --tp 1 --ep 4 --layers 2 --tokens 1536,3072,6144 --execution eager,graphed
+  ;;
+dsv3-moves)  # the regenerated DeepSeek-V3 file where its experts' eager thresholds moved
+  megatron dsv3_moves 330 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+    --layers 2 --dense-layers 1 --tokens 7168,8192 --execution eager,graphed
   ;;
 megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron runs), a short check
   step megatron_oracle 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --oracle greedy \

@@ -18,9 +18,11 @@
 #                                             # --step-model); M: Llama-3.1-8B, MoE-64x1408 (both)
 #   bash scripts/device/step_model.sh shipped M TP  # a shipped model's step-model policy at TP
 #                                             # (fixtures/models/M.yaml), its documents kept
+#   bash scripts/device/step_model.sh profile # where the MoE's inputs spend their time: its
+#                                             # step_inputs run under cProfile (no check)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, judge, refit, today or shipped}
+phase=${1:?dense, moe, cost, judge, refit, today, shipped or profile}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -124,6 +126,19 @@ shipped)
   echo "gen $m tp $tp rc=$? $((SECONDS - t0)) s"
   grep -E "modelled|disagree|slower than BF16|note:|Error" "$W/gen_${m}_tp$tp.log" | cut -c1-240 | head -12
   cp "$W/gen_${m}_tp$tp.log" "$OUT/"
+  ;;
+profile)
+  cd "$W" || exit 1
+  t0=$SECONDS
+  timeout 240 python3 -m cProfile -o "$W/inputs.prof" -m adaptive_fp8.bench.step_inputs \
+    --model MoE-64x1408/config.json --tp 1 --json "$W/prof_inputs.json" > "$W/prof.log" 2>&1
+  echo "profile rc=$? $((SECONDS - t0)) s"
+  python3 - "$W/inputs.prof" <<'PY' | tee "$W/prof.txt"
+import pstats, sys
+s = pstats.Stats(sys.argv[1])
+s.sort_stats("cumulative").print_stats(r"adaptive_fp8|profiler|collect|empty_cache|synchronize", 45)
+PY
+  cd - > /dev/null || exit 1
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" sm
