@@ -78,12 +78,12 @@ class _Bench:
         return step
 
     def check(self, step, name):
-        pass
+        return 1.0
 
     def free(self, collect=False):
         pass
 
-    def time_ms(self, step):
+    def time_ms(self, step, steps=None):
         with self.collector:
             if gc.isenabled():
                 gc.collect()
@@ -96,7 +96,7 @@ def test_the_worker_and_the_judge_note_full_collections_in_their_rounds_and_none
 
     groups = ["fc1", "fc2"]
     notes: list[str] = []
-    args = SimpleNamespace(rounds=2, repeats=2, oracle="none", oracle_repeats=None)
+    args = SimpleNamespace(rounds=2, steps=5, repeats=2, oracle="none", oracle_repeats=None)
     rows = si._steps(_Bench(manual), None, SimpleNamespace(tokens=2048), ["dense"], groups, [("bf16", []), ("fp8", groups)],
                      "eager", 2048, args, lambda *a, **k: None, None, notes)
     assert [len(r["wall_ms"]) for r in rows] == [2, 2]

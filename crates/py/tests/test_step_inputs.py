@@ -16,7 +16,7 @@ from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, grou
 DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
               "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "groups", "modules", "step_times", "failed", "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
-STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "host_ms", "gpu_ms"}
+STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "steps", "host_ms", "gpu_ms"}
 
 
 def _spec(root, model, **kw):
@@ -119,7 +119,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
         assert len(m["bf16"]["gpu_ms"]) == 2 and len(m["fp8"]["host_ms"]) == 2 and min(m["bf16"]["gpu_ms"]) > 0
     modes = {(s["execution"], s["tokens"], s["mode"]) for s in doc["step_times"]}
     assert modes == {(e, t, m) for e in ("eager", "graphed") for t in (64, 128) for m in ("bf16", "fp8")}
-    assert all(set(s) == STEP_FIELDS and s["host_ms"] > 0 and s["gpu_ms"] > 0 for s in doc["step_times"])
+    assert all(set(s) == STEP_FIELDS and s["host_ms"] > 0 and s["gpu_ms"] > 0 and s["steps"] == 1 for s in doc["step_times"])
     # The check: the plans file's plans, beside all-BF16 and all-FP8.
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]},
@@ -197,6 +197,18 @@ def _doc():
     doc["modules"].append({"tokens": 64, "group": "fc2", "bf16": {"host_ms": [0.1], "gpu_ms": [0.2]}, "fp8": None})
     doc["step_times"].append({"execution": "eager", "tokens": 64, "mode": "bf16", "fp8_groups": [], "wall_ms": [1.0], "host_ms": 0.5, "gpu_ms": 0.7})
     return doc
+
+
+def test_a_round_of_long_steps_has_fewer_of_them_and_lasts_about_as_long():
+    most = 5
+    assert si.round_steps(10.0, most) == most  # short steps: all of --steps
+    assert si.round_steps(si.ROUND_MS / 3, most) == 3
+    assert si.round_steps(si.ROUND_MS / 3 - 0.1, most) == 4  # a round never falls short of ROUND_MS
+    assert si.round_steps(400.0, most) == si.MIN_ROUND_STEPS  # long ones: at least the minimum
+    assert si.round_steps(400.0, 1) == 1 and si.round_steps(0.0, most) == most  # never above --steps
+    for ms in (1.0, 37.5, 66.7, 120.0, 999.0):
+        n = si.round_steps(ms, most)
+        assert si.MIN_ROUND_STEPS <= n <= most and (n == most or n == si.MIN_ROUND_STEPS or n * ms >= si.ROUND_MS > (n - 1) * ms)
 
 
 def test_the_writers_documents_match_the_readers_schema_and_a_planted_field_fails(root):

@@ -53,7 +53,7 @@ pub struct StepInputs {
     pub layer_types: Vec<String>,
     /// Micro-batches per step.
     pub grad_accum: u32,
-    /// Back-to-back steps per timed round.
+    /// Back-to-back steps per timed round (the most: a row may say fewer).
     pub steps: u32,
     /// Interleaved rounds.
     pub rounds: u32,
@@ -149,6 +149,10 @@ pub struct StepTimes {
     pub fp8_groups: BTreeSet<String>,
     /// Wall ms per step (back-to-back steps), per round.
     pub wall_ms: Vec<f64>,
+    /// Back-to-back steps per round of this row, at most the document's `steps` (a long step's
+    /// rounds have fewer, so they last about as long as a short step's); absent: `steps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
     /// Host ms per step: the median wall time of the same mode at a count so small that the host
     /// bounds the step (`None` in a check, which needs the wall time only).
     pub host_ms: Option<f64>,
@@ -282,6 +286,12 @@ fn check(doc: &StepInputs) -> Result<(), String> {
             ));
         }
         times(&format!("{at}.wall_ms"), &s.wall_ms, false)?;
+        if let Some(n) = s.steps.filter(|n| *n == 0 || *n > doc.steps) {
+            return Err(format!(
+                "{at}.steps: {n} is not between 1 and the document's steps ({})",
+                doc.steps
+            ));
+        }
         for (f, v) in [("host_ms", s.host_ms), ("gpu_ms", s.gpu_ms)] {
             if let Some(x) = v.filter(|x| !x.is_finite() || *x <= 0.0) {
                 return Err(format!("{at}.{f}: {x} is not a positive time in ms"));

@@ -78,6 +78,16 @@ fn bad_documents_are_refused_with_the_field_named() {
             "wall_ms: 1 values, expected rounds = 2",
         ),
         (
+            "row steps above the document's",
+            Box::new(|v| v["step_times"][0]["steps"] = 99.into()),
+            "step_times[0] (eager at 1024).steps: 99 is not between 1 and the document's steps",
+        ),
+        (
+            "row steps zero",
+            Box::new(|v| v["step_times"][0]["steps"] = 0.into()),
+            ".steps: 0 is not between 1",
+        ),
+        (
             "dangling",
             Box::new(|v| v["modules"][0]["group"] = "qkv".into()),
             "not a group of `groups`",

@@ -158,6 +158,7 @@ impl Synth {
             mode,
             fp8_groups: on.iter().map(|s| s.to_string()).collect(),
             wall_ms: vec![w; r],
+            steps: None,
             host_ms: Some(h),
             gpu_ms: Some(g),
         }
@@ -514,6 +515,7 @@ mod any_document {
                         mode,
                         fp8_groups: on,
                         wall_ms: wall,
+                        steps: None,
                         host_ms: Some(host.max(0.001)),
                         gpu_ms: Some(gpu),
                     });

@@ -12,7 +12,8 @@ Measure (the default): at every `--tokens` count, each module group of the step
 GPU time per training step (forward, backward, optimizer step), measured apart
 (`adaptive_fp8.bench.step_probe`). At each `--calibrate` count and execution, the whole step
 (`adaptive_fp8.bench.step_layers`, `--layers` layers of one rank) in all-BF16 and all-FP8: its
-wall time per step (`--steps` back-to-back steps, as in training), its GPU time (its kernels
+wall time per step (back-to-back steps, as in training: `--steps`, fewer for long steps so a
+round lasts about ROUND_MS, each row says how many), its GPU time (its kernels
 under the profiler) and its host time (the same step's wall time at 128 x TP tokens, where the
 host bounds it). Those few real steps fix what every plan shares: attention, norms, router, permutation,
 optimizer, syncs. Python's full garbage collections that run inside timed rounds are noted
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import sys
 
@@ -313,7 +315,7 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     (``host_of(execution, name, fp8)``: the step at a small count). A plan with the FP8 groups
     of a mode before it (all-BF16 or all-FP8) is that same step: built and timed once, its rows
     the same rounds."""
-    built = []
+    built, warm = [], []
     for name, on in modes:
         twin = next((b for b in built if set(b[1]) == set(on)), None)
         if twin is not None:
@@ -321,16 +323,17 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
             continue
         fp8 = {g: g in on for g in groups}
         step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
-        bench.check(step, name)
+        warm.append(bench.check(step, name))
         built.append((name, on, step, []))
+    n = round_steps(min(warm), args.steps)
     timed = list({id(b[3]): b for b in built}.values())
     with bench.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(args.rounds):
             for _name, _on, step, walls in timed:
-                walls.append(bench.time_ms(step))
+                walls.append(bench.time_ms(step, n))
     out = []
     for name, on, step, walls in built:
-        row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "host_ms": None, "gpu_ms": None}
+        row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "steps": n, "host_ms": None, "gpu_ms": None}
         if host_of is not None:
             gpu = sleeper.kernels(step, 2)
             step.losses.clear()
@@ -341,6 +344,20 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         out.append(row)
     log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out), file=sys.stderr)
     return out
+
+
+#: A timed round of whole steps lasts at least this long (ms), as timeit's autorange: longer steps
+#: get fewer back-to-back steps a round (at least MIN_ROUND_STEPS, at most `--steps`).
+ROUND_MS = 200.0
+MIN_ROUND_STEPS = 2
+
+
+def round_steps(step_ms: float, most: int) -> int:
+    """Back-to-back steps per timed round for steps of about `step_ms` (the fastest mode's
+    warm-up step, so every mode's round lasts at least ROUND_MS): all of `most` for short steps,
+    fewer for long ones, never fewer than MIN_ROUND_STEPS (nor more than `most`)."""
+    need = math.ceil(ROUND_MS / step_ms) if step_ms > 0 else most
+    return min(most, max(MIN_ROUND_STEPS, need))
 
 
 def is_oom(e) -> bool:
@@ -392,7 +409,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=2, help="transformer layers per step (default 2)")
     ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
-    ap.add_argument("--steps", type=int, default=5, help="back-to-back steps per timed round (default 5)")
+    ap.add_argument("--steps", type=int, default=5, help=f"most back-to-back steps per timed round of whole steps; a count whose fastest mode takes longer than {ROUND_MS:.0f} ms / STEPS gets fewer, at least {MIN_ROUND_STEPS} (default 5)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")

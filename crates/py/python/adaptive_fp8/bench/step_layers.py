@@ -161,36 +161,51 @@ class Bench:
 
     # -- running -------------------------------------------------------------------------------
 
-    def check(self, step, name: str) -> None:
-        """Warm up and check the step computes something finite and non-trivial."""
-        for _ in range(self.args.warmup):
+    def check(self, step, name: str) -> float:
+        """Warm up and check the step computes something finite and non-trivial; the last warm-up
+        step's ms (synchronized; the slowest rank's with a TP group), a size for timed rounds."""
+        t0 = time.perf_counter()
+        for i in range(self.args.warmup):
+            if i == self.args.warmup - 1:
+                self._sync()
+                t0 = time.perf_counter()
             step()
+        self._sync()
+        warm = (time.perf_counter() - t0) * 1e3
         ls = [float(v) for v in step.losses[-self.args.warmup :]]
         step.losses.clear()
         if not all(v == v and 0 < v < float("inf") for v in ls):
             raise StepBenchError(f"mode {name}: warmup losses are not finite and positive: {ls}" + (f" (rank {self.rank})" if self.group else ""))
+        return self._slowest(warm)
 
-    def time_ms(self, step) -> float:
-        """ms per step over `--steps` back-to-back steps (no sync between them, as in training).
-        With a TP group the ranks start together and every rank gets the slowest rank's time (the
-        step waits for it), so all ranks take the same oracle decisions."""
-        ms = self._time_local(step)
+    def time_ms(self, step, steps: int | None = None) -> float:
+        """ms per step over `steps` (default `--steps`) back-to-back steps (no sync between them,
+        as in training). With a TP group the ranks start together and every rank gets the slowest
+        rank's time (the step waits for it), so all ranks take the same oracle decisions."""
+        return self._slowest(self._time_local(step, steps or self.args.steps))
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _slowest(self, ms: float) -> float:
+        """`ms`, or with a TP group the largest of every rank's."""
         if self.group is None:
             return ms
         t = self.torch.tensor([ms], device=self.device, dtype=self.torch.float64)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
         return float(t.item())
 
-    def _time_local(self, step) -> float:
+    def _time_local(self, step, n: int) -> float:
         torch = self.torch
         if self.device != "cuda":
             if self.group is not None:
                 self.dist.barrier(group=self.group)
             with self.collector:
                 t0 = time.perf_counter()
-                for _ in range(self.args.steps):
+                for _ in range(n):
                     step()
-                ms = (time.perf_counter() - t0) * 1e3 / self.args.steps
+                ms = (time.perf_counter() - t0) * 1e3 / n
             step.losses.clear()
             return ms
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -199,12 +214,12 @@ class Bench:
             self.dist.barrier(group=self.group)
         with self.collector:
             a.record()
-            for _ in range(self.args.steps):
+            for _ in range(n):
                 step()
             b.record()
         torch.cuda.synchronize()
         step.losses.clear()
-        return a.elapsed_time(b) / self.args.steps
+        return a.elapsed_time(b) / n
 
     def free(self, collect: bool = False) -> None:
         """The cached blocks back to the device; with `collect`, first what the last whole steps

@@ -1,0 +1,97 @@
+"""Where Megatron's native per-module config loses to the hook with the same FP8 modules (the H200's
+DeepSeek-V3 TP 1 EP 16 graphed 7168 and 8192: native 1.03 x all-FP8, the hook 1.01). After the TE
+install, from the repository root:
+
+    python3 scripts/device/native_gap.py --tokens 7168 --execution graphed
+
+Builds the judge's hook and native models of the shipped policy (megatron_step's own build and
+step), checks their FP8 modules agree, times them interleaved (wall), then runs each under torch's
+profiler: the kernels' total GPU ms per step by kernel name and the host's (CPU) ops per step.
+Prints the kernels whose time differs most, then a short table. Writes nothing but stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=7168)
+    ap.add_argument("--execution", default="graphed", choices=["eager", "graphed"])
+    ap.add_argument("--policy", default="policies/deepseek_v3.json")
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from adaptive_fp8.bench import megatron_step as ms
+    from adaptive_fp8.bench import step_bench
+
+    args = step_bench.parser().parse_args([
+        "--trainer", "megatron", "--model", "fixtures/models/deepseek_v3.yaml", "--tp", "1", "--ep", "16",
+        "--layers", "2", "--dense-layers", "1", "--tokens", str(a.tokens), "--execution", a.execution,
+        "--policy", a.policy])
+    from adaptive_fp8.bench.step_common import default_repeats
+
+    default_repeats(args)
+    judge = ms.Judge(args)
+    _, kw, _ = ms._model_kwargs(judge, args, a.tokens, [])
+    steps, models = {}, {}
+    for integ in ("hook", "native"):
+        model, region = judge.build(kw, integ, a.policy, "auto", "blockwise", a.tokens, a.execution)
+        step = judge.step_fn(model, a.tokens, args.vocab, 1, a.execution)
+        step()
+        steps[integ], models[integ] = step, model
+        print(f"{integ}: region {region}", file=sys.stderr)
+    if a.execution == "graphed":
+        judge.capture_graphs()
+    for integ, step in steps.items():
+        for _ in range(3):
+            step()
+        step.losses.clear()
+    fp8 = {i: sorted(p for p, on in judge.precisions(m).items() if on) for i, m in models.items()}
+    print(f"FP8 modules: hook {len(fp8['hook'])}, native {len(fp8['native'])}, same: {fp8['hook'] == fp8['native']}")
+    walls = {i: [] for i in steps}
+    for _ in range(a.rounds):
+        for i, step in steps.items():
+            walls[i].append(judge.time_ms(step, 5))
+    kern, ops, total, nk = {}, {}, {}, {}
+    for i, step in steps.items():
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        step.losses.clear()
+        k, o = Counter(), Counter()
+        for e in prof.events():
+            dur = (e.time_range.end - e.time_range.start) / 1e3 / 3
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                k[e.name[:90]] += dur
+            else:
+                o[e.name[:60]] += 1 / 3
+        kern[i], ops[i], total[i] = k, o, sum(k.values())
+        nk[i] = sum(1 for e in prof.events() if str(getattr(e, 'device_type', '')).endswith('CUDA')) / 3
+    diff = Counter({n: kern["native"][n] - kern["hook"][n] for n in set(kern["native"]) | set(kern["hook"])})
+    print("kernels, native - hook (ms per step):")
+    for n, d in sorted(diff.items(), key=lambda x: -abs(x[1]))[:15]:
+        print(f"  {d:+8.3f}  hook {kern['hook'][n]:8.3f}  {n}")
+    odiff = Counter({n: ops["native"][n] - ops["hook"][n] for n in set(ops["native"]) | set(ops["hook"])})
+    print("host ops, native - hook (calls per step):")
+    for n, d in sorted(odiff.items(), key=lambda x: -abs(x[1]))[:12]:
+        print(f"  {d:+8.1f}  hook {ops['hook'][n]:7.1f}  {n}")
+    print(f"\n| {a.execution} {a.tokens} | wall ms p50 | kernel ms per step (sum) | kernels per step | host ops per step |")
+    print("|---|---:|---:|---:|---:|")
+    for i in steps:
+        print(f"| {i} | {statistics.median(walls[i]):.3f} | {total[i]:.3f} | "
+              f"{nk[i]:.0f} | {round(sum(ops[i].values()))} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
