@@ -24,7 +24,22 @@ def main() -> int:
     ap.add_argument("--execution", default="graphed", choices=["eager", "graphed"])
     ap.add_argument("--policy", default="policies/deepseek_v3.json")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--keep-region", action="store_true",
+                    help="native's FP8 config with override_quantized_autocast false (an FP8 module inside the FP8 region runs in it)")
     a = ap.parse_args()
+    if a.keep_region:
+        from adaptive_fp8 import megatron_native as mn
+
+        export = mn.native_export
+
+        def keep(*x, **k):
+            out = export(*x, **k)
+            for c in out["config"]["configs"].values():
+                if c.get("training_recipe", {}).get("fp8_quantization_recipe"):
+                    c["training_recipe"]["override_quantized_autocast"] = False
+            return out
+
+        mn.native_export = keep
 
     import torch
     from torch.profiler import ProfilerActivity, profile

@@ -368,6 +368,8 @@ impl LayoutModel {
 }
 
 #[cfg(test)]
+mod any_document_tests;
+#[cfg(test)]
 mod calibrate_tests;
 #[cfg(test)]
 mod check_tests;
