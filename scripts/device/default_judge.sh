@@ -22,6 +22,9 @@
 #   dsv3-moves: the shipped DeepSeek-V3 (TP 1 EP 16) where its regeneration moved the 16-GEMM
 #            experts' eager thresholds (55168/77952 -> 65536 routed tokens): 7168 and 8192, eager
 #            and graphed.
+#   dsv3-native: dsv3-moves' graphed counts again, after the judge's native modes launch as
+#            `fp8sel te-precision-config` says (FP8 weights cleared where the FP8 region holds a BF16
+#            module; --native-fp8-weights keep was the judge's behaviour before).
 #   megatron-oracle: a short run of the Megatron judge's oracle (--oracle greedy), eager and
 #            graphed, at one count: the check of --step-trainer megatron's worker.
 #   llama-step-judge: the Megatron judge of that policy (committed from llama-step's pol/),
@@ -91,7 +94,7 @@
 #            machine and it runs what did not fit before; BUDGET=<s> is the call's share (570).
 # Writes $OUT/<phase>.tar.gz.
 set -uo pipefail
-phase=${1:?shipped, dsv3-moves, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10, retune11 or oracle-shipped}
+phase=${1:?shipped, dsv3-moves, dsv3-native, mistral-gen, mistral-judge, olmoe-gen, olmoe-judge, eager, graphed, llama-step, llama-step-judge, moe-shipped, megatron-oracle, oracle-dense, oracle-moe, grad-accum, fix-check, rerun, checks, retune, retune2, retune3, retune4, retune5, retune6, retune7, retune8, retune9, retune10, retune11 or oracle-shipped}
 OUT=${OUT:-/tmp/out}
 W=/tmp/dj/$phase
 mkdir -p "$W" "$OUT"
@@ -265,6 +268,10 @@ moe-shipped)  # the shipped MoE defaults in the Megatron judge
 dsv3-moves)  # the regenerated DeepSeek-V3 file where its experts' eager thresholds moved
   megatron dsv3_moves 330 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
     --layers 2 --dense-layers 1 --tokens 7168,8192 --execution eager,graphed
+  ;;
+dsv3-native)  # dsv3-moves' graphed counts, native launched as te-precision-config says
+  megatron dsv3_native 240 policies/deepseek_v3.json --model fixtures/models/deepseek_v3.yaml --tp 1 --ep 16 \
+    --layers 2 --dense-layers 1 --tokens 7168,8192 --execution graphed
   ;;
 megatron-oracle)  # the Megatron judge's oracle (what --step-trainer megatron runs), a short check
   step megatron_oracle 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --oracle greedy \

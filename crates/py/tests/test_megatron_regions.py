@@ -222,6 +222,16 @@ def test_native_fp8_region_with_fp8_weights_names_the_bf16_modules(stand_ins, tm
     assert n.region == "fp8" and len(n.notes) == 1
     assert "self_attention_linear_qkv" in n.notes[0] and "adaptive_fp8.megatron.enable" in n.notes[0]
     assert "note: config.fp8_param" in str(n)
+    # Cleared on request, as fp8sel te-precision-config launches it: a note, no warning.
+    c2 = moe(tmp_path)
+    c2.fp8_dynamic_policy_path = c.fp8_dynamic_policy_path
+    n2 = af8m.apply_te_precision_config(c2, fp8_weights="clear")
+    assert c2.fp8_param is False and len(n2.notes) == 1 and "fp8_param cleared" in n2.notes[0]
+    assert "self_attention_linear_qkv" in n2.notes[0] and n2.region == "fp8"
+    c3 = moe(tmp_path)  # no BF16 group in the region: the FP8 weights stay
+    assert af8m.apply_te_precision_config(c3, fp8_weights="clear").notes == [] and c3.fp8_param is True
+    with pytest.raises(ValueError, match="fp8_weights 'drop': use keep or clear"):
+        af8m.apply_te_precision_config(moe(tmp_path), fp8_weights="drop")
     # Without FP8 weights, or with no BF16 group in the region, there is nothing to say.
     c.fp8_param = False
     assert af8m.apply_te_precision_config(c).notes == []

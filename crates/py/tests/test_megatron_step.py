@@ -206,9 +206,13 @@ class _FakeJudge:
         self.calls: list[str] = []
         self.root, self.precisions_from = root, precisions_from
         self.collector, self.collect_in_steps = Collector(), False
+        self.said: list[str] = []
+        self.args = None  # a test sets the judge's arguments where a build reads them
 
     def build(self, kw, integ, policy, region, recipe, tokens, execution):
         self.calls.append(f"build {integ} {execution}")
+        if integ == "native" and self.args is not None and self.args.native_fp8_weights == "clear":
+            self.said.append("config.fp8_param cleared: (as apply_te_precision_config notes it)")
         return {"integ": integ, "policy": policy, "tokens": tokens}, "fp8"
 
     def step_fn(self, model, tokens, vocab, grad_accum=1, execution="eager"):
@@ -260,7 +264,11 @@ def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
     args = _count_args(root)
     modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
     judge, notes, checks = _FakeJudge(root, "graphed"), [], []
+    judge.args = args
     row = ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    # What the native build noted is the results' note, named by its mode (once a count).
+    assert [n for n in notes if "fp8_param" in n] == ["native:llama3_2_1b.json: config.fp8_param cleared: (as apply_te_precision_config notes it)"]
+    assert judge.said == []
     first = judge.calls.index("capture")
     assert judge.calls[:first] == [x for m in ("bf16", "fp8", "hook", "native") for x in (f"build {m} graphed", f"step {m}")]
     assert judge.calls.count("capture") == 1 and all(c.startswith("step") for c in judge.calls[first + 1:])

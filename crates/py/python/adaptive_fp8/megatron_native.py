@@ -99,8 +99,14 @@ def _forced(region: str, predicted: str, fp8_instances: Optional[int]) -> str:
     return region
 
 
+#: What :func:`apply_te_precision_config` does with ``config.fp8_param`` where the FP8 region holds
+#: a BF16 module: ``"keep"`` it (a warning: those modules dequantize FP8 weights every forward) or
+#: ``"clear"`` it, as ``fp8sel te-precision-config``'s launch line has it (a note says so).
+FP8_WEIGHTS = ("keep", "clear")
+
+
 def apply_te_precision_config(
-    config: Any, region: str = "auto", allow_missing: bool = False
+    config: Any, region: str = "auto", allow_missing: bool = False, fp8_weights: str = "keep"
 ) -> NativePlan:
     """Sets ``config.quant_recipe`` (Megatron's per-module precision, what
     ``--te-precision-config-file`` loads) from the fields :func:`enable` reads:
@@ -111,9 +117,13 @@ def apply_te_precision_config(
     ``"fp8"`` or ``"bf16"`` (to measure both; a BF16 region with FP8 experts is refused).
     In the FP8 region with ``config.fp8_param``, Megatron builds the BF16 modules with FP8
     weights, which they dequantize every forward: a warning and a note say so (the hook has
-    no such cost). A module without a rule at the layout raises
-    :class:`adaptive_fp8.MissingRulesError` unless ``allow_missing=True``."""
+    no such cost); ``fp8_weights="clear"`` clears ``config.fp8_param`` there instead, as
+    ``fp8sel te-precision-config`` launches the model (a note says so). A module without a rule
+    at the layout raises :class:`adaptive_fp8.MissingRulesError` unless ``allow_missing=True``."""
     from megatron.core.quantization.quant_config import RecipeConfig
+
+    if fp8_weights not in FP8_WEIGHTS:
+        raise ValueError(f"fp8_weights {fp8_weights!r}: use {' or '.join(FP8_WEIGHTS)}")
 
     policy = load_policy(config)
     if policy is None:
@@ -140,6 +150,13 @@ def apply_te_precision_config(
             else "FP8 modules enter FP8 themselves (override_nonquantized_autocast)"
         )
         notes = _clear_fp8(config, why)
+    elif getattr(config, "fp8_param", False) and out["bf16_groups"] and fp8_weights == "clear":
+        config.fp8_param = False
+        notes = [
+            f"config.fp8_param cleared: the FP8 region holds {len(out['bf16_groups'])} BF16 module "
+            f"group(s) ({', '.join(out['bf16_groups'])}), which megatron-core would build with FP8 "
+            f"weights; launched as fp8sel te-precision-config says (without --fp8-param-gather)"
+        ]
     elif getattr(config, "fp8_param", False):
         notes = _fp8_weights_in_bf16_modules(out["bf16_groups"])
         for n in notes:

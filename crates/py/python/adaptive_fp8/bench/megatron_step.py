@@ -8,7 +8,9 @@ Modes, each a model built on its own (no mode reuses another's timing):
 - ``hook:<policy>``: the policy through :func:`adaptive_fp8.megatron.enable`;
 - ``native:<policy>``: the policy through Megatron's own per-module config
   (:func:`adaptive_fp8.megatron.apply_te_precision_config`, what
-  ``--te-precision-config-file`` loads);
+  ``--te-precision-config-file`` loads), launched as ``fp8sel te-precision-config`` says:
+  without FP8 weights where the FP8 region holds a BF16 module (``--native-fp8-weights keep``
+  keeps them; megatron-core then dequantizes those modules' weights every forward);
 - ``oracle`` (``--oracle greedy``): the per-module oracle, searched first
   (:mod:`adaptive_fp8.bench.megatron_oracle`) and built through the hook.
 
@@ -153,6 +155,7 @@ class Judge:
         # Python's collections inside timed steps, counted (off there with --manual-gc).
         self.collector = Collector(getattr(args, "manual_gc", False))
         self.live: list = []  # the steps built since the last release (their models and optimizers)
+        self.said: list[str] = []  # what the integrations noted while building (each once)
 
     def config(self, kw: dict, mode: str, recipe: str, policy: Optional[str], tokens: int, execution: str = "eager"):
         from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
@@ -186,7 +189,9 @@ class Judge:
             plan = af8m.enable(c, region=region)
             note = plan.region
         elif integ == "native":
-            note = af8m.apply_te_precision_config(c, region=region).region
+            plan = af8m.apply_te_precision_config(c, region=region, fp8_weights=getattr(self.args, "native_fp8_weights", "keep"))
+            note = plan.region
+            self.said.extend(n for n in plan.notes if n not in self.said)
         spec = get_gpt_decoder_block_spec(c, use_transformer_engine=True)
         try:
             model = GPTModel(c, spec, vocab_size=kw["_vocab"], max_sequence_length=tokens, position_embedding_type="rope")
@@ -461,6 +466,11 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             notes.append(f"{where} {name}: not built: {e}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
             continue
+        for n in judge.said:
+            if f"{name}: {n}" not in notes:
+                notes.append(f"{name}: {n}")
+                log(f"  note: {notes[-1]}", file=sys.stderr)
+        judge.said.clear()
         step = judge.step_fn(model, tokens, args.vocab, args.grad_accum, execution)
         # Eager, this is the first warm-up step; graphed, it records the graphs to capture.
         step()

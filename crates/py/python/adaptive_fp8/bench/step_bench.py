@@ -408,6 +408,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--regions", choices=["auto", "both"], default="auto", help="megatron: also time each integration in the FP8 and the BF16 launch region (default auto: the engine's choice)")
     ap.add_argument("--vocab", type=_positive, default=8192, help="megatron: vocabulary size of the GPTModel (default 8192)")
     ap.add_argument("--no-fp8-param", dest="fp8_param", action="store_false", help="megatron: keep FP8 modules' weights in BF16 (default: FP8 weights, --fp8-param-gather, in the FP8 region)")
+    ap.add_argument("--native-fp8-weights", choices=["clear", "keep"], default="clear",
+                    help="megatron, native modes with FP8 weights where the FP8 region holds a BF16 module: clear them, as "
+                    "fp8sel te-precision-config launches the model (default), or keep them (megatron-core then builds those "
+                    "modules' weights in FP8 and dequantizes them every forward)")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
