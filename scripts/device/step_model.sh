@@ -20,9 +20,14 @@
 #                                             # (fixtures/models/M.yaml), its documents kept
 #   bash scripts/device/step_model.sh profile # where the MoE's inputs spend their time: its
 #                                             # step_inputs run under cProfile (no check)
+#   bash scripts/device/step_model.sh rounds-ab  # short steps' rounds: the whole-step
+#                                             # calibrations of host-bound layouts (Llama-3.2-1B
+#                                             # TP 1, Qwen2.5-72B TP 8 one rank) with --steps 5
+#                                             # (rounds of 5 steps) and --steps 40 (rounds of
+#                                             # about 200 ms), A B A B: each row's spread
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, judge, refit, today, shipped or profile}
+phase=${1:?dense, moe, cost, judge, refit, today, shipped, profile or rounds-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -126,6 +131,33 @@ shipped)
   echo "gen $m tp $tp rc=$? $((SECONDS - t0)) s"
   grep -E "modelled|disagree|slower than BF16|note:|Error" "$W/gen_${m}_tp$tp.log" | cut -c1-240 | head -12
   cp "$W/gen_${m}_tp$tp.log" "$OUT/"
+  ;;
+rounds-ab)
+  # Only the calibration's whole steps matter here: two counts, module groups at those counts.
+  for pass in 1 2; do
+    for steps in 5 40; do
+      for m in llama3_2_1b:1 qwen2_5_72b:8; do
+        name=${m%%:*} tp=${m##*:}
+        timeout 150 python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" --tp "$tp" \
+          --tokens 2048,4096 --calibrate 2048,4096 --steps "$steps" \
+          --json "$W/ab_${name}_s${steps}_p$pass.json" > "$W/ab_${name}_s${steps}_p$pass.log" 2>&1
+        echo "ab $name steps $steps pass $pass rc=$?"
+      done
+    done
+  done
+  python3 - "$W" <<'PY' | tee "$W/rounds_ab.txt"
+import glob, json, os, statistics, sys
+print("| model | --steps | pass | execution | tokens | mode | steps a round | median ms | p10-p90 width |")
+print("|---|---:|---:|---|---:|---|---:|---:|---:|")
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab_*.json"))):
+    d = json.load(open(f))
+    tag = os.path.basename(f)[3:-5].rsplit("_", 2)
+    for r in d["step_times"]:
+        w = sorted(r["wall_ms"])
+        q = statistics.quantiles(w, n=10)
+        print(f"| {tag[0]} | {tag[1][1:]} | {tag[2][1:]} | {r['execution']} | {r['tokens']} | {r['mode']} | "
+              f"{r.get('steps', d['steps'])} | {statistics.median(w):.3f} | {100 * (q[-1] - q[0]) / statistics.median(w):.1f}% |")
+PY
   ;;
 profile)
   cd "$W" || exit 1
