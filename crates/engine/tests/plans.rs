@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use fp8_engine::{
-    ModelDesc, Parallel, PlanConfig, PlanError, Role, TeClass, TokenConfig, inventory, load_model,
-    plan, render,
+    ModelDesc, Parallel, Plan, PlanConfig, PlanError, Role, TeClass, TokenConfig, inventory,
+    load_model, plan, render,
 };
 use fp8_policy::{ModuleKind, Policy};
 
@@ -21,6 +21,16 @@ fn model(p: &str) -> ModelDesc {
 
 fn policy(p: &str) -> Policy {
     Policy::load(root().join("fixtures/policies").join(p)).unwrap()
+}
+
+/// The plan's missing rule keys, of one component or of all.
+fn missing_keys(pl: &Plan, role: Option<Role>) -> Vec<String> {
+    pl.summary
+        .missing_rules
+        .iter()
+        .filter(|r| role.is_none_or(|c| r.component == c))
+        .map(|r| r.key.to_string())
+        .collect()
 }
 
 fn shapes(
@@ -290,12 +300,7 @@ fn missing_rules_are_listed_with_their_modules() {
         ),
     )
     .unwrap();
-    let keys: Vec<String> = pl
-        .summary
-        .missing_rules
-        .iter()
-        .map(|r| r.key.to_string())
-        .collect();
+    let keys = missing_keys(&pl, None);
     assert!(
         keys.contains(&"(kind=duplicated, ub_name=kv_down_proj, tp=4)".to_owned()),
         "{keys:?}"
@@ -451,12 +456,7 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
         "{}",
         fc2.reason
     );
-    let keys: Vec<String> = pl
-        .summary
-        .missing_rules
-        .iter()
-        .map(|r| r.key.to_string())
-        .collect();
+    let keys = missing_keys(&pl, None);
     assert!(
         !keys.contains(&"(kind=row, ub_name=fc2, tp=8)".to_owned()),
         "{keys:?}"
@@ -499,13 +499,7 @@ fn a_module_te_cannot_run_in_fp8_needs_no_rule() {
         "{}",
         fc1.reason
     );
-    let missing: Vec<String> = pl
-        .summary
-        .missing_rules
-        .iter()
-        .filter(|r| r.component == Role::Vit)
-        .map(|r| r.key.to_string())
-        .collect();
+    let missing = missing_keys(&pl, Some(Role::Vit));
     // qkv and proj can run FP8: still gaps; fc1 and fc2 are not.
     assert_eq!(
         missing,
@@ -516,12 +510,7 @@ fn a_module_te_cannot_run_in_fp8_needs_no_rule() {
         "{missing:?}"
     );
     // At TP 1 (4304 a rank) every module can: four gaps.
-    let at_tp1 = at(1)
-        .summary
-        .missing_rules
-        .iter()
-        .filter(|r| r.component == Role::Vit)
-        .count();
+    let at_tp1 = missing_keys(&at(1), Some(Role::Vit)).len();
     assert_eq!(at_tp1, 4);
 }
 
