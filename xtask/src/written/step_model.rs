@@ -29,12 +29,13 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
     serde_json::from_str(&policy.to_json()).map_err(|e| format!("{file}: {e}"))
 }
 
-/// One row per layout; a file without the step model's provenance is an error (the placeholder
-/// names a file that is not the step model's).
+/// One row per layout, then the totals over them; a file without the step model's provenance
+/// is an error (the placeholder names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut s = String::from(
-        "| model | layout | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
+        "| model | layout | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
+    let mut all = Totals::default();
     for (file, v) in docs {
         let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
             format!("{file}: no provenance.step.model (not made by the step model)")
@@ -47,13 +48,91 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
         };
         let name = name.as_str();
         for lm in layouts {
-            let _ = writeln!(s, "{}", row(name, lm).map_err(|e| format!("{file}: {e}"))?);
+            let (line, t) = row(name, lm).map_err(|e| format!("{file}: {e}"))?;
+            let _ = writeln!(s, "{line}");
+            all.add(&t);
         }
     }
+    let _ = writeln!(s, "{}", all.line());
     Ok(s)
 }
 
-fn row(name: &str, lm: &Value) -> Result<String, String> {
+/// What the totals row sums: per layout, whether its medians are within 3%, and the counts.
+#[derive(Default)]
+struct Totals {
+    layouts: usize,
+    median_within: usize,
+    held: usize,
+    within: usize,
+    banded: usize,
+    ratio_median_within: usize,
+    ratios: usize,
+    ratio_within: usize,
+}
+
+impl Totals {
+    fn add(&mut self, t: &Totals) {
+        self.layouts += t.layouts;
+        self.median_within += t.median_within;
+        self.held += t.held;
+        self.within += t.within;
+        self.banded += t.banded;
+        self.ratio_median_within += t.ratio_median_within;
+        self.ratios += t.ratios;
+        self.ratio_within += t.ratio_within;
+    }
+
+    fn line(&self) -> String {
+        let Totals {
+            layouts: l,
+            held: n,
+            ratios: r,
+            ..
+        } = *self;
+        format!(
+            "| **all** | {l} layouts | {n} | within 3% in {} of {l} | {} of {n} | {} of {n} | | within 3% in {} of {l} | {} of {r} | | | | |",
+            self.median_within,
+            self.within,
+            self.banded,
+            self.ratio_median_within,
+            self.ratio_within
+        )
+    }
+}
+
+/// The model's error on what the choice reads, a plan's step against all-BF16's at its count:
+/// `|predicted ratio / measured ratio - 1|`, the prediction's ratio of its two predicted steps,
+/// the step's the paired median by round (`vs_bf16`). One per held-out all-FP8 row and per
+/// held-out plan row that is neither all-BF16 nor all-FP8 (those are the same steps again).
+fn ratio_errors(check: &[Value]) -> Vec<f64> {
+    let held = |r: &&Value| r["calibrated"] == false;
+    let at = |r: &Value, mode: &str| {
+        check.iter().find(|b| {
+            b["mode"] == mode && b["execution"] == r["execution"] && b["tokens"] == r["tokens"]
+        })
+    };
+    check
+        .iter()
+        .filter(held)
+        .filter(|r| match r["mode"].as_str() {
+            Some("fp8") => true,
+            Some("plan") => {
+                let groups = &r["fp8_groups"];
+                groups.as_array().is_some_and(|g| !g.is_empty())
+                    && at(r, "fp8").is_none_or(|f| f["fp8_groups"] != *groups)
+            }
+            _ => false,
+        })
+        .filter_map(|r| {
+            let base = at(r, "bf16")?;
+            let predicted = r["predicted_ms"].as_f64()? / base["predicted_ms"].as_f64()?;
+            let measured = r["vs_bf16"][0].as_f64()?;
+            (measured > 0.0).then(|| (predicted / measured - 1.0).abs())
+        })
+        .collect()
+}
+
+fn row(name: &str, lm: &Value) -> Result<(String, Totals), String> {
     let u = |k: &str| lm[k].as_u64().unwrap_or(1);
     let mut layout = format!("TP {}", u("tp"));
     if u("ep") > 1 {
@@ -77,6 +156,8 @@ fn row(name: &str, lm: &Value) -> Result<String, String> {
                 .is_some_and(|e| e.abs() <= 0.03_f64.max(r["noise"].as_f64().unwrap_or(0.0)))
         })
         .count();
+    let mut ratios = ratio_errors(check);
+    let ratio_within = ratios.iter().filter(|e| **e <= 0.03).count();
     let mut twice: Vec<f64> = lm["repeats"]
         .as_array()
         .into_iter()
@@ -94,17 +175,27 @@ fn row(name: &str, lm: &Value) -> Result<String, String> {
     let behind = fp8_merge::model::behind_fp8(&typed).len();
     let other = lm["not_the_policy"].as_array().map_or(0, Vec::len);
     let pct = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{:.1}%", 100.0 * x));
-    let n = held.len();
-    Ok(format!(
-        "| {name} | {layout} | {n} | {} | {within} of {n} | {banded} of {n} | {} | {} ({}) | {slower} of {} | {behind} of {} | {other} of {} |",
-        pct(median(&mut held)),
+    let (n, r, p) = (held.len(), ratios.len(), plans.len());
+    let (med, ratio_med) = (median(&mut held), median(&mut ratios));
+    let totals = Totals {
+        layouts: 1,
+        median_within: usize::from(med.is_some_and(|m| m <= 0.03)),
+        held: n,
+        within,
+        banded,
+        ratio_median_within: usize::from(ratio_med.is_some_and(|m| m <= 0.03)),
+        ratios: r,
+        ratio_within,
+    };
+    let line = format!(
+        "| {name} | {layout} | {n} | {} | {within} of {n} | {banded} of {n} | {} | {} | {ratio_within} of {r} | {} ({}) | {slower} of {p} | {behind} of {p} | {other} of {p} |",
+        pct(med),
         pct(held.last().copied()),
+        pct(ratio_med),
         pct(median(&mut twice)),
         pct(twice.last().copied()),
-        plans.len(),
-        plans.len(),
-        plans.len()
-    ))
+    );
+    Ok((line, totals))
 }
 
 /// The step model's own median (`fp8_merge::model::curve`), the slice left sorted so its last
@@ -130,12 +221,17 @@ mod tests {
         let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
         let t = step_model(&[("p.json".into(), doc)]).unwrap();
         // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; the 10% is inside
-        // its step's 12% band; one plan of one slower than BF16 beyond its band (p10 above 1),
-        // and behind all-FP8 at its count.
+        // its step's 12% band. Against BF16 the model predicts 1.0 for both all-FP8 (measured
+        // 0.9: 11.1%) and the plan (1.05: 4.8%), median 7.9%. One plan of one slower than BF16
+        // beyond its band (p10 above 1), and behind all-FP8 at its count.
         assert!(
             t.contains(
-                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 3 of 3 | 10.0% | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
+                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 3 of 3 | 10.0% | 7.9% | 0 of 2 | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
             ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| **all** | 1 layouts | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
             "{t}"
         );
         // A VLM's vision encoder: its own row, named so.
@@ -148,5 +244,22 @@ mod tests {
             e.contains("f.json") && e.contains("provenance.step.model"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_ratio_to_bf16_skips_calibrated_rows_and_plans_that_are_all_bf16_or_all_fp8() {
+        let r = |cal: bool, mode: &str, pred: f64, vs: f64, g: &[&str]| json!({"calibrated": cal, "mode": mode, "execution": "graphed", "tokens": if cal { 1024 } else { 2048 }, "fp8_groups": g, "predicted_ms": pred, "vs_bf16": [vs, vs, vs]});
+        let check = [
+            r(true, "bf16", 10.0, 1.0, &[]),
+            r(true, "fp8", 5.0, 0.9, &["a", "b"]),
+            r(false, "bf16", 10.0, 1.0, &[]),
+            r(false, "fp8", 9.0, 0.91, &["a", "b"]),
+            r(false, "plan", 9.0, 0.5, &["a", "b"]),
+            r(false, "plan", 10.0, 0.5, &[]),
+        ];
+        let e = ratio_errors(&check);
+        // Only the held-out all-FP8 row: 0.9 predicted against 0.91 measured.
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!((e[0] - (0.9_f64 / 0.91 - 1.0).abs()).abs() < 1e-12, "{e:?}");
     }
 }

@@ -208,8 +208,10 @@ pub type CheckPlan = (Execution, u64, Vec<String>);
 /// Splits the check's plans: a plan at a count the inputs calibrated (whole steps timed there in
 /// all-BF16 and all-FP8, interleaved) that is all-BF16 or all-FP8 is a step already timed, so
 /// its rows come from the inputs (its plan row the same rounds as its twin); the rest are to be
-/// timed. Returns the timed rows as a check document (empty `step_times` when none) and the
-/// plans left.
+/// timed. The smallest calibrated count of each execution is the exception, the check's anchor:
+/// timed again, its steps (the shortest, the most host-bound) say how far the step moved between
+/// the inputs and the check where steps move most ([`repeats`]). Returns the timed rows as a
+/// check document (empty `step_times` when none) and the plans left.
 pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs, Vec<CheckPlan>) {
     let mut known = StepInputs {
         modules: Vec::new(),
@@ -221,6 +223,10 @@ pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs,
     let mut left = Vec::new();
     for p in plans {
         let (e, t, groups) = p;
+        if anchor(inputs, *e) == Some(*t) {
+            left.push(p.clone());
+            continue;
+        }
         let row = |mode: StepMode| {
             inputs
                 .step_times
@@ -251,6 +257,20 @@ pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs,
         known.step_times.push(plan);
     }
     (known, left)
+}
+
+/// The check's anchor in `execution`: the smallest count the inputs timed whole steps at in both
+/// all-BF16 and all-FP8 (`None` without one).
+pub(crate) fn anchor(inputs: &StepInputs, execution: Execution) -> Option<u64> {
+    let at = |mode: StepMode| {
+        inputs
+            .step_times
+            .iter()
+            .filter(move |s| s.execution == execution && s.mode == mode)
+            .map(|s| s.tokens)
+    };
+    let fp8: BTreeSet<u64> = at(StepMode::Fp8).collect();
+    at(StepMode::Bf16).filter(|t| fp8.contains(t)).min()
 }
 
 /// The same step timed twice: all-BF16 or all-FP8 at a count and execution the inputs timed,

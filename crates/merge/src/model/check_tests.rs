@@ -3,7 +3,7 @@
 use fp8_policy::Execution;
 use fp8_report::step_inputs::StepMode;
 
-use super::check::{CheckPlan, timed_in_inputs};
+use super::check::{CheckPlan, anchor, timed_in_inputs};
 use super::tests::{CAL, SWEPT, dense, model};
 
 #[test]
@@ -22,11 +22,13 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
         .collect();
     let (e, g) = (Execution::Eager, Execution::Graphed);
     let plans: Vec<CheckPlan> = vec![
-        (e, 1024, vec![]),                 // calibrated, all-BF16: from the inputs
+        (e, 4096, vec![]),                 // calibrated, all-BF16: from the inputs
         (e, 16384, all.clone()),           // calibrated, all-FP8: from the inputs
         (g, 4096, vec![all[0].clone()]),   // calibrated, a mix: timed
         (e, 2048, vec![]),                 // not calibrated: timed
         (g, 1024, vec!["no_such".into()]), // not all-FP8: timed
+        (e, 1024, vec![]),                 // the anchor, all-BF16: timed again
+        (g, 1024, all.clone()),            // the anchor, all-FP8: timed again
     ];
     let (known, left) = timed_in_inputs(&m.inputs, &plans);
     assert_eq!(left, plans[2..].to_vec());
@@ -40,9 +42,9 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
     assert_eq!(
         rows,
         [
-            (e, 1024, Bf16),
-            (e, 1024, Fp8),
-            (e, 1024, Plan),
+            (e, 4096, Bf16),
+            (e, 4096, Fp8),
+            (e, 4096, Plan),
             (e, 16384, Bf16),
             (e, 16384, Fp8),
             (e, 16384, Plan)
@@ -58,9 +60,25 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
     let bf16_plan = m
         .check
         .iter()
-        .find(|r| r.mode == Plan && r.tokens == 1024)
+        .find(|r| r.mode == Plan && r.tokens == 4096)
         .unwrap();
     assert!(bf16_plan.calibrated && bf16_plan.vs_bf16 == (1.0, 1.0, 1.0) && !bf16_plan.loses());
+}
+
+#[test]
+fn the_anchor_is_the_smallest_count_with_both_modes_in_its_execution() {
+    let s = dense(1.0);
+    let mut m = model(&s, &SWEPT, &CAL);
+    assert_eq!(anchor(&m.inputs, Execution::Eager), Some(1024));
+    // An execution the inputs did not time has none.
+    assert_eq!(anchor(&m.inputs, Execution::Graphed), None);
+    // Without all-FP8 at 1024 in eager (a count whose FP8 step failed), the next count anchors.
+    m.inputs.step_times.retain(|r| {
+        !(r.execution == Execution::Eager && r.tokens == 1024 && r.mode == StepMode::Fp8)
+    });
+    assert_eq!(anchor(&m.inputs, Execution::Eager), Some(4096));
+    m.inputs.step_times.clear();
+    assert_eq!(anchor(&m.inputs, Execution::Eager), None);
 }
 
 #[test]
@@ -68,7 +86,7 @@ fn the_same_step_timed_again_by_the_check_measures_the_steps_repeatability() {
     let s = dense(1.0);
     let mut m = model(&s, &SWEPT, &CAL);
     // The inputs' own rounds (a plan the inputs timed) are the same measurement: no repeat.
-    let plans: Vec<CheckPlan> = vec![(Execution::Eager, 1024, vec![])];
+    let plans: Vec<CheckPlan> = vec![(Execution::Eager, 16384, vec![])];
     let (known, _) = timed_in_inputs(&m.inputs, &plans);
     m.add_check(&known);
     assert!(m.repeats.is_empty() && m.repeatability().is_none());

@@ -98,11 +98,13 @@ impl Layout<'_> {
     ) -> Result<(), String> {
         let at = format!("{} {}", self.model, self.p);
         let plans = lm.check_plans();
-        // A calibrated count's all-BF16 or all-FP8 plan: the inputs timed that step already.
+        // A calibrated count's all-BF16 or all-FP8 plan: the inputs timed that step already
+        // (the smallest calibrated count excepted: the anchor, timed again).
         let (known, to_time) = timed_in_inputs(&lm.inputs, &plans);
         say(&format!(
             "{at}: checking the model's plans in whole steps at {} count(s) ({} of them timed \
-             with the inputs: a calibrated count's all-BF16 or all-FP8 plan)",
+             with the inputs: a calibrated count's all-BF16 or all-FP8 plan; the smallest \
+             calibrated count timed again, to measure how far the step moved since)",
             plans.len(),
             plans.len() - to_time.len()
         ));
