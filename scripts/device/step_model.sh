@@ -157,6 +157,19 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab_*.json"))):
         q = statistics.quantiles(w, n=10)
         print(f"| {tag[0]} | {tag[1][1:]} | {tag[2][1:]} | {r['execution']} | {r['tokens']} | {r['mode']} | "
               f"{r.get('steps', d['steps'])} | {statistics.median(w):.3f} | {100 * (q[-1] - q[0]) / statistics.median(w):.1f}% |")
+# What the step model misses by: how far one row's median moved between the two passes (runs).
+med = {}
+for f in glob.glob(os.path.join(sys.argv[1], "ab_*.json")):
+    name, steps, p = os.path.basename(f)[3:-5].rsplit("_", 2)
+    for r in json.load(open(f))["step_times"]:
+        med.setdefault((name, steps[1:], r["execution"], r["tokens"], r["mode"]), {})[p] = statistics.median(r["wall_ms"])
+moved = {}
+for (name, steps, *_), v in med.items():
+    if len(v) == 2:
+        moved.setdefault((name, steps), []).append(abs(v["p2"] / v["p1"] - 1))
+print("\n| model | --steps | rows | median move between passes | largest |\n|---|---:|---:|---:|---:|")
+for (name, steps), m in sorted(moved.items()):
+    print(f"| {name} | {steps} | {len(m)} | {100 * statistics.median(m):.1f}% | {100 * max(m):.1f}% |")
 PY
   ;;
 profile)
