@@ -20,6 +20,12 @@
 #                                             # (fixtures/models/M.yaml), its documents kept
 #   bash scripts/device/step_model.sh profile # where the MoE's inputs spend their time: its
 #                                             # step_inputs run under cProfile (no check)
+#   bash scripts/device/step_model.sh hostbound  # where the model misses (held-out counts whose
+#                                             # GPU time is under 1.5 x the host's: median error
+#                                             # -5 to -10%): whole steps with host and GPU time at
+#                                             # six counts from 1024 to 4096 in three host-bound
+#                                             # layouts; which overlap form fits between 1024 and
+#                                             # 4096 (scripts/device/hostbound.py)
 #   bash scripts/device/step_model.sh rounds-ab  # short steps' rounds: the whole-step
 #                                             # calibrations of host-bound layouts (Llama-3.2-1B
 #                                             # TP 1, Qwen2.5-72B TP 8 one rank) with --steps 5
@@ -27,7 +33,7 @@
 #                                             # about 200 ms), A B A B: each row's spread
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, judge, refit, today, shipped, profile or rounds-ab}
+phase=${1:?dense, moe, cost, judge, refit, today, shipped, profile, hostbound or rounds-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -131,6 +137,18 @@ shipped)
   echo "gen $m tp $tp rc=$? $((SECONDS - t0)) s"
   grep -E "modelled|disagree|slower than BF16|note:|Error" "$W/gen_${m}_tp$tp.log" | cut -c1-240 | head -12
   cp "$W/gen_${m}_tp$tp.log" "$OUT/"
+  ;;
+hostbound)
+  # Every count calibrated (whole steps with the profiler's GPU time and the host probe's).
+  for m in deepseek_v3:8:64 qwen3_vl_235b_a22b:4:16 qwen2_5_72b:8:1; do
+    IFS=: read -r name tp ep <<< "$m"
+    t0=$SECONDS
+    timeout 170 python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" --tp "$tp" \
+      --ep "$ep" --tokens 1024,1408,1664,2048,2688,4096 --calibrate 1024,1408,1664,2048,2688,4096 \
+      --json "$W/hb_${name}_tp$tp.json" > "$W/hb_${name}_tp$tp.log" 2>&1
+    echo "hostbound $name tp $tp rc=$? $((SECONDS - t0)) s"
+  done
+  python3 scripts/device/hostbound.py "$W"/hb_*.json | tee "$W/hostbound.txt"
   ;;
 rounds-ab)
   # Only the calibration's whole steps matter here: two counts, module groups at those counts.

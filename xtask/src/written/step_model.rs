@@ -36,6 +36,7 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
         "| model | layout | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     let mut all = Totals::default();
+    let mut by_bound: Vec<Vec<(f64, f64)>> = vec![Vec::new(); BOUNDS.len()];
     for (file, v) in docs {
         let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
             format!("{file}: no provenance.step.model (not made by the step model)")
@@ -51,10 +52,73 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
             let (line, t) = row(name, lm).map_err(|e| format!("{file}: {e}"))?;
             let _ = writeln!(s, "{line}");
             all.add(&t);
+            for r in held_out(lm) {
+                let (host, gpu) = (
+                    r["predicted_host_ms"].as_f64(),
+                    r["predicted_gpu_ms"].as_f64(),
+                );
+                let (Some(host), Some(gpu), Some(e)) = (host, gpu, r["error"].as_f64()) else {
+                    continue;
+                };
+                let noise = r["noise"].as_f64().unwrap_or(0.0);
+                let i = BOUNDS
+                    .iter()
+                    .rposition(|(lo, _)| gpu >= lo * host)
+                    .unwrap_or(0);
+                by_bound[i].push((e, noise));
+            }
         }
     }
     let _ = writeln!(s, "{}", all.line());
+    let _ = writeln!(s, "\n{}", bound_table(&by_bound));
     Ok(s)
+}
+
+/// The bins of a held-out step by the model's GPU time over its host time: from each lower
+/// edge, named.
+const BOUNDS: [(f64, &str); 4] = [
+    (0.0, "under 1 (host-bound)"),
+    (1.0, "1 to 1.5"),
+    (1.5, "1.5 to 2.5"),
+    (2.5, "2.5 and over (GPU-bound)"),
+];
+
+fn held_out(lm: &Value) -> impl Iterator<Item = &Value> {
+    lm["check"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["calibrated"] == false)
+}
+
+/// Where the model misses: the held-out steps of every layout above by how GPU-bound the model
+/// predicts them, each bin's signed median error (the model's bias there) beside its spread.
+fn bound_table(bins: &[Vec<(f64, f64)>]) -> String {
+    let mut s = String::from(
+        "| predicted GPU / host time | held-out steps | median error | median \\|error\\| | within 3% | within 3% or its band |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for ((_, name), rows) in BOUNDS.iter().zip(bins) {
+        let n = rows.len();
+        let mut signed: Vec<f64> = rows.iter().map(|r| r.0).collect();
+        let mut abs: Vec<f64> = rows.iter().map(|r| r.0.abs()).collect();
+        let within = abs.iter().filter(|e| **e <= 0.03).count();
+        let banded = rows
+            .iter()
+            .filter(|(e, b)| e.abs() <= 0.03_f64.max(*b))
+            .count();
+        let pct = |v: Option<f64>, sign: bool| match v {
+            Some(x) if sign => format!("{:+.1}%", 100.0 * x),
+            Some(x) => format!("{:.1}%", 100.0 * x),
+            None => "-".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "| {name} | {n} | {} | {} | {within} of {n} | {banded} of {n} |",
+            pct(median(&mut signed), true),
+            pct(median(&mut abs), false)
+        );
+    }
+    s
 }
 
 /// What the totals row sums: per layout, whether its medians are within 3%, and the counts.
@@ -234,6 +298,11 @@ mod tests {
             t.contains("| **all** | 1 layouts | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
             "{t}"
         );
+        // No row records the predicted host and GPU time here: every bin is empty.
+        assert!(
+            t.contains("| under 1 (host-bound) | 0 | - | - | 0 of 0 | 0 of 0 |"),
+            "{t}"
+        );
         // A VLM's vision encoder: its own row, named so.
         let vit =
             json!({"provenance": {"models": ["m"], "component": "vit", "step": {"model": [lm]}}});
@@ -261,5 +330,25 @@ mod tests {
         // Only the held-out all-FP8 row: 0.9 predicted against 0.91 measured.
         assert_eq!(e.len(), 1, "{e:?}");
         assert!((e[0] - (0.9_f64 / 0.91 - 1.0).abs()).abs() < 1e-12, "{e:?}");
+    }
+
+    #[test]
+    fn held_out_steps_are_binned_by_the_predicted_gpu_over_host_time() {
+        let r = |cal: bool, host: f64, gpu: f64, err: f64, noise: f64| json!({"calibrated": cal, "mode": "bf16", "execution": "eager", "tokens": 2048, "fp8_groups": [], "predicted_ms": 1.0, "predicted_host_ms": host, "predicted_gpu_ms": gpu, "measured_ms": 1.0, "error": err, "noise": noise, "vs_bf16": [1.0, 1.0, 1.0], "disagrees": false});
+        let lm = json!({"tp": 1, "check": [
+            r(false, 10.0, 5.0, -0.10, 0.12), r(false, 10.0, 9.9, -0.02, 0.0), r(true, 10.0, 5.0, 0.5, 0.0),
+            r(false, 10.0, 10.0, 0.05, 0.0), r(false, 10.0, 30.0, 0.01, 0.0)]});
+        let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
+        let t = step_model(&[("p.json".into(), doc)]).unwrap();
+        // Host-bound: -10% (inside its 12% band) and -2%; the calibrated row left out. GPU equal
+        // to host is the next bin; three times the host the last.
+        for want in [
+            "| under 1 (host-bound) | 2 | -6.0% | 6.0% | 1 of 2 | 2 of 2 |",
+            "| 1 to 1.5 | 1 | +5.0% | 5.0% | 0 of 1 | 0 of 1 |",
+            "| 1.5 to 2.5 | 0 | - | - | 0 of 0 | 0 of 0 |",
+            "| 2.5 and over (GPU-bound) | 1 | +1.0% | 1.0% | 1 of 1 | 1 of 1 |",
+        ] {
+            assert!(t.contains(want), "{want}\n{t}");
+        }
     }
 }

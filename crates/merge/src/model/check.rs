@@ -30,6 +30,12 @@ pub struct CheckRow {
     pub fp8_groups: BTreeSet<String>,
     /// The model's wall ms.
     pub predicted_ms: f64,
+    /// The model's host ms of that step (0 in rows written before it was recorded).
+    #[serde(default)]
+    pub predicted_host_ms: f64,
+    /// The model's GPU ms of that step (0 in rows written before it was recorded).
+    #[serde(default)]
+    pub predicted_gpu_ms: f64,
     /// The step's median wall ms.
     pub measured_ms: f64,
     /// `(predicted - measured) / measured`.
@@ -88,7 +94,8 @@ pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<Check
             continue;
         };
         let groups: BTreeSet<&str> = s.fp8_groups.iter().map(String::as_str).collect();
-        let predicted = fit.predict(&groups, s.tokens as f64).wall;
+        let p = fit.predict(&groups, s.tokens as f64);
+        let predicted = p.wall;
         let measured = median(&s.wall_ms);
         let noise = (quantile(&s.wall_ms, 0.9) - quantile(&s.wall_ms, 0.1)) / 2.0 / measured;
         let ratios: Vec<f64> = s
@@ -104,6 +111,8 @@ pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<Check
             mode: s.mode,
             fp8_groups: s.fp8_groups.clone(),
             predicted_ms: predicted,
+            predicted_host_ms: p.host,
+            predicted_gpu_ms: p.gpu,
             measured_ms: measured,
             error,
             noise,

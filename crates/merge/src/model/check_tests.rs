@@ -165,6 +165,8 @@ fn a_plan_is_behind_all_fp8_only_with_the_bands_apart_and_more_than_the_slack() 
         mode,
         fp8_groups: groups.iter().map(|g| g.to_string()).collect(),
         predicted_ms: 1.0,
+        predicted_host_ms: 0.4,
+        predicted_gpu_ms: 0.9,
         measured_ms: 1.0,
         error: 0.0,
         noise: 0.0,
@@ -388,4 +390,33 @@ fn a_numerics_bound_keeps_its_keys_bf16_before_the_check_and_says_so() {
         "{names:?}"
     );
     assert!(prov.numerics_overrule(&o.key).is_some());
+}
+
+#[test]
+fn a_checked_row_records_the_predicted_steps_host_and_gpu_time() {
+    let s = dense(1.0);
+    let m = model(&s, &SWEPT, &CAL);
+    let fit = &m.fits[&Execution::Eager];
+    let rows = super::check::compare(&m.fits, &m.inputs);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        let groups: std::collections::BTreeSet<&str> =
+            r.fp8_groups.iter().map(String::as_str).collect();
+        let p = fit.predict(&groups, r.tokens as f64);
+        assert_eq!(
+            (r.predicted_ms, r.predicted_host_ms, r.predicted_gpu_ms),
+            (p.wall, p.host, p.gpu)
+        );
+        assert!(
+            r.predicted_host_ms > 0.0 && r.predicted_gpu_ms > 0.0,
+            "{r:?}"
+        );
+    }
+    // Rows written before the two were recorded read back with 0.
+    let mut v = serde_json::to_value(&rows[0]).unwrap();
+    let o = v.as_object_mut().unwrap();
+    o.remove("predicted_host_ms");
+    o.remove("predicted_gpu_ms");
+    let old: super::check::CheckRow = serde_json::from_value(v).unwrap();
+    assert_eq!((old.predicted_host_ms, old.predicted_gpu_ms), (0.0, 0.0));
 }
