@@ -8,7 +8,9 @@ between from that count's own measured GPU time (so a GPU curve's error is not t
 - `max+k`: the model's form, `max(H, G) + k * min(H, G)`, `k` linear in tokens between the two
   (H: the smaller of the two steps' host time and wall time, as `Fit::calibrate`);
 - `G+idle`: the GPU's time plus its idle time, `G + I`, `I = wall - G` linear between the two;
-- `max+e`: `max(H, G) + e`, the excess `e = wall - max(H, G)` in ms linear between the two.
+- `max+e`: `max(H, G) + e`, the excess `e = wall - max(H, G)` in ms linear between the two;
+- `max+k@x`: the model's form calibrated at a third count too, the one between whose GPU time is
+  nearest its host's (the crossover, where `k` peaks), itself left out of the summary.
 
 Prints one row per layout, execution, mode and count (measured wall, host, GPU, each form's error),
 then each form's median |error| and median error. Writes nothing but stdout.
@@ -23,7 +25,7 @@ import os
 import statistics
 import sys
 
-FORMS = ("max+k", "G+idle", "max+e")
+FORMS = ("max+k", "G+idle", "max+e", "max+k@x")
 
 
 def share(wall: float, host: float, gpu: float) -> float:
@@ -48,6 +50,13 @@ def predict(lo: dict, hi: dict, host: float, t: int, gpu: float) -> dict[str, fl
     }
 
 
+def with_crossover(lo: dict, mid: dict, hi: dict, host: float, t: int, gpu: float) -> float:
+    """The model's form with `k` linear through three calibrated counts."""
+    a, b = (lo, mid) if t <= mid["tokens"] else (mid, hi)
+    k = lerp((a["tokens"], share(a["wall"], host, a["gpu"])), (b["tokens"], share(b["wall"], host, b["gpu"])), t)
+    return max(host, gpu) + min(1.0, max(0.0, k)) * min(host, gpu)
+
+
 def rows_of(doc: dict) -> dict[tuple[str, str], list[dict]]:
     """Whole-step rows with host and GPU time, by (execution, mode), ascending counts."""
     out: dict[tuple[str, str], list[dict]] = {}
@@ -67,11 +76,15 @@ def errors(name: str, doc: dict) -> list[tuple[str, dict[str, float]]]:
             continue
         lo, hi = rows[0], rows[-1]
         host = min(min(r["wall"], r["host"]) for r in (lo, hi))
+        mid = min(rows[1:-1], key=lambda r: abs(r["gpu"] / host - 1))
         for r in rows[1:-1]:
             p = predict(lo, hi, host, r["tokens"], r["gpu"])
-            err = {f: p[f] / r["wall"] - 1 for f in FORMS}
+            if r is not mid:
+                p["max+k@x"] = with_crossover(lo, mid, hi, host, r["tokens"], r["gpu"])
+            err = {f: p[f] / r["wall"] - 1 for f in FORMS if f in p}
+            cell = {f: f"{100 * err[f]:+.1f}%" if f in err else "(x)" for f in FORMS}
             line = (f"| {name} | {execution} | {mode} | {r['tokens']} | {r['wall']:.2f} | {r['host']:.2f} | {r['gpu']:.2f} | "
-                    f"{r['gpu'] / host:.2f} | " + " | ".join(f"{100 * err[f]:+.1f}%" for f in FORMS) + " |")
+                    f"{r['gpu'] / host:.2f} | " + " | ".join(cell[f] for f in FORMS) + " |")
             out.append((line, err))
     return out
 
@@ -94,7 +107,7 @@ def main(argv: list[str]) -> int:
         return 1
     print("\n| form | counts | median \\|error\\| | median error | within 3% |\n|---|---:|---:|---:|---:|")
     for f in FORMS:
-        v = [e[f] for e in every]
+        v = [e[f] for e in every if f in e]
         print(f"| {f} | {len(v)} | {100 * statistics.median(abs(x) for x in v):.1f}% | {100 * statistics.median(v):+.1f}% | "
               f"{sum(abs(x) <= 0.03 for x in v)} of {len(v)} |")
     return 0
