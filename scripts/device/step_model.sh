@@ -140,10 +140,10 @@ shipped)
   ;;
 hostbound)
   # Every count calibrated (whole steps with the profiler's GPU time and the host probe's).
-  for m in deepseek_v3:8:64 qwen3_vl_235b_a22b:4:16 qwen2_5_72b:8:1; do
+  for m in qwen2_5_72b:8:1 deepseek_v3:8:64 qwen3_vl_235b_a22b:4:16; do
     IFS=: read -r name tp ep <<< "$m"
     t0=$SECONDS
-    timeout 170 python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" --tp "$tp" \
+    timeout 180 python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" --tp "$tp" \
       --ep "$ep" --tokens 1024,1408,1664,2048,2688,4096 --calibrate 1024,1408,1664,2048,2688,4096 \
       --json "$W/hb_${name}_tp$tp.json" > "$W/hb_${name}_tp$tp.log" 2>&1
     echo "hostbound $name tp $tp rc=$? $((SECONDS - t0)) s"
