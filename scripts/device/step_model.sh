@@ -6,6 +6,9 @@
 #   bash scripts/device/step_model.sh dense   # the plain `fp8sel gen-policy --model M --tp 1`
 #   bash scripts/device/step_model.sh moe     # (on a GPU with TE: the step model), timed
 #   bash scripts/device/step_model.sh cost    # both, back to back, with each phase's time
+#   bash scripts/device/step_model.sh anchor  # the same with --check-anchor (the same step
+#                                             # timed twice at the smallest calibrated count)
+#   GEN_FLAGS="..." bash scripts/device/step_model.sh shipped M TP  # gen-policy flags added
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
 #                                             # at, eager and graphed (the cost run's committed
 #                                             # policies, docs/device-logs/step_model/cost/)
@@ -33,7 +36,7 @@
 #                                             # about 200 ms), A B A B: each row's spread
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, judge, refit, today, shipped, profile, hostbound or rounds-ab}
+phase=${1:?dense, moe, cost, anchor, judge, refit, today, shipped, profile, hostbound or rounds-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -57,7 +60,8 @@ gen() {  # name: the plain command, timed
   local m=$1
   cd "$W" || exit 1
   local t0=$SECONDS
-  timeout 480 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
+  # shellcheck disable=SC2086  # GEN_FLAGS: gen-policy flags, split as given
+  timeout 480 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 ${GEN_FLAGS:-} > "gen_$m.log" 2>&1
   echo "gen $m rc=$? $((SECONDS - t0)) s"
   grep -E "backend auto|modelled|disagree|slower than BF16|note:|warning|Error" "gen_$m.log" | cut -c1-240 | head -12
   cp "gen_$m.log" "$OUT/"
@@ -90,7 +94,8 @@ phases() {  # log: each worker phase's own clock (its last "[ x s]" line before 
   awk '/^\[ *[0-9.]+ s\]/ {match($0, /[0-9.]+/); t=substr($0, RSTART, RLENGTH)} /step_inputs: wrote/ {n++; printf "%s%s %s s", (n>1?", ":""), (n==1?"inputs":(n==2?"check":"recheck")), t} END {print ""}' "$1"
 }
 case $phase in
-cost)
+cost|anchor)
+  [ "$phase" = anchor ] && GEN_FLAGS="${GEN_FLAGS:-} --check-anchor"
   for m in Llama-3.1-8B MoE-64x1408; do
     gen "$m" | grep -E "^gen |held-out"
     echo "  phases: $(phases "$W/gen_$m.log")"
@@ -132,8 +137,9 @@ today)
 shipped)
   m=${2:?model} tp=${3:?tp}
   t0=$SECONDS
+  # shellcheck disable=SC2086
   timeout 540 "$FP8SEL" gen-policy --model "fixtures/models/$m.yaml" --tp "$tp" --out "$W/shipped" \
-    > "$W/gen_${m}_tp$tp.log" 2>&1
+    ${GEN_FLAGS:-} > "$W/gen_${m}_tp$tp.log" 2>&1
   echo "gen $m tp $tp rc=$? $((SECONDS - t0)) s"
   grep -E "modelled|disagree|slower than BF16|note:|Error" "$W/gen_${m}_tp$tp.log" | cut -c1-240 | head -12
   cp "$W/gen_${m}_tp$tp.log" "$OUT/"

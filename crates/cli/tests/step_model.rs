@@ -52,6 +52,8 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
         e.contains("stand-in step_inputs: tp 1 check"),
         "the check ran: {e}"
     );
+    // Without --check-anchor every calibrated count's all-BF16 or all-FP8 plan is the inputs'.
+    assert!(!e.contains("timed again, to measure"), "{e}");
     assert!(e.contains("timed with the inputs"), "{e}");
     assert!(e.contains("held-out step(s) the model was within"), "{e}");
     let p = policy(dir.path());
@@ -365,8 +367,13 @@ fn merge_policy_from_the_saved_reports_remakes_gen_policys_policy() {
     // rounds; 512 is the anchor. The check's steps 2% slower than the inputs' (the whole step
     // moved between them).
     let dir = tempfile::tempdir().unwrap();
-    let tokens = ["--tokens", "512,1024,2048,4096,16384"];
+    let tokens = ["--tokens", "512,1024,2048,4096,16384", "--check-anchor"];
     let o = gen_step(dir.path(), &tokens, &[("FAKE_STEP_CHECK_DRIFT", "1.02")]);
+    assert!(
+        err(&o).contains("the smallest calibrated count timed again"),
+        "{}",
+        err(&o)
+    );
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let reports = dir.path().join("reports");
     let f = |tail: &str| reports.join(format!("llama3_2_1b_tp1_ep1_etp1_{tail}_step.json"));

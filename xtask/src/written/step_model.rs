@@ -33,7 +33,7 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
 /// is an error (the placeholder names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut s = String::from(
-        "| model | layout | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
+        "| model | layout | run | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     let mut all = Totals::default();
     let mut by_bound: Vec<Vec<(f64, f64)>> = vec![Vec::new(); BOUNDS.len()];
@@ -47,9 +47,9 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
             Some("vit") => format!("{model} (vision encoder)"),
             _ => model.to_owned(),
         };
-        let name = name.as_str();
+        let (name, run) = (name.as_str(), run(file));
         for lm in layouts {
-            let (line, t) = row(name, lm).map_err(|e| format!("{file}: {e}"))?;
+            let (line, t) = row(name, &run, lm).map_err(|e| format!("{file}: {e}"))?;
             let _ = writeln!(s, "{line}");
             all.add(&t);
             for r in held_out(lm) {
@@ -154,7 +154,7 @@ impl Totals {
             ..
         } = *self;
         format!(
-            "| **all** | {l} layouts | {n} | within 3% in {} of {l} | {} of {n} | {} of {n} | | within 3% in {} of {l} | {} of {r} | | | | |",
+            "| **all** | {l} layouts | | {n} | within 3% in {} of {l} | {} of {n} | {} of {n} | | within 3% in {} of {l} | {} of {r} | | | | |",
             self.median_within,
             self.within,
             self.banded,
@@ -196,7 +196,22 @@ fn ratio_errors(check: &[Value]) -> Vec<f64> {
         .collect()
 }
 
-fn row(name: &str, lm: &Value) -> Result<(String, Totals), String> {
+/// Which run a file is of: its folder under `docs/device-logs/step_model/` (the reports/step/
+/// or reports/ inside it left out), or `shipped` for the shipped measurements.
+fn run(file: &str) -> String {
+    if file.starts_with("reports/h200/") {
+        return "shipped".to_owned();
+    }
+    let dir = std::path::Path::new(file)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = dir.trim_end_matches("/step").trim_end_matches("/reports");
+    dir.trim_start_matches("docs/device-logs/step_model/")
+        .to_owned()
+}
+
+fn row(name: &str, run: &str, lm: &Value) -> Result<(String, Totals), String> {
     let u = |k: &str| lm[k].as_u64().unwrap_or(1);
     let mut layout = format!("TP {}", u("tp"));
     if u("ep") > 1 {
@@ -252,7 +267,7 @@ fn row(name: &str, lm: &Value) -> Result<(String, Totals), String> {
         ratio_within,
     };
     let line = format!(
-        "| {name} | {layout} | {n} | {} | {within} of {n} | {banded} of {n} | {} | {} | {ratio_within} of {r} | {} ({}) | {slower} of {p} | {behind} of {p} | {other} of {p} |",
+        "| {name} | {layout} | {run} | {n} | {} | {within} of {n} | {banded} of {n} | {} | {} | {ratio_within} of {r} | {} ({}) | {slower} of {p} | {behind} of {p} | {other} of {p} |",
         pct(med),
         pct(held.last().copied()),
         pct(ratio_med),
@@ -283,19 +298,20 @@ mod tests {
             check(false, "fp8", 0.10, [0.9, 0.88, 0.92], &["a", "b"]), check(false, "plan", 0.01, [1.05, 1.02, 1.1], &["a"])],
             "repeats": [{"change": -0.04}, {"change": 0.01}], "not_the_policy": [{"execution": "eager", "tokens": 4096}]});
         let doc = json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}});
-        let t = step_model(&[("p.json".into(), doc)]).unwrap();
+        let f = "docs/device-logs/step_model/cost/anchor/reports/step/p.json";
+        let t = step_model(&[(f.into(), doc)]).unwrap();
         // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; the 10% is inside
         // its step's 12% band. Against BF16 the model predicts 1.0 for both all-FP8 (measured
         // 0.9: 11.1%) and the plan (1.05: 4.8%), median 7.9%. One plan of one slower than BF16
         // beyond its band (p10 above 1), and behind all-FP8 at its count.
         assert!(
             t.contains(
-                "| m | TP 8 EP 64 | 3 | 2.0% | 2 of 3 | 3 of 3 | 10.0% | 7.9% | 0 of 2 | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
+                "| m | TP 8 EP 64 | cost/anchor | 3 | 2.0% | 2 of 3 | 3 of 3 | 10.0% | 7.9% | 0 of 2 | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
             ),
             "{t}"
         );
         assert!(
-            t.contains("| **all** | 1 layouts | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
+            t.contains("| **all** | 1 layouts | | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
             "{t}"
         );
         // No row records the predicted host and GPU time here: every bin is empty.
@@ -306,8 +322,11 @@ mod tests {
         // A VLM's vision encoder: its own row, named so.
         let vit =
             json!({"provenance": {"models": ["m"], "component": "vit", "step": {"model": [lm]}}});
-        let t = step_model(&[("v.json".into(), vit)]).unwrap();
-        assert!(t.contains("| m (vision encoder) | TP 8 EP 64 | 3 |"), "{t}");
+        let t = step_model(&[("reports/h200/step_model/v.json".into(), vit)]).unwrap();
+        assert!(
+            t.contains("| m (vision encoder) | TP 8 EP 64 | shipped | 3 |"),
+            "{t}"
+        );
         let e = step_model(&[("f.json".into(), json!({"provenance": {}}))]).unwrap_err();
         assert!(
             e.contains("f.json") && e.contains("provenance.step.model"),

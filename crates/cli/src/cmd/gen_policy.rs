@@ -176,6 +176,12 @@ pub struct Args {
     /// the step measures the dense keys too]
     #[arg(long, value_name = "N")]
     pub dense_layers: Option<u32>,
+    /// --backend step: the check also times the smallest calibrated count again (all-BF16 and
+    /// all-FP8, each execution): how far the same step moved between the inputs and the check
+    /// where steps are most host-bound, the floor under the model's error (`repeats` in the
+    /// policy's provenance and <model>.md). About 10% more time (the 64-expert MoE: 11 s).
+    #[arg(long)]
+    pub check_anchor: bool,
     /// --backend step: the run's wall-clock bound in seconds. At it the worker is stopped and
     /// the policy is written from the counts it finished (each saved as it ends); refinements
     /// and layouts not begun are skipped, with a note. [default: none]
@@ -362,6 +368,7 @@ fn step_job(
         mix: recipe_mix(args)?,
         manual_gc: args.manual_gc,
         image_tokens: args.image_tokens,
+        anchor: args.check_anchor,
     };
     let started = std::time::Instant::now();
     let say = |line: &str| progress.say(line);
@@ -394,6 +401,7 @@ fn step_flags(args: &Args) -> Vec<String> {
         (args.dense_layers.is_some(), "--dense-layers"),
         (args.time_limit.is_some(), "--time-limit"),
         (args.manual_gc, "--manual-gc"),
+        (args.check_anchor, "--check-anchor"),
         (
             args.image_tokens != fp8_pipeline::step::IMAGE_TOKENS,
             "--image-tokens",

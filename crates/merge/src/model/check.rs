@@ -217,11 +217,15 @@ pub type CheckPlan = (Execution, u64, Vec<String>);
 /// Splits the check's plans: a plan at a count the inputs calibrated (whole steps timed there in
 /// all-BF16 and all-FP8, interleaved) that is all-BF16 or all-FP8 is a step already timed, so
 /// its rows come from the inputs (its plan row the same rounds as its twin); the rest are to be
-/// timed. The smallest calibrated count of each execution is the exception, the check's anchor:
+/// timed. With `anchor`, the smallest calibrated count of each execution is the exception:
 /// timed again, its steps (the shortest, the most host-bound) say how far the step moved between
 /// the inputs and the check where steps move most ([`repeats`]). Returns the timed rows as a
 /// check document (empty `step_times` when none) and the plans left.
-pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs, Vec<CheckPlan>) {
+pub fn timed_in_inputs(
+    inputs: &StepInputs,
+    plans: &[CheckPlan],
+    anchor_again: bool,
+) -> (StepInputs, Vec<CheckPlan>) {
     let mut known = StepInputs {
         modules: Vec::new(),
         step_times: Vec::new(),
@@ -232,7 +236,7 @@ pub fn timed_in_inputs(inputs: &StepInputs, plans: &[CheckPlan]) -> (StepInputs,
     let mut left = Vec::new();
     for p in plans {
         let (e, t, groups) = p;
-        if anchor(inputs, *e) == Some(*t) {
+        if anchor_again && anchor(inputs, *e) == Some(*t) {
             left.push(p.clone());
             continue;
         }

@@ -28,10 +28,12 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
         (e, 2048, vec![]),                 // not calibrated: timed
         (g, 1024, vec!["no_such".into()]), // not all-FP8: timed
         (e, 1024, vec![]),                 // the anchor, all-BF16: timed again
-        (g, 1024, all.clone()),            // the anchor, all-FP8: timed again
     ];
-    let (known, left) = timed_in_inputs(&m.inputs, &plans);
+    let (known, left) = timed_in_inputs(&m.inputs, &plans, true);
     assert_eq!(left, plans[2..].to_vec());
+    // Without the anchor its two plans are the inputs' own rounds too.
+    let (_, without) = timed_in_inputs(&m.inputs, &plans, false);
+    assert_eq!(without, plans[2..5].to_vec());
     assert!(known.modules.is_empty() && known.failed.is_empty());
     let rows: Vec<(Execution, u64, StepMode)> = known
         .step_times
@@ -87,7 +89,7 @@ fn the_same_step_timed_again_by_the_check_measures_the_steps_repeatability() {
     let mut m = model(&s, &SWEPT, &CAL);
     // The inputs' own rounds (a plan the inputs timed) are the same measurement: no repeat.
     let plans: Vec<CheckPlan> = vec![(Execution::Eager, 16384, vec![])];
-    let (known, _) = timed_in_inputs(&m.inputs, &plans);
+    let (known, _) = timed_in_inputs(&m.inputs, &plans, true);
     m.add_check(&known);
     assert!(m.repeats.is_empty() && m.repeatability().is_none());
     // A check that timed all-BF16 at 4096 again, 5% slower, and a plan beside it.

@@ -56,6 +56,10 @@ pub struct StepJob {
     /// A VLM's vision encoder: tokens of one image (its attention runs within each image, the
     /// workers' `--image-tokens`); not read for a language model.
     pub image_tokens: u32,
+    /// The step model's check times the smallest calibrated count again
+    /// (`fp8_merge::model::timed_in_inputs`): the step's own repeatability where it is most
+    /// host-bound, recorded beside the model's error.
+    pub anchor: bool,
 }
 
 /// Tokens of one image by default: a 512 x 512 image at patch 16 (the workers' default too).
@@ -289,6 +293,7 @@ pub(super) fn test_job() -> StepJob {
         mix: None,
         manual_gc: false,
         image_tokens: IMAGE_TOKENS,
+        anchor: false,
     }
 }
 
@@ -398,6 +403,7 @@ mod tests {
             mix: None,
             manual_gc: false,
             image_tokens: IMAGE_TOKENS,
+            anchor: false,
         };
         let layouts: Vec<_> = [1, 4, 2]
             .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))

@@ -99,15 +99,9 @@ impl Layout<'_> {
         let at = format!("{} {}", self.model, self.p);
         let plans = lm.check_plans();
         // A calibrated count's all-BF16 or all-FP8 plan: the inputs timed that step already
-        // (the smallest calibrated count excepted: the anchor, timed again).
-        let (known, to_time) = timed_in_inputs(&lm.inputs, &plans);
-        say(&format!(
-            "{at}: checking the model's plans in whole steps at {} count(s) ({} of them timed \
-             with the inputs: a calibrated count's all-BF16 or all-FP8 plan; the smallest \
-             calibrated count timed again, to measure how far the step moved since)",
-            plans.len(),
-            plans.len() - to_time.len()
-        ));
+        // (with the anchor, the smallest calibrated count excepted: timed again).
+        let (known, to_time) = timed_in_inputs(&lm.inputs, &plans, self.job.anchor);
+        say(&checking(&at, plans.len(), to_time.len(), self.job.anchor));
         let json = self.json("_check");
         let asked: Vec<&(Execution, u64, Vec<String>)> = to_time.iter().collect();
         let timed = if asked.is_empty() {
@@ -383,4 +377,19 @@ fn summary(at: &str, lm: &LayoutModel) -> String {
         ));
     }
     line
+}
+
+/// The check's progress line: how many plans, how many of them the inputs timed, and whether the
+/// smallest calibrated count is timed again.
+fn checking(at: &str, plans: usize, to_time: usize, anchor: bool) -> String {
+    let again = if anchor {
+        "; the smallest calibrated count timed again, to measure how far the step moved since"
+    } else {
+        ""
+    };
+    format!(
+        "{at}: checking the model's plans in whole steps at {plans} count(s) ({} of them timed \
+         with the inputs: a calibrated count's all-BF16 or all-FP8 plan{again})",
+        plans - to_time
+    )
 }
