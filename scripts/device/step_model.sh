@@ -12,6 +12,7 @@
 #   bash scripts/device/step_model.sh judge   # the Megatron judge at counts no policy was made
 #                                             # at, eager and graphed (the cost run's committed
 #                                             # policies, docs/device-logs/step_model/cost/)
+#   bash scripts/device/step_model.sh judge-anchor  # the anchor run's MoE policy, eager 18432
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
@@ -36,7 +37,7 @@
 #                                             # about 200 ms), A B A B: each row's spread
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, anchor, judge, refit, today, shipped, profile, hostbound or rounds-ab}
+phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound or rounds-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -115,6 +116,13 @@ judge)
   judge Llama-3.1-8B 150 2 graphed 3072,6144
   judge MoE-64x1408 150 2 graphed 3072,6144
   judge MoE-64x1408 120 2 eager 6144
+  ;;
+judge-anchor)
+  # The anchor run's MoE policy (docs/device-logs/step_model/cost/anchor/policies/), eager FP8
+  # from 16384 for qkv, proj and the shared expert: judged above its sweep.
+  mkdir -p "$W/policies"
+  cp docs/device-logs/step_model/cost/anchor/policies/MoE-64x1408.json "$W/policies/"
+  judge MoE-64x1408 230 2 eager 18432
   ;;
 refit)
   mkdir -p "$W/policies"
