@@ -35,9 +35,12 @@
 #                                             # TP 1, Qwen2.5-72B TP 8 one rank) with --steps 5
 #                                             # (rounds of 5 steps) and --steps 40 (rounds of
 #                                             # about 200 ms), A B A B: each row's spread
+#   bash scripts/device/step_model.sh affinity-ab  # the same two layouts at 1024 and 2048, the
+#                                             # worker pinned to the GPU's CPUs (taskset) or
+#                                             # not, A B A B (scripts/device/ab_moves.py)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound or rounds-ab}
+phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound, rounds-ab or affinity-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -177,32 +180,28 @@ rounds-ab)
       done
     done
   done
-  python3 - "$W" <<'PY' | tee "$W/rounds_ab.txt"
-import glob, json, os, statistics, sys
-print("| model | --steps | pass | execution | tokens | mode | steps a round | median ms | p10-p90 width |")
-print("|---|---:|---:|---|---:|---|---:|---:|---:|")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab_*.json"))):
-    d = json.load(open(f))
-    tag = os.path.basename(f)[3:-5].rsplit("_", 2)
-    for r in d["step_times"]:
-        w = sorted(r["wall_ms"])
-        q = statistics.quantiles(w, n=10)
-        print(f"| {tag[0]} | {tag[1][1:]} | {tag[2][1:]} | {r['execution']} | {r['tokens']} | {r['mode']} | "
-              f"{r.get('steps', d['steps'])} | {statistics.median(w):.3f} | {100 * (q[-1] - q[0]) / statistics.median(w):.1f}% |")
-# What the step model misses by: how far one row's median moved between the two passes (runs).
-med = {}
-for f in glob.glob(os.path.join(sys.argv[1], "ab_*.json")):
-    name, steps, p = os.path.basename(f)[3:-5].rsplit("_", 2)
-    for r in json.load(open(f))["step_times"]:
-        med.setdefault((name, steps[1:], r["execution"], r["tokens"], r["mode"]), {})[p] = statistics.median(r["wall_ms"])
-moved = {}
-for (name, steps, *_), v in med.items():
-    if len(v) == 2:
-        moved.setdefault((name, steps), []).append(abs(v["p2"] / v["p1"] - 1))
-print("\n| model | --steps | rows | median move between passes | largest |\n|---|---:|---:|---:|---:|")
-for (name, steps), m in sorted(moved.items()):
-    print(f"| {name} | {steps} | {len(m)} | {100 * statistics.median(m):.1f}% | {100 * max(m):.1f}% |")
-PY
+  python3 scripts/device/ab_moves.py "$W" | tee "$W/rounds_ab.txt"
+  ;;
+affinity-ab)
+  # The worker pinned to the GPU's own CPUs (its PCI device's local_cpulist) against where the
+  # scheduler puts it: host-bound steps' calibrations, A B A B.
+  command -v taskset > /dev/null || { echo "affinity-ab: no taskset on this machine" >&2; exit 1; }
+  bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f')
+  cpus=$(cat "/sys/bus/pci/devices/${bus:4}/local_cpulist") || exit 1
+  echo "GPU $bus, its CPUs $cpus"
+  for pass in 1 2; do
+    for variant in free pinned; do
+      pin=(); [ "$variant" = pinned ] && pin=(taskset -c "$cpus")
+      for m in llama3_2_1b:1 qwen2_5_72b:8; do
+        name=${m%%:*} tp=${m##*:}
+        timeout 150 "${pin[@]}" python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" \
+          --tp "$tp" --tokens 1024,2048 --calibrate 1024,2048 \
+          --json "$W/ab_${name}_${variant}_p$pass.json" > "$W/ab_${name}_${variant}_p$pass.log" 2>&1
+        echo "ab $name $variant pass $pass rc=$?"
+      done
+    done
+  done
+  python3 scripts/device/ab_moves.py "$W" | tee "$W/affinity_ab.txt"
   ;;
 profile)
   cd "$W" || exit 1
