@@ -30,6 +30,11 @@
 #                                             # six counts from 1024 to 4096 in three host-bound
 #                                             # layouts; which overlap form fits between 1024 and
 #                                             # 4096 (scripts/device/hostbound.py)
+#   bash scripts/device/step_model.sh calibrate-all M TP [EP]  # whole steps with host and GPU
+#                                             # time at nine counts 1024-16384 (M: a fixture or
+#                                             # Llama-3.1-8B, MoE-64x1408), then which counts to
+#                                             # calibrate at, on the held-out ones
+#                                             # (scripts/device/calibration_xv.py)
 #   bash scripts/device/step_model.sh rounds-ab  # short steps' rounds: the whole-step
 #                                             # calibrations of host-bound layouts (Llama-3.2-1B
 #                                             # TP 1, Qwen2.5-72B TP 8 one rank) with --steps 5
@@ -40,7 +45,7 @@
 #                                             # not, A B A B (scripts/device/ab_moves.py)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound, rounds-ab or affinity-ab}
+phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound, calibrate-all, rounds-ab or affinity-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -166,6 +171,19 @@ hostbound)
     echo "hostbound $name tp $tp rc=$? $((SECONDS - t0)) s"
   done
   python3 scripts/device/hostbound.py "$W"/hb_*.json | tee "$W/hostbound.txt"
+  ;;
+calibrate-all)
+  m=${2:?model} tp=${3:?tp} ep=${4:-1}
+  cfg=$W/$m/config.json
+  [ -e "$cfg" ] || cfg=fixtures/models/$m.yaml
+  all=1024,1408,2048,2688,4096,5760,8192,11648,16384
+  t0=$SECONDS
+  timeout 560 python3 -m adaptive_fp8.bench.step_inputs --model "$cfg" --tp "$tp" --ep "$ep" \
+    --tokens "$all" --calibrate "$all" --json "$W/ca_${m}_tp$tp.json" > "$W/ca_${m}_tp$tp.log" 2>&1
+  echo "calibrate-all $m tp $tp ep $ep rc=$? $((SECONDS - t0)) s"
+  python3 scripts/device/calibration_xv.py --fp8sel "$FP8SEL" --work "$W/xv" --sweep 1024,2048,4096,8192,16384 \
+    --candidates 1024,4096,16384 1024,2048,4096,16384 1024,2048,16384 1024,2048,4096,8192,16384 \
+    -- "$W/ca_${m}_tp$tp.json" | tee "$W/ca_${m}_tp$tp.txt"
   ;;
 rounds-ab)
   # Only the calibration's whole steps matter here: two counts, module groups at those counts.
