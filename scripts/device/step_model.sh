@@ -201,12 +201,15 @@ rounds-ab)
   python3 scripts/device/ab_moves.py "$W" | tee "$W/rounds_ab.txt"
   ;;
 affinity-ab)
-  # The worker pinned to the GPU's own CPUs (its PCI device's local_cpulist) against where the
-  # scheduler puts it: host-bound steps' calibrations, A B A B.
+  # The worker pinned to four of the GPU's own CPUs (the first of its PCI device's
+  # local_cpulist: on a machine whose every CPU is local, pinning to all would change nothing)
+  # against where the scheduler puts it: host-bound steps' calibrations, A B A B.
   command -v taskset > /dev/null || { echo "affinity-ab: no taskset on this machine" >&2; exit 1; }
   bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f')
-  cpus=$(cat "/sys/bus/pci/devices/${bus:4}/local_cpulist") || exit 1
-  echo "GPU $bus, its CPUs $cpus"
+  cpus=$(python3 -c 'import sys
+c = [i for p in open(sys.argv[1]).read().strip().split(",") for i in range(int(p.split("-")[0]), int(p.split("-")[-1]) + 1)]
+print(",".join(map(str, c[:4])))' "/sys/bus/pci/devices/${bus:4}/local_cpulist") || exit 1
+  echo "GPU $bus, the worker on CPUs $cpus of $(nproc)"
   for pass in 1 2; do
     for variant in free pinned; do
       pin=(); [ "$variant" = pinned ] && pin=(taskset -c "$cpus")
