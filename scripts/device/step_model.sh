@@ -99,6 +99,17 @@ judge() {  # name, timeout, layers, execution, tokens
   grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
   cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
+ab() {  # variant, pass, counts, then the variant's step_inputs flags; $PIN: a command before it
+  local variant=$1 pass=$2 counts=$3 m name tp f
+  shift 3
+  for m in llama3_2_1b:1 qwen2_5_72b:8; do
+    name=${m%%:*} tp=${m##*:} f=$W/ab_${m%%:*}_${variant}_p$pass
+    # shellcheck disable=SC2086  # PIN: a command and its arguments, split as given
+    timeout 150 ${PIN:-} python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" \
+      --tp "$tp" --tokens "$counts" --calibrate "$counts" "$@" --json "$f.json" > "$f.log" 2>&1
+    echo "ab $name $variant pass $pass rc=$?"
+  done
+}
 phases() {  # log: each worker phase's own clock (its last "[ x s]" line before "wrote")
   awk '/^\[ *[0-9.]+ s\]/ {match($0, /[0-9.]+/); t=substr($0, RSTART, RLENGTH)} /step_inputs: wrote/ {n++; printf "%s%s %s s", (n>1?", ":""), (n==1?"inputs":(n==2?"check":"recheck")), t} END {print ""}' "$1"
 }
@@ -189,13 +200,7 @@ rounds-ab)
   # Only the calibration's whole steps matter here: two counts, module groups at those counts.
   for pass in 1 2; do
     for steps in 5 40; do
-      for m in llama3_2_1b:1 qwen2_5_72b:8; do
-        name=${m%%:*} tp=${m##*:}
-        timeout 150 python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" --tp "$tp" \
-          --tokens 2048,4096 --calibrate 2048,4096 --steps "$steps" \
-          --json "$W/ab_${name}_s${steps}_p$pass.json" > "$W/ab_${name}_s${steps}_p$pass.log" 2>&1
-        echo "ab $name steps $steps pass $pass rc=$?"
-      done
+      ab "s$steps" "$pass" 2048,4096 --steps "$steps"
     done
   done
   python3 scripts/device/ab_moves.py "$W" | tee "$W/rounds_ab.txt"
@@ -212,14 +217,8 @@ print(",".join(map(str, c[:4])))' "/sys/bus/pci/devices/${bus:4}/local_cpulist")
   echo "GPU $bus, the worker on CPUs $cpus of $(nproc)"
   for pass in 1 2; do
     for variant in free pinned; do
-      pin=(); [ "$variant" = pinned ] && pin=(taskset -c "$cpus")
-      for m in llama3_2_1b:1 qwen2_5_72b:8; do
-        name=${m%%:*} tp=${m##*:}
-        timeout 150 "${pin[@]}" python3 -m adaptive_fp8.bench.step_inputs --model "fixtures/models/$name.yaml" \
-          --tp "$tp" --tokens 1024,2048 --calibrate 1024,2048 \
-          --json "$W/ab_${name}_${variant}_p$pass.json" > "$W/ab_${name}_${variant}_p$pass.log" 2>&1
-        echo "ab $name $variant pass $pass rc=$?"
-      done
+      PIN=""; [ "$variant" = pinned ] && PIN="taskset -c $cpus"
+      ab "$variant" "$pass" 1024,2048
     done
   done
   python3 scripts/device/ab_moves.py "$W" | tee "$W/affinity_ab.txt"
