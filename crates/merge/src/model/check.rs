@@ -217,7 +217,7 @@ pub type CheckPlan = (Execution, u64, Vec<String>);
 /// Splits the check's plans: a plan at a count the inputs calibrated (whole steps timed there in
 /// all-BF16 and all-FP8, interleaved) that is all-BF16 or all-FP8 is a step already timed, so
 /// its rows come from the inputs (its plan row the same rounds as its twin); the rest are to be
-/// timed. With `anchor`, the smallest calibrated count of each execution is the exception:
+/// timed. With `anchor_again`, the smallest calibrated count of each execution is not:
 /// timed again, its steps (the shortest, the most host-bound) say how far the step moved between
 /// the inputs and the check where steps move most ([`repeats`]). Returns the timed rows as a
 /// check document (empty `step_times` when none) and the plans left.

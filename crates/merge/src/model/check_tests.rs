@@ -31,7 +31,7 @@ fn a_calibrated_counts_all_bf16_or_all_fp8_plan_is_not_timed_again() {
     ];
     let (known, left) = timed_in_inputs(&m.inputs, &plans, true);
     assert_eq!(left, plans[2..].to_vec());
-    // Without the anchor its two plans are the inputs' own rounds too.
+    // Without the anchor its plan is the inputs' own rounds too.
     let (_, without) = timed_in_inputs(&m.inputs, &plans, false);
     assert_eq!(without, plans[2..5].to_vec());
     assert!(known.modules.is_empty() && known.failed.is_empty());
