@@ -5,7 +5,8 @@ calibrated counts fits the tool's own model (`fp8sel merge-policy --step-model`)
 rows at the sweep's counts and the whole steps at the candidate's counts, then compares its
 prediction with the whole steps at the held-out counts (the same for every candidate: those in
 none of them). Prints each candidate's median |error|, its bias (the signed median) and how many
-held-out steps are within 3%, per document and over all. Writes its work files under --work.
+held-out steps are within 3%, per document and over all (--summary: one row per candidate, each
+document's count within 3% beside the totals). Writes its work files under --work.
 
     python3 scripts/device/calibration_xv.py --sweep 1024,2048,4096,8192,16384 \
         --candidates 1024,4096,16384 1024,2048,4096,16384 -- DOC.json ...
@@ -66,12 +67,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--candidates", type=counts, nargs="+", required=True, help="sets of calibrated counts to compare")
     ap.add_argument("--fp8sel", default=os.environ.get("FP8SEL", "fp8sel"))
     ap.add_argument("--work", default=None, help="where the fitted files go (default: a temporary folder)")
+    ap.add_argument("--summary", action="store_true", help="one row per candidate (the per-document rows left out)")
     ap.add_argument("docs", nargs="+")
     a = ap.parse_args(argv)
     work = a.work or tempfile.mkdtemp(prefix="calibration_xv_")
     os.makedirs(work, exist_ok=True)
     every: dict[str, list[float]] = {}
-    print("| document, candidate | held-out steps | median \\|error\\| | median error | within 3% |\n|---|---:|---:|---:|---:|")
+    per_doc: dict[str, list[str]] = {}
+    if not a.summary:
+        print("| document, candidate | held-out steps | median \\|error\\| | median error | within 3% |\n|---|---:|---:|---:|---:|")
     for path in a.docs:
         with open(path) as f:
             doc = json.load(f)
@@ -87,9 +91,18 @@ def main(argv: list[str]) -> int:
             label = ",".join(map(str, sorted(c)))
             e = held_out_errors(a.fp8sel, work, f"{name}_{i}", *split(doc, a.sweep, c), held)
             every.setdefault(label, []).extend(e)
-            print(line(f"{name}, {label}", e))
+            per_doc.setdefault(label, []).append(f"{sum(abs(x) <= 0.03 for x in e)} of {len(e)}")
+            if not a.summary:
+                print(line(f"{name}, {label}", e))
+    if a.summary:
+        names = ", ".join(os.path.basename(p).removesuffix(".json") for p in a.docs)
+        print(f"| calibrated counts | held-out steps | median \\|error\\| | median error | within 3% | within 3%: {names} |")
+        print("|---|---:|---:|---:|---:|---|")
     for label, e in every.items():
-        print(line(f"**all**, {label}", e))
+        if a.summary:
+            print(line(label, e) + f" {', '.join(per_doc[label])} |")
+        else:
+            print(line(f"**all**, {label}", e))
     return 0
 
 

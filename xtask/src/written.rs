@@ -11,7 +11,9 @@
 //! - `{{causes: FILE}}`: the standing misses' causes, one bullet each;
 //! - `{{step_model: FILE...}}`: the step model's error against its check, per layout: of a policy
 //!   it made, or of a layout's committed `*_inputs_step.json`, fitted afresh by today's tool
-//!   with the checks beside it.
+//!   with the checks beside it;
+//! - `{{table: FILE...}}`: the Markdown table lines of files a device script wrote (its own
+//!   output, committed beside its inputs), verbatim.
 //!
 //! Paths are relative to the repository.
 
@@ -77,6 +79,9 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
             .collect::<Result<Vec<_>, String>>()?;
         return Ok(convergence(&typed));
     }
+    if kind == "table" {
+        return files.iter().map(|f| markdown_table(root, f)).collect();
+    }
     if kind == "judge" || kind == "modes" {
         // The step benchmark's results, through their one typed reader.
         let typed = files
@@ -113,9 +118,26 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
         "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
         "step_model" => step_model::step_model(&docs),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model)"
+            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model, table)"
         )),
     }
+}
+
+/// A file's Markdown table lines (those starting with `|`), verbatim; a file without one is an
+/// error (the placeholder names the wrong file).
+fn markdown_table(root: &Path, file: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(root.join(file)).map_err(|e| format!("{file}: {e}"))?;
+    let rows: String = text
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if rows.is_empty() {
+        return Err(format!(
+            "{file}: no Markdown table (no line starts with `|`); fix: name the file the script wrote its table to"
+        ));
+    }
+    Ok(rows)
 }
 
 /// The standing misses' causes, one bullet each: what missed, then why.
@@ -227,5 +249,21 @@ mod tests {
         );
         assert_eq!(placeholder("text {{probe: a}}"), None);
         assert_eq!(short("decoder.layers.mlp.linear_fc1"), "mlp.linear_fc1");
+    }
+
+    #[test]
+    fn a_table_placeholder_keeps_only_the_table_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("t.md"),
+            "wrote x\n| a | b |\n|---|---|\n| 1 | 2 |\ndone\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("none.txt"), "no table here\n").unwrap();
+        let t = table(dir.path(), "table", &["t.md"]).unwrap();
+        assert_eq!(t, "| a | b |\n|---|---|\n| 1 | 2 |\n");
+        let e = table(dir.path(), "table", &["none.txt"]).unwrap_err();
+        assert!(e.contains("none.txt") && e.contains("fix:"), "{e}");
+        assert!(table(dir.path(), "table", &["missing.md"]).is_err());
     }
 }

@@ -41,6 +41,15 @@ def test_candidates_are_compared_on_the_same_held_out_steps(root, tmp_path, fp8s
     # near exact wherever it is calibrated around.
     three = next(x for x in o.stdout.splitlines() if x.startswith("| **all**, 1024,2048,4096 |"))
     assert float(three.split("|")[3].strip().rstrip("%")) < 3.0, three
+    # --summary: one row per candidate, the document's count within 3% beside the totals.
+    o = subprocess.run([*base, "--summary", "--candidates", "1024,4096", "1024,2048,4096", "--", str(f), str(f)],
+                       capture_output=True, text=True)
+    assert o.returncode == 0, o.stderr
+    rows = [x for x in o.stdout.splitlines() if x.startswith("| 1024")]
+    assert [r.split("|")[1].strip() for r in rows] == ["1024,4096", "1024,2048,4096"], o.stdout
+    assert all(r.split("|")[2].strip() == "16" for r in rows), rows
+    half = int(rows[1].split("|")[5].split()[0]) // 2  # the same document twice
+    assert rows[1].split("|")[6].strip() == f"{half} of 8, {half} of 8", rows[1]
     # A candidate at a count without whole steps is refused, naming the counts.
     o = subprocess.run([*base, "--candidates", "1024,8192", "--", str(f)], capture_output=True, text=True)
     assert o.returncode == 2 and "[8192]" in o.stderr and "fix:" in o.stderr
