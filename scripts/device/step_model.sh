@@ -13,6 +13,8 @@
 #                                             # at, eager and graphed (the cost run's committed
 #                                             # policies, docs/device-logs/step_model/cost/)
 #   bash scripts/device/step_model.sh judge-anchor  # the anchor run's MoE policy, eager 18432
+#   bash scripts/device/step_model.sh judge-calib4  # the four-calibration cost run's MoE policy
+#                                             # above its sweep: graphed 20480, eager 28672
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
@@ -45,7 +47,7 @@
 #                                             # not, A B A B (scripts/device/ab_moves.py)
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, refit, today, shipped, profile, hostbound, calibrate-all, rounds-ab or affinity-ab}
+phase=${1:?dense, moe, cost, anchor, judge, judge-anchor, judge-calib4, refit, today, shipped, profile, hostbound, calibrate-all, rounds-ab or affinity-ab}
 OUT=${OUT:-/tmp/out}
 W=/tmp/sm
 mkdir -p "$W" "$OUT"
@@ -142,6 +144,13 @@ judge-anchor)
   mkdir -p "$W/policies"
   cp docs/device-logs/step_model/cost/anchor/policies/MoE-64x1408.json "$W/policies/"
   judge MoE-64x1408 230 2 eager 18432
+  ;;
+judge-calib4)
+  # docs/device-logs/step_model/cost/calib4/policies/: eager BF16 to 27552, graphed partly FP8.
+  mkdir -p "$W/policies"
+  cp docs/device-logs/step_model/cost/calib4/policies/MoE-64x1408.json "$W/policies/"
+  judge MoE-64x1408 200 2 graphed 20480
+  judge MoE-64x1408 280 2 eager 28672
   ;;
 refit)
   mkdir -p "$W/policies"

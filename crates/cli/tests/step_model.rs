@@ -88,7 +88,7 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
         md.contains("the step model's policy") && md.contains("| proj | never | never |"),
         "{md}"
     );
-    assert!(md.contains("| eager | 2048 | plan |"), "{md}");
+    assert!(md.contains("| eager | 8192 | plan |"), "{md}");
     // ...and its pictures, one per execution checked.
     for ex in ["eager", "graphed"] {
         let svg = dir

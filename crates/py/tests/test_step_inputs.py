@@ -48,8 +48,10 @@ def test_a_bad_plans_file_is_refused_with_the_field_named(tmp_path):
 
 
 def test_the_calibration_counts_and_the_command_line(capsys, tmp_path):
-    assert si.default_calibration([1024, 2048, 4096, 8192, 16384]) == [1024, 4096, 16384]
-    assert si.default_calibration([4096, 1024]) == [1024, 4096]
+    assert si.default_calibration([1024, 2048, 4096, 8192, 16384]) == [1024, 2048, 4096, 16384]
+    assert si.default_calibration([16384, 1024, 4096]) == [1024, 4096, 16384]
+    assert si.default_calibration([4096, 1024, 1024]) == [1024, 4096]
+    assert si.default_calibration([2048]) == [2048]
     rc = si.main(["--model", "m.json", "--tokens", "1024,2048", "--calibrate", "4096", "--json", str(tmp_path / "o.json")])
     assert rc == 2 and "--calibrate 4096 not in --tokens" in capsys.readouterr().err
     with pytest.raises(SystemExit):

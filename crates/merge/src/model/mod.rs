@@ -3,7 +3,7 @@
 //!
 //! **Inputs** (`fp8_report::step_inputs`, one layout): per module group `g` and swept count `t`,
 //! the group alone in BF16 and FP8: GPU ms `gpu_g(p, t)` and host ms `host_g(p)` per module and
-//! step, measured apart; `n_g` modules of it per step. Per execution, at two or three counts,
+//! step, measured apart; `n_g` modules of it per step. Per execution, at two to four counts,
 //! whole steps in all-BF16 and all-FP8: wall, host and GPU ms.
 //!
 //! **The model** of a plan `P` (the groups it runs FP8) at `t` tokens, with `dg_g(t)` and

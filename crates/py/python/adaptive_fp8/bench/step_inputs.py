@@ -403,7 +403,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ep", type=int, help="expert-parallel size (default: the config's)")
     ap.add_argument("--etp", type=int, help="expert tensor-parallel size (default: the config's, else --tp)")
     ap.add_argument("--tokens", type=_counts, default=[1024, 2048, 4096, 8192, 16384], help="counts whose modules are measured (sequence length at micro-batch 1)")
-    ap.add_argument("--calibrate", type=_counts, default=[], help="of --tokens, where whole steps are timed in all-BF16 and all-FP8 (default: the smallest, middle and largest)")
+    ap.add_argument("--calibrate", type=_counts, default=[], help="of --tokens, where whole steps are timed in all-BF16 and all-FP8 (default: the smallest, second-smallest, middle and largest)")
     ap.add_argument("--check", help="time whole steps of the plans in this file (fp8sel writes it) instead of measuring")
     ap.add_argument("--execution", type=_executions, default=["eager", "graphed"], help="eager, graphed, or eager,graphed (default both)")
     ap.add_argument("--layers", type=int, default=2, help="transformer layers per step (default 2)")
@@ -421,9 +421,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def default_calibration(tokens: list[int]) -> list[int]:
-    """The smallest, middle and largest count (fewer where fewer are given)."""
+    """The smallest, second-smallest, middle and largest count (fewer where fewer are given).
+
+    The second-smallest calibrates where short steps cross from host- to GPU-bound: on the H200,
+    nine counts 1024-16384 all calibrated in four layouts (`step_model.sh calibrate-all`), the
+    model refitted from 1024, 4096, 16384 put 32 of 64 held-out steps within 3%, with 2048 added
+    42 of 64 (docs/RESULTS.md).
+    """
     s = sorted(set(tokens))
-    return sorted({s[0], s[len(s) // 2], s[-1]})
+    return sorted({s[0], s[min(1, len(s) - 1)], s[len(s) // 2], s[-1]})
 
 
 def main(argv: list[str] | None = None) -> int:

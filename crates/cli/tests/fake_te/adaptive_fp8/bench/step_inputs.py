@@ -123,7 +123,7 @@ def one(a) -> None:
             for g in GROUPS:
                 doc["modules"].append({"tokens": t, "group": g, **{p: {"host_ms": [host(g, p == "fp8") * j for j in jitter],
                                                                        "gpu_ms": [gpu(g, p == "fp8", t, tp) * j for j in jitter]} for p in ("bf16", "fp8")}})
-        calibrate = sorted({tokens[0], tokens[len(tokens) // 2], tokens[-1]})
+        calibrate = sorted({tokens[0], tokens[min(1, len(tokens) - 1)], tokens[len(tokens) // 2], tokens[-1]})  # as the real default
         for execution in executions:
             for t in calibrate:
                 doc["step_times"] += [step(execution, t, "bf16", []), step(execution, t, "fp8", list(GROUPS))]
