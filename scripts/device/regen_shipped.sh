@@ -86,9 +86,11 @@ if [ "${1:-}" = judge ]; then
 fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
-# A committed row is done unless its check lost counts (out of memory, a failed capture) or
-# timed plans that are not its policy's (checks before the check timed the policy's plans:
-# today's fp8sel refits the row and counts them, provenance step.model[].not_the_policy).
+# A committed row is done unless its check lost counts (out of memory, a failed capture), timed
+# plans that are not its policy's (checks before the check timed the policy's plans: today's
+# fp8sel refits the row and counts them, provenance step.model[].not_the_policy), or its inputs
+# were calibrated at other counts than today's default (step_inputs' default_calibration: the
+# one command's output has changed).
 done_row() {
   # Made on this machine by an earlier call: done when it finished (a row cut by its call's
   # budget runs again, from the start).
@@ -103,6 +105,13 @@ files = glob.glob(f"reports/h200/step_model/{model}_tp{tp}_ep{ep or 1}_etp*_chec
 if not files or any(json.load(open(f))["failed"] for f in files):
     sys.exit(1)
 inputs = files[0].replace("_check_step.json", "_inputs_step.json")
+from adaptive_fp8.bench.step_inputs import default_calibration
+doc = json.load(open(inputs))
+want = set(default_calibration(sorted({m["tokens"] for m in doc["modules"]})))
+for ex in {r["execution"] for r in doc["step_times"]}:
+    if {r["tokens"] for r in doc["step_times"] if r["execution"] == ex and r["mode"] == "bf16"} != want:
+        print(f"{row}: calibrated at other counts than today's default {sorted(want)}: made again", file=sys.stderr)
+        sys.exit(1)
 checks = [c for c in (files[0], files[0].replace("_check_", "_recheck_")) if glob.glob(c)]
 out = f"{work}/{row}.refit.json"
 argv = [fp8sel, "merge-policy", "--step-model", inputs, *sum((["--step-check", c] for c in checks), []), "--output", out]
