@@ -94,15 +94,15 @@ def main(argv: list[str]) -> int:
             per_doc.setdefault(label, []).append(f"{sum(abs(x) <= 0.03 for x in e)} of {len(e)}")
             if not a.summary:
                 print(line(f"{name}, {label}", e))
-    if a.summary:
-        names = ", ".join(os.path.basename(p).removesuffix(".json") for p in a.docs)
-        print(f"| calibrated counts | held-out steps | median \\|error\\| | median error | within 3% | within 3%: {names} |")
-        print("|---|---:|---:|---:|---:|---|")
-    for label, e in every.items():
-        if a.summary:
-            print(line(label, e) + f" {', '.join(per_doc[label])} |")
-        else:
+    if not a.summary:
+        for label, e in every.items():
             print(line(f"**all**, {label}", e))
+        return 0
+    names = ", ".join(os.path.basename(p).removesuffix(".json") for p in a.docs)
+    print(f"| calibrated counts | held-out steps | median \\|error\\| | median error | within 3% | within 3%: {names} |")
+    print("|---|---:|---:|---:|---:|---|")
+    for label, e in every.items():
+        print(line(label, e) + f" {', '.join(per_doc[label])} |")
     return 0
 
 
