@@ -10,7 +10,7 @@ import sys
 
 
 def _stand_in(root, tmp_path, tokens: str) -> dict:
-    """The stand-in's inputs document at `tokens` (whole steps at the first, middle and last)."""
+    """The stand-in's inputs document at `tokens` (whole steps where the real default calibrates: smallest, second-smallest, middle, largest)."""
     out = tmp_path / f"in_{tokens.replace(',', '_')}.json"
     fake = root / "crates" / "cli" / "tests" / "fake_te" / "adaptive_fp8" / "bench" / "step_inputs.py"
     args = ["--model", "m", "--tp", "1", "--ep", "1", "--etp", "1", "--tokens", tokens, "--execution", "eager,graphed",

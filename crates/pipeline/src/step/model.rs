@@ -28,7 +28,7 @@ impl Layout<'_> {
         let at = format!("{model} {p}");
         let json = self.json("_inputs");
         say(&format!(
-            "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at three, {}",
+            "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at the smallest, second-smallest, middle and largest, {}",
             job.tokens.len(),
             job.executions
                 .iter()
