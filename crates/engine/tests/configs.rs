@@ -63,6 +63,11 @@ fn deepseek_v3_yaml_moe_and_mla() {
             .iter()
             .any(|d| d.contains("kv_channels"))
     );
+    // Nor for HuggingFace's head_dim, which a DeepSeek config.json leaves out for the same reason.
+    let h = load_model(fixture("hf/deepseek_v3.json")).unwrap();
+    assert!(h.components[0].arch.mla.is_some());
+    let said = &h.components[0].defaults_applied;
+    assert!(!said.iter().any(|d| d.contains("head_dim")), "{said:?}");
 }
 
 #[test]

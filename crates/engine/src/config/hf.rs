@@ -127,6 +127,9 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
                 "set head_dim to the per-head width",
             ));
         }
+        // Multi-latent attention's widths are its own (qk_nope/qk_rope/v_head_dim): the
+        // quotient is never read, so no default is announced.
+        None if f.has("kv_lora_rank") => hidden / heads,
         None => {
             defaults.push(format!(
                 "head_dim absent: hidden_size / num_attention_heads = {}",
