@@ -13,8 +13,10 @@
 #                                             # at, eager and graphed (the cost run's committed
 #                                             # policies, docs/device-logs/step_model/cost/)
 #   bash scripts/device/step_model.sh judge-anchor  # the anchor run's MoE policy, eager 18432
-#   bash scripts/device/step_model.sh judge-calib4  # the four-calibration cost run's MoE policy
-#                                             # above its sweep: graphed 20480, eager 28672
+#   bash scripts/device/step_model.sh judge-calib4 [M...]  # the four-calibration cost run's
+#                                             # policies: the MoE above its sweep (graphed 20480,
+#                                             # eager 28672), Llama-3.1-8B where its plan is mixed
+#                                             # (eager 3072,6144, graphed 3072,5120); M: both
 #   bash scripts/device/step_model.sh refit   # the same judge of the policies re-fitted from the
 #                                             # committed inputs under today's noise bar
 #                                             # (devcarry/step_model/), Llama-3.2-1B's included
@@ -146,11 +148,20 @@ judge-anchor)
   judge MoE-64x1408 230 2 eager 18432
   ;;
 judge-calib4)
-  # docs/device-logs/step_model/cost/calib4/policies/: eager BF16 to 27552, graphed partly FP8.
+  # docs/device-logs/step_model/cost/calib4/policies/: the MoE's eager BF16 to 27552, graphed
+  # partly FP8; Llama-3.1-8B's four keys from 2432-6896 eager, 2432-5792 graphed, judged where
+  # its plan is mixed (eager 3072: fc1; 6144: all but proj; graphed 3072: fc1, fc2; 5120: all
+  # but proj).
   mkdir -p "$W/policies"
-  cp docs/device-logs/step_model/cost/calib4/policies/MoE-64x1408.json "$W/policies/"
-  judge MoE-64x1408 200 2 graphed 20480
-  judge MoE-64x1408 280 2 eager 28672
+  shift
+  [ $# -gt 0 ] || set -- MoE-64x1408 Llama-3.1-8B
+  for m in "$@"; do
+    cp "docs/device-logs/step_model/cost/calib4/policies/$m.json" "$W/policies/" || exit 1
+    case $m in
+      MoE-64x1408) judge "$m" 200 2 graphed 20480; judge "$m" 280 2 eager 28672 ;;
+      Llama-3.1-8B) judge "$m" 150 2 eager 3072,6144; judge "$m" 150 2 graphed 3072,5120 ;;
+    esac
+  done
   ;;
 refit)
   mkdir -p "$W/policies"
