@@ -86,41 +86,15 @@ if [ "${1:-}" = judge ]; then
 fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
-# A committed row is done unless its check lost counts (out of memory, a failed capture), timed
-# plans that are not its policy's (checks before the check timed the policy's plans: today's
-# fp8sel refits the row and counts them, provenance step.model[].not_the_policy), or its inputs
-# were not calibrated at every count of today's default (step_inputs' default_calibration, but
-# for counts that failed: the one command's output has changed).
+# A committed row is done unless its reports are stale (scripts/device/regen_queue.py says why:
+# its check lost counts, its inputs miss a count of today's default calibration, or today's
+# fp8sel finds checked plans that are not its policy's).
 done_row() {
   # Made on this machine by an earlier call: done when it finished (a row cut by its call's
   # budget runs again, from the start).
   [ -e "$W/$1/gen.log" ] && { grep -q "^$1 rc=0 " "$W/steps.txt" 2>/dev/null; return; }
   [ -e "$D/$1/gen.log" ] || return 1
-  python3 - "$1" "$FP8SEL" "$W" <<'PY'
-import glob, json, subprocess, sys
-row, fp8sel, work = sys.argv[1:4]
-model, rest = row.split("_tp", 1)
-tp, _, ep = rest.partition("_ep")
-files = glob.glob(f"reports/h200/step_model/{model}_tp{tp}_ep{ep or 1}_etp*_check_step.json")
-if not files or any(json.load(open(f))["failed"] for f in files):
-    sys.exit(1)
-inputs = files[0].replace("_check_step.json", "_inputs_step.json")
-from adaptive_fp8.bench.step_inputs import default_calibration
-doc = json.load(open(inputs))
-want = set(default_calibration(sorted({m["tokens"] for m in doc["modules"]})))
-for ex in {r["execution"] for r in doc["step_times"]}:
-    failed = {f["tokens"] for f in doc["failed"] if f["execution"] == ex}  # not asked again for these
-    if not want <= {r["tokens"] for r in doc["step_times"] if r["execution"] == ex and r["mode"] == "bf16"} | failed:
-        print(f"{row}: not calibrated at every count of today's default {sorted(want)}: made again", file=sys.stderr)
-        sys.exit(1)
-checks = [c for c in (files[0], files[0].replace("_check_", "_recheck_")) if glob.glob(c)]
-out = f"{work}/{row}.refit.json"
-argv = [fp8sel, "merge-policy", "--step-model", inputs, *sum((["--step-check", c] for c in checks), []), "--output", out]
-if subprocess.run(argv, capture_output=True).returncode != 0:
-    sys.exit(1)
-layouts = json.load(open(out))["provenance"]["step"]["model"]
-sys.exit(1 if any(lm.get("not_the_policy") for lm in layouts) else 0)
-PY
+  python3 scripts/device/regen_queue.py "$1" --fp8sel "$FP8SEL" --work "$W"
 }
 for row in "${ROWS[@]}"; do
   # Rows named on the command line run again; the queue skips rows done.

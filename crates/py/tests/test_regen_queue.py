@@ -1,0 +1,70 @@
+"""scripts/device/regen_queue.py, which committed shipped rows `regen_shipped.sh`'s queue makes
+again, on copies of a committed row's reports (reports/h200/step_model/)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+ROW, BASE = "llama3_2_1b_tp1", "llama3_2_1b_tp1_ep1_etp1"
+
+
+def _copy(root, tmp_path):
+    """The committed row's inputs and check, in a reports folder of the test's own."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for end in ("inputs", "check"):
+        shutil.copy(root / "reports" / "h200" / "step_model" / f"{BASE}_{end}_step.json", reports)
+    return reports
+
+
+def _queue(root, fp8sel, reports, row=ROW):
+    script = root / "scripts" / "device" / "regen_queue.py"
+    return subprocess.run([sys.executable, str(script), row, "--fp8sel", str(fp8sel), "--reports", str(reports),
+                           "--work", str(reports.parent)], capture_output=True, text=True)
+
+
+def _edit(path, change):
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_a_row_calibrated_at_fewer_counts_than_todays_default_is_made_again(root, tmp_path, fp8sel):
+    from adaptive_fp8.bench.step_inputs import default_calibration
+
+    reports = _copy(root, tmp_path)
+    doc = json.loads((reports / f"{BASE}_inputs_step.json").read_text())
+    swept = sorted({m["tokens"] for m in doc["modules"]})
+    timed = {r["tokens"] for r in doc["step_times"]}
+    missing = sorted(set(default_calibration(swept)) - timed)
+    # The fixture's premise: the committed row predates a count of today's default.
+    assert missing, "the committed row is calibrated at every default count: pick a row that is not"
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "not calibrated at every count of today's default" in o.stderr, o.stderr
+    # Those counts failed in the inputs (the worker does not ask for them again): the row stands,
+    # its check timed its policy's plans.
+    def failed_there(d):
+        d["failed"] += [{"execution": ex, "tokens": t, "error": "out of memory (test)"}
+                        for ex in ("eager", "graphed") for t in missing]
+    _edit(reports / f"{BASE}_inputs_step.json", failed_there)
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 0, o.stderr
+
+
+def test_a_check_that_lost_counts_or_is_missing_makes_the_row_again(root, tmp_path, fp8sel):
+    reports = _copy(root, tmp_path)
+    _edit(reports / f"{BASE}_check_step.json",
+          lambda d: d["failed"].append({"execution": "eager", "tokens": 8192, "error": "out of memory (test)"}))
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "lost counts" in o.stderr, o.stderr
+    (reports / f"{BASE}_check_step.json").unlink()
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "no check report" in o.stderr, o.stderr
+
+
+def test_a_row_that_is_not_a_layout_is_refused(root, tmp_path, fp8sel):
+    o = _queue(root, fp8sel, _copy(root, tmp_path), row="llama3_2_1b")
+    assert o.returncode == 2 and "fix:" in o.stderr, o.stderr

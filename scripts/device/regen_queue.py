@@ -1,0 +1,101 @@
+"""Whether a shipped layout's committed step-model reports still stand, for `regen_shipped.sh`'s
+queue: a row is made again unless its reports are today's tool's output. Exit 0 (done: the
+row is skipped) or 1 (stale: the reason on stderr), 2 on bad use.
+
+A row (`<model>_tp<T>[_ep<E>]`, a vision encoder's `<model>_vit_tp<T>`) is stale when
+- it has no check report in --reports, or its check lost counts (`failed`: out of memory, a
+  failed capture);
+- its inputs were not calibrated at every count of today's default (`step_inputs`'
+  `default_calibration` of the swept counts, per execution timed; counts that failed in the
+  inputs are excepted, since the worker does not ask for them again);
+- today's fp8sel, refitting it (`merge-policy --step-model ... --step-check ...`), finds checked
+  plans that are not its policy's (provenance `step.model[].not_the_policy`), or cannot refit it.
+
+    python3 scripts/device/regen_queue.py ROW --fp8sel FP8SEL [--reports DIR] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def default_calibration(tokens: list[int]) -> list[int]:
+    """The worker's own default (`adaptive_fp8.bench.step_inputs.default_calibration`), read from
+    the installed package where there is one, so the queue follows the tool as it stands."""
+    try:
+        from adaptive_fp8.bench.step_inputs import default_calibration as of_the_worker
+    except ImportError as e:
+        raise RuntimeError(f"adaptive_fp8 does not import ({e}); fix: install the wheel (te_env.sh does on "
+                           "the device)") from e
+    return of_the_worker(tokens)
+
+
+def layout_glob(row: str) -> tuple[str, str, str]:
+    """The row's model, TP and EP (`1` where the row names none)."""
+    model, sep, rest = row.partition("_tp")
+    tp, _, ep = rest.partition("_ep")
+    if not sep or not tp.isdigit() or (ep and not ep.isdigit()):
+        raise ValueError(f"row {row!r}: not <model>_tp<T>[_ep<E>]; fix: name a row of regen_shipped.sh's ROWS")
+    return model, tp, ep or "1"
+
+
+def stale(row: str, fp8sel: str, reports: str, work: str) -> str | None:
+    """Why `row` must be made again, or None where its committed reports stand."""
+    model, tp, ep = layout_glob(row)
+    checks = sorted(glob.glob(os.path.join(reports, f"{model}_tp{tp}_ep{ep}_etp*_check_step.json")))
+    if not checks:
+        return f"{row}: no check report under {reports}"
+    for c in checks:
+        with open(c) as f:
+            if json.load(f)["failed"]:
+                return f"{row}: its check lost counts (failed rows in {c})"
+    inputs = checks[0].replace("_check_step.json", "_inputs_step.json")
+    with open(inputs) as f:
+        doc = json.load(f)
+    want = set(default_calibration(sorted({m["tokens"] for m in doc["modules"]})))
+    for ex in sorted({r["execution"] for r in doc["step_times"]}):
+        failed = {x["tokens"] for x in doc["failed"] if x["execution"] == ex}
+        timed = {r["tokens"] for r in doc["step_times"] if r["execution"] == ex and r["mode"] == "bf16"}
+        if not want <= timed | failed:
+            return f"{row}: {ex} not calibrated at every count of today's default {sorted(want)} (timed at {sorted(timed)})"
+    recheck = checks[0].replace("_check_", "_recheck_")
+    argv = [fp8sel, "merge-policy", "--step-model", inputs, "--step-check", checks[0]]
+    if os.path.exists(recheck):
+        argv += ["--step-check", recheck]
+    out = os.path.join(work, f"{row}.refit.json")
+    done = subprocess.run([*argv, "--output", out], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"{row}: today's fp8sel cannot refit it: {done.stderr.strip()[-300:]}"
+    with open(out) as f:
+        layouts = json.load(f)["provenance"]["step"]["model"]
+    if any(lm.get("not_the_policy") for lm in layouts):
+        return f"{row}: its check timed plans that are not its policy's"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("row")
+    ap.add_argument("--fp8sel", default=os.environ.get("FP8SEL", "fp8sel"))
+    ap.add_argument("--reports", default="reports/h200/step_model", help="where the committed step reports are")
+    ap.add_argument("--work", default=None, help="where the refitted policy goes (default: a temporary folder)")
+    a = ap.parse_args(argv)
+    try:
+        why = stale(a.row, a.fp8sel, a.reports, a.work or tempfile.mkdtemp(prefix="regen_queue_"))
+    except (ValueError, RuntimeError) as e:
+        print(f"regen_queue: {e}", file=sys.stderr)
+        return 2
+    if why:
+        print(why, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
