@@ -2,16 +2,18 @@
 queue: a row is made again unless its reports are today's tool's output. Exit 0 (done: the
 row is skipped) or 1 (stale: the reason on stderr), 2 on bad use.
 
-A row (`<model>_tp<T>[_ep<E>]`, a vision encoder's `<model>_vit_tp<T>`) is stale when
+A row (`<model>_tp<T>[_ep<E>]`, a vision encoder's `<model>_vit_tp<T>`; `<recipe>/<row>` for a
+recipe besides blockwise, whose reports are in `reports/h200/<recipe>/step_model`, as
+`fp8_pipeline::shipped::step_model_dir` reads them) is stale when
 - it has no check report in --reports, or its check lost counts (`failed`: out of memory, a
-  failed capture);
+  failed capture), or its inputs were measured in another recipe;
 - its inputs were not calibrated at every count of today's default (`step_inputs`'
   `default_calibration` of the swept counts, per execution timed; counts that failed in the
   inputs are excepted, since the worker does not ask for them again);
 - today's fp8sel, refitting it (`merge-policy --step-model ... --step-check ...`), finds checked
   plans that are not its policy's (provenance `step.model[].not_the_policy`), or cannot refit it.
 
-    python3 scripts/device/regen_queue.py ROW --fp8sel FP8SEL [--reports DIR] [--work DIR]
+    python3 scripts/device/regen_queue.py [RECIPE/]ROW --fp8sel FP8SEL [--reports DIR] [--work DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ def default_calibration(tokens: list[int]) -> list[int]:
     return of_the_worker(tokens)
 
 
+def recipe_of(row: str) -> tuple[str, str]:
+    """The row's recipe (blockwise unless it names one) and the row without it."""
+    recipe, _, rest = row.rpartition("/")
+    return recipe or "blockwise", rest
+
+
+def reports_of(recipe: str) -> str:
+    """Where the committed step reports of `recipe`'s shipped policies are."""
+    return "reports/h200/step_model" if recipe == "blockwise" else f"reports/h200/{recipe}/step_model"
+
+
 def layout_glob(row: str) -> tuple[str, str, str]:
     """The row's model, TP and EP (`1` where the row names none)."""
     model, sep, rest = row.partition("_tp")
@@ -45,9 +58,12 @@ def layout_glob(row: str) -> tuple[str, str, str]:
     return model, tp, ep or "1"
 
 
-def stale(row: str, fp8sel: str, reports: str, work: str) -> str | None:
-    """Why `row` must be made again, or None where its committed reports stand."""
-    model, tp, ep = layout_glob(row)
+def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
+    """Why `row` must be made again, or None where its committed reports stand (`reports`: where
+    they are, default its recipe's folder)."""
+    recipe, layout = recipe_of(row)
+    reports = reports or reports_of(recipe)
+    model, tp, ep = layout_glob(layout)
     checks = sorted(glob.glob(os.path.join(reports, f"{model}_tp{tp}_ep{ep}_etp*_check_step.json")))
     if not checks:
         return f"{row}: no check report under {reports}"
@@ -58,6 +74,8 @@ def stale(row: str, fp8sel: str, reports: str, work: str) -> str | None:
     inputs = checks[0].replace("_check_step.json", "_inputs_step.json")
     with open(inputs) as f:
         doc = json.load(f)
+    if doc["fp8_recipe"] != recipe:
+        return f"{row}: its inputs were measured in {doc['fp8_recipe']} ({inputs})"
     want = set(default_calibration(sorted({m["tokens"] for m in doc["modules"]})))
     for ex in sorted({r["execution"] for r in doc["step_times"]}):
         failed = {x["tokens"] for x in doc["failed"] if x["execution"] == ex}
@@ -68,7 +86,7 @@ def stale(row: str, fp8sel: str, reports: str, work: str) -> str | None:
     argv = [fp8sel, "merge-policy", "--step-model", inputs, "--step-check", checks[0]]
     if os.path.exists(recheck):
         argv += ["--step-check", recheck]
-    out = os.path.join(work, f"{row}.refit.json")
+    out = os.path.join(work, f"{row.replace('/', '_')}.refit.json")
     done = subprocess.run([*argv, "--output", out], capture_output=True, text=True)
     if done.returncode != 0:
         return f"{row}: today's fp8sel cannot refit it: {done.stderr.strip()[-300:]}"
@@ -83,7 +101,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("row")
     ap.add_argument("--fp8sel", default=os.environ.get("FP8SEL", "fp8sel"))
-    ap.add_argument("--reports", default="reports/h200/step_model", help="where the committed step reports are")
+    ap.add_argument("--reports", default=None, help="where the committed step reports are (default: the row's recipe's folder)")
     ap.add_argument("--work", default=None, help="where the refitted policy goes (default: a temporary folder)")
     a = ap.parse_args(argv)
     try:

@@ -2,9 +2,9 @@
 # Issue 46's last step on the H200: the shipped models' policies (language models, and Qwen3-VL's vision encoder) made again by
 # the plain `fp8sel gen-policy` (on a GPU with TE: the step model, 2 layers, 1024-16384 tokens,
 # both executions), one layout per row, at every layout the shipped files cover. The sweep is
-# longer than one session's device time (about 15 layouts of 130-200 s), so it is a queue over
+# longer than one session's device time (17 blockwise layouts of 25-480 s, then 16 of the other recipes), so it is a queue over
 # sessions: a row whose reports are committed under docs/device-logs/regen_shipped/<row>/ is
-# skipped unless its check lost counts or timed plans not its policy's; each call runs the rows that fit what is left of it
+# skipped unless stale (scripts/device/regen_queue.py says why); each call runs the rows that fit what is left of it
 # (BUDGET seconds, default 560) and brings back what it made ($OUT/regen_shipped.tar.gz). After the TE install
 # (../shared/tools/te-device), carrying devcarry/ and .te/mc:
 #   bash scripts/device/regen_shipped.sh            # the next rows, in the order below (a row is
@@ -13,17 +13,21 @@
 #   bash scripts/device/regen_shipped.sh judge M... # the shipped policies/M.json (once made by
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
-#       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/)
+#       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/);
+#       RECIPE=tensorwise|delayed: policies/<recipe>/M.json, judged in that recipe
 #   bash scripts/device/regen_shipped.sh judge-vit [TP...]  # the shipped Qwen3-VL vision encoder
 #       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds (the
 #       file a row made on this machine where there is one)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml; a VLM's row (Qwen3-VL) makes its
 # language model and then its vision encoder at that TP, both by the step model. A row
 # <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
-# no EP, so one row per TP). Commit each row's logs under
-# docs/device-logs/regen_shipped/<row>/ and its reports (reports/*_{inputs,check,recheck}_step.json)
-# under reports/h200/step_model/: `cargo xtask gen-policy --check` (fp8_pipeline::shipped) then
-# makes a model's shipped file from them, in place of the fold, once they cover every key it has.
+# no EP, so one row per TP). A row <recipe>/<row> (tensorwise, delayed: the recipes whose files ship
+# in policies/<recipe>/) makes that layout with `gen-policy --recipe <recipe>`. Commit each row's
+# logs under docs/device-logs/regen_shipped/<row>/ and its reports (every
+# *_{inputs,check,recheck}_step.json under the row's folder) under reports/h200/step_model/, a
+# recipe's under reports/h200/<recipe>/step_model/: `cargo xtask gen-policy --check`
+# (fp8_pipeline::shipped) then makes a model's shipped file from them, in place of the fold, once
+# they cover every key it has.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/regen
@@ -37,6 +41,11 @@ ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72
   deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4
   qwen3_vl_235b_a22b_vit_tp1 qwen3_vl_235b_a22b_vit_tp2 qwen3_vl_235b_a22b_vit_tp4)
+# The recipes besides blockwise that ship files (policies/<recipe>/, fp8_pipeline::shipped's
+# RECIPE_DIRS), at the layouts those files cover.
+for recipe in tensorwise delayed; do
+  ROWS+=("$recipe"/qwen2_5_72b_tp{1,2,4,8} "$recipe"/deepseek_v3_tp{8_ep64,4_ep32,2_ep16,1_ep8})
+done
 if [ "${1:-}" = judge-vit ]; then
   # The shipped vision encoder (policies/qwen3_vl_235b_a22b.vit.json) in the TE blocks' step of its
   # own layers (the Megatron judge builds the language model only) at counts no policy was made
@@ -68,14 +77,16 @@ if [ "${1:-}" = judge ]; then
   for m in "$@"; do
     for ex in eager:3072,7168 graphed:6144; do
       [ "$(left)" -lt 150 ] && { echo "judge $m ${ex%%:*}: next call ($(left) s left)"; continue; }
-      tag=${m}_${ex%%:*}
+      # RECIPE=<recipe>: that recipe's shipped file (policies/<recipe>/M.json), in that recipe.
+      recipe=${RECIPE:-blockwise} pol=policies/$m.json tag=${m}_${ex%%:*}
+      [ "$recipe" != blockwise ] && pol=policies/$recipe/$m.json tag=${recipe}_$tag
       t1=$(date +%s)
       # One model per mode stays alive for the interleaved rounds: a 72B-class layer takes ~30 GB
       # with its optimizer state, so those run one layer.
       layers=2
       case $m in qwen2_5_72b) layers=1 ;; esac
       timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "fixtures/models/$m.yaml" \
-        --tp 1 --policy "policies/$m.json" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers "$layers" --repeats 21 \
+        --tp 1 --recipe "$recipe" --policy "$pol" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers "$layers" --repeats 21 \
         --json "$W/judge/$tag.json" --md "$W/judge/$tag.md" > "$W/judge/$tag.log" 2>&1
       echo "judge $tag rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/judge/steps.txt"
       tar -C /tmp -czf "$OUT/regen_judge.tar.gz" regen/judge
@@ -99,8 +110,11 @@ done_row() {
 for row in "${ROWS[@]}"; do
   # Rows named on the command line run again; the queue skips rows done.
   [ $named = 0 ] && done_row "$row" && continue
-  model=${row%%_tp*}
-  rest=${row#"$model"_tp}
+  # A recipe's row (<recipe>/<row>): the same layout, `gen-policy --recipe <recipe>`.
+  recipe=blockwise layout=$row
+  case $row in */*) recipe=${row%%/*} layout=${row#*/} ;; esac
+  model=${layout%%_tp*}
+  rest=${layout#"$model"_tp}
   tp=${rest%%_ep*}
   ep=1
   [ "$rest" != "$tp" ] && ep=${rest#*_ep}
@@ -112,9 +126,9 @@ for row in "${ROWS[@]}"; do
   # that does not fit what is left waits for the next call, and may use all of what is left.
   need=300
   case $model in llama*|qwen2_5*) need=240 ;; esac
-  [ "$row" = deepseek_v3_tp1_ep8 ] && need=480
-  [ "$row" = deepseek_v3_tp2_ep16 ] && need=380  # 293 s, then cut at 313 s in its check
-  case $row in
+  [ "$layout" = deepseek_v3_tp1_ep8 ] && need=480
+  [ "$layout" = deepseek_v3_tp2_ep16 ] && need=380  # 293 s, then cut at 313 s in its check
+  case $layout in
     *_vit_tp*) need=60 ;;  # 24-30 s on the H200 (a 2-layer ViT step, small)
     qwen3_vl*) need=380 ;;  # 167-258 s with the vision encoder per module; now its step model too
   esac
@@ -122,7 +136,7 @@ for row in "${ROWS[@]}"; do
   mkdir -p "$W/$row"
   t1=$(date +%s)
   timeout $(( $(left) - 5 )) "$FP8SEL" gen-policy --model "fixtures/models/$model.yaml" --tp "$tp" "${part[@]}" \
-    --out "$W/$row" > "$W/$row/gen.log" 2>&1
+    --recipe "$recipe" --out "$W/$row" > "$W/$row/gen.log" 2>&1
   echo "$row rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/steps.txt"
   grep -E "modelled|disagree|Error|error:" "$W/$row/gen.log" | cut -c1-200 | head -4
   tar -C /tmp --exclude='*.svg' -czf "$OUT/regen_shipped.tar.gz" regen

@@ -43,8 +43,16 @@ fn no_shipped_step_model_policy_runs_a_group_fp8_where_it_is_slower_alone_in_bot
             .reports
             .iter()
             .filter(|r| r.ends_with("_inputs_step.json"));
+        // The recipe it was made in (`tensorwise`, `blockwise fp8_format=e4m3`: the first word).
+        let recipe: fp8_policy::Recipe = prov
+            .recipe
+            .first()
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("blockwise")
+            .parse()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for report in inputs {
-            let doc = read_step_inputs(&committed(&root, &path, report))
+            let doc = read_step_inputs(&committed(&root, &path, recipe, report))
                 .unwrap_or_else(|e| panic!("{e}"));
             let counts: std::collections::BTreeSet<u64> =
                 doc.modules.iter().map(|m| m.tokens).collect();
@@ -87,20 +95,27 @@ fn no_shipped_step_model_policy_runs_a_group_fp8_where_it_is_slower_alone_in_bot
     );
 }
 
-/// The shipped policies and the H200 runs' step-model policies.
+/// The shipped policies (every recipe's) and the H200 runs' step-model policies.
 fn policy_files(root: &Path) -> Vec<PathBuf> {
     let mut dirs = vec![
-        root.join("policies"),
         root.join("docs/device-logs/step_model/cost/policies"),
         root.join("docs/device-logs/step_model/cost/again/policies"),
     ];
+    let recipes = fp8_pipeline::shipped::RECIPE_DIRS;
+    let shipped = root.join("policies");
+    dirs.extend(recipes.iter().map(|r| shipped.join(r)));
+    dirs.push(shipped);
     let rows = root.join("docs/device-logs/regen_shipped");
-    // A row: a folder with its gen-policy log (not the judge's).
-    dirs.extend(
-        entries(&rows)
-            .into_iter()
-            .filter(|p| p.join("gen.log").is_file()),
-    );
+    // A row: a folder with its gen-policy log (not the judge's); another recipe's rows are in
+    // its own folder (`<recipe>/<row>/`), and write their policy under `<recipe>/` there.
+    let mut row_dirs: Vec<PathBuf> = entries(&rows);
+    for r in recipes {
+        row_dirs.extend(entries_if_any(&rows.join(r)));
+    }
+    for row in row_dirs.into_iter().filter(|p| p.join("gen.log").is_file()) {
+        dirs.extend(recipes.iter().map(|r| row.join(r)).filter(|d| d.is_dir()));
+        dirs.push(row);
+    }
     let mut out: Vec<PathBuf> = dirs
         .iter()
         .flat_map(|d| entries(d))
@@ -108,6 +123,15 @@ fn policy_files(root: &Path) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// `dir`'s entries, none where there is no such folder.
+fn entries_if_any(dir: &Path) -> Vec<PathBuf> {
+    if dir.is_dir() {
+        entries(dir)
+    } else {
+        Vec::new()
+    }
 }
 
 fn entries(dir: &Path) -> Vec<PathBuf> {
@@ -120,13 +144,16 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// A report a policy names, where the repository keeps it: the named path, else by its file name
-/// in `reports/h200/step_model/` (a shipped row's) or beside the policy (`../reports/step/`).
-fn committed(root: &Path, policy: &Path, report: &str) -> PathBuf {
+/// among the shipped step-model reports of its recipe (`reports/h200/step_model/`, another
+/// recipe's `reports/h200/<recipe>/step_model/`: a shipped row's) or beside the policy
+/// (`../reports/step/`).
+fn committed(root: &Path, policy: &Path, recipe: fp8_policy::Recipe, report: &str) -> PathBuf {
     let name = Path::new(report).file_name().unwrap_or_default();
     let dir = policy.parent().unwrap_or(root);
     [
         root.join(report),
-        root.join("reports/h200/step_model").join(name),
+        root.join(fp8_pipeline::shipped::step_model_dir(recipe))
+            .join(name),
         dir.join("../reports/step").join(name),
     ]
     .into_iter()

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use fp8_merge::MergeOptions;
+use fp8_policy::Recipe;
 
 use crate::build::Files;
 use crate::progress::Progress;
@@ -17,6 +18,16 @@ pub const STEP_MODEL_DIR: &str = "reports/h200/step_model";
 /// The recipes besides blockwise with measured H200 reports in `reports/h200/<recipe>/`;
 /// their policies go to `policies/<recipe>/`.
 pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
+
+/// Where the step model's committed measurements of the shipped models in `recipe` live:
+/// [`STEP_MODEL_DIR`] for blockwise (the defaults'), `reports/h200/<recipe>/step_model` for the
+/// others (`fp8sel gen-policy --recipe <recipe>`'s reports, as `regen_shipped.sh` brings them back).
+pub fn step_model_dir(recipe: Recipe) -> PathBuf {
+    match recipe {
+        Recipe::Blockwise => PathBuf::from(STEP_MODEL_DIR),
+        r => Path::new("reports/h200").join(r.name()).join("step_model"),
+    }
+}
 
 /// The host profile measured on the H200 by `python -m adaptive_fp8.bench.probe_host` (TE 2.20.2,
 /// blockwise): what the default policies' eager thresholds model an eager trainer's host with
@@ -54,23 +65,20 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
         &te_policies(&models, &h200.join("te"))?,
         &crate::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
     )?;
-    step_model_files(
-        root,
-        Path::new(STEP_MODEL_DIR),
-        &models,
-        &mut files,
-        progress,
-    )?;
+    step_model_files(root, Recipe::Blockwise, &models, &mut files, progress)?;
     for recipe in RECIPE_DIRS {
         let dir = h200.join(recipe);
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
+        let r: Recipe = recipe.parse().map_err(|e| format!("{recipe}: {e}"))?;
+        let names = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
         };
-        let names: Vec<String> = rd
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        // Only the models this recipe has reports for.
+        let names = [names(&dir), names(&root.join(step_model_dir(r)))].concat();
+        // Only the models this recipe has reports for (per module or of the step model).
         let mine: Vec<_> = models
             .iter()
             .filter(|m| {
@@ -82,17 +90,23 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
             })
             .cloned()
             .collect();
+        if mine.is_empty() {
+            continue;
+        }
         // One file for both executions, as the blockwise defaults: GPU time graphed, the same
         // times with the host profile eager (measured with blockwise: the launches and casts of
         // a module step; the provenance names it), and this recipe's step results
         // (`<recipe>/step/`) first where they measured a key.
         let step_label = Path::new("reports/h200").join(recipe).join("step");
-        let folded = crate::fold::fold_files(
+        let mut folded = crate::fold::fold_files(
             &crate::build::build_all(&mine, &dir, &graphed, progress)?,
             &crate::build::build_all(&mine, &dir, &eager, progress)?,
             &Files::new(),
             &crate::step::step_policies(&dir.join("step"), &step_label)?,
         )?;
+        // As the defaults: the step model's file of this recipe in place of the fold once its
+        // reports cover every key the fold has.
+        step_model_files(root, r, &mine, &mut folded, progress)?;
         for (rel, bytes) in folded {
             files.insert(Path::new(recipe).join(rel), bytes);
         }
@@ -171,18 +185,20 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
     (inputs, checks)
 }
 
-/// Puts the step model's policy of each model whose layouts it measured (in `dir`) in place of
-/// the folded one (a VLM: its language model's `<model>.llm.json` from `<model>_tp...` reports,
-/// its vision encoder's `<model>.vit.json` from `<model>_vit_tp...` ones), with its summary and
-/// pictures, once it covers every key the folded file has a rule for; until then the folded file
-/// stays, and a note says what is missing.
+/// Puts the step model's policy of each model whose layouts it measured in `recipe` (in
+/// [`step_model_dir`]) in place of the folded one (a VLM: its language model's
+/// `<model>.llm.json` from `<model>_tp...` reports, its vision encoder's `<model>.vit.json` from
+/// `<model>_vit_tp...` ones), with its summary and pictures, once it covers every key the folded
+/// file has a rule for; until then the folded file stays, and a note says what is missing. A
+/// report measured in another recipe is an error: that folder's file ships as `recipe`'s.
 pub fn step_model_files(
     root: &Path,
-    dir: &Path,
+    recipe: Recipe,
     models: &[PathBuf],
     files: &mut Files,
     progress: &dyn Progress,
 ) -> Result<(), String> {
+    let dir = &step_model_dir(recipe);
     for config in models {
         let model = fp8_engine::load_model(config).map_err(|e| e.to_string())?;
         let vlm = model.components.len() > 1;
@@ -192,7 +208,7 @@ pub fn step_model_files(
                 file: PathBuf::from(file),
                 title,
             };
-            step_model_part(root, dir, &model.name, &part, files, progress)
+            step_model_part(root, (dir, recipe), &model.name, &part, files, progress)
         };
         let llm_file = if vlm {
             format!("{}.llm.json", model.name)
@@ -244,7 +260,7 @@ struct Part {
 /// summary; `None` where it has no reports or does not cover the folded file (said).
 fn step_model_part(
     root: &Path,
-    dir: &Path,
+    (dir, recipe): (&Path, Recipe),
     model: &str,
     part: &Part,
     files: &mut Files,
@@ -255,6 +271,15 @@ fn step_model_part(
         return Ok(None);
     }
     let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root), &[])?;
+    if let Some((r, lm)) = layouts.iter().find(|(r, _)| *r != recipe) {
+        return Err(format!(
+            "{}: measured in {r}, in {}, whose reports make the shipped {recipe} policy; fix: \
+             move it to {}",
+            lm.file.display(),
+            dir.display(),
+            step_model_dir(*r).display()
+        ));
+    }
     let policy = crate::step::saved::saved_policy(&layouts, &[])?;
     let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
         .rule_keys()

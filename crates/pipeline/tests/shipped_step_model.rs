@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use fp8_pipeline::build::Files;
 use fp8_pipeline::shipped::{STEP_MODEL_DIR, step_model_files};
+use fp8_policy::Recipe;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -50,14 +51,7 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
     let name = PathBuf::from("llama3_2_1b.json");
     let notes = Notes::default();
     let run = |files: &mut Files| {
-        step_model_files(
-            root.path(),
-            Path::new(STEP_MODEL_DIR),
-            &models,
-            files,
-            &notes,
-        )
-        .unwrap()
+        step_model_files(root.path(), Recipe::Blockwise, &models, files, &notes).unwrap()
     };
 
     // The shipped file has TP 1 and TP 2 rules; the reports measured TP 1: the fold stays.
@@ -154,7 +148,7 @@ fn a_vlms_vision_encoder_from_the_step_model_replaces_its_fold_beside_its_langua
         let mut files = folded();
         step_model_files(
             root.path(),
-            Path::new(STEP_MODEL_DIR),
+            Recipe::Blockwise,
             &models,
             &mut files,
             &Notes::default(),
@@ -232,6 +226,78 @@ fn a_vision_encoders_inputs_are_not_merged_with_the_language_models() {
     let e = fp8_pipeline::step::saved::saved_policy(&both, &[]).unwrap_err();
     assert!(
         e.contains("2 components (llm, vit)") && e.contains("fix:"),
+        "{e}"
+    );
+}
+
+/// A root whose `recipe` step-model folder holds Qwen2.5-72B's H200 reports at every TP,
+/// measured in blockwise and, with `relabel`, relabelled as measured in tensorwise.
+fn recipe_root(recipe: Recipe, relabel: bool) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root
+        .path()
+        .join(fp8_pipeline::shipped::step_model_dir(recipe));
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(repo().join(STEP_MODEL_DIR)).unwrap() {
+        let p = e.unwrap().path();
+        let n = p.file_name().unwrap().to_string_lossy().into_owned();
+        if n.starts_with("qwen2_5_72b_tp") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let text = if relabel {
+                let t = text
+                    .replacen(
+                        "\"fp8_recipe\": \"blockwise\"",
+                        "\"fp8_recipe\": \"tensorwise\"",
+                        1,
+                    )
+                    .replacen(
+                        "\"recipe\": \"Float8BlockScaling\"",
+                        "\"recipe\": \"Float8CurrentScaling\"",
+                        1,
+                    );
+                assert_ne!(t, text, "{n}: its recipe fields are as the test expects");
+                t
+            } else {
+                text
+            };
+            std::fs::write(dir.join(&n), text).unwrap();
+        }
+    }
+    root
+}
+
+#[test]
+fn a_recipes_shipped_file_is_its_step_model_once_its_reports_cover_the_fold() {
+    let models = [repo().join("fixtures/models/qwen2_5_72b.yaml")];
+    let name = PathBuf::from("qwen2_5_72b.json");
+    let fold = std::fs::read(repo().join("policies/tensorwise/qwen2_5_72b.json")).unwrap();
+    let run = |root: &tempfile::TempDir, recipe: Recipe| {
+        let mut files: Files = [(name.clone(), fold.clone())].into();
+        step_model_files(root.path(), recipe, &models, &mut files, &Notes::default())
+            .map(|()| files)
+    };
+    // No tensorwise step-model reports: the fold stays.
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(run(&empty, Recipe::Tensorwise).unwrap()[&name], fold);
+    // Reports measured in tensorwise, every TP: the step model's file, of that recipe, from
+    // that recipe's folder.
+    let files = run(&recipe_root(Recipe::Tensorwise, true), Recipe::Tensorwise).unwrap();
+    let text = String::from_utf8(files[&name].clone()).unwrap();
+    assert_ne!(files[&name], fold);
+    assert!(
+        text.contains(
+            "reports/h200/tensorwise/step_model/qwen2_5_72b_tp8_ep1_etp8_inputs_step.json"
+        ),
+        "{text}"
+    );
+    let p = fp8_policy::Policy::from_json_str(&text, "p.json").unwrap();
+    assert_eq!(p.provenance().unwrap().recipe, ["tensorwise"]);
+    assert!(files.contains_key(Path::new("plots/qwen2_5_72b/step-tp8-eager.svg")));
+    // Blockwise measurements in the tensorwise folder would ship as tensorwise's: refused.
+    let e = run(&recipe_root(Recipe::Tensorwise, false), Recipe::Tensorwise).unwrap_err();
+    assert!(
+        e.contains("measured in blockwise")
+            && e.contains("fix: move it to reports/h200/step_model"),
         "{e}"
     );
 }

@@ -68,3 +68,14 @@ def test_a_check_that_lost_counts_or_is_missing_makes_the_row_again(root, tmp_pa
 def test_a_row_that_is_not_a_layout_is_refused(root, tmp_path, fp8sel):
     o = _queue(root, fp8sel, _copy(root, tmp_path), row="llama3_2_1b")
     assert o.returncode == 2 and "fix:" in o.stderr, o.stderr
+
+
+def test_a_recipes_row_reads_its_recipes_folder_and_wants_inputs_measured_in_it(root, tmp_path, fp8sel):
+    # By default a tensorwise row reads reports/h200/tensorwise/step_model (here: none there).
+    script = root / "scripts" / "device" / "regen_queue.py"
+    o = subprocess.run([sys.executable, str(script), f"tensorwise/{ROW}", "--fp8sel", str(fp8sel)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert o.returncode == 1 and "reports/h200/tensorwise/step_model" in o.stderr, o.stderr
+    # Blockwise measurements are not the tensorwise row's.
+    o = _queue(root, fp8sel, _copy(root, tmp_path), row=f"tensorwise/{ROW}")
+    assert o.returncode == 1 and "measured in blockwise" in o.stderr, o.stderr
