@@ -273,7 +273,7 @@ fn step_model_part(
     let layouts = crate::step::saved::layout_models(&inputs, &checks, Some(root), &[])?;
     if let Some((r, lm)) = layouts.iter().find(|(r, _)| *r != recipe) {
         return Err(format!(
-            "{}: measured in {r}, in {}, whose reports make the shipped {recipe} policy; fix: \
+            "{}: field `fp8_recipe`: measured in {r}, in {}, whose reports make the shipped {recipe} policy; fix: \
              move it to {}",
             lm.file.display(),
             dir.display(),
