@@ -10,6 +10,7 @@ import pytest
 
 import adaptive_fp8 as af8
 from adaptive_fp8.bench import step_inputs as si
+from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, group_keys
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
@@ -111,8 +112,13 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     args = si.parser().parse_args([*base, "--json", str(tmp_path / "in.json")])
     args.calibrate, args.tp_comm, args.component = si.default_calibration(args.tokens), False, "llm"
     torch.manual_seed(0)
-    doc = si.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+    said = []
+    doc = si.run(args, log=lambda *a, **k: said.append(" ".join(map(str, a))), te=fake_te, device="cpu")
     assert set(doc) == DOC_FIELDS and doc["complete"]
+    # Each count's line says where its time went (no allocator on the CPU).
+    counts = [x for x in said if "tokens 128 graphed:" in x]
+    assert len(counts) == 1 and all(f"{p} " in counts[0] for p in ("build", "warm-up", "rounds", "profile")), said
+    assert "allocator" not in counts[0]
     _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
     groups = [g["group"] for g in doc["groups"]]
     assert {"qkv", "proj", "experts.fc1", "experts.fc2"} <= set(groups)
@@ -403,3 +409,31 @@ def test_a_count_that_ran_out_of_memory_is_collected_and_timed_once_more():
     with pytest.raises(si.StepBenchError):
         si._count(Bench(), {"step_times": [], "failed": []}, "eager", 64, log, timing([si.StepBenchError("plans: bad")]))
     assert si.is_oom("OutOfMemoryError: CUDA out of memory.") and not si.is_oom("RuntimeError: capture failed")
+
+
+def test_a_counts_phases_add_up_and_name_the_allocators_retries_on_a_gpu():
+    class Stats:
+        retries = 3
+
+        def memory_stats(self):
+            return {"num_alloc_retries": self.retries}
+
+    class Torch:
+        cuda = Stats()
+
+    class Bench:
+        device, torch = "cuda", Torch()
+
+    clock = Phases(Bench())
+    for _ in range(2):
+        with clock("build"):
+            pass
+    with clock("rounds"):
+        Torch.cuda.retries = 7  # the allocator freed its cache and retried 4 times meanwhile
+    line = str(clock)
+    assert line.startswith("build ") and ", rounds " in line and line.endswith("allocator retries 4"), line
+    # A phase that raises is still counted; on the CPU there is no allocator to ask.
+    cpu = Phases(type("B", (), {"device": "cpu", "torch": None})())
+    with pytest.raises(ZeroDivisionError), cpu("warm-up"):
+        1 / 0
+    assert str(cpu).startswith("warm-up ") and "allocator" not in str(cpu)

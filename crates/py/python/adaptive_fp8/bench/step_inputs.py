@@ -45,6 +45,7 @@ import sys
 
 from adaptive_fp8._common import emit
 from adaptive_fp8.bench import collector
+from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
@@ -316,18 +317,21 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     of a mode before it (all-BF16 or all-FP8) is that same step: built and timed once, its rows
     the same rounds."""
     built, warm = [], []
+    clock = Phases(bench)
     for name, on in modes:
         twin = next((b for b in built if set(b[1]) == set(on)), None)
         if twin is not None:
             built.append((name, on, twin[2], twin[3]))
             continue
         fp8 = {g: g in on for g in groups}
-        step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
-        warm.append(bench.check(step, name))
+        with clock("build"):
+            step = bench.step_fn(spec, bench.build(spec, kinds, fp8), execution)
+        with clock("warm-up"):
+            warm.append(bench.check(step, name))
         built.append((name, on, step, []))
     n = round_steps(min(warm), args.steps)
     timed = list({id(b[3]): b for b in built}.values())
-    with bench.collector.rounds(f"{execution} at {tokens}", notes):
+    with clock("rounds"), bench.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(args.rounds):
             for _name, _on, step, walls in timed:
                 walls.append(bench.time_ms(step, n))
@@ -335,15 +339,18 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     for name, on, step, walls in built:
         row = {"execution": execution, "tokens": tokens, "mode": name, "fp8_groups": on, "wall_ms": list(walls), "steps": n, "host_ms": None, "gpu_ms": None}
         if host_of is not None:
-            gpu = sleeper.kernels(step, 2)
-            step.losses.clear()
-            if gpu < 0.5 * _med(walls) and execution == "graphed":
-                notes.append(f"{execution} {name} at {tokens}: the profiler saw {gpu:.3f} of {_med(walls):.3f} ms of kernels (graph kernels not traced); GPU time is the wall time")
-                gpu = _med(walls)
-            row.update(gpu_ms=gpu, host_ms=host_of(execution, name, {g: g in on for g in groups}))
+            with clock("profile"):
+                gpu = sleeper.kernels(step, 2)
+                step.losses.clear()
+                if gpu < 0.5 * _med(walls) and execution == "graphed":
+                    notes.append(f"{execution} {name} at {tokens}: the profiler saw {gpu:.3f} of {_med(walls):.3f} ms of kernels (graph kernels not traced); GPU time is the wall time")
+                    gpu = _med(walls)
+                row.update(gpu_ms=gpu, host_ms=host_of(execution, name, {g: g in on for g in groups}))
         out.append(row)
-    log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out), file=sys.stderr)
+    log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out)
+        + f"; {clock}", file=sys.stderr)
     return out
+
 
 
 #: A timed round of whole steps lasts at least this long (ms), as timeit's autorange: longer steps
