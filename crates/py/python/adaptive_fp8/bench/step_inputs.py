@@ -352,7 +352,6 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     return out
 
 
-
 #: A timed round of whole steps lasts at least this long (ms), as timeit's autorange: longer steps
 #: get fewer back-to-back steps a round (at least MIN_ROUND_STEPS, at most `--steps`).
 ROUND_MS = 200.0
