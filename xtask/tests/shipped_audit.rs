@@ -103,17 +103,22 @@ fn policy_files(root: &Path) -> Vec<PathBuf> {
     ];
     let recipes = fp8_pipeline::shipped::RECIPE_DIRS;
     let shipped = root.join("policies");
-    dirs.extend(recipes.iter().map(|r| shipped.join(r)));
+    dirs.extend(recipes.iter().map(|r| shipped.join(r.name())));
     dirs.push(shipped);
     let rows = root.join("docs/device-logs/regen_shipped");
     // A row: a folder with its gen-policy log (not the judge's); another recipe's rows are in
     // its own folder (`<recipe>/<row>/`), and write their policy under `<recipe>/` there.
     let mut row_dirs: Vec<PathBuf> = entries(&rows);
     for r in recipes {
-        row_dirs.extend(entries_if_any(&rows.join(r)));
+        row_dirs.extend(entries_if_any(&rows.join(r.name())));
     }
     for row in row_dirs.into_iter().filter(|p| p.join("gen.log").is_file()) {
-        dirs.extend(recipes.iter().map(|r| row.join(r)).filter(|d| d.is_dir()));
+        dirs.extend(
+            recipes
+                .iter()
+                .map(|r| row.join(r.name()))
+                .filter(|d| d.is_dir()),
+        );
         dirs.push(row);
     }
     let mut out: Vec<PathBuf> = dirs

@@ -17,7 +17,7 @@ pub const STEP_MODEL_DIR: &str = "reports/h200/step_model";
 
 /// The recipes besides blockwise with measured H200 reports in `reports/h200/<recipe>/`;
 /// their policies go to `policies/<recipe>/`.
-pub const RECIPE_DIRS: [&str; 2] = ["tensorwise", "delayed"];
+pub const RECIPE_DIRS: [Recipe; 2] = [Recipe::Tensorwise, Recipe::Delayed];
 
 /// Where the step model's committed measurements of the shipped models in `recipe` live:
 /// [`STEP_MODEL_DIR`] for blockwise (the defaults'), `reports/h200/<recipe>/step_model` for the
@@ -66,9 +66,9 @@ pub fn shipped_policies(root: &Path, progress: &dyn Progress) -> Result<Files, S
         &crate::step::step_policies(&h200.join("step"), Path::new("reports/h200/step"))?,
     )?;
     step_model_files(root, Recipe::Blockwise, &models, &mut files, progress)?;
-    for recipe in RECIPE_DIRS {
+    for r in RECIPE_DIRS {
+        let recipe = r.name();
         let dir = h200.join(recipe);
-        let r: Recipe = recipe.parse().map_err(|e| format!("{recipe}: {e}"))?;
         let names = |d: &Path| -> Vec<String> {
             std::fs::read_dir(d)
                 .into_iter()
