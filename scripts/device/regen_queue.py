@@ -14,6 +14,12 @@ recipe besides blockwise, whose reports are in `reports/h200/<recipe>/step_model
   plans that are not its policy's (provenance `step.model[].not_the_policy`), or cannot refit it.
 
     python3 scripts/device/regen_queue.py [RECIPE/]ROW --fp8sel FP8SEL [--reports DIR] [--work DIR]
+
+With `--need`, it prints instead the seconds a call should have left before it starts the row:
+the row's last finished time in the committed `steps.txt` (a recipe row without one: its
+blockwise layout's; the step's cost barely depends on the recipe), with a margin (`need`).
+
+    python3 scripts/device/regen_queue.py [RECIPE/]ROW --need [--steps FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -97,13 +104,43 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
     return None
 
 
+#: Where `regen_shipped.sh` lists every row it ran: `<row> rc=<code> in <seconds> s[ (why)]`.
+STEPS = "docs/device-logs/regen_shipped/steps.txt"
+#: A row that never finished: what the slowest layout took (DeepSeek-V3 TP 1 EP 8, 482 s, with
+#: five steps a round), less than a call's budget so that a fresh call starts it.
+UNKNOWN_NEED = 480
+
+
+def need(row: str, steps: str = STEPS) -> int:
+    """Seconds to have left before starting `row`: 1.2 x its last finished time plus 15 s (the
+    times of one layout moved by up to 20% between runs of one tool), else its blockwise
+    layout's, else UNKNOWN_NEED."""
+    last: dict[str, int] = {}
+    with open(steps) as f:
+        for line in f:
+            got = re.match(r"(\S+) rc=0 in (\d+) s", line)
+            if got:
+                last[got.group(1)] = int(got.group(2))
+    seen = last.get(row, last.get(recipe_of(row)[1]))
+    return UNKNOWN_NEED if seen is None else int(1.2 * seen) + 15
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("row")
     ap.add_argument("--fp8sel", default=os.environ.get("FP8SEL", "fp8sel"))
     ap.add_argument("--reports", default=None, help="where the committed step reports are (default: the row's recipe's folder)")
     ap.add_argument("--work", default=None, help="where the refitted policy goes (default: a temporary folder)")
+    ap.add_argument("--need", action="store_true", help="print the seconds to have left before starting the row instead")
+    ap.add_argument("--steps", default=STEPS, help=f"with --need: the rows' finished times (default {STEPS})")
     a = ap.parse_args(argv)
+    if a.need:
+        try:
+            print(need(a.row, a.steps))
+        except OSError as e:
+            print(f"regen_queue: {a.steps}: {e.strerror}; fix: run from the repository root or pass --steps", file=sys.stderr)
+            return 2
+        return 0
     try:
         why = stale(a.row, a.fp8sel, a.reports, a.work or tempfile.mkdtemp(prefix="regen_queue_"))
     except (ValueError, RuntimeError) as e:

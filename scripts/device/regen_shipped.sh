@@ -121,17 +121,10 @@ for row in "${ROWS[@]}"; do
   # A vision-encoder row: the VLM's config, that part alone, no EP.
   part=(--ep "$ep")
   case $model in *_vit) model=${model%_vit}; part=(--component vit) ;; esac
-  # What a row took on the H200: dense 50-232 s (Qwen2.5-72B TP 1 the longest), DeepSeek-V3 TP 8-2
-  # 164-293 s, and TP 1 EP 8 more than 300 s (cut in its check: its inputs took 121 s); a row
-  # that does not fit what is left waits for the next call, and may use all of what is left.
-  need=300
-  case $model in llama*|qwen2_5*) need=240 ;; esac
-  [ "$layout" = deepseek_v3_tp1_ep8 ] && need=480
-  [ "$layout" = deepseek_v3_tp2_ep16 ] && need=380  # 293 s, then cut at 313 s in its check
-  case $layout in
-    *_vit_tp*) need=60 ;;  # 24-30 s on the H200 (a 2-layer ViT step, small)
-    qwen3_vl*) need=380 ;;  # 167-258 s with the vision encoder per module; now its step model too
-  esac
+  # What the row took when it last finished (regen_queue.py --need: its time in steps.txt with a
+  # margin); one that needs more than a call's budget starts only at the head of a fresh call.
+  need=$(python3 scripts/device/regen_queue.py "$row" --need) || exit 2
+  [ "$need" -gt $(( ${BUDGET:-560} - 30 )) ] && need=$(( ${BUDGET:-560} - 30 ))
   [ "$(left)" -lt "$need" ] && { echo "$row: next call ($(left) s left)"; continue; }
   mkdir -p "$W/$row"
   t1=$(date +%s)

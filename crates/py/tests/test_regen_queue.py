@@ -79,3 +79,26 @@ def test_a_recipes_row_reads_its_recipes_folder_and_wants_inputs_measured_in_it(
     # Blockwise measurements are not the tensorwise row's.
     o = _queue(root, fp8sel, _copy(root, tmp_path), row=f"tensorwise/{ROW}")
     assert o.returncode == 1 and "measured in blockwise" in o.stderr, o.stderr
+
+
+def _need(root, row, steps):
+    script = root / "scripts" / "device" / "regen_queue.py"
+    return subprocess.run([sys.executable, str(script), row, "--need", "--steps", str(steps)], capture_output=True, text=True)
+
+
+def test_a_rows_need_is_its_last_finished_time_with_a_margin_else_its_blockwise_layouts(root, tmp_path):
+    steps = tmp_path / "steps.txt"
+    steps.write_text("qwen2_5_72b_tp1 rc=0 in 232 s\nqwen2_5_72b_tp1 rc=124 in 300 s (cut)\n"
+                     "qwen2_5_72b_tp1 rc=0 in 100 s (again)\ntensorwise/deepseek_v3_tp8_ep64 rc=0 in 50 s\n"
+                     "deepseek_v3_tp8_ep64 rc=0 in 200 s\n")
+    said = {row: _need(root, row, steps) for row in ("qwen2_5_72b_tp1", "delayed/qwen2_5_72b_tp1",
+                                                      "tensorwise/deepseek_v3_tp8_ep64", "llama3_2_1b_tp1")}
+    assert all(o.returncode == 0 for o in said.values()), {r: o.stderr for r, o in said.items()}
+    # The last finished run counts (not the cut one, not the older one); a recipe's row without
+    # a time of its own takes its blockwise layout's, one with a time its own.
+    assert [int(o.stdout) for o in said.values()] == [135, 135, 75, 480]
+
+
+def test_need_without_a_steps_file_names_it_and_the_fix(root, tmp_path):
+    o = _need(root, "llama3_2_1b_tp1", tmp_path / "missing.txt")
+    assert o.returncode == 2 and "missing.txt" in o.stderr and "fix:" in o.stderr
