@@ -514,3 +514,49 @@ fn gated_delta_net_patterns_and_their_errors() {
     );
     assert!(a.linear_attention.is_none() && !a.attention_output_gate);
 }
+
+#[test]
+fn a_forks_model_type_is_read_by_its_architectures_class_and_says_so() {
+    // Kimi K2's config.json: model_type `kimi_k2`, the class DeepseekV3ForCausalLM.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "kimi_k2.json",
+        r#"{"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1, "num_hidden_layers": 61, "num_attention_heads": 64,
+        "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let a = &m.components[0].arch;
+    let moe = a.moe.unwrap();
+    assert!(a.mla.is_some());
+    assert_eq!(
+        (moe.num_experts, moe.router_topk, moe.dense_layers),
+        (384, 8, 1)
+    );
+    let said = &m.components[0].defaults_applied;
+    assert!(
+        said.iter().any(|d| d.contains("kimi_k2")
+            && d.contains("deepseek_v3")
+            && d.contains("DeepseekV3ForCausalLM")),
+        "{said:?}"
+    );
+    // A known model_type is read as itself, with no such note.
+    let own = hf_llm(
+        r#"{"model_type": "llama", "architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+    );
+    assert!(own.moe.is_none());
+    // An unknown class names what it read.
+    let p = write(
+        &dir,
+        "foo.json",
+        r#"{"model_type": "foo", "architectures": ["FooForCausalLM"]}"#,
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert_eq!(f, "model_type");
+    assert!(problem.contains("FooForCausalLM"), "{problem}");
+}

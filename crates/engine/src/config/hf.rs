@@ -13,6 +13,10 @@
 //!   Gated DeltaNet layers are read wherever the text config has their heads
 //!   (`config::linear_attention`), with gated full attention.
 //!
+//! A `model_type` not among these (a fork's own name, as Kimi K2's `kimi_k2`) is read by the
+//! first `architectures` class that is one of theirs (`DeepseekV3ForCausalLM`), and the plan's
+//! defaults say so.
+//!
 //! Not read, because the GEMMs differ from these layouts: ungated MLPs (gpt2, gpt_neox,
 //! starcoder2), parallel attention and MLP (cohere).
 
@@ -27,6 +31,104 @@ const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3
                          olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
                          qwen3_5_text, qwen3_5_moe_text, gemma3";
 
+/// What a `model_type` is: a language model of one family, or a VLM (its LLM under
+/// `text_config` of that family, its ViT under `vision_config`).
+#[derive(Clone, Copy)]
+enum Kind {
+    Text(Family),
+    Vlm(Family),
+}
+
+fn kind_of(model_type: &str) -> Option<Kind> {
+    Some(match model_type {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "olmo2" | "granite" | "internlm3" | "phi3"
+        | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Kind::Text(Family::Dense),
+        // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
+        "qwen3_5_text" => Kind::Text(Family::Dense),
+        "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" => Kind::Text(Family::QwenMoe),
+        "qwen3_next" => Kind::Text(Family::QwenNext),
+        "mixtral" | "granitemoe" | "phimoe" => Kind::Text(Family::Mixtral),
+        "olmoe" => Kind::Text(Family::Olmoe),
+        "glm4_moe" => Kind::Text(Family::DeepSeekMoe),
+        "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
+        "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
+        "qwen3_vl" | "qwen3_5" | "gemma3" => Kind::Vlm(Family::Dense),
+        _ => return None,
+    })
+}
+
+/// The `model_type` whose layout a HuggingFace `architectures` class has: how a config whose
+/// own `model_type` is a fork's name (Kimi K2's `kimi_k2`, a `DeepseekV3ForCausalLM`) is read.
+const ARCHITECTURES: &[(&str, &str)] = &[
+    ("LlamaForCausalLM", "llama"),
+    ("MistralForCausalLM", "mistral"),
+    ("Qwen2ForCausalLM", "qwen2"),
+    ("Qwen3ForCausalLM", "qwen3"),
+    ("Olmo2ForCausalLM", "olmo2"),
+    ("GraniteForCausalLM", "granite"),
+    ("InternLM3ForCausalLM", "internlm3"),
+    ("Phi3ForCausalLM", "phi3"),
+    ("Glm4ForCausalLM", "glm4"),
+    ("GemmaForCausalLM", "gemma"),
+    ("Gemma2ForCausalLM", "gemma2"),
+    ("Gemma3ForCausalLM", "gemma3_text"),
+    ("Qwen2MoeForCausalLM", "qwen2_moe"),
+    ("Qwen3MoeForCausalLM", "qwen3_moe"),
+    ("Qwen3NextForCausalLM", "qwen3_next"),
+    ("MixtralForCausalLM", "mixtral"),
+    ("GraniteMoeForCausalLM", "granitemoe"),
+    ("PhiMoEForCausalLM", "phimoe"),
+    ("OlmoeForCausalLM", "olmoe"),
+    ("Glm4MoeForCausalLM", "glm4_moe"),
+    ("DeepseekV2ForCausalLM", "deepseek_v2"),
+    ("DeepseekV3ForCausalLM", "deepseek_v3"),
+    ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
+    ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
+    ("Gemma3ForConditionalGeneration", "gemma3"),
+];
+
+/// `model_type`'s kind, else the first `architectures` class that names one (with the note
+/// that says so, for the plan's defaults), else the error that names both fields.
+fn kind(f: Fields<'_>, model_type: &str) -> Result<(Kind, Option<String>), ConfigError> {
+    if let Some(k) = kind_of(model_type) {
+        return Ok((k, None));
+    }
+    let classes: Vec<&str> = f
+        .map
+        .get("architectures")
+        .and_then(|v| v.as_array())
+        .map_or_else(Vec::new, |a| a.iter().filter_map(|c| c.as_str()).collect());
+    let known = classes.iter().find_map(|c| {
+        ARCHITECTURES
+            .iter()
+            .find(|(class, _)| class == c)
+            .map(|(class, t)| (*class, *t))
+    });
+    match known {
+        Some((class, t)) => Ok((
+            kind_of(t).expect("every ARCHITECTURES entry names a known model_type"),
+            Some(format!(
+                "model_type `{model_type}` read as `{t}` by its architectures ({class})"
+            )),
+        )),
+        None => Err(f.err(
+            "model_type",
+            format!(
+                "unsupported model_type `{model_type}`{}",
+                if classes.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (architectures {}: none of a known layout)",
+                        classes.join(", ")
+                    )
+                }
+            ),
+            format!("use a Megatron YAML config, or one of {SUPPORTED}"),
+        )),
+    }
+}
+
 pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let model_type = f.opt_str(&["model_type"])?.ok_or_else(|| {
         f.err(
@@ -35,19 +137,10 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
             format!("add the HF model_type (one of {SUPPORTED})"),
         )
     })?;
-    match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "olmo2" | "granite" | "internlm3" | "phi3"
-        | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Ok(vec![text(f, Family::Dense)?]),
-        "qwen2_moe" | "qwen3_moe" => Ok(vec![text(f, Family::QwenMoe)?]),
-        "qwen3_next" => Ok(vec![text(f, Family::QwenNext)?]),
-        // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
-        "qwen3_5_text" => Ok(vec![text(f, Family::Dense)?]),
-        "qwen3_5_moe_text" => Ok(vec![text(f, Family::QwenMoe)?]),
-        "mixtral" | "granitemoe" | "phimoe" => Ok(vec![text(f, Family::Mixtral)?]),
-        "olmoe" => Ok(vec![text(f, Family::Olmoe)?]),
-        "glm4_moe" => Ok(vec![text(f, Family::DeepSeekMoe)?]),
-        "deepseek_v3" | "deepseek_v2" => Ok(vec![text(f, Family::DeepSeek)?]),
-        "qwen3_vl_moe" | "qwen3_vl" | "qwen3_5_moe" | "qwen3_5" | "gemma3" => {
+    let (kind, read_as) = kind(f, model_type)?;
+    let mut out = match kind {
+        Kind::Text(family) => vec![text(f, family)?],
+        Kind::Vlm(family) => {
             let t = f.sub("text_config", "text_config")?.ok_or_else(|| {
                 f.err(
                     "text_config",
@@ -55,11 +148,6 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
                     "a VLM config carries the LLM under text_config",
                 )
             })?;
-            let family = if model_type.ends_with("_moe") {
-                Family::QwenMoe
-            } else {
-                Family::Dense
-            };
             let v = f.sub("vision_config", "vision_config")?.ok_or_else(|| {
                 f.err(
                     "vision_config",
@@ -67,14 +155,15 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
                     "a VLM config carries the ViT under vision_config",
                 )
             })?;
-            Ok(vec![text(t, family)?, vision(v)?])
+            vec![text(t, family)?, vision(v)?]
         }
-        other => Err(f.err(
-            "model_type",
-            format!("unsupported model_type `{other}`"),
-            format!("use a Megatron YAML config, or one of {SUPPORTED}"),
-        )),
+    };
+    if let Some(note) = read_as {
+        for c in &mut out {
+            c.defaults_applied.insert(0, note.clone());
+        }
     }
+    Ok(out)
 }
 
 #[derive(Clone, Copy, PartialEq)]
