@@ -560,3 +560,27 @@ fn a_forks_model_type_is_read_by_its_architectures_class_and_says_so() {
     assert_eq!(f, "model_type");
     assert!(problem.contains("FooForCausalLM"), "{problem}");
 }
+
+#[test]
+fn mistral_small_3_1_reads_its_language_model_and_pixtrals_gated_vit() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+        "text_config": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+          "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128},
+        "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
+          "num_hidden_layers": 24, "num_attention_heads": 16, "head_dim": 64, "hidden_act": "silu"}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!(
+        (llm.hidden_size, llm.num_query_groups, llm.head_dim),
+        (5120, 8, 128)
+    );
+    assert_eq!(
+        (vit.num_layers, vit.head_dim, vit.gated_mlp),
+        (24, 64, true)
+    );
+}

@@ -173,7 +173,15 @@ impl PolicyArgs {
             };
             match (flag, &c.fp8.policy_path) {
                 (Some(p), _) => {
-                    out.insert(c.role, Policy::load(p)?);
+                    let policy = Policy::load(p).map_err(|e| match split_vlm_files(p) {
+                        Some((llm, vit)) => CliError::input(format!(
+                            "{e}\n  (gen-policy writes a VLM's policies one per component: pass --policy {} --vit-policy {})",
+                            llm.display(),
+                            vit.display()
+                        )),
+                        None => e.into(),
+                    })?;
+                    out.insert(c.role, policy);
                 }
                 (None, Some(p)) if c.fp8.selective_fp8 => {
                     let path = config_policy_path(c, &self.root).unwrap_or_default();
@@ -192,6 +200,17 @@ impl PolicyArgs {
         }
         Ok(out)
     }
+}
+
+/// Where `p` (`<dir>/<stem>.json`) does not exist but gen-policy's files for a VLM do beside it
+/// (`<stem>.llm.json`, `<stem>.vit.json`), those two.
+fn split_vlm_files(p: &Path) -> Option<(PathBuf, PathBuf)> {
+    if p.exists() {
+        return None;
+    }
+    let stem = p.file_name()?.to_str()?.strip_suffix(".json")?;
+    let [llm, vit] = ["llm", "vit"].map(|c| p.with_file_name(format!("{stem}.{c}.json")));
+    (llm.exists() && vit.exists()).then_some((llm, vit))
 }
 
 /// Builds the plan configuration.

@@ -8,8 +8,8 @@
 //!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
 //!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
-//! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3 (LLM from `text_config`, ViT
-//!   from `vision_config`); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
+//! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3 (LLM from
+//!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
 //!   Gated DeltaNet layers are read wherever the text config has their heads
 //!   (`config::linear_attention`), with gated full attention.
 //!
@@ -29,7 +29,7 @@ use super::linear_attention::linear_attention;
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
                          gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
                          olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
-                         qwen3_5_text, qwen3_5_moe_text, gemma3";
+                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
 /// `text_config` of that family, its ViT under `vision_config`).
@@ -52,7 +52,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "glm4_moe" => Kind::Text(Family::DeepSeekMoe),
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
-        "qwen3_vl" | "qwen3_5" | "gemma3" => Kind::Vlm(Family::Dense),
+        "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
         _ => return None,
     })
 }
@@ -85,6 +85,7 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
     ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
     ("Gemma3ForConditionalGeneration", "gemma3"),
+    ("Mistral3ForConditionalGeneration", "mistral3"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
