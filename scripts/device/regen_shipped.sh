@@ -22,10 +22,11 @@
 # language model and then its vision encoder at that TP, both by the step model. A row
 # <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
 # no EP, so one row per TP). A row <recipe>/<row> (tensorwise, delayed: the recipes whose files ship
-# in policies/<recipe>/) makes that layout with `gen-policy --recipe <recipe>`. Commit each row's
-# logs under docs/device-logs/regen_shipped/<row>/ and its reports (every
-# *_{inputs,check,recheck}_step.json under the row's folder) under reports/h200/step_model/, a
-# recipe's under reports/h200/<recipe>/step_model/: `cargo xtask gen-policy --check`
+# in policies/<recipe>/) makes that layout with `gen-policy --recipe <recipe>`. Land what a call
+# brought back with `python3 scripts/upkeep/land_regen.py <files_at>/regen_shipped.tar.gz` (each
+# finished row's logs under docs/device-logs/regen_shipped/<row>/, its reports replacing its
+# layouts' in reports/h200/step_model/, a recipe's in reports/h200/<recipe>/step_model/; a cut
+# row's log under cut/), and commit: `cargo xtask gen-policy --check`
 # (fp8_pipeline::shipped) then makes a model's shipped file from them, in place of the fold, once
 # they cover every key it has.
 set -uo pipefail

@@ -1,0 +1,162 @@
+"""What `scripts/device/regen_shipped.sh` brought back, put where the repository keeps it: the
+one step between a device call's `regen_shipped.tar.gz` (or `regen_judge.tar.gz`) and `cargo
+xtask gen-policy --check`.
+
+For each row the call ran (its line in the tarball's `regen/steps.txt`, the last one per row):
+- finished (rc 0): its reports (`<row>/reports/*_{inputs,check,recheck}_step.json`) replace
+  every committed report of the same layouts in the row's recipe's folder
+  (`reports/h200/step_model/`, `reports/h200/<recipe>/step_model/`; a recheck the new run did
+  not make is removed with the rest, so a check is never read beside another run's re-timing),
+  and its log, policies and summary replace `docs/device-logs/regen_shipped/<row>/`;
+- cut or failed (any other rc): its log goes to `docs/device-logs/regen_shipped/cut/`, and no
+  report moves.
+The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt`. A judge tarball's
+`regen/judge/` files go to `docs/device-logs/regen_shipped/judge/`. Every file is written whole
+(a temporary file renamed into place); a member outside `regen/` is refused before anything is
+written. Then run `FP8_UPDATE_POLICIES=1 cargo xtask gen-policy --check`.
+
+    python3 scripts/upkeep/land_regen.py OUT/regen_shipped.tar.gz [--root .] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+
+LOGS = "docs/device-logs/regen_shipped"
+REPORT_ENDS = ("_inputs_step.json", "_check_step.json", "_recheck_step.json")
+#: A row's own files kept as its log (not its reports, not its plots).
+LOG_FILES = ("gen.log", "*.json", "*.md")
+
+
+class LandError(Exception):
+    """Bad input: the message names the file and the fix."""
+
+
+def reports_dir(recipe: str) -> str:
+    """Where `recipe`'s shipped step reports are (`fp8_pipeline::shipped::step_model_dir`)."""
+    return "reports/h200/step_model" if recipe == "blockwise" else f"reports/h200/{recipe}/step_model"
+
+
+def rows_of(steps_txt: str) -> dict[str, int]:
+    """Each row's rc, the last line of it (`<row> rc=<rc> in <s> s`)."""
+    out: dict[str, int] = {}
+    for line in steps_txt.splitlines():
+        got = re.match(r"(\S+) rc=(\d+) in \d+ s", line)
+        if got:
+            out[got.group(1)] = int(got.group(2))
+    return out
+
+
+def _extract(tarball: str, into: str) -> str:
+    """The tarball's `regen/` folder under `into`; refuses any member outside it."""
+    try:
+        with tarfile.open(tarball) as t:
+            members = t.getmembers()
+            for m in members:
+                parts = m.name.split("/")
+                if parts[0] != "regen" or ".." in parts or os.path.isabs(m.name) or not (m.isfile() or m.isdir()):
+                    raise LandError(f"{tarball}: member {m.name!r} is not a file under regen/; fix: pass the tarball regen_shipped.sh wrote")
+            t.extractall(into, members=members, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        raise LandError(f"{tarball}: not a readable tarball ({e}); fix: fetch the call's files again") from e
+    return os.path.join(into, "regen")
+
+
+#: One step of landing: ("put", src, dst) copies a file whole (a temporary file renamed into
+#: place), ("remove", path, "") removes one.
+Action = tuple[str, str, str]
+
+
+def _do(actions: list[Action]) -> None:
+    for kind, a, b in actions:
+        if kind == "remove":
+            os.remove(a)
+            continue
+        os.makedirs(os.path.dirname(b), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(b), prefix=".land_")
+        os.close(fd)
+        try:
+            shutil.copyfile(a, tmp)
+            os.replace(tmp, b)
+        except BaseException:
+            os.remove(tmp)
+            raise
+
+
+def row_actions(regen: str, row: str, rc: int, root: str) -> list[Action]:
+    """What landing one row does (nothing yet written)."""
+    here = os.path.join(regen, row)
+    if rc != 0:
+        log = os.path.join(here, "gen.log")
+        return [("put", log, os.path.join(root, LOGS, "cut", f"{row.replace('/', '_')}.gen.log"))] if os.path.exists(log) else []
+    recipe = row.rpartition("/")[0] or "blockwise"
+    new = sorted(p for p in glob.glob(os.path.join(here, "reports", "*_step.json")) if p.endswith(REPORT_ENDS))
+    if not new:
+        raise LandError(f"{here}/reports: row {row} finished but brought back no step report; fix: fetch the call's files again")
+    dest = os.path.join(root, reports_dir(recipe))
+    layouts = sorted({os.path.basename(p)[: -len(e)] for p in new for e in REPORT_ENDS if p.endswith(e)})
+    out: list[Action] = [("remove", os.path.join(dest, layout + end), "") for layout in layouts for end in REPORT_ENDS
+                         if os.path.exists(os.path.join(dest, layout + end))]
+    out += [("put", p, os.path.join(dest, os.path.basename(p))) for p in new]
+    logs = os.path.join(root, LOGS, row)
+    out += [("remove", old, "") for old in sorted(glob.glob(os.path.join(logs, "*"))) if os.path.isfile(old)]
+    out += [("put", p, os.path.join(logs, os.path.basename(p))) for pattern in LOG_FILES for p in sorted(glob.glob(os.path.join(here, pattern)))]
+    return out
+
+
+def land(tarball: str, root: str, dry: bool = False) -> list[str]:
+    """Every row (and judge file) of `tarball` put in place under `root`, all or nothing: every
+    row is read before the first file is written. What was done (or would be), a line each."""
+    with tempfile.TemporaryDirectory(prefix="land_regen_") as tmp:
+        regen = _extract(tarball, tmp)
+        judge = os.path.join(regen, "judge")
+        actions: list[Action] = [("put", p, os.path.join(root, LOGS, "judge", os.path.relpath(p, judge)))
+                                 for p in sorted(glob.glob(os.path.join(judge, "**", "*"), recursive=True)) if os.path.isfile(p)]
+        steps = os.path.join(regen, "steps.txt")
+        text = ""
+        if os.path.exists(steps):
+            with open(steps) as f:
+                text = f.read()
+            for row, rc in rows_of(text).items():
+                actions += row_actions(regen, row, rc, root)
+        elif not actions:
+            raise LandError(f"{tarball}: no regen/steps.txt and no regen/judge/; fix: pass the tarball regen_shipped.sh wrote")
+        said = [f"write {b}" if kind == "put" else f"remove {a}" for kind, a, b in actions]
+        if text:
+            said.append(f"append {len(text.splitlines())} line(s) to {os.path.join(root, LOGS, 'steps.txt')}")
+        if not dry:
+            _do(actions)
+            if text:
+                with open(os.path.join(root, LOGS, "steps.txt"), "a") as f:
+                    f.write(text if text.endswith("\n") else text + "\n")
+        return said
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="land_regen.py", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tarball", help="regen_shipped.tar.gz or regen_judge.tar.gz, as a device call brought it back")
+    ap.add_argument("--root", default=".", help="the repository (default: here)")
+    ap.add_argument("--dry-run", action="store_true", help="say what would be written and removed, and write nothing")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(os.path.join(a.root, LOGS)):
+        print(f"land_regen: {a.root}: no {LOGS}; fix: run from the repository root or pass --root", file=sys.stderr)
+        return 2
+    try:
+        said = land(a.tarball, a.root, a.dry_run)
+    except LandError as e:
+        print(f"land_regen: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(said))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
