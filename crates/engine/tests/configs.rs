@@ -584,3 +584,61 @@ fn mistral_small_3_1_reads_its_language_model_and_pixtrals_gated_vit() {
         (24, 64, true)
     );
 }
+
+#[test]
+fn qwen2_vl_and_qwen2_5_vl_read_their_language_model_from_the_top_and_their_vit_by_its_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = r#""hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+        "num_hidden_layers": 28, "num_key_value_heads": 4"#;
+    // Qwen2.5-VL: a gated ViT (silu), width hidden_size.
+    let p = write(
+        &dir,
+        "qwen2_5_vl.json",
+        &format!(
+            r#"{{"model_type": "qwen2_5_vl", {llm}, "vision_config": {{"depth": 32,
+            "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+            "out_hidden_size": 3584}}}}"#
+        ),
+    );
+    let m = load_model(&p).unwrap();
+    let (l, v) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!(
+        (l.hidden_size, l.num_query_groups, l.head_dim),
+        (3584, 4, 128)
+    );
+    assert_eq!(
+        (
+            v.num_layers,
+            v.hidden_size,
+            v.ffn_hidden_size,
+            v.head_dim,
+            v.gated_mlp
+        ),
+        (32, 1280, 3420, 80, true)
+    );
+    // Qwen2-VL: the ViT's width is embed_dim (its hidden_size is the LLM's), its MLP mlp_ratio x it.
+    let p = write(
+        &dir,
+        "qwen2_vl.json",
+        &format!(
+            r#"{{"model_type": "qwen2_vl", {llm}, "vision_config": {{"depth": 32,
+            "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 3584}}}}"#
+        ),
+    );
+    let v = load_model(&p).unwrap().components[1].arch.clone();
+    assert_eq!(
+        (v.hidden_size, v.ffn_hidden_size, v.gated_mlp),
+        (1280, 5120, false)
+    );
+    // Without the LLM's fields at the top nor a text_config, the missing field is named.
+    let p = write(
+        &dir,
+        "bare.json",
+        r#"{"model_type": "qwen2_5_vl", "vision_config": {"depth": 2, "hidden_size": 64,
+        "intermediate_size": 128, "num_heads": 4}}"#,
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "num_hidden_layers"
+    );
+}

@@ -9,7 +9,9 @@
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
 //!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3 (LLM from
-//!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
+//!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
+//!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
+//!   by `embed_dim` and `mlp_ratio`); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
 //!   Gated DeltaNet layers are read wherever the text config has their heads
 //!   (`config::linear_attention`), with gated full attention.
 //!
@@ -29,14 +31,16 @@ use super::linear_attention::linear_attention;
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
                          gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
                          olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
-                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3";
+                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
-/// `text_config` of that family, its ViT under `vision_config`).
+/// `text_config` of that family, its ViT under `vision_config`); Qwen2-VL and Qwen2.5-VL keep
+/// their LLM's fields at the top (`VlmTopText`), as their published configs do.
 #[derive(Clone, Copy)]
 enum Kind {
     Text(Family),
     Vlm(Family),
+    VlmTopText(Family),
 }
 
 fn kind_of(model_type: &str) -> Option<Kind> {
@@ -53,6 +57,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
         "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
+        "qwen2_vl" | "qwen2_5_vl" => Kind::VlmTopText(Family::Dense),
         _ => return None,
     })
 }
@@ -86,6 +91,8 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
     ("Gemma3ForConditionalGeneration", "gemma3"),
     ("Mistral3ForConditionalGeneration", "mistral3"),
+    ("Qwen2VLForConditionalGeneration", "qwen2_vl"),
+    ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
@@ -141,14 +148,18 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let (kind, read_as) = kind(f, model_type)?;
     let mut out = match kind {
         Kind::Text(family) => vec![text(f, family)?],
-        Kind::Vlm(family) => {
-            let t = f.sub("text_config", "text_config")?.ok_or_else(|| {
-                f.err(
-                    "text_config",
-                    "missing",
-                    "a VLM config carries the LLM under text_config",
-                )
-            })?;
+        Kind::Vlm(family) | Kind::VlmTopText(family) => {
+            let t = match (f.sub("text_config", "text_config")?, kind) {
+                (Some(t), _) => t,
+                (None, Kind::VlmTopText(_)) => f,
+                (None, _) => {
+                    return Err(f.err(
+                        "text_config",
+                        "missing",
+                        "a VLM config carries the LLM under text_config",
+                    ));
+                }
+            };
             let v = f.sub("vision_config", "vision_config")?.ok_or_else(|| {
                 f.err(
                     "vision_config",
@@ -335,9 +346,17 @@ fn mla(f: Fields<'_>) -> Result<Mla, ConfigError> {
 fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["depth", "num_hidden_layers"], "ViT blocks")?;
-    let hidden = f.req_pos(&["hidden_size"], "ViT width")?;
+    // Qwen2-VL names the ViT's width embed_dim (its hidden_size is the merger's output, the
+    // LLM's width) and its MLP by mlp_ratio, with quick_gelu.
+    let hidden = f.req_pos(&["embed_dim", "hidden_size"], "ViT width")?;
     let heads = f.req_pos(&["num_heads", "num_attention_heads"], "ViT heads")?;
-    let ffn = f.req_pos(&["intermediate_size"], "ViT MLP size")?;
+    let ffn = match f.opt_u64(&["intermediate_size"])? {
+        Some(n) if n > 0 => n,
+        _ => match f.opt_u64(&["mlp_ratio"])? {
+            Some(r) if r > 0 => hidden * r,
+            _ => f.req_pos(&["intermediate_size"], "ViT MLP size")?,
+        },
+    };
     let act = f.opt_str(&["hidden_act"])?.unwrap_or("gelu_pytorch_tanh");
     if !f.has("hidden_act") {
         defaults.push("vision hidden_act absent: gelu_pytorch_tanh (ungated)".to_owned());
