@@ -642,3 +642,35 @@ fn qwen2_vl_and_qwen2_5_vl_read_their_language_model_from_the_top_and_their_vit_
         "num_hidden_layers"
     );
 }
+
+#[test]
+fn llama4_reads_interleaved_moe_layers_with_a_shared_expert_and_its_dense_width() {
+    // Llama 4 Maverick's language model: MoE every second layer (128 experts, top-1, one shared
+    // expert, all 8192 wide), dense layers 16384 wide.
+    let a = hf_llm(
+        r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_local_experts": 128, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(a.ffn_hidden_size, 16384);
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.router_topk,
+            moe.shared_expert_ffn_hidden_size,
+            moe.dense_layers
+        ),
+        (128, 8192, 1, Some(8192), 24)
+    );
+    // Scout: every layer MoE.
+    let a = hf_llm(
+        r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128}"#,
+    );
+    assert_eq!(a.moe.unwrap().dense_layers, 0);
+}

@@ -7,8 +7,10 @@
 //!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
 //!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
-//!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA);
-//! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3 (LLM from
+//!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA); llama4_text (routed
+//!   and one shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size`
+//!   wide; dense layers `intermediate_size_mlp`);
+//! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
 //!   by `embed_dim` and `mlp_ratio`); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
@@ -31,7 +33,7 @@ use super::linear_attention::linear_attention;
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
                          gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
                          olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
-                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl";
+                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
 /// `text_config` of that family, its ViT under `vision_config`); Qwen2-VL and Qwen2.5-VL keep
@@ -55,6 +57,8 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "olmoe" => Kind::Text(Family::Olmoe),
         "glm4_moe" => Kind::Text(Family::DeepSeekMoe),
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
+        "llama4_text" => Kind::Text(Family::Llama4),
+        "llama4" => Kind::Vlm(Family::Llama4),
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
         "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
         "qwen2_vl" | "qwen2_5_vl" => Kind::VlmTopText(Family::Dense),
@@ -91,6 +95,8 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
     ("Gemma3ForConditionalGeneration", "gemma3"),
     ("Mistral3ForConditionalGeneration", "mistral3"),
+    ("Llama4ForCausalLM", "llama4_text"),
+    ("Llama4ForConditionalGeneration", "llama4"),
     ("Qwen2VLForConditionalGeneration", "qwen2_vl"),
     ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
 ];
@@ -190,6 +196,9 @@ enum Family {
     DeepSeekMoe,
     /// DeepSeek's experts with MLA.
     DeepSeek,
+    /// Llama 4: every `interleave_moe_layer_step`-th layer MoE (routed experts and one shared
+    /// expert, both `intermediate_size` wide), the others dense (`intermediate_size_mlp`).
+    Llama4,
 }
 
 fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
@@ -197,7 +206,11 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let num_layers = f.req_pos(&["num_hidden_layers"], "number of transformer layers")?;
     let hidden = f.req_pos(&["hidden_size"], "model width")?;
     let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
-    let ffn = f.req_pos(&["intermediate_size"], "MLP hidden size")?;
+    let ffn = if family == Family::Llama4 {
+        f.req_pos(&["intermediate_size_mlp"], "dense MLP hidden size")?
+    } else {
+        f.req_pos(&["intermediate_size"], "MLP hidden size")?
+    };
     let groups = match f.opt_u64(&["num_key_value_heads"])? {
         Some(g) if g > 0 => g,
         _ => {
@@ -252,6 +265,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
         Family::Olmoe => (Some(every_layer_moe(f, "num_experts", ffn)?), None),
         Family::DeepSeekMoe => (Some(deepseek_moe(f, num_layers)?), None),
         Family::DeepSeek => (Some(deepseek_moe(f, num_layers)?), Some(mla(f)?)),
+        Family::Llama4 => (Some(llama4_moe(f, num_layers)?), None),
     };
     let linear_attention = linear_attention(f, num_layers, family == Family::QwenNext)?;
     Ok(Component {
@@ -329,6 +343,26 @@ fn deepseek_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
             .opt_u64(&["first_k_dense_replace"])?
             .unwrap_or(0)
             .min(num_layers),
+    })
+}
+
+/// Llama 4's experts: routed and one shared expert of `intermediate_size` in every
+/// `interleave_moe_layer_step`-th layer (Megatron's `moe_layer_freq`).
+fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
+    let moe_ffn = f.req_pos(&["intermediate_size"], "expert FFN size")?;
+    let step = f
+        .opt_u64(&["interleave_moe_layer_step"])?
+        .unwrap_or(1)
+        .max(1);
+    let sparse = (0..num_layers)
+        .filter(|i| (i + 1).is_multiple_of(step))
+        .count() as u64;
+    Ok(Moe {
+        num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
+        moe_ffn_hidden_size: moe_ffn,
+        router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
+        shared_expert_ffn_hidden_size: Some(moe_ffn),
+        dense_layers: num_layers - sparse,
     })
 }
 
