@@ -644,7 +644,7 @@ fn qwen2_vl_and_qwen2_5_vl_read_their_language_model_from_the_top_and_their_vit_
 }
 
 #[test]
-fn llama4_reads_interleaved_moe_layers_with_a_shared_expert_and_its_dense_width() {
+fn llama4_and_gpt_oss_read_as_their_moe_layouts() {
     // Llama 4 Maverick's language model: MoE every second layer (128 experts, top-1, one shared
     // expert, all 8192 wide), dense layers 16384 wide.
     let a = hf_llm(
@@ -664,6 +664,23 @@ fn llama4_reads_interleaved_moe_layers_with_a_shared_expert_and_its_dense_width(
             moe.dense_layers
         ),
         (128, 8192, 1, Some(8192), 24)
+    );
+    // gpt-oss: Mixtral's layout (experts of intermediate_size in every layer).
+    let a = hf_llm(
+        r#"{"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_act": "silu"}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.router_topk,
+            moe.dense_layers,
+            a.head_dim
+        ),
+        (128, 2880, 4, 0, 64)
     );
     // Scout: every layer MoE.
     let a = hf_llm(

@@ -5,7 +5,8 @@
 //!   gemma3_text;
 //! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
 //!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
-//!   granitemoe, phimoe (`num_local_experts`); olmoe (`num_experts`; experts use
+//!   granitemoe, phimoe, gpt_oss (`num_local_experts`; gpt-oss's attention sinks and windows
+//!   change no GEMM); olmoe (`num_experts`; experts use
 //!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
 //!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA); llama4_text (routed
 //!   and one shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size`
@@ -32,7 +33,7 @@ use super::linear_attention::linear_attention;
 
 const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
                          gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
-                         olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
+                         gpt_oss, olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
                          qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
@@ -53,7 +54,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "qwen3_5_text" => Kind::Text(Family::Dense),
         "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" => Kind::Text(Family::QwenMoe),
         "qwen3_next" => Kind::Text(Family::QwenNext),
-        "mixtral" | "granitemoe" | "phimoe" => Kind::Text(Family::Mixtral),
+        "mixtral" | "granitemoe" | "phimoe" | "gpt_oss" => Kind::Text(Family::Mixtral),
         "olmoe" => Kind::Text(Family::Olmoe),
         "glm4_moe" => Kind::Text(Family::DeepSeekMoe),
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
@@ -85,6 +86,7 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Qwen3MoeForCausalLM", "qwen3_moe"),
     ("Qwen3NextForCausalLM", "qwen3_next"),
     ("MixtralForCausalLM", "mixtral"),
+    ("GptOssForCausalLM", "gpt_oss"),
     ("GraniteMoeForCausalLM", "granitemoe"),
     ("PhiMoEForCausalLM", "phimoe"),
     ("OlmoeForCausalLM", "olmoe"),
