@@ -410,7 +410,13 @@ fn planned(
     if let Some(k) = &missing_key
         && measured_bf16.contains(k)
     {
-        reason = format!("no rule for {k}: measured, FP8 never won (BF16)");
+        // An estimated policy's keys were modelled, not measured: it says which.
+        let how = if estimated {
+            "ESTIMATED by the cost model"
+        } else {
+            "measured"
+        };
+        reason = format!("no rule for {k}: {how}, FP8 never won (BF16)");
         missing_key = None;
     } else if let Some(k) = &missing_key
         && !spec.fp8_capable()

@@ -3,35 +3,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use fp8_engine::{
-    ModelDesc, Parallel, Plan, PlanConfig, PlanError, Role, TeClass, TokenConfig, inventory,
-    load_model, plan, render,
+    ModelDesc, Parallel, PlanError, Role, TeClass, TokenConfig, inventory, load_model, plan, render,
 };
 use fp8_policy::{ModuleKind, Policy};
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn model(p: &str) -> ModelDesc {
-    load_model(root().join("fixtures/models").join(p)).unwrap()
-}
-
-fn policy(p: &str) -> Policy {
-    Policy::load(root().join("fixtures/policies").join(p)).unwrap()
-}
-
-/// The plan's missing rule keys, of one component or of all.
-fn missing_keys(pl: &Plan, role: Option<Role>) -> Vec<String> {
-    pl.summary
-        .missing_rules
-        .iter()
-        .filter(|r| role.is_none_or(|c| r.component == c))
-        .map(|r| r.key.to_string())
-        .collect()
-}
+mod common;
+use common::{cfg, model, policy};
 
 fn shapes(
     m: &ModelDesc,
@@ -162,20 +141,6 @@ fn layouts_that_do_not_divide_are_errors() {
     assert!(e.to_string().contains("num_experts"), "{e}");
 }
 
-fn cfg<'a>(
-    p: Parallel,
-    tokens: &[(Role, TokenConfig)],
-    pols: &[(Role, &'a Policy)],
-) -> PlanConfig<'a> {
-    PlanConfig {
-        parallel: p,
-        tokens: tokens.iter().copied().collect(),
-        topk: None,
-        policies: pols.iter().copied().collect(),
-        execution: fp8_policy::Execution::Eager,
-    }
-}
-
 #[test]
 fn experts_use_etp_num_gemms_and_topk_tokens() {
     let m = model("deepseek_v3.yaml");
@@ -278,39 +243,6 @@ fn vlm_components_have_their_own_tokens_and_policies() {
     // Missing token settings are an error, not a silent default.
     let e = plan(&m, &cfg(p, &tokens[..1], &[(Role::Llm, &llm_pol)])).unwrap_err();
     assert_eq!(e, PlanError::NoTokens(Role::Vit));
-}
-
-#[test]
-fn missing_rules_are_listed_with_their_modules() {
-    let m = model("deepseek_v3.yaml");
-    let pol = policy("test_mixed.json");
-    let p = Parallel {
-        tp: 4,
-        ep: 8,
-        etp: 1,
-        cp: 1,
-        sequence_parallel: true,
-    };
-    let pl = plan(
-        &m,
-        &cfg(
-            p,
-            &[(Role::Llm, TokenConfig::new(4096, 1))],
-            &[(Role::Llm, &pol)],
-        ),
-    )
-    .unwrap();
-    let keys = missing_keys(&pl, None);
-    assert!(
-        keys.contains(&"(kind=duplicated, ub_name=kv_down_proj, tp=4)".to_owned()),
-        "{keys:?}"
-    );
-    assert!(
-        keys.contains(&"(kind=column_grouped, etp=1, num_gemms=32)".to_owned()),
-        "{keys:?}"
-    );
-    let share = pl.summary.fp8_flop_share;
-    assert!((0.0..=1.0).contains(&share));
 }
 
 #[test]
@@ -424,94 +356,6 @@ fn plan_snapshots() {
         let snap = format!("{name}_tp{}_ep{}_seq{seq}", p.tp, p.ep);
         insta::assert_snapshot!(snap, render::table(&pl));
     }
-}
-
-#[test]
-fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
-    let m = model("qwen2_5_72b.yaml");
-    // A policy written by an older merge-policy: keys as display strings.
-    let pol = Policy::from_json_str(
-        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {},
-            "provenance": {"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}}"#,
-        "old.json",
-    )
-    .unwrap();
-    let pl = plan(
-        &m,
-        &cfg(
-            Parallel::tp(8),
-            &[(Role::Llm, TokenConfig::new(4096, 1))],
-            &[(Role::Llm, &pol)],
-        ),
-    )
-    .unwrap();
-    let fc2 = pl
-        .modules
-        .iter()
-        .find(|x| x.spec.name.ends_with("linear_fc2"))
-        .unwrap();
-    assert!(!fc2.use_fp8);
-    assert!(
-        fc2.reason.contains("measured, FP8 never won"),
-        "{}",
-        fc2.reason
-    );
-    let keys = missing_keys(&pl, None);
-    assert!(
-        !keys.contains(&"(kind=row, ub_name=fc2, tp=8)".to_owned()),
-        "{keys:?}"
-    );
-    assert_eq!(keys.len(), 3, "{keys:?}");
-}
-
-#[test]
-fn a_module_te_cannot_run_in_fp8_needs_no_rule() {
-    // Qwen3-VL's vision MLP at TP 2: 4304 / 2 = 2152 features a rank, not a multiple of 16.
-    let m = model("qwen3_vl_235b_a22b.yaml");
-    let empty = Policy::from_json_str(
-        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {}}"#,
-        "empty.json",
-    )
-    .unwrap();
-    let at = |tp: u32| {
-        plan(
-            &m,
-            &cfg(
-                Parallel::tp(tp),
-                &[
-                    (Role::Llm, TokenConfig::new(4096, 1)),
-                    (Role::Vit, TokenConfig::new(2304, 1)),
-                ],
-                &[(Role::Vit, &empty)],
-            ),
-        )
-        .unwrap()
-    };
-    let pl = at(2);
-    let fc1 = pl
-        .modules
-        .iter()
-        .find(|x| x.spec.component == Role::Vit && x.spec.name.ends_with("linear_fc1"))
-        .unwrap();
-    assert!(!fc1.spec.fp8_capable() && !fc1.use_fp8);
-    assert!(
-        fc1.reason.contains("TE cannot run it in FP8"),
-        "{}",
-        fc1.reason
-    );
-    let missing = missing_keys(&pl, Some(Role::Vit));
-    // qkv and proj can run FP8: still gaps; fc1 and fc2 are not.
-    assert_eq!(
-        missing,
-        [
-            "(kind=layernorm_column, ub_name=qkv, tp=2)",
-            "(kind=row, ub_name=proj, tp=2)"
-        ],
-        "{missing:?}"
-    );
-    // At TP 1 (4304 a rank) every module can: four gaps.
-    let at_tp1 = missing_keys(&at(1), Some(Role::Vit)).len();
-    assert_eq!(at_tp1, 4);
 }
 
 /// A Qwen3.5-like dense model in Megatron's names: Gated DeltaNet in three of four layers.

@@ -1,0 +1,267 @@
+//! HuggingFace families beyond the fixtures: each reads as its layout (MoE forms, VLMs whose
+//! language model sits at the top or under `text_config`, a fork's `model_type` read by its
+//! `architectures` class).
+
+#![allow(clippy::unwrap_used)]
+
+use fp8_engine::load_model;
+
+mod common;
+use common::{field_error, hf_llm, write};
+
+#[test]
+fn more_hf_families_read_as_their_layouts() {
+    // OLMoE: num_experts, and the experts use intermediate_size.
+    let a = hf_llm(
+        r#"{"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "num_experts": 64, "num_experts_per_tok": 8}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(
+        (moe.num_experts, moe.moe_ffn_hidden_size, moe.router_topk),
+        (64, 1024, 8)
+    );
+    assert_eq!(
+        (moe.dense_layers, moe.shared_expert_ffn_hidden_size),
+        (0, None)
+    );
+    // GLM-4.5: DeepSeek's experts (shared = n_shared x moe size, first dense layers), GQA
+    // attention with its own head_dim, no MLA.
+    let a = hf_llm(
+        r#"{"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "num_hidden_layers": 92, "num_attention_heads": 96,
+        "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 160,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert!(a.mla.is_none());
+    assert_eq!(
+        (a.head_dim, a.num_query_groups, a.ffn_hidden_size),
+        (128, 8, 12288)
+    );
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.shared_expert_ffn_hidden_size,
+            moe.dense_layers
+        ),
+        (160, 1536, Some(1536), 3)
+    );
+    // Gemma 2: hidden_activation (GeGLU, gated), head_dim wider than hidden / heads.
+    let a = hf_llm(
+        r#"{"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+        "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh"}"#,
+    );
+    assert!(a.gated_mlp && a.moe.is_none());
+    assert_eq!((a.head_dim, a.num_attention_heads), (256, 16));
+    // Granite MoE: Mixtral's fields.
+    let a = hf_llm(
+        r#"{"model_type": "granitemoe", "hidden_size": 1024, "intermediate_size": 512,
+        "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "num_local_experts": 32, "num_experts_per_tok": 8}"#,
+    );
+    assert_eq!(a.moe.unwrap().num_experts, 32);
+    // Gemma 3 (VLM): the LLM from text_config, the SigLIP ViT (ungated) from vision_config.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+        "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh"},
+        "vision_config": {"hidden_size": 1152, "intermediate_size": 4304,
+        "num_hidden_layers": 27, "num_attention_heads": 16}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    assert_eq!(m.components.len(), 2);
+    assert!(m.components[0].arch.gated_mlp && !m.components[1].arch.gated_mlp);
+    // A family with another MLP layout is refused by name.
+    let p = write(
+        &dir,
+        "s.json",
+        r#"{"model_type": "starcoder2", "hidden_size": 64, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert!(f == "model_type" && problem.contains("starcoder2"));
+}
+
+#[test]
+fn a_forks_model_type_is_read_by_its_architectures_class_and_says_so() {
+    // Kimi K2's config.json: model_type `kimi_k2`, the class DeepseekV3ForCausalLM.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "kimi_k2.json",
+        r#"{"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1, "num_hidden_layers": 61, "num_attention_heads": 64,
+        "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let a = &m.components[0].arch;
+    let moe = a.moe.unwrap();
+    assert!(a.mla.is_some());
+    assert_eq!(
+        (moe.num_experts, moe.router_topk, moe.dense_layers),
+        (384, 8, 1)
+    );
+    let said = &m.components[0].defaults_applied;
+    assert!(
+        said.iter().any(|d| d.contains("kimi_k2")
+            && d.contains("deepseek_v3")
+            && d.contains("DeepseekV3ForCausalLM")),
+        "{said:?}"
+    );
+    // A known model_type is read as itself, with no such note.
+    let own = hf_llm(
+        r#"{"model_type": "llama", "architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+    );
+    assert!(own.moe.is_none());
+    // An unknown class names what it read.
+    let p = write(
+        &dir,
+        "foo.json",
+        r#"{"model_type": "foo", "architectures": ["FooForCausalLM"]}"#,
+    );
+    let (f, problem) = field_error(load_model(&p).unwrap_err());
+    assert_eq!(f, "model_type");
+    assert!(problem.contains("FooForCausalLM"), "{problem}");
+}
+
+#[test]
+fn mistral_small_3_1_reads_its_language_model_and_pixtrals_gated_vit() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+        "text_config": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+          "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128},
+        "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
+          "num_hidden_layers": 24, "num_attention_heads": 16, "head_dim": 64, "hidden_act": "silu"}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!(
+        (llm.hidden_size, llm.num_query_groups, llm.head_dim),
+        (5120, 8, 128)
+    );
+    assert_eq!(
+        (vit.num_layers, vit.head_dim, vit.gated_mlp),
+        (24, 64, true)
+    );
+}
+
+#[test]
+fn qwen2_vl_and_qwen2_5_vl_read_their_language_model_from_the_top_and_their_vit_by_its_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = r#""hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+        "num_hidden_layers": 28, "num_key_value_heads": 4"#;
+    // Qwen2.5-VL: a gated ViT (silu), width hidden_size.
+    let p = write(
+        &dir,
+        "qwen2_5_vl.json",
+        &format!(
+            r#"{{"model_type": "qwen2_5_vl", {llm}, "vision_config": {{"depth": 32,
+            "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+            "out_hidden_size": 3584}}}}"#
+        ),
+    );
+    let m = load_model(&p).unwrap();
+    let (l, v) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!(
+        (l.hidden_size, l.num_query_groups, l.head_dim),
+        (3584, 4, 128)
+    );
+    assert_eq!(
+        (
+            v.num_layers,
+            v.hidden_size,
+            v.ffn_hidden_size,
+            v.head_dim,
+            v.gated_mlp
+        ),
+        (32, 1280, 3420, 80, true)
+    );
+    // Qwen2-VL: the ViT's width is embed_dim (its hidden_size is the LLM's), its MLP mlp_ratio x it.
+    let p = write(
+        &dir,
+        "qwen2_vl.json",
+        &format!(
+            r#"{{"model_type": "qwen2_vl", {llm}, "vision_config": {{"depth": 32,
+            "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 3584}}}}"#
+        ),
+    );
+    let v = load_model(&p).unwrap().components[1].arch.clone();
+    assert_eq!(
+        (v.hidden_size, v.ffn_hidden_size, v.gated_mlp),
+        (1280, 5120, false)
+    );
+    // Without the LLM's fields at the top nor a text_config, the missing field is named.
+    let p = write(
+        &dir,
+        "bare.json",
+        r#"{"model_type": "qwen2_5_vl", "vision_config": {"depth": 2, "hidden_size": 64,
+        "intermediate_size": 128, "num_heads": 4}}"#,
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "num_hidden_layers"
+    );
+}
+
+#[test]
+fn llama4_and_gpt_oss_read_as_their_moe_layouts() {
+    // Llama 4 Maverick's language model: MoE every second layer (128 experts, top-1, one shared
+    // expert, all 8192 wide), dense layers 16384 wide.
+    let a = hf_llm(
+        r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_local_experts": 128, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(a.ffn_hidden_size, 16384);
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.router_topk,
+            moe.shared_expert_ffn_hidden_size,
+            moe.dense_layers
+        ),
+        (128, 8192, 1, Some(8192), 24)
+    );
+    // gpt-oss: Mixtral's layout (experts of intermediate_size in every layer).
+    let a = hf_llm(
+        r#"{"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_act": "silu"}"#,
+    );
+    let moe = a.moe.unwrap();
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.moe_ffn_hidden_size,
+            moe.router_topk,
+            moe.dense_layers,
+            a.head_dim
+        ),
+        (128, 2880, 4, 0, 64)
+    );
+    // Scout: every layer MoE.
+    let a = hf_llm(
+        r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128}"#,
+    );
+    assert_eq!(a.moe.unwrap().dense_layers, 0);
+}
