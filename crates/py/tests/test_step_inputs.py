@@ -437,3 +437,25 @@ def test_a_counts_phases_add_up_and_name_the_allocators_retries_on_a_gpu():
     with pytest.raises(ZeroDivisionError), cpu("warm-up"):
         1 / 0
     assert str(cpu).startswith("warm-up ") and "allocator" not in str(cpu)
+
+
+def test_the_worker_sets_expandable_segments_before_torch_loads_and_keeps_the_users_setting(tmp_path, monkeypatch):
+    from adaptive_fp8.bench.step_bench import ALLOC_CONF
+
+    seen = []
+
+    def fake_run(args, progress=None, **_):
+        import os
+
+        seen.append(os.environ.get(ALLOC_CONF))
+        return {"modules": [], "step_times": [], "failed": [], "complete": True}
+
+    monkeypatch.setattr(si, "run", fake_run)
+    monkeypatch.setattr(si, "emit", lambda d, _n, path, _p, quiet: None)
+    argv = ["--model", "m.yaml", "--json", str(tmp_path / "in.json")]
+    monkeypatch.setenv(ALLOC_CONF, "")  # recorded, so the test's own setting is undone after it
+    monkeypatch.delenv(ALLOC_CONF)
+    assert si.main(argv) == 0
+    monkeypatch.setenv(ALLOC_CONF, "max_split_size_mb:512")
+    assert si.main(argv) == 0
+    assert seen == ["expandable_segments:True", "max_split_size_mb:512"]

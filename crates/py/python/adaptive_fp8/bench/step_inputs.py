@@ -32,6 +32,10 @@ then runs one more check; end of input ends the process.
 The output (`--json`) is one typed document, format `adaptive-fp8-step-inputs` version 1, read by
 fp8sel (`fp8_report::step_inputs`, which refuses unknown fields); it is rewritten after each
 count, so a run stopped at a time limit keeps what it finished.
+
+The caching allocator runs with expandable segments unless PYTORCH_CUDA_ALLOC_CONF says
+otherwise, as the Megatron judge's (`step_bench.prefer_expandable_segments`): each count builds,
+captures and frees every mode's step in one process.
 """
 
 from __future__ import annotations
@@ -450,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step_inputs: --calibrate {','.join(map(str, outside))} not in --tokens; fix: calibrate at measured counts", file=sys.stderr)
         return 2
     args.tp_comm = False
+    from adaptive_fp8.bench.step_bench import prefer_expandable_segments
+
+    prefer_expandable_segments()  # before torch loads (in `_one`)
     while True:
         code = _one(args)
         if code or not args.serve:
