@@ -10,7 +10,8 @@ For each row the call ran (its line in the tarball's `regen/steps.txt`, the last
   and its log, policies and summary replace `docs/device-logs/regen_shipped/<row>/`;
 - cut or failed (any other rc): its log goes to `docs/device-logs/regen_shipped/cut/`, and no
   report moves.
-The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt`. A judge tarball's
+The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt` (a line it already
+has is not: a later call on the same machine brings the earlier calls' rows again). A judge tarball's
 `regen/judge/` files go to `docs/device-logs/regen_shipped/judge/`. Every file is written whole
 (a temporary file renamed into place); a member outside `regen/` is refused before anything is
 written. Then run `FP8_UPDATE_POLICIES=1 cargo xtask gen-policy --check`.
@@ -129,13 +130,17 @@ def land(tarball: str, root: str, dry: bool = False) -> list[str]:
         elif not actions:
             raise LandError(f"{tarball}: no regen/steps.txt and no regen/judge/; fix: pass the tarball regen_shipped.sh wrote")
         said = [f"write {b}" if kind == "put" else f"remove {a}" for kind, a, b in actions]
-        if text:
-            said.append(f"append {len(text.splitlines())} line(s) to {os.path.join(root, LOGS, 'steps.txt')}")
+        ledger = os.path.join(root, LOGS, "steps.txt")
+        have = set(open(ledger).read().splitlines()) if os.path.exists(ledger) else set()
+        # A later call on the same machine brings the earlier calls' rows again: their lines once.
+        new = [line for line in text.splitlines() if line.strip() and line not in have]
+        if new:
+            said.append(f"append {len(new)} line(s) to {ledger}")
         if not dry:
             _do(actions)
-            if text:
-                with open(os.path.join(root, LOGS, "steps.txt"), "a") as f:
-                    f.write(text if text.endswith("\n") else text + "\n")
+            if new:
+                with open(ledger, "a") as f:
+                    f.write("\n".join(new) + "\n")
         return said
 
 

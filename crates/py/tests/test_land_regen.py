@@ -71,6 +71,11 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
     assert (logs / "cut" / "tensorwise_deepseek_v3_tp8_ep64.gen.log").read_text() == "cut log"
     assert not (repo / "reports/h200/tensorwise").exists()
     assert (logs / "steps.txt").read_text().splitlines()[1:] == ["qwen2_5_72b_tp1 rc=0 in 120 s", "tensorwise/deepseek_v3_tp8_ep64 rc=124 in 500 s"]
+    # Landed again (a later call's tarball holds the earlier rows too): the same files, no line twice.
+    again = _land(root, repo, tarball)
+    assert again.returncode == 0, again.stderr
+    assert len((logs / "steps.txt").read_text().splitlines()) == 3
+    assert (reports / f"{LAYOUT}_check_step.json").read_text() == "new check"
 
 
 def test_a_judge_tarball_lands_under_judge(root, tmp_path):
