@@ -41,6 +41,13 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("hidden_activation"),
         Just("num_experts_per_tok"),
         Just("defaults"),
+        Just("architectures"),
+        Just("interleave_moe_layer_step"),
+        Just("intermediate_size_mlp"),
+        Just("embed_dim"),
+        Just("mlp_ratio"),
+        Just("depth"),
+        Just("num_heads"),
     ];
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -59,6 +66,12 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("olmoe"),
             Just("glm4_moe"),
             Just("gemma3"),
+            Just("llama4"),
+            Just("llama4_text"),
+            Just("qwen2_5_vl"),
+            Just("kimi_k2"),
+            Just("DeepseekV3ForCausalLM"),
+            Just("Qwen2VLForConditionalGeneration"),
             Just("([0]*3+[1]*58)"),
             Just("[1]*9999999999"),
             Just("x")
