@@ -198,9 +198,15 @@ fn ratio_errors(check: &[Value]) -> Vec<f64> {
 
 /// Which run a file is of: its folder under `docs/device-logs/step_model/` (the reports/step/
 /// or reports/ inside it left out), or `shipped` for the shipped measurements.
+/// The run a file is of: "shipped" for the shipped files' reports (`reports/h200/step_model/`),
+/// "shipped, <recipe>" for another recipe's (`reports/h200/<recipe>/step_model/`), else its
+/// folder under `docs/device-logs/step_model/`.
 fn run(file: &str) -> String {
-    if file.starts_with("reports/h200/") {
-        return "shipped".to_owned();
+    if let Some(rest) = file.strip_prefix("reports/h200/") {
+        return match rest.split_once('/') {
+            Some((recipe, tail)) if tail.starts_with("step_model/") => format!("shipped, {recipe}"),
+            _ => "shipped".to_owned(),
+        };
     }
     let dir = std::path::Path::new(file)
         .parent()
@@ -325,6 +331,16 @@ mod tests {
         let t = step_model(&[("reports/h200/step_model/v.json".into(), vit)]).unwrap();
         assert!(
             t.contains("| m (vision encoder) | TP 8 EP 64 | shipped | 3 |"),
+            "{t}"
+        );
+        // Another recipe's shipped reports say which.
+        let t = step_model(&[(
+            "reports/h200/tensorwise/step_model/m.json".into(),
+            json!({"provenance": {"models": ["m"], "step": {"model": [lm]}}}),
+        )])
+        .unwrap();
+        assert!(
+            t.contains("| m | TP 8 EP 64 | shipped, tensorwise | 3 |"),
             "{t}"
         );
         let e = step_model(&[("f.json".into(), json!({"provenance": {}}))]).unwrap_err();
