@@ -19,10 +19,10 @@
 #       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds (the
 #       file a row made on this machine where there is one)
 # A row is <model>_tp<T>[_ep<E>] of fixtures/models/<model>.yaml; a VLM's row (Qwen3-VL) makes its
-# language model and then its vision encoder at that TP, both by the step model. A row
-# <model>_vit_tp<T> makes the vision encoder alone (`gen-policy --component vit`; its layouts have
-# no EP, so one row per TP). A row <recipe>/<row> (tensorwise, delayed: the recipes whose files ship
-# in policies/<recipe>/) makes that layout with `gen-policy --recipe <recipe>`. Land what a call
+# language model alone (`--component llm`). A row <model>_vit_tp<T> makes the vision encoder
+# (`gen-policy --component vit`; its layouts have no EP, so one row per TP), once per TP. A row
+# <recipe>/<row> (tensorwise, delayed: the recipes whose files ship in policies/<recipe>/) makes
+# that layout with `gen-policy --recipe <recipe>`. Land what a call
 # brought back with `python3 scripts/upkeep/land_regen.py <files_at>/regen_shipped.tar.gz` (each
 # finished row's logs under docs/device-logs/regen_shipped/<row>/, its reports replacing its
 # layouts' in reports/h200/step_model/, a recipe's in reports/h200/<recipe>/step_model/; a cut
@@ -121,7 +121,10 @@ for row in "${ROWS[@]}"; do
   [ "$rest" != "$tp" ] && ep=${rest#*_ep}
   # A vision-encoder row: the VLM's config, that part alone, no EP.
   part=(--ep "$ep")
-  case $model in *_vit) model=${model%_vit}; part=(--component vit) ;; esac
+  case $model in
+    *_vit) model=${model%_vit}; part=(--component vit) ;;
+    qwen3_vl*) part+=(--component llm) ;;  # its vision encoder: the _vit rows, one per TP
+  esac
   # What the row took when it last finished (regen_queue.py --need: its time in steps.txt with a
   # margin); one that needs more than a call's budget starts only at the head of a fresh call.
   need=$(python3 scripts/device/regen_queue.py "$row" --need) || exit 2
