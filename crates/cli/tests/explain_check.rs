@@ -366,19 +366,10 @@ fn vision_flags_on_a_language_model_are_refused_not_ignored() {
 fn a_vlms_policy_named_as_one_file_points_to_the_two_gen_policy_wrote() {
     // The README's `--policy my-policies/<model>.json`, for a VLM: gen-policy wrote
     // <model>.llm.json and <model>.vit.json; the error names both and the flags.
-    let o = fp8sel(&[
-        "check",
-        "--model",
-        "fixtures/models/qwen3_vl_235b_a22b.yaml",
-        "--policy",
-        "policies/qwen3_vl_235b_a22b.json",
-        "--tp",
-        "1",
-        "--ep",
-        "8",
-        "--seq-length",
-        "4096",
-    ]);
+    let args = |line: &'static str| line.split(' ').collect::<Vec<_>>();
+    let o = fp8sel(&args(
+        "check --model fixtures/models/qwen3_vl_235b_a22b.yaml --policy policies/qwen3_vl_235b_a22b.json --tp 1 --ep 8 --seq-length 4096",
+    ));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains(
@@ -388,15 +379,9 @@ fn a_vlms_policy_named_as_one_file_points_to_the_two_gen_policy_wrote() {
         text(&o.stderr)
     );
     // A missing file with no such pair beside it is the plain error.
-    let o = fp8sel(&[
-        "check",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        "policies/nothing_here.json",
-        "--seq-length",
-        "4096",
-    ]);
+    let o = fp8sel(&args(
+        "check --model fixtures/models/llama3_2_1b.yaml --policy policies/nothing_here.json --seq-length 4096",
+    ));
     assert_eq!(o.status.code(), Some(2));
     assert!(
         !text(&o.stderr).contains("--vit-policy"),

@@ -42,18 +42,16 @@ fn missing_rules_are_listed_with_their_modules() {
     assert!((0.0..=1.0).contains(&share));
 }
 
-#[test]
-fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
-    let m = model("qwen2_5_72b.yaml");
-    // A policy written by an older merge-policy: keys as display strings.
+/// Qwen2.5-72B at TP 8, 4096 tokens, under a policy with no rules whose provenance is
+/// `provenance`: the plan, and its fc2's row (whether FP8, and why).
+fn fc2_under(provenance: &str) -> (fp8_engine::Plan, bool, String) {
     let pol = Policy::from_json_str(
-        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {},
-            "provenance": {"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}}"#,
-        "old.json",
+        &format!(r#"{{"version": 1, "speedup_threshold": 1.0, "rules": {{}}, "provenance": {provenance}}}"#),
+        "p.json",
     )
     .unwrap();
     let pl = plan(
-        &m,
+        &model("qwen2_5_72b.yaml"),
         &cfg(
             Parallel::tp(8),
             &[(Role::Llm, TokenConfig::new(4096, 1))],
@@ -66,12 +64,16 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
         .iter()
         .find(|x| x.spec.name.ends_with("linear_fc2"))
         .unwrap();
-    assert!(!fc2.use_fp8);
-    assert!(
-        fc2.reason.contains("measured, FP8 never won"),
-        "{}",
-        fc2.reason
-    );
+    let (on, why) = (fc2.use_fp8, fc2.reason.clone());
+    (pl, on, why)
+}
+
+#[test]
+fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
+    // A policy written by an older merge-policy: keys as display strings.
+    let (pl, on, why) = fc2_under(r#"{"measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}"#);
+    assert!(!on);
+    assert!(why.contains("measured, FP8 never won"), "{why}");
     let keys = missing_keys(&pl, None);
     assert!(
         !keys.contains(&"(kind=row, ub_name=fc2, tp=8)".to_owned()),
@@ -79,32 +81,13 @@ fn keys_measured_without_an_fp8_win_are_answers_not_gaps() {
     );
     assert_eq!(keys.len(), 3, "{keys:?}");
     // A cost-model policy's key was modelled, not measured, and says so.
-    let est = Policy::from_json_str(
-        r#"{"version": 1, "speedup_threshold": 1.0, "rules": {},
-            "provenance": {"estimated": true, "measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}}"#,
-        "est.json",
-    )
-    .unwrap();
-    let pl = plan(
-        &m,
-        &cfg(
-            Parallel::tp(8),
-            &[(Role::Llm, TokenConfig::new(4096, 1))],
-            &[(Role::Llm, &est)],
-        ),
-    )
-    .unwrap();
-    let fc2 = pl
-        .modules
-        .iter()
-        .find(|x| x.spec.name.ends_with("linear_fc2"))
-        .unwrap();
+    let (_, on, why) = fc2_under(
+        r#"{"estimated": true, "measured_bf16_keys": ["(kind=row, ub_name=fc2, tp=8)"]}"#,
+    );
     assert!(
-        fc2.reason
-            .contains("ESTIMATED by the cost model, FP8 never won")
-            && !fc2.reason.contains("measured"),
-        "{}",
-        fc2.reason
+        !on && why.contains("ESTIMATED by the cost model, FP8 never won")
+            && !why.contains("measured"),
+        "{why}"
     );
 }
 
