@@ -22,6 +22,7 @@ written. Then run `FP8_UPDATE_POLICIES=1 cargo xtask gen-policy --check`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import re
@@ -78,7 +79,10 @@ Action = tuple[str, str, str]
 def _do(actions: list[Action]) -> None:
     for kind, a, b in actions:
         if kind == "remove":
-            os.remove(a)
+            # Two rows of one tarball may hold the same layout: the later one's set wins, and a
+            # file the earlier one already removed is gone.
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(a)
             continue
         os.makedirs(os.path.dirname(b), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(b), prefix=".land_")

@@ -103,3 +103,17 @@ def test_a_member_outside_regen_or_a_finished_row_without_reports_writes_nothing
     assert (repo / f"reports/h200/step_model/{LAYOUT}_recheck_step.json").read_text() == "old"
     o = _land(root, repo, tmp_path / "missing.tar.gz")
     assert o.returncode == 2 and "missing.tar.gz" in o.stderr
+
+
+def test_two_rows_of_one_layout_land_the_later_ones_files(root, tmp_path):
+    # Both rows bring the layout's check and no re-timing: the committed re-timing goes once (the
+    # second removal finds it gone), and the later row's check stands.
+    repo = _repo(tmp_path)
+    o = _land(root, repo, _tarball(tmp_path / "twice.tar.gz", {
+        "regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\nqwen2_5_72b_tp1_again rc=0 in 9 s\n",
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": "first",
+        f"regen/qwen2_5_72b_tp1_again/reports/{LAYOUT}_check_step.json": "second"}))
+    assert o.returncode == 0, o.stderr
+    base = repo / "reports/h200/step_model"
+    assert (base / f"{LAYOUT}_check_step.json").read_text() == "second"
+    assert not (base / f"{LAYOUT}_recheck_step.json").exists()
