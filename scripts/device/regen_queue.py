@@ -112,9 +112,9 @@ UNKNOWN_NEED = 480
 
 
 def need(row: str, steps: str = STEPS) -> int:
-    """Seconds to have left before starting `row`: 1.2 x its last finished time plus 15 s (the
-    times of one layout moved by up to 20% between runs of one tool), else its blockwise
-    layout's, else UNKNOWN_NEED."""
+    """Seconds to have left before starting `row`: 1.2 x its last finished time plus 15 s (in
+    steps.txt one layout's finished times moved by at most 13% between runs of one tool), else
+    its blockwise layout's, else UNKNOWN_NEED."""
     last: dict[str, int] = {}
     with open(steps) as f:
         for line in f:
