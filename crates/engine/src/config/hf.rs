@@ -420,3 +420,16 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
         warnings: Vec::new(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_architectures_class_names_a_model_type_this_reader_knows() {
+        for (class, t) in ARCHITECTURES {
+            assert!(kind_of(t).is_some(), "{class} -> {t}");
+            assert!(SUPPORTED.contains(t), "{t} not in SUPPORTED");
+        }
+    }
+}
