@@ -12,6 +12,8 @@
 //! - `{{step_model: FILE...}}`: the step model's error against its check, per layout: of a policy
 //!   it made, or of a layout's committed `*_inputs_step.json`, fitted afresh by today's tool
 //!   with the checks beside it;
+//! - `{{step_model_by_model: FILE...}}`: the same, one row per model and run (its layouts
+//!   together), for runs of many layouts;
 //! - `{{table: FILE...}}`: the Markdown table lines of files a device script wrote (its own
 //!   output, committed beside its inputs), verbatim.
 //!
@@ -101,7 +103,7 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
     let docs: Vec<(String, Value)> = files
         .iter()
         .map(|f| {
-            if kind == "step_model" && f.ends_with(step_model::INPUTS) {
+            if kind.starts_with("step_model") && f.ends_with(step_model::INPUTS) {
                 return Ok(((*f).to_owned(), step_model::refit(root, f)?));
             }
             let text = std::fs::read_to_string(root.join(f)).map_err(|e| format!("{f}: {e}"))?;
@@ -117,8 +119,9 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
             .collect()),
         "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
         "step_model" => step_model::step_model(&docs),
+        "step_model_by_model" => step_model::by_model(&docs),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model, table)"
+            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model, step_model_by_model, table)"
         )),
     }
 }

@@ -29,12 +29,13 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
     serde_json::from_str(&policy.to_json()).map_err(|e| format!("{file}: {e}"))
 }
 
+/// The table's head, one column per measure.
+const HEADER: &str = "| model | layout | run | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n";
+
 /// One row per layout, then the totals over them; a file without the step model's provenance
 /// is an error (the placeholder names a file that is not the step model's).
 pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
-    let mut s = String::from(
-        "| model | layout | run | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
-    );
+    let mut s = String::from(HEADER);
     let mut all = Totals::default();
     let mut by_bound: Vec<Vec<(f64, f64)>> = vec![Vec::new(); BOUNDS.len()];
     for (file, v) in docs {
@@ -71,6 +72,47 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     }
     let _ = writeln!(s, "{}", all.line());
     let _ = writeln!(s, "\n{}", bound_table(&by_bound));
+    Ok(s)
+}
+
+/// `{{step_model_by_model: FILE...}}`: as `step_model`, one row per model and run, its layouts'
+/// steps together (the layout column lists them), then the totals: the compact form for runs of
+/// many layouts (another recipe's shipped reports).
+pub(super) fn by_model(docs: &[(String, Value)]) -> Result<String, String> {
+    let mut groups: Vec<((String, String), Vec<String>, Value)> = Vec::new();
+    for (file, v) in docs {
+        let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
+            format!("{file}: no provenance.step.model (not made by the step model)")
+        })?;
+        let model = v["provenance"]["models"][0].as_str().unwrap_or("?");
+        let key = (model.to_owned(), run(file));
+        let at = match groups.iter().position(|g| g.0 == key) {
+            Some(i) => i,
+            None => {
+                let empty = serde_json::json!({"check": [], "repeats": [], "not_the_policy": []});
+                groups.push((key, Vec::new(), empty));
+                groups.len() - 1
+            }
+        };
+        for lm in layouts {
+            let g = &mut groups[at];
+            g.1.push(layout_of(lm));
+            for k in ["check", "repeats", "not_the_policy"] {
+                let more = lm[k].as_array().cloned().unwrap_or_default();
+                if let Some(a) = g.2[k].as_array_mut() {
+                    a.extend(more);
+                }
+            }
+        }
+    }
+    let mut s = String::from(HEADER);
+    let mut all = Totals::default();
+    for ((model, run), layouts, lm) in &groups {
+        let (line, t) = row_as(model, &layouts.join(", "), layouts.len(), run, lm)?;
+        let _ = writeln!(s, "{line}");
+        all.add(&t);
+    }
+    let _ = writeln!(s, "{}", all.line());
     Ok(s)
 }
 
@@ -217,12 +259,29 @@ fn run(file: &str) -> String {
         .to_owned()
 }
 
-fn row(name: &str, run: &str, lm: &Value) -> Result<(String, Totals), String> {
+/// A layout's name: `TP t[ EP e]`.
+fn layout_of(lm: &Value) -> String {
     let u = |k: &str| lm[k].as_u64().unwrap_or(1);
     let mut layout = format!("TP {}", u("tp"));
     if u("ep") > 1 {
         let _ = write!(layout, " EP {}", u("ep"));
     }
+    layout
+}
+
+fn row(name: &str, run: &str, lm: &Value) -> Result<(String, Totals), String> {
+    row_as(name, &layout_of(lm), 1, run, lm)
+}
+
+/// One row of `layouts` layouts' steps (`lm`: their checks, repeats and plans not the policy's
+/// together), named `layout`.
+fn row_as(
+    name: &str,
+    layout: &str,
+    layouts: usize,
+    run: &str,
+    lm: &Value,
+) -> Result<(String, Totals), String> {
     let check = lm["check"].as_array().map_or(&[][..], Vec::as_slice);
     let mut held: Vec<f64> = check
         .iter()
@@ -263,7 +322,7 @@ fn row(name: &str, run: &str, lm: &Value) -> Result<(String, Totals), String> {
     let (n, r, p) = (held.len(), ratios.len(), plans.len());
     let (med, ratio_med) = (median(&mut held), median(&mut ratios));
     let totals = Totals {
-        layouts: 1,
+        layouts,
         median_within: usize::from(med.is_some_and(|m| m <= 0.03)),
         held: n,
         within,
@@ -348,6 +407,32 @@ mod tests {
             e.contains("f.json") && e.contains("provenance.step.model"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn by_model_puts_a_runs_layouts_of_one_model_in_one_row() {
+        let r = |err: f64| json!({"calibrated": false, "mode": "bf16", "error": err, "vs_bf16": [1.0, 1.0, 1.0], "execution": "eager", "tokens": 4096, "fp8_groups": [], "predicted_ms": 1.0, "measured_ms": 1.0, "noise": 0.0, "disagrees": false});
+        let doc = |tp: u64, err: f64| json!({"provenance": {"models": ["m"], "step": {"model": [{"tp": tp, "check": [r(err)], "repeats": [{"change": 0.01 * tp as f64}]}]}}});
+        let dir = "reports/h200/tensorwise/step_model";
+        let docs = [
+            (format!("{dir}/m_tp1_inputs_step.json"), doc(1, 0.01)),
+            (format!("{dir}/m_tp2_inputs_step.json"), doc(2, 0.05)),
+            (
+                "reports/h200/step_model/m_tp1_inputs_step.json".to_owned(),
+                doc(1, 0.02),
+            ),
+        ];
+        let t = by_model(&docs).unwrap();
+        // The recipe's two layouts together: two held-out steps (1% and 5%), median 3.0%;
+        // the blockwise run its own row.
+        assert!(
+            t.contains(
+                "| m | TP 1, TP 2 | shipped, tensorwise | 2 | 3.0% | 1 of 2 | 1 of 2 | 5.0% |"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("| m | TP 1 | shipped | 1 | 2.0% |"), "{t}");
+        assert!(t.contains("| **all** | 3 layouts | | 3 |"), "{t}");
     }
 
     #[test]
