@@ -2,7 +2,7 @@
 --backend step` runs per layout; the model itself, the choice and the thresholds are fp8sel's).
 
     python -m adaptive_fp8.bench.step_inputs --model my_model.yaml --tp 1 \\
-        --tokens 1024,2048,4096,8192,16384 --calibrate 1024,4096,16384 --execution eager,graphed \\
+        --tokens 1024,2048,4096,8192,16384 --calibrate 1024,2048,4096,16384 --execution eager,graphed \\
         --json inputs.json
     python -m adaptive_fp8.bench.step_inputs --model my_model.yaml --tp 1 --check plans.json \\
         --json check.json
