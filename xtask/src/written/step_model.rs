@@ -39,15 +39,7 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut all = Totals::default();
     let mut by_bound: Vec<Vec<(f64, f64)>> = vec![Vec::new(); BOUNDS.len()];
     for (file, v) in docs {
-        let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
-            format!("{file}: no provenance.step.model (not made by the step model)")
-        })?;
-        let model = v["provenance"]["models"][0].as_str().unwrap_or("?");
-        // A VLM's vision encoder is its own row beside its language model's.
-        let name = match v["provenance"]["component"].as_str() {
-            Some("vit") => format!("{model} (vision encoder)"),
-            _ => model.to_owned(),
-        };
+        let (name, layouts) = named_layouts(file, v)?;
         let (name, run) = (name.as_str(), run(file));
         for lm in layouts {
             let (line, t) = row(name, &run, lm).map_err(|e| format!("{file}: {e}"))?;
@@ -75,17 +67,29 @@ pub(super) fn step_model(docs: &[(String, Value)]) -> Result<String, String> {
     Ok(s)
 }
 
+/// A policy's model as the table names it and its layouts' step-model provenance; a file
+/// without it is an error (the placeholder names a file that is not the step model's).
+fn named_layouts<'a>(file: &str, v: &'a Value) -> Result<(String, &'a Vec<Value>), String> {
+    let layouts = v["provenance"]["step"]["model"]
+        .as_array()
+        .ok_or_else(|| format!("{file}: no provenance.step.model (not made by the step model)"))?;
+    let model = v["provenance"]["models"][0].as_str().unwrap_or("?");
+    // A VLM's vision encoder is its own row beside its language model's.
+    let name = match v["provenance"]["component"].as_str() {
+        Some("vit") => format!("{model} (vision encoder)"),
+        _ => model.to_owned(),
+    };
+    Ok((name, layouts))
+}
+
 /// `{{step_model_by_model: FILE...}}`: as `step_model`, one row per model and run, its layouts'
 /// steps together (the layout column lists them), then the totals: the compact form for runs of
 /// many layouts (another recipe's shipped reports).
 pub(super) fn by_model(docs: &[(String, Value)]) -> Result<String, String> {
     let mut groups: Vec<((String, String), Vec<String>, Value)> = Vec::new();
     for (file, v) in docs {
-        let layouts = v["provenance"]["step"]["model"].as_array().ok_or_else(|| {
-            format!("{file}: no provenance.step.model (not made by the step model)")
-        })?;
-        let model = v["provenance"]["models"][0].as_str().unwrap_or("?");
-        let key = (model.to_owned(), run(file));
+        let (name, layouts) = named_layouts(file, v)?;
+        let key = (name, run(file));
         let at = match groups.iter().position(|g| g.0 == key) {
             Some(i) => i,
             None => {
