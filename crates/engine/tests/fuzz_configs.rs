@@ -48,6 +48,13 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("mlp_ratio"),
         Just("depth"),
         Just("num_heads"),
+        Just("moe_num_experts"),
+        Just("moe_k"),
+        Just("moe_layer_start_index"),
+        Just("moe_layer_end_index"),
+        Just("moe_layer_interval"),
+        Just("moe_num_shared_experts"),
+        Just("shared_intermediate_size"),
     ];
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -69,6 +76,8 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("llama4"),
             Just("llama4_text"),
             Just("qwen2_5_vl"),
+            Just("ernie4_5_moe"),
+            Just("dots1"),
             Just("kimi_k2"),
             Just("DeepseekV3ForCausalLM"),
             Just("Qwen2VLForConditionalGeneration"),

@@ -265,3 +265,94 @@ fn llama4_and_gpt_oss_read_as_their_moe_layouts() {
     );
     assert_eq!(a.moe.unwrap().dense_layers, 0);
 }
+
+#[test]
+fn ernie_dots_and_granite_shared_read_as_their_moe_layouts() {
+    // ERNIE-4.5-21B-A3B: MoE in layers 1..=27 (the first dense), two shared experts.
+    let ernie = r#"{"model_type": "ernie4_5_moe", "hidden_size": 2560,
+        "intermediate_size": 12288, "num_hidden_layers": 28, "num_attention_heads": 20,
+        "num_key_value_heads": 4, "moe_num_experts": 64, "moe_k": 6,
+        "moe_intermediate_size": 1536, "moe_num_shared_experts": 2,
+        "moe_layer_start_index": 1, "moe_layer_end_index": END, "moe_layer_interval": STEP}"#;
+    let moe = |end: &str, step: &str| {
+        hf_llm(&ernie.replace("END", end).replace("STEP", step))
+            .moe
+            .unwrap()
+    };
+    let m = moe("27", "1");
+    assert_eq!(
+        (
+            m.num_experts,
+            m.moe_ffn_hidden_size,
+            m.router_topk,
+            m.shared_expert_ffn_hidden_size,
+            m.dense_layers
+        ),
+        (64, 1536, 6, Some(3072), 1)
+    );
+    // -1 is the last layer; every second layer from 1: layers 1, 3, .., 27 (14 of 28).
+    assert_eq!(moe("-1", "2").dense_layers, 14);
+    // An end before the last layer leaves the layers after it dense.
+    assert_eq!(moe("13", "1").dense_layers, 15);
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        &ernie.replace("END", "\"last\"").replace("STEP", "1"),
+    );
+    let (field, problem) = field_error(load_model(&p).unwrap_err());
+    assert_eq!(field, "moe_layer_end_index");
+    assert!(problem.contains("not a layer index"), "{problem}");
+
+    // dots.llm1: DeepSeek's experts with GQA attention.
+    let a = hf_llm(
+        r#"{"model_type": "dots1", "hidden_size": 4096, "intermediate_size": 10944,
+        "moe_intermediate_size": 1408, "num_hidden_layers": 62, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "n_routed_experts": 128, "n_shared_experts": 2,
+        "num_experts_per_tok": 6, "first_k_dense_replace": 1}"#,
+    );
+    let m = a.moe.unwrap();
+    assert!(a.mla.is_none());
+    assert_eq!(
+        (
+            m.num_experts,
+            m.shared_expert_ffn_hidden_size,
+            m.dense_layers
+        ),
+        (128, Some(2816), 1)
+    );
+    // Granite MoE shared: Mixtral's experts and one shared expert.
+    let a = hf_llm(
+        r#"{"model_type": "granitemoeshared", "hidden_size": 1024, "intermediate_size": 512,
+        "shared_intermediate_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "num_local_experts": 32, "num_experts_per_tok": 8}"#,
+    );
+    assert_eq!(a.moe.unwrap().shared_expert_ffn_hidden_size, Some(1024));
+}
+
+#[test]
+fn newer_dense_families_read_as_llamas_layout_and_every_mlp_is_gated() {
+    for (t, extra) in [
+        ("smollm3", ""),
+        ("seed_oss", r#", "head_dim": 64"#),
+        ("exaone4", ""),
+        ("ernie4_5", r#", "head_dim": 64"#),
+        ("hunyuan_v1_dense", ""),
+        ("olmo3", ""),
+        ("glm", ""),
+        ("ministral", ""),
+        ("helium", ""),
+        // An activation the reader has no name for is still a gated MLP in these families.
+        ("llama", r#", "hidden_act": "relu""#),
+    ] {
+        let a = hf_llm(&format!(
+            r#"{{"model_type": "{t}", "hidden_size": 2048, "intermediate_size": 11008,
+            "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4{extra}}}"#
+        ));
+        assert!(a.gated_mlp && a.moe.is_none(), "{t}");
+        assert_eq!((a.ffn_hidden_size, a.num_query_groups), (11008, 4), "{t}");
+        // head_dim as given, else hidden_size / heads.
+        let head_dim = if extra.contains("head_dim") { 64 } else { 128 };
+        assert_eq!(a.head_dim, head_dim, "{t}");
+    }
+}

@@ -1,14 +1,16 @@
 //! HuggingFace `config.json` -> components.
 //!
 //! Supported `model_type`s, each a gated MLP with RMSNorm:
-//! - dense: llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, gemma2,
-//!   gemma3_text;
+//! - dense: llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, granite, internlm3, phi3, glm,
+//!   glm4, gemma, gemma2, gemma3_text, smollm3, seed_oss, exaone4, helium, ernie4_5,
+//!   hunyuan_v1_dense;
 //! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
 //!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
-//!   granitemoe, phimoe, gpt_oss (`num_local_experts`; gpt-oss's attention sinks and windows
-//!   change no GEMM); olmoe (`num_experts`; experts use
-//!   `intermediate_size`); glm4_moe (DeepSeek's routed and shared experts and first dense layers,
-//!   with GQA attention); deepseek_v3, deepseek_v2 (the same with MLA); llama4_text (routed
+//!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss
+//!   (`num_local_experts`; gpt-oss's attention sinks and windows change no GEMM); olmoe
+//!   (`num_experts`; experts use `intermediate_size`); glm4_moe, dots1 (DeepSeek's routed and
+//!   shared experts and first dense layers, with GQA attention); ernie4_5_moe (`moe_num_experts`,
+//!   `moe_k`, MoE layers from `moe_layer_start_index` every `moe_layer_interval`-th); deepseek_v3, deepseek_v2 (the same with MLA); llama4_text (routed
 //!   and one shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size`
 //!   wide; dense layers `intermediate_size_mlp`);
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
@@ -31,9 +33,11 @@ use super::error::ConfigError;
 use super::fields::Fields;
 use super::linear_attention::linear_attention;
 
-const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, olmo2, granite, internlm3, phi3, glm4, gemma, \
-                         gemma2, gemma3_text, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, phimoe, \
-                         gpt_oss, olmoe, glm4_moe, deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
+const SUPPORTED: &str = "llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, granite, internlm3, \
+                         phi3, glm, glm4, gemma, gemma2, gemma3_text, smollm3, seed_oss, exaone4, helium, \
+                         ernie4_5, hunyuan_v1_dense, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, \
+                         granitemoeshared, phimoe, gpt_oss, olmoe, glm4_moe, dots1, ernie4_5_moe, \
+                         deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
                          qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
@@ -48,15 +52,21 @@ enum Kind {
 
 fn kind_of(model_type: &str) -> Option<Kind> {
     Some(match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "olmo2" | "granite" | "internlm3" | "phi3"
-        | "glm4" | "gemma" | "gemma2" | "gemma3_text" => Kind::Text(Family::Dense),
+        "llama" | "mistral" | "ministral" | "qwen2" | "qwen3" | "olmo2" | "olmo3" | "granite"
+        | "internlm3" | "phi3" | "glm" | "glm4" | "gemma" | "gemma2" | "gemma3_text"
+        | "smollm3" | "seed_oss" | "exaone4" | "helium" | "ernie4_5" | "hunyuan_v1_dense" => {
+            Kind::Text(Family::Dense)
+        }
         // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
         "qwen3_5_text" => Kind::Text(Family::Dense),
         "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" => Kind::Text(Family::QwenMoe),
         "qwen3_next" => Kind::Text(Family::QwenNext),
-        "mixtral" | "granitemoe" | "phimoe" | "gpt_oss" => Kind::Text(Family::Mixtral),
+        "mixtral" | "granitemoe" | "granitemoeshared" | "phimoe" | "gpt_oss" => {
+            Kind::Text(Family::Mixtral)
+        }
         "olmoe" => Kind::Text(Family::Olmoe),
-        "glm4_moe" => Kind::Text(Family::DeepSeekMoe),
+        "glm4_moe" | "dots1" => Kind::Text(Family::DeepSeekMoe),
+        "ernie4_5_moe" => Kind::Text(Family::Ernie),
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
         "llama4_text" => Kind::Text(Family::Llama4),
         "llama4" => Kind::Vlm(Family::Llama4),
@@ -79,6 +89,18 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("InternLM3ForCausalLM", "internlm3"),
     ("Phi3ForCausalLM", "phi3"),
     ("Glm4ForCausalLM", "glm4"),
+    ("GlmForCausalLM", "glm"),
+    ("MinistralForCausalLM", "ministral"),
+    ("Olmo3ForCausalLM", "olmo3"),
+    ("SmolLM3ForCausalLM", "smollm3"),
+    ("SeedOssForCausalLM", "seed_oss"),
+    ("Exaone4ForCausalLM", "exaone4"),
+    ("HeliumForCausalLM", "helium"),
+    ("Ernie4_5ForCausalLM", "ernie4_5"),
+    ("HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"),
+    ("Ernie4_5_MoeForCausalLM", "ernie4_5_moe"),
+    ("Dots1ForCausalLM", "dots1"),
+    ("GraniteMoeSharedForCausalLM", "granitemoeshared"),
     ("GemmaForCausalLM", "gemma"),
     ("Gemma2ForCausalLM", "gemma2"),
     ("Gemma3ForCausalLM", "gemma3_text"),
@@ -198,6 +220,9 @@ enum Family {
     DeepSeekMoe,
     /// DeepSeek's experts with MLA.
     DeepSeek,
+    /// ERNIE 4.5: routed and shared experts in the layers from `moe_layer_start_index` to
+    /// `moe_layer_end_index`, every `moe_layer_interval`-th.
+    Ernie,
     /// Llama 4: every `interleave_moe_layer_step`-th layer MoE (routed experts and one shared
     /// expert, both `intermediate_size` wide), the others dense (`intermediate_size_mlp`).
     Llama4,
@@ -254,16 +279,14 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             hidden / heads
         }
     };
-    // Gemma 2 and 3 name it hidden_activation.
-    let act = f
-        .opt_str(&["hidden_act", "hidden_activation"])?
-        .unwrap_or("silu");
-    // Every supported text family uses a gated MLP (SwiGLU with silu).
-    let gated = matches!(act, "silu" | "swish" | "gelu" | "gelu_pytorch_tanh");
+    // Every supported text family's MLP is gated whatever its activation (SwiGLU, Gemma's
+    // GeGLU named by hidden_activation, gpt-oss's clamped SwiGLU): the GEMMs are the same.
+    let gated = true;
     let (moe, mla) = match family {
         Family::Dense => (None, None),
         Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
         Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
+        Family::Ernie => (Some(ernie_moe(f, num_layers)?), None),
         Family::Olmoe => (Some(every_layer_moe(f, "num_experts", ffn)?), None),
         Family::DeepSeekMoe => (Some(deepseek_moe(f, num_layers)?), None),
         Family::DeepSeek => (Some(deepseek_moe(f, num_layers)?), Some(mla(f)?)),
@@ -322,13 +345,49 @@ fn qwen_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
 
 /// Mixtral-style experts in every layer, `ffn` wide, no shared expert; `experts` names the
 /// field with the routed expert count.
+/// Granite MoE's shared variant adds one shared expert `shared_intermediate_size` wide.
 fn every_layer_moe(f: Fields<'_>, experts: &'static str, ffn: u64) -> Result<Moe, ConfigError> {
     Ok(Moe {
         num_experts: f.req_pos(&[experts], "routed experts")?,
         moe_ffn_hidden_size: ffn,
         router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
-        shared_expert_ffn_hidden_size: None,
+        shared_expert_ffn_hidden_size: f.opt_u64(&["shared_intermediate_size"])?.filter(|s| *s > 0),
         dense_layers: 0,
+    })
+}
+
+/// ERNIE 4.5's experts: layer `i` is MoE when `moe_layer_start_index <= i <=
+/// moe_layer_end_index` (-1 or absent: the last layer) and `(i + 1) % moe_layer_interval == 0`;
+/// `moe_num_shared_experts` shared experts of `moe_intermediate_size` each.
+fn ernie_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
+    let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
+    let start = f.opt_u64(&["moe_layer_start_index"])?.unwrap_or(0);
+    let last = num_layers.saturating_sub(1);
+    let end = match f.map.get("moe_layer_end_index") {
+        None => last,
+        Some(v) => match v.as_i64() {
+            Some(-1) => last,
+            Some(e) if e >= 0 => (e as u64).min(last),
+            _ => {
+                return Err(f.err(
+                    "moe_layer_end_index",
+                    format!("{v} is not a layer index"),
+                    "set the last MoE layer's index, or -1 for the last layer",
+                ));
+            }
+        },
+    };
+    let step = f.opt_u64(&["moe_layer_interval"])?.unwrap_or(1).max(1);
+    let sparse = (start..=end)
+        .filter(|i| (i + 1).is_multiple_of(step))
+        .count() as u64;
+    let shared = f.opt_u64(&["moe_num_shared_experts"])?.unwrap_or(0);
+    Ok(Moe {
+        num_experts: f.req_pos(&["moe_num_experts"], "routed experts")?,
+        moe_ffn_hidden_size: moe_ffn,
+        router_topk: f.req_pos(&["moe_k"], "router top-k")?,
+        shared_expert_ffn_hidden_size: (shared > 0).then_some(shared * moe_ffn),
+        dense_layers: num_layers - sparse.min(num_layers),
     })
 }
 
