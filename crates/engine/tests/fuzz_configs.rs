@@ -77,6 +77,7 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("llama4_text"),
             Just("qwen2_5_vl"),
             Just("ernie4_5_moe"),
+            Just("internvl"),
             Just("dots1"),
             Just("kimi_k2"),
             Just("DeepseekV3ForCausalLM"),

@@ -356,3 +356,59 @@ fn newer_dense_families_read_as_llamas_layout_and_every_mlp_is_gated() {
         assert_eq!(a.head_dim, head_dim, "{t}");
     }
 }
+
+#[test]
+fn a_vlm_that_names_its_language_model_by_text_config_reads_that_family() {
+    // InternVL3.5-30B-A3B: a Qwen3-MoE language model under text_config, InternViT (gelu,
+    // ungated).
+    let dir = tempfile::tempdir().unwrap();
+    let vlm = |text_type: &str| {
+        format!(
+            r#"{{"model_type": "internvl", "text_config": {{"model_type": "{text_type}",
+            "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+            "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8}},
+            "vision_config": {{"hidden_size": 1024, "intermediate_size": 4096,
+            "num_hidden_layers": 24, "num_attention_heads": 16, "hidden_act": "gelu"}}}}"#
+        )
+    };
+    let p = write(&dir, "config.json", &vlm("qwen3_moe"));
+    let m = load_model(&p).unwrap();
+    let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!(llm.moe.as_ref().unwrap().num_experts, 128);
+    assert_eq!((vit.hidden_size, vit.gated_mlp), (1024, false));
+    // A dense language model the same way (LLaVA-OneVision's Qwen2).
+    let p = write(
+        &dir,
+        "config.json",
+        &vlm("qwen2").replace("internvl", "llava_onevision"),
+    );
+    assert!(load_model(&p).unwrap().components[0].arch.moe.is_none());
+    // The language model's type missing, or not a language model: named at text_config.
+    for (text_type, problem) in [("", "missing"), ("gemma3", "not a language model")] {
+        let text = vlm(text_type).replace(r#""model_type": "","#, "");
+        let p = write(&dir, "config.json", &text);
+        let (field, got) = field_error(load_model(&p).unwrap_err());
+        assert_eq!(field, "text_config.model_type", "{text_type}");
+        assert!(got.contains(problem), "{got}");
+    }
+}
+
+#[test]
+fn minimax_m2_reads_as_mixtrals_layout() {
+    let a = hf_llm(
+        r#"{"model_type": "minimax_m2", "hidden_size": 3072, "intermediate_size": 1536,
+        "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+        "head_dim": 128, "num_local_experts": 256, "num_experts_per_tok": 8}"#,
+    );
+    let m = a.moe.unwrap();
+    assert_eq!(
+        (
+            m.num_experts,
+            m.moe_ffn_hidden_size,
+            m.router_topk,
+            a.head_dim
+        ),
+        (256, 1536, 8, 128)
+    );
+}

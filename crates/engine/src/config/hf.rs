@@ -6,7 +6,7 @@
 //!   hunyuan_v1_dense;
 //! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
 //!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
-//!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss
+//!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss, minimax_m2
 //!   (`num_local_experts`; gpt-oss's attention sinks and windows change no GEMM); olmoe
 //!   (`num_experts`; experts use `intermediate_size`); glm4_moe, dots1 (DeepSeek's routed and
 //!   shared experts and first dense layers, with GQA attention); ernie4_5_moe (`moe_num_experts`,
@@ -16,7 +16,8 @@
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
-//!   by `embed_dim` and `mlp_ratio`); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
+//!   by `embed_dim` and `mlp_ratio`); internvl, llava, llava_next, llava_onevision (the LLM of
+//!   whichever text family `text_config.model_type` names); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
 //!   Gated DeltaNet layers are read wherever the text config has their heads
 //!   (`config::linear_attention`), with gated full attention.
 //!
@@ -38,7 +39,8 @@ const SUPPORTED: &str = "llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, 
                          ernie4_5, hunyuan_v1_dense, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, \
                          granitemoeshared, phimoe, gpt_oss, olmoe, glm4_moe, dots1, ernie4_5_moe, \
                          deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
-                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4";
+                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4, minimax_m2, internvl, llava, llava_next, \
+                         llava_onevision";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
 /// `text_config` of that family, its ViT under `vision_config`); Qwen2-VL and Qwen2.5-VL keep
@@ -48,6 +50,9 @@ enum Kind {
     Text(Family),
     Vlm(Family),
     VlmTopText(Family),
+    /// A VLM whose language model is any text family this reader knows, named by
+    /// `text_config.model_type` (InternVL, LLaVA: the wrapper names no family of its own).
+    VlmByText,
 }
 
 fn kind_of(model_type: &str) -> Option<Kind> {
@@ -61,7 +66,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "qwen3_5_text" => Kind::Text(Family::Dense),
         "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" => Kind::Text(Family::QwenMoe),
         "qwen3_next" => Kind::Text(Family::QwenNext),
-        "mixtral" | "granitemoe" | "granitemoeshared" | "phimoe" | "gpt_oss" => {
+        "mixtral" | "granitemoe" | "granitemoeshared" | "phimoe" | "gpt_oss" | "minimax_m2" => {
             Kind::Text(Family::Mixtral)
         }
         "olmoe" => Kind::Text(Family::Olmoe),
@@ -73,6 +78,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
         "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
         "qwen2_vl" | "qwen2_5_vl" => Kind::VlmTopText(Family::Dense),
+        "internvl" | "llava" | "llava_next" | "llava_onevision" => Kind::VlmByText,
         _ => return None,
     })
 }
@@ -123,6 +129,11 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Llama4ForConditionalGeneration", "llama4"),
     ("Qwen2VLForConditionalGeneration", "qwen2_vl"),
     ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
+    ("MiniMaxM2ForCausalLM", "minimax_m2"),
+    ("InternVLForConditionalGeneration", "internvl"),
+    ("LlavaForConditionalGeneration", "llava"),
+    ("LlavaNextForConditionalGeneration", "llava_next"),
+    ("LlavaOnevisionForConditionalGeneration", "llava_onevision"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
@@ -176,9 +187,10 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
         )
     })?;
     let (kind, read_as) = kind(f, model_type)?;
+    let mut notes: Vec<String> = read_as.into_iter().collect();
     let mut out = match kind {
         Kind::Text(family) => vec![text(f, family)?],
-        Kind::Vlm(family) | Kind::VlmTopText(family) => {
+        Kind::Vlm(_) | Kind::VlmTopText(_) | Kind::VlmByText => {
             let t = match (f.sub("text_config", "text_config")?, kind) {
                 (Some(t), _) => t,
                 (None, Kind::VlmTopText(_)) => f,
@@ -197,15 +209,42 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
                     "a VLM config carries the ViT under vision_config",
                 )
             })?;
+            let family = match kind {
+                Kind::Vlm(family) | Kind::VlmTopText(family) => family,
+                _ => {
+                    let (family, note) = text_family(t)?;
+                    notes.extend(note);
+                    family
+                }
+            };
             vec![text(t, family)?, vision(v)?]
         }
     };
-    if let Some(note) = read_as {
-        for c in &mut out {
-            c.defaults_applied.insert(0, note.clone());
+    for c in &mut out {
+        for (i, note) in notes.iter().enumerate() {
+            c.defaults_applied.insert(i, note.clone());
         }
     }
     Ok(out)
+}
+
+/// The text family of a VLM that names its language model by `text_config.model_type`.
+fn text_family(t: Fields<'_>) -> Result<(Family, Option<String>), ConfigError> {
+    let model_type = t.opt_str(&["model_type"])?.ok_or_else(|| {
+        t.err(
+            "model_type",
+            "missing",
+            "name the language model's HF model_type (llama, qwen2, qwen3_moe, ...)",
+        )
+    })?;
+    match kind(t, model_type)? {
+        (Kind::Text(family), note) => Ok((family, note)),
+        _ => Err(t.err(
+            "model_type",
+            format!("`{model_type}` is not a language model"),
+            "name the language model's HF model_type (llama, qwen2, qwen3_moe, ...)",
+        )),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
