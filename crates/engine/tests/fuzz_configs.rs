@@ -286,6 +286,66 @@ fn huge_counts_do_not_overflow_the_inventory() {
     );
 }
 
+/// Layer counts and layer patterns are counted, never walked or expanded, before the reader's
+/// bounds apply: each of these used to loop or allocate per layer (hours, or exabytes).
+#[test]
+fn huge_layer_counts_and_patterns_are_refused_without_walking_the_layers() {
+    let n = 1_000_000_000_000_000u64;
+    let megatron = |freq: Value, layers: u64| {
+        json!({"num_layers": layers, "hidden_size": 128, "ffn_hidden_size": 256,
+               "num_attention_heads": 8, "num_moe_experts": 8, "moe_ffn_hidden_size": 64,
+               "moe_router_topk": 2, "moe_layer_freq": freq})
+    };
+    let hf = |t: &str, extra: Value| {
+        let mut v = json!({"model_type": t, "hidden_size": 128, "intermediate_size": 256,
+            "moe_intermediate_size": 64, "num_hidden_layers": n, "num_attention_heads": 8,
+            "num_experts": 8, "num_local_experts": 8, "moe_num_experts": 8, "moe_k": 2,
+            "num_experts_per_tok": 2});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let cases = [
+        (megatron(json!(2), n), false, "num_layers"),
+        (
+            megatron(json!("[0]*99999999999999+[1]*3"), 4),
+            false,
+            "moe_layer_freq",
+        ),
+        (
+            megatron(json!("[0,1]*9223372036854775808"), 4),
+            false,
+            "moe_layer_freq",
+        ),
+        (
+            hf("qwen3_moe", json!({"decoder_sparse_step": 2})),
+            true,
+            "num_layers",
+        ),
+        (
+            hf("ernie4_5_moe", json!({"moe_layer_interval": 2})),
+            true,
+            "num_layers",
+        ),
+        (
+            hf(
+                "llama4_text",
+                json!({"intermediate_size_mlp": 256, "interleave_moe_layer_step": 2}),
+            ),
+            true,
+            "num_layers",
+        ),
+    ];
+    for (v, is_hf, field) in cases {
+        let e = model_from_value(&v, std::path::Path::new("big.json"), "big", is_hf)
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {v}"))
+            .to_string();
+        assert!(e.contains(field), "{e}");
+    }
+}
+
 #[test]
 fn a_width_too_large_to_derive_the_mlp_from_is_refused_naming_the_field() {
     // No ffn_hidden_size: the reader derives 4 x hidden_size, which must not wrap (the fuzzer

@@ -367,9 +367,7 @@ fn qwen_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
         .get("mlp_only_layers")
         .and_then(|v| v.as_array())
         .map_or(0, |a| a.len() as u64);
-    let sparse = (0..num_layers)
-        .filter(|i| (i + 1).is_multiple_of(step))
-        .count() as u64;
+    let sparse = every_nth(0, num_layers - 1, step);
     let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
     Ok(Moe {
         num_experts,
@@ -417,9 +415,7 @@ fn ernie_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
         },
     };
     let step = f.opt_u64(&["moe_layer_interval"])?.unwrap_or(1).max(1);
-    let sparse = (start..=end)
-        .filter(|i| (i + 1).is_multiple_of(step))
-        .count() as u64;
+    let sparse = every_nth(start, end, step);
     let shared = f.opt_u64(&["moe_num_shared_experts"])?.unwrap_or(0);
     Ok(Moe {
         num_experts: f.req_pos(&["moe_num_experts"], "routed experts")?,
@@ -454,9 +450,7 @@ fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
         .opt_u64(&["interleave_moe_layer_step"])?
         .unwrap_or(1)
         .max(1);
-    let sparse = (0..num_layers)
-        .filter(|i| (i + 1).is_multiple_of(step))
-        .count() as u64;
+    let sparse = every_nth(0, num_layers - 1, step);
     Ok(Moe {
         num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
         moe_ffn_hidden_size: moe_ffn,
@@ -464,6 +458,16 @@ fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
         shared_expert_ffn_hidden_size: Some(moe_ffn),
         dense_layers: num_layers - sparse,
     })
+}
+
+/// How many of the layers `first..=last` (0-based) are every `step`-th (`(i + 1) % step == 0`,
+/// HF's sparse-step rule), counted without walking them: a config's layer count is bounded
+/// only after it is read.
+fn every_nth(first: u64, last: u64, step: u64) -> u64 {
+    if first > last {
+        return 0;
+    }
+    (last + 1) / step - first / step
 }
 
 /// DeepSeek-V2/V3's multi-latent attention.
@@ -522,6 +526,25 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_nth_counts_as_walking_the_layers_does() {
+        for first in 0..12 {
+            for last in 0..12 {
+                for step in 1..5 {
+                    let walked = (first..=last)
+                        .filter(|i: &u64| (i + 1).is_multiple_of(step))
+                        .count() as u64;
+                    assert_eq!(
+                        every_nth(first, last, step),
+                        walked,
+                        "{first}..={last} / {step}"
+                    );
+                }
+            }
+        }
+        assert_eq!(every_nth(0, u64::MAX - 1, 2), u64::MAX / 2);
+    }
 
     #[test]
     fn every_architectures_class_names_a_model_type_this_reader_knows() {

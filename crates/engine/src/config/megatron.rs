@@ -477,45 +477,51 @@ fn dense_layer_count(f: Fields<'_>, num_layers: u64) -> Result<u64, ConfigError>
             "write an integer, a list of 0/1 per layer, or an expression like ([0]*3+[1]*58)",
         )
     };
-    let pattern: Vec<u64> = match v {
+    // (layers described, dense layers among them), counted without expanding the pattern.
+    let (len, dense) = match v {
         serde_json::Value::Number(n) => {
             let k = n
                 .as_u64()
                 .filter(|k| *k > 0)
                 .ok_or_else(|| bad("not a positive integer"))?;
-            (0..num_layers)
-                .map(|i| u64::from(i.is_multiple_of(k)))
-                .collect()
+            // Layers 0, k, 2k, ... are MoE.
+            (num_layers, num_layers - num_layers.div_ceil(k))
         }
-        serde_json::Value::Array(a) => a
-            .iter()
-            .map(|x| x.as_u64().filter(|b| *b <= 1))
-            .collect::<Option<_>>()
-            .ok_or_else(|| bad("list entries must be 0 or 1"))?,
+        serde_json::Value::Array(a) => {
+            let bits: Vec<u64> = a
+                .iter()
+                .map(|x| x.as_u64().filter(|b| *b <= 1))
+                .collect::<Option<_>>()
+                .ok_or_else(|| bad("list entries must be 0 or 1"))?;
+            let dense = bits.iter().filter(|b| **b == 0).count() as u64;
+            (bits.len() as u64, dense)
+        }
         serde_json::Value::String(s) => {
             parse_layer_expr(s).ok_or_else(|| bad("cannot parse expression"))?
         }
         _ => return Err(bad("unsupported type")),
     };
-    if pattern.len() as u64 != num_layers {
+    if len != num_layers {
         return Err(bad(&format!(
-            "describes {} layers but num_layers is {num_layers}",
-            pattern.len()
+            "describes {len} layers but num_layers is {num_layers}"
         )));
     }
-    Ok(pattern.iter().filter(|b| **b == 0).count() as u64)
+    Ok(dense)
 }
 
-fn parse_layer_expr(s: &str) -> Option<Vec<u64>> {
+/// `(layers, dense layers)` that a `([0]*3+[1]*58)` expression describes, counted without
+/// expanding it (a repeat count is bounded by nothing but 64 bits); `None` where it does not
+/// parse or its counts overflow.
+fn parse_layer_expr(s: &str) -> Option<(u64, u64)> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
     let s = s
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
         .unwrap_or(&s);
-    let mut out = Vec::new();
+    let (mut len, mut dense) = (0u64, 0u64);
     for term in s.split('+') {
         let (list, times) = match term.split_once('*') {
-            Some((l, n)) => (l, n.parse::<usize>().ok()?),
+            Some((l, n)) => (l, n.parse::<u64>().ok()?),
             None => (term, 1),
         };
         let inner = list.strip_prefix('[')?.strip_suffix(']')?;
@@ -523,14 +529,11 @@ fn parse_layer_expr(s: &str) -> Option<Vec<u64>> {
             .split(',')
             .map(|x| x.parse::<u64>().ok().filter(|b| *b <= 1))
             .collect::<Option<_>>()?;
-        if times > 1_000_000 {
-            return None;
-        }
-        for _ in 0..times {
-            out.extend_from_slice(&items);
-        }
+        let zeros = items.iter().filter(|b| **b == 0).count() as u64;
+        len = len.checked_add((items.len() as u64).checked_mul(times)?)?;
+        dense = dense.checked_add(zeros.checked_mul(times)?)?;
     }
-    Some(out)
+    Some((len, dense))
 }
 
 #[cfg(test)]
@@ -539,11 +542,15 @@ mod tests {
 
     #[test]
     fn layer_expressions() {
-        let p = parse_layer_expr("([0]*3+[1]*58)").unwrap();
-        assert_eq!(p.len(), 61);
-        assert_eq!(p.iter().filter(|b| **b == 0).count(), 3);
-        assert_eq!(parse_layer_expr("[1,0]*2"), Some(vec![1, 0, 1, 0]));
+        assert_eq!(parse_layer_expr("([0]*3+[1]*58)"), Some((61, 3)));
+        assert_eq!(parse_layer_expr("[1,0]*2"), Some((4, 2)));
         assert_eq!(parse_layer_expr("[2]*3"), None);
         assert_eq!(parse_layer_expr("nonsense"), None);
+        // Counted, never expanded: a huge repeat is a count, an overflowing one no pattern.
+        assert_eq!(
+            parse_layer_expr("[0]*1000000000000+[1]"),
+            Some((1_000_000_000_001, 1_000_000_000_000))
+        );
+        assert_eq!(parse_layer_expr("[0,1]*9223372036854775808"), None);
     }
 }
