@@ -412,3 +412,35 @@ fn minimax_m2_reads_as_mixtrals_layout() {
         (256, 1536, 8, 128)
     );
 }
+
+#[test]
+fn glm_4_5v_reads_deepseeks_experts_and_its_gated_vit() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"architectures": ["Glm4vMoeForConditionalGeneration"], "model_type": "glm4v_moe",
+        "text_config": {"model_type": "glm4v_moe_text", "hidden_size": 4096,
+        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+        "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1},
+        "vision_config": {"depth": 24, "hidden_size": 1536, "num_heads": 12,
+        "intermediate_size": 13696, "hidden_act": "silu"}}"#,
+    );
+    let m = load_model(&p).unwrap();
+    let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+    let moe = llm.moe.unwrap();
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.shared_expert_ffn_hidden_size,
+            moe.dense_layers
+        ),
+        (128, Some(1408), 1)
+    );
+    assert_eq!(
+        (vit.num_layers, vit.num_attention_heads, vit.gated_mlp),
+        (24, 12, true)
+    );
+}

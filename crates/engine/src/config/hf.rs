@@ -16,8 +16,10 @@
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
-//!   by `embed_dim` and `mlp_ratio`); internvl, llava, llava_next, llava_onevision (the LLM of
-//!   whichever text family `text_config.model_type` names); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
+//!   by `embed_dim` and `mlp_ratio`); internvl, llava, llava_next, llava_onevision, glm4v,
+//!   glm4v_moe (the LLM of whichever text family `text_config.model_type` names: GLM-4.5V's
+//!   glm4v_moe_text has DeepSeek's experts with GQA, GLM-4.1V's glm4v_text is dense; their ViT
+//!   is gated, `hidden_act` silu); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
 //!   Gated DeltaNet layers are read wherever the text config has their heads
 //!   (`config::linear_attention`), with gated full attention.
 //!
@@ -40,7 +42,8 @@ const SUPPORTED: &str = "llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, 
                          granitemoeshared, phimoe, gpt_oss, olmoe, glm4_moe, dots1, ernie4_5_moe, \
                          deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
                          qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4, minimax_m2, internvl, llava, llava_next, \
-                         llava_onevision";
+                         llava_onevision, glm4v, glm4v_moe, glm4v_text, glm4v_moe_text, qwen3_vl_text, \
+                         qwen3_vl_moe_text";
 
 /// What a `model_type` is: a language model of one family, or a VLM (its LLM under
 /// `text_config` of that family, its ViT under `vision_config`); Qwen2-VL and Qwen2.5-VL keep
@@ -59,18 +62,19 @@ fn kind_of(model_type: &str) -> Option<Kind> {
     Some(match model_type {
         "llama" | "mistral" | "ministral" | "qwen2" | "qwen3" | "olmo2" | "olmo3" | "granite"
         | "internlm3" | "phi3" | "glm" | "glm4" | "gemma" | "gemma2" | "gemma3_text"
-        | "smollm3" | "seed_oss" | "exaone4" | "helium" | "ernie4_5" | "hunyuan_v1_dense" => {
-            Kind::Text(Family::Dense)
-        }
+        | "smollm3" | "seed_oss" | "exaone4" | "helium" | "ernie4_5" | "hunyuan_v1_dense"
+        | "glm4v_text" | "qwen3_vl_text" => Kind::Text(Family::Dense),
         // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
         "qwen3_5_text" => Kind::Text(Family::Dense),
-        "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" => Kind::Text(Family::QwenMoe),
+        "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" | "qwen3_vl_moe_text" => {
+            Kind::Text(Family::QwenMoe)
+        }
         "qwen3_next" => Kind::Text(Family::QwenNext),
         "mixtral" | "granitemoe" | "granitemoeshared" | "phimoe" | "gpt_oss" | "minimax_m2" => {
             Kind::Text(Family::Mixtral)
         }
         "olmoe" => Kind::Text(Family::Olmoe),
-        "glm4_moe" | "dots1" => Kind::Text(Family::DeepSeekMoe),
+        "glm4_moe" | "dots1" | "glm4v_moe_text" => Kind::Text(Family::DeepSeekMoe),
         "ernie4_5_moe" => Kind::Text(Family::Ernie),
         "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
         "llama4_text" => Kind::Text(Family::Llama4),
@@ -78,7 +82,9 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
         "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
         "qwen2_vl" | "qwen2_5_vl" => Kind::VlmTopText(Family::Dense),
-        "internvl" | "llava" | "llava_next" | "llava_onevision" => Kind::VlmByText,
+        "internvl" | "llava" | "llava_next" | "llava_onevision" | "glm4v" | "glm4v_moe" => {
+            Kind::VlmByText
+        }
         _ => return None,
     })
 }
@@ -134,6 +140,8 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("LlavaForConditionalGeneration", "llava"),
     ("LlavaNextForConditionalGeneration", "llava_next"),
     ("LlavaOnevisionForConditionalGeneration", "llava_onevision"),
+    ("Glm4vForConditionalGeneration", "glm4v"),
+    ("Glm4vMoeForConditionalGeneration", "glm4v_moe"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
