@@ -512,6 +512,25 @@ fn config_forms_megatron_users_write() {
         "{}",
         err(&o)
     );
+    // gen-policy says it too, before the work (on the GPU, before minutes of measuring).
+    let pol = dir.path().join("pol");
+    let o = fp8sel(&[
+        "gen-policy",
+        "--model",
+        s(&dsa),
+        "--backend",
+        "model",
+        "--tp",
+        "1",
+        "--out",
+        s(&pol),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let said = err(&o);
+    let warned = said
+        .find("warning: interp_moe: llm: attention variant dsa")
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(warned < said.find("point(s) to measure").unwrap(), "{said}");
     // Another attention variant the inventory does not model is refused by name.
     let o = fp8sel(&[
         "explain",

@@ -444,3 +444,33 @@ fn glm_4_5v_reads_deepseeks_experts_and_its_gated_vit() {
         (24, 12, true)
     );
 }
+
+#[test]
+fn deepseek_v3_2_plans_its_mla_and_warns_that_the_indexer_is_not_planned() {
+    let dsv3 = r#"{"model_type": "MT", "hidden_size": 7168, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128 EXTRA}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let load = |t: &str, extra: &str| {
+        let p = write(
+            &dir,
+            "config.json",
+            &dsv3.replace("MT", t).replace("EXTRA", extra),
+        );
+        load_model(&p).unwrap().components.remove(0)
+    };
+    let v32 = load(
+        "deepseek_v32",
+        r#", "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048"#,
+    );
+    assert!(v32.arch.mla.is_some());
+    assert!(
+        v32.warnings.iter().any(|w| w.contains("indexer")),
+        "{:?}",
+        v32.warnings
+    );
+    // DeepSeek-V3 itself has no indexer and no warning.
+    assert!(load("deepseek_v3", "").warnings.is_empty());
+}

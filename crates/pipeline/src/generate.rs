@@ -366,6 +366,14 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         return Err("no model configs given".into());
     }
     let models = load_models(o)?;
+    // What a config's reader could not plan (as `check` and `explain` say it): before the work.
+    for (_, model) in &models {
+        for c in &model.components {
+            for w in &c.warnings {
+                progress.note(&format!("warning: {}: {}: {w}", model.name, c.role));
+            }
+        }
+    }
     let mut plans = Vec::new();
     for (config, model) in &models {
         let layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());

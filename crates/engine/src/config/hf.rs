@@ -9,10 +9,12 @@
 //!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss, minimax_m2
 //!   (`num_local_experts`; gpt-oss's attention sinks and windows change no GEMM); olmoe
 //!   (`num_experts`; experts use `intermediate_size`); glm4_moe, dots1 (DeepSeek's routed and
-//!   shared experts and first dense layers, with GQA attention); ernie4_5_moe (`moe_num_experts`,
-//!   `moe_k`, MoE layers from `moe_layer_start_index` every `moe_layer_interval`-th); deepseek_v3, deepseek_v2 (the same with MLA); llama4_text (routed
-//!   and one shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size`
-//!   wide; dense layers `intermediate_size_mlp`);
+//!   shared experts and first dense layers, with GQA attention); deepseek_v3, deepseek_v2 (the
+//!   same with MLA); deepseek_v32 (the same; its sparse attention's indexer, `index_n_heads`, is
+//!   not planned, and a warning says so); ernie4_5_moe (`moe_num_experts`, `moe_k`, MoE layers
+//!   from `moe_layer_start_index` every `moe_layer_interval`-th); llama4_text (routed and one
+//!   shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size` wide; dense
+//!   layers `intermediate_size_mlp`);
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
@@ -40,7 +42,7 @@ const SUPPORTED: &str = "llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, 
                          phi3, glm, glm4, gemma, gemma2, gemma3_text, smollm3, seed_oss, exaone4, helium, \
                          ernie4_5, hunyuan_v1_dense, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, \
                          granitemoeshared, phimoe, gpt_oss, olmoe, glm4_moe, dots1, ernie4_5_moe, \
-                         deepseek_v2, deepseek_v3, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
+                         deepseek_v2, deepseek_v3, deepseek_v32, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
                          qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4, minimax_m2, internvl, llava, llava_next, \
                          llava_onevision, glm4v, glm4v_moe, glm4v_text, glm4v_moe_text, qwen3_vl_text, \
                          qwen3_vl_moe_text";
@@ -76,7 +78,7 @@ fn kind_of(model_type: &str) -> Option<Kind> {
         "olmoe" => Kind::Text(Family::Olmoe),
         "glm4_moe" | "dots1" | "glm4v_moe_text" => Kind::Text(Family::DeepSeekMoe),
         "ernie4_5_moe" => Kind::Text(Family::Ernie),
-        "deepseek_v3" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
+        "deepseek_v3" | "deepseek_v32" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
         "llama4_text" => Kind::Text(Family::Llama4),
         "llama4" => Kind::Vlm(Family::Llama4),
         "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
@@ -127,6 +129,7 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Glm4MoeForCausalLM", "glm4_moe"),
     ("DeepseekV2ForCausalLM", "deepseek_v2"),
     ("DeepseekV3ForCausalLM", "deepseek_v3"),
+    ("DeepseekV32ForCausalLM", "deepseek_v32"),
     ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
     ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
     ("Gemma3ForConditionalGeneration", "gemma3"),
@@ -340,6 +343,11 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
         Family::Llama4 => (Some(llama4_moe(f, num_layers)?), None),
     };
     let linear_attention = linear_attention(f, num_layers, family == Family::QwenNext)?;
+    // DeepSeek-V3.2's sparse attention: its indexer's fields beside MLA's.
+    let mut warnings = Vec::new();
+    if mla.is_some() && f.has("index_n_heads") {
+        warnings.push(super::DSA_WARNING.to_owned());
+    }
     Ok(Component {
         role: Role::Llm,
         arch: Arch {
@@ -360,7 +368,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
         fp8: Fp8Settings::default(),
         recommended: RecommendedRun::default(),
         defaults_applied: defaults,
-        warnings: Vec::new(),
+        warnings,
     })
 }
 

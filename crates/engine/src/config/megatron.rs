@@ -173,12 +173,7 @@ enum Variant {
 
 impl Variant {
     fn warning(self) -> Option<String> {
-        (self == Variant::Dsa).then(|| {
-            "attention variant dsa: the MLA projections are planned; the lightning indexer's \
-             small projections are not in the inventory (in the trainer, a module without a \
-             rule runs BF16)"
-                .to_owned()
-        })
+        (self == Variant::Dsa).then(|| super::DSA_WARNING.to_owned())
     }
 }
 

@@ -205,6 +205,12 @@ fn flatten_yaml_cfg(map: &serde_json::Map<String, Value>) -> serde_json::Map<Str
     flat
 }
 
+/// DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5), as either reader finds it: MLA is planned,
+/// the indexer is not.
+pub(crate) const DSA_WARNING: &str = "attention variant dsa: the MLA projections are planned; \
+     the lightning indexer's small projections are not in the inventory (in the trainer, a \
+     module without a rule runs BF16)";
+
 /// Largest dimension we accept (16M). Real models are far below it; the bound keeps every
 /// product the inventory forms (two dimensions at most) inside 64 bits.
 pub const MAX_DIM: u64 = 1 << 24;
