@@ -75,6 +75,37 @@ pub fn load_model(config: &Path, root: Option<&Path>) -> Result<ModelDesc, Strin
     fp8_engine::load_model_with(config, &opt).map_err(|e| e.to_string())
 }
 
+/// The models of `configs`, each with only `component` where one is named; what a config's
+/// reader could not plan is said first (as `check` and `explain` say it), before the work.
+pub(crate) fn load_models(
+    configs: &[PathBuf],
+    root: Option<&Path>,
+    component: Option<Role>,
+    progress: &dyn crate::progress::Progress,
+) -> Result<Vec<(PathBuf, ModelDesc)>, String> {
+    let mut models: Vec<(PathBuf, ModelDesc)> = configs
+        .iter()
+        .map(|c| load_model(c, root).map(|m| (c.clone(), m)))
+        .collect::<Result<_, _>>()?;
+    for (config, m) in &mut models {
+        if let Some(role) = component {
+            m.components.retain(|c| c.role == role);
+            if m.components.is_empty() {
+                return Err(format!(
+                    "{}: the model has no {role} component",
+                    config.display()
+                ));
+            }
+        }
+        for c in &m.components {
+            for w in &c.warnings {
+                progress.note(&format!("warning: {}: {}: {w}", m.name, c.role));
+            }
+        }
+    }
+    Ok(models)
+}
+
 /// A report's samples with their instance counts: reports written before points carried
 /// `instances` get them from the model's inventory at the report's layout (the same numbers
 /// the bench now records), so shared keys can be decided by the step.

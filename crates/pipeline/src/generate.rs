@@ -14,7 +14,7 @@ use fp8_engine::{ModelDesc, Parallel, inventory};
 use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
-use crate::build::{Files, load_model};
+use crate::build::{Files, load_models};
 use crate::host::HostSource;
 use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
@@ -338,42 +338,13 @@ impl GenOutcome {
     }
 }
 
-/// The models `o` names, each with only `o.component` where one is named.
-fn load_models(o: &GenOptions) -> Result<Vec<(PathBuf, ModelDesc)>, String> {
-    let mut models: Vec<(PathBuf, ModelDesc)> = o
-        .models
-        .iter()
-        .map(|c| load_model(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
-        .collect::<Result<_, _>>()?;
-    if let Some(role) = o.component {
-        for (config, m) in &mut models {
-            m.components.retain(|c| c.role == role);
-            if m.components.is_empty() {
-                return Err(format!(
-                    "{}: the model has no {role} component",
-                    config.display()
-                ));
-            }
-        }
-    }
-    Ok(models)
-}
-
 /// The whole job: sweep every layout of every model (each distinct shape once), merge, and
 /// write policies, plots and summaries.
 pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome, String> {
     if o.models.is_empty() {
         return Err("no model configs given".into());
     }
-    let models = load_models(o)?;
-    // What a config's reader could not plan (as `check` and `explain` say it): before the work.
-    for (_, model) in &models {
-        for c in &model.components {
-            for w in &c.warnings {
-                progress.note(&format!("warning: {}: {}: {w}", model.name, c.role));
-            }
-        }
-    }
+    let models = load_models(&o.models, o.config_root.as_deref(), o.component, progress)?;
     let mut plans = Vec::new();
     for (config, model) in &models {
         let layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
