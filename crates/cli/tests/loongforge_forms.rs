@@ -2,8 +2,8 @@
 //! `fixtures/models/loongforge/configs/models/`, laid out as LoongForge's `configs/models/` is):
 //! `../../models/` defaults found through the `configs` search path with no flags, resolvers of
 //! its own kept as written on fields the engine never reads (and an error on one it reads),
-//! diagnostics on stderr and in `--json`, a HuggingFace checkout named after its directory, and
-//! nesting bounded before the parser walks it.
+//! diagnostics on stderr and in `--json`, a HuggingFace checkout named after its directory (and
+//! read from it), and nesting bounded before the parser walks it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -179,6 +179,22 @@ fn a_huggingface_checkout_is_named_after_its_directory() {
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(dir.path().join("Tiny-Llama-1B.json").is_file());
     assert!(!dir.path().join("config.json").exists());
+    // The checkout's directory is read as its config.json, as `from_pretrained` reads it; a
+    // directory without one names the file it looked for.
+    let o = fp8sel(&[
+        "explain",
+        "--model",
+        "fixtures/models/hf/Tiny-Llama-1B",
+        "--seq-length",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["model"], "Tiny-Llama-1B");
+    let o = fp8sel(&["explain", "--model", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("config.json"), "{}", err(&o));
 }
 
 #[test]

@@ -36,7 +36,7 @@ use crate::error::{CliError, CliResult};
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Model config (Megatron YAML or HF config.json).
+    /// Model config (Megatron YAML, or HF config.json or its checkout's directory).
     #[arg(long, env = "TE_LAYER_PERF_OMNI_CONFIG_PATH", value_name = "CONFIG")]
     pub model: PathBuf,
     /// Directory that Hydra `defaults` entries may reach [default: the config's directory].

@@ -15,7 +15,7 @@ use crate::error::{CliError, CliResult};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// Model config: Megatron/LoongForge YAML (Hydra defaults resolved relative to it) or a
-    /// HuggingFace config.json.
+    /// HuggingFace config.json (or the checkout's directory that holds it).
     #[arg(long, value_name = "CONFIG")]
     pub model: PathBuf,
     /// Hydra's search path: the directory `defaults` entries may reach, tried after the config's

@@ -43,7 +43,7 @@ use crate::model::{ModelDesc, Role};
 use fields::Fields;
 
 /// Reads a model config. `.json` files are HuggingFace configs (a `config.json` is named after
-/// its checkout's directory); anything else is read as Megatron/LoongForge YAML with its
+/// its checkout's directory; a directory is read as its `config.json`); anything else is read as Megatron/LoongForge YAML with its
 /// `defaults` resolved relative to the file and then the search path, never reaching outside it
 /// (see [`LoadOptions`]).
 pub fn load_model(path: impl AsRef<Path>) -> Result<ModelDesc, ConfigError> {
@@ -55,7 +55,15 @@ pub fn load_model_with(
     path: impl AsRef<Path>,
     opt: &LoadOptions,
 ) -> Result<ModelDesc, ConfigError> {
-    let path = path.as_ref();
+    // A HuggingFace checkout's directory is its config.json, as `from_pretrained` reads it.
+    let in_dir;
+    let path = match path.as_ref() {
+        d if d.is_dir() => {
+            in_dir = d.join("config.json");
+            in_dir.as_path()
+        }
+        p => p,
+    };
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
