@@ -19,9 +19,9 @@ use crate::error::{CliError, CliResult};
 /// encoder from steps of its own layers (<model>.vit.json, in the TE blocks), one folder, one
 /// summary.
 ///
-/// Otherwise, for each model config (Megatron/LoongForge YAML or HF config.json) and each
-/// requested layout (every TP x EP x ETP that divides the model), every TE module is measured
-/// at per-rank shapes on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank
+/// Otherwise, for each model config (Megatron/LoongForge YAML, Megatron-LM launch script or HF
+/// config.json) and each requested layout (every TP x EP x ETP that divides the model), every
+/// TE module is measured at per-rank shapes on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank
 /// shape is measured once and reused by the layouts that share it (the experts of TP 1, 2, 4
 /// under one EP/ETP); reports say which points were reused. Without a GPU (or with --backend
 /// model) the cost model ESTIMATES instead, and the outputs go to

@@ -1,11 +1,12 @@
-//! Model config readers: Megatron/LoongForge YAML (with Hydra defaults, VLM form) and
-//! HuggingFace `config.json`, into one [`ModelDesc`].
+//! Model config readers: Megatron/LoongForge YAML (with Hydra defaults, VLM form), a Megatron-LM
+//! launch script's flags, and HuggingFace `config.json`, into one [`ModelDesc`].
 
 mod error;
 mod fields;
 mod hf;
 pub(crate) mod hydra;
 mod interp;
+mod launch;
 mod linear_attention;
 mod megatron;
 
@@ -43,7 +44,8 @@ use crate::model::{ModelDesc, Role};
 use fields::Fields;
 
 /// Reads a model config. `.json` files are HuggingFace configs (a `config.json` is named after
-/// its checkout's directory; a directory is read as its `config.json`); anything else is read as Megatron/LoongForge YAML with its
+/// its checkout's directory; a directory is read as its `config.json`); `.sh` files are
+/// Megatron-LM launch scripts, read by the flags they pass (`config::launch`); anything else is read as Megatron/LoongForge YAML with its
 /// `defaults` resolved relative to the file and then the search path, never reaching outside it
 /// (see [`LoadOptions`]).
 pub fn load_model(path: impl AsRef<Path>) -> Result<ModelDesc, ConfigError> {
@@ -67,8 +69,16 @@ pub fn load_model_with(
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let is_script = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("sh") || e.eq_ignore_ascii_case("bash"));
     let mut notes = Vec::new();
-    let root = if is_json {
+    let root = if is_script {
+        let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
+        let (v, said) = launch::fields(&text, path)?;
+        notes.extend(said);
+        v
+    } else if is_json {
         let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
         serde_json::from_str::<Value>(&text).map_err(|e| ConfigError::Syntax {
             file: path.into(),

@@ -1,0 +1,89 @@
+//! A Megatron-LM user's launch script as `--model`: the model, its layout and its sequence length
+//! come from the flags it passes `pretrain_gpt.py`, through every command of the README's path;
+//! a read field whose value the script computes in ways fp8sel does not evaluate is refused,
+//! naming the file, the field and the fix.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{err, fp8sel, out, s};
+
+const SCRIPT: &str = "fixtures/models/launch/pretrain_moe_16l.sh";
+
+#[test]
+fn the_readmes_path_reads_a_launch_script_as_its_model_and_layout() {
+    // explain: TP 2 and EP 4 from the script (the experts' 16 GEMMs, proj's 1024 rows), its
+    // sequence length, and the default it took said on stderr.
+    let o = fp8sel(&["explain", "--model", SCRIPT, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["model"], "pretrain_moe_16l");
+    let rows = v["modules"].as_array().unwrap();
+    let find = |n: &str| {
+        rows.iter()
+            .find(|r| r["name"].as_str().unwrap().ends_with(n))
+            .unwrap()
+    };
+    assert_eq!(find("experts.linear_fc1")["num_gemms"], 16);
+    assert_eq!(find("self_attention.linear_proj")["in_features"], 1024);
+    assert_eq!(find("self_attention.linear_proj")["num_tokens"], 4096);
+    assert!(err(&o).contains("$SEQ_LEN"), "{}", err(&o));
+    // gen-policy, check and te-precision-config on it, as on a YAML.
+    let dir = tempfile::tempdir().unwrap();
+    let pol = dir.path().join("pol");
+    let o = fp8sel(&[
+        "gen-policy",
+        "--model",
+        SCRIPT,
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--ep",
+        "4",
+        "--out",
+        s(&pol),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let policy = pol.join("pretrain_moe_16l.json");
+    let o = fp8sel(&["check", "--model", SCRIPT, "--policy", s(&policy)]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let te = dir.path().join("te.yaml");
+    let o = fp8sel(&[
+        "te-precision-config",
+        "--model",
+        SCRIPT,
+        "--policy",
+        s(&policy),
+        "--output",
+        s(&te),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        std::fs::read_to_string(&te)
+            .unwrap()
+            .contains("layout: tp 2 ep 4")
+    );
+}
+
+#[test]
+fn a_read_field_the_script_computes_out_of_reach_is_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("train.sh");
+    std::fs::write(
+        &p,
+        "L=$(python get_layers.py)\ntorchrun pretrain_gpt.py --num-layers $L --hidden-size 1024\n",
+    )
+    .unwrap();
+    let o = fp8sel(&["explain", "--model", s(&p)]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = err(&o);
+    assert!(
+        e.contains("train.sh")
+            && e.contains("num_layers")
+            && e.contains("--num-layers $L")
+            && e.contains("fix:"),
+        "{e}"
+    );
+}

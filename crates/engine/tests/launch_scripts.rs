@@ -1,0 +1,159 @@
+//! Megatron-LM launch scripts (`.sh`) as model configs: any bytes, and any mix of the shell forms
+//! the reader knows, give a model or an error, never a panic; a Megatron config written as the
+//! flags of a script (literal, through assigned names, through arithmetic, quoted with its
+//! value) reads as the same model as its YAML form.
+
+#![allow(clippy::unwrap_used)]
+
+use fp8_engine::config::model_from_value;
+use fp8_engine::load_model;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn load_script(text: &str) -> Result<fp8_engine::ModelDesc, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.sh");
+    std::fs::write(&p, text).unwrap();
+    load_model(&p).map_err(|e| e.to_string())
+}
+
+/// A well-formed Megatron config: dense or MoE, random sizes.
+fn arb_megatron() -> impl Strategy<Value = Value> {
+    (
+        1u64..9,
+        prop::sample::select(vec![4u64, 8, 16]),
+        prop::sample::select(vec![32u64, 64, 128]),
+        1u64..5,
+        prop::option::of((prop::sample::select(vec![8u64, 16, 64]), 1u64..4, 0u64..3)),
+        any::<bool>(),
+    )
+        .prop_map(|(layers, heads, head_dim, mult, moe, gqa)| {
+            let hidden = heads * head_dim;
+            let mut v = json!({"num_layers": layers, "hidden_size": hidden,
+                "ffn_hidden_size": hidden * mult, "num_attention_heads": heads,
+                "kv_channels": head_dim, "swiglu": true, "normalization": "RMSNorm",
+                "seq_length": 1024 * mult, "tensor_model_parallel_size": 1});
+            if gqa {
+                v["group_query_attention"] = json!(true);
+                v["num_query_groups"] = json!(heads / 2);
+            }
+            if let Some((experts, topk, dense)) = moe {
+                v["num_experts"] = json!(experts);
+                v["moe_ffn_hidden_size"] = json!(hidden);
+                v["moe_router_topk"] = json!(topk);
+                let dense = dense.min(layers);
+                v["moe_layer_freq"] = json!(format!("([0]*{dense}+[1]*{})", layers - dense));
+            }
+            v
+        })
+}
+
+/// How one flag is written in the script.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    Literal,
+    Assigned,
+    Arithmetic,
+    Quoted,
+    Equals,
+}
+
+fn script(v: &Value, forms: &[Form]) -> String {
+    let mut pre = String::from("#!/bin/bash\nset -e  # the model\n");
+    let mut args = String::from("ARGS=(\n");
+    for (i, (k, val)) in v.as_object().unwrap().iter().enumerate() {
+        let flag = format!("--{}", k.replace('_', "-"));
+        if val == &Value::Bool(true) {
+            args.push_str(&format!("    {flag}   # a switch\n"));
+            continue;
+        }
+        let text = match val {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let var = format!("V{i}");
+        let line = match (forms[i % forms.len()], val.as_u64()) {
+            (Form::Assigned, _) => {
+                pre.push_str(&format!("export {var}=\"{text}\"\n"));
+                format!("{flag} ${{{var}}}")
+            }
+            (Form::Arithmetic, Some(n)) => {
+                pre.push_str(&format!("{var}={}\n", n + 3));
+                format!("{flag} $(( ${var} - 3 ))")
+            }
+            (Form::Quoted, _) => format!("\"{flag} {text}\""),
+            (Form::Equals, _) => format!("{flag}='{text}'"),
+            _ => format!("{flag} \"{text}\" \\"),
+        };
+        args.push_str(&format!("    {line}\n"));
+    }
+    format!("{pre}{args})\ntorchrun pretrain_gpt.py ${{ARGS[@]}} --data-path $(ls data)\n")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_config_written_as_launch_flags_reads_as_the_same_model(
+        v in arb_megatron(),
+        forms in prop::collection::vec(
+            prop::sample::select(vec![Form::Literal, Form::Assigned, Form::Arithmetic,
+                                      Form::Quoted, Form::Equals]), 1..6),
+    ) {
+        let want = model_from_value(&v, std::path::Path::new("m.yaml"), "m", false)
+            .map_err(|e| TestCaseError::fail(format!("{v}: {e}")))?;
+        let text = script(&v, &forms);
+        let got = load_script(&text).map_err(|e| TestCaseError::fail(format!("{text}\n{e}")))?;
+        prop_assert_eq!(got.components, want.components, "{}", text);
+    }
+
+    #[test]
+    fn script_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sh");
+        std::fs::write(&p, &bytes).unwrap();
+        let _ = load_model(&p);
+    }
+
+    #[test]
+    fn shell_forms_in_any_order_never_panic(
+        parts in prop::collection::vec(prop::sample::select(vec![
+            "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+            "--moe-layer-freq", "--swiglu", " ", "\n", "\\\n", "\\", "'", "\"", "#", "(", ")",
+            ";", "|", "&", "$", "$(", "$((", "))", "${", "}", ":-", "-", "+", "*", "/", "%",
+            "=", "N", "N=", "export", "4096", "32", "0", "-1", "9223372036854775807", "[1]*4",
+            "é", "\t",
+        ]), 0..80),
+    ) {
+        let text: String = parts.concat();
+        let _ = load_script(&text);
+    }
+}
+
+#[test]
+fn a_real_scripts_model_and_layout_come_from_its_flags() {
+    let m = load_model(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/models/launch/pretrain_moe_16l.sh"),
+    )
+    .unwrap();
+    assert_eq!(m.name, "pretrain_moe_16l");
+    let c = &m.components[0];
+    let moe = c.arch.moe.unwrap();
+    assert_eq!(
+        (
+            c.arch.num_layers,
+            moe.num_experts,
+            moe.dense_layers,
+            c.arch.mla.is_some()
+        ),
+        (16, 64, 1, true)
+    );
+    assert_eq!(
+        (c.recommended.tp, c.recommended.ep, c.recommended.seq_length),
+        (Some(2), Some(4), Some(4096))
+    );
+    // The one default a read field took is said; the environment is not read.
+    assert_eq!(m.notes.len(), 1, "{:?}", m.notes);
+    assert!(m.notes[0].contains("$SEQ_LEN"), "{:?}", m.notes);
+}
