@@ -153,7 +153,13 @@ fn a_real_scripts_model_and_layout_come_from_its_flags() {
         (c.recommended.tp, c.recommended.ep, c.recommended.seq_length),
         (Some(2), Some(4), Some(4096))
     );
-    // The one default a read field took is said; the environment is not read.
-    assert_eq!(m.notes.len(), 1, "{:?}", m.notes);
+    // The default a read field took is said (the environment is not read), and the recipe
+    // flag of the script's FP8 branch, read although that branch is off.
+    assert_eq!(m.notes.len(), 2, "{:?}", m.notes);
     assert!(m.notes[0].contains("$SEQ_LEN"), "{:?}", m.notes);
+    assert!(
+        m.notes[1].contains("--fp8-recipe is passed inside"),
+        "{:?}",
+        m.notes
+    );
 }

@@ -11,8 +11,9 @@
 //! refused, naming the flag; any other flag (data paths, logging) is kept as written and never
 //! read.
 //!
-//! Not read: the script's control flow (`if`, loops, functions): every flag in the file counts,
-//! the last of a name winning, as argparse takes a repeated flag.
+//! Not read: the script's control flow (`if`, `case`, loops): every flag in the file counts, the
+//! last of a name winning, as argparse takes a repeated flag; a read field set inside one (or
+//! through a name assigned inside one) is noted, so the user checks what `explain` prints.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +22,9 @@ use serde_json::{Map, Value};
 
 use super::error::ConfigError;
 use super::megatron::KNOWN_FIELDS;
+
+mod arith;
+use arith::Arith;
 
 /// Megatron's `store_true` flags that the engine reads: never followed by a value.
 const SWITCHES: &[&str] = &[
@@ -52,6 +56,8 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
     let mut vars = Vars::new();
     let mut notes: Vec<String> = Vec::new();
     let mut out = Map::new();
+    // How deep in `if`/`case`/loops: every branch is read, so what is set there is said.
+    let mut depth = 0usize;
     let mut i = 0;
     while i < tokens.len() {
         let Token::Word(pieces) = &tokens[i] else {
@@ -60,9 +66,23 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
         };
         i += 1;
         let word = raw(pieces);
+        if let [(w, true)] = pieces.as_slice() {
+            match w.as_str() {
+                "if" | "case" | "for" | "while" | "until" | "select" => depth += 1,
+                "fi" | "esac" | "done" => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
         if let Some((name, value)) = assignment(pieces) {
             let mut used = Vec::new();
             let v = expand(&value, &vars, &mut used);
+            if depth > 0 {
+                used.push(format!(
+                    "launch script: {name} is assigned inside an if, case or loop: every branch \
+                     is read, the last assignment winning (check the model and layout with \
+                     `fp8sel explain`)"
+                ));
+            }
             vars.insert(name, (v, used));
             continue;
         }
@@ -91,20 +111,18 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
                 }
             };
         let mut used = Vec::new();
+        if depth > 0 {
+            used.push(format!(
+                "launch script: --{} is passed inside an if, case or loop: every branch is \
+                 read, the last one written winning (check the model and layout with `fp8sel \
+                 explain`)",
+                name.replace('_', "-")
+            ));
+        }
         let v = match value {
             None => Value::Bool(true),
             Some(p) => match expand(&p, &vars, &mut used) {
-                Some(s) => {
-                    // The defaults a field the engine reads took, once each.
-                    if KNOWN_FIELDS.contains(&name.as_str()) {
-                        for n in used.drain(..) {
-                            if !notes.contains(&n) {
-                                notes.push(n);
-                            }
-                        }
-                    }
-                    scalar(&s)
-                }
+                Some(s) => scalar(&s),
                 None if KNOWN_FIELDS.contains(&name.as_str()) => {
                     return Err(ConfigError::Field {
                         file: file.into(),
@@ -122,6 +140,14 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
                 None => Value::String(raw(&p)),
             },
         };
+        // What a field the engine reads took from defaults or branches, each said once.
+        if KNOWN_FIELDS.contains(&name.as_str()) {
+            for n in used {
+                if !notes.contains(&n) {
+                    notes.push(n);
+                }
+            }
+        }
         out.insert(name, v);
     }
     Ok((Value::Object(out), notes))
@@ -346,117 +372,6 @@ fn closing(s: &str) -> Option<usize> {
     None
 }
 
-/// Bash's `$((...))` on 64-bit integers: `+ - * / %`, parentheses, unary signs, literals and
-/// names (`N`, `$N`, `${N}`) assigned a number above; `None` on anything else, on overflow and
-/// on division by zero. Nesting is bounded, so a hostile script cannot exhaust the stack.
-struct Arith<'a> {
-    s: &'a [u8],
-    at: usize,
-    vars: &'a Vars,
-    used: &'a mut Vec<String>,
-    depth: usize,
-}
-
-impl Arith<'_> {
-    fn eval(expr: &str, vars: &Vars, used: &mut Vec<String>) -> Option<i64> {
-        let mut a = Arith {
-            s: expr.as_bytes(),
-            at: 0,
-            vars,
-            used,
-            depth: 0,
-        };
-        let v = a.sum()?;
-        a.skip_ws();
-        (a.at == a.s.len()).then_some(v)
-    }
-
-    fn skip_ws(&mut self) {
-        while self.s.get(self.at).is_some_and(u8::is_ascii_whitespace) {
-            self.at += 1;
-        }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.skip_ws();
-        self.s.get(self.at).copied()
-    }
-
-    fn sum(&mut self) -> Option<i64> {
-        let mut v = self.product()?;
-        while let Some(op @ (b'+' | b'-')) = self.peek() {
-            self.at += 1;
-            let r = self.product()?;
-            v = if op == b'+' {
-                v.checked_add(r)?
-            } else {
-                v.checked_sub(r)?
-            };
-        }
-        Some(v)
-    }
-
-    fn product(&mut self) -> Option<i64> {
-        let mut v = self.unary()?;
-        while let Some(op @ (b'*' | b'/' | b'%')) = self.peek() {
-            self.at += 1;
-            let r = self.unary()?;
-            v = match op {
-                b'*' => v.checked_mul(r)?,
-                b'/' => v.checked_div(r)?,
-                _ => v.checked_rem(r)?,
-            };
-        }
-        Some(v)
-    }
-
-    fn unary(&mut self) -> Option<i64> {
-        self.depth += 1;
-        if self.depth > 64 {
-            return None;
-        }
-        let v = match self.peek()? {
-            b'-' => {
-                self.at += 1;
-                self.unary()?.checked_neg()
-            }
-            b'+' => {
-                self.at += 1;
-                self.unary()
-            }
-            b'(' => {
-                self.at += 1;
-                let v = self.sum()?;
-                (self.peek()? == b')').then(|| self.at += 1)?;
-                Some(v)
-            }
-            _ => self.atom(),
-        };
-        self.depth -= 1;
-        v
-    }
-
-    fn atom(&mut self) -> Option<i64> {
-        let start = self.at;
-        let word = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'{' | b'}');
-        while self.s.get(self.at).is_some_and(word) {
-            self.at += 1;
-        }
-        let tok = std::str::from_utf8(&self.s[start..self.at]).ok()?;
-        if let Ok(n) = tok.parse::<i64>() {
-            return Some(n);
-        }
-        let name = tok.strip_prefix('$').unwrap_or(tok);
-        let name = name
-            .strip_prefix('{')
-            .and_then(|n| n.strip_suffix('}'))
-            .unwrap_or(name);
-        let (value, from) = self.vars.get(name)?;
-        self.used.extend(from.iter().cloned());
-        value.as_deref()?.trim().parse().ok()
-    }
-}
-
 /// A flag's value as YAML would read it: an integer, a float, a boolean, else a string.
 fn scalar(s: &str) -> Value {
     if let Ok(n) = s.parse::<u64>() {
@@ -477,95 +392,4 @@ fn scalar(s: &str) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn read(text: &str) -> Result<(Value, Vec<String>), ConfigError> {
-        fields(text, Path::new("train.sh"))
-    }
-
-    #[test]
-    fn the_flags_of_a_launch_script_are_its_fields() {
-        let (v, notes) = read(
-            r#"#!/bin/bash
-# Llama-3-8B
-TP=2
-export SEQ=${SEQ_LEN:-4096}
-GPT_MODEL_ARGS=(
-    --num-layers 32   # the depth
-    --hidden-size=4096
-    --ffn-hidden-size "14336" \
-    --num-attention-heads 32 --group-query-attention --num-query-groups 8
-    --swiglu
-    --normalization RMSNorm
-    --moe-layer-freq '([0]*3+[1]*29)'
-)
-torchrun $DISTRIBUTED_ARGS pretrain_gpt.py ${GPT_MODEL_ARGS[@]} \
-    --tensor-model-parallel-size $TP --seq-length ${SEQ} --data-path $(cat paths.txt) --use-mcore-models
-"#,
-        )
-        .unwrap();
-        let want = serde_json::json!({"num_layers": 32, "hidden_size": 4096,
-            "ffn_hidden_size": 14336, "num_attention_heads": 32, "group_query_attention": true,
-            "num_query_groups": 8, "swiglu": true, "normalization": "RMSNorm",
-            "moe_layer_freq": "([0]*3+[1]*29)", "tensor_model_parallel_size": 2,
-            "seq_length": 4096, "data_path": "$(cat paths.txt)", "use_mcore_models": true});
-        assert_eq!(v, want);
-        assert_eq!(notes.len(), 1);
-        assert!(
-            notes[0].contains("$SEQ_LEN") && notes[0].contains("4096"),
-            "{notes:?}"
-        );
-    }
-
-    #[test]
-    fn a_field_the_engine_reads_with_a_value_it_cannot_evaluate_is_refused_naming_the_flag() {
-        for script in [
-            "--num-layers $NUM_LAYERS",
-            "--hidden-size $(python -c 'print(4096)')",
-            "--seq-length ${SEQ:-$DEFAULT}",
-            "X=$1\n--num-attention-heads $X",
-        ] {
-            let e = read(script).unwrap_err().to_string();
-            assert!(
-                e.contains("train.sh") && e.contains("does not evaluate"),
-                "{script}: {e}"
-            );
-        }
-    }
-
-    #[test]
-    fn single_quotes_keep_dollars_and_a_switch_never_takes_the_next_word() {
-        let (v, _) = read("--swiglu '$x' --normalization '$y'").unwrap();
-        assert_eq!(v["swiglu"], true);
-        assert_eq!(v["normalization"], "$y");
-        let (v, _) = read("A=1\nA=2\n--num-layers $A --num-layers=${A}0").unwrap();
-        assert_eq!(v["num_layers"], 20);
-    }
-
-    #[test]
-    fn arithmetic_and_flags_quoted_with_their_values_read_as_bash_runs_them() {
-        // `**` is not among the operators: refused, naming the flag.
-        let e = read("N=16\n--hidden-size $(( (N + 2) * 2 ** 1 ))").unwrap_err();
-        assert!(e.to_string().contains("hidden_size"), "{e}");
-        let (v, _) = read(
-            "N=16\nM=$(($N-1))\nARGS=(\"--seq-length 2048\" \"--fp8-format hybrid\")\n\
-             --moe-layer-freq \"([0]+[1]*$M)\" --hidden-size $(( (N + 2) * -${N} / 4 % 7 ))",
-        )
-        .unwrap();
-        assert_eq!(v["moe_layer_freq"], "([0]+[1]*15)");
-        assert_eq!(v["seq_length"], 2048);
-        assert_eq!(v["fp8_format"], "hybrid");
-        assert_eq!(v["hidden_size"], (18 * -16 / 4) % 7);
-        for bad in [
-            "$((1/0))",
-            "$((9223372036854775807+1))",
-            "$((((((1))))\")",
-            "$((x))",
-        ] {
-            assert!(read(&format!("--num-layers {bad}")).is_err(), "{bad}");
-        }
-        let deep = format!("--num-layers $(({}1{}))", "(".repeat(200), ")".repeat(200));
-        assert!(read(&deep).is_err());
-    }
-}
+mod tests;
