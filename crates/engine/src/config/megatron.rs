@@ -19,6 +19,7 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "hidden_act",
     "swiglu",
     "gated_linear_unit",
+    "quick_geglu",
     "normalization",
     "multi_latent_attention",
     "q_lora_rank",
@@ -229,9 +230,12 @@ fn query_groups(f: Fields<'_>, heads: u64, defaults: &mut Vec<String>) -> Result
     let groups = match f.opt_u64(&["num_query_groups"])? {
         Some(g) if !gqa_off => g,
         _ => {
-            defaults.push(format!(
-                "num_query_groups absent: MHA, groups = num_attention_heads = {heads}"
-            ));
+            // Multi-latent attention has no query groups: nothing to say there.
+            if f.opt_bool(&["multi_latent_attention"])? != Some(true) {
+                defaults.push(format!(
+                    "num_query_groups absent: MHA, groups = num_attention_heads = {heads}"
+                ));
+            }
             heads
         }
     };
@@ -287,11 +291,19 @@ fn head_dim(
 /// A gated (SwiGLU) MLP, from the flag or the activation's name.
 fn gated_mlp(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<bool, ConfigError> {
     let act = f.opt_str(&["activation_func", "hidden_act"])?.unwrap_or("");
-    let gated = match f.opt_bool(&["swiglu", "gated_linear_unit"])? {
+    // Megatron gates the MLP for --swiglu and for --quick-geglu (gpt-oss's).
+    let said = [
+        f.opt_bool(&["swiglu"])?,
+        f.opt_bool(&["gated_linear_unit"])?,
+        f.opt_bool(&["quick_geglu"])?,
+    ];
+    let gated = match said.iter().flatten().copied().reduce(|a, b| a || b) {
         Some(g) => g,
         None if act.contains("glu") => true,
         None => {
-            defaults.push("swiglu / gated_linear_unit absent: plain (ungated) MLP".to_owned());
+            defaults.push(
+                "swiglu / gated_linear_unit / quick_geglu absent: plain (ungated) MLP".to_owned(),
+            );
             false
         }
     };

@@ -30,6 +30,7 @@ use arith::Arith;
 const SWITCHES: &[&str] = &[
     "group_query_attention",
     "swiglu",
+    "quick_geglu",
     "multi_latent_attention",
     "enable_cuda_graph",
     "external_cuda_graph",
@@ -52,47 +53,60 @@ enum Token {
 
 /// The script's flags as a config mapping, and its notes (defaults it used).
 pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), ConfigError> {
-    let tokens = tokens(text);
-    let mut vars = Vars::new();
-    let mut notes: Vec<String> = Vec::new();
-    let mut out = Map::new();
-    // How deep in `if`/`case`/loops: every branch is read, so what is set there is said.
-    let mut depth = 0usize;
-    let mut i = 0;
-    while i < tokens.len() {
-        let Token::Word(pieces) = &tokens[i] else {
+    let mut scan = Scan {
+        file,
+        vars: Vars::new(),
+        notes: Vec::new(),
+        out: Map::new(),
+        depth: 0,
+    };
+    scan.run(&tokens(text), &[], 0)?;
+    Ok((Value::Object(scan.out), scan.notes))
+}
+
+/// The reader's state over the script's words.
+struct Scan<'a> {
+    file: &'a Path,
+    vars: Vars,
+    notes: Vec<String>,
+    out: Map<String, Value>,
+    /// How deep in `if`/`case`/loops: every branch is read, so what is set there is said.
+    depth: usize,
+}
+
+impl Scan<'_> {
+    /// Reads `tokens`; `inherited`: the notes of the name whose value they are (`level` deep).
+    fn run(
+        &mut self,
+        tokens: &[Token],
+        inherited: &[String],
+        level: usize,
+    ) -> Result<(), ConfigError> {
+        let mut i = 0;
+        while i < tokens.len() {
+            let Token::Word(pieces) = &tokens[i] else {
+                i += 1;
+                continue;
+            };
             i += 1;
-            continue;
-        };
-        i += 1;
-        let word = raw(pieces);
-        if let [(w, true)] = pieces.as_slice() {
-            match w.as_str() {
-                "if" | "case" | "for" | "while" | "until" | "select" => depth += 1,
-                "fi" | "esac" | "done" => depth = depth.saturating_sub(1),
-                _ => {}
+            if let [(w, true)] = pieces.as_slice() {
+                match w.as_str() {
+                    "if" | "case" | "for" | "while" | "until" | "select" => self.depth += 1,
+                    "fi" | "esac" | "done" => self.depth = self.depth.saturating_sub(1),
+                    _ => {}
+                }
             }
-        }
-        if let Some((name, value)) = assignment(pieces) {
-            let mut used = Vec::new();
-            let v = expand(&value, &vars, &mut used);
-            if depth > 0 {
-                used.push(format!(
-                    "launch script: {name} is assigned inside an if, case or loop: every branch \
-                     is read, the last assignment winning (check the model and layout with \
-                     `fp8sel explain`)"
-                ));
+            if let Some((name, value)) = assignment(pieces) {
+                self.assign(name, &value, level)?;
+                continue;
             }
-            vars.insert(name, (v, used));
-            continue;
-        }
-        let Some(flag) = word.strip_prefix("--").filter(|f| !f.is_empty()) else {
-            continue;
-        };
-        // `--flag=value`, and `"--flag value"` quoted as one word (as arrays of strings hold
-        // them, split when the array expands unquoted).
-        let (name, value): (String, Option<Vec<Piece>>) =
-            match flag.find(|c: char| c == '=' || c.is_whitespace()) {
+            let word = raw(pieces);
+            let Some(flag) = word.strip_prefix("--").filter(|f| !f.is_empty()) else {
+                continue;
+            };
+            // `--flag=value`, and `"--flag value"` quoted as one word (as arrays of strings
+            // hold them, split when the array expands unquoted).
+            let (name, value) = match flag.find(|c: char| c == '=' || c.is_whitespace()) {
                 Some(at) => (
                     flag[..at].replace('-', "_"),
                     Some(drop_chars(pieces, 2 + flag[..at].chars().count() + 1)),
@@ -110,8 +124,45 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
                     (name, value)
                 }
             };
+            self.flag(name, value, inherited)?;
+        }
+        Ok(())
+    }
+
+    /// `NAME=value`; a value holding flags (`ARGS="--num-layers 32 ..."`, expanded unquoted
+    /// where it is used) is read for them too.
+    fn assign(&mut self, name: String, value: &[Piece], level: usize) -> Result<(), ConfigError> {
         let mut used = Vec::new();
-        if depth > 0 {
+        let v = expand(value, &self.vars, &mut used);
+        if self.depth > 0 {
+            used.push(format!(
+                "launch script: {name} is assigned inside an if, case or loop: every branch \
+                 is read, the last assignment winning (check the model and layout with \
+                 `fp8sel explain`)"
+            ));
+        }
+        if let Some(text) = v.as_deref().filter(|t| t.contains("--") && level < 4) {
+            // Where it is used unquoted, bash splits it at blanks alone (quotes and parentheses
+            // in it are characters) and never expands it again.
+            let words: Vec<Token> = text
+                .split_whitespace()
+                .map(|w| Token::Word(vec![(w.to_owned(), false)]))
+                .collect();
+            self.run(&words, &used, level + 1)?;
+        }
+        self.vars.insert(name, (v, used));
+        Ok(())
+    }
+
+    /// `--name [value]` into the mapping (the last of a name winning).
+    fn flag(
+        &mut self,
+        name: String,
+        value: Option<Vec<Piece>>,
+        inherited: &[String],
+    ) -> Result<(), ConfigError> {
+        let mut used = inherited.to_vec();
+        if self.depth > 0 {
             used.push(format!(
                 "launch script: --{} is passed inside an if, case or loop: every branch is \
                  read, the last one written winning (check the model and layout with `fp8sel \
@@ -119,13 +170,14 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
                 name.replace('_', "-")
             ));
         }
+        let read = KNOWN_FIELDS.contains(&name.as_str());
         let v = match value {
             None => Value::Bool(true),
-            Some(p) => match expand(&p, &vars, &mut used) {
+            Some(p) => match expand(&p, &self.vars, &mut used) {
                 Some(s) => scalar(&s),
-                None if KNOWN_FIELDS.contains(&name.as_str()) => {
+                None if read => {
                     return Err(ConfigError::Field {
-                        file: file.into(),
+                        file: self.file.into(),
                         field: name.clone(),
                         problem: format!(
                             "`--{} {}`: a shell value fp8sel does not evaluate",
@@ -141,16 +193,16 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
             },
         };
         // What a field the engine reads took from defaults or branches, each said once.
-        if KNOWN_FIELDS.contains(&name.as_str()) {
+        if read {
             for n in used {
-                if !notes.contains(&n) {
-                    notes.push(n);
+                if !self.notes.contains(&n) {
+                    self.notes.push(n);
                 }
             }
         }
-        out.insert(name, v);
+        self.out.insert(name, v);
+        Ok(())
     }
-    Ok((Value::Object(out), notes))
 }
 
 /// Splits the script into words and breaks.

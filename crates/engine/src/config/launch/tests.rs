@@ -115,3 +115,19 @@ fn arithmetic_and_flags_quoted_with_their_values_read_as_bash_runs_them() {
     let deep = format!("--num-layers $(({}1{}))", "(".repeat(200), ")".repeat(200));
     assert!(read(&deep).is_err());
 }
+
+#[test]
+fn flags_held_in_a_string_are_read_as_bash_splits_it_where_it_is_used() {
+    let (v, notes) = read(
+        "L=${LAYERS:-27}\nMODEL_ARGS=\" \\\n    --num-layers $L \\\n    --moe-layer-freq ([0]+[1]*26) \\\n    --quick-geglu \\\n    --hidden-size 2048\"\ntorchrun pretrain_gpt.py ${MODEL_ARGS}\n",
+    )
+    .unwrap();
+    assert_eq!(v["num_layers"], 27);
+    assert_eq!(v["moe_layer_freq"], "([0]+[1]*26)");
+    assert_eq!(
+        (&v["quick_geglu"], &v["hidden_size"]),
+        (&json!(true), &json!(2048))
+    );
+    // The default the string took reaches the fields read from it.
+    assert!(notes.iter().any(|n| n.contains("$LAYERS")), "{notes:?}");
+}
