@@ -163,3 +163,40 @@ fn a_real_scripts_model_and_layout_come_from_its_flags() {
         m.notes
     );
 }
+
+#[test]
+fn a_scripts_yaml_cfg_is_the_model_as_megatron_reads_it() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let want = load_model(root.join("fixtures/models/forms/megatron_yaml_cfg.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("fixtures/models/forms/megatron_yaml_cfg.yaml"),
+        dir.path().join("model.yaml"),
+    )
+    .unwrap();
+    let script = dir.path().join("train.sh");
+    // The flags beside it are not read: Megatron-LM reads the YAML in their place.
+    std::fs::write(
+        &script,
+        "torchrun pretrain_gpt.py --num-layers 99 --yaml-cfg model.yaml\n",
+    )
+    .unwrap();
+    let m = load_model(&script).unwrap();
+    assert_eq!(m.components, want.components);
+    assert_eq!(m.name, "train");
+    assert!(m.notes[0].contains("--yaml-cfg"), "{:?}", m.notes);
+    // A path the script computes, or one that is not there, is refused naming the flag.
+    for (flag, problem) in [
+        ("$CFG", "not a path"),
+        ("absent.yaml", "no such file"),
+        ("train.sh", "is a script"),
+    ] {
+        std::fs::write(
+            &script,
+            format!("torchrun pretrain_gpt.py --yaml-cfg {flag}\n"),
+        )
+        .unwrap();
+        let e = load_model(&script).unwrap_err().to_string();
+        assert!(e.contains("yaml_cfg") && e.contains(problem), "{flag}: {e}");
+    }
+}

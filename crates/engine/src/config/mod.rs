@@ -76,6 +76,22 @@ pub fn load_model_with(
     let root = if is_script {
         let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
         let (v, said) = launch::fields(&text, path)?;
+        if let Some(cfg) = v.get("yaml_cfg") {
+            // Megatron-LM reads --yaml-cfg's file in place of every flag: so does this.
+            let yaml = launch::yaml_cfg(cfg, path)?;
+            let mut desc = load_model_with(&yaml, opt)?;
+            desc.name = path
+                .file_stem()
+                .map_or(desc.name, |s| s.to_string_lossy().into_owned());
+            desc.notes.insert(
+                0,
+                format!(
+                    "launch script: the model is its --yaml-cfg {}, read in place of its flags (as Megatron-LM reads it)",
+                    yaml.display()
+                ),
+            );
+            return Ok(desc);
+        }
         notes.extend(said);
         v
     } else if is_json {

@@ -11,6 +11,9 @@
 //! refused, naming the flag; any other flag (data paths, logging) is kept as written and never
 //! read.
 //!
+//! A script passing `--yaml-cfg F` is read as `F` (Megatron-LM reads that file in place of every
+//! flag), beside the script or where fp8sel runs.
+//!
 //! Not read: the script's control flow (`if`, `case`, loops): every flag in the file counts, the
 //! last of a name winning, as argparse takes a repeated flag; a read field set inside one (or
 //! through a name assigned inside one) is noted, so the user checks what `explain` prints.
@@ -62,6 +65,43 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
     };
     scan.run(&tokens(text), &[], 0)?;
     Ok((Value::Object(scan.out), scan.notes))
+}
+
+/// The file a script's `--yaml-cfg` names: relative to the script's directory, else to the
+/// directory fp8sel runs in (where a launch script is usually run from); never another script.
+pub(crate) fn yaml_cfg(value: &Value, script: &Path) -> Result<std::path::PathBuf, ConfigError> {
+    let err = |problem: String, fix: &str| ConfigError::Field {
+        file: script.into(),
+        field: "yaml_cfg".into(),
+        problem,
+        fix: fix.into(),
+    };
+    let Some(name) = value.as_str().filter(|s| !s.contains('$') && !s.is_empty()) else {
+        return Err(err(
+            format!("`--yaml-cfg {value}`: not a path fp8sel can evaluate"),
+            "pass that YAML as the model, or write its path in the script",
+        ));
+    };
+    let given = Path::new(name);
+    let beside = script.parent().map(|d| d.join(given));
+    let found = [beside.clone(), Some(given.to_path_buf())]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file());
+    match found {
+        Some(p) if p.extension().is_some_and(|e| e == "sh" || e == "bash") => Err(err(
+            format!("`--yaml-cfg {name}` is a script"),
+            "point --yaml-cfg at the model's YAML",
+        )),
+        Some(p) => Ok(p),
+        None => Err(err(
+            format!(
+                "`--yaml-cfg {name}`: no such file beside the script ({}) or here",
+                beside.unwrap_or_default().display()
+            ),
+            "pass that YAML as the model, or run from the directory the script is run from",
+        )),
+    }
 }
 
 /// The reader's state over the script's words.
