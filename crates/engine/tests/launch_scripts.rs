@@ -200,3 +200,14 @@ fn a_scripts_yaml_cfg_is_the_model_as_megatron_reads_it() {
         assert!(e.contains("yaml_cfg") && e.contains(problem), "{flag}: {e}");
     }
 }
+
+#[test]
+fn a_loongforge_script_that_names_its_model_points_at_the_yaml() {
+    let e =
+        load_script("ARGS=(--model-name deepseek-v3 --seq-length 32768 --micro-batch-size 1)\n")
+            .unwrap_err();
+    assert!(
+        e.contains("model_name") && e.contains("deepseek-v3") && e.contains("YAML"),
+        "{e}"
+    );
+}

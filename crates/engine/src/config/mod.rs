@@ -92,6 +92,20 @@ pub fn load_model_with(
             );
             return Ok(desc);
         }
+        if let (Some(name), None) = (v.get("model_name"), v.get("num_layers")) {
+            // LoongForge's scripts name a registered model; its dimensions are in that YAML.
+            return Err(ConfigError::Field {
+                file: path.into(),
+                field: "model_name".into(),
+                problem: format!(
+                    "`--model-name {}` names a model registered elsewhere; the script holds none of its dimensions",
+                    name.as_str().unwrap_or_default()
+                ),
+                fix: "pass that model's YAML as the model (LoongForge's configs/models/...), and \
+                      the script's layout and sequence length to the command"
+                    .into(),
+            });
+        }
         notes.extend(said);
         v
     } else if is_json {
