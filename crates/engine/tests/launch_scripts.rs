@@ -211,3 +211,62 @@ fn a_loongforge_script_that_names_its_model_points_at_the_yaml() {
         "{e}"
     );
 }
+
+#[test]
+fn a_loongforge_script_reads_its_registered_models_yaml_with_its_run_over_it() {
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/loongforge");
+    let m = load_model(root.join("examples/tiny_llm/pretrain_tiny_moe.sh")).unwrap();
+    let yaml = load_model(root.join("configs/models/tiny_llm/tiny_moe.yaml")).unwrap();
+    let c = &m.components[0];
+    // The model is the YAML's (its 6 layers, not the script's 99); the run is the script's, its
+    // sequence length its argument's default, said.
+    assert_eq!(c.arch, yaml.components[0].arch);
+    assert_eq!(
+        (
+            c.recommended.seq_length,
+            c.recommended.micro_batch_size,
+            c.recommended.tp,
+            c.recommended.ep
+        ),
+        (Some(2048), Some(2), Some(2), Some(4))
+    );
+    let said = m.notes.join("\n");
+    assert!(
+        said.contains("tiny_moe.yaml") && said.contains("$1"),
+        "{said}"
+    );
+    // --config-file through a variable the script does not set, into the checkout that holds it.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |rel: &str| {
+        let to = dir.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join(rel), &to).unwrap();
+    };
+    copy("configs/models/tiny_llm/tiny_moe.yaml");
+    let script = dir.path().join("examples/run.sh");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    let write = |text: &str| std::fs::write(&script, text).unwrap();
+    write(
+        "torchrun train.py --config-file \"${LOONGFORGE_PATH}/configs/models/tiny_llm/tiny_moe.yaml\" --seq-length 4096\n",
+    );
+    let m = load_model(&script).unwrap();
+    assert_eq!(m.components[0].arch, yaml.components[0].arch);
+    assert_eq!(m.components[0].recommended.seq_length, Some(4096));
+    // A registered name by its variant (`tiny` -> `tiny_moe.yaml`); none, or several, refused.
+    write("torchrun train.py --model-name tiny\n");
+    assert_eq!(
+        load_model(&script).unwrap().components[0].arch,
+        yaml.components[0].arch
+    );
+    write("torchrun train.py --model-name absent-model\n");
+    let e = load_model(&script).unwrap_err().to_string();
+    assert!(
+        e.contains("model_name") && e.contains("0 file(s) named absent_model.yaml"),
+        "{e}"
+    );
+    // A script with no model at all says what it lacks.
+    write("python tools/preprocess_data.py --input data.json --workers 8\n");
+    let e = load_model(&script).unwrap_err().to_string();
+    assert!(e.contains("passes no --num-layers"), "{e}");
+}

@@ -15,8 +15,8 @@ use crate::error::{CliError, CliResult};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// Model config: Megatron/LoongForge YAML (Hydra defaults resolved relative to it), a
-    /// Megatron-LM launch script (`.sh`: the flags it passes, its layout and sequence length
-    /// included), or a HuggingFace config.json (or the checkout's directory that holds it).
+    /// Megatron-LM or LoongForge launch script (`.sh`: the model, layout and sequence length it
+    /// trains), or a HuggingFace config.json (or the checkout's directory that holds it).
     #[arg(long, value_name = "CONFIG")]
     pub model: PathBuf,
     /// Hydra's search path: the directory `defaults` entries may reach, tried after the config's

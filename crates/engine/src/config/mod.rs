@@ -74,40 +74,13 @@ pub fn load_model_with(
         .is_some_and(|e| e.eq_ignore_ascii_case("sh") || e.eq_ignore_ascii_case("bash"));
     let mut notes = Vec::new();
     let root = if is_script {
-        let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
-        let (v, said) = launch::fields(&text, path)?;
-        if let Some(cfg) = v.get("yaml_cfg") {
-            // Megatron-LM reads --yaml-cfg's file in place of every flag: so does this.
-            let yaml = launch::yaml_cfg(cfg, path)?;
-            let mut desc = load_model_with(&yaml, opt)?;
-            desc.name = path
-                .file_stem()
-                .map_or(desc.name, |s| s.to_string_lossy().into_owned());
-            desc.notes.insert(
-                0,
-                format!(
-                    "launch script: the model is its --yaml-cfg {}, read in place of its flags (as Megatron-LM reads it)",
-                    yaml.display()
-                ),
-            );
-            return Ok(desc);
+        match launch::load(path, opt)? {
+            launch::Read::Fields(v, said) => {
+                notes.extend(said);
+                v
+            }
+            launch::Read::Model(desc) => return Ok(desc),
         }
-        if let (Some(name), None) = (v.get("model_name"), v.get("num_layers")) {
-            // LoongForge's scripts name a registered model; its dimensions are in that YAML.
-            return Err(ConfigError::Field {
-                file: path.into(),
-                field: "model_name".into(),
-                problem: format!(
-                    "`--model-name {}` names a model registered elsewhere; the script holds none of its dimensions",
-                    name.as_str().unwrap_or_default()
-                ),
-                fix: "pass that model's YAML as the model (LoongForge's configs/models/...), and \
-                      the script's layout and sequence length to the command"
-                    .into(),
-            });
-        }
-        notes.extend(said);
-        v
     } else if is_json {
         let text = fp8_io::read_to_string_limited(path, MAX_CONFIG_BYTES)?;
         serde_json::from_str::<Value>(&text).map_err(|e| ConfigError::Syntax {
@@ -116,17 +89,7 @@ pub fn load_model_with(
             message: e.to_string(),
         })?
     } else {
-        let mut v = hydra::load(path, opt.config_root.as_deref())?;
-        interp::resolve_all(&mut v, path, &|k| megatron::KNOWN_FIELDS.contains(&k))?;
-        let kept = interp::unevaluated_resolvers(&v);
-        if !kept.is_empty() {
-            notes.push(format!(
-                "{}: resolvers fp8sel does not evaluate ({}) stand on fields it does not read; kept as written",
-                path.display(),
-                kept.iter().map(|r| format!("${{{r}:...}}")).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        v
+        yaml_tree(path, opt, &mut notes)?
     };
     let stem = path
         .file_stem()
@@ -140,6 +103,26 @@ pub fn load_model_with(
     let mut desc = model_from_value(&root, path, &name, is_json)?;
     desc.notes = notes;
     Ok(desc)
+}
+
+/// A Megatron/LoongForge YAML's tree: Hydra defaults and interpolations resolved (those on
+/// fields never read kept as written, with a note).
+fn yaml_tree(
+    path: &Path,
+    opt: &LoadOptions,
+    notes: &mut Vec<String>,
+) -> Result<Value, ConfigError> {
+    let mut v = hydra::load(path, opt.config_root.as_deref())?;
+    interp::resolve_all(&mut v, path, &|k| megatron::KNOWN_FIELDS.contains(&k))?;
+    let kept = interp::unevaluated_resolvers(&v);
+    if !kept.is_empty() {
+        notes.push(format!(
+            "{}: resolvers fp8sel does not evaluate ({}) stand on fields it does not read; kept as written",
+            path.display(),
+            kept.iter().map(|r| format!("${{{r}:...}}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(v)
 }
 
 /// A HuggingFace checkout's model name (its `config.json` is named `config`): the checkout's

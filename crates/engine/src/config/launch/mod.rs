@@ -27,7 +27,9 @@ use super::error::ConfigError;
 use super::megatron::KNOWN_FIELDS;
 
 mod arith;
+mod elsewhere;
 use arith::Arith;
+pub(crate) use elsewhere::{Read, load};
 
 /// Megatron's `store_true` flags that the engine reads: never followed by a value.
 const SWITCHES: &[&str] = &[
@@ -65,43 +67,6 @@ pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), Co
     };
     scan.run(&tokens(text), &[], 0)?;
     Ok((Value::Object(scan.out), scan.notes))
-}
-
-/// The file a script's `--yaml-cfg` names: relative to the script's directory, else to the
-/// directory fp8sel runs in (where a launch script is usually run from); never another script.
-pub(crate) fn yaml_cfg(value: &Value, script: &Path) -> Result<std::path::PathBuf, ConfigError> {
-    let err = |problem: String, fix: &str| ConfigError::Field {
-        file: script.into(),
-        field: "yaml_cfg".into(),
-        problem,
-        fix: fix.into(),
-    };
-    let Some(name) = value.as_str().filter(|s| !s.contains('$') && !s.is_empty()) else {
-        return Err(err(
-            format!("`--yaml-cfg {value}`: not a path fp8sel can evaluate"),
-            "pass that YAML as the model, or write its path in the script",
-        ));
-    };
-    let given = Path::new(name);
-    let beside = script.parent().map(|d| d.join(given));
-    let found = [beside.clone(), Some(given.to_path_buf())]
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file());
-    match found {
-        Some(p) if p.extension().is_some_and(|e| e == "sh" || e == "bash") => Err(err(
-            format!("`--yaml-cfg {name}` is a script"),
-            "point --yaml-cfg at the model's YAML",
-        )),
-        Some(p) => Ok(p),
-        None => Err(err(
-            format!(
-                "`--yaml-cfg {name}`: no such file beside the script ({}) or here",
-                beside.unwrap_or_default().display()
-            ),
-            "pass that YAML as the model, or run from the directory the script is run from",
-        )),
-    }
 }
 
 /// The reader's state over the script's words.
@@ -419,13 +384,21 @@ fn expand(pieces: &[Piece], vars: &Vars, used: &mut Vec<String>) -> Option<Strin
                     .unwrap_or(after.len());
                 (&after[..n], None, n)
             };
+            // A positional parameter (`${3:-32768}`): the script is read without arguments.
+            let positional = !name.is_empty() && name.chars().all(|c| c.is_ascii_digit());
             let is_name = !name.is_empty()
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit());
-            if !is_name {
+            if !is_name && !positional {
                 return None;
             }
             match (vars.get(name), default) {
+                (None, Some(d)) if positional && !d.contains('$') => {
+                    used.push(format!(
+                        "launch script: its argument ${name} is not given here: its default {d}"
+                    ));
+                    out.push_str(d);
+                }
                 (Some((Some(v), from)), _) => {
                     out.push_str(v);
                     used.extend(from.iter().cloned());

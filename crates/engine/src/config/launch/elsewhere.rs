@@ -1,0 +1,253 @@
+//! A launch script whose model is in another file: Megatron-LM's `--yaml-cfg F` (read in place
+//! of every flag), and LoongForge's `--config-file F` or `--model-name NAME` (the model's YAML,
+//! the script's run settings over it and its model flags where the YAML has none, as
+//! LoongForge's parser takes them; an error in a field the script gave names the YAML).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::super::error::ConfigError;
+use super::super::megatron::KNOWN_FIELDS;
+use super::super::{LoadOptions, load_model_with, model_from_value, yaml_tree};
+use crate::model::ModelDesc;
+
+/// What a script gives: its own flags as the model's fields, or the model of the file it names.
+pub(crate) enum Read {
+    Fields(Value, Vec<String>),
+    Model(ModelDesc),
+}
+
+/// Reads the script at `path`.
+pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> {
+    let text = fp8_io::read_to_string_limited(path, super::super::MAX_CONFIG_BYTES)?;
+    let (v, said) = super::fields(&text, path)?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if let Some(cfg) = v.get("yaml_cfg") {
+        let yaml = beside(cfg, path, "yaml_cfg")?;
+        let mut desc = load_model_with(&yaml, opt)?;
+        desc.name = stem.unwrap_or(desc.name);
+        desc.notes.insert(
+            0,
+            format!(
+                "launch script: the model is its --yaml-cfg {}, read in place of its flags (as \
+                 Megatron-LM reads it)",
+                yaml.display()
+            ),
+        );
+        return Ok(Read::Model(desc));
+    }
+    let (yaml, how) = match (v.get("config_file"), v.get("model_name")) {
+        (Some(cfg), _) => (beside(cfg, path, "config_file")?, "--config-file"),
+        (None, Some(name)) => (registered(name, path, opt)?, "--model-name"),
+        (None, None) if v.get("num_layers").is_none() => {
+            return Err(refused(
+                path,
+                "num_layers",
+                "the script passes no --num-layers, and names no model file (--yaml-cfg, \
+                 --config-file, --model-name)"
+                    .to_owned(),
+                "give the launch script that trains the model, or the model's YAML or config.json",
+            ));
+        }
+        (None, None) => return Ok(Read::Fields(v, said)),
+    };
+    let mut notes = Vec::new();
+    let mut tree = yaml_tree(&yaml, opt, &mut notes)?;
+    merge(&mut tree, &v);
+    let mut desc = model_from_value(&tree, &yaml, stem.as_deref().unwrap_or("model"), false)?;
+    notes.insert(
+        0,
+        format!(
+            "launch script: the model is its {how}'s {}; the script's layout, sequence length and \
+             FP8 settings over it, its model flags where the YAML has none (as LoongForge \
+             reads them)",
+            yaml.display()
+        ),
+    );
+    notes.extend(said);
+    desc.notes = notes;
+    Ok(Read::Model(desc))
+}
+
+/// The run's settings: the script's win over the model's YAML.
+const RUN: &[&str] = &[
+    "seq_length",
+    "micro_batch_size",
+    "tensor_model_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "context_parallel_size",
+    "fp8_recipe",
+    "cuda_graph_impl",
+    "enable_cuda_graph",
+    "external_cuda_graph",
+];
+
+/// The script's fields that the engine reads, into the YAML's language model (`model.foundation`
+/// of a VLM, else `model`, else the top): the run's settings always, a model field where the
+/// YAML has none.
+fn merge(tree: &mut Value, script: &Value) {
+    let target = {
+        let has = |t: &Value, k: &str| t.get(k).is_some_and(Value::is_object);
+        if has(tree, "model") && has(&tree["model"], "foundation") {
+            &mut tree["model"]["foundation"]
+        } else if has(tree, "model") {
+            &mut tree["model"]
+        } else {
+            tree
+        }
+    };
+    let (Some(t), Some(s)) = (target.as_object_mut(), script.as_object()) else {
+        return;
+    };
+    for (k, v) in s {
+        if KNOWN_FIELDS.contains(&k.as_str()) && (RUN.contains(&k.as_str()) || !t.contains_key(k)) {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+fn refused(script: &Path, field: &str, problem: String, fix: &str) -> ConfigError {
+    ConfigError::Field {
+        file: script.into(),
+        field: field.into(),
+        problem,
+        fix: fix.into(),
+    }
+}
+
+/// The file a script's flag names: relative to the script's directory, else to the directory
+/// fp8sel runs in (where a launch script is usually run from); never another script.
+fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigError> {
+    let flag = format!("--{}", field.replace('_', "-"));
+    let name = value.as_str().unwrap_or_default();
+    // A path into a checkout elsewhere (`${LOONGFORGE_PATH}/configs/models/x.yaml`, or the
+    // script's default `/workspace/LoongForge/configs/...`): the same `configs/...` in the
+    // checkout that holds the script.
+    let in_checkout = name.rfind("configs/").and_then(|at| {
+        let rel = Path::new(&name[at..]);
+        script
+            .canonicalize()
+            .ok()?
+            .ancestors()
+            .map(|a| a.join(rel))
+            .find(|p| p.is_file())
+    });
+    let given = Path::new(name);
+    let near = script.parent().map(|d| d.join(given));
+    let literal = !name.contains('$') && !name.is_empty();
+    let found = [
+        near.clone().filter(|_| literal),
+        Some(given.to_path_buf()).filter(|_| literal),
+        in_checkout,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_file());
+    if found.is_none() && !literal {
+        return Err(refused(
+            script,
+            field,
+            format!("`{flag} {value}`: not a path fp8sel can evaluate"),
+            "pass that YAML as the model, or write its path in the script",
+        ));
+    }
+    match found {
+        Some(p) if p.extension().is_some_and(|e| e == "sh" || e == "bash") => Err(refused(
+            script,
+            field,
+            format!("`{flag} {name}` is a script"),
+            "point it at the model's YAML",
+        )),
+        Some(p) => Ok(p),
+        None => Err(refused(
+            script,
+            field,
+            format!(
+                "`{flag} {name}`: no such file beside the script ({}) or here",
+                near.unwrap_or_default().display()
+            ),
+            "pass that YAML as the model, or run from the directory the script is run from",
+        )),
+    }
+}
+
+/// LoongForge's registered model `name`: `<name>.yaml` (lowercase, `-` and `.` as `_`) under
+/// `models/` of the search path (`configs/`), or of the nearest ancestor of the script that
+/// has `configs/models/`, converters' folders aside; exactly one, else refused naming where it
+/// looked.
+fn registered(name: &Value, script: &Path, opt: &LoadOptions) -> Result<PathBuf, ConfigError> {
+    let shown = name.as_str().unwrap_or_default();
+    let stem = shown.to_lowercase().replace(['-', '.'], "_");
+    let roots: Vec<PathBuf> = match &opt.config_root {
+        Some(r) => vec![r.join("models"), r.join("configs/models")],
+        None => script
+            .canonicalize()
+            .ok()
+            .into_iter()
+            .flat_map(|s| {
+                s.ancestors()
+                    .map(|a| a.join("configs/models"))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|d| d.is_dir())
+            .take(1)
+            .collect(),
+    };
+    let mut found = Vec::new();
+    for r in roots.iter().filter(|r| r.is_dir()) {
+        find(r, &|n| n == format!("{stem}.yaml"), 4, &mut found);
+    }
+    // A registered name with a size or variant the file names (`mimo` -> `mimo_7b.yaml`).
+    if found.is_empty() {
+        for r in roots.iter().filter(|r| r.is_dir()) {
+            find(
+                r,
+                &|n| n.starts_with(&format!("{stem}_")) && n.ends_with(".yaml"),
+                4,
+                &mut found,
+            );
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(refused(
+            script,
+            "model_name",
+            format!(
+                "`--model-name {shown}`: {} file(s) named {stem}.yaml (or {stem}_*.yaml) under {}",
+                found.len(),
+                if roots.is_empty() {
+                    "no configs/models/ above the script".to_owned()
+                } else {
+                    roots
+                        .iter()
+                        .map(|r| r.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+            "pass that model's YAML as the model, or the search path (LoongForge's configs/) \
+             to the command",
+        )),
+    }
+}
+
+/// Files whose name `file` accepts under `dir`, `depth` levels down at most, converters'
+/// folders aside; a bounded walk (at most 4096 entries a folder).
+fn find(dir: &Path, file: &dyn Fn(&str) -> bool, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten().take(4096) {
+        let p = e.path();
+        if p.is_dir() {
+            if depth > 0 && p.file_name().is_some_and(|n| n != "ckpt_convert") {
+                find(&p, file, depth - 1, out);
+            }
+        } else if p.file_name().is_some_and(|n| file(&n.to_string_lossy())) {
+            out.push(p);
+        }
+    }
+}
