@@ -119,7 +119,8 @@ proptest! {
     fn shell_forms_in_any_order_never_panic(
         parts in prop::collection::vec(prop::sample::select(vec![
             "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
-            "--moe-layer-freq", "--swiglu", " ", "\n", "\\\n", "\\", "'", "\"", "#", "(", ")",
+            "--moe-layer-freq", "--swiglu", "--yaml-cfg", "--config-file", "--model-name",
+            "m.sh", "configs/", " ", "\n", "\\\n", "\\", "'", "\"", "#", "(", ")",
             ";", "|", "&", "$", "$(", "$((", "))", "${", "}", ":-", "-", "+", "*", "/", "%",
             "=", "N", "N=", "export", "4096", "32", "0", "-1", "9223372036854775807", "[1]*4",
             "é", "\t",
