@@ -1,5 +1,5 @@
-//! Model config readers: Megatron/LoongForge YAML (with Hydra defaults, VLM form), a Megatron-LM
-//! launch script's flags, and HuggingFace `config.json`, into one [`ModelDesc`].
+//! Model config readers: Megatron/LoongForge YAML (with Hydra defaults, VLM form), Megatron-LM
+//! and LoongForge launch scripts, and HuggingFace `config.json`, into one [`ModelDesc`].
 
 mod error;
 mod fields;
