@@ -352,6 +352,20 @@ fn drop_chars(pieces: &[Piece], mut n: usize) -> Vec<Piece> {
 
 /// The word with its variables expanded, or `None` where it needs what is not evaluated.
 fn expand(pieces: &[Piece], vars: &Vars, used: &mut Vec<String>) -> Option<String> {
+    expand_at(pieces, vars, used, 0)
+}
+
+/// [`expand`], `depth` defaults deep (`${A:-${B:-x}}`): bounded, so a hostile script cannot
+/// exhaust the stack.
+fn expand_at(
+    pieces: &[Piece],
+    vars: &Vars,
+    used: &mut Vec<String>,
+    depth: usize,
+) -> Option<String> {
+    if depth > 8 {
+        return None;
+    }
     let mut out = String::new();
     for (text, expands) in pieces {
         if !expands {
@@ -371,7 +385,7 @@ fn expand(pieces: &[Piece], vars: &Vars, used: &mut Vec<String>) -> Option<Strin
                 continue;
             }
             let (name, default, len) = if let Some(inner) = after.strip_prefix('{') {
-                let close = inner.find('}')?;
+                let close = brace_close(inner)?;
                 let body = &inner[..close];
                 let (name, default) = match body.split_once(":-").or_else(|| body.split_once('-')) {
                     Some((n, d)) => (n, Some(d)),
@@ -393,22 +407,24 @@ fn expand(pieces: &[Piece], vars: &Vars, used: &mut Vec<String>) -> Option<Strin
                 return None;
             }
             match (vars.get(name), default) {
-                (None, Some(d)) if positional && !d.contains('$') => {
+                (None, Some(d)) if positional => {
+                    let d = expand_at(&[(d.to_owned(), true)], vars, used, depth + 1)?;
                     used.push(format!(
                         "launch script: its argument ${name} is not given here: its default {d}"
                     ));
-                    out.push_str(d);
+                    out.push_str(&d);
                 }
                 (Some((Some(v), from)), _) => {
                     out.push_str(v);
                     used.extend(from.iter().cloned());
                 }
                 (Some((None, _)), _) => return None,
-                (None, Some(d)) if !d.contains('$') => {
+                (None, Some(d)) => {
+                    let d = expand_at(&[(d.to_owned(), true)], vars, used, depth + 1)?;
                     used.push(format!(
                         "launch script: ${name} is not assigned in it (the environment is not read): its default {d}"
                     ));
-                    out.push_str(d);
+                    out.push_str(&d);
                 }
                 (None, _) => return None,
             }
@@ -417,6 +433,24 @@ fn expand(pieces: &[Piece], vars: &Vars, used: &mut Vec<String>) -> Option<Strin
         out.push_str(rest);
     }
     Some(out)
+}
+
+/// The byte index of the `}` that closes a `${` whose body `s` begins (nested `${...}` inside).
+fn brace_close(s: &str) -> Option<usize> {
+    let mut depth = 1usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The byte index just past the `)` that closes `s`'s first `(`.

@@ -131,3 +131,14 @@ fn flags_held_in_a_string_are_read_as_bash_splits_it_where_it_is_used() {
     // The default the string took reaches the fields read from it.
     assert!(notes.iter().any(|n| n.contains("$LAYERS")), "{notes:?}");
 }
+
+#[test]
+fn a_default_may_name_other_variables() {
+    let (v, notes) = read(
+        "ROOT=${ROOT:-\"/workspace/LF\"}\nCFG=${CFG:-${ROOT}/configs/m.yaml}\nN=${N:-${1:-4}}\n--config-file $CFG --num-layers $N",
+    )
+    .unwrap();
+    assert_eq!(v["config_file"], "/workspace/LF/configs/m.yaml");
+    assert_eq!(v["num_layers"], 4);
+    assert!(notes.iter().any(|n| n.contains("$1")), "{notes:?}");
+}
