@@ -58,6 +58,21 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "attention_output_gate",
 ];
 
+/// The fields of those that set the run rather than the model (its sequence, micro-batch,
+/// parallel sizes, FP8 recipe and CUDA graphs): a launch script's win over the model's YAML.
+pub(crate) const RUN_FIELDS: &[&str] = &[
+    "seq_length",
+    "micro_batch_size",
+    "tensor_model_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "context_parallel_size",
+    "fp8_recipe",
+    "cuda_graph_impl",
+    "enable_cuda_graph",
+    "external_cuda_graph",
+];
+
 /// Keys that are one or two edits from a field the engine reads, while that field is absent: a
 /// typo that would silently fall back to a default (`ffn_hidden_sise` -> 4 x hidden).
 fn likely_typos(f: Fields<'_>) -> Vec<String> {
@@ -545,7 +560,14 @@ fn parse_layer_expr(s: &str) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_layer_expr;
+    use super::{KNOWN_FIELDS, RUN_FIELDS, parse_layer_expr};
+
+    #[test]
+    fn every_run_field_is_a_field_the_engine_reads() {
+        for f in RUN_FIELDS {
+            assert!(KNOWN_FIELDS.contains(f), "{f}");
+        }
+    }
 
     #[test]
     fn layer_expressions() {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::super::error::ConfigError;
-use super::super::megatron::KNOWN_FIELDS;
+use super::super::megatron::{KNOWN_FIELDS, RUN_FIELDS};
 use super::super::{LoadOptions, load_model_with, model_from_value, yaml_tree};
 use crate::model::ModelDesc;
 
@@ -70,20 +70,6 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
     Ok(Read::Model(desc))
 }
 
-/// The run's settings: the script's win over the model's YAML.
-const RUN: &[&str] = &[
-    "seq_length",
-    "micro_batch_size",
-    "tensor_model_parallel_size",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "context_parallel_size",
-    "fp8_recipe",
-    "cuda_graph_impl",
-    "enable_cuda_graph",
-    "external_cuda_graph",
-];
-
 /// The script's fields that the engine reads, into the YAML's language model (`model.foundation`
 /// of a VLM, else `model`, else the top): the run's settings always, a model field where the
 /// YAML has none.
@@ -102,7 +88,9 @@ fn merge(tree: &mut Value, script: &Value) {
         return;
     };
     for (k, v) in s {
-        if KNOWN_FIELDS.contains(&k.as_str()) && (RUN.contains(&k.as_str()) || !t.contains_key(k)) {
+        if KNOWN_FIELDS.contains(&k.as_str())
+            && (RUN_FIELDS.contains(&k.as_str()) || !t.contains_key(k))
+        {
             t.insert(k.clone(), v.clone());
         }
     }
