@@ -6,8 +6,9 @@ use super::error::ConfigError;
 use super::fields::Fields;
 use super::linear_attention::linear_attention;
 
-/// Every field the engine reads from a Megatron/LoongForge config.
-pub(crate) const KNOWN_FIELDS: &[&str] = &[
+/// The fields the engine reads from a Megatron/LoongForge config that describe the model; with
+/// [`RUN_FIELDS`], every field it reads ([`is_read`]).
+const MODEL_FIELDS: &[&str] = &[
     "num_layers",
     "hidden_size",
     "num_attention_heads",
@@ -37,16 +38,6 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "selective_fp8",
     "fp8_dynamic_policy_path",
     "fp8_dynamic_num_tokens",
-    "fp8_recipe",
-    "cuda_graph_impl",
-    "enable_cuda_graph",
-    "external_cuda_graph",
-    "seq_length",
-    "micro_batch_size",
-    "tensor_model_parallel_size",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "context_parallel_size",
     "mtp_num_layers",
     "experimental_attention_variant",
     "linear_attention_freq",
@@ -58,8 +49,9 @@ pub(crate) const KNOWN_FIELDS: &[&str] = &[
     "attention_output_gate",
 ];
 
-/// The fields of those that set the run rather than the model (its sequence, micro-batch,
-/// parallel sizes, FP8 recipe and CUDA graphs): a launch script's win over the model's YAML.
+/// The fields the engine reads that set the run rather than the model (its sequence,
+/// micro-batch, parallel sizes, FP8 recipe and CUDA graphs): a launch script's win over the
+/// model's YAML.
 pub(crate) const RUN_FIELDS: &[&str] = &[
     "seq_length",
     "micro_batch_size",
@@ -73,18 +65,27 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "external_cuda_graph",
 ];
 
+/// Every field the engine reads from a Megatron/LoongForge config.
+fn read_fields() -> impl Iterator<Item = &'static str> {
+    MODEL_FIELDS.iter().chain(RUN_FIELDS).copied()
+}
+
+/// Whether the engine reads `key` from a Megatron/LoongForge config.
+pub(crate) fn is_read(key: &str) -> bool {
+    read_fields().any(|k| k == key)
+}
+
 /// Keys that are one or two edits from a field the engine reads, while that field is absent: a
 /// typo that would silently fall back to a default (`ffn_hidden_sise` -> 4 x hidden).
 fn likely_typos(f: Fields<'_>) -> Vec<String> {
     let mut out = Vec::new();
     for key in f.map.keys() {
-        if KNOWN_FIELDS.contains(&key.as_str()) || key.len() < 6 {
+        if is_read(key) || key.len() < 6 {
             continue;
         }
-        let near = KNOWN_FIELDS
-            .iter()
+        let near = read_fields()
             .filter(|k| !f.has(k))
-            .map(|k| (edit_distance(key, k), *k))
+            .map(|k| (edit_distance(key, k), k))
             .filter(|(d, _)| *d <= 2)
             .min();
         if let Some((_, k)) = near {
@@ -560,12 +561,12 @@ fn parse_layer_expr(s: &str) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KNOWN_FIELDS, RUN_FIELDS, parse_layer_expr};
+    use super::{MODEL_FIELDS, RUN_FIELDS, is_read, parse_layer_expr};
 
     #[test]
     fn every_run_field_is_a_field_the_engine_reads() {
         for f in RUN_FIELDS {
-            assert!(KNOWN_FIELDS.contains(f), "{f}");
+            assert!(is_read(f) && !MODEL_FIELDS.contains(f), "{f}");
         }
     }
 

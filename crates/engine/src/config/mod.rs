@@ -113,7 +113,7 @@ fn yaml_tree(
     notes: &mut Vec<String>,
 ) -> Result<Value, ConfigError> {
     let mut v = hydra::load(path, opt.config_root.as_deref())?;
-    interp::resolve_all(&mut v, path, &|k| megatron::KNOWN_FIELDS.contains(&k))?;
+    interp::resolve_all(&mut v, path, &|k| megatron::is_read(k))?;
     let kept = interp::unevaluated_resolvers(&v);
     if !kept.is_empty() {
         notes.push(format!(

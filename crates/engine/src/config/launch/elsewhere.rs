@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::super::error::ConfigError;
-use super::super::megatron::{KNOWN_FIELDS, RUN_FIELDS};
+use super::super::megatron::{RUN_FIELDS, is_read};
 use super::super::{LoadOptions, load_model_with, model_from_value, yaml_tree};
 use crate::model::ModelDesc;
 
@@ -88,9 +88,7 @@ fn merge(tree: &mut Value, script: &Value) {
         return;
     };
     for (k, v) in s {
-        if KNOWN_FIELDS.contains(&k.as_str())
-            && (RUN_FIELDS.contains(&k.as_str()) || !t.contains_key(k))
-        {
+        if is_read(k) && (RUN_FIELDS.contains(&k.as_str()) || !t.contains_key(k)) {
             t.insert(k.clone(), v.clone());
         }
     }

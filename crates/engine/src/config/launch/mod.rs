@@ -24,7 +24,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::error::ConfigError;
-use super::megatron::KNOWN_FIELDS;
+use super::megatron::is_read;
 
 mod arith;
 mod elsewhere;
@@ -175,7 +175,7 @@ impl Scan<'_> {
                 name.replace('_', "-")
             ));
         }
-        let read = KNOWN_FIELDS.contains(&name.as_str());
+        let read = is_read(&name);
         let v = match value {
             None => Value::Bool(true),
             Some(p) => match expand(&p, &self.vars, &mut used) {
