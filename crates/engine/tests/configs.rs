@@ -230,11 +230,11 @@ fn hf_errors() {
     let p = write(
         &dir,
         "x.json",
-        r#"{"model_type": "gpt_neox", "architectures": []}"#,
+        r#"{"model_type": "falcon", "architectures": []}"#,
     );
     let (f, problem) = field_error(load_model(&p).unwrap_err());
     assert_eq!(f, "model_type");
-    assert!(problem.contains("gpt_neox"));
+    assert!(problem.contains("falcon"));
     let p = write(
         &dir,
         "y.json",

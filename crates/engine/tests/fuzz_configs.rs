@@ -55,6 +55,12 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("moe_layer_interval"),
         Just("moe_num_shared_experts"),
         Just("shared_intermediate_size"),
+        Just("n_embd"),
+        Just("n_layer"),
+        Just("n_head"),
+        Just("n_inner"),
+        Just("multi_query"),
+        Just("use_parallel_residual"),
     ];
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -79,6 +85,10 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("ernie4_5_moe"),
             Just("internvl"),
             Just("dots1"),
+            Just("gpt2"),
+            Just("gpt_bigcode"),
+            Just("gpt_neox"),
+            Just("cohere"),
             Just("kimi_k2"),
             Just("DeepseekV3ForCausalLM"),
             Just("Qwen2VLForConditionalGeneration"),
@@ -325,6 +335,11 @@ fn huge_layer_counts_and_patterns_are_refused_without_walking_the_layers() {
         ),
         (
             hf("ernie4_5_moe", json!({"moe_layer_interval": 2})),
+            true,
+            "num_layers",
+        ),
+        (
+            hf("gpt2", json!({"n_layer": n, "n_embd": 128, "n_head": 8})),
             true,
             "num_layers",
         ),

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 _state = {"autocast": False, "init": False}
 calls: list[tuple] = []
+# the normalization each LayerNormLinear was built with, in order
+normalizations: list[str] = []
 
 
 @contextlib.contextmanager
@@ -84,6 +86,7 @@ class LayerNormLinear(Linear):
         super().__init__(in_features, out_features, **kw)
         self.layer_norm_weight = torch.nn.Parameter(torch.ones(in_features, dtype=self.weight.dtype, device=self.weight.device))
         self.normalization = normalization
+        normalizations.append(normalization)
 
     def forward(self, x):
         xf = x.float()

@@ -358,6 +358,29 @@ def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra, roo
     assert sb.markdown(out).count("| oracle |") == len(out["results"])
 
 
+def test_an_ungated_layernorm_model_builds_one_fc1_of_the_ffn_width(tmp_path):
+    # StarCoder2's layout: LayerNorm fused into qkv and fc1, fc1 as wide as the FFN (not twice).
+    torch = _torch()
+    import json as _json
+
+    import fake_te
+
+    cfg = tmp_path / "starcoder2.json"
+    cfg.write_text(_json.dumps({"model_type": "starcoder2", "hidden_size": 128, "intermediate_size": 384,
+                                "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2}))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tp", "2", "--tokens", "64", "--layers", "1",
+                                   "--steps", "1", "--repeats", "1", "--warmup", "1", "--oracle", "none"])
+    torch.manual_seed(0)
+    fake_te.calls.clear()
+    fake_te.normalizations.clear()
+    out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+    assert all("error" not in r for r in out["results"]), out["results"]
+    assert set(fake_te.normalizations) == {"LayerNorm"}, fake_te.normalizations
+    fc1 = {c[2] for c in fake_te.calls if c[0] == "LayerNormLinear" and c[1] == 128}
+    # per rank at TP 2: qkv (8 + 2 + 2 heads of 16) / 2 = 96, fc1 384 / 2 = 192 (gated would be 384)
+    assert fc1 == {96, 192}, fc1
+
+
 def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
     torch = _torch()
     import fake_te
