@@ -12,6 +12,7 @@ import adaptive_fp8 as af8
 from adaptive_fp8.bench import collector as col
 from adaptive_fp8.bench import step_bench as sb
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, built_groups, composition, decisions, group_keys
+from step_tiny import TINY, torch_or_skip
 
 GROUPS = ["qkv", "proj", "fc1", "fc2"]
 
@@ -292,125 +293,6 @@ def test_bad_layer_mix_and_execution_are_refused_before_torch(root):
     assert r.returncode == 2 and "no vit modules" in r.stderr
 
 
-# -- the torch half on the CPU, with a stand-in for TE (skipped where torch is missing) ---------
-
-TINY = {
-    "mla_moe": {
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_act": "silu",
-        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64, "n_routed_experts": 16,
-        "n_shared_experts": 1, "num_experts_per_tok": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": 64,
-        "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16,
-        "rms_norm_eps": 1e-6, "vocab_size": 1000,
-    },
-    "gqa_moe": {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu",
-        "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 48, "num_experts": 8,
-        "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-        "head_dim": 16, "rms_norm_eps": 1e-6, "vocab_size": 1000,
-    },
-}
-
-
-def _torch():
-    return pytest.importorskip("torch", reason="skipped: torch not installed (the CPU stand-in run needs it)")
-
-
-@pytest.mark.parametrize("model,extra", [("mla_moe", ["--dense-layers", "1", "--ep", "2"]), ("gqa_moe", ["--execution", "eager,graphed", "--grad-accum", "3"])])
-def test_the_step_runs_end_to_end_with_a_te_stand_in(tmp_path, model, extra, root):
-    torch = _torch()
-    import json as _json
-
-    import fake_te
-
-    cfg = tmp_path / f"{model}.json"
-    cfg.write_text(_json.dumps(TINY[model]))
-    args = sb.parser().parse_args(["--model", str(cfg), "--tp", "2", "--tokens", "64", "--layers", "2",
-                                   "--steps", "1", "--repeats", "2", "--warmup", "1", "--oracle-repeats", "1", *extra])
-    torch.manual_seed(0)
-    fake_te.calls.clear()
-    logs = []
-    out = sb.run(args, log=lambda *a, **k: logs.append(a), te=fake_te, device="cpu")
-    assert all("error" not in r for r in out["results"]), out["results"]
-    # The writer's document is the one the Rust reader reads: its schema, each row's verdict.
-    from schema_check import check, schema
-
-    check(out, *schema(root, "adaptive-fp8-step-results.v1.schema.json"))
-    assert all(r["verdict"]["by"] in ("oracle", "bf16", "fp8") for r in out["results"])
-    row = out["results"][0]
-    assert set(row["modes"]) == {"bf16", "fp8", "oracle"}
-    assert row["modes"]["bf16"]["fp8_groups"] == []
-    names = set(row["modes"]["fp8"]["fp8_groups"])
-    # every module of the layer was built and ran under the autocast of its mode
-    grouped = [c for c in fake_te.calls if c[0] == "GroupedLinear"]
-    assert grouped, fake_te.calls
-    spec_rows = {c[3] for c in grouped}
-    if model == "mla_moe":
-        assert out["layer_types"] == ["dense", "moe"]
-        assert {"q_down_proj", "kv_up_proj", "shared.fc2", "fc1", "experts.fc1"} <= names
-        # 64 tokens x top-4 = 256 expert rows on this rank (more in FP8 modes: padded to 16 per expert)
-        assert any(r >= 64 * 4 for r in spec_rows)
-    else:
-        assert out["execution"] == "eager,graphed" and [r["execution"] for r in out["results"]] == ["eager", "graphed"]
-        assert ("make_graphed_callables", 2) in fake_te.calls  # attention blocks only: MoE stays eager
-        assert out["grad_accum"] == 3 and "3 micro-batch(es) per step" in sb.markdown(out)
-        assert "shared.fc1" not in names
-    assert sb.markdown(out).count("| oracle |") == len(out["results"])
-
-
-def test_an_ungated_layernorm_model_builds_one_fc1_of_the_ffn_width(tmp_path):
-    # StarCoder2's layout: LayerNorm fused into qkv and fc1, fc1 as wide as the FFN (not twice).
-    torch = _torch()
-    import json as _json
-
-    import fake_te
-
-    cfg = tmp_path / "starcoder2.json"
-    cfg.write_text(_json.dumps({"model_type": "starcoder2", "hidden_size": 128, "intermediate_size": 384,
-                                "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2}))
-    args = sb.parser().parse_args(["--model", str(cfg), "--tp", "2", "--tokens", "64", "--layers", "1",
-                                   "--steps", "1", "--repeats", "1", "--warmup", "1", "--oracle", "none"])
-    torch.manual_seed(0)
-    fake_te.calls.clear()
-    fake_te.normalizations.clear()
-    out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
-    assert all("error" not in r for r in out["results"]), out["results"]
-    assert set(fake_te.normalizations) == {"LayerNorm"}, fake_te.normalizations
-    fc1 = {c[2] for c in fake_te.calls if c[0] == "LayerNormLinear" and c[1] == 128}
-    # per rank at TP 2: qkv (8 + 2 + 2 heads of 16) / 2 = 96, fc1 384 / 2 = 192 (gated would be 384)
-    assert fc1 == {96, 192}, fc1
-
-
-def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
-    torch = _torch()
-    import fake_te
-
-    cfg = tmp_path / "m.json"
-    cfg.write_text(__import__("json").dumps(TINY["gqa_moe"]))
-    args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "40", "--layers", "1"])
-    import adaptive_fp8 as af8
-
-    spec, _ = sb.spec_at(af8, args, 40)
-    from adaptive_fp8.bench import step_layers
-
-    bench = step_layers.Bench(args, fake_te, "cpu")
-    outs = {}
-    for fp8 in (False, True):
-        mode = dict.fromkeys(built_groups(spec, ["moe"]), fp8)
-        torch.manual_seed(3)
-        block = step_layers.MoeBlock.make(bench, spec, mode)
-        fake_te.calls.clear()
-        x = torch.randn(40, 1, spec.hidden, dtype=torch.bfloat16)
-        with fake_te.autocast(enabled=True):
-            outs[fp8] = block(x)
-        rows = [c[3] for c in fake_te.calls if c[0] == "GroupedLinear"]
-        assert rows[0] % (16 if fp8 else 1) == 0 and rows[0] >= 40 * spec.topk
-        if not fp8:
-            assert rows[0] == 40 * spec.topk  # no padding in BF16
-    # padding rows never reach the output: same weights, same tokens -> same result
-    assert torch.allclose(outs[False].float(), outs[True].float(), atol=1e-2)
-
-
 def test_a_policy_without_rules_for_the_layout_is_named_in_the_notes(root):
     # A TE policy measured at ETP 1 judged at the layout Megatron runs by default (ETP = TP = 2):
     # its expert rules do not apply, the experts run BF16, and the result must say so.
@@ -428,7 +310,7 @@ def test_a_policy_without_rules_for_the_layout_is_named_in_the_notes(root):
 
 
 def test_results_are_written_after_each_case_so_a_time_limit_keeps_them(tmp_path):
-    torch = _torch()
+    torch = torch_or_skip()
     import json as _json
 
     import fake_te
@@ -490,7 +372,7 @@ json.dump({{"out": out, "rows": rows}}, open(os.path.join({tmp!r}, "rank" + rank
 
 
 def test_tp_comm_runs_the_step_over_a_real_group_with_a_te_stand_in(tmp_path, root):
-    _torch()
+    torch_or_skip()
     import json as _json
     import os
 
