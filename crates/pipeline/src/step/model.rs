@@ -70,6 +70,11 @@ impl Layout<'_> {
                 calibrated
             })
             .collect();
+        if executions.is_empty() {
+            worker.end();
+            outcome.notes.push(no_whole_step(&at, &inputs));
+            return Ok(None);
+        }
         // The check's counts on the layout's token step (every rank's FP8 GEMMs aligned) and
         // on the sequence grain.
         let options = ChoiceOptions::on_layout(self.p.token_step());
@@ -349,6 +354,26 @@ fn write_plans(path: &Path, plans: &[&(Execution, u64, Vec<String>)]) -> Result<
             .collect(),
     );
     fp8_io::write_atomic(path, doc.to_json().as_bytes()).map_err(|e| e.to_string())
+}
+
+/// Why a layout whose whole steps all failed has no rules, and the fix: out of memory at every
+/// count is a layout too large for this GPU at the measured layers.
+fn no_whole_step(at: &str, inputs: &StepInputs) -> String {
+    let oom = |e: &str| e.starts_with("OutOfMemoryError") || e.contains("out of memory");
+    let fix = if !inputs.failed.is_empty() && inputs.failed.iter().all(|f| oom(&f.error)) {
+        format!(
+            "its {} layer(s) do not fit this GPU at any count; fix: a layout of more ranks (a \
+             larger TP or EP: one rank's share is what is timed), one layer, or fewer tokens",
+            inputs.layers
+        )
+    } else {
+        "fix: see the worker's messages above".to_owned()
+    };
+    format!(
+        "{at}: not modelled, so no rules for this layout: no whole step ran at any count ({} \
+         failed); {fix}",
+        inputs.failed.len()
+    )
 }
 
 /// One line on the model's error where the check held out the count.

@@ -5,7 +5,9 @@ time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the 
 host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
 FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
 With FAKE_STEP_PLAN_BEHIND=<count> it measures all-FP8 there 10% faster than BF16 and the plan as
-fast as BF16 (a plan behind all-FP8).
+fast as BF16 (a plan behind all-FP8). With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
+out of memory (a failed row each, as the real worker writes for layers that do not fit the GPU);
+the module groups alone are timed.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
 It records its command line in <json>.argv (the format has no field for it); with --serve it then
 runs each check asked on stdin, as the real worker does, and records each check's argv (the
@@ -126,6 +128,10 @@ def one(a) -> None:
         calibrate = sorted({tokens[0], tokens[min(1, len(tokens) - 1)], tokens[len(tokens) // 2], tokens[-1]})  # as the real default
         for execution in executions:
             for t in calibrate:
+                if str(tp) in os.environ.get("FAKE_STEP_NO_FIT", "").split(","):
+                    doc["failed"].append({"execution": execution, "tokens": t,
+                                          "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB."})
+                    continue
                 doc["step_times"] += [step(execution, t, "bf16", []), step(execution, t, "fp8", list(GROUPS))]
     with open(a.json + ".tmp", "w") as f:
         json.dump(doc, f)
