@@ -414,3 +414,36 @@ fn gated_delta_net_patterns_and_their_errors() {
     );
     assert!(a.linear_attention.is_none() && !a.attention_output_gate);
 }
+
+#[test]
+fn nemo_model_configs_read_their_activation_and_encoder_seq_length() {
+    // NeMo's megatron_gpt_config.yaml: the model under `model:`, its MLP by `activation`, its
+    // sequence by `encoder_seq_length` (Megatron-LM's other name for --seq-length).
+    let dir = tempfile::tempdir().unwrap();
+    let nemo = |act: &str| {
+        format!(
+            "trainer:\n  devices: 8\nmodel:\n  tensor_model_parallel_size: 2\n  \
+             encoder_seq_length: 8192\n  num_layers: 32\n  hidden_size: 4096\n  \
+             ffn_hidden_size: 14336\n  num_attention_heads: 32\n  num_query_groups: 8\n  \
+             activation: {act}\n  normalization: rmsnorm\n"
+        )
+    };
+    for (act, gated) in [
+        ("fast-swiglu", true),
+        ("swiglu", true),
+        ("geglu", true),
+        ("reglu", true),
+        ("gelu", false),
+        ("squared-relu", false),
+    ] {
+        let p = write(&dir, "nemo.yaml", &nemo(act));
+        let c = &load_model(&p).unwrap().components[0];
+        assert_eq!(c.arch.gated_mlp, gated, "{act}");
+        assert_eq!(c.arch.norm, Norm::RmsNorm);
+        assert_eq!(
+            (c.recommended.seq_length, c.recommended.tp),
+            (Some(8192), Some(2)),
+            "{act}"
+        );
+    }
+}

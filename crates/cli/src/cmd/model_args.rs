@@ -14,9 +14,10 @@ use crate::error::{CliError, CliResult};
 /// A model, a layout and the token settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// Model config: Megatron/LoongForge YAML (Hydra defaults resolved relative to it), a
-    /// Megatron-LM or LoongForge launch script (`.sh`: the model, layout and sequence length it
-    /// trains), or a HuggingFace config.json (or the checkout's directory that holds it).
+    /// Model config: Megatron/LoongForge YAML (Hydra defaults resolved relative to it; NeMo's
+    /// and Megatron-Bridge's model configs alike), a Megatron-LM or LoongForge launch script
+    /// (`.sh`: the model, layout and sequence length it trains), or a HuggingFace config.json
+    /// (or the checkout's directory that holds it).
     #[arg(long, value_name = "CONFIG")]
     pub model: PathBuf,
     /// Hydra's search path: the directory `defaults` entries may reach, tried after the config's

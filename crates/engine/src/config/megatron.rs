@@ -18,6 +18,7 @@ const MODEL_FIELDS: &[&str] = &[
     "kv_channels",
     "activation_func",
     "hidden_act",
+    "activation",
     "swiglu",
     "gated_linear_unit",
     "quick_geglu",
@@ -54,6 +55,7 @@ const MODEL_FIELDS: &[&str] = &[
 /// model's YAML.
 pub(crate) const RUN_FIELDS: &[&str] = &[
     "seq_length",
+    "encoder_seq_length",
     "micro_batch_size",
     "tensor_model_parallel_size",
     "expert_model_parallel_size",
@@ -304,9 +306,12 @@ fn head_dim(
     })
 }
 
-/// A gated (SwiGLU) MLP, from the flag or the activation's name.
+/// A gated (SwiGLU) MLP, from the flag or the activation's name (NeMo's `activation`:
+/// `swiglu`, `fast-geglu`, `reglu` gated; `gelu`, `squared-relu` not).
 fn gated_mlp(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<bool, ConfigError> {
-    let act = f.opt_str(&["activation_func", "hidden_act"])?.unwrap_or("");
+    let act = f
+        .opt_str(&["activation_func", "hidden_act", "activation"])?
+        .unwrap_or("");
     // Megatron gates the MLP for --swiglu and for --quick-geglu (gpt-oss's).
     let said = [
         f.opt_bool(&["swiglu"])?,
@@ -398,7 +403,9 @@ fn recommended_run(f: Fields<'_>) -> Result<RecommendedRun, ConfigError> {
             .transpose()
     };
     Ok(RecommendedRun {
-        seq_length: f.opt_u64(&["seq_length"])?,
+        // Megatron-LM's --encoder-seq-length is --seq-length's other name (one of the two is
+        // given); NeMo's model configs write it.
+        seq_length: f.opt_u64(&["seq_length", "encoder_seq_length"])?,
         micro_batch_size: f.opt_u64(&["micro_batch_size"])?,
         tp: small(&["tensor_model_parallel_size"])?,
         ep: small(&["expert_model_parallel_size"])?,
