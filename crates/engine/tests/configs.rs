@@ -447,3 +447,36 @@ fn nemo_model_configs_read_their_activation_and_encoder_seq_length() {
         );
     }
 }
+
+#[test]
+fn megatron_hybrid_stacks_are_refused_by_the_field_that_makes_them() {
+    // Nemotron-H's form: a layer pattern (Mamba, attention, MLP layers apart). Read as
+    // transformer layers it would plan attention and an MLP in all 52: refused instead.
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        "num_layers: 52\nhidden_size: 4096\nffn_hidden_size: 21504\nnum_attention_heads: 32\n";
+    for (extra, field) in [
+        (
+            "hybrid_layer_pattern: M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-\n",
+            "hybrid_layer_pattern",
+        ),
+        ("hybrid_override_pattern: M*M*\n", "hybrid_override_pattern"),
+        ("hybrid_attention_ratio: 0.08\n", "hybrid_attention_ratio"),
+        ("is_hybrid_model: true\n", "is_hybrid_model"),
+    ] {
+        let p = write(&dir, "h.yaml", &format!("{base}{extra}"));
+        let (f, problem) = field_error(load_model(&p).unwrap_err());
+        assert_eq!(f, field);
+        assert!(problem.contains("hybrid stack"), "{problem}");
+    }
+    // Unset or empty, the model is a transformer.
+    for extra in [
+        "hybrid_layer_pattern: null\n",
+        "hybrid_override_pattern: ''\n",
+        "hybrid_attention_ratio: 0.0\n",
+        "is_hybrid_model: false\n",
+    ] {
+        let p = write(&dir, "h.yaml", &format!("{base}{extra}"));
+        assert!(load_model(&p).is_ok(), "{extra}");
+    }
+}

@@ -1,10 +1,13 @@
 //! Megatron/LoongForge field names -> one [`Component`].
 
-use crate::model::{Arch, Component, Fp8Settings, Mla, Moe, Norm, RecommendedRun, Role};
+use crate::model::{Arch, Component, Fp8Settings, Mla, Norm, RecommendedRun, Role};
 
 use super::error::ConfigError;
 use super::fields::Fields;
 use super::linear_attention::linear_attention;
+use experts::moe;
+
+mod experts;
 
 /// The fields the engine reads from a Megatron/LoongForge config that describe the model; with
 /// [`RUN_FIELDS`], every field it reads ([`is_read`]).
@@ -48,6 +51,11 @@ const MODEL_FIELDS: &[&str] = &[
     "linear_key_head_dim",
     "linear_value_head_dim",
     "attention_output_gate",
+    "hybrid_layer_pattern",
+    "hybrid_override_pattern",
+    "hybrid_attention_ratio",
+    "hybrid_mlp_ratio",
+    "is_hybrid_model",
 ];
 
 /// The fields the engine reads that set the run rather than the model (its sequence,
@@ -100,6 +108,39 @@ fn likely_typos(f: Fields<'_>) -> Vec<String> {
     out
 }
 
+/// Megatron's hybrid stacks (`hybrid_layer_pattern`, or its ratios: each layer one of Mamba,
+/// Gated DeltaNet, attention, MLP or MoE) are refused: read as transformer layers, every layer
+/// would be planned with attention and an MLP, and the Mamba mixers' projections not at all.
+fn refuse_hybrid(f: Fields<'_>) -> Result<(), ConfigError> {
+    let pattern = ["hybrid_layer_pattern", "hybrid_override_pattern"]
+        .into_iter()
+        .find(|k| {
+            f.opt_str(&[k])
+                .ok()
+                .flatten()
+                .is_some_and(|p| !p.trim().is_empty())
+        });
+    let ratio = ["hybrid_attention_ratio", "hybrid_mlp_ratio"]
+        .into_iter()
+        .find(|k| {
+            f.map
+                .get(*k)
+                .and_then(|v| v.as_f64())
+                .is_some_and(|r| r > 0.0)
+        });
+    let flagged = f.opt_bool(&["is_hybrid_model"]).ok().flatten() == Some(true);
+    match pattern.or(ratio).or(flagged.then_some("is_hybrid_model")) {
+        None => Ok(()),
+        Some(k) => Err(f.err(
+            k,
+            "a hybrid stack (Mamba, attention, MLP and MoE layers apart), which is not planned: \
+             read as transformer layers its plan would be wrong",
+            "plan a transformer model (attention and MLP in every layer, MoE or Gated DeltaNet \
+             as the reader knows them); hybrid stacks are not supported",
+        )),
+    }
+}
+
 /// Levenshtein distance (short ASCII keys).
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -117,6 +158,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
+    refuse_hybrid(f)?;
     let variant = attention_variant(f)?;
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
@@ -433,161 +475,14 @@ fn mla(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Mla, ConfigError> {
     })
 }
 
-fn moe(
-    f: Fields<'_>,
-    num_layers: u64,
-    ffn: u64,
-    defaults: &mut Vec<String>,
-) -> Result<Option<Moe>, ConfigError> {
-    let Some(num_experts) = f.opt_u64(&["num_moe_experts", "num_experts"])? else {
-        return Ok(None);
-    };
-    if num_experts == 0 {
-        return Err(f.err(
-            "num_moe_experts",
-            "0 experts",
-            "remove the field (or set it to null) for a dense model, or give the expert count",
-        ));
-    }
-    let moe_ffn = match f.opt_u64(&["moe_ffn_hidden_size"])? {
-        Some(v) => v,
-        None => {
-            defaults.push(format!(
-                "moe_ffn_hidden_size absent: ffn_hidden_size = {ffn}"
-            ));
-            ffn
-        }
-    };
-    let topk = match f.opt_u64(&["moe_router_topk"])? {
-        Some(0) => {
-            return Err(f.err(
-                "moe_router_topk",
-                "must be at least 1",
-                "set the router's top-k",
-            ));
-        }
-        Some(k) if k > num_experts => {
-            return Err(f.err(
-                "moe_router_topk",
-                format!("{k} is more than the {num_experts} experts"),
-                "a token is routed to at most num_moe_experts experts; check both values",
-            ));
-        }
-        Some(k) => k,
-        None => {
-            defaults.push("moe_router_topk absent: 2 (Megatron's default)".to_owned());
-            2.min(num_experts)
-        }
-    };
-    let dense_layers = dense_layer_count(f, num_layers)?;
-    Ok(Some(Moe {
-        num_experts,
-        moe_ffn_hidden_size: moe_ffn,
-        router_topk: topk,
-        shared_expert_ffn_hidden_size: f
-            .opt_u64(&["moe_shared_expert_intermediate_size"])?
-            .filter(|s| *s > 0),
-        dense_layers,
-    }))
-}
-
-/// Counts layers with a dense MLP from `moe_layer_freq` (an int, a 0/1 list, or the
-/// `([0]*3+[1]*58)` expression LoongForge configs use) or `first_k_dense_replace`.
-fn dense_layer_count(f: Fields<'_>, num_layers: u64) -> Result<u64, ConfigError> {
-    if let Some(k) = f.opt_u64(&["first_k_dense_replace"])? {
-        return Ok(k.min(num_layers));
-    }
-    let Some(v) = f.map.get("moe_layer_freq").filter(|v| !v.is_null()) else {
-        return Ok(0);
-    };
-    let bad = |why: &str| {
-        f.err(
-            "moe_layer_freq",
-            format!("{why} (found {v})"),
-            "write an integer, a list of 0/1 per layer, or an expression like ([0]*3+[1]*58)",
-        )
-    };
-    // (layers described, dense layers among them), counted without expanding the pattern.
-    let (len, dense) = match v {
-        serde_json::Value::Number(n) => {
-            let k = n
-                .as_u64()
-                .filter(|k| *k > 0)
-                .ok_or_else(|| bad("not a positive integer"))?;
-            // Layers 0, k, 2k, ... are MoE.
-            (num_layers, num_layers - num_layers.div_ceil(k))
-        }
-        serde_json::Value::Array(a) => {
-            let bits: Vec<u64> = a
-                .iter()
-                .map(|x| x.as_u64().filter(|b| *b <= 1))
-                .collect::<Option<_>>()
-                .ok_or_else(|| bad("list entries must be 0 or 1"))?;
-            let dense = bits.iter().filter(|b| **b == 0).count() as u64;
-            (bits.len() as u64, dense)
-        }
-        serde_json::Value::String(s) => {
-            parse_layer_expr(s).ok_or_else(|| bad("cannot parse expression"))?
-        }
-        _ => return Err(bad("unsupported type")),
-    };
-    if len != num_layers {
-        return Err(bad(&format!(
-            "describes {len} layers but num_layers is {num_layers}"
-        )));
-    }
-    Ok(dense)
-}
-
-/// `(layers, dense layers)` that a `([0]*3+[1]*58)` expression describes, counted without
-/// expanding it (a repeat count is bounded by nothing but 64 bits); `None` where it does not
-/// parse or its counts overflow.
-fn parse_layer_expr(s: &str) -> Option<(u64, u64)> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    let s = s
-        .strip_prefix('(')
-        .and_then(|x| x.strip_suffix(')'))
-        .unwrap_or(&s);
-    let (mut len, mut dense) = (0u64, 0u64);
-    for term in s.split('+') {
-        let (list, times) = match term.split_once('*') {
-            Some((l, n)) => (l, n.parse::<u64>().ok()?),
-            None => (term, 1),
-        };
-        let inner = list.strip_prefix('[')?.strip_suffix(']')?;
-        let items: Vec<u64> = inner
-            .split(',')
-            .map(|x| x.parse::<u64>().ok().filter(|b| *b <= 1))
-            .collect::<Option<_>>()?;
-        let zeros = items.iter().filter(|b| **b == 0).count() as u64;
-        len = len.checked_add((items.len() as u64).checked_mul(times)?)?;
-        dense = dense.checked_add(zeros.checked_mul(times)?)?;
-    }
-    Some((len, dense))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{MODEL_FIELDS, RUN_FIELDS, is_read, parse_layer_expr};
+    use super::{MODEL_FIELDS, RUN_FIELDS, is_read};
 
     #[test]
     fn every_run_field_is_a_field_the_engine_reads() {
         for f in RUN_FIELDS {
             assert!(is_read(f) && !MODEL_FIELDS.contains(f), "{f}");
         }
-    }
-
-    #[test]
-    fn layer_expressions() {
-        assert_eq!(parse_layer_expr("([0]*3+[1]*58)"), Some((61, 3)));
-        assert_eq!(parse_layer_expr("[1,0]*2"), Some((4, 2)));
-        assert_eq!(parse_layer_expr("[2]*3"), None);
-        assert_eq!(parse_layer_expr("nonsense"), None);
-        // Counted, never expanded: a huge repeat is a count, an overflowing one no pattern.
-        assert_eq!(
-            parse_layer_expr("[0]*1000000000000+[1]"),
-            Some((1_000_000_000_001, 1_000_000_000_000))
-        );
-        assert_eq!(parse_layer_expr("[0,1]*9223372036854775808"), None);
     }
 }
