@@ -305,65 +305,36 @@ enum Family {
     Llama4,
 }
 
+/// The shapes every text family names, by their names in its config.
+struct Dims {
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    groups: u64,
+    head_dim: u64,
+    ffn: u64,
+}
+
 fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let mut defaults = Vec::new();
-    if family == Family::Gpt2 {
-        return gpt2(f);
-    }
-    let num_layers = f.req_pos(&["num_hidden_layers"], "number of transformer layers")?;
-    let hidden = f.req_pos(&["hidden_size"], "model width")?;
-    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
-    let ffn = if family == Family::Llama4 {
-        f.req_pos(&["intermediate_size_mlp"], "dense MLP hidden size")?
+    let d = if family == Family::Gpt2 {
+        gpt2_dims(f, &mut defaults)?
     } else {
-        f.req_pos(&["intermediate_size"], "MLP hidden size")?
-    };
-    let groups = match f.opt_u64(&["num_key_value_heads"])? {
-        Some(g) if g > 0 => g,
-        _ => {
-            defaults.push(format!("num_key_value_heads absent: MHA, groups = {heads}"));
-            heads
-        }
+        dims(f, family, &mut defaults)?
     };
     defaults.extend(parallel_note(f, family)?);
-    if !heads.is_multiple_of(groups) {
-        return Err(f.err(
-            "num_key_value_heads",
-            format!("{groups} does not divide {heads} heads"),
-            "fix the head counts",
-        ));
-    }
-    let head_dim = match f.opt_u64(&["head_dim"])? {
-        Some(0) => {
-            return Err(f.err(
-                "head_dim",
-                "0 is not a head dimension",
-                "set head_dim to the per-head width, or remove it",
-            ));
-        }
-        Some(d) => d,
-        None if !hidden.is_multiple_of(heads) && !f.has("kv_lora_rank") => {
-            return Err(f.err(
-                "hidden_size",
-                format!("{hidden} is not divisible by num_attention_heads {heads}"),
-                "set head_dim to the per-head width",
-            ));
-        }
-        // Multi-latent attention's widths are its own (qk_nope/qk_rope/v_head_dim): the
-        // quotient is never read, so no default is announced.
-        None if f.has("kv_lora_rank") => hidden / heads,
-        None => {
-            defaults.push(format!(
-                "head_dim absent: hidden_size / num_attention_heads = {}",
-                hidden / heads
-            ));
-            hidden / heads
-        }
-    };
+    let Dims {
+        layers: num_layers,
+        hidden,
+        heads,
+        groups,
+        head_dim,
+        ffn,
+    } = d;
     // A family's MLP is gated or not whatever its activation (SwiGLU, Gemma's GeGLU named by
     // hidden_activation, gpt-oss's clamped SwiGLU; Nemotron's squared ReLU, StarCoder2's GELU):
     // the GEMMs are the same.
-    let gated = family != Family::Ungated;
+    let gated = !matches!(family, Family::Ungated | Family::Gpt2);
     let (moe, mla) = match family {
         Family::Dense | Family::Ungated | Family::Gpt2 | Family::Cohere => (None, None),
         Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
@@ -407,6 +378,69 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     })
 }
 
+/// [`Dims`] by the names most families share (`num_hidden_layers`, `hidden_size`,
+/// `num_attention_heads`, `num_key_value_heads`, `head_dim`, `intermediate_size`; Llama 4's
+/// dense layers `intermediate_size_mlp`).
+fn dims(f: Fields<'_>, family: Family, defaults: &mut Vec<String>) -> Result<Dims, ConfigError> {
+    let layers = f.req_pos(&["num_hidden_layers"], "number of transformer layers")?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
+    let ffn = if family == Family::Llama4 {
+        f.req_pos(&["intermediate_size_mlp"], "dense MLP hidden size")?
+    } else {
+        f.req_pos(&["intermediate_size"], "MLP hidden size")?
+    };
+    let groups = match f.opt_u64(&["num_key_value_heads"])? {
+        Some(g) if g > 0 => g,
+        _ => {
+            defaults.push(format!("num_key_value_heads absent: MHA, groups = {heads}"));
+            heads
+        }
+    };
+    if !heads.is_multiple_of(groups) {
+        return Err(f.err(
+            "num_key_value_heads",
+            format!("{groups} does not divide {heads} heads"),
+            "fix the head counts",
+        ));
+    }
+    let head_dim = match f.opt_u64(&["head_dim"])? {
+        Some(0) => {
+            return Err(f.err(
+                "head_dim",
+                "0 is not a head dimension",
+                "set head_dim to the per-head width, or remove it",
+            ));
+        }
+        Some(d) => d,
+        None if !hidden.is_multiple_of(heads) && !f.has("kv_lora_rank") => {
+            return Err(f.err(
+                "hidden_size",
+                format!("{hidden} is not divisible by num_attention_heads {heads}"),
+                "set head_dim to the per-head width",
+            ));
+        }
+        // Multi-latent attention's widths are its own (qk_nope/qk_rope/v_head_dim): the
+        // quotient is never read, so no default is announced.
+        None if f.has("kv_lora_rank") => hidden / heads,
+        None => {
+            defaults.push(format!(
+                "head_dim absent: hidden_size / num_attention_heads = {}",
+                hidden / heads
+            ));
+            hidden / heads
+        }
+    };
+    Ok(Dims {
+        layers,
+        hidden,
+        heads,
+        groups,
+        head_dim,
+        ffn,
+    })
+}
+
 /// The note for a family whose attention and MLP run in parallel: the plan is the sequential
 /// layer's, whose GEMMs have the same shapes.
 fn parallel_note(f: Fields<'_>, family: Family) -> Result<Option<String>, ConfigError> {
@@ -424,12 +458,10 @@ fn parallel_note(f: Fields<'_>, family: Family) -> Result<Option<String>, Config
     }))
 }
 
-/// GPT-2's layout by its own names: `n_layer`, `n_embd`, `n_head`, `n_inner` (absent or null:
-/// 4 x `n_embd`), LayerNorm, an ungated MLP; GPT-BigCode's `multi_query` (true unless said)
-/// shares one key/value group.
-fn gpt2(f: Fields<'_>) -> Result<Component, ConfigError> {
-    let mut defaults = Vec::new();
-    let num_layers = f.req_pos(&["n_layer"], "number of transformer layers")?;
+/// [`Dims`] by GPT-2's names: `n_layer`, `n_embd`, `n_head`, `n_inner` (absent or null:
+/// 4 x `n_embd`); GPT-BigCode's `multi_query` (true unless said) shares one key/value group.
+fn gpt2_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, ConfigError> {
+    let layers = f.req_pos(&["n_layer"], "number of transformer layers")?;
     let hidden = f.req_pos(&["n_embd"], "model width")?;
     let heads = f.req_pos(&["n_head"], "attention heads")?;
     if !hidden.is_multiple_of(heads) {
@@ -442,39 +474,22 @@ fn gpt2(f: Fields<'_>) -> Result<Component, ConfigError> {
     let ffn = match f.opt_u64(&["n_inner"])? {
         Some(n) if n > 0 => n,
         _ => {
-            defaults.push(format!("n_inner absent: 4 x n_embd = {}", 4 * hidden));
-            hidden
-                .checked_mul(4)
-                .ok_or_else(|| f.err("n_embd", format!("{hidden} is too large"), "fix the width"))?
+            let ffn = hidden.checked_mul(4).ok_or_else(|| {
+                f.err("n_embd", format!("{hidden} is too large"), "fix the width")
+            })?;
+            defaults.push(format!("n_inner absent: 4 x n_embd = {ffn}"));
+            ffn
         }
     };
     let bigcode = f.opt_str(&["model_type"])? == Some("gpt_bigcode");
-    let groups = if f.opt_bool(&["multi_query"])?.unwrap_or(bigcode) {
-        1
-    } else {
-        heads
-    };
-    Ok(Component {
-        role: Role::Llm,
-        arch: Arch {
-            num_layers,
-            hidden_size: hidden,
-            ffn_hidden_size: ffn,
-            num_attention_heads: heads,
-            num_query_groups: groups,
-            head_dim: hidden / heads,
-            gated_mlp: false,
-            norm: Norm::LayerNorm,
-            mla: None,
-            moe: None,
-            linear_attention: None,
-            attention_output_gate: false,
-            mtp_layers: 0,
-        },
-        fp8: Fp8Settings::default(),
-        recommended: RecommendedRun::default(),
-        defaults_applied: defaults,
-        warnings: Vec::new(),
+    let multi_query = f.opt_bool(&["multi_query"])?.unwrap_or(bigcode);
+    Ok(Dims {
+        layers,
+        hidden,
+        heads,
+        groups: if multi_query { 1 } else { heads },
+        head_dim: hidden / heads,
+        ffn,
     })
 }
 
