@@ -70,3 +70,26 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// A command's summary in `fp8sel --help` is its doc's first paragraph; under
+    /// `verbatim_doc_comment` a paragraph over two source lines keeps its break and the list
+    /// wraps mid-sentence. Each summary is one line, one sentence.
+    #[test]
+    fn every_command_summary_is_one_line() {
+        let cli = Cli::command();
+        for c in cli.get_subcommands() {
+            let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
+            assert!(
+                !about.is_empty() && !about.contains('\n') && about.ends_with('.'),
+                "{}: {about:?}",
+                c.get_name()
+            );
+        }
+    }
+}

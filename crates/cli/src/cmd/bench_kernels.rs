@@ -7,9 +7,11 @@ use fp8_bench::cuda::{AlgoSearch, Gpu};
 
 use crate::error::{CliError, CliResult};
 
-/// Measure the device's copy bandwidth, BF16 vs FP8 (blockwise and tensorwise) GEMM throughput
-/// on the anchor shapes, and the cast kernels' bandwidth (blockwise, current and delayed
-/// scaling) as a share of the copy bandwidth.
+/// Measure the device's ceilings: copy bandwidth, GEMM throughput, the FP8 casts' bandwidth.
+///
+/// The copy bandwidth; BF16 vs FP8 (blockwise and tensorwise) GEMM throughput on the anchor
+/// shapes; the cast kernels' bandwidth (blockwise, current and delayed scaling) as a share of the
+/// copy bandwidth.
 ///
 /// GEMM algorithms are searched exhaustively by default: every cuBLASLt algorithm id and
 /// configuration (tile, stages, swizzle, cluster shape) that cublasLtMatmulAlgoCheck accepts is

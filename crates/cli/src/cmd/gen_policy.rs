@@ -7,8 +7,7 @@ use fp8_pipeline::generate::{GenOptions, GenOutcome, TermProgress, gen_policy};
 
 use crate::error::{CliError, CliResult};
 
-/// Make policies for your own model(s): sweep every layout, merge, write policies, plots and a
-/// summary.
+/// Make policies for your own model(s): measure each layout, write policies, plots, a summary.
 ///
 /// On a GPU where this package and Transformer Engine are installed, the default (--backend auto) is
 /// the step model (--backend step) for a language model: per layout, each module group's host
