@@ -110,5 +110,13 @@ def test_hf_style_projection_names():
     names = {"self_attn.q_proj": "qkv", "self_attn.k_proj": "qkv", "self_attn.v_proj": "qkv",
              "linear_attn.in_proj_qkvz": "qkv", "self_attn.o_proj": "proj", "linear_attn.out_proj": "proj",
              "mlp.gate_proj": "fc1", "mlp.up_proj": "fc1", "mlp.down_proj": "fc2"}
+    # GPT-NeoX / Falcon (the MLP's `dense_*` before the attention output's `dense`), GPT-J,
+    # GPT-2's input projections, Mixtral's experts.
+    names |= {"attention.query_key_value": "qkv", "attention.dense": "proj", "mlp.dense_h_to_4h": "fc1",
+              "mlp.dense_4h_to_h": "fc2", "mlp.fc_in": "fc1", "mlp.fc_out": "fc2", "attn.c_attn": "qkv",
+              "mlp.c_fc": "fc1", "experts.0.w1": "fc1", "experts.0.w3": "fc1", "experts.0.w2": "fc2"}
     for name, ub in names.items():
         assert af8te.ub_name_of(name) == ub, name
+    # GPT-2's c_proj names both outputs: the MLP's by its parent.
+    assert [af8te.ub_name_of(f"h.0.{n}.c_proj") for n in ("attn", "mlp")] == ["proj", "fc2"]
+    assert af8te.ub_name_of("mlp.c_proj") == "fc2"

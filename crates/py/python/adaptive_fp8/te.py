@@ -27,11 +27,15 @@ from . import Policy
 
 #: Default name -> ub_name map: the first key found in a module's own name (its last dotted
 #: component, lower-cased) wins. Order matters: `down_proj` and the input projections before
-#: `proj`. HF-style separate input projections (`q_proj`, `k_proj`, `v_proj`, `in_proj`) are
-#: attention inputs, decided as `qkv`; `gate_proj` is the gated MLP's first half, `fc1`.
+#: `proj`, GPT-NeoX's and Falcon's MLP names (`dense_h_to_4h`) before their attention output's
+#: (`dense`). HF-style separate input projections (`q_proj`, `k_proj`, `v_proj`, `in_proj`) are
+#: attention inputs, decided as `qkv`; `gate_proj` (Mixtral's `w1` and `w3`) is the gated MLP's
+#: first half, `fc1`. A dotted key matches the end of the whole name: GPT-2's `c_proj` names
+#: both outputs, `mlp.c_proj` is its MLP's (`fc2`), any other its attention's (`proj`).
 DEFAULT_NAMES: dict[str, str] = {
     "qkv": "qkv",
     "query_key_value": "qkv",
+    "c_attn": "qkv",
     "q_proj": "qkv",
     "k_proj": "qkv",
     "v_proj": "qkv",
@@ -40,10 +44,17 @@ DEFAULT_NAMES: dict[str, str] = {
     "gate_up": "fc1",
     "gate_proj": "fc1",
     "up_proj": "fc1",
+    "dense_h_to_4h": "fc1",
+    "fc_in": "fc1",
+    "c_fc": "fc1",
     "w1": "fc1",
+    "w3": "fc1",
     "fc2": "fc2",
     "down_proj": "fc2",
+    "dense_4h_to_h": "fc2",
+    "fc_out": "fc2",
     "w2": "fc2",
+    "mlp.c_proj": "fc2",
     "o_proj": "proj",
     "out_proj": "proj",
     "proj": "proj",
@@ -54,10 +65,12 @@ _GROUPED_KIND = {"fc1": "column_grouped", "fc2": "row_grouped"}
 
 
 def ub_name_of(name: str, names: Mapping[str, str] = DEFAULT_NAMES) -> Optional[str]:
-    """The ub_name of a module from its dotted name, or ``None``."""
-    own = name.rsplit(".", 1)[-1].lower()
+    """The ub_name of a module from its dotted name, or ``None``: the first key that is in its own
+    name (the last dotted component, lower-cased), or, for a dotted key, that ends its name."""
+    full = name.lower()
+    own = full.rsplit(".", 1)[-1]
     for key, ub in names.items():
-        if key in own:
+        if (full == key or full.endswith("." + key)) if "." in key else key in own:
             return ub
     return None
 
