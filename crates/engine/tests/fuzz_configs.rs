@@ -61,6 +61,8 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("n_inner"),
         Just("multi_query"),
         Just("use_parallel_residual"),
+        Just("moe_layers"),
+        Just("first_k_dense_replace"),
     ];
     let leaf = prop_oneof![
         Just(Value::Null),

@@ -80,31 +80,39 @@ pub(super) fn ernie_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigErr
     })
 }
 
-/// DeepSeek-V2/V3 and GLM-4.5 experts: routed and shared experts after the first dense layers.
+/// DeepSeek-V2/V3 and GLM-4.5 experts: routed and shared experts after the first dense layers,
+/// in every `moe_layer_freq`-th layer from there (layer `i` is MoE when `i >=
+/// first_k_dense_replace` and `i % moe_layer_freq == 0`, as their modelling code has it).
 pub(super) fn deepseek_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
     let shared = f.opt_u64(&["n_shared_experts"])?.unwrap_or(0);
+    let first = f.opt_u64(&["first_k_dense_replace"])?.unwrap_or(0);
+    let freq = f.opt_u64(&["moe_layer_freq"])?.unwrap_or(1).max(1);
+    let sparse = multiples(first, num_layers - 1, freq);
     Ok(Moe {
         num_experts: f.req_pos(&["n_routed_experts"], "routed experts")?,
         moe_ffn_hidden_size: moe_ffn,
         router_topk: f.req_pos(&["num_experts_per_tok"], "router top-k")?,
         shared_expert_ffn_hidden_size: (shared > 0).then_some(shared * moe_ffn),
-        dense_layers: f
-            .opt_u64(&["first_k_dense_replace"])?
-            .unwrap_or(0)
-            .min(num_layers),
+        dense_layers: num_layers - sparse,
     })
 }
 
-/// Llama 4's experts: routed and one shared expert of `intermediate_size` in every
-/// `interleave_moe_layer_step`-th layer (Megatron's `moe_layer_freq`).
+/// Llama 4's experts: routed and one shared expert of `intermediate_size` in the layers
+/// `moe_layers` lists (as transformers saves it), else every `interleave_moe_layer_step`-th
+/// layer (Megatron's `moe_layer_freq`).
 pub(super) fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     let moe_ffn = f.req_pos(&["intermediate_size"], "expert FFN size")?;
-    let step = f
-        .opt_u64(&["interleave_moe_layer_step"])?
-        .unwrap_or(1)
-        .max(1);
-    let sparse = every_nth(0, num_layers - 1, step);
+    let sparse = match f.map.get("moe_layers").filter(|v| !v.is_null()) {
+        Some(v) => listed_layers(f, "moe_layers", v, num_layers)?,
+        None => {
+            let step = f
+                .opt_u64(&["interleave_moe_layer_step"])?
+                .unwrap_or(1)
+                .max(1);
+            every_nth(0, num_layers - 1, step)
+        }
+    };
     Ok(Moe {
         num_experts: f.req_pos(&["num_local_experts"], "routed experts")?,
         moe_ffn_hidden_size: moe_ffn,
@@ -112,6 +120,45 @@ pub(super) fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigEr
         shared_expert_ffn_hidden_size: Some(moe_ffn),
         dense_layers: num_layers - sparse,
     })
+}
+
+/// How many distinct layers a list of layer indices names, each checked to be one of the
+/// model's `num_layers`.
+fn listed_layers(
+    f: Fields<'_>,
+    key: &str,
+    v: &serde_json::Value,
+    num_layers: u64,
+) -> Result<u64, ConfigError> {
+    let bad = |why: String| {
+        f.err(
+            key,
+            why,
+            format!("list the MoE layers' indices, each below num_hidden_layers ({num_layers})"),
+        )
+    };
+    let list = v
+        .as_array()
+        .ok_or_else(|| bad(format!("expected a list of layer indices, found {v}")))?;
+    let mut seen = std::collections::BTreeSet::new();
+    for x in list {
+        match x.as_u64() {
+            Some(i) if i < num_layers => {
+                seen.insert(i);
+            }
+            _ => return Err(bad(format!("{x} is not a layer index of this model"))),
+        }
+    }
+    Ok(seen.len() as u64)
+}
+
+/// How many of the layers `first..=last` are multiples of `step` (`i % step == 0`, DeepSeek's
+/// `moe_layer_freq` rule), counted without walking them.
+fn multiples(first: u64, last: u64, step: u64) -> u64 {
+    if first > last {
+        return 0;
+    }
+    last / step + 1 - first.div_ceil(step)
 }
 
 /// How many of the layers `first..=last` (0-based) are every `step`-th (`(i + 1) % step == 0`,
@@ -138,6 +185,25 @@ pub(super) fn mla(f: Fields<'_>) -> Result<Mla, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multiples_counts_as_walking_the_layers_does() {
+        for first in 0..12 {
+            for last in 0..12 {
+                for step in 1..5 {
+                    let walked = (first..=last)
+                        .filter(|i: &u64| i.is_multiple_of(step))
+                        .count() as u64;
+                    assert_eq!(
+                        multiples(first, last, step),
+                        walked,
+                        "{first}..={last} / {step}"
+                    );
+                }
+            }
+        }
+        assert_eq!(multiples(0, u64::MAX - 1, 2), u64::MAX / 2 + 1);
+    }
 
     #[test]
     fn every_nth_counts_as_walking_the_layers_does() {
