@@ -62,6 +62,8 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just("multi_query"),
         Just("use_parallel_residual"),
         Just("moe_layers"),
+        Just("mlp_only_layers"),
+        Just("decoder_sparse_step"),
         Just("first_k_dense_replace"),
     ];
     let leaf = prop_oneof![

@@ -60,3 +60,35 @@ fn llama4_moe_layers_as_listed_else_every_interleave_step() {
         );
     }
 }
+
+const QWEN_MOE: &str = r#""model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 4096,
+    "moe_intermediate_size": 256, "num_experts": 16, "num_experts_per_tok": 4,
+    "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128"#;
+
+#[test]
+fn qwen_moe_layers_every_sparse_step_unless_mlp_only() {
+    // 8 layers, step 2: layers 1, 3, 5, 7 sparse. mlp_only [1, 2, 2]: layer 1 dense too (2 was
+    // dense already, and a repeat is one layer) -> 5 dense.
+    for (extra, dense) in [
+        (r#""decoder_sparse_step": 2"#, 4),
+        (
+            r#""decoder_sparse_step": 2, "mlp_only_layers": [1, 2, 2]"#,
+            5,
+        ),
+        (r#""decoder_sparse_step": 1, "mlp_only_layers": [0, 7]"#, 2),
+        (r#""mlp_only_layers": []"#, 0),
+    ] {
+        let a = hf_llm(&format!(r#"{{{QWEN_MOE}, {extra}}}"#));
+        assert_eq!(a.moe.unwrap().dense_layers, dense, "{extra}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        &format!(r#"{{{QWEN_MOE}, "mlp_only_layers": [9]}}"#),
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "mlp_only_layers"
+    );
+}

@@ -1,24 +1,30 @@
 //! The experts and multi-latent attention of HuggingFace's MoE families: where each family keeps
 //! its expert count, widths, top-k and which layers are sparse.
 
+use std::collections::BTreeSet;
+
 use crate::model::{Mla, Moe};
 
 use crate::config::error::ConfigError;
 use crate::config::fields::Fields;
 
-/// Qwen2/3-MoE experts: every `decoder_sparse_step`-th layer sparse, `mlp_only_layers` dense.
+/// Qwen2/3-MoE experts: every `decoder_sparse_step`-th layer sparse (`(i + 1) % step == 0`)
+/// unless `mlp_only_layers` lists it.
 pub(super) fn qwen_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     let num_experts = f.req_pos(&["num_experts"], "routed experts")?;
     let moe_ffn = f.req_pos(&["moe_intermediate_size"], "expert FFN size")?;
     let topk = f.req_pos(&["num_experts_per_tok"], "router top-k")?;
     let step = f.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
-    let mlp_only = f
-        .map
-        .get("mlp_only_layers")
-        .and_then(|v| v.as_array())
-        .map_or(0, |a| a.len() as u64);
-    let sparse = every_nth(0, num_layers - 1, step);
-    let dense_layers = (num_layers - sparse + mlp_only).min(num_layers);
+    let mlp_only = match f.map.get("mlp_only_layers").filter(|v| !v.is_null()) {
+        Some(v) => listed_layers(f, "mlp_only_layers", v, num_layers)?,
+        None => Default::default(),
+    };
+    let sparse = every_nth(0, num_layers - 1, step)
+        - mlp_only
+            .iter()
+            .filter(|i| (*i + 1).is_multiple_of(step))
+            .count() as u64;
+    let dense_layers = num_layers - sparse;
     Ok(Moe {
         num_experts,
         moe_ffn_hidden_size: moe_ffn,
@@ -104,7 +110,7 @@ pub(super) fn deepseek_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, Config
 pub(super) fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigError> {
     let moe_ffn = f.req_pos(&["intermediate_size"], "expert FFN size")?;
     let sparse = match f.map.get("moe_layers").filter(|v| !v.is_null()) {
-        Some(v) => listed_layers(f, "moe_layers", v, num_layers)?,
+        Some(v) => listed_layers(f, "moe_layers", v, num_layers)?.len() as u64,
         None => {
             let step = f
                 .opt_u64(&["interleave_moe_layer_step"])?
@@ -122,34 +128,30 @@ pub(super) fn llama4_moe(f: Fields<'_>, num_layers: u64) -> Result<Moe, ConfigEr
     })
 }
 
-/// How many distinct layers a list of layer indices names, each checked to be one of the
-/// model's `num_layers`.
+/// The distinct layers a list of layer indices names, each checked to be one of the model's
+/// `num_layers`.
 fn listed_layers(
     f: Fields<'_>,
     key: &str,
     v: &serde_json::Value,
     num_layers: u64,
-) -> Result<u64, ConfigError> {
+) -> Result<BTreeSet<u64>, ConfigError> {
     let bad = |why: String| {
         f.err(
             key,
             why,
-            format!("list the MoE layers' indices, each below num_hidden_layers ({num_layers})"),
+            format!("list layer indices, each below num_hidden_layers ({num_layers})"),
         )
     };
     let list = v
         .as_array()
         .ok_or_else(|| bad(format!("expected a list of layer indices, found {v}")))?;
-    let mut seen = std::collections::BTreeSet::new();
-    for x in list {
-        match x.as_u64() {
-            Some(i) if i < num_layers => {
-                seen.insert(i);
-            }
-            _ => return Err(bad(format!("{x} is not a layer index of this model"))),
-        }
-    }
-    Ok(seen.len() as u64)
+    list.iter()
+        .map(|x| match x.as_u64() {
+            Some(i) if i < num_layers => Ok(i),
+            _ => Err(bad(format!("{x} is not a layer index of this model"))),
+        })
+        .collect()
 }
 
 /// How many of the layers `first..=last` are multiples of `step` (`i % step == 0`, DeepSeek's
