@@ -237,6 +237,7 @@ fn a_loongforge_script_reads_its_registered_models_yaml_with_its_run_over_it() {
         said.contains("tiny_moe.yaml") && said.contains("$1"),
         "{said}"
     );
+    assert!(said.contains("by LoongForge's registry"), "{said}");
     // --config-file through a variable the script does not set, into the checkout that holds it.
     let dir = tempfile::tempdir().unwrap();
     let copy = |rel: &str| {
@@ -270,4 +271,52 @@ fn a_loongforge_script_reads_its_registered_models_yaml_with_its_run_over_it() {
     write("python tools/preprocess_data.py --input data.json --workers 8\n");
     let e = load_model(&script).unwrap_err().to_string();
     assert!(e.contains("passes no --num-layers"), "{e}");
+}
+
+#[test]
+fn a_loongforge_model_name_is_what_the_checkouts_registry_names() {
+    // A copy of the fixture checkout: its registry, one model's YAML, a script in examples/.
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/loongforge");
+    let dir = tempfile::tempdir().unwrap();
+    for rel in [
+        "configs/models/tiny_llm/tiny_moe.yaml",
+        "loongforge/utils/config_map.py",
+    ] {
+        let to = dir.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join(rel), &to).unwrap();
+    }
+    let yaml = load_model(root.join("configs/models/tiny_llm/tiny_moe.yaml")).unwrap();
+    let script = dir.path().join("examples/run.sh");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    let run = |name: &str| {
+        std::fs::write(&script, format!("torchrun train.py --model-name {name}\n")).unwrap();
+        load_model(&script)
+    };
+    // A name that is no file's name, in any case, as LoongForge lower-cases it.
+    let m = run("Tiny-MoE-2.0-A1B").unwrap();
+    assert_eq!(m.components[0].arch, yaml.components[0].arch);
+    // Not registered: refused, naming the registry and the names near it (not guessed from
+    // the files: `tiny` would be tiny_moe.yaml by its name alone).
+    let e = run("tiny").unwrap_err().to_string();
+    assert!(
+        e.contains("not registered in") && e.contains("config_map.py") && e.contains("tiny-moe"),
+        "{e}"
+    );
+    // Registered to a file that is not there.
+    let e = run("tiny-gone").unwrap_err().to_string();
+    assert!(e.contains("not_there.yaml, which is not there"), "{e}");
+    // A registry of another form: found by the file name, and said.
+    let reg = dir.path().join("loongforge/utils/config_map.py");
+    std::fs::write(&reg, "MODEL_CONFIG_REGISTRY = load_registry()\n").unwrap();
+    let m = run("tiny-moe").unwrap();
+    assert_eq!(m.components[0].arch, yaml.components[0].arch);
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("found by its file name instead")),
+        "{:?}",
+        m.notes
+    );
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::super::error::ConfigError;
 use super::super::megatron::{RUN_FIELDS, is_read};
 use super::super::{LoadOptions, load_model_with, model_from_value, yaml_tree};
+use super::registry;
 use crate::model::ModelDesc;
 
 /// What a script gives: its own flags as the model's fields, or the model of the file it names.
@@ -37,9 +38,10 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
         );
         return Ok(Read::Model(desc));
     }
+    let mut notes = Vec::new();
     let (yaml, how) = match (v.get("config_file"), v.get("model_name")) {
         (Some(cfg), _) => (beside(cfg, path, "config_file")?, "--config-file"),
-        (None, Some(name)) => (registered(name, path, opt)?, "--model-name"),
+        (None, Some(name)) => (registered(name, path, opt, &mut notes)?, "--model-name"),
         (None, None) if v.get("num_layers").is_none() => {
             return Err(refused(
                 path,
@@ -52,7 +54,6 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
         }
         (None, None) => return Ok(Read::Fields(v, said)),
     };
-    let mut notes = Vec::new();
     let mut tree = yaml_tree(&yaml, opt, &mut notes)?;
     merge(&mut tree, &v);
     let mut desc = model_from_value(&tree, &yaml, stem.as_deref().unwrap_or("model"), false)?;
@@ -159,12 +160,106 @@ fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigEr
     }
 }
 
-/// LoongForge's registered model `name`: `<name>.yaml` (lowercase, `-` and `.` as `_`) under
+/// LoongForge's registered model `name`, in the checkout: the search path's parent (the
+/// search path is LoongForge's `configs/`; or the search path, where it is the checkout), else
+/// the nearest ancestor of the script that has `configs/models/`. Its registry (`registry::REGISTRY_FILE`) names the YAML, as LoongForge
+/// resolves it; a checkout without one (or of another form, noted) is searched by the name.
+fn registered(
+    name: &Value,
+    script: &Path,
+    opt: &LoadOptions,
+    notes: &mut Vec<String>,
+) -> Result<PathBuf, ConfigError> {
+    let shown = name.as_str().unwrap_or_default();
+    let checkout = match &opt.config_root {
+        // The search path is `configs/` of the checkout, or the checkout itself.
+        Some(r) if r.join("configs/models").is_dir() => Some(r.clone()),
+        Some(r) => r.parent().map(Path::to_path_buf),
+        None => script.canonicalize().ok().and_then(|s| {
+            s.ancestors()
+                .find(|a| a.join("configs/models").is_dir())
+                .map(Path::to_path_buf)
+        }),
+    };
+    let file = checkout.as_ref().map(|c| c.join(registry::REGISTRY_FILE));
+    if let Some(file) = file.filter(|f| f.is_file()) {
+        let text = fp8_io::read_to_string_limited(&file, super::super::MAX_CONFIG_BYTES)?;
+        match registry::entries(&text) {
+            Some(entries) => {
+                let root = checkout.as_deref().unwrap_or(Path::new("."));
+                return by_registry(&entries, shown, root, &file, script, notes);
+            }
+            None => notes.push(format!(
+                "{}: no MODEL_CONFIG_REGISTRY dict of the known form; `--model-name {shown}` \
+                 found by its file name instead",
+                file.display()
+            )),
+        }
+    }
+    by_file_name(shown, script, opt)
+}
+
+/// `name` lower-cased in the registry's `entries` (of `file`, in the checkout `root`): the YAML
+/// it names, which must be there.
+fn by_registry(
+    entries: &[registry::Entry],
+    shown: &str,
+    root: &Path,
+    file: &Path,
+    script: &Path,
+    notes: &mut Vec<String>,
+) -> Result<PathBuf, ConfigError> {
+    let want = shown.to_lowercase();
+    let Some(e) = entries.iter().find(|e| e.name == want) else {
+        let near: Vec<&str> = entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .filter(|n| n.contains(&want) || want.contains(*n))
+            .take(8)
+            .collect();
+        return Err(refused(
+            script,
+            "model_name",
+            format!(
+                "`--model-name {shown}` is not registered in {} ({} names{})",
+                file.display(),
+                entries.len(),
+                if near.is_empty() {
+                    String::new()
+                } else {
+                    format!("; near it: {}", near.join(", "))
+                }
+            ),
+            "use a registered name, register the model there as LoongForge needs, or pass its \
+             YAML as the model",
+        ));
+    };
+    let yaml = e.yaml(root);
+    if !yaml.is_file() {
+        return Err(refused(
+            script,
+            "model_name",
+            format!(
+                "`--model-name {shown}` is registered in {} as {}, which is not there",
+                file.display(),
+                yaml.display()
+            ),
+            "fix the registry entry, or pass the model's YAML as the model",
+        ));
+    }
+    notes.push(format!(
+        "`--model-name {shown}`: {} by LoongForge's registry ({})",
+        yaml.display(),
+        file.display()
+    ));
+    Ok(yaml)
+}
+
+/// A registered name without a registry: `<name>.yaml` (lowercase, `-` and `.` as `_`) under
 /// `models/` of the search path (`configs/`), or of the nearest ancestor of the script that
 /// has `configs/models/`, converters' folders aside; exactly one, else refused naming where it
 /// looked.
-fn registered(name: &Value, script: &Path, opt: &LoadOptions) -> Result<PathBuf, ConfigError> {
-    let shown = name.as_str().unwrap_or_default();
+fn by_file_name(shown: &str, script: &Path, opt: &LoadOptions) -> Result<PathBuf, ConfigError> {
     let stem = shown.to_lowercase().replace(['-', '.'], "_");
     let roots: Vec<PathBuf> = match &opt.config_root {
         Some(r) => vec![r.join("models"), r.join("configs/models")],

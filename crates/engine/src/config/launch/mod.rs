@@ -28,6 +28,7 @@ use super::megatron::is_read;
 
 mod arith;
 mod elsewhere;
+mod registry;
 use arith::Arith;
 pub(crate) use elsewhere::{Read, load};
 
