@@ -32,20 +32,28 @@ fn the_readmes_path_reads_a_launch_script_as_its_model_and_layout() {
     // gen-policy, check and te-precision-config on it, as on a YAML.
     let dir = tempfile::tempdir().unwrap();
     let pol = dir.path().join("pol");
+    // The layout the script trains (TP 2, EP 4) by default, and said.
     let o = fp8sel(&[
         "gen-policy",
         "--model",
         SCRIPT,
         "--backend",
         "model",
-        "--tp",
-        "2",
-        "--ep",
-        "4",
         "--out",
         s(&pol),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("TP 2, the config's tensor_model_parallel_size"),
+        "{}",
+        err(&o)
+    );
+    let reports: Vec<String> = std::fs::read_dir(pol.join("reports"))
+        .unwrap()
+        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(reports[0].contains("tp2_ep4"), "{reports:?}");
     let policy = pol.join("pretrain_moe_16l.json");
     let o = fp8sel(&["check", "--model", SCRIPT, "--policy", s(&policy)]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));

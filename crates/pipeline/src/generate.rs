@@ -35,7 +35,8 @@ pub fn default_models(root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Default layouts: TP 1, 2, 4, 8 (those that divide the model), crossed with the config's EP for
+/// Default layouts: the config's TP (the layout it trains), else TP 1, 2, 4, 8 (those that divide
+/// the model), crossed with the config's EP for
 /// MoE models (1 when it names none, Megatron's default, as `explain` and the hooks read it); ETP is the config's, else each layout's TP, as Megatron
 /// defaults it (and as `explain`, `check` and the trainer hooks resolve it), so the policy has
 /// rules for the layout the trainer will run.
@@ -51,7 +52,11 @@ pub fn default_layouts(
         .iter()
         .find_map(|c| c.recommended.ep)
         .unwrap_or(1);
-    let tps = tps.map_or_else(|| vec![1, 2, 4, 8], <[u32]>::to_vec);
+    let rec_tp = model.components.iter().find_map(|c| c.recommended.tp);
+    let tps = tps.map_or_else(
+        || rec_tp.map_or_else(|| vec![1, 2, 4, 8], |t| vec![t]),
+        <[u32]>::to_vec,
+    );
     let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
     let rec_etp = model.components.iter().find_map(|c| c.recommended.etp);
     let mut out = Vec::new();
@@ -67,6 +72,21 @@ pub fn default_layouts(
         }
     }
     out
+}
+
+/// Where the default layouts' TP came from, when the config named it (no `tps` given): said
+/// before the work, with how to ask for others.
+pub fn config_tp_note(model: &ModelDesc, tps: Option<&[u32]>) -> Option<String> {
+    let tp = model
+        .components
+        .iter()
+        .find_map(|c| c.recommended.tp)
+        .filter(|_| tps.is_none())?;
+    Some(format!(
+        "{}: TP {tp}, the config's tensor_model_parallel_size (give --tp 1,2,4,8 for a policy \
+         of other layouts too)",
+        model.name
+    ))
 }
 
 pub use fp8_bench::backend::Chosen;
@@ -353,6 +373,9 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
                 "{}: no requested layout divides the model",
                 config.display()
             ));
+        }
+        if let Some(n) = config_tp_note(model, o.tp.as_deref()) {
+            progress.note(&format!("gen-policy: {n}"));
         }
         plans.push(layouts);
     }

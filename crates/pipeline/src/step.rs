@@ -59,6 +59,9 @@ pub fn gen_policy_step(
         outcome.notes.extend(model.notes.iter().cloned());
         let vit = o.vision_encoder();
         let (layouts, model_job) = layouts_and_job(o, job, &model, config, &mut outcome.notes)?;
+        if let Some(n) = crate::generate::config_tp_note(&model, o.tp.as_deref()) {
+            say(&n);
+        }
         let first_ep = layouts.first().map_or(1, |p| p.ep);
         let mut runs = Vec::new();
         let mut models = Vec::new();

@@ -66,7 +66,9 @@ pub struct Args {
     /// encoder, <model>.vit.json), e.g. to make one part again [default: both].
     #[arg(long)]
     pub component: Option<fp8_engine::Role>,
-    /// TP sizes [default: 1,2,4,8, those that divide the model].
+    /// TP sizes [default: the config's tensor_model_parallel_size (a launch script's
+    /// --tensor-model-parallel-size), the layout it trains; else 1,2,4,8, those that divide the
+    /// model].
     #[arg(
         long,
         alias = "tensor-model-parallel-size",

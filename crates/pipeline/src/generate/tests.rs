@@ -1,6 +1,6 @@
 //! The job's layout defaults.
 
-use super::default_layouts;
+use super::{config_tp_note, default_layouts};
 
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -27,6 +27,26 @@ fn etp_defaults_to_the_configs_else_to_each_tp_as_megatron() {
             .iter()
             .all(|p| p.etp == 1)
     );
+}
+
+#[test]
+fn tp_defaults_to_the_layout_the_config_trains_else_one_to_eight() {
+    // Qwen2.5-72B's YAML trains at TP 4: that layout alone, said; --tp wins, unsaid.
+    let q = fp8_engine::load_model(root().join("fixtures/models/qwen2_5_72b.yaml")).unwrap();
+    let tps = |m, tps: Option<&[u32]>| -> Vec<u32> {
+        default_layouts(m, tps, None, None)
+            .iter()
+            .map(|p| p.tp)
+            .collect()
+    };
+    assert_eq!(tps(&q, None), [4]);
+    assert!(config_tp_note(&q, None).is_some_and(|n| n.contains("TP 4")));
+    assert_eq!(tps(&q, Some(&[1, 8])), [1, 8]);
+    assert_eq!(config_tp_note(&q, Some(&[1, 8])), None);
+    // An HF config names no TP: every TP of 1, 2, 4, 8 that divides the model.
+    let l = fp8_engine::load_model(root().join("examples/models/llama3_8b.json")).unwrap();
+    assert_eq!(tps(&l, None), [1, 2, 4, 8]);
+    assert_eq!(config_tp_note(&l, None), None);
 }
 
 #[test]
