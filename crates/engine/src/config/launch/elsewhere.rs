@@ -162,8 +162,9 @@ fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigEr
 
 /// LoongForge's registered model `name`, in the checkout: the search path's parent (the
 /// search path is LoongForge's `configs/`; or the search path, where it is the checkout), else
-/// the nearest ancestor of the script that has `configs/models/`. Its registry (`registry::REGISTRY_FILE`) names the YAML, as LoongForge
-/// resolves it; a checkout without one (or of another form, noted) is searched by the name.
+/// the nearest ancestor of the script that has `configs/models/`. Its registry
+/// (`registry::REGISTRY_FILE`) names the YAML, as LoongForge resolves it; a checkout without
+/// one (or of another form, noted) is searched by the name.
 fn registered(
     name: &Value,
     script: &Path,
@@ -172,7 +173,6 @@ fn registered(
 ) -> Result<PathBuf, ConfigError> {
     let shown = name.as_str().unwrap_or_default();
     let checkout = match &opt.config_root {
-        // The search path is `configs/` of the checkout, or the checkout itself.
         Some(r) if r.join("configs/models").is_dir() => Some(r.clone()),
         Some(r) => r.parent().map(Path::to_path_buf),
         None => script.canonicalize().ok().and_then(|s| {
@@ -181,22 +181,28 @@ fn registered(
                 .map(Path::to_path_buf)
         }),
     };
-    let file = checkout.as_ref().map(|c| c.join(registry::REGISTRY_FILE));
-    if let Some(file) = file.filter(|f| f.is_file()) {
-        let text = fp8_io::read_to_string_limited(&file, super::super::MAX_CONFIG_BYTES)?;
-        match registry::entries(&text) {
-            Some(entries) => {
-                let root = checkout.as_deref().unwrap_or(Path::new("."));
-                return by_registry(&entries, shown, root, &file, script, notes);
+    if let Some(root) = &checkout {
+        let file = root.join(registry::REGISTRY_FILE);
+        if file.is_file() {
+            let text = fp8_io::read_to_string_limited(&file, super::super::MAX_CONFIG_BYTES)?;
+            match registry::entries(&text) {
+                Some(entries) => return by_registry(&entries, shown, root, &file, script, notes),
+                None => notes.push(format!(
+                    "{}: no MODEL_CONFIG_REGISTRY dict of the known form; `--model-name {shown}` \
+                     found by its file name instead",
+                    file.display()
+                )),
             }
-            None => notes.push(format!(
-                "{}: no MODEL_CONFIG_REGISTRY dict of the known form; `--model-name {shown}` \
-                 found by its file name instead",
-                file.display()
-            )),
         }
     }
-    by_file_name(shown, script, opt)
+    let roots: Vec<PathBuf> = match &opt.config_root {
+        Some(r) => vec![r.join("models"), r.join("configs/models")],
+        None => checkout
+            .map(|c| c.join("configs/models"))
+            .into_iter()
+            .collect(),
+    };
+    by_file_name(shown, &roots, script)
 }
 
 /// `name` lower-cased in the registry's `entries` (of `file`, in the checkout `root`): the YAML
@@ -256,26 +262,10 @@ fn by_registry(
 }
 
 /// A registered name without a registry: `<name>.yaml` (lowercase, `-` and `.` as `_`) under
-/// `models/` of the search path (`configs/`), or of the nearest ancestor of the script that
-/// has `configs/models/`, converters' folders aside; exactly one, else refused naming where it
-/// looked.
-fn by_file_name(shown: &str, script: &Path, opt: &LoadOptions) -> Result<PathBuf, ConfigError> {
+/// `roots` (the search path's `models/`, or the checkout's `configs/models/`), converters'
+/// folders aside; exactly one, else refused naming where it looked.
+fn by_file_name(shown: &str, roots: &[PathBuf], script: &Path) -> Result<PathBuf, ConfigError> {
     let stem = shown.to_lowercase().replace(['-', '.'], "_");
-    let roots: Vec<PathBuf> = match &opt.config_root {
-        Some(r) => vec![r.join("models"), r.join("configs/models")],
-        None => script
-            .canonicalize()
-            .ok()
-            .into_iter()
-            .flat_map(|s| {
-                s.ancestors()
-                    .map(|a| a.join("configs/models"))
-                    .collect::<Vec<_>>()
-            })
-            .filter(|d| d.is_dir())
-            .take(1)
-            .collect(),
-    };
     let mut found = Vec::new();
     for r in roots.iter().filter(|r| r.is_dir()) {
         find(r, &|n| n == format!("{stem}.yaml"), 4, &mut found);
