@@ -93,6 +93,8 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just("gpt_bigcode"),
             Just("gpt_neox"),
             Just("cohere"),
+            Just("deepseek"),
+            Just("stablelm"),
             Just("kimi_k2"),
             Just("DeepseekV3ForCausalLM"),
             Just("Qwen2VLForConditionalGeneration"),

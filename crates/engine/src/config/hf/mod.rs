@@ -3,18 +3,19 @@
 //! Supported `model_type`s, a gated MLP with RMSNorm unless said:
 //! - dense: llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, granite, internlm3, phi3, glm,
 //!   glm4, gemma, gemma2, gemma3_text, smollm3, seed_oss, exaone4, helium, ernie4_5,
-//!   hunyuan_v1_dense; with LayerNorm and an ungated MLP (one FC1 of the FFN width):
-//!   nemotron (squared ReLU), starcoder2, gpt_neox, phi (Phi-1/2), and by GPT-2's names (`n_embd`,
-//!   `n_layer`, `n_head`, `n_inner`) gpt2 and gpt_bigcode (`multi_query`: one key/value group);
-//!   with LayerNorm and a gated MLP: cohere, cohere2. Where attention and the MLP run in parallel
-//!   (gpt_neox's `use_parallel_residual`, phi, cohere) the GEMMs are those of the sequential
-//!   layer Megatron's `GPTModel` builds, and the plan's defaults say so;
+//!   hunyuan_v1_dense, internlm2, baichuan, minicpm; with LayerNorm and an ungated MLP (one FC1
+//!   of the FFN width): nemotron (squared ReLU), starcoder2, gpt_neox, phi (Phi-1/2), and by
+//!   GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_inner`) gpt2 and gpt_bigcode
+//!   (`multi_query`: one key/value group); with LayerNorm and a gated MLP: cohere, cohere2,
+//!   stablelm, olmo. Where attention and the MLP run in parallel (gpt_neox's and stablelm's
+//!   `use_parallel_residual`, phi, cohere) the GEMMs are those of the sequential layer
+//!   Megatron's `GPTModel` builds, and the plan's defaults say so;
 //! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
 //!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
 //!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss, minimax_m2
 //!   (`num_local_experts`; gpt-oss's attention sinks and windows change no GEMM); olmoe
-//!   (`num_experts`; experts use `intermediate_size`); glm4_moe, dots1 (DeepSeek's routed and
-//!   shared experts and first dense layers, with GQA attention); deepseek_v3, deepseek_v2 (the
+//!   (`num_experts`; experts use `intermediate_size`); deepseek (DeepSeek-MoE), glm4_moe, dots1
+//!   (DeepSeek's routed and shared experts and first dense layers, with GQA attention); deepseek_v3, deepseek_v2 (the
 //!   same with MLA); deepseek_v32 (the same; its sparse attention's indexer, `index_n_heads`, is
 //!   not planned, and a warning says so); ernie4_5_moe (`moe_num_experts`, `moe_k`, MoE layers
 //!   from `moe_layer_start_index` every `moe_layer_interval`-th); llama4_text (routed and one
@@ -43,178 +44,17 @@ use super::error::ConfigError;
 use super::fields::Fields;
 use super::linear_attention::linear_attention;
 use experts::{deepseek_moe, ernie_moe, every_layer_moe, llama4_moe, mla, qwen_moe};
+use types::{Kind, kind, supported};
 
 mod experts;
-
-const SUPPORTED: &str = "llama, mistral, ministral, qwen2, qwen3, olmo2, olmo3, granite, internlm3, \
-                         phi3, glm, glm4, gemma, gemma2, gemma3_text, smollm3, seed_oss, exaone4, helium, \
-                         ernie4_5, hunyuan_v1_dense, nemotron, starcoder2, gpt_neox, phi, gpt2, gpt_bigcode, \
-                         cohere, cohere2, qwen2_moe, qwen3_moe, qwen3_next, mixtral, granitemoe, \
-                         granitemoeshared, phimoe, gpt_oss, olmoe, glm4_moe, dots1, ernie4_5_moe, \
-                         deepseek_v2, deepseek_v3, deepseek_v32, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, \
-                         qwen3_5_text, qwen3_5_moe_text, gemma3, mistral3, qwen2_vl, qwen2_5_vl, llama4_text, llama4, minimax_m2, internvl, llava, llava_next, \
-                         llava_onevision, glm4v, glm4v_moe, glm4v_text, glm4v_moe_text, qwen3_vl_text, \
-                         qwen3_vl_moe_text";
-
-/// What a `model_type` is: a language model of one family, or a VLM (its LLM under
-/// `text_config` of that family, its ViT under `vision_config`); Qwen2-VL and Qwen2.5-VL keep
-/// their LLM's fields at the top (`VlmTopText`), as their published configs do.
-#[derive(Clone, Copy)]
-enum Kind {
-    Text(Family),
-    Vlm(Family),
-    VlmTopText(Family),
-    /// A VLM whose language model is any text family this reader knows, named by
-    /// `text_config.model_type` (InternVL, LLaVA: the wrapper names no family of its own).
-    VlmByText,
-}
-
-fn kind_of(model_type: &str) -> Option<Kind> {
-    Some(match model_type {
-        "llama" | "mistral" | "ministral" | "qwen2" | "qwen3" | "olmo2" | "olmo3" | "granite"
-        | "internlm3" | "phi3" | "glm" | "glm4" | "gemma" | "gemma2" | "gemma3_text"
-        | "smollm3" | "seed_oss" | "exaone4" | "helium" | "ernie4_5" | "hunyuan_v1_dense"
-        | "glm4v_text" | "qwen3_vl_text" => Kind::Text(Family::Dense),
-        // Qwen3.5's language model alone: Gated DeltaNet and gated attention like Qwen3-Next.
-        "qwen3_5_text" => Kind::Text(Family::Dense),
-        "nemotron" | "starcoder2" | "gpt_neox" | "phi" => Kind::Text(Family::Ungated),
-        "gpt2" | "gpt_bigcode" => Kind::Text(Family::Gpt2),
-        "cohere" | "cohere2" => Kind::Text(Family::Cohere),
-        "qwen2_moe" | "qwen3_moe" | "qwen3_5_moe_text" | "qwen3_vl_moe_text" => {
-            Kind::Text(Family::QwenMoe)
-        }
-        "qwen3_next" => Kind::Text(Family::QwenNext),
-        "mixtral" | "granitemoe" | "granitemoeshared" | "phimoe" | "gpt_oss" | "minimax_m2" => {
-            Kind::Text(Family::Mixtral)
-        }
-        "olmoe" => Kind::Text(Family::Olmoe),
-        "glm4_moe" | "dots1" | "glm4v_moe_text" => Kind::Text(Family::DeepSeekMoe),
-        "ernie4_5_moe" => Kind::Text(Family::Ernie),
-        "deepseek_v3" | "deepseek_v32" | "deepseek_v2" => Kind::Text(Family::DeepSeek),
-        "llama4_text" => Kind::Text(Family::Llama4),
-        "llama4" => Kind::Vlm(Family::Llama4),
-        "qwen3_vl_moe" | "qwen3_5_moe" => Kind::Vlm(Family::QwenMoe),
-        "qwen3_vl" | "qwen3_5" | "gemma3" | "mistral3" => Kind::Vlm(Family::Dense),
-        "qwen2_vl" | "qwen2_5_vl" => Kind::VlmTopText(Family::Dense),
-        "internvl" | "llava" | "llava_next" | "llava_onevision" | "glm4v" | "glm4v_moe" => {
-            Kind::VlmByText
-        }
-        _ => return None,
-    })
-}
-
-/// The `model_type` whose layout a HuggingFace `architectures` class has: how a config whose
-/// own `model_type` is a fork's name (Kimi K2's `kimi_k2`, a `DeepseekV3ForCausalLM`) is read.
-const ARCHITECTURES: &[(&str, &str)] = &[
-    ("LlamaForCausalLM", "llama"),
-    ("MistralForCausalLM", "mistral"),
-    ("Qwen2ForCausalLM", "qwen2"),
-    ("Qwen3ForCausalLM", "qwen3"),
-    ("Olmo2ForCausalLM", "olmo2"),
-    ("GraniteForCausalLM", "granite"),
-    ("InternLM3ForCausalLM", "internlm3"),
-    ("Phi3ForCausalLM", "phi3"),
-    ("Glm4ForCausalLM", "glm4"),
-    ("GlmForCausalLM", "glm"),
-    ("MinistralForCausalLM", "ministral"),
-    ("Olmo3ForCausalLM", "olmo3"),
-    ("SmolLM3ForCausalLM", "smollm3"),
-    ("SeedOssForCausalLM", "seed_oss"),
-    ("Exaone4ForCausalLM", "exaone4"),
-    ("HeliumForCausalLM", "helium"),
-    ("Ernie4_5ForCausalLM", "ernie4_5"),
-    ("HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"),
-    ("Ernie4_5_MoeForCausalLM", "ernie4_5_moe"),
-    ("NemotronForCausalLM", "nemotron"),
-    ("Starcoder2ForCausalLM", "starcoder2"),
-    ("GPTNeoXForCausalLM", "gpt_neox"),
-    ("PhiForCausalLM", "phi"),
-    ("GPT2LMHeadModel", "gpt2"),
-    ("GPTBigCodeForCausalLM", "gpt_bigcode"),
-    ("CohereForCausalLM", "cohere"),
-    ("Cohere2ForCausalLM", "cohere2"),
-    ("Dots1ForCausalLM", "dots1"),
-    ("GraniteMoeSharedForCausalLM", "granitemoeshared"),
-    ("GemmaForCausalLM", "gemma"),
-    ("Gemma2ForCausalLM", "gemma2"),
-    ("Gemma3ForCausalLM", "gemma3_text"),
-    ("Qwen2MoeForCausalLM", "qwen2_moe"),
-    ("Qwen3MoeForCausalLM", "qwen3_moe"),
-    ("Qwen3NextForCausalLM", "qwen3_next"),
-    ("MixtralForCausalLM", "mixtral"),
-    ("GptOssForCausalLM", "gpt_oss"),
-    ("GraniteMoeForCausalLM", "granitemoe"),
-    ("PhiMoEForCausalLM", "phimoe"),
-    ("OlmoeForCausalLM", "olmoe"),
-    ("Glm4MoeForCausalLM", "glm4_moe"),
-    ("DeepseekV2ForCausalLM", "deepseek_v2"),
-    ("DeepseekV3ForCausalLM", "deepseek_v3"),
-    ("DeepseekV32ForCausalLM", "deepseek_v32"),
-    ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
-    ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"),
-    ("Gemma3ForConditionalGeneration", "gemma3"),
-    ("Mistral3ForConditionalGeneration", "mistral3"),
-    ("Llama4ForCausalLM", "llama4_text"),
-    ("Llama4ForConditionalGeneration", "llama4"),
-    ("Qwen2VLForConditionalGeneration", "qwen2_vl"),
-    ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
-    ("MiniMaxM2ForCausalLM", "minimax_m2"),
-    ("InternVLForConditionalGeneration", "internvl"),
-    ("LlavaForConditionalGeneration", "llava"),
-    ("LlavaNextForConditionalGeneration", "llava_next"),
-    ("LlavaOnevisionForConditionalGeneration", "llava_onevision"),
-    ("Glm4vForConditionalGeneration", "glm4v"),
-    ("Glm4vMoeForConditionalGeneration", "glm4v_moe"),
-];
-
-/// `model_type`'s kind, else the first `architectures` class that names one (with the note
-/// that says so, for the plan's defaults), else the error that names both fields.
-fn kind(f: Fields<'_>, model_type: &str) -> Result<(Kind, Option<String>), ConfigError> {
-    if let Some(k) = kind_of(model_type) {
-        return Ok((k, None));
-    }
-    let classes: Vec<&str> = f
-        .map
-        .get("architectures")
-        .and_then(|v| v.as_array())
-        .map_or_else(Vec::new, |a| a.iter().filter_map(|c| c.as_str()).collect());
-    let known = classes.iter().find_map(|c| {
-        ARCHITECTURES
-            .iter()
-            .find(|(class, _)| class == c)
-            .map(|(class, t)| (*class, *t))
-    });
-    match known {
-        Some((class, t)) => Ok((
-            kind_of(t).expect("every ARCHITECTURES entry names a known model_type"),
-            Some(format!(
-                "model_type `{model_type}` read as `{t}` by its architectures ({class})"
-            )),
-        )),
-        None => Err(f.err(
-            "model_type",
-            format!(
-                "unsupported model_type `{model_type}`{}",
-                if classes.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (architectures {}: none of a known layout)",
-                        classes.join(", ")
-                    )
-                }
-            ),
-            format!("use a Megatron YAML config, or one of {SUPPORTED}"),
-        )),
-    }
-}
+mod types;
 
 pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let model_type = f.opt_str(&["model_type"])?.ok_or_else(|| {
         f.err(
             "model_type",
             "missing",
-            format!("add the HF model_type (one of {SUPPORTED})"),
+            format!("add the HF model_type (one of {})", supported()),
         )
     })?;
     let (kind, read_as) = kind(f, model_type)?;
@@ -286,8 +126,9 @@ enum Family {
     /// GPT-2's layout and field names (`n_embd`, `n_layer`, `n_head`, `n_inner`): LayerNorm, an
     /// ungated MLP; GPT-BigCode's `multi_query` (its default) shares one key/value group.
     Gpt2,
-    /// Cohere's Command R: LayerNorm, a gated MLP, attention and MLP in parallel.
-    Cohere,
+    /// Dense with LayerNorm and a gated MLP: Cohere's Command R (attention and MLP in
+    /// parallel), StableLM 2, OLMo.
+    GatedLayerNorm,
     QwenMoe,
     /// Qwen-MoE experts with Gated DeltaNet in three of four layers and gated full attention.
     QwenNext,
@@ -336,7 +177,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     // the GEMMs are the same.
     let gated = !matches!(family, Family::Ungated | Family::Gpt2);
     let (moe, mla) = match family {
-        Family::Dense | Family::Ungated | Family::Gpt2 | Family::Cohere => (None, None),
+        Family::Dense | Family::Ungated | Family::Gpt2 | Family::GatedLayerNorm => (None, None),
         Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
         Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
         Family::Ernie => (Some(ernie_moe(f, num_layers)?), None),
@@ -362,7 +203,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             head_dim,
             gated_mlp: gated,
             norm: match family {
-                Family::Ungated | Family::Gpt2 | Family::Cohere => Norm::LayerNorm,
+                Family::Ungated | Family::Gpt2 | Family::GatedLayerNorm => Norm::LayerNorm,
                 _ => Norm::RmsNorm,
             },
             mla,
@@ -445,9 +286,14 @@ fn dims(f: Fields<'_>, family: Family, defaults: &mut Vec<String>) -> Result<Dim
 /// layer's, whose GEMMs have the same shapes.
 fn parallel_note(f: Fields<'_>, family: Family) -> Result<Option<String>, ConfigError> {
     let parallel = match (family, f.opt_str(&["model_type"])?) {
-        (Family::Cohere, _) | (Family::Ungated, Some("phi")) => true,
+        (Family::GatedLayerNorm, Some("cohere" | "cohere2")) | (Family::Ungated, Some("phi")) => {
+            true
+        }
         (Family::Ungated, Some("gpt_neox")) => {
             f.opt_bool(&["use_parallel_residual"])?.unwrap_or(true)
+        }
+        (Family::GatedLayerNorm, Some("stablelm")) => {
+            f.opt_bool(&["use_parallel_residual"])?.unwrap_or(false)
         }
         _ => false,
     };
@@ -533,17 +379,4 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
         defaults_applied: defaults,
         warnings: Vec::new(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_architectures_class_names_a_model_type_this_reader_knows() {
-        for (class, t) in ARCHITECTURES {
-            assert!(kind_of(t).is_some(), "{class} -> {t}");
-            assert!(SUPPORTED.contains(t), "{t} not in SUPPORTED");
-        }
-    }
 }
