@@ -167,3 +167,36 @@ fn older_llama_layout_and_layernorm_gated_families_read_as_their_gemms() {
         (64, Some(2816), 1, None)
     );
 }
+
+#[test]
+fn chatglm_reads_its_own_names() {
+    // GLM-4-9B-chat's config.json: two key/value groups, a gated MLP, RMSNorm.
+    let glm = r#""model_type": "chatglm", "num_layers": 40, "hidden_size": 4096,
+        "ffn_hidden_size": 13696, "kv_channels": 128, "num_attention_heads": 32"#;
+    let a = hf_llm(&format!(
+        r#"{{{glm}, "multi_query_attention": true, "multi_query_group_num": 2, "rmsnorm": true}}"#
+    ));
+    assert_eq!(
+        (
+            a.num_layers,
+            a.ffn_hidden_size,
+            a.num_query_groups,
+            a.head_dim,
+            a.norm,
+            a.gated_mlp
+        ),
+        (40, 13696, 2, 128, Norm::RmsNorm, true)
+    );
+    let a = hf_llm(&format!(r#"{{{glm}, "rmsnorm": false}}"#));
+    assert_eq!((a.num_query_groups, a.norm), (32, Norm::LayerNorm));
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        &format!(r#"{{{glm}, "multi_query_attention": true}}"#),
+    );
+    assert_eq!(
+        field_error(load_model(&p).unwrap_err()).0,
+        "multi_query_group_num"
+    );
+}

@@ -6,7 +6,8 @@
 //!   hunyuan_v1_dense, internlm2, baichuan, minicpm; with LayerNorm and an ungated MLP (one FC1
 //!   of the FFN width): nemotron (squared ReLU), starcoder2, gpt_neox, phi (Phi-1/2), and by
 //!   GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_inner`) gpt2 and gpt_bigcode
-//!   (`multi_query`: one key/value group); with LayerNorm and a gated MLP: cohere, cohere2,
+//!   (`multi_query`: one key/value group); by its own names (`num_layers`, `ffn_hidden_size`,
+//!   `kv_channels`, `multi_query_group_num`) chatglm; with LayerNorm and a gated MLP: cohere, cohere2,
 //!   stablelm, olmo. Where attention and the MLP run in parallel (gpt_neox's and stablelm's
 //!   `use_parallel_residual`, phi, cohere) the GEMMs are those of the sequential layer
 //!   Megatron's `GPTModel` builds, and the plan's defaults say so;
@@ -126,6 +127,9 @@ enum Family {
     /// GPT-2's layout and field names (`n_embd`, `n_layer`, `n_head`, `n_inner`): LayerNorm, an
     /// ungated MLP; GPT-BigCode's `multi_query` (its default) shares one key/value group.
     Gpt2,
+    /// ChatGLM2/3 and GLM-4's first release by their own names (`num_layers`, `ffn_hidden_size`,
+    /// `kv_channels`, `multi_query_group_num`): a gated MLP, RMSNorm where `rmsnorm` says.
+    ChatGlm,
     /// Dense with LayerNorm and a gated MLP: Cohere's Command R (attention and MLP in
     /// parallel), StableLM 2, OLMo.
     GatedLayerNorm,
@@ -158,10 +162,10 @@ struct Dims {
 
 fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let mut defaults = Vec::new();
-    let d = if family == Family::Gpt2 {
-        gpt2_dims(f, &mut defaults)?
-    } else {
-        dims(f, family, &mut defaults)?
+    let d = match family {
+        Family::Gpt2 => gpt2_dims(f, &mut defaults)?,
+        Family::ChatGlm => chatglm_dims(f, &mut defaults)?,
+        _ => dims(f, family, &mut defaults)?,
     };
     defaults.extend(parallel_note(f, family)?);
     let Dims {
@@ -177,7 +181,11 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     // the GEMMs are the same.
     let gated = !matches!(family, Family::Ungated | Family::Gpt2);
     let (moe, mla) = match family {
-        Family::Dense | Family::Ungated | Family::Gpt2 | Family::GatedLayerNorm => (None, None),
+        Family::Dense
+        | Family::Ungated
+        | Family::Gpt2
+        | Family::ChatGlm
+        | Family::GatedLayerNorm => (None, None),
         Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
         Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
         Family::Ernie => (Some(ernie_moe(f, num_layers)?), None),
@@ -204,6 +212,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             gated_mlp: gated,
             norm: match family {
                 Family::Ungated | Family::Gpt2 | Family::GatedLayerNorm => Norm::LayerNorm,
+                Family::ChatGlm if f.opt_bool(&["rmsnorm"])? == Some(false) => Norm::LayerNorm,
                 _ => Norm::RmsNorm,
             },
             mla,
@@ -335,6 +344,53 @@ fn gpt2_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, ConfigEr
         heads,
         groups: if multi_query { 1 } else { heads },
         head_dim: hidden / heads,
+        ffn,
+    })
+}
+
+/// [`Dims`] by ChatGLM's names: `num_layers`, `hidden_size`, `num_attention_heads`,
+/// `ffn_hidden_size`, `kv_channels` (absent: hidden / heads), and `multi_query_group_num` key/value
+/// groups where `multi_query_attention` is on.
+fn chatglm_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, ConfigError> {
+    let layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads"], "attention heads")?;
+    let ffn = f.req_pos(&["ffn_hidden_size"], "MLP hidden size")?;
+    let groups = if f.opt_bool(&["multi_query_attention"])? == Some(true) {
+        f.req_pos(&["multi_query_group_num"], "key/value groups")?
+    } else {
+        heads
+    };
+    if !heads.is_multiple_of(groups) {
+        return Err(f.err(
+            "multi_query_group_num",
+            format!("{groups} does not divide {heads} heads"),
+            "fix the head counts",
+        ));
+    }
+    let head_dim = match f.opt_u64(&["kv_channels"])? {
+        Some(d) if d > 0 => d,
+        _ if hidden.is_multiple_of(heads) => {
+            defaults.push(format!(
+                "kv_channels absent: hidden_size / num_attention_heads = {}",
+                hidden / heads
+            ));
+            hidden / heads
+        }
+        _ => {
+            return Err(f.err(
+                "kv_channels",
+                "absent, and hidden_size is not a multiple of num_attention_heads",
+                "set kv_channels to the per-head width",
+            ));
+        }
+    };
+    Ok(Dims {
+        layers,
+        hidden,
+        heads,
+        groups,
+        head_dim,
         ffn,
     })
 }
