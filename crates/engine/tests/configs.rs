@@ -230,11 +230,11 @@ fn hf_errors() {
     let p = write(
         &dir,
         "x.json",
-        r#"{"model_type": "falcon", "architectures": []}"#,
+        r#"{"model_type": "jamba", "architectures": []}"#,
     );
     let (f, problem) = field_error(load_model(&p).unwrap_err());
     assert_eq!(f, "model_type");
-    assert!(problem.contains("falcon"));
+    assert!(problem.contains("jamba"));
     let p = write(
         &dir,
         "y.json",

@@ -200,3 +200,43 @@ fn chatglm_reads_its_own_names() {
         "multi_query_group_num"
     );
 }
+
+#[test]
+fn falcon_reads_its_kv_heads_and_parallel_layers() {
+    // Falcon-180B (new decoder architecture: 8 key/value heads), Falcon-7B (multi-query: one),
+    // both with attention and MLP in parallel; the MLP 4 x width unless said.
+    let a = hf_llm(
+        r#"{"model_type": "falcon", "hidden_size": 14848, "num_attention_heads": 232,
+        "num_hidden_layers": 80, "new_decoder_architecture": true, "num_kv_heads": 8}"#,
+    );
+    assert_eq!(
+        (
+            a.num_query_groups,
+            a.head_dim,
+            a.ffn_hidden_size,
+            a.gated_mlp,
+            a.norm
+        ),
+        (8, 64, 59392, false, Norm::LayerNorm)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32,
+        "multi_query": true, "parallel_attn": true, "ffn_hidden_size": 18176}"#,
+    );
+    let c = &load_model(&p).unwrap().components[0];
+    assert_eq!(
+        (c.arch.num_query_groups, c.arch.ffn_hidden_size),
+        (1, 18176)
+    );
+    assert!(c.defaults_applied.iter().any(|d| d.contains("in parallel")));
+    let p = write(
+        &dir,
+        "config.json",
+        r#"{"model_type": "falcon", "hidden_size": 1024, "num_attention_heads": 8,
+        "num_hidden_layers": 2, "new_decoder_architecture": true}"#,
+    );
+    assert_eq!(field_error(load_model(&p).unwrap_err()).0, "num_kv_heads");
+}

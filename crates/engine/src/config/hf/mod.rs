@@ -7,7 +7,8 @@
 //!   of the FFN width): nemotron (squared ReLU), starcoder2, gpt_neox, phi (Phi-1/2), and by
 //!   GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_inner`) gpt2 and gpt_bigcode
 //!   (`multi_query`: one key/value group); by its own names (`num_layers`, `ffn_hidden_size`,
-//!   `kv_channels`, `multi_query_group_num`) chatglm; with LayerNorm and a gated MLP: cohere, cohere2,
+//!   `kv_channels`, `multi_query_group_num`) chatglm, and falcon (ungated, LayerNorm; its
+//!   `num_kv_heads` or `multi_query`); with LayerNorm and a gated MLP: cohere, cohere2,
 //!   stablelm, olmo. Where attention and the MLP run in parallel (gpt_neox's and stablelm's
 //!   `use_parallel_residual`, phi, cohere) the GEMMs are those of the sequential layer
 //!   Megatron's `GPTModel` builds, and the plan's defaults say so;
@@ -37,7 +38,7 @@
 //! defaults say so.
 //!
 //! Not read: layers that are not attention and MLP (Mamba's mixers in nemotron_h, jamba,
-//! falcon_h1), and layouts whose fields name their shapes another way (falcon).
+//! falcon_h1).
 
 use crate::model::{Arch, Component, Fp8Settings, Norm, RecommendedRun, Role};
 
@@ -130,6 +131,9 @@ enum Family {
     /// ChatGLM2/3 and GLM-4's first release by their own names (`num_layers`, `ffn_hidden_size`,
     /// `kv_channels`, `multi_query_group_num`): a gated MLP, RMSNorm where `rmsnorm` says.
     ChatGlm,
+    /// Falcon by its own names: an ungated MLP (`ffn_hidden_size`, else 4 x width), LayerNorm,
+    /// key/value heads by `new_decoder_architecture` (`num_kv_heads`) or `multi_query` (one).
+    Falcon,
     /// Dense with LayerNorm and a gated MLP: Cohere's Command R (attention and MLP in
     /// parallel), StableLM 2, OLMo.
     GatedLayerNorm,
@@ -165,6 +169,7 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     let d = match family {
         Family::Gpt2 => gpt2_dims(f, &mut defaults)?,
         Family::ChatGlm => chatglm_dims(f, &mut defaults)?,
+        Family::Falcon => falcon_dims(f, &mut defaults)?,
         _ => dims(f, family, &mut defaults)?,
     };
     defaults.extend(parallel_note(f, family)?);
@@ -179,12 +184,13 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
     // A family's MLP is gated or not whatever its activation (SwiGLU, Gemma's GeGLU named by
     // hidden_activation, gpt-oss's clamped SwiGLU; Nemotron's squared ReLU, StarCoder2's GELU):
     // the GEMMs are the same.
-    let gated = !matches!(family, Family::Ungated | Family::Gpt2);
+    let gated = !matches!(family, Family::Ungated | Family::Gpt2 | Family::Falcon);
     let (moe, mla) = match family {
         Family::Dense
         | Family::Ungated
         | Family::Gpt2
         | Family::ChatGlm
+        | Family::Falcon
         | Family::GatedLayerNorm => (None, None),
         Family::QwenMoe | Family::QwenNext => (Some(qwen_moe(f, num_layers)?), None),
         Family::Mixtral => (Some(every_layer_moe(f, "num_local_experts", ffn)?), None),
@@ -211,7 +217,9 @@ fn text(f: Fields<'_>, family: Family) -> Result<Component, ConfigError> {
             head_dim,
             gated_mlp: gated,
             norm: match family {
-                Family::Ungated | Family::Gpt2 | Family::GatedLayerNorm => Norm::LayerNorm,
+                Family::Ungated | Family::Gpt2 | Family::Falcon | Family::GatedLayerNorm => {
+                    Norm::LayerNorm
+                }
                 Family::ChatGlm if f.opt_bool(&["rmsnorm"])? == Some(false) => Norm::LayerNorm,
                 _ => Norm::RmsNorm,
             },
@@ -300,6 +308,10 @@ fn parallel_note(f: Fields<'_>, family: Family) -> Result<Option<String>, Config
         }
         (Family::Ungated, Some("gpt_neox")) => {
             f.opt_bool(&["use_parallel_residual"])?.unwrap_or(true)
+        }
+        (Family::Falcon, _) => {
+            f.opt_bool(&["new_decoder_architecture"])? == Some(true)
+                || f.opt_bool(&["parallel_attn"])?.unwrap_or(true)
         }
         (Family::GatedLayerNorm, Some("stablelm")) => {
             f.opt_bool(&["use_parallel_residual"])?.unwrap_or(false)
@@ -391,6 +403,61 @@ fn chatglm_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, Confi
         heads,
         groups,
         head_dim,
+        ffn,
+    })
+}
+
+/// [`Dims`] by Falcon's names (`num_hidden_layers` or `n_layer`, `num_attention_heads` or
+/// `n_head`): key/value heads `num_kv_heads` under `new_decoder_architecture`, else one where
+/// `multi_query` (its default) is on, else every head; `ffn_hidden_size`, else 4 x width.
+fn falcon_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, ConfigError> {
+    let layers = f.req_pos(
+        &["num_hidden_layers", "n_layer"],
+        "number of transformer layers",
+    )?;
+    let hidden = f.req_pos(&["hidden_size"], "model width")?;
+    let heads = f.req_pos(&["num_attention_heads", "n_head"], "attention heads")?;
+    if !hidden.is_multiple_of(heads) {
+        return Err(f.err(
+            "hidden_size",
+            format!("{hidden} is not divisible by num_attention_heads {heads}"),
+            "fix the width or the head count",
+        ));
+    }
+    let groups = if f.opt_bool(&["new_decoder_architecture"])? == Some(true) {
+        f.req_pos(&["num_kv_heads"], "key/value heads")?
+    } else if f.opt_bool(&["multi_query"])?.unwrap_or(true) {
+        1
+    } else {
+        heads
+    };
+    if !heads.is_multiple_of(groups) {
+        return Err(f.err(
+            "num_kv_heads",
+            format!("{groups} does not divide {heads} heads"),
+            "fix the head counts",
+        ));
+    }
+    let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
+        Some(n) if n > 0 => n,
+        _ => {
+            let ffn = hidden.checked_mul(4).ok_or_else(|| {
+                f.err(
+                    "hidden_size",
+                    format!("{hidden} is too large"),
+                    "fix the width",
+                )
+            })?;
+            defaults.push(format!("ffn_hidden_size absent: 4 x hidden_size = {ffn}"));
+            ffn
+        }
+    };
+    Ok(Dims {
+        layers,
+        hidden,
+        heads,
+        groups,
+        head_dim: hidden / heads,
         ffn,
     })
 }
