@@ -255,13 +255,7 @@ fn dims(f: Fields<'_>, family: Family, defaults: &mut Vec<String>) -> Result<Dim
             heads
         }
     };
-    if !heads.is_multiple_of(groups) {
-        return Err(f.err(
-            "num_key_value_heads",
-            format!("{groups} does not divide {heads} heads"),
-            "fix the head counts",
-        ));
-    }
+    dividing(f, "num_key_value_heads", groups, heads)?;
     let head_dim = match f.opt_u64(&["head_dim"])? {
         Some(0) => {
             return Err(f.err(
@@ -340,13 +334,7 @@ fn gpt2_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, ConfigEr
     }
     let ffn = match f.opt_u64(&["n_inner"])? {
         Some(n) if n > 0 => n,
-        _ => {
-            let ffn = hidden.checked_mul(4).ok_or_else(|| {
-                f.err("n_embd", format!("{hidden} is too large"), "fix the width")
-            })?;
-            defaults.push(format!("n_inner absent: 4 x n_embd = {ffn}"));
-            ffn
-        }
+        _ => four_times(f, "n_inner", "n_embd", hidden, defaults)?,
     };
     let bigcode = f.opt_str(&["model_type"])? == Some("gpt_bigcode");
     let multi_query = f.opt_bool(&["multi_query"])?.unwrap_or(bigcode);
@@ -373,13 +361,7 @@ fn chatglm_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, Confi
     } else {
         heads
     };
-    if !heads.is_multiple_of(groups) {
-        return Err(f.err(
-            "multi_query_group_num",
-            format!("{groups} does not divide {heads} heads"),
-            "fix the head counts",
-        ));
-    }
+    dividing(f, "multi_query_group_num", groups, heads)?;
     let head_dim = match f.opt_u64(&["kv_channels"])? {
         Some(d) if d > 0 => d,
         _ if hidden.is_multiple_of(heads) => {
@@ -431,26 +413,10 @@ fn falcon_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, Config
     } else {
         heads
     };
-    if !heads.is_multiple_of(groups) {
-        return Err(f.err(
-            "num_kv_heads",
-            format!("{groups} does not divide {heads} heads"),
-            "fix the head counts",
-        ));
-    }
+    dividing(f, "num_kv_heads", groups, heads)?;
     let ffn = match f.opt_u64(&["ffn_hidden_size"])? {
         Some(n) if n > 0 => n,
-        _ => {
-            let ffn = hidden.checked_mul(4).ok_or_else(|| {
-                f.err(
-                    "hidden_size",
-                    format!("{hidden} is too large"),
-                    "fix the width",
-                )
-            })?;
-            defaults.push(format!("ffn_hidden_size absent: 4 x hidden_size = {ffn}"));
-            ffn
-        }
+        _ => four_times(f, "ffn_hidden_size", "hidden_size", hidden, defaults)?,
     };
     Ok(Dims {
         layers,
@@ -460,6 +426,33 @@ fn falcon_dims(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Dims, Config
         head_dim: hidden / heads,
         ffn,
     })
+}
+
+/// `groups` key/value groups (`key`'s) must divide `heads`.
+fn dividing(f: Fields<'_>, key: &str, groups: u64, heads: u64) -> Result<(), ConfigError> {
+    if heads.is_multiple_of(groups) {
+        return Ok(());
+    }
+    Err(f.err(
+        key,
+        format!("{groups} does not divide {heads} heads"),
+        "fix the head counts",
+    ))
+}
+
+/// An MLP width `ffn_key` left out: 4 x the width `width_key` (`hidden`), said.
+fn four_times(
+    f: Fields<'_>,
+    ffn_key: &str,
+    width_key: &str,
+    hidden: u64,
+    defaults: &mut Vec<String>,
+) -> Result<u64, ConfigError> {
+    let ffn = hidden
+        .checked_mul(4)
+        .ok_or_else(|| f.err(width_key, format!("{hidden} is too large"), "fix the width"))?;
+    defaults.push(format!("{ffn_key} absent: 4 x {width_key} = {ffn}"));
+    Ok(ffn)
 }
 
 fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
