@@ -463,11 +463,18 @@ fn megatron_hybrid_stacks_are_refused_by_the_field_that_makes_them() {
         ("hybrid_override_pattern: M*M*\n", "hybrid_override_pattern"),
         ("hybrid_attention_ratio: 0.08\n", "hybrid_attention_ratio"),
         ("is_hybrid_model: true\n", "is_hybrid_model"),
+        (
+            "heterogeneous_layers_config_path: llama_nemotron_super.json\n",
+            "heterogeneous_layers_config_path",
+        ),
     ] {
         let p = write(&dir, "h.yaml", &format!("{base}{extra}"));
         let (f, problem) = field_error(load_model(&p).unwrap_err());
         assert_eq!(f, field);
-        assert!(problem.contains("hybrid stack"), "{problem}");
+        assert!(
+            problem.contains("hybrid stack") || problem.contains("heterogeneous layers"),
+            "{problem}"
+        );
     }
     // Unset or empty, the model is a transformer.
     for extra in [

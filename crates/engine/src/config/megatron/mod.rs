@@ -56,6 +56,8 @@ const MODEL_FIELDS: &[&str] = &[
     "hybrid_attention_ratio",
     "hybrid_mlp_ratio",
     "is_hybrid_model",
+    "heterogeneous_layers_config_path",
+    "heterogeneous_layers_config_encoded_json",
 ];
 
 /// The fields the engine reads that set the run rather than the model (its sequence,
@@ -109,9 +111,10 @@ fn likely_typos(f: Fields<'_>) -> Vec<String> {
 }
 
 /// Megatron's hybrid stacks (`hybrid_layer_pattern`, or its ratios: each layer one of Mamba,
-/// Gated DeltaNet, attention, MLP or MoE) are refused: read as transformer layers, every layer
-/// would be planned with attention and an MLP, and the Mamba mixers' projections not at all.
-fn refuse_hybrid(f: Fields<'_>) -> Result<(), ConfigError> {
+/// Gated DeltaNet, attention, MLP or MoE) and heterogeneous layers are refused: read as
+/// transformer layers of one shape, every layer would be planned as the config's widths say,
+/// and the Mamba mixers' projections not at all.
+fn refuse_mixed_layers(f: Fields<'_>) -> Result<(), ConfigError> {
     let pattern = ["hybrid_layer_pattern", "hybrid_override_pattern"]
         .into_iter()
         .find(|k| {
@@ -129,14 +132,35 @@ fn refuse_hybrid(f: Fields<'_>) -> Result<(), ConfigError> {
                 .is_some_and(|r| r > 0.0)
         });
     let flagged = f.opt_bool(&["is_hybrid_model"]).ok().flatten() == Some(true);
-    match pattern.or(ratio).or(flagged.then_some("is_hybrid_model")) {
-        None => Ok(()),
-        Some(k) => Err(f.err(
+    if let Some(k) = pattern.or(ratio).or(flagged.then_some("is_hybrid_model")) {
+        return Err(f.err(
             k,
             "a hybrid stack (Mamba, attention, MLP and MoE layers apart), which is not planned: \
              read as transformer layers its plan would be wrong",
             "plan a transformer model (attention and MLP in every layer, MoE or Gated DeltaNet \
              as the reader knows them); hybrid stacks are not supported",
+        ));
+    }
+    // Megatron's heterogeneous layers (Llama-Nemotron's: each layer its own attention and MLP
+    // widths, some of them none): one layer's shapes would stand for all.
+    let per_layer = [
+        "heterogeneous_layers_config_path",
+        "heterogeneous_layers_config_encoded_json",
+    ]
+    .into_iter()
+    .find(|k| {
+        f.opt_str(&[k])
+            .ok()
+            .flatten()
+            .is_some_and(|v| !v.trim().is_empty())
+    });
+    match per_layer {
+        None => Ok(()),
+        Some(k) => Err(f.err(
+            k,
+            "heterogeneous layers (each layer its own widths), which are not planned: one \
+             layer's shapes would stand for every layer",
+            "plan a model whose layers share their shapes; heterogeneous layers are not supported",
         )),
     }
 }
@@ -158,7 +182,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigError> {
-    refuse_hybrid(f)?;
+    refuse_mixed_layers(f)?;
     let variant = attention_variant(f)?;
     let mut defaults = Vec::new();
     let num_layers = f.req_pos(&["num_layers"], "number of transformer layers")?;
