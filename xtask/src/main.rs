@@ -21,7 +21,7 @@ enum Cmd {
     /// one), merge, and write the policy, plots and a summary per model.
     ///
     /// Examples:
-    ///   cargo xtask gen-policy                      # every model in fixtures/models/, TP 1,2,4,8
+    ///   cargo xtask gen-policy                      # every model in fixtures/models/
     ///   cargo xtask gen-policy --model fixtures/models/qwen2_5_72b.yaml --tp 1,2,4,8
     ///   cargo xtask gen-policy --backend model --device-profile h100
     ///   cargo xtask gen-policy --check              # policies/ up to date with the committed reports?
@@ -110,9 +110,6 @@ fn gen_policy(a: GenArgs) -> Result<(), String> {
     let mut g = a.job;
     if g.models.is_empty() {
         g.models = gen_mod::default_models(&root);
-        // The repository's models at every TP their shipped files cover, whatever TP their
-        // configs train at (fp8sel's default for one model).
-        g.tp.get_or_insert_with(|| vec![1, 2, 4, 8]);
     }
     // The defaults are relative to where fp8sel runs; here, to the repository.
     let reports = g

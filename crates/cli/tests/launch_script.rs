@@ -32,7 +32,7 @@ fn the_readmes_path_reads_a_launch_script_as_its_model_and_layout() {
     // gen-policy, check and te-precision-config on it, as on a YAML.
     let dir = tempfile::tempdir().unwrap();
     let pol = dir.path().join("pol");
-    // The layout the script trains (TP 2, EP 4) by default, and said.
+    // The layout the script trains (TP 2, EP 4) first, said, then the other TPs at its EP.
     let o = fp8sel(&[
         "gen-policy",
         "--model",
@@ -43,17 +43,18 @@ fn the_readmes_path_reads_a_launch_script_as_its_model_and_layout() {
         s(&pol),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
     assert!(
-        err(&o).contains("TP 2, the config's tensor_model_parallel_size"),
-        "{}",
-        err(&o)
+        e.contains("TP 2 (the config's tensor_model_parallel_size) first"),
+        "{e}"
     );
-    let reports: Vec<String> = std::fs::read_dir(pol.join("reports"))
-        .unwrap()
-        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+    let order: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains("point(s) to measure"))
+        .map(|l| l.split(' ').nth(1).unwrap())
         .collect();
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(reports[0].contains("tp2_ep4"), "{reports:?}");
+    assert_eq!(order, ["tp2", "tp1", "tp4", "tp8"], "{e}");
+    assert!(pol.join("reports/pretrain_moe_16l_tp2_ep4.json").is_file());
     let policy = pol.join("pretrain_moe_16l.json");
     let o = fp8sel(&["check", "--model", SCRIPT, "--policy", s(&policy)]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));

@@ -35,8 +35,8 @@ pub fn default_models(root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Default layouts: the config's TP (the layout it trains), else TP 1, 2, 4, 8 (those that divide
-/// the model), crossed with the config's EP for
+/// Default layouts: the config's TP (the layout it trains) first, then TP 1, 2, 4, 8 (those
+/// that divide the model: a policy for any of them), crossed with the config's EP for
 /// MoE models (1 when it names none, Megatron's default, as `explain` and the hooks read it); ETP is the config's, else each layout's TP, as Megatron
 /// defaults it (and as `explain`, `check` and the trainer hooks resolve it), so the policy has
 /// rules for the layout the trainer will run.
@@ -54,7 +54,12 @@ pub fn default_layouts(
         .unwrap_or(1);
     let rec_tp = model.components.iter().find_map(|c| c.recommended.tp);
     let tps = tps.map_or_else(
-        || rec_tp.map_or_else(|| vec![1, 2, 4, 8], |t| vec![t]),
+        || {
+            // The config's TP first (a time limit keeps it), then the others.
+            let mut v: Vec<u32> = rec_tp.into_iter().collect();
+            v.extend([1, 2, 4, 8].into_iter().filter(|t| Some(*t) != rec_tp));
+            v
+        },
         <[u32]>::to_vec,
     );
     let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
@@ -83,8 +88,8 @@ pub fn config_tp_note(model: &ModelDesc, tps: Option<&[u32]>) -> Option<String> 
         .find_map(|c| c.recommended.tp)
         .filter(|_| tps.is_none())?;
     Some(format!(
-        "{}: TP {tp}, the config's tensor_model_parallel_size (give --tp 1,2,4,8 for a policy \
-         of other layouts too)",
+        "{}: TP {tp} (the config's tensor_model_parallel_size) first, then the other TPs of \
+         1, 2, 4, 8 that divide the model (give --tp {tp} for the config's layout alone)",
         model.name
     ))
 }

@@ -67,8 +67,8 @@ pub struct Args {
     #[arg(long)]
     pub component: Option<fp8_engine::Role>,
     /// TP sizes [default: the config's tensor_model_parallel_size (a launch script's
-    /// --tensor-model-parallel-size), the layout it trains; else 1,2,4,8, those that divide the
-    /// model].
+    /// --tensor-model-parallel-size, the layout it trains) first, then the others of 1,2,4,8
+    /// that divide the model].
     #[arg(
         long,
         alias = "tensor-model-parallel-size",

@@ -30,8 +30,9 @@ fn etp_defaults_to_the_configs_else_to_each_tp_as_megatron() {
 }
 
 #[test]
-fn tp_defaults_to_the_layout_the_config_trains_else_one_to_eight() {
-    // Qwen2.5-72B's YAML trains at TP 4: that layout alone, said; --tp wins, unsaid.
+fn tp_defaults_to_the_layout_the_config_trains_first_then_one_to_eight() {
+    // Qwen2.5-72B's YAML trains at TP 4: that layout first (a time limit keeps it), then the
+    // others, said; --tp wins, unsaid.
     let q = fp8_engine::load_model(root().join("fixtures/models/qwen2_5_72b.yaml")).unwrap();
     let tps = |m, tps: Option<&[u32]>| -> Vec<u32> {
         default_layouts(m, tps, None, None)
@@ -39,7 +40,7 @@ fn tp_defaults_to_the_layout_the_config_trains_else_one_to_eight() {
             .map(|p| p.tp)
             .collect()
     };
-    assert_eq!(tps(&q, None), [4]);
+    assert_eq!(tps(&q, None), [4, 1, 2, 8]);
     assert!(config_tp_note(&q, None).is_some_and(|n| n.contains("TP 4")));
     assert_eq!(tps(&q, Some(&[1, 8])), [1, 8]);
     assert_eq!(config_tp_note(&q, Some(&[1, 8])), None);
