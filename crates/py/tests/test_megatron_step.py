@@ -31,6 +31,17 @@ def test_config_from_a_moe_plan(root):
     assert kw["qk_layernorm"] is True
     assert "qk_layernorm" not in ms.config_kwargs(af8._plan(root / "fixtures/models/llama3_2_1b.yaml", None, {})["architecture"]["llm"], 2, 2, 4096)
 
+def test_config_from_an_ungated_layernorm_plan(tmp_path):
+    # StarCoder2's layout: Megatron's GPTModel gets LayerNorm and no gated linear unit, so fc1
+    # is as wide as the FFN, as the plan has it.
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "starcoder2", "hidden_size": 512, "intermediate_size": 2048, '
+                   '"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2}')
+    kw = ms.config_kwargs(af8._plan(cfg, None, dict(tp=1, seq_length=1024))["architecture"]["llm"], 2, 0, 4096)
+    assert kw["normalization"] == "LayerNorm" and kw["gated_linear_unit"] is False
+    assert (kw["ffn_hidden_size"], kw["num_query_groups"]) == (2048, 2)
+
+
 def test_a_tp_group_is_built_as_megatron_trains_one(root):
     # TP 1: nothing changes. TP 4: sequence parallel, and the experts' TP as the plan has it
     # (DeepSeek-V3's config pins expert_tensor_parallel_size 1 at any TP).
