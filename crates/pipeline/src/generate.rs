@@ -10,7 +10,7 @@ use fp8_bench::job::{SweepJob, points};
 use fp8_bench::runner::Backend;
 use fp8_bench::sweep::BenchPoint;
 use fp8_bench::sweep::SplitMode;
-use fp8_engine::{ModelDesc, Parallel, inventory};
+use fp8_engine::{ModelDesc, Parallel};
 use fp8_merge::MergeOptions;
 use fp8_report::{Point, PointId, Status};
 
@@ -18,6 +18,10 @@ use crate::build::{Files, load_models};
 use crate::host::HostSource;
 use crate::layout::{LayoutJob, bench_layout};
 pub use crate::progress::{Progress, Silent, TermProgress};
+pub(crate) use layouts::no_layout;
+pub use layouts::{config_tp_note, default_layouts, layouts_left_out};
+
+mod layouts;
 
 /// The models of `fixtures/models/` (top-level configs only; `parts/` and `sel/` are pieces and
 /// variants).
@@ -33,65 +37,6 @@ pub fn default_models(root: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// Default layouts: the config's TP (the layout it trains) first, then TP 1, 2, 4, 8 (those
-/// that divide the model: a policy for any of them), crossed with the config's EP for
-/// MoE models (1 when it names none, Megatron's default, as `explain` and the hooks read it); ETP is the config's, else each layout's TP, as Megatron
-/// defaults it (and as `explain`, `check` and the trainer hooks resolve it), so the policy has
-/// rules for the layout the trainer will run.
-pub fn default_layouts(
-    model: &ModelDesc,
-    tps: Option<&[u32]>,
-    eps: Option<&[u32]>,
-    etps: Option<&[u32]>,
-) -> Vec<Parallel> {
-    let moe = model.components.iter().any(|c| c.arch.moe.is_some());
-    let rec_ep = model
-        .components
-        .iter()
-        .find_map(|c| c.recommended.ep)
-        .unwrap_or(1);
-    let rec_tp = model.components.iter().find_map(|c| c.recommended.tp);
-    let tps = tps.map_or_else(
-        || {
-            // The config's TP first (a time limit keeps it), then the others.
-            let mut v: Vec<u32> = rec_tp.into_iter().collect();
-            v.extend([1, 2, 4, 8].into_iter().filter(|t| Some(*t) != rec_tp));
-            v
-        },
-        <[u32]>::to_vec,
-    );
-    let eps = eps.map_or_else(|| if moe { vec![rec_ep] } else { vec![1] }, <[u32]>::to_vec);
-    let rec_etp = model.components.iter().find_map(|c| c.recommended.etp);
-    let mut out = Vec::new();
-    for &tp in &tps {
-        let etps = etps.map_or_else(|| vec![rec_etp.unwrap_or(tp)], <[u32]>::to_vec);
-        for &ep in &eps {
-            for &etp in &etps {
-                let p = Parallel::new(tp, ep, etp, 1);
-                if model.components.iter().all(|c| inventory(c, p).is_ok()) {
-                    out.push(p);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Where the default layouts' TP came from, when the config named it (no `tps` given): said
-/// before the work, with how to ask for others.
-pub fn config_tp_note(model: &ModelDesc, tps: Option<&[u32]>) -> Option<String> {
-    let tp = model
-        .components
-        .iter()
-        .find_map(|c| c.recommended.tp)
-        .filter(|_| tps.is_none())?;
-    Some(format!(
-        "{}: TP {tp} (the config's tensor_model_parallel_size) first, then the other TPs of \
-         1, 2, 4, 8 that divide the model (give --tp {tp} for the config's layout alone)",
-        model.name
-    ))
 }
 
 pub use fp8_bench::backend::Chosen;
@@ -372,14 +317,16 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     let models = load_models(&o.models, o.config_root.as_deref(), o.component, progress)?;
     let mut plans = Vec::new();
     for (config, model) in &models {
-        let layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+        let (tps, eps, etps) = (o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+        let layouts = default_layouts(model, tps, eps, etps);
+        let left_out = layouts_left_out(model, tps, eps, etps);
         if layouts.is_empty() {
-            return Err(format!(
-                "{}: no requested layout divides the model",
-                config.display()
-            ));
+            return Err(no_layout(config, &left_out));
         }
-        if let Some(n) = config_tp_note(model, o.tp.as_deref()) {
+        if let Some(n) = config_tp_note(model, tps) {
+            progress.note(&format!("gen-policy: {n}"));
+        }
+        for n in &left_out {
             progress.note(&format!("gen-policy: {n}"));
         }
         plans.push(layouts);

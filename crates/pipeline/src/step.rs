@@ -152,7 +152,9 @@ fn layouts_and_job(
     config: &Path,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<fp8_engine::Parallel>, StepJob), String> {
-    let mut layouts = default_layouts(model, o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+    let (tps, eps, etps) = (o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());
+    let mut layouts = default_layouts(model, tps, eps, etps);
+    let left_out = crate::generate::layouts_left_out(model, tps, eps, etps);
     let model_job = if o.vision_encoder() {
         layouts = vision_layouts(&layouts);
         vision_job(job, &model.name, notes)
@@ -171,11 +173,9 @@ fn layouts_and_job(
         }
     }
     if layouts.is_empty() {
-        return Err(format!(
-            "{}: no requested layout divides the model",
-            config.display()
-        ));
+        return Err(crate::generate::no_layout(config, &left_out));
     }
+    notes.extend(left_out);
     for p in &layouts {
         off_the_token_step(&job.tokens, p)?;
     }

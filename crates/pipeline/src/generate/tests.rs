@@ -1,6 +1,6 @@
 //! The job's layout defaults.
 
-use super::{config_tp_note, default_layouts};
+use super::{config_tp_note, default_layouts, layouts_left_out, no_layout};
 
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -48,6 +48,36 @@ fn tp_defaults_to_the_layout_the_config_trains_first_then_one_to_eight() {
     let l = fp8_engine::load_model(root().join("examples/models/llama3_8b.json")).unwrap();
     assert_eq!(tps(&l, None), [1, 2, 4, 8]);
     assert_eq!(config_tp_note(&l, None), None);
+}
+
+#[test]
+fn layouts_the_model_does_not_divide_are_left_out_with_the_reason() {
+    // A multi-query model (one key/value group) divides TP 1 only.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "gpt_bigcode", "n_embd": 1024, "n_head": 16, "n_layer": 2}"#,
+    )
+    .unwrap();
+    let m = fp8_engine::load_model(&cfg).unwrap();
+    let made: Vec<u32> = default_layouts(&m, None, None, None)
+        .iter()
+        .map(|p| p.tp)
+        .collect();
+    assert_eq!(made, [1]);
+    let out = layouts_left_out(&m, None, None, None);
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert!(
+        out[0].contains("tp2")
+            && out[0].contains("num_query_groups = 1 is not divisible by tp = 2"),
+        "{out:?}"
+    );
+    // None made: the error names each one's reason.
+    let left = layouts_left_out(&m, Some(&[2, 4]), None, None);
+    assert!(default_layouts(&m, Some(&[2, 4]), None, None).is_empty());
+    let e = no_layout(&cfg, &left);
+    assert!(e.contains("tp = 2") && e.contains("tp = 4"), "{e}");
 }
 
 #[test]
