@@ -103,3 +103,33 @@ def test_moe_routing_pads_fp8_expert_rows_and_keeps_every_token(tmp_path):
             assert rows[0] == 40 * spec.topk  # no padding in BF16
     # padding rows never reach the output: same weights, same tokens -> same result
     assert torch.allclose(outs[False].float(), outs[True].float(), atol=1e-2)
+
+
+@pytest.mark.parametrize("cfg,tp,fc1,norm", [
+    # GPT-2 by its own names: ungated, 4 x width, LayerNorm.
+    ({"model_type": "gpt2", "n_embd": 128, "n_head": 8, "n_layer": 2}, 2, 256, "LayerNorm"),
+    # ChatGLM by its own: gated (2 x 320 over TP 2), RMSNorm, two key/value groups.
+    ({"model_type": "chatglm", "num_layers": 2, "hidden_size": 128, "ffn_hidden_size": 320, "kv_channels": 16,
+      "num_attention_heads": 8, "multi_query_attention": True, "multi_query_group_num": 2}, 2, 320, "RMSNorm"),
+    # Falcon's new decoder: ungated, LayerNorm, its MLP 4 x width.
+    ({"model_type": "falcon", "hidden_size": 128, "num_attention_heads": 8, "num_hidden_layers": 2,
+      "new_decoder_architecture": True, "num_kv_heads": 2}, 2, 256, "LayerNorm"),
+])
+def test_families_read_by_their_own_names_build_their_plans_shapes(tmp_path, cfg, tp, fc1, norm):
+    torch = torch_or_skip()
+    import json as _json
+
+    import fake_te
+
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps(cfg))
+    args = sb.parser().parse_args(["--model", str(path), "--tp", str(tp), "--tokens", "64", "--layers", "1",
+                                   "--steps", "1", "--repeats", "1", "--warmup", "1", "--oracle", "none"])
+    torch.manual_seed(0)
+    fake_te.calls.clear()
+    fake_te.normalizations.clear()
+    out = sb.run(args, log=lambda *a, **k: None, te=fake_te, device="cpu")
+    assert all("error" not in r for r in out["results"]), out["results"]
+    assert set(fake_te.normalizations) == {norm}
+    widths = {c[2] for c in fake_te.calls if c[0] == "LayerNormLinear"}
+    assert fc1 in widths, widths
