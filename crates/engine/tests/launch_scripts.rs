@@ -320,3 +320,41 @@ fn a_loongforge_model_name_is_what_the_checkouts_registry_names() {
         m.notes
     );
 }
+
+#[test]
+fn query_groups_count_only_with_group_query_attention_as_megatron_lm_reads_them() {
+    let base = "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 \
+                --num-attention-heads 16 --ffn-hidden-size 4096 --swiglu --seq-length 2048 \
+                --num-query-groups 4";
+    let m = load_script(&format!("{base}\n")).unwrap();
+    assert_eq!(m.components[0].arch.num_query_groups, 16);
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("without --group-query-attention")),
+        "{:?}",
+        m.notes
+    );
+    let m = load_script(&format!("{base} --group-query-attention\n")).unwrap();
+    assert_eq!(m.components[0].arch.num_query_groups, 4);
+}
+
+#[test]
+fn a_flag_string_with_a_name_not_evaluated_keeps_its_other_flags() {
+    // Megatron-LM's Mamba example: `options="... --save ${CHECKPOINT_DIR} --data-path ${DATA_PATH}"`
+    // with DATA_PATH=$1: bash expands the rest; so does the reader, the unread flags' values
+    // left unevaluated.
+    let text = "DATA_PATH=$1\nNL=4\noptions=\" \\\n  --num-layers ${NL} --hidden-size 1024 \\\n  \
+                --num-attention-heads 16 --data-path ${DATA_PATH} --seq-length 2048 \\\n  \
+                --save ${CKPT}\"\ntorchrun pretrain_gpt.py ${options}\n";
+    let m = load_script(text).unwrap();
+    let a = &m.components[0].arch;
+    assert_eq!((a.num_layers, a.hidden_size), (4, 1024));
+    assert_eq!(m.components[0].recommended.seq_length, Some(2048));
+    // A read field's value that needs it is refused, naming the flag.
+    let e = load_script(&text.replace("--num-layers ${NL}", "--num-layers ${LAYERS}")).unwrap_err();
+    assert!(
+        e.contains("num_layers") && e.contains("does not evaluate"),
+        "{e}"
+    );
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::super::error::ConfigError;
-use super::super::megatron::{RUN_FIELDS, is_read};
+use super::super::megatron::{RUN_FIELDS, is_model_field, is_read};
 use super::super::{LoadOptions, load_model_with, model_from_value, yaml_tree};
 use super::registry;
 use crate::model::ModelDesc;
@@ -42,7 +42,13 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
     let (yaml, how) = match (v.get("config_file"), v.get("model_name")) {
         (Some(cfg), _) => (beside(cfg, path, "config_file")?, "--config-file"),
         (None, Some(name)) => (registered(name, path, opt, &mut notes)?, "--model-name"),
-        (None, None) if v.get("num_layers").is_none() => {
+        // No field of a model at all (a data-preprocessing script); with some, the Megatron
+        // reader names what is missing, or refuses a hybrid stack by its pattern.
+        (None, None)
+            if !v
+                .as_object()
+                .is_some_and(|m| m.keys().any(|k| is_model_field(k))) =>
+        {
             return Err(refused(
                 path,
                 "num_layers",
@@ -52,7 +58,12 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
                 "give the launch script that trains the model, or the model's YAML or config.json",
             ));
         }
-        (None, None) => return Ok(Read::Fields(v, said)),
+        (None, None) => {
+            let mut v = v;
+            let mut said = said;
+            said.extend(as_megatron_lm_reads(&mut v));
+            return Ok(Read::Fields(v, said));
+        }
     };
     let mut tree = yaml_tree(&yaml, opt, &mut notes)?;
     merge(&mut tree, &v);
@@ -69,6 +80,23 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
     notes.extend(said);
     desc.notes = notes;
     Ok(Read::Model(desc))
+}
+
+/// Megatron-LM's reading of its own flags where a config's fields read otherwise: the key/value
+/// groups (`--num-query-groups`) count only with `--group-query-attention`, else every head has
+/// its own (its `core_transformer_config_from_args`). Says what it set.
+fn as_megatron_lm_reads(v: &mut Value) -> Option<String> {
+    let m = v.as_object_mut()?;
+    if m.contains_key("num_query_groups") && !m.contains_key("group_query_attention") {
+        m.insert("group_query_attention".into(), Value::Bool(false));
+        return Some(
+            "--num-query-groups without --group-query-attention: Megatron-LM trains every head \
+             with its own key/value (MHA), as read here; add --group-query-attention for the \
+             groups"
+                .to_owned(),
+        );
+    }
+    None
 }
 
 /// The script's fields that the engine reads, into the YAML's language model (`model.foundation`

@@ -147,13 +147,25 @@ impl Scan<'_> {
                  `fp8sel explain`)"
             ));
         }
-        if let Some(text) = v.as_deref().filter(|t| t.contains("--") && level < 4) {
-            // Where it is used unquoted, bash splits it at blanks alone (quotes and parentheses
-            // in it are characters) and never expands it again.
-            let words: Vec<Token> = text
-                .split_whitespace()
-                .map(|w| Token::Word(vec![(w.to_owned(), false)]))
-                .collect();
+        // Where it is used unquoted, bash splits it at blanks alone (quotes and parentheses in
+        // it are characters) and never expands it again. A value with a name this reader does
+        // not evaluate (`--save ${CKPT}`, `CKPT=$1`) is split word by word: its other flags
+        // still count, and the word it cannot evaluate stays unevaluated (refused only where a
+        // read field needs it).
+        let words = match v.as_deref() {
+            Some(text) if text.contains("--") => Some(literal_words(text)),
+            None if raw(value).contains("--") => Some(
+                split_words(value)
+                    .into_iter()
+                    .flat_map(|w| match expand(&w, &self.vars, &mut used) {
+                        Some(text) => literal_words(&text),
+                        None => vec![Token::Word(w)],
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(words) = words.filter(|_| level < 4) {
             self.run(&words, &used, level + 1)?;
         }
         self.vars.insert(name, (v, used));
@@ -307,6 +319,41 @@ fn tokens(text: &str) -> Vec<Token> {
     }
     end_word(&mut word, &mut cur, &mut started, &mut out);
     out
+}
+
+/// Words of text that expands no further.
+fn literal_words(text: &str) -> Vec<Token> {
+    text.split_whitespace()
+        .map(|w| Token::Word(vec![(w.to_owned(), false)]))
+        .collect()
+}
+
+/// A value's pieces split at blanks into words, each piece keeping whether `$` expands in it.
+fn split_words(pieces: &[Piece]) -> Vec<Vec<Piece>> {
+    let mut words = Vec::new();
+    let mut word: Vec<Piece> = Vec::new();
+    for (text, expands) in pieces {
+        let mut cur = String::new();
+        for c in text.chars() {
+            if c.is_whitespace() {
+                if !cur.is_empty() {
+                    word.push((std::mem::take(&mut cur), *expands));
+                }
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            } else {
+                cur.push(c);
+            }
+        }
+        if !cur.is_empty() {
+            word.push((cur, *expands));
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 fn raw(pieces: &[Piece]) -> String {

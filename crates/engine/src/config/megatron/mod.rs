@@ -87,6 +87,11 @@ pub(crate) fn is_read(key: &str) -> bool {
     read_fields().any(|k| k == key)
 }
 
+/// Whether `key` is one of the fields that describe the model (not the run's).
+pub(crate) fn is_model_field(key: &str) -> bool {
+    MODEL_FIELDS.contains(&key)
+}
+
 /// Keys that are one or two edits from a field the engine reads, while that field is absent: a
 /// typo that would silently fall back to a default (`ffn_hidden_sise` -> 4 x hidden).
 fn likely_typos(f: Fields<'_>) -> Vec<String> {
