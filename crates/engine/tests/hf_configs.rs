@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use fp8_engine::load_model;
+use fp8_engine::model::Norm;
 
 mod common;
 use common::{field_error, hf_llm, write};
@@ -473,4 +474,38 @@ fn deepseek_v3_2_plans_its_mla_and_warns_that_the_indexer_is_not_planned() {
     );
     // DeepSeek-V3 itself has no indexer and no warning.
     assert!(load("deepseek_v3", "").warnings.is_empty());
+}
+
+#[test]
+fn more_vlms_read_the_language_model_their_text_config_names() {
+    // PaliGemma 2 (Gemma 2), Idefics3 and SmolVLM (Llama), Aya Vision (Cohere 2): the language
+    // model by text_config.model_type, the SigLIP encoder (ungated) by vision_config.
+    let dir = tempfile::tempdir().unwrap();
+    for (vlm, text, gated, norm) in [
+        ("paligemma", "gemma2", true, Norm::RmsNorm),
+        ("idefics3", "llama", true, Norm::RmsNorm),
+        ("smolvlm", "llama", true, Norm::RmsNorm),
+        ("aya_vision", "cohere2", true, Norm::LayerNorm),
+    ] {
+        let p = write(
+            &dir,
+            "config.json",
+            &format!(
+                r#"{{"model_type": "{vlm}", "text_config": {{"model_type": "{text}",
+                "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}},
+                "vision_config": {{"hidden_size": 1152, "intermediate_size": 4304,
+                "num_hidden_layers": 27, "num_attention_heads": 16,
+                "hidden_act": "gelu_pytorch_tanh"}}}}"#
+            ),
+        );
+        let m = load_model(&p).unwrap();
+        let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+        assert_eq!(
+            (llm.gated_mlp, llm.norm, llm.head_dim),
+            (gated, norm, 256),
+            "{vlm}"
+        );
+        assert_eq!((vit.hidden_size, vit.gated_mlp), (1152, false), "{vlm}");
+    }
 }

@@ -27,7 +27,8 @@
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
 //!   by `embed_dim` and `mlp_ratio`); internvl, llava, llava_next, llava_onevision, glm4v,
-//!   glm4v_moe (the LLM of whichever text family `text_config.model_type` names: GLM-4.5V's
+//!   glm4v_moe, paligemma, idefics3, smolvlm, aya_vision (the LLM of whichever text family
+//!   `text_config.model_type` names: GLM-4.5V's
 //!   glm4v_moe_text has DeepSeek's experts with GQA, GLM-4.1V's glm4v_text is dense; their ViT
 //!   is gated, `hidden_act` silu); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
 //!   Gated DeltaNet layers are read wherever the text config has their heads

@@ -97,6 +97,10 @@ const MODEL_TYPES: &[(&str, Kind)] = &[
     ("llava_onevision", Kind::VlmByText),
     ("glm4v", Kind::VlmByText),
     ("glm4v_moe", Kind::VlmByText),
+    ("paligemma", Kind::VlmByText),
+    ("idefics3", Kind::VlmByText),
+    ("smolvlm", Kind::VlmByText),
+    ("aya_vision", Kind::VlmByText),
 ];
 
 fn kind_of(model_type: &str) -> Option<Kind> {
@@ -186,6 +190,10 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("LlavaOnevisionForConditionalGeneration", "llava_onevision"),
     ("Glm4vForConditionalGeneration", "glm4v"),
     ("Glm4vMoeForConditionalGeneration", "glm4v_moe"),
+    ("PaliGemmaForConditionalGeneration", "paligemma"),
+    ("Idefics3ForConditionalGeneration", "idefics3"),
+    ("SmolVLMForConditionalGeneration", "smolvlm"),
+    ("AyaVisionForConditionalGeneration", "aya_vision"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
