@@ -509,3 +509,34 @@ fn more_vlms_read_the_language_model_their_text_config_names() {
         assert_eq!((vit.hidden_size, vit.gated_mlp), (1152, false), "{vlm}");
     }
 }
+
+#[test]
+fn internvl_chats_remote_code_config_reads_its_llm_config_and_internvit() {
+    // InternVL2.5-8B's config.json: the language model under llm_config (InternLM2), InternViT
+    // (gelu, ungated); InternViT-6B's norm_type rms_norm.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |norm: &str| {
+        format!(
+            r#"{{"model_type": "internvl_chat", "architectures": ["InternVLChatModel"],
+            "llm_config": {{"model_type": "internlm2", "hidden_size": 4096,
+            "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8}},
+            "vision_config": {{"model_type": "intern_vit_6b", "hidden_size": 1024,
+            "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+            "hidden_act": "gelu", "norm_type": "{norm}"}}}}"#
+        )
+    };
+    let p = write(&dir, "config.json", &cfg("layer_norm"));
+    let m = load_model(&p).unwrap();
+    let (llm, vit) = (&m.components[0].arch, &m.components[1].arch);
+    assert_eq!((llm.num_query_groups, llm.gated_mlp), (8, true));
+    assert_eq!(
+        (vit.hidden_size, vit.gated_mlp, vit.norm),
+        (1024, false, Norm::LayerNorm)
+    );
+    let p = write(&dir, "config.json", &cfg("rms_norm"));
+    assert_eq!(
+        load_model(&p).unwrap().components[1].arch.norm,
+        Norm::RmsNorm
+    );
+}

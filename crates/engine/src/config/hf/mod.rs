@@ -12,27 +12,29 @@
 //!   stablelm, olmo. Where attention and the MLP run in parallel (gpt_neox's and stablelm's
 //!   `use_parallel_residual`, phi, cohere) the GEMMs are those of the sequential layer
 //!   Megatron's `GPTModel` builds, and the plan's defaults say so;
-//! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers); qwen3_next
-//!   (the same experts, Gated DeltaNet in the layers without full attention, gated attention); mixtral,
-//!   granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe, gpt_oss, minimax_m2
-//!   (`num_local_experts`; gpt-oss's attention sinks and windows change no GEMM); olmoe
-//!   (`num_experts`; experts use `intermediate_size`); deepseek (DeepSeek-MoE), glm4_moe, dots1
-//!   (DeepSeek's routed and shared experts and first dense layers, with GQA attention); deepseek_v3, deepseek_v2 (the
-//!   same with MLA); deepseek_v32 (the same; its sparse attention's indexer, `index_n_heads`, is
-//!   not planned, and a warning says so); ernie4_5_moe (`moe_num_experts`, `moe_k`, MoE layers
-//!   from `moe_layer_start_index` every `moe_layer_interval`-th); llama4_text (routed and one
-//!   shared expert every `interleave_moe_layer_step`-th layer, `intermediate_size` wide; dense
-//!   layers `intermediate_size_mlp`);
+//! - MoE: qwen2_moe, qwen3_moe (`moe_intermediate_size`, sparse-step and dense layers);
+//!   qwen3_next (the same experts, Gated DeltaNet in the layers without full attention, gated
+//!   attention); mixtral, granitemoe, granitemoeshared (`shared_intermediate_size`), phimoe,
+//!   gpt_oss, minimax_m2 (`num_local_experts`; gpt-oss's attention sinks and windows change no
+//!   GEMM); olmoe (`num_experts`; experts use `intermediate_size`); deepseek (DeepSeek-MoE),
+//!   glm4_moe, dots1 (DeepSeek's routed and shared experts and first dense layers, with GQA
+//!   attention); deepseek_v3, deepseek_v2 (the same with MLA); deepseek_v32 (the same; its
+//!   sparse attention's indexer, `index_n_heads`, is not planned, and a warning says so);
+//!   ernie4_5_moe (`moe_num_experts`, `moe_k`, MoE layers from `moe_layer_start_index` every
+//!   `moe_layer_interval`-th); llama4_text (routed and one shared expert every
+//!   `interleave_moe_layer_step`-th layer, `intermediate_size` wide; dense layers
+//!   `intermediate_size_mlp`);
 //! - VLMs: qwen3_vl_moe, qwen3_vl, qwen3_5_moe, qwen3_5, gemma3, mistral3, llama4 (LLM from
 //!   `text_config`, ViT from `vision_config`: Pixtral's is gated, `hidden_act` silu); qwen2_vl,
 //!   qwen2_5_vl (the LLM's fields at the top where there is no `text_config`; Qwen2-VL's ViT
 //!   by `embed_dim` and `mlp_ratio`); internvl, llava, llava_next, llava_onevision, glm4v,
-//!   glm4v_moe, paligemma, idefics3, smolvlm, aya_vision (the LLM of whichever text family
-//!   `text_config.model_type` names: GLM-4.5V's
-//!   glm4v_moe_text has DeepSeek's experts with GQA, GLM-4.1V's glm4v_text is dense; their ViT
-//!   is gated, `hidden_act` silu); qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone.
-//!   Gated DeltaNet layers are read wherever the text config has their heads
-//!   (`config::linear_attention`), with gated full attention.
+//!   glm4v_moe, paligemma, idefics3, smolvlm, aya_vision, internvl_chat (the LLM of whichever
+//!   text family `text_config.model_type` names, `llm_config` in InternVL's remote code:
+//!   GLM-4.5V's glm4v_moe_text has DeepSeek's experts with GQA, GLM-4.1V's glm4v_text is
+//!   dense; their ViT is gated, `hidden_act` silu; InternViT-6B's `norm_type` RMSNorm);
+//!   qwen3_5_text and qwen3_5_moe_text are Qwen3.5's language model alone. Gated DeltaNet
+//!   layers are read wherever the text config has their heads (`config::linear_attention`),
+//!   with gated full attention.
 //!
 //! A `model_type` not among these (a fork's own name, as Kimi K2's `kimi_k2`) is read by the
 //! first `architectures` class that is one of theirs (`DeepseekV3ForCausalLM`), and the plan's
@@ -65,14 +67,20 @@ pub(crate) fn components(f: Fields<'_>) -> Result<Vec<Component>, ConfigError> {
     let mut out = match kind {
         Kind::Text(family) => vec![text(f, family)?],
         Kind::Vlm(_) | Kind::VlmTopText(_) | Kind::VlmByText => {
-            let t = match (f.sub("text_config", "text_config")?, kind) {
+            // InternVL's remote-code configs (`internvl_chat`) name it llm_config.
+            let under = match f.sub("text_config", "text_config")? {
+                Some(t) => Some(t),
+                None => f.sub("llm_config", "llm_config")?,
+            };
+            let t = match (under, kind) {
                 (Some(t), _) => t,
                 (None, Kind::VlmTopText(_)) => f,
                 (None, _) => {
                     return Err(f.err(
                         "text_config",
                         "missing",
-                        "a VLM config carries the LLM under text_config",
+                        "a VLM config carries the LLM under text_config (InternVL's remote code: \
+                         llm_config)",
                     ));
                 }
             };
@@ -484,7 +492,11 @@ fn vision(f: Fields<'_>) -> Result<Component, ConfigError> {
             num_query_groups: heads,
             head_dim: hidden / heads,
             gated_mlp: act == "silu",
-            norm: Norm::LayerNorm,
+            // InternViT-6B's `norm_type: rms_norm`; SigLIP, CLIP and the 300M InternViT LayerNorm.
+            norm: match f.opt_str(&["norm_type"])? {
+                Some(n) if n.to_ascii_lowercase().contains("rms") => Norm::RmsNorm,
+                _ => Norm::LayerNorm,
+            },
             mla: None,
             moe: None,
             linear_attention: None,

@@ -101,6 +101,7 @@ const MODEL_TYPES: &[(&str, Kind)] = &[
     ("idefics3", Kind::VlmByText),
     ("smolvlm", Kind::VlmByText),
     ("aya_vision", Kind::VlmByText),
+    ("internvl_chat", Kind::VlmByText),
 ];
 
 fn kind_of(model_type: &str) -> Option<Kind> {
@@ -194,6 +195,7 @@ const ARCHITECTURES: &[(&str, &str)] = &[
     ("Idefics3ForConditionalGeneration", "idefics3"),
     ("SmolVLMForConditionalGeneration", "smolvlm"),
     ("AyaVisionForConditionalGeneration", "aya_vision"),
+    ("InternVLChatModel", "internvl_chat"),
 ];
 
 /// `model_type`'s kind, else the first `architectures` class that names one (with the note
