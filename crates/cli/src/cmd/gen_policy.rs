@@ -53,7 +53,7 @@ use crate::error::{CliError, CliResult};
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Model configs (repeat for several): a Megatron/LoongForge YAML, a Megatron-LM or
+    /// Model configs (repeat for several): a Megatron/LoongForge/NeMo YAML, a Megatron-LM or
     /// LoongForge launch script (`.sh`), or a HuggingFace config.json or its checkout's directory.
     /// [`cargo xtask gen-policy`: the repository's models]
     #[arg(long = "model", value_name = "CONFIG")]
