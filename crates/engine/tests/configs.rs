@@ -440,6 +440,16 @@ fn nemo_model_configs_read_their_activation_and_encoder_seq_length() {
         let c = &load_model(&p).unwrap().components[0];
         assert_eq!(c.arch.gated_mlp, gated, "{act}");
         assert_eq!(c.arch.norm, Norm::RmsNorm);
+        // Nemotron's NeMo configs: layernorm1p, a LayerNorm.
+        let p = write(
+            &dir,
+            "nemo.yaml",
+            &nemo(act).replace("rmsnorm", "layernorm1p"),
+        );
+        assert_eq!(
+            load_model(&p).unwrap().components[0].arch.norm,
+            Norm::LayerNorm
+        );
         assert_eq!(
             (c.recommended.seq_length, c.recommended.tp),
             (Some(8192), Some(2)),

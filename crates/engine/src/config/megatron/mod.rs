@@ -404,10 +404,16 @@ fn gated_mlp(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<bool, ConfigEr
 
 /// RMSNorm or LayerNorm, in any framework's spelling.
 fn normalization(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Norm, ConfigError> {
-    // Framework spellings too: Torch_RMSNorm (ERNIE 4.5), TERMSNorm, FusedLayerNorm.
+    // Framework spellings too: Torch_RMSNorm (ERNIE 4.5), TERMSNorm, FusedLayerNorm, NeMo's
+    // layernorm1p (Nemotron's zero-centred gamma: a LayerNorm's GEMMs and kernels).
     let norm = match f.opt_str(&["normalization"])? {
         Some(n) if n.to_ascii_lowercase().ends_with("rmsnorm") => Norm::RmsNorm,
-        Some(n) if n.to_ascii_lowercase().ends_with("layernorm") => Norm::LayerNorm,
+        Some(n)
+            if n.to_ascii_lowercase().ends_with("layernorm")
+                || n.eq_ignore_ascii_case("layernorm1p") =>
+        {
+            Norm::LayerNorm
+        }
         Some(other) => {
             return Err(f.err(
                 "normalization",
