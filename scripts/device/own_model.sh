@@ -8,6 +8,10 @@
 #   bash scripts/device/own_model.sh moe      # the judge of the MoE model
 #   bash scripts/device/own_model.sh graphed  # both judged in CUDA-graphed steps, with the
 #                                             # policies of `gen` carried in devcarry/own_model/
+#   bash scripts/device/own_model.sh script   # a Megatron-LM launch script (Mistral-NeMo-12B's
+#       public dimensions, TP 1, 4096 tokens) as the model: the plain `fp8sel gen-policy --model
+#       train.sh` (no --tp: the script's TP first, the others while --time-limit lasts), then
+#       `te-precision-config --model train.sh` and the judge at counts no policy was made at
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
 phase=${1:?gen or moe}
@@ -54,7 +58,42 @@ judge() {  # name, timeout, layers[, execution]
   grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
   cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
+launch_script() {  # a Megatron-LM launch script from Mistral-NeMo-12B's public dimensions
+  mkdir -p "$W/Mistral-NeMo-12B"
+  cat > "$W/Mistral-NeMo-12B/train.sh" <<'EOF'
+#!/bin/bash
+# Mistral-NeMo-12B's dimensions, as a Megatron-LM user launches it (written for this check).
+TP=1
+SEQ=${SEQ_LEN:-4096}
+MODEL_ARGS=(
+    --num-layers 40 --hidden-size 5120 --ffn-hidden-size 14336
+    --num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128
+    --swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights
+    --seq-length $SEQ --max-position-embeddings $SEQ
+)
+PARALLEL_ARGS=(--tensor-model-parallel-size $TP --sequence-parallel --micro-batch-size 1)
+torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" \
+    --fp8-format e4m3 --fp8-recipe blockwise --save "${CKPT:-ckpt}"
+EOF
+}
 case $phase in
+script)
+  launch_script
+  cd "$W" || exit 1
+  t0=$SECONDS
+  timeout 450 "$FP8SEL" gen-policy --model Mistral-NeMo-12B/train.sh --time-limit 420 > gen_script.log 2>&1
+  echo "gen script rc=$? $((SECONDS - t0)) s"
+  grep -E "the config's tensor_model_parallel_size|left out|not modelled|warning" gen_script.log | cut -c1-220
+  "$FP8SEL" te-precision-config --model Mistral-NeMo-12B/train.sh --policy policies/train.json \
+    --output te_precision.yaml > te_config.log 2>&1
+  echo "te-precision-config rc=$?"; head -3 te_config.log
+  cd - > /dev/null || exit 1
+  timeout 120 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/Mistral-NeMo-12B/train.sh" \
+    --policy "$W/policies/train.json" --tokens 3072,6144 --execution eager --layers 2 --repeats 21 \
+    --json "$W/judge_script.json" --md "$W/judge_script.md" > "$W/judge_script.log" 2>&1
+  echo "judge script rc=$?"
+  cp "$W"/judge_script.* "$OUT/" 2>/dev/null
+  ;;
 gen)
   gen Qwen2.5-14B
   gen Qwen1.5-MoE-A2.7B
