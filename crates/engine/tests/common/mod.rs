@@ -27,6 +27,14 @@ pub fn field_error(e: ConfigError) -> (String, String) {
     }
 }
 
+/// The field an HF config's error names (the config must be refused with a field error).
+#[allow(dead_code)] // each test binary compiles this module; not every one refuses a config
+pub fn hf_refused_field(json: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "config.json", json);
+    field_error(load_model(&p).unwrap_err()).0
+}
+
 /// The LLM arch of one HF config.
 pub fn hf_llm(json: &str) -> fp8_engine::model::Arch {
     let dir = tempfile::tempdir().unwrap();
