@@ -104,15 +104,16 @@ fn the_never_value_is_never_shown_as_a_number() {
     // Every shipped policy, at layouts it has rules for, in both executions: the tables and
     // diagnostics say "never" where the file carries 2^53 for the reference's loader.
     let never = "9007199254740992";
-    // (model, its policy files, the layout); the step model leaves a key it never runs FP8 out
-    // of the file, so the never values are those of a per-module policy (Qwen3-VL's vision
-    // encoder), shown beside a step-model language model.
+    // (model, its policy files, the layout): a step-model key FP8 in one execution only carries
+    // never in the other (Llama-3.2-1B TP 1's proj graphed), beside a VLM's two files and an
+    // MoE's layouts.
     let ds = ("deepseek_v3.yaml", &["deepseek_v3.json"][..]);
     let vl = (
         "qwen3_vl_235b_a22b.yaml",
         &["qwen3_vl_235b_a22b.llm.json", "qwen3_vl_235b_a22b.vit.json"][..],
     );
-    let cases: [(&str, &[&str], &[&str]); 4] = [
+    let cases: [(&str, &[&str], &[&str]); 5] = [
+        ("llama3_2_1b.yaml", &["llama3_2_1b.json"], &["--tp", "1"]),
         (vl.0, vl.1, &["--tp", "1", "--ep", "8", "--etp", "1"]),
         (vl.0, vl.1, &["--tp", "4", "--ep", "16", "--etp", "1"]),
         (ds.0, ds.1, &["--tp", "8", "--ep", "64", "--etp", "1"]),
