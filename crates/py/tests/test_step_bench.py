@@ -176,6 +176,12 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
     assert "| eager | 4096 | oracle | fc1 |" in md and md.count("\n") == 4 + 3 + 1
     assert "| faster | 1.050 (0.846-1.056) of fp8 |" in md
     assert "| graphed | 1024 | - | - | - | - | error: RuntimeError: capture failed | - |" in md
+    # A mode whose groups are another's is that program's rows, and says so.
+    modes["policy:p.json"] = dict(modes["bf16"])
+    times_again = sb.summarize(4096, modes, times, [])
+    md = sb.markdown(dict(out, results=[dict(times_again, execution="eager")]))
+    assert "| policy:p.json (= bf16: the same program, timed once) | - |" in md
+    assert "| oracle | fc1 |" in md and "| bf16 | - |" in md
 
 
 def test_help_teaches_and_bad_tokens_are_refused():

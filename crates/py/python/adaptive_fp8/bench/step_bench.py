@@ -115,9 +115,14 @@ def markdown(out: dict) -> str:
         if "error" in row:
             lines.append(f"| {row['execution']} | {row['tokens']} | - | - | - | - | error: {row['error']} | - |")
             continue
+        first: dict[tuple, str] = {}
         for m, r in row["modes"].items():
+            # Modes with the same FP8 groups are one program, built and timed once (`_one`): the
+            # later ones say whose rows they are, so no reader takes them for another timing.
+            same = first.setdefault(tuple(sorted(r["fp8_groups"])), m)
+            shown = m if same == m else f"{m} (= {same}: the same program, timed once)"
             lines.append(
-                f"| {row.get('execution', out.get('execution', 'eager'))} | {row['tokens']} | {m} | {','.join(r['fp8_groups']) or '-'} "
+                f"| {row.get('execution', out.get('execution', 'eager'))} | {row['tokens']} | {shown} | {','.join(r['fp8_groups']) or '-'} "
                 f"| {r['ms_median']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f}) "
                 f"| {r['vs_bf16_median']:.3f} ({r['vs_bf16_p10']:.3f}-{r['vs_bf16_p90']:.3f}) "
                 f"| {r['verdict_vs_bf16']} | {_vs_min(r)} |"
