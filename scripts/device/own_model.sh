@@ -84,12 +84,12 @@ script)
   timeout 450 "$FP8SEL" gen-policy --model Mistral-NeMo-12B/train.sh --time-limit 420 > gen_script.log 2>&1
   echo "gen script rc=$? $((SECONDS - t0)) s"
   grep -E "the config's tensor_model_parallel_size|left out|not modelled|warning" gen_script.log | cut -c1-220
-  "$FP8SEL" te-precision-config --model Mistral-NeMo-12B/train.sh --policy policies/train.json \
+  "$FP8SEL" te-precision-config --model Mistral-NeMo-12B/train.sh --policy policies/Mistral-NeMo-12B.json \
     --output te_precision.yaml > te_config.log 2>&1
   echo "te-precision-config rc=$?"; head -3 te_config.log
   cd - > /dev/null || exit 1
   timeout 120 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/Mistral-NeMo-12B/train.sh" \
-    --policy "$W/policies/train.json" --tokens 3072,6144 --execution eager --layers 2 --repeats 21 \
+    --policy "$W/policies/Mistral-NeMo-12B.json" --tokens 3072,6144 --execution eager --layers 2 --repeats 21 \
     --json "$W/judge_script.json" --md "$W/judge_script.md" > "$W/judge_script.log" 2>&1
   echo "judge script rc=$?"
   cp "$W"/judge_script.* "$OUT/" 2>/dev/null
