@@ -55,7 +55,8 @@ use crate::error::{CliError, CliResult};
 pub struct Args {
     /// Model configs (repeat for several): a Megatron/LoongForge/NeMo YAML, a Megatron-LM or
     /// LoongForge launch script (`.sh`), or a HuggingFace config.json or its checkout's directory.
-    /// [`cargo xtask gen-policy`: the repository's models]
+    /// Its policy is `<name>.json`: the file's name, else (a `config.json`, or a script named for
+    /// how it runs, as `train.sh`) its folder's. [`cargo xtask gen-policy`: the repository's models]
     #[arg(long = "model", value_name = "CONFIG")]
     pub models: Vec<PathBuf>,
     /// Hydra's search path, tried after each config's own directory [default: the nearest

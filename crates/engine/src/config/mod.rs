@@ -97,6 +97,10 @@ pub fn load_model_with(
         .unwrap_or_else(|| "model".to_owned());
     let name = if is_json && stem == "config" {
         hf_name(path, &root)
+    } else if is_script {
+        let (name, said) = launch::script_name(path);
+        notes.extend(said);
+        name
     } else {
         stem
     };

@@ -23,11 +23,12 @@ pub(crate) enum Read {
 pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> {
     let text = fp8_io::read_to_string_limited(path, super::super::MAX_CONFIG_BYTES)?;
     let (v, said) = super::fields(&text, path)?;
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let (name, named) = super::script_name(path);
     if let Some(cfg) = v.get("yaml_cfg") {
         let yaml = beside(cfg, path, "yaml_cfg")?;
         let mut desc = load_model_with(&yaml, opt)?;
-        desc.name = stem.unwrap_or(desc.name);
+        desc.name = name;
+        desc.notes.splice(0..0, named);
         desc.notes.insert(
             0,
             format!(
@@ -67,7 +68,7 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
     };
     let mut tree = yaml_tree(&yaml, opt, &mut notes)?;
     merge(&mut tree, &v);
-    let mut desc = model_from_value(&tree, &yaml, stem.as_deref().unwrap_or("model"), false)?;
+    let mut desc = model_from_value(&tree, &yaml, &name, false)?;
     notes.insert(
         0,
         format!(
@@ -77,6 +78,7 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
             yaml.display()
         ),
     );
+    notes.extend(named);
     notes.extend(said);
     desc.notes = notes;
     Ok(Read::Model(desc))

@@ -28,9 +28,11 @@ use super::megatron::is_read;
 
 mod arith;
 mod elsewhere;
+mod name;
 mod registry;
 use arith::Arith;
 pub(crate) use elsewhere::{Read, load};
+pub(crate) use name::script_name;
 
 /// Megatron's `store_true` flags that the engine reads: never followed by a value.
 const SWITCHES: &[&str] = &[
