@@ -12,9 +12,12 @@
 #       public dimensions, TP 1, 4096 tokens) as the model: the plain `fp8sel gen-policy --model
 #       train.sh` (no --tp: the script's TP first, the others while --time-limit lasts), then
 #       `te-precision-config --model train.sh` and the judge at counts no policy was made at
+#   bash scripts/device/own_model.sh script-graphed  # the committed policy of `script`
+#       (docs/device-logs/own_model/script/policies/) judged in CUDA-graphed steps at 3072 and
+#       6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?gen or moe}
+phase=${1:?gen, moe, graphed, script or script-graphed}
 OUT=${OUT:-/tmp/out}
 W=/tmp/om
 mkdir -p "$W" "$OUT"
@@ -93,6 +96,17 @@ script)
     --json "$W/judge_script.json" --md "$W/judge_script.md" > "$W/judge_script.log" 2>&1
   echo "judge script rc=$?"
   cp "$W"/judge_script.* "$OUT/" 2>/dev/null
+  ;;
+script-graphed)
+  launch_script
+  pol=$(ls docs/device-logs/own_model/script/policies/*.json | head -1)
+  for ex in graphed:3072,6144 eager:4608; do
+    timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/Mistral-NeMo-12B/train.sh" \
+      --policy "$pol" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers 2 --repeats 21 \
+      --json "$W/judge_script_${ex%%:*}.json" --md "$W/judge_script_${ex%%:*}.md" > "$W/judge_script_${ex%%:*}.log" 2>&1
+    echo "judge script ${ex%%:*} rc=$?"
+    cp "$W"/judge_script_"${ex%%:*}".* "$OUT/" 2>/dev/null
+  done
   ;;
 gen)
   gen Qwen2.5-14B
