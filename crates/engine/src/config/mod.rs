@@ -132,14 +132,7 @@ fn yaml_tree(
 /// A HuggingFace checkout's model name (its `config.json` is named `config`): the checkout's
 /// directory name, else the config's `_name_or_path` (its last component), else `model_type`.
 fn hf_name(path: &Path, root: &Value) -> String {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
-    let from_dir = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let from_dir = folder_name(path);
     let field = |k: &str| {
         root.get(k)
             .and_then(Value::as_str)
@@ -157,6 +150,17 @@ fn hf_name(path: &Path, root: &Value) -> String {
         .or_else(|| field("_name_or_path"))
         .or_else(|| field("model_type"))
         .unwrap_or_else(|| "model".to_owned())
+}
+
+/// The name of the folder that holds `path` (the working directory's for a bare file name).
+pub(crate) fn folder_name(path: &Path) -> Option<String> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    dir.canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
 /// Builds a model description from an already-parsed config tree.

@@ -67,14 +67,7 @@ pub(crate) fn script_name(path: &Path) -> (String, Option<String>) {
     if !says_nothing(&stem, &[]) {
         return (stem, None);
     }
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let folder = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+    let folder = super::super::folder_name(path)
         .filter(|n| !n.starts_with('.') && !says_nothing(n, SHARED_FOLDERS));
     match folder {
         Some(f) => {
