@@ -30,7 +30,7 @@ pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String>
 }
 
 /// The table's head, one column per measure.
-const HEADER: &str = "| model | layout | run | held-out steps | median \\|error\\| | within 3% | within 3% or its band | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n";
+const HEADER: &str = "| model | layout | run | held-out steps | median \\|error\\| | within 3% | within 3% or its band | refit, count left out: within 3% | worst | vs BF16: median \\|error\\| | vs BF16 within 3% | same step twice: median (max) | plans slower than BF16 | plans behind all-FP8 | plans not the policy's |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n";
 
 /// One row per layout, then the totals over them; a file without the step model's provenance
 /// is an error (the placeholder names a file that is not the step model's).
@@ -178,6 +178,7 @@ struct Totals {
     ratio_median_within: usize,
     ratios: usize,
     ratio_within: usize,
+    refit_within: usize,
 }
 
 impl Totals {
@@ -187,6 +188,7 @@ impl Totals {
         self.held += t.held;
         self.within += t.within;
         self.banded += t.banded;
+        self.refit_within += t.refit_within;
         self.ratio_median_within += t.ratio_median_within;
         self.ratios += t.ratios;
         self.ratio_within += t.ratio_within;
@@ -200,10 +202,11 @@ impl Totals {
             ..
         } = *self;
         format!(
-            "| **all** | {l} layouts | | {n} | within 3% in {} of {l} | {} of {n} | {} of {n} | | within 3% in {} of {l} | {} of {r} | | | | |",
+            "| **all** | {l} layouts | | {n} | within 3% in {} of {l} | {} of {n} | {} of {n} | {} of {n} | | within 3% in {} of {l} | {} of {r} | | | | |",
             self.median_within,
             self.within,
             self.banded,
+            self.refit_within,
             self.ratio_median_within,
             self.ratio_within
         )
@@ -304,6 +307,13 @@ fn row_as(
                 .is_some_and(|e| e.abs() <= 0.03_f64.max(r["noise"].as_f64().unwrap_or(0.0)))
         })
         .count();
+    // The model refit with the check's other counts' all-BF16 and all-FP8 steps
+    // (fp8_merge::model::refit), this count's left out.
+    let refit_within = check
+        .iter()
+        .filter(|r| r["calibrated"] == false)
+        .filter(|r| r["refit_error"].as_f64().is_some_and(|e| e.abs() <= 0.03))
+        .count();
     let mut ratios = ratio_errors(check);
     let ratio_within = ratios.iter().filter(|e| **e <= 0.03).count();
     let mut twice: Vec<f64> = lm["repeats"]
@@ -334,9 +344,10 @@ fn row_as(
         ratio_median_within: usize::from(ratio_med.is_some_and(|m| m <= 0.03)),
         ratios: r,
         ratio_within,
+        refit_within,
     };
     let line = format!(
-        "| {name} | {layout} | {run} | {n} | {} | {within} of {n} | {banded} of {n} | {} | {} | {ratio_within} of {r} | {} ({}) | {slower} of {p} | {behind} of {p} | {other} of {p} |",
+        "| {name} | {layout} | {run} | {n} | {} | {within} of {n} | {banded} of {n} | {refit_within} of {n} | {} | {} | {ratio_within} of {r} | {} ({}) | {slower} of {p} | {behind} of {p} | {other} of {p} |",
         pct(med),
         pct(held.last().copied()),
         pct(ratio_med),
@@ -361,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_layout_row_counts_held_out_errors_repeats_and_slow_plans() {
-        let check = |cal: bool, mode: &str, err: f64, vs: [f64; 3], g: &[&str]| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": vs, "execution": "eager", "tokens": if cal { 1024 } else { 4096 }, "fp8_groups": g, "predicted_ms": 1.0, "measured_ms": 1.0, "noise": if mode == "fp8" { 0.12 } else { 0.0 }, "disagrees": false});
+        let check = |cal: bool, mode: &str, err: f64, vs: [f64; 3], g: &[&str]| json!({"calibrated": cal, "mode": mode, "error": err, "vs_bf16": vs, "execution": "eager", "tokens": if cal { 1024 } else { 4096 }, "fp8_groups": g, "predicted_ms": 1.0, "measured_ms": 1.0, "noise": if mode == "fp8" { 0.12 } else { 0.0 }, "disagrees": false, "refit_error": if mode == "fp8" { json!(0.02) } else { json!(null) }});
         let lm = json!({"tp": 8, "ep": 64, "check": [
             check(true, "bf16", 0.5, [1.0, 1.0, 1.0], &[]), check(false, "bf16", -0.02, [1.0, 1.0, 1.0], &[]),
             check(false, "fp8", 0.10, [0.9, 0.88, 0.92], &["a", "b"]), check(false, "plan", 0.01, [1.05, 1.02, 1.1], &["a"])],
@@ -372,15 +383,16 @@ mod tests {
         // The calibrated row is not held out; the median of 2%, 10%, 1% is 2%; the 10% is inside
         // its step's 12% band. Against BF16 the model predicts 1.0 for both all-FP8 (measured
         // 0.9: 11.1%) and the plan (1.05: 4.8%), median 7.9%. One plan of one slower than BF16
-        // beyond its band (p10 above 1), and behind all-FP8 at its count.
+        // beyond its band (p10 above 1), and behind all-FP8 at its count. Refit, the all-FP8 row
+        // left out is within 3% (the others record no refit error).
         assert!(
             t.contains(
-                "| m | TP 8 EP 64 | cost/anchor | 3 | 2.0% | 2 of 3 | 3 of 3 | 10.0% | 7.9% | 0 of 2 | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
+                "| m | TP 8 EP 64 | cost/anchor | 3 | 2.0% | 2 of 3 | 3 of 3 | 1 of 3 | 10.0% | 7.9% | 0 of 2 | 2.5% (4.0%) | 1 of 1 | 1 of 1 | 1 of 1 |"
             ),
             "{t}"
         );
         assert!(
-            t.contains("| **all** | 1 layouts | | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
+            t.contains("| **all** | 1 layouts | | 3 | within 3% in 1 of 1 | 2 of 3 | 3 of 3 | 1 of 3 | | within 3% in 0 of 1 | 0 of 2 |"),
             "{t}"
         );
         // No row records the predicted host and GPU time here: every bin is empty.
@@ -431,7 +443,7 @@ mod tests {
         // the blockwise run its own row.
         assert!(
             t.contains(
-                "| m | TP 1, TP 2 | shipped, tensorwise | 2 | 3.0% | 1 of 2 | 1 of 2 | 5.0% |"
+                "| m | TP 1, TP 2 | shipped, tensorwise | 2 | 3.0% | 1 of 2 | 1 of 2 | 0 of 2 | 5.0% |"
             ),
             "{t}"
         );

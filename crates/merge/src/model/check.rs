@@ -48,6 +48,10 @@ pub struct CheckRow {
     pub calibrated: bool,
     /// `|error|` beyond both [`TOLERANCE`] and the noise.
     pub disagrees: bool,
+    /// The error of the model refit with the check's all-BF16 and all-FP8 steps at its other
+    /// counts, this count's left out (the refit, `fp8_merge::model::refit`); none at a calibrated count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refit_error: Option<f64>,
 }
 
 impl CheckRow {
@@ -123,6 +127,7 @@ pub fn compare(fits: &BTreeMap<Execution, Fit>, check: &StepInputs) -> Vec<Check
             ),
             calibrated: fit.calibrated_at.contains(&s.tokens),
             disagrees: error.abs() > TOLERANCE.max(noise),
+            refit_error: None,
         });
     }
     out

@@ -56,6 +56,9 @@ pub struct ChoiceOptions {
     /// The step every count the check times is a multiple of: the layout's
     /// (`fp8_engine::Parallel::token_step`), so each rank's FP8 GEMMs stay aligned.
     pub token_step: u64,
+    /// Whether the check's all-BF16 and all-FP8 steps refit the overlap share and the choice
+    /// is made again (the refit, `fp8_merge::model::refit`).
+    pub refit: bool,
 }
 
 /// The grain of the sequence lengths the check times: on the H200, graphed `GPTModel` steps at
@@ -91,6 +94,7 @@ impl Default for ChoiceOptions {
             per_octave: 4,
             exhaustive_up_to: 14,
             token_step: 16,
+            refit: true,
         }
     }
 }

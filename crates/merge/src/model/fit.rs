@@ -241,7 +241,7 @@ impl GroupCurves {
 }
 
 /// The share of a step's smaller time that did not overlap its larger: `(wall - max) / min`.
-fn share(wall: f64, host: f64, gpu: f64) -> f64 {
+pub(super) fn share(wall: f64, host: f64, gpu: f64) -> f64 {
     let (hi, lo) = (host.max(gpu), host.min(gpu));
     if lo > 0.0 {
         ((wall - hi) / lo).clamp(0.0, 1.0)

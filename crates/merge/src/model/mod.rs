@@ -50,9 +50,10 @@ pub mod curve;
 pub mod fit;
 mod policy;
 pub mod recipes;
+pub mod refit;
 mod summary;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fp8_policy::Execution;
@@ -104,6 +105,22 @@ pub struct LayoutModel {
     pub options: ChoiceOptions,
     /// The numerics bound applied ([`LayoutModel::bound`]), with every key it kept BF16.
     pub numerics: Option<fp8_policy::NumericsBoundApplied>,
+    /// The overlap shares the check's all-BF16 and all-FP8 steps added to the fits
+    /// ([`refit`]); empty until checked.
+    pub refit: Vec<refit::OverlapPoint>,
+    /// The units a numerics bound keeps BF16 (a choice made again keeps them so).
+    bounded: BTreeSet<usize>,
+    /// The fits before any refit, and every guard and lift in the order applied: a later
+    /// [`LayoutModel::add_checks`] refits from the first fits and replays them.
+    first_fits: Option<BTreeMap<Execution, Fit>>,
+    moves: Vec<Move>,
+}
+
+/// A threshold move a check or a judge made: replayed after a choice made again.
+#[derive(Debug, Clone)]
+enum Move {
+    Guard(Execution, u64, BTreeSet<String>),
+    Lift(check::Lifted),
 }
 
 impl LayoutModel {
@@ -154,6 +171,10 @@ impl LayoutModel {
             judged: Vec::new(),
             options,
             numerics: None,
+            refit: Vec::new(),
+            bounded: BTreeSet::new(),
+            first_fits: None,
+            moves: Vec::new(),
         })
     }
 
@@ -199,22 +220,96 @@ impl LayoutModel {
     /// Adds checks in the order they ran: a later one's rows replace an earlier one's at the
     /// counts it timed again, and a loss guards its keys (a plan behind all-FP8 lifts them) only
     /// where no later check timed that count again (confirmed first: the re-timing decides).
+    ///
+    /// First the model is refit ([`refit`]): the checks' all-BF16 and all-FP8 steps at counts
+    /// not calibrated join the overlap shares, and the choice is made again (the numerics bound
+    /// kept); the rows keep the first model's predictions, the error each count left out gets
+    /// under the refit beside them.
     pub fn add_checks(&mut self, checks: &[&StepInputs]) {
-        for (i, check) in checks.iter().enumerate() {
-            let later: std::collections::BTreeSet<(Execution, u64)> = checks[i + 1..]
+        let rows = self.refit_with(checks);
+        for (i, (check, rows)) in checks.iter().zip(rows).enumerate() {
+            let later: BTreeSet<(Execution, u64)> = checks[i + 1..]
                 .iter()
                 .flat_map(|c| c.step_times.iter().map(|s| (s.execution, s.tokens)))
                 .collect();
-            self.add_one(check, &later);
+            self.add_one(check, rows, &later);
+        }
+    }
+
+    /// The refit alone ([`refit`]; the first part of [`LayoutModel::add_checks`], which a caller
+    /// deciding what to time again runs on a copy): the checks' all-BF16 and all-FP8 steps at
+    /// counts not calibrated join the overlap shares (a later check's replace an earlier's at
+    /// its counts) and the choice is made again, the numerics bound and earlier guards and
+    /// lifts kept. Returns each check's rows against the first model, with their refit errors.
+    pub fn refit_with(&mut self, checks: &[&StepInputs]) -> Vec<Vec<CheckRow>> {
+        let first = self
+            .first_fits
+            .get_or_insert_with(|| self.fits.clone())
+            .clone();
+        let mut rows: Vec<Vec<CheckRow>> = checks.iter().map(|c| compare(&first, c)).collect();
+        let new = refit::points(&rows.concat());
+        if !self.options.refit {
+            return rows;
+        }
+        if !new.is_empty() {
+            self.refit.retain(|p| {
+                !new.iter()
+                    .any(|q| (q.execution, q.tokens, q.mode) == (p.execution, p.tokens, p.mode))
+            });
+            self.refit.extend(new);
+            self.fits = refit::refit(&first, &self.refit);
+            self.choose_again();
+        }
+        for r in &mut rows {
+            refit::left_out(&first, &self.refit, r);
+        }
+        rows
+    }
+
+    /// Thresholds and choices from the fits as they stand (after a refit), the numerics bound
+    /// kept.
+    fn choose_again(&mut self) {
+        for (&e, fit) in &self.fits {
+            let (mut t, c) = thresholds(fit, &self.units, &self.swept, &self.options);
+            for &i in &self.bounded {
+                t[i].from = None;
+            }
+            self.thresholds.insert(e, t);
+            self.choices.insert(e, c);
+        }
+        for m in &self.moves {
+            match m {
+                Move::Guard(e, t, g) => {
+                    guard(
+                        &mut self.thresholds,
+                        &self.units,
+                        &[(*e, *t, g)],
+                        &self.swept,
+                        &self.options,
+                    );
+                }
+                Move::Lift((e, t, groups)) => {
+                    let Some(ts) = self.thresholds.get_mut(e) else {
+                        continue;
+                    };
+                    for (u, th) in self.units.iter().zip(ts.iter_mut()) {
+                        if u.groups.iter().all(|g| groups.contains(g))
+                            && th.from.is_some_and(|f| f > *t)
+                        {
+                            th.from = Some(*t);
+                        }
+                    }
+                }
+            }
         }
     }
 
     fn add_one(
         &mut self,
         check: &StepInputs,
-        later: &std::collections::BTreeSet<(Execution, u64)>,
+        rows: Vec<CheckRow>,
+        later: &BTreeSet<(Execution, u64)>,
     ) {
-        let rows = compare(&self.fits, check);
         self.check.retain(|old| {
             !rows
                 .iter()
@@ -245,6 +340,7 @@ impl LayoutModel {
             &self.swept,
             &self.options,
         );
+        self.moves.extend(lifted.iter().cloned().map(Move::Lift));
         self.lifted.extend(lifted);
         self.check.extend(rows);
         let again = repeats(&self.inputs, check);
@@ -318,6 +414,7 @@ impl LayoutModel {
             let Some((module, operand, error)) = b.overrule(&self.inputs.component, &u.key) else {
                 continue;
             };
+            self.bounded.insert(i);
             let by_speed = [Execution::Eager, Execution::Graphed]
                 .iter()
                 .find_map(|e| self.thresholds.get(e).and_then(|ts| ts[i].from));
@@ -350,6 +447,8 @@ impl LayoutModel {
             &self.swept,
             &self.options,
         );
+        self.moves
+            .extend(losses.iter().map(|&(e, t, g)| Move::Guard(e, t, g.clone())));
         self.guarded.extend(moved);
     }
 
@@ -377,5 +476,7 @@ mod check_tests;
 mod noise_tests;
 #[cfg(test)]
 mod recipes_tests;
+#[cfg(test)]
+mod refit_tests;
 #[cfg(test)]
 mod tests;

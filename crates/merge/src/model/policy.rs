@@ -177,7 +177,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "swept": l.swept, "fits": fits, "thresholds": thresholds,
         "check": l.check, "held_out_worst_error": worst, "repeats": l.repeats,
         "disagreements": l.check.iter().filter(|r| r.disagrees).collect::<Vec<_>>(),
-        "judged": l.judged,
+        "judged": l.judged, "refit": l.refit,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),
         "lifted": l.lifted.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
         "not_the_policy": l.not_the_policy().iter().map(|r| json!({"execution": r.execution.name(), "tokens": r.tokens})).collect::<Vec<_>>(),

@@ -50,7 +50,7 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
         let _ = write!(
             s,
             "\nThe model against whole steps (error = predicted / measured - 1; `cal`: a count the model was calibrated at):\n\n\
-             | execution | tokens | mode | FP8 groups | predicted ms | measured ms | error | / BF16 p50 (p10-p90) |\n|---|---:|---|---|---:|---:|---:|---|\n"
+             | execution | tokens | mode | FP8 groups | predicted ms | measured ms | error | refit, count left out | / BF16 p50 (p10-p90) |\n|---|---:|---|---|---:|---:|---:|---:|---|\n"
         );
         let mut rows: Vec<&super::CheckRow> = l.check.iter().collect();
         rows.sort_by_key(|r| (r.execution, r.tokens, r.mode as u8));
@@ -63,7 +63,7 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
             let groups: Vec<&str> = r.fp8_groups.iter().map(String::as_str).collect();
             let _ = writeln!(
                 s,
-                "| {} | {}{} | {mode} | {} | {:.3} | {:.3} | {:+.1}% | {:.3} ({:.3}-{:.3}) |",
+                "| {} | {}{} | {mode} | {} | {:.3} | {:.3} | {:+.1}% | {} | {:.3} ({:.3}-{:.3}) |",
                 r.execution,
                 r.tokens,
                 if r.calibrated { " cal" } else { "" },
@@ -75,6 +75,8 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
                 r.predicted_ms,
                 r.measured_ms,
                 100.0 * r.error,
+                r.refit_error
+                    .map_or("-".to_owned(), |e| format!("{:+.1}%", 100.0 * e)),
                 r.vs_bf16.0,
                 r.vs_bf16.1,
                 r.vs_bf16.2
@@ -86,6 +88,7 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
             "\n{off} of {} checked step(s) off the model by more than 3% and their noise.",
             l.check.len()
         );
+        refit_line(&mut s, l);
         if let Some((med, worst)) = l.repeatability() {
             let _ = writeln!(
                 s,
@@ -123,4 +126,27 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
         }
     }
     s
+}
+
+/// What the check's steps did to the model: how many counts refit the overlap share, and the
+/// held-out steps within 3% before and after (each count left out).
+fn refit_line(s: &mut String, l: &LayoutModel) {
+    if l.refit.is_empty() {
+        return;
+    }
+    let counts: std::collections::BTreeSet<_> =
+        l.refit.iter().map(|p| (p.execution, p.tokens)).collect();
+    let held: Vec<&super::CheckRow> = l.check.iter().filter(|r| !r.calibrated).collect();
+    let within = |e: f64| e.abs() <= super::check::TOLERANCE;
+    let before = held.iter().filter(|r| within(r.error)).count();
+    let after = held
+        .iter()
+        .filter(|r| r.refit_error.is_some_and(within))
+        .count();
+    let _ = writeln!(
+        s,
+        "The check's all-BF16 and all-FP8 steps at {} count(s) joined the overlap share's calibration and the choice was made again (the thresholds above): each count left out, the refit model is within 3% at {after} of {} held-out step(s), the first model at {before}.",
+        counts.len(),
+        held.len()
+    );
 }

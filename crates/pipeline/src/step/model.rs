@@ -135,31 +135,11 @@ impl Layout<'_> {
             fp8_io::write_atomic(&json, first.to_json().as_bytes()).map_err(|e| e.to_string())?;
         }
         outcome.reports.push(json);
-        // Timed again before the guard or the lift acts: the counts where the model's plan
-        // measured slower than BF16 and the model disagrees with the step, and those where it
-        // measured behind all-FP8.
-        let rows = fp8_merge::model::compare(&lm.fits, &first);
-        let off: BTreeSet<(Execution, u64)> = rows
-            .iter()
-            .filter(|r| r.disagrees && r.mode == StepMode::Plan && r.vs_bf16.0 > 1.0)
-            .map(|r| (r.execution, r.tokens))
-            .chain(
-                fp8_merge::model::behind_fp8(&rows)
-                    .iter()
-                    .filter(|(p, f)| lm.could_lift(p, f))
-                    .map(|(p, _)| (p.execution, p.tokens)),
-            )
-            .collect();
+        // Timed again before the guard or the lift acts.
+        let asked = to_time_again(lm, &first, &plans, &at, say);
         let mut docs = vec![first];
-        if !off.is_empty() {
-            say(&format!(
-                "{at}: the model's plan measured slower than BF16 beyond the model, or behind all-FP8, at {} count(s); timing them again",
-                off.len()
-            ));
-            let asked: Vec<&(Execution, u64, Vec<String>)> = plans
-                .iter()
-                .filter(|(e, t, _)| off.contains(&(*e, *t)))
-                .collect();
+        if !asked.is_empty() {
+            let asked: Vec<&(Execution, u64, Vec<String>)> = asked.iter().collect();
             if let Some(again) = self.time_plans("recheck", &asked, worker, outcome)? {
                 outcome.reports.push(self.json("_recheck"));
                 docs.push(again);
@@ -208,6 +188,72 @@ impl Layout<'_> {
         }
         Ok(())
     }
+}
+
+/// The plans the re-timing round times, said on stderr: where the model's plan measured slower
+/// than BF16 and the model disagrees with the step, and where it measured behind all-FP8 (with a
+/// crossing to move); and, where the refit (`fp8_merge::model::refit`) changed the policy's plan
+/// at a checked count, that count with the new plan.
+fn to_time_again(
+    lm: &LayoutModel,
+    first: &StepInputs,
+    plans: &[(Execution, u64, Vec<String>)],
+    at: &str,
+    say: &dyn Fn(&str),
+) -> Vec<(Execution, u64, Vec<String>)> {
+    let rows = fp8_merge::model::compare(&lm.fits, first);
+    let off: BTreeSet<(Execution, u64)> = rows
+        .iter()
+        .filter(|r| r.disagrees && r.mode == StepMode::Plan && r.vs_bf16.0 > 1.0)
+        .map(|r| (r.execution, r.tokens))
+        .chain(
+            fp8_merge::model::behind_fp8(&rows)
+                .iter()
+                .filter(|(p, f)| lm.could_lift(p, f))
+                .map(|(p, _)| (p.execution, p.tokens)),
+        )
+        .collect();
+    let moved = refit_moves(lm, first, plans);
+    if !off.is_empty() {
+        say(&format!(
+            "{at}: the model's plan measured slower than BF16 beyond the model, or behind all-FP8, at {} count(s); timing them again",
+            off.len()
+        ));
+    }
+    if !moved.is_empty() {
+        let counts: Vec<String> = moved.iter().map(|(e, t, _)| format!("{e} {t}")).collect();
+        say(&format!(
+            "{at}: the check's all-BF16 and all-FP8 steps refit the model's overlap share and moved the policy's plan at {} count(s) ({}); timing the new plans",
+            moved.len(),
+            counts.join(", ")
+        ));
+    }
+    let mut asked: Vec<(Execution, u64, Vec<String>)> = plans
+        .iter()
+        .filter(|(e, t, _)| off.contains(&(*e, *t)))
+        .filter(|(e, t, _)| !moved.iter().any(|m| (m.0, m.1) == (*e, *t)))
+        .cloned()
+        .collect();
+    asked.extend(moved);
+    asked
+}
+
+/// The checked plans whose count's policy plan the check's refit changes: that count with the
+/// refit's plan.
+fn refit_moves(
+    lm: &LayoutModel,
+    first: &StepInputs,
+    plans: &[(Execution, u64, Vec<String>)],
+) -> Vec<(Execution, u64, Vec<String>)> {
+    let mut probe = lm.clone();
+    probe.refit_with(&[first]);
+    plans
+        .iter()
+        .filter_map(|(e, t, g)| {
+            let now: Vec<String> = probe.plan_at(*e, *t).into_iter().collect();
+            (&now != g).then_some((*e, *t, now))
+        })
+        .collect()
 }
 
 impl Layout<'_> {

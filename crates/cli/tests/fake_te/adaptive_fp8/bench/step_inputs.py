@@ -5,7 +5,9 @@ time). Eager, FP8 pays for fc1 and fc2 once the step is GPU-bound; graphed, the 
 host time is gone and FP8 pays earlier; proj is slower in FP8 everywhere. With
 FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20% slower than BF16.
 With FAKE_STEP_PLAN_BEHIND=<count> it measures all-FP8 there 10% faster than BF16 and the plan as
-fast as BF16 (a plan behind all-FP8). With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
+fast as BF16 (a plan behind all-FP8). With FAKE_STEP_UNHIDDEN=<share> every step the check times
+between 4096 and 16384 tokens (the calibrated counts of the default sweep excluded) leaves that
+share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see). With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
 out of memory (a failed row each, as the real worker writes for layers that do not fit the GPU);
 the module groups alone are timed.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
@@ -108,6 +110,8 @@ def one(a) -> None:
             w = truth(execution, set(), t, tp, layers)[0] * 1.2
         if str(t) == os.environ.get("FAKE_STEP_PLAN_BEHIND") and mode != "bf16":
             w = truth(execution, set(), t, tp, layers)[0] * (0.9 if mode == "fp8" else 1.0)
+        if a.check and 4096 < t < 16384:
+            w += float(os.environ.get("FAKE_STEP_UNHIDDEN", "0")) * min(h, g)
         return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
                 "host_ms": None if mode == "plan" else h, "gpu_ms": None if mode == "plan" else g}
 
