@@ -32,6 +32,56 @@ def _edit(path, change):
     path.write_text(json.dumps(doc))
 
 
+def _refit(fp8sel, reports):
+    """Today's fp8sel's layout from the row's reports (as the queue refits it)."""
+    out = reports.parent / "refit.json"
+    subprocess.run([str(fp8sel), "merge-policy", "--step-model", str(reports / f"{BASE}_inputs_step.json"),
+                    "--step-check", str(reports / f"{BASE}_check_step.json"), "--output", str(out)],
+                   check=True, capture_output=True)
+    return json.loads(out.read_text())["provenance"]["step"]["model"][0]
+
+
+def _plan_at(layout, execution, tokens):
+    """The layout's policy plan at a count: the groups of every key FP8 from at or below it."""
+    return sorted(g for k in layout["thresholds"].values()
+                  if (k["executions"].get(execution, {}).get("from_step_tokens") or tokens + 1) <= tokens
+                  for g in k["groups"])
+
+
+def _as_policy(fp8sel, reports):
+    """The check's plan rows made the policy's plans (the refit reads only its all-BF16 and all-FP8
+    steps, so the policy stays): a row whose check timed its policy's plans."""
+    for _ in range(3):
+        layout = _refit(fp8sel, reports)
+        other = {(n["execution"], n["tokens"]) for n in layout["not_the_policy"]}
+        if not other:
+            return
+        def timed_as_policy(d):
+            for r in d["step_times"]:
+                if r["mode"] == "plan" and (r["execution"], r["tokens"]) in other:
+                    r["fp8_groups"] = _plan_at(layout, r["execution"], r["tokens"])
+        _edit(reports / f"{BASE}_check_step.json", timed_as_policy)
+    raise AssertionError(f"the check's plans do not settle to the policy's: {other}")
+
+
+def test_a_row_whose_check_timed_other_plans_than_its_policys_is_made_again(root, tmp_path, fp8sel):
+    reports = _copy(root, tmp_path)
+    _as_policy(fp8sel, reports)
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 0, o.stderr
+    # One plan row at a count off the calibration changed to another plan: today's policy there
+    # was not timed.
+    layout = _refit(fp8sel, reports)
+    row = next(r for r in layout["check"] if r["mode"] == "plan" and not r["calibrated"])
+    def another(d):
+        for r in d["step_times"]:
+            if r["mode"] == "plan" and (r["execution"], r["tokens"]) == (row["execution"], row["tokens"]):
+                r["fp8_groups"] = [] if r["fp8_groups"] else ["fc1"]
+    _edit(reports / f"{BASE}_check_step.json", another)
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "plans that are not its policy's" in o.stderr, o.stderr
+
+
 def test_a_row_calibrated_at_fewer_counts_than_todays_default_is_made_again(root, tmp_path, fp8sel):
     from adaptive_fp8.bench.step_inputs import default_calibration
 
@@ -55,6 +105,7 @@ def test_a_row_calibrated_at_fewer_counts_than_todays_default_is_made_again(root
         d["failed"] += [{"execution": ex, "tokens": t, "error": "out of memory (test)"}
                         for ex in ("eager", "graphed") for t in missing]
     _edit(reports / f"{BASE}_inputs_step.json", failed_there)
+    _as_policy(fp8sel, reports)
     o = _queue(root, fp8sel, reports)
     assert o.returncode == 0, o.stderr
 
