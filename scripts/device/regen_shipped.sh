@@ -14,7 +14,8 @@
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/);
-#       RECIPE=tensorwise|delayed: policies/<recipe>/M.json, judged in that recipe
+#       RECIPE=tensorwise|delayed: policies/<recipe>/M.json, judged in that recipe; POLICY=FILE:
+#       that file (one model: a row's policy made by an earlier command of the same call)
 #   bash scripts/device/regen_shipped.sh judge-vit [TP...]  # the shipped Qwen3-VL vision encoder
 #       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds (the
 #       file a row made on this machine where there is one)
@@ -81,6 +82,9 @@ if [ "${1:-}" = judge ]; then
       # RECIPE=<recipe>: that recipe's shipped file (policies/<recipe>/M.json), in that recipe.
       recipe=${RECIPE:-blockwise} pol=policies/$m.json tag=${m}_${ex%%:*}
       [ "$recipe" != blockwise ] && pol=policies/$recipe/$m.json tag=${recipe}_$tag
+      # POLICY=<file>: that file instead (a row's policy just made on this machine, before it
+      # lands: /tmp/regen/<row>/<model>.json).
+      pol=${POLICY:-$pol}
       t1=$(date +%s)
       # One model per mode stays alive for the interleaved rounds: a 72B-class layer takes ~30 GB
       # with its optimizer state, so those run one layer.
