@@ -17,6 +17,30 @@ fn eager_ok(env: &[(&str, &str)]) -> (tempfile::TempDir, String) {
     (dir, err(&o))
 }
 
+/// The layout's step-model record in the policy gen-policy wrote to `dir`.
+fn layout(dir: &std::path::Path) -> serde_json::Value {
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap())
+            .unwrap();
+    p["provenance"]["step"]["model"][0].clone()
+}
+
+/// Every checked plan that is not the policy's lies at or above a count a lift moved crossings
+/// down to (the check's own move, which nothing times again): the plans the refit moved were
+/// timed.
+fn only_lifts_left(m: &serde_json::Value, e: &str) {
+    let lifted: Vec<u64> = m["lifted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["tokens"].as_u64().unwrap())
+        .collect();
+    for n in m["not_the_policy"].as_array().unwrap() {
+        let t = n["tokens"].as_u64().unwrap();
+        assert!(lifted.iter().any(|&l| l <= t), "{n}: {e}");
+    }
+}
+
 #[test]
 fn the_checks_steps_refit_the_overlap_and_a_plan_they_move_is_timed_again() {
     // Every checked step hides only half of its smaller time: the calibrated counts (timed with
@@ -26,28 +50,14 @@ fn the_checks_steps_refit_the_overlap_and_a_plan_they_move_is_timed_again() {
         e.contains("refit the model's overlap share and moved the policy's plan at "),
         "{e}"
     );
-    let p: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("llama3_2_1b.json")).unwrap(),
-    )
-    .unwrap();
-    let m = &p["provenance"]["step"]["model"][0];
+    let m = &layout(dir.path());
     let refit = m["refit"].as_array().unwrap();
     assert!(!refit.is_empty(), "{m}");
     assert!(
         refit.iter().all(|r| r["overlap"].as_f64().unwrap() > 0.4),
         "{m}"
     );
-    // The moved plans were timed: a checked plan that is not the policy's is one a lift moved
-    // (the check's own move, as before the refit).
-    let lifted: Vec<&serde_json::Value> = m["lifted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| &l["tokens"])
-        .collect();
-    for n in m["not_the_policy"].as_array().unwrap() {
-        assert!(lifted.contains(&&n["tokens"]), "{n}: {e}");
-    }
+    only_lifts_left(m, &e);
     // Each held-out row has its error with its own count left out.
     let held: Vec<&serde_json::Value> = m["check"]
         .as_array()
@@ -64,4 +74,37 @@ fn the_checks_steps_refit_the_overlap_and_a_plan_they_move_is_timed_again() {
         md.contains("joined the overlap share's calibration"),
         "{md}"
     );
+}
+
+#[test]
+fn a_plan_the_re_timing_moves_again_is_timed_again_in_rounds_that_end() {
+    // The first check's steps between calibrated counts hide half their smaller time, the
+    // re-timed ones all of it: the re-timing's refit moves the plan back, and a second round times
+    // it; then the steps stay, and the rounds end.
+    let (dir, e) = eager_ok(&[
+        ("FAKE_STEP_UNHIDDEN", "0.5"),
+        ("FAKE_STEP_UNHIDDEN_GROWTH", "-0.5"),
+    ]);
+    assert_eq!(
+        e.matches("timing the new plans (round 2 of 3)").count(),
+        1,
+        "{e}"
+    );
+    assert!(!e.contains("(round 3 of 3)"), "{e}");
+    // The rounds' steps are one re-timing document, each count once.
+    let recheck: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            dir.path()
+                .join("reports/llama3_2_1b_tp1_ep1_etp1_recheck_step.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in recheck["step_times"].as_array().unwrap() {
+        let key = (r["tokens"].as_u64(), r["mode"].to_string());
+        assert!(seen.insert(key), "a count's rows twice: {recheck}");
+    }
+    // The plan the rounds settled on is the policy's.
+    only_lifts_left(&layout(dir.path()), &e);
 }

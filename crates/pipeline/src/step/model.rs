@@ -136,15 +136,7 @@ impl Layout<'_> {
         }
         outcome.reports.push(json);
         // Timed again before the guard or the lift acts.
-        let asked = to_time_again(lm, &first, &plans, &at, say);
-        let mut docs = vec![first];
-        if !asked.is_empty() {
-            let asked: Vec<&(Execution, u64, Vec<String>)> = asked.iter().collect();
-            if let Some(again) = self.time_plans("recheck", &asked, worker, outcome)? {
-                outcome.reports.push(self.json("_recheck"));
-                docs.push(again);
-            }
-        }
+        let docs = self.retime(lm, first, &plans, say, worker, outcome)?;
         lm.add_checks(&docs.iter().collect::<Vec<_>>());
         let left: Vec<String> = lm
             .check
@@ -213,7 +205,7 @@ fn to_time_again(
                 .map(|(p, _)| (p.execution, p.tokens)),
         )
         .collect();
-    let moved = refit_moves(lm, first, plans);
+    let moved = moved_again(lm, std::slice::from_ref(first));
     if !off.is_empty() {
         say(&format!(
             "{at}: the model's plan measured slower than BF16 beyond the model, or behind all-FP8, at {} count(s); timing them again",
@@ -238,25 +230,90 @@ fn to_time_again(
     asked
 }
 
-/// The checked plans whose count's policy plan the check's refit changes: that count with the
-/// refit's plan.
-fn refit_moves(
-    lm: &LayoutModel,
-    first: &StepInputs,
-    plans: &[(Execution, u64, Vec<String>)],
-) -> Vec<(Execution, u64, Vec<String>)> {
+/// How many rounds the re-timing runs at most: the refit of one round's steps can move a plan
+/// again, and each round times the plans it moved.
+const RETIME_ROUNDS: usize = 3;
+
+/// The plans a refit of `docs` (the check, then the re-timing so far) moved: each count whose
+/// policy plan is not the plan last timed there, with the new plan.
+fn moved_again(lm: &LayoutModel, docs: &[StepInputs]) -> Vec<(Execution, u64, Vec<String>)> {
     let mut probe = lm.clone();
-    probe.refit_with(&[first]);
-    plans
-        .iter()
-        .filter_map(|(e, t, g)| {
-            let now: Vec<String> = probe.plan_at(*e, *t).into_iter().collect();
-            (&now != g).then_some((*e, *t, now))
+    probe.refit_with(&docs.iter().collect::<Vec<_>>());
+    let mut last: std::collections::BTreeMap<(Execution, u64), &BTreeSet<String>> =
+        Default::default();
+    for s in docs.iter().flat_map(|d| &d.step_times) {
+        if s.mode == StepMode::Plan {
+            last.insert((s.execution, s.tokens), &s.fp8_groups);
+        }
+    }
+    last.into_iter()
+        .filter_map(|((e, t), timed)| {
+            let now = probe.plan_at(e, t);
+            (&now != timed).then(|| (e, t, now.into_iter().collect()))
         })
         .collect()
 }
 
 impl Layout<'_> {
+    /// The re-timing ([`to_time_again`]), then up to [`RETIME_ROUNDS`] in all while the refit
+    /// of what was timed moves a plan again: `[check, recheck]`, the rounds' steps in one
+    /// document (`<layout>_recheck_step.json`: a count timed again replaces its rows).
+    fn retime(
+        &self,
+        lm: &LayoutModel,
+        first: StepInputs,
+        plans: &[(Execution, u64, Vec<String>)],
+        say: &dyn Fn(&str),
+        worker: &mut Served,
+        outcome: &mut GenOutcome,
+    ) -> Result<Vec<StepInputs>, String> {
+        let at = format!("{} {}", self.model, self.p);
+        let mut asked = to_time_again(lm, &first, plans, &at, say);
+        let mut docs = vec![first];
+        for round in 1..=RETIME_ROUNDS {
+            if asked.is_empty() {
+                break;
+            }
+            let refs: Vec<&(Execution, u64, Vec<String>)> = asked.iter().collect();
+            let Some(again) = self.time_plans("recheck", &refs, worker, outcome)? else {
+                break;
+            };
+            let json = self.json("_recheck");
+            match docs.get_mut(1) {
+                None => {
+                    outcome.reports.push(json);
+                    docs.push(again);
+                }
+                Some(recheck) => {
+                    let timed: BTreeSet<(Execution, u64)> = again
+                        .step_times
+                        .iter()
+                        .map(|s| (s.execution, s.tokens))
+                        .collect();
+                    recheck
+                        .step_times
+                        .retain(|s| !timed.contains(&(s.execution, s.tokens)));
+                    recheck.step_times.extend(again.step_times);
+                    recheck.notes.extend(again.notes);
+                    fp8_io::write_atomic(&json, recheck.to_json().as_bytes())
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            asked = moved_again(lm, &docs);
+            if !asked.is_empty() && round < RETIME_ROUNDS {
+                let counts: Vec<String> =
+                    asked.iter().map(|(e, t, _)| format!("{e} {t}")).collect();
+                say(&format!(
+                    "{at}: the re-timed steps refit the overlap share again and moved the policy's plan at {} count(s) ({}); timing the new plans (round {} of {RETIME_ROUNDS})",
+                    asked.len(),
+                    counts.join(", "),
+                    round + 1
+                ));
+            }
+        }
+        Ok(docs)
+    }
+
     /// One round of the check (`round`: check or recheck): `asked` timed by the served worker
     /// into `<layout>_<round>_step.json`; `None` (with a note) where the time limit left no
     /// count of it.

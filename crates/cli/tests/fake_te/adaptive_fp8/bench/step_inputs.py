@@ -7,7 +7,9 @@ FAKE_STEP_PLAN_SLOW=<count> the check measures the model's plan at that count 20
 With FAKE_STEP_PLAN_BEHIND=<count> it measures all-FP8 there 10% faster than BF16 and the plan as
 fast as BF16 (a plan behind all-FP8). With FAKE_STEP_UNHIDDEN=<share> every step the check times
 between 4096 and 16384 tokens (the calibrated counts of the default sweep excluded) leaves that
-share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see). With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
+share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see);
+with FAKE_STEP_UNHIDDEN_GROWTH=<g> that share moves by g (to no less than 0) each time a check
+times the count again. With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
 out of memory (a failed row each, as the real worker writes for layers that do not fit the GPU);
 the module groups alone are timed.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
@@ -38,6 +40,8 @@ ROUNDS = 5
 #: blockwise, qkv slower (so a per-module choice mixes the two).
 TENSORWISE = {"qkv": 1.3, "proj": 1.0, "fc1": 0.75, "fc2": 0.75}
 RECIPE = ["blockwise"]
+#: How many times a check timed each (execution, count) in this process (FAKE_STEP_UNHIDDEN_GROWTH).
+TIMED: dict = {}
 
 
 def gpu(g: str, fp8: bool, t: int, tp: int) -> float:
@@ -111,7 +115,8 @@ def one(a) -> None:
         if str(t) == os.environ.get("FAKE_STEP_PLAN_BEHIND") and mode != "bf16":
             w = truth(execution, set(), t, tp, layers)[0] * (0.9 if mode == "fp8" else 1.0)
         if a.check and 4096 < t < 16384:
-            w += float(os.environ.get("FAKE_STEP_UNHIDDEN", "0")) * min(h, g)
+            grown = float(os.environ.get("FAKE_STEP_UNHIDDEN_GROWTH", "0")) * TIMED.get((execution, t), 0)
+            w += max(0.0, float(os.environ.get("FAKE_STEP_UNHIDDEN", "0")) + grown) * min(h, g)
         return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
                 "host_ms": None if mode == "plan" else h, "gpu_ms": None if mode == "plan" else g}
 
@@ -124,6 +129,7 @@ def one(a) -> None:
         for execution, t in sorted({(p["execution"], p["tokens"]) for p in plans}):
             doc["step_times"] += [step(execution, t, "bf16", []), step(execution, t, "fp8", list(GROUPS))]
             doc["step_times"] += [step(execution, t, "plan", p["fp8_groups"]) for p in plans if (p["execution"], p["tokens"]) == (execution, t)]
+            TIMED[(execution, t)] = TIMED.get((execution, t), 0) + 1
     else:
         for t in tokens:
             for g in GROUPS:
