@@ -28,13 +28,15 @@ GRAIN = 128
 
 
 def sets(root: Path) -> list[tuple[Path, list[Path]]]:
-    """Each committed inputs file (one recipe: a recipe's own inputs carry its name) and its checks."""
+    """Each committed inputs file of the blockwise recipe (another recipe's inputs carry its name, or
+    lie in its folder: `reports/h200/<recipe>/step_model/`) and its checks."""
     files = subprocess.run(["git", "ls-files", f"*{INPUTS}"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     out = []
     for f in sorted(files):
         base = f[: -len(INPUTS)]
         checks = [Path(base + end) for end in ("_check_step.json", "_recheck_step.json") if (root / (base + end)).is_file()]
-        if checks and not base.endswith(("_tensorwise", "_delayed", "_mxfp8")):
+        other = base.endswith(("_tensorwise", "_delayed", "_mxfp8")) or {"tensorwise", "delayed", "mxfp8"} & set(Path(f).parts)
+        if checks and not other:
             out.append((Path(f), checks))
     return out
 
