@@ -97,7 +97,11 @@ impl Curve {
         }
     }
 
-    /// The value at `t` without the floor (for shares that may be 0).
+    /// A share at `t` (one that may be 0, so without the floor): linear in the logarithm of the
+    /// count between measured counts, the nearest measured value outside them. A share follows
+    /// the balance of a step's host and GPU time, and the GPU time doubles with the count: the
+    /// calibrated counts are doublings apart, and a share moves as much per doubling, not per
+    /// token (held out on every committed check, RESULTS "The step model").
     pub fn raw_at(&self, t: f64) -> f64 {
         let p = &self.points;
         match p.len() {
@@ -107,7 +111,12 @@ impl Curve {
             n if t >= p[n - 1].0 => p[n - 1].1,
             _ => {
                 let i = p.partition_point(|q| q.0 <= t).max(1);
-                line(p[i - 1], p[i], t)
+                if p[i - 1].0 > 0.0 {
+                    let ln = |q: (f64, f64)| (q.0.ln(), q.1);
+                    line(ln(p[i - 1]), ln(p[i]), t.ln())
+                } else {
+                    line(p[i - 1], p[i], t)
+                }
             }
         }
     }
@@ -214,6 +223,26 @@ mod tests {
         assert_eq!(c.at(512.0), 1.0);
         let falling = Curve::new(vec![(1, 1.0), (2, 0.5)]);
         assert_eq!(falling.at(100.0), FLOOR_MS);
+    }
+
+    #[test]
+    fn shares_move_per_doubling_between_counts_and_hold_outside() {
+        let k = Curve::new(vec![(1024, 0.0), (4096, 0.2), (16384, 0.1)]);
+        // 2048 is one doubling of two: halfway in the share (linear in tokens: a third).
+        assert!(
+            (k.raw_at(2048.0) - 0.1).abs() < 1e-12,
+            "{}",
+            k.raw_at(2048.0)
+        );
+        assert!(
+            (k.raw_at(8192.0) - 0.15).abs() < 1e-12,
+            "{}",
+            k.raw_at(8192.0)
+        );
+        // Measured counts exactly, the nearest outside, and no floor (a share may be 0).
+        assert_eq!(k.raw_at(4096.0), 0.2);
+        assert_eq!(k.raw_at(512.0), 0.0);
+        assert_eq!(k.raw_at(65536.0), 0.1);
     }
 
     #[test]
