@@ -142,8 +142,9 @@ fn the_step_model_sets_both_thresholds_and_checks_its_plans_in_the_step() {
 fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out() {
     let (dir, e) = eager_ok(&[], &[("FAKE_STEP_PLAN_SLOW", "16384")]);
     assert!(
-        e.contains("slower than BF16 beyond the model, or behind all-FP8, at ")
-            && e.contains(" count(s); timing them again"),
+        e.contains("disagree beyond 3% and the noise at ")
+            && e.contains("eager 16384")
+            && e.contains("the model's plan measured slower than BF16 at 1); timing them again"),
         "{e}"
     );
     assert!(
@@ -171,7 +172,8 @@ fn a_plan_the_check_measures_slower_than_bf16_is_retimed_recorded_and_kept_out()
 fn a_plan_the_check_measures_behind_all_fp8_is_retimed_and_moves_the_crossings_down() {
     let (dir, e) = eager_ok(&[], &[("FAKE_STEP_PLAN_BEHIND", "2048")]);
     assert!(
-        e.contains("or behind all-FP8, at ") && e.contains(" count(s); timing them again"),
+        e.contains("the model's plan measured behind all-FP8 at ")
+            && e.contains(" count(s); timing them again"),
         "{e}"
     );
     assert!(

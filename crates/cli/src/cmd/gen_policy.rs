@@ -13,8 +13,9 @@ use crate::error::{CliError, CliResult};
 /// the step model (--backend step) for a language model: per layout, each module group's host
 /// and GPU time alone, BF16 vs FP8, at --tokens; a few real training steps in all-BF16 and
 /// all-FP8 that calibrate the model; the plan it predicts fastest at each count; that plan
-/// checked in whole steps, whose all-BF16 and all-FP8 steps then refit the model (a plan that
-/// moves is timed again) (results under <reports-dir>/step/; docs/POLICY.md has the formula).
+/// checked in whole steps (a count where step and model disagree is timed again), whose
+/// all-BF16 and all-FP8 steps then refit the model (a plan that moves is timed again) (results
+/// under <reports-dir>/step/; docs/POLICY.md has the formula).
 /// A VLM gets the step model twice: its language model (<model>.llm.json), then its vision
 /// encoder from steps of its own layers (<model>.vit.json, in the TE blocks), one folder, one
 /// summary.

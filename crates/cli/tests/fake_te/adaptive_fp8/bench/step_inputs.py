@@ -9,7 +9,8 @@ fast as BF16 (a plan behind all-FP8). With FAKE_STEP_UNHIDDEN=<share> every step
 between 4096 and 16384 tokens (the calibrated counts of the default sweep excluded) leaves that
 share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see);
 with FAKE_STEP_UNHIDDEN_GROWTH=<g> that share moves by g (to no less than 0) each time a check
-times the count again. With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
+times the count again. With FAKE_STEP_CHECK_COLD=<count> the first check that times that count
+measures every mode there 30% slower (a cold start); timed again, it runs as the rules say. With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
 out of memory (a failed row each, as the real worker writes for layers that do not fit the GPU);
 the module groups alone are timed.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
@@ -114,6 +115,8 @@ def one(a) -> None:
             w = truth(execution, set(), t, tp, layers)[0] * 1.2
         if str(t) == os.environ.get("FAKE_STEP_PLAN_BEHIND") and mode != "bf16":
             w = truth(execution, set(), t, tp, layers)[0] * (0.9 if mode == "fp8" else 1.0)
+        if a.check and str(t) == os.environ.get("FAKE_STEP_CHECK_COLD") and not TIMED.get((execution, t)):
+            w *= 1.3
         if a.check and 4096 < t < 16384:
             grown = float(os.environ.get("FAKE_STEP_UNHIDDEN_GROWTH", "0")) * TIMED.get((execution, t), 0)
             w += max(0.0, float(os.environ.get("FAKE_STEP_UNHIDDEN", "0")) + grown) * min(h, g)
