@@ -11,7 +11,9 @@ recipe besides blockwise, whose reports are in `reports/h200/<recipe>/step_model
   `default_calibration` of the swept counts, per execution timed; counts that failed in the
   inputs are excepted, since the worker does not ask for them again);
 - today's fp8sel, refitting it (`merge-policy --step-model ... --step-check ...`), finds checked
-  plans that are not its policy's (provenance `step.model[].not_the_policy`), or cannot refit it.
+  plans that are not its policy's (provenance `step.model[].not_the_policy`), or cannot refit it;
+- a step its check timed disagrees with today's model at a count no recheck timed again (today's
+  check times each such count again: `fp8_pipeline`'s re-timing round).
 
     python3 scripts/device/regen_queue.py [RECIPE/]ROW --fp8sel FP8SEL [--reports DIR] [--work DIR]
 
@@ -89,7 +91,7 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
         timed = {r["tokens"] for r in doc["step_times"] if r["execution"] == ex and r["mode"] == "bf16"}
         if not want <= timed | failed:
             return f"{row}: {ex} not calibrated at every count of today's default {sorted(want)} (timed at {sorted(timed)})"
-    recheck = checks[0].replace("_check_", "_recheck_")
+    recheck = checks[0].removesuffix("_check_step.json") + "_recheck_step.json"  # the name, not a folder's
     argv = [fp8sel, "merge-policy", "--step-model", inputs, "--step-check", checks[0]]
     if os.path.exists(recheck):
         argv += ["--step-check", recheck]
@@ -101,6 +103,20 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
         layouts = json.load(f)["provenance"]["step"]["model"]
     if any(lm.get("not_the_policy") for lm in layouts):
         return f"{row}: its check timed plans that are not its policy's"
+    again = set()
+    if os.path.exists(recheck):
+        with open(recheck) as f:
+            again = {(r["execution"], r["tokens"]) for r in json.load(f)["step_times"]}
+    # The inputs' own rounds the check document holds (a calibrated count's all-BF16 plan) are
+    # the calibration, not steps the check timed.
+    with open(checks[0]) as f:
+        own = {(r["execution"], r["tokens"]) for r in json.load(f)["step_times"]
+               if r["mode"] == "bf16" and r in doc["step_times"]}
+    untimed = sorted({(r["execution"], r["tokens"]) for lm in layouts for r in lm["check"]
+                      if r["disagrees"] and not (r["calibrated"] and r["mode"] != "plan")} - again - own)
+    if untimed:
+        counts = ", ".join(f"{e} {t}" for e, t in untimed)
+        return f"{row}: its check disagreed with the model at {len(untimed)} count(s) it did not time again ({counts})"
     return None
 
 

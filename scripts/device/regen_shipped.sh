@@ -103,8 +103,9 @@ fi
 named=0
 [ $# -gt 0 ] && { ROWS=("$@"); named=1; }
 # A committed row is done unless its reports are stale (scripts/device/regen_queue.py says why:
-# its check lost counts, its inputs miss a count of today's default calibration, or today's
-# fp8sel finds checked plans that are not its policy's).
+# its check lost counts, its inputs miss a count of today's default calibration, today's
+# fp8sel finds checked plans that are not its policy's, or a count its check disagreed at was
+# not timed again).
 done_row() {
   # Made on this machine by an earlier call: done when it finished (a row cut by its call's
   # budget runs again, from the start).

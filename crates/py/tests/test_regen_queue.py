@@ -64,9 +64,23 @@ def _as_policy(fp8sel, reports):
     raise AssertionError(f"the check's plans do not settle to the policy's: {other}")
 
 
+def _timed_again(fp8sel, reports):
+    """A recheck that timed again, with the same steps, every count where a step the check timed
+    disagrees with the model: a row whose check did what today's check does."""
+    check = json.loads((reports / f"{BASE}_check_step.json").read_text())
+    inputs = json.loads((reports / f"{BASE}_inputs_step.json").read_text())
+    own = {(r["execution"], r["tokens"]) for r in check["step_times"] if r["mode"] == "bf16" and r in inputs["step_times"]}
+    off = {(r["execution"], r["tokens"]) for r in _refit(fp8sel, reports)["check"]
+           if r["disagrees"] and not (r["calibrated"] and r["mode"] != "plan")} - own
+    check["step_times"] = [r for r in check["step_times"] if (r["execution"], r["tokens"]) in off]
+    (reports / f"{BASE}_recheck_step.json").write_text(json.dumps(check))
+    return sorted(off)
+
+
 def test_a_row_whose_check_timed_other_plans_than_its_policys_is_made_again(root, tmp_path, fp8sel):
     reports = _copy(root, tmp_path)
     _as_policy(fp8sel, reports)
+    _timed_again(fp8sel, reports)
     o = _queue(root, fp8sel, reports)
     assert o.returncode == 0, o.stderr
     # One plan row at a count off the calibration changed to another plan: today's policy there
@@ -106,8 +120,24 @@ def test_a_row_calibrated_at_fewer_counts_than_todays_default_is_made_again(root
                         for ex in ("eager", "graphed") for t in missing]
     _edit(reports / f"{BASE}_inputs_step.json", failed_there)
     _as_policy(fp8sel, reports)
+    _timed_again(fp8sel, reports)
     o = _queue(root, fp8sel, reports)
     assert o.returncode == 0, o.stderr
+
+
+def test_a_row_whose_check_did_not_time_a_count_it_disagreed_at_again_is_made_again(root, tmp_path, fp8sel):
+    reports = _copy(root, tmp_path)
+    _as_policy(fp8sel, reports)
+    off = _timed_again(fp8sel, reports)
+    assert off, "the committed row's check disagrees with today's model somewhere"
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 0, o.stderr
+    # The recheck left one of them out: that count's first steps decided.
+    execution, tokens = off[-1]
+    _edit(reports / f"{BASE}_recheck_step.json",
+          lambda d: d.update(step_times=[r for r in d["step_times"] if (r["execution"], r["tokens"]) != (execution, tokens)]))
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "did not time again" in o.stderr and f"{execution} {tokens}" in o.stderr, o.stderr
 
 
 def test_a_check_that_lost_counts_or_is_missing_makes_the_row_again(root, tmp_path, fp8sel):

@@ -182,8 +182,9 @@ impl Layout<'_> {
     }
 }
 
-/// The plans the re-timing round times, said on stderr: each count where a step the check timed
-/// disagrees with the model beyond 3% and its noise (the step or the model: the re-timing
+/// The plans the re-timing round times, said on stderr: each count the check's worker timed
+/// (not the inputs' own rounds, the calibration) where a step disagrees with the model beyond 3%
+/// and its noise (the step or the model: the re-timing
 /// decides: on the H200 the first counts an MoE's check timed ran slower than the model where
 /// later counts agreed, docs/RESULTS.md "The step model"), where the model's plan measured
 /// behind all-FP8 (with a
@@ -194,16 +195,17 @@ fn to_time_again(
     lm: &LayoutModel,
     first: &StepInputs,
     plans: &[(Execution, u64, Vec<String>)],
+    timed: &BTreeSet<(Execution, u64)>,
     at: &str,
     say: &dyn Fn(&str),
 ) -> Vec<(Execution, u64, Vec<String>)> {
     let rows = fp8_merge::model::compare(&lm.fits, first);
-    // The inputs' own rounds (a calibrated count's all-BF16 and all-FP8) are the calibration,
-    // not a step the check timed.
+    // A calibrated count's all-BF16 and all-FP8 (the anchor's too) are the calibration's steps.
     let disagree: BTreeSet<(Execution, u64)> = rows
         .iter()
         .filter(|r| r.disagrees && !(r.calibrated && r.mode != StepMode::Plan))
         .map(|r| (r.execution, r.tokens))
+        .filter(|k| timed.contains(k))
         .collect();
     let behind: BTreeSet<(Execution, u64)> = fp8_merge::model::behind_fp8(&rows)
         .iter()
@@ -286,7 +288,13 @@ impl Layout<'_> {
         outcome: &mut GenOutcome,
     ) -> Result<Vec<StepInputs>, String> {
         let at = format!("{} {}", self.model, self.p);
-        let mut asked = to_time_again(lm, &first, plans, &at, say);
+        // The counts the check's worker timed (`timed_in_inputs`: not the inputs' own rounds).
+        let timed: BTreeSet<(Execution, u64)> = timed_in_inputs(&lm.inputs, plans, self.job.anchor)
+            .1
+            .iter()
+            .map(|(e, t, _)| (*e, *t))
+            .collect();
+        let mut asked = to_time_again(lm, &first, plans, &timed, &at, say);
         let mut docs = vec![first];
         for round in 1..=RETIME_ROUNDS {
             if asked.is_empty() {
