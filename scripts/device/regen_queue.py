@@ -80,7 +80,7 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
         with open(c) as f:
             if json.load(f)["failed"]:
                 return f"{row}: its check lost counts (failed rows in {c})"
-    inputs = checks[0].replace("_check_step.json", "_inputs_step.json")
+    inputs = checks[0].removesuffix("_check_step.json") + "_inputs_step.json"
     with open(inputs) as f:
         doc = json.load(f)
     if doc["fp8_recipe"] != recipe:
