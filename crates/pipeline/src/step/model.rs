@@ -183,14 +183,13 @@ impl Layout<'_> {
 }
 
 /// The plans the re-timing round times, said on stderr: each count the check's worker timed
-/// (not the inputs' own rounds, the calibration) where a step disagrees with the model beyond 3%
-/// and its noise (the step or the model: the re-timing
-/// decides: on the H200 the first counts an MoE's check timed ran slower than the model where
-/// later counts agreed, docs/RESULTS.md "The step model"), where the model's plan measured
-/// behind all-FP8 (with a
-/// crossing to move); and, where the refit (`fp8_merge::model::refit`) changed the policy's plan
-/// at a checked count, that count with the new plan. A count is timed again for a disagreement
-/// once: the later rounds time only plans the refit moved.
+/// (`timed`: not the inputs' own rounds, the calibration) where a step disagrees with the model
+/// beyond 3% and its noise (the step or the model was off: the re-timing decides; on the H200
+/// the first counts an MoE's check timed ran slower than the model where later counts agreed,
+/// docs/RESULTS.md "The step model"); each count where the model's plan measured behind all-FP8
+/// (with a crossing to move); and, where the refit (`fp8_merge::model::refit`) changed the
+/// policy's plan at a checked count, that count with the new plan. A count is timed again for a
+/// disagreement once: the later rounds time only plans the refit moved.
 fn to_time_again(
     lm: &LayoutModel,
     first: &StepInputs,
