@@ -132,33 +132,53 @@ pub fn run(args: &Args) -> CliResult {
             u.instances
         );
     }
-    if plan
-        .modules
-        .iter()
-        .any(|m| m.spec.component != fp8_engine::Role::Llm)
-    {
+    // The vision encoder's modules are not GPTModel decoder paths: the catch-all runs them BF16.
+    let vision = |fp8: bool| -> u64 {
+        plan.modules
+            .iter()
+            .filter(|m| m.spec.component != fp8_engine::Role::Llm && (m.use_fp8 || !fp8))
+            .map(|m| m.spec.layers)
+            .sum()
+    };
+    let (vit, vit_fp8) = (vision(false), vision(true));
+    if vit_fp8 > 0 {
         eprintln!(
-            "note: the vision encoder's modules are not GPTModel decoder paths; they fall to the BF16 catch-all (decide them with adaptive_fp8.megatron.enable)"
+            "warning: the vision encoder's policy runs {vit_fp8} of its {vit} module instances FP8 at this count; this file runs them BF16 (its matchers are the language model's decoder paths); decide them with adaptive_fp8.megatron.enable"
+        );
+    } else if vit > 0 {
+        eprintln!(
+            "note: the vision encoder's {vit} module instances fall to the BF16 catch-all (not GPTModel decoder paths), as its policy decides them at this count"
         );
     }
-    emit(args, &yaml, &flags, (fp8, total))
+    emit(args, &yaml, &flags, (fp8, total, vit))
 }
 
 /// The YAML to `--output` (with the launch flags on stdout) or to stdout (flags on stderr).
-fn emit(args: &Args, yaml: &str, flags: &[String], (fp8, total): (u64, u64)) -> CliResult {
+fn emit(
+    args: &Args,
+    yaml: &str,
+    flags: &[String],
+    (fp8, total, vit): (u64, u64, u64),
+) -> CliResult {
     match &args.output {
         Some(out) => {
             let inputs: Vec<&std::path::Path> = [
                 Some(args.model.model.as_path()),
                 args.policy.policy.as_deref(),
+                args.policy.vit_policy.as_deref(),
             ]
             .into_iter()
             .flatten()
             .collect();
             fp8_io::refuse_same_file(out, inputs)?;
             fp8_io::write_atomic(out, yaml.as_bytes())?;
+            let vision = if vit > 0 {
+                format!(" of the language model; the vision encoder's {vit} BF16")
+            } else {
+                String::new()
+            };
             println!(
-                "wrote {} ({fp8} of {total} module instances FP8)",
+                "wrote {} ({fp8} of {total} module instances FP8{vision})",
                 out.display()
             );
             println!("launch Megatron with:");
