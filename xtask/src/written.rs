@@ -14,6 +14,8 @@
 //!   with the checks beside it;
 //! - `{{step_model_by_model: FILE...}}`: the same, one row per model and run (its layouts
 //!   together), for runs of many layouts;
+//! - `{{step_model_order: FILE...}}`: the same layouts' held-out steps by where their check
+//!   timed their count ([`check_order`]);
 //! - `{{table: FILE...}}`: the Markdown table lines of files a device script wrote (its own
 //!   output, committed beside its inputs), verbatim.
 //!
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+mod check_order;
 mod judge;
 mod step_model;
 
@@ -120,8 +123,9 @@ fn table(root: &Path, kind: &str, files: &[&str]) -> Result<String, String> {
         "causes" => Ok(docs.iter().map(|(_, v)| causes(v)).collect()),
         "step_model" => step_model::step_model(&docs),
         "step_model_by_model" => step_model::by_model(&docs),
+        "step_model_order" => check_order::by_order(root, &docs),
         other => Err(format!(
-            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model, step_model_by_model, table)"
+            "unknown placeholder `{other}` (probe, convergence, judge, modes, standing, causes, step_model, step_model_by_model, step_model_order, table)"
         )),
     }
 }

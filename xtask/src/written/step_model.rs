@@ -129,7 +129,7 @@ const BOUNDS: [(f64, &str); 4] = [
     (2.5, "2.5 and over (GPU-bound)"),
 ];
 
-fn held_out(lm: &Value) -> impl Iterator<Item = &Value> {
+pub(super) fn held_out(lm: &Value) -> impl Iterator<Item = &Value> {
     lm["check"]
         .as_array()
         .into_iter()
