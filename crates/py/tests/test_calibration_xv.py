@@ -53,3 +53,19 @@ def test_candidates_are_compared_on_the_same_held_out_steps(root, tmp_path, fp8s
     # A candidate at a count without whole steps is refused, naming the counts.
     o = subprocess.run([*base, "--candidates", "1024,8192", "--", str(f)], capture_output=True, text=True)
     assert o.returncode == 2 and "[8192]" in o.stderr and "fix:" in o.stderr
+
+
+def test_the_committed_table_in_results_is_todays_tools(root, fp8sel):
+    # RESULTS renders docs/device-logs/step_model/calibrate_all/calibration_xv.md verbatim; the
+    # numbers are today's fp8sel's fit of the committed H200 documents, so a change to the model
+    # must make the table again (the command below, as step_model.sh calibrate-all runs it).
+    d = root / "docs" / "device-logs" / "step_model" / "calibrate_all"
+    docs = [d / f"ca_{m}.json" for m in ("Llama-3.1-8B_tp1", "MoE-64x1408_tp1", "qwen2_5_72b_tp8", "deepseek_v3_tp8")]
+    cmd = [sys.executable, str(root / "scripts" / "device" / "calibration_xv.py"), "--fp8sel", str(fp8sel), "--summary",
+           "--sweep", "1024,2048,4096,8192,16384", "--candidates", "1024,4096,16384", "1024,2048,16384",
+           "1024,2048,4096,16384", "1024,2048,4096,8192,16384", "--", *map(str, docs)]
+    o = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    assert o.returncode == 0, o.stderr
+    made = [line for line in o.stdout.splitlines() if line.startswith("|")]
+    committed = (d / "calibration_xv.md").read_text().splitlines()
+    assert made == committed, f"stale: make it again with {' '.join(cmd[1:])} | grep '^|' > {d / 'calibration_xv.md'}"
