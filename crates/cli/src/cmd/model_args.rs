@@ -159,6 +159,22 @@ pub fn each_a_vlm(models: &[PathBuf], config_root: Option<&Path>, flag: &str) ->
 }
 
 impl PolicyArgs {
+    /// The policy files [`PolicyArgs::load`] reads for `model`: each component's flag, else the
+    /// config's path when selective_fp8 is on (what an output must not overwrite).
+    pub fn paths(&self, model: &ModelDesc) -> Vec<PathBuf> {
+        model
+            .components
+            .iter()
+            .filter_map(|c| {
+                let flag = match c.role {
+                    Role::Llm => self.policy.clone(),
+                    Role::Vit => self.vit_policy.clone(),
+                };
+                flag.or_else(|| config_policy_path(c, &self.root))
+            })
+            .collect()
+    }
+
     /// Loads the policy of each component: the flag, else the config's path when
     /// selective_fp8 is on. A component with neither has none (and runs BF16).
     pub fn load(&self, model: &ModelDesc) -> CliResult<BTreeMap<Role, Policy>> {

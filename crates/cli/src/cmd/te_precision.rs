@@ -150,27 +150,24 @@ pub fn run(args: &Args) -> CliResult {
             "note: the vision encoder's {vit} module instances fall to the BF16 catch-all (not GPTModel decoder paths), as its policy decides them at this count"
         );
     }
-    emit(args, &yaml, &flags, (fp8, total, vit))
+    let mut inputs = args.policy.paths(&r.model);
+    inputs.push(args.model.model.clone());
+    emit(args, &inputs, &yaml, &flags, (fp8, total, vit))
 }
 
 /// The YAML to `--output` (with the launch flags on stdout) or to stdout (flags on stderr).
+/// `inputs`: the files read (the model and every policy, a config's included), none of which
+/// the output may be.
 fn emit(
     args: &Args,
+    inputs: &[PathBuf],
     yaml: &str,
     flags: &[String],
     (fp8, total, vit): (u64, u64, u64),
 ) -> CliResult {
     match &args.output {
         Some(out) => {
-            let inputs: Vec<&std::path::Path> = [
-                Some(args.model.model.as_path()),
-                args.policy.policy.as_deref(),
-                args.policy.vit_policy.as_deref(),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            fp8_io::refuse_same_file(out, inputs)?;
+            fp8_io::refuse_same_file(out, inputs.iter().map(PathBuf::as_path))?;
             fp8_io::write_atomic(out, yaml.as_bytes())?;
             let vision = if vit > 0 {
                 format!(" of the language model; the vision encoder's {vit} BF16")

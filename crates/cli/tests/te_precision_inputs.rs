@@ -1,7 +1,8 @@
-//! `fp8sel te-precision-config` on a VLM: Megatron's per-module config matches the language
-//! model's decoder paths, so the vision encoder's modules fall to the BF16 catch-all; where the
-//! vision encoder's policy runs some of them FP8 the command says so loudly, and the file written
-//! counts them apart.
+//! `fp8sel te-precision-config` on a VLM, and the files it reads: Megatron's per-module config
+//! matches the language model's decoder paths, so the vision encoder's modules fall to the BF16
+//! catch-all; where the vision encoder's policy runs some of them FP8 the command says so loudly,
+//! and the file written counts them apart. Every policy it reads (a flag's or the config's) is
+//! an input the output may not overwrite.
 
 #![allow(clippy::unwrap_used)]
 
@@ -87,4 +88,47 @@ fn the_vision_encoders_fp8_modules_are_said_and_counted_apart() {
             .unwrap()
             .contains("16384")
     );
+}
+
+#[test]
+fn a_policy_the_config_names_is_an_input_the_output_may_not_overwrite() {
+    // The config's fp8_dynamic_policy_path (selective_fp8 on), resolved against --root, is read
+    // as --policy is: --output naming it is refused and the policy is left as it was.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    let policy = dir.path().join("policies/deepseek_v3.json");
+    std::fs::copy(root().join("policies/deepseek_v3.json"), &policy).unwrap();
+    let before = std::fs::read(&policy).unwrap();
+    let run = |out: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "te-precision-config",
+                "--model",
+                "fixtures/models/sel/deepseek_v3_fp8_sel.yaml",
+            ])
+            .args(["--config-root", "fixtures/models", "--root"])
+            .arg(dir.path())
+            .args([
+                "--tp",
+                "8",
+                "--ep",
+                "64",
+                "--etp",
+                "1",
+                "--seq-length",
+                "4096",
+                "--output",
+            ])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let o = run(&policy);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("deepseek_v3.json"), "{}", err(&o));
+    assert_eq!(std::fs::read(&policy).unwrap(), before);
+    // Elsewhere it writes.
+    let o = run(&dir.path().join("te.yaml"));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
 }
