@@ -256,6 +256,45 @@ impl GenOptions {
     pub fn vision_encoder(&self) -> bool {
         self.component == Some(fp8_engine::Role::Vit)
     }
+
+    /// Refuses, before anything is measured, a model config that a policy or summary written
+    /// for it would overwrite (`<name>.json`, `.llm.json`, `.vit.json`, `.md` in any folder these
+    /// options may write policies to: `out`, else the policies folder, its recipe's subfolder and
+    /// the estimates').
+    pub fn refuse_overwriting_configs(
+        &self,
+        models: &[(PathBuf, ModelDesc)],
+    ) -> Result<(), String> {
+        let recipe = self.measure.recipe.recipe().name();
+        let dirs: Vec<PathBuf> = match &self.out {
+            Some(d) => vec![d.clone()],
+            None => {
+                let est = self
+                    .policies_dir
+                    .join("estimated")
+                    .join(&self.device_profile);
+                vec![
+                    self.policies_dir.clone(),
+                    self.policies_dir.join(recipe),
+                    est.join(recipe),
+                    est,
+                ]
+            }
+        };
+        let configs: Vec<&Path> = models.iter().map(|(c, _)| c.as_path()).collect();
+        for (_, m) in models {
+            for end in ["json", "llm.json", "vit.json", "md"] {
+                for d in &dirs {
+                    fp8_io::refuse_same_file(
+                        &d.join(format!("{}.{end}", m.name)),
+                        configs.iter().copied(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What `gen-policy` wrote.
@@ -315,6 +354,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         return Err("no model configs given".into());
     }
     let models = load_models(&o.models, o.config_root.as_deref(), o.component, progress)?;
+    o.refuse_overwriting_configs(&models)?;
     let mut plans = Vec::new();
     for (config, model) in &models {
         let (tps, eps, etps) = (o.tp.as_deref(), o.ep.as_deref(), o.etp.as_deref());

@@ -39,6 +39,12 @@ pub fn gen_policy_step(
     job: &StepJob,
     say: &dyn Fn(&str),
 ) -> Result<GenOutcome, String> {
+    let loaded = o
+        .models
+        .iter()
+        .map(|c| crate::build::load_model(c, o.config_root.as_deref()).map(|m| (c.clone(), m)))
+        .collect::<Result<Vec<_>, _>>()?;
+    o.refuse_overwriting_configs(&loaded)?;
     let out = o.out.clone().unwrap_or_else(|| o.policies_dir.clone());
     let reports_dir = match &o.out {
         Some(d) => d.join("reports"),
