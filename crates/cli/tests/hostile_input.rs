@@ -197,50 +197,6 @@ fn an_output_never_overwrites_an_input() {
     assert_eq!(std::fs::read(&r).unwrap(), before, "the report was damaged");
 }
 
-#[test]
-fn gen_policy_never_writes_a_policy_over_the_model_config_it_reads() {
-    // A JSON config named as its policy will be (`<name>.json`) in the folder the outputs go
-    // to: refused before anything is measured, by the cost model and by the step model alike.
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("llama3_8b.json");
-    std::fs::copy(root().join("examples/models/llama3_8b.json"), &config).unwrap();
-    let before = std::fs::read(&config).unwrap();
-    for backend in ["model", "step"] {
-        let fake = root().join("crates/cli/tests/fake_te");
-        let o = run_within(
-            {
-                let mut c = cmd(&[
-                    "gen-policy",
-                    "--model",
-                    s(&config),
-                    "--tp",
-                    "1",
-                    "--backend",
-                    backend,
-                ]);
-                c.args(["--out", s(dir.path())]).env("PYTHONPATH", &fake);
-                c
-            },
-            Duration::from_secs(60),
-        );
-        assert_eq!(o.status.code(), Some(2), "{backend}: {}", err(&o));
-        assert!(
-            err(&o).contains("same file as the input"),
-            "{backend}: {}",
-            err(&o)
-        );
-        assert_eq!(
-            std::fs::read(&config).unwrap(),
-            before,
-            "{backend}: the config was damaged"
-        );
-        assert!(
-            !dir.path().join("reports").exists(),
-            "{backend}: measured before refusing"
-        );
-    }
-}
-
 // 3. Outputs that are device nodes or symlinks.
 
 #[test]

@@ -347,6 +347,36 @@ impl GenOutcome {
     }
 }
 
+/// Where the policies go and where the reports go: `out`, else the policies folder (the
+/// estimates' for the cost model); each recipe but blockwise (the shipped policies' own) in its
+/// own subfolder, TE's reports in theirs.
+fn out_dirs(o: &GenOptions, chosen: &mut Chosen, estimated: bool, te: bool) -> (PathBuf, PathBuf) {
+    let recipe = o.measure.recipe.recipe();
+    let sub = |dir: PathBuf| {
+        if recipe == fp8_bench::recipe::Recipe::Blockwise {
+            dir
+        } else {
+            dir.join(recipe.name())
+        }
+    };
+    let out = o.out.clone().unwrap_or_else(|| {
+        sub(if estimated {
+            o.policies_dir.join("estimated").join(&o.device_profile)
+        } else {
+            o.policies_dir.clone()
+        })
+    });
+    let reports_dir = if estimated {
+        out.join("reports")
+    } else {
+        let name = chosen.backend().device().name.to_lowercase();
+        let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
+        let dir = o.reports_base.join(slug);
+        sub(if te { dir.join("te") } else { dir })
+    };
+    (out, reports_dir)
+}
+
 /// The whole job: sweep every layout of every model (each distinct shape once), merge, and
 /// write policies, plots and summaries.
 pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome, String> {
@@ -389,30 +419,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
     // TE reports keep their own folder (another objective's times); the policy made from them
     // is the default file, both executions folded (see `merged_files`).
     let te = matches!(chosen, Chosen::Te(_));
-    // Each recipe but blockwise (the shipped policies' own) gets its own folder too.
-    let recipe = o.measure.recipe.recipe();
-    let sub = |dir: PathBuf| {
-        if recipe == fp8_bench::recipe::Recipe::Blockwise {
-            dir
-        } else {
-            dir.join(recipe.name())
-        }
-    };
-    let out = o.out.clone().unwrap_or_else(|| {
-        sub(if estimated {
-            o.policies_dir.join("estimated").join(&o.device_profile)
-        } else {
-            o.policies_dir.clone()
-        })
-    });
-    let reports_dir = if estimated {
-        out.join("reports")
-    } else {
-        let name = chosen.backend().device().name.to_lowercase();
-        let slug = name.rsplit(' ').next().unwrap_or("gpu").to_owned();
-        let dir = o.reports_base.join(slug);
-        sub(if te { dir.join("te") } else { dir })
-    };
+    let (out, reports_dir) = out_dirs(o, &mut chosen, estimated, te);
     let mut reports = Vec::new();
     for ((config, model), layouts) in models.iter().zip(&plans) {
         reports.extend(measure(
