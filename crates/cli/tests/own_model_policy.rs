@@ -385,4 +385,25 @@ fn gen_policy_never_writes_a_policy_over_the_model_config_it_reads() {
             "{backend}: measured before refusing"
         );
     }
+    // A file given as the folder the outputs go to is refused by name.
+    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .current_dir(root())
+        .args([
+            "gen-policy",
+            "--model",
+            s(&config),
+            "--tp",
+            "1",
+            "--out",
+            s(&config),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("a file, not a folder") && err(&o).contains("fix:"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(std::fs::read(&config).unwrap(), before);
 }

@@ -257,6 +257,10 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             "no model: give --model CONFIG (a Megatron/LoongForge YAML or a HuggingFace config.json)",
         ));
     }
+    super::gen_policy_output::folders(&[
+        ("--out", &args.out),
+        ("--reports-dir", &args.reports_dir),
+    ])?;
     args.objective
         .check_bound_has_reports(!args.recipes.is_empty())?;
     let recipe = base_recipe(args)?;
@@ -303,7 +307,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             ..MeasureOptions::default()
         },
         policies_dir: args.policies_dir.clone(),
-        reports_base: reports_base(args),
+        reports_base: super::gen_policy_output::reports_base(&args.reports_dir, &args.out),
         out: args.out.clone(),
         recipes: None,
         component: args.component,
@@ -507,15 +511,6 @@ fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
 
 /// The objective of the merge: with --recipes its --numerics reports are the choice's, one per
 /// recipe, not a bound on one recipe's merge.
-/// Where measured reports go: `--reports-dir`, else beside `--out`'s policies, else `reports`.
-fn reports_base(args: &Args) -> PathBuf {
-    match (&args.reports_dir, &args.out) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(out)) => out.join("reports"),
-        (None, None) => PathBuf::from("reports"),
-    }
-}
-
 fn merge_objective(args: &Args) -> super::objective_args::ObjectiveArgs {
     let mut o = args.objective.clone();
     if !args.recipes.is_empty() {

@@ -1,7 +1,33 @@
-//! What `fp8sel gen-policy` says when it is done: notes on stderr, the files and the summary on
-//! stdout, or one JSON object (`--json`).
+//! Where `fp8sel gen-policy` writes, and what it says when it is done: notes on stderr, the
+//! files and the summary on stdout, or one JSON object (`--json`).
+
+use std::path::PathBuf;
 
 use fp8_pipeline::generate::GenOutcome;
+
+use crate::error::{CliError, CliResult};
+
+/// Refuses a folder flag (`(flag, value)`) that names a file.
+pub fn folders(flags: &[(&str, &Option<PathBuf>)]) -> CliResult {
+    for (flag, dir) in flags {
+        if let Some(d) = dir.as_ref().filter(|d| d.exists() && !d.is_dir()) {
+            return Err(CliError::input(format!(
+                "{flag} {}: a file, not a folder; fix: name a folder (it is made where missing)",
+                d.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where measured reports go: `--reports-dir`, else beside `--out`'s policies, else `reports`.
+pub fn reports_base(reports_dir: &Option<PathBuf>, out: &Option<PathBuf>) -> PathBuf {
+    match (reports_dir, out) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(out)) => out.join("reports"),
+        (None, None) => PathBuf::from("reports"),
+    }
+}
 
 /// What the job says when it is done: notes on stderr (none with `quiet`), the files and the
 /// summary on stdout, or with `json` one JSON object.
