@@ -101,7 +101,7 @@ impl Curve {
     /// count between measured counts, the nearest measured value outside them. A share follows
     /// the balance of a step's host and GPU time, and the GPU time doubles with the count: the
     /// calibrated counts are doublings apart, and a share moves as much per doubling, not per
-    /// token (held out on every committed check, RESULTS "The step model").
+    /// token.
     pub fn raw_at(&self, t: f64) -> f64 {
         let p = &self.points;
         match p.len() {
