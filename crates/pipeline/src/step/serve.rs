@@ -151,8 +151,9 @@ impl Served {
         };
         format!(
             "the step worker ended before its document was written ({status}): `{}`; its \
-             messages are above (where it could not import torch or transformer_engine, fix: an \
-             interpreter where they import, --python, or per-module timing, --backend cuda)",
+             messages are above (where it could not import adaptive_fp8, torch or \
+             transformer_engine, fix: `pip install .` into an interpreter where torch and \
+             transformer_engine import, given as --python; or per-module timing, --backend cuda)",
             self.shown
         )
     }
