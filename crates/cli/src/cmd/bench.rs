@@ -159,7 +159,12 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
-    let recipe = args.recipe.options()?;
+    let trained = super::recipe_args::configs_recipe(
+        args.recipe.recipe.is_some(),
+        std::slice::from_ref(&args.model),
+        args.config_root.as_deref(),
+    )?;
+    let recipe = args.recipe.options(trained)?;
     if args.backend == "model" {
         // Fail before the sweep: a profile that cannot run the recipe would skip every point.
         let dev = fp8_report::DeviceInfo {

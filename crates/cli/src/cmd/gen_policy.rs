@@ -263,7 +263,10 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     ])?;
     args.objective
         .check_bound_has_reports(!args.recipes.is_empty())?;
-    let recipe = base_recipe(args)?;
+    let told = args.recipe.recipe.is_some() || !args.recipes.is_empty();
+    let trained =
+        super::recipe_args::configs_recipe(told, &args.models, args.config_root.as_deref())?;
+    let recipe = base_recipe(args, trained)?;
     numerics_of_this_recipe(args, recipe.recipe())?;
     if let Some(c) = args.component {
         super::model_args::each_a_vlm(
@@ -279,8 +282,13 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             &format!("--image-tokens {}", args.image_tokens),
         )?;
     }
+    let whose = if trained.is_some() {
+        " (the one the config trains with: its fp8_recipe)"
+    } else {
+        ""
+    };
     progress.say(&format!(
-        "gen-policy: {} model(s), backend {}, recipe {recipe}; reading configs and planning the sweeps...",
+        "gen-policy: {} model(s), backend {}, recipe {recipe}{whose}; reading configs and planning the sweeps...",
         args.models.len(),
         args.backend
     ));
@@ -477,9 +485,12 @@ fn blackwell_recipes_on_this_gpu(
 }
 
 /// The measured recipe: --recipe's, or with --recipes the first of them (the base).
-fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
+fn base_recipe(
+    args: &Args,
+    trained: Option<fp8_policy::Recipe>,
+) -> CliResult<fp8_bench::recipe::RecipeOptions> {
     let Some(&first) = args.recipes.first() else {
-        return args.recipe.options();
+        return args.recipe.options(trained);
     };
     let mut seen = Vec::new();
     for &r in &args.recipes {
@@ -499,10 +510,9 @@ fn base_recipe(args: &Args) -> CliResult<fp8_bench::recipe::RecipeOptions> {
             "--recipes {first}: a choice needs two recipes or more; fix: --recipes {first},tensorwise, or --recipe {first}"
         )));
     }
-    if args.recipe.recipe != first && args.recipe.recipe != fp8_policy::Recipe::Blockwise {
+    if let Some(r) = args.recipe.recipe.filter(|&r| r != first) {
         return Err(CliError::input(format!(
-            "--recipe {} and --recipes {}: the base is the first of --recipes; fix: leave out --recipe",
-            args.recipe.recipe, first
+            "--recipe {r} and --recipes {first}: the base is the first of --recipes; fix: leave out --recipe"
         )));
     }
     fp8_bench::recipe::RecipeOptions::new(first, args.recipe.fp8_format, None, None)

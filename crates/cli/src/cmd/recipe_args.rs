@@ -1,6 +1,8 @@
 //! The recipe flags: what a sweep measures (`bench`, `gen-policy`), and what the trainer runs
 //! (`decide`, `explain`, `check`, which warn when the policy was made for another recipe).
 
+use std::path::{Path, PathBuf};
+
 use fp8_bench::recipe::{AmaxAlgo, Fp8Format, Recipe, RecipeOptions};
 use fp8_policy::Policy;
 
@@ -13,14 +15,15 @@ pub struct RecipeArgs {
     /// tensorwise (Float8CurrentScaling; `current`, the reference tool's name, is accepted),
     /// delayed (DelayedScaling), mxfp8 (MXFP8BlockScaling: Blackwell only; on Hopper use
     /// --backend model --device-profile b200). Recorded in the report and the policy.
+    /// [default: the recipe the model config trains with (its fp8_recipe, a launch script's
+    /// --fp8-recipe), else blockwise]
     #[arg(
         long,
         alias = "fp8-recipe",
         env = "TE_LAYER_PERF_FP8_RECIPE",
-        default_value = "blockwise",
         value_name = "RECIPE"
     )]
-    pub recipe: Recipe,
+    pub recipe: Option<Recipe>,
     /// FP8 format: e4m3, or hybrid (E4M3 forward, E5M2 gradients) [default: hybrid for delayed,
     /// as TE's DelayedScaling; e4m3 otherwise]. Blockwise and mxfp8 run E4M3 only.
     #[arg(long, value_name = "FORMAT")]
@@ -35,15 +38,55 @@ pub struct RecipeArgs {
 }
 
 impl RecipeArgs {
-    /// The validated recipe options.
-    pub fn options(&self) -> CliResult<RecipeOptions> {
+    /// The validated recipe options: `--recipe`, else `trained` (the configs' own,
+    /// [`configs_recipe`]), else blockwise.
+    pub fn options(&self, trained: Option<Recipe>) -> CliResult<RecipeOptions> {
         RecipeOptions::new(
-            self.recipe,
+            self.recipe.or(trained).unwrap_or(Recipe::Blockwise),
             self.fp8_format,
             self.amax_history_len,
             self.amax_compute_algo,
         )
         .map_err(CliError::input)
+    }
+}
+
+/// The recipe the model configs train with (each one's fp8_recipe, a launch script's
+/// --fp8-recipe), where any names one and no flag (`told`) chose one: the same for all of them,
+/// else refused; one it cannot read is refused, naming the file.
+pub fn configs_recipe(
+    told: bool,
+    models: &[PathBuf],
+    config_root: Option<&Path>,
+) -> CliResult<Option<Recipe>> {
+    if told {
+        return Ok(None);
+    }
+    let mut named: Vec<(&PathBuf, Recipe)> = Vec::new();
+    for m in models {
+        let desc = super::model_args::load_config(m, config_root)?;
+        if let Some(s) = desc.components.iter().find_map(|c| c.fp8.recipe.as_deref()) {
+            let r = s.parse::<Recipe>().map_err(|e| {
+                CliError::input(format!(
+                    "{}: fp8_recipe {s:?}: {e}; fix: pass --recipe to choose the recipe to measure",
+                    m.display()
+                ))
+            })?;
+            named.push((m, r));
+        }
+    }
+    match named.first() {
+        Some(&(_, r)) if named.iter().any(|&(_, x)| x != r) => {
+            let each: Vec<String> = named
+                .iter()
+                .map(|(m, x)| format!("{} {x}", m.display()))
+                .collect();
+            Err(CliError::input(format!(
+                "the model configs train with different FP8 recipes ({}); fix: pass --recipe for the one to measure, or one run per recipe",
+                each.join(", ")
+            )))
+        }
+        first => Ok(first.map(|&(_, r)| r)),
     }
 }
 

@@ -1,0 +1,88 @@
+//! `gen-policy` and `bench` measure the recipe the model config trains with (its `fp8_recipe`,
+//! a launch script's `--fp8-recipe`) unless `--recipe` says otherwise: a policy made for
+//! another recipe than the trainer's would have `check` warn at once.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{err, root};
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// `fixtures/models/llama3_2_1b.yaml` training with `recipe`, as `name` in `dir`.
+fn config(dir: &Path, name: &str, recipe: &str) -> String {
+    let text = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{text}\nfp8_recipe: {recipe}\n")).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn generate(dir: &Path, models: &[&str], extra: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root())
+        .args(["gen-policy", "--tp", "1", "--backend", "model"]);
+    for m in models {
+        c.args(["--model", m]);
+    }
+    c.arg("--out").arg(dir.join("out")).args(extra);
+    c.output().unwrap()
+}
+
+fn recipe_of(policy: &Path) -> String {
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(policy).unwrap()).unwrap();
+    p["provenance"]["recipe"][0].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn gen_policy_measures_the_recipe_the_config_trains_with_unless_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = config(dir.path(), "tw.yaml", "tensorwise");
+    let o = generate(dir.path(), &[&m], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("recipe tensorwise") && err(&o).contains("the one the config trains with"),
+        "{}",
+        err(&o)
+    );
+    assert!(recipe_of(&dir.path().join("out/llama3_2_1b.json")).starts_with("tensorwise"));
+    // --recipe says otherwise.
+    let o = generate(dir.path(), &[&m], &["--recipe", "blockwise"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        !err(&o).contains("the one the config trains with"),
+        "{}",
+        err(&o)
+    );
+    assert!(recipe_of(&dir.path().join("out/llama3_2_1b.json")).starts_with("blockwise"));
+}
+
+#[test]
+fn configs_that_train_with_different_recipes_are_refused_and_one_it_cannot_read_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        config(dir.path(), "a.yaml", "tensorwise"),
+        config(dir.path(), "b.yaml", "blockwise"),
+    );
+    let o = generate(dir.path(), &[&a, &b], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("different FP8 recipes") && err(&o).contains("fix:"),
+        "{}",
+        err(&o)
+    );
+    assert!(!dir.path().join("out").exists());
+    // One --recipe for both measures both.
+    let o = generate(dir.path(), &[&a, &b], &["--recipe", "tensorwise"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let bad = config(dir.path(), "c.yaml", "fp7");
+    let o = generate(dir.path(), &[&bad], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("c.yaml") && err(&o).contains("fp7"),
+        "{}",
+        err(&o)
+    );
+}
