@@ -86,3 +86,26 @@ fn configs_that_train_with_different_recipes_are_refused_and_one_it_cannot_read_
         err(&o)
     );
 }
+
+#[test]
+fn bench_measures_the_configs_recipe_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = config(dir.path(), "tw.yaml", "tensorwise");
+    let report = dir.path().join("r.json");
+    let bench = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args(["bench", "--backend", "model", "--quiet", "--model", &m])
+            .args(["--shape-sweep", "1024x1", "--report"])
+            .arg(&report)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        r["recipe"].as_str().unwrap().to_owned()
+    };
+    assert!(bench(&[]).starts_with("tensorwise"));
+    assert!(bench(&["--recipe", "blockwise"]).starts_with("blockwise"));
+}
