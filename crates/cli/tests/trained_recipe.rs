@@ -104,7 +104,7 @@ fn bench_measures_the_configs_recipe_too() {
         assert_eq!(o.status.code(), Some(0), "{}", err(&o));
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        r["recipe"].as_str().unwrap().to_owned()
+        r["provenance"]["recipe"].as_str().unwrap().to_owned()
     };
     assert!(bench(&[]).starts_with("tensorwise"));
     assert!(bench(&["--recipe", "blockwise"]).starts_with("blockwise"));
