@@ -109,3 +109,19 @@ fn bench_measures_the_configs_recipe_too() {
     assert!(bench(&[]).starts_with("tensorwise"));
     assert!(bench(&["--recipe", "blockwise"]).starts_with("blockwise"));
 }
+
+#[test]
+fn a_recipe_error_says_the_recipe_came_from_the_config() {
+    // MXFP8 is Blackwell's: the H200 cost model cannot estimate it, and the error says the
+    // config chose it.
+    let dir = tempfile::tempdir().unwrap();
+    let m = config(dir.path(), "mx.yaml", "mxfp8");
+    let o = generate(dir.path(), &[&m], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("Blackwell")
+            && err(&o).contains("the recipe the model config trains with"),
+        "{}",
+        err(&o)
+    );
+}

@@ -266,7 +266,7 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     let told = args.recipe.recipe.is_some() || !args.recipes.is_empty();
     let trained =
         super::recipe_args::configs_recipe(told, &args.models, args.config_root.as_deref())?;
-    let recipe = base_recipe(args, trained)?;
+    let recipe = super::recipe_args::base_recipe(&args.recipe, &args.recipes, trained)?;
     numerics_of_this_recipe(args, recipe.recipe())?;
     if let Some(c) = args.component {
         super::model_args::each_a_vlm(
@@ -341,7 +341,8 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     let done = if backend == "step" {
         step_job(args, &o, recipe.recipe(), progress)?
     } else {
-        let mut done = gen_policy(&o, progress).map_err(CliError::input)?;
+        let mut done =
+            gen_policy(&o, progress).map_err(|e| super::recipe_args::whence(e, trained))?;
         if !step_only.is_empty() {
             done.notes.push(format!(
                 "{}: the step model's settings, not read: --backend auto measured per module here (the step model needs a GPU where adaptive_fp8 and Transformer Engine are installed)",
@@ -482,41 +483,6 @@ fn blackwell_recipes_on_this_gpu(
     };
     let gpu = fp8_bench::cuda::Gpu::open(0).map_err(|e| CliError::input(e.to_string()))?;
     fp8_bench::recipe::check_device(*r, &gpu.info).map_err(CliError::input)
-}
-
-/// The measured recipe: --recipe's, or with --recipes the first of them (the base).
-fn base_recipe(
-    args: &Args,
-    trained: Option<fp8_policy::Recipe>,
-) -> CliResult<fp8_bench::recipe::RecipeOptions> {
-    let Some(&first) = args.recipes.first() else {
-        return args.recipe.options(trained);
-    };
-    let mut seen = Vec::new();
-    for &r in &args.recipes {
-        if !fp8_policy::PLAN_RECIPES.contains(&r) {
-            return Err(CliError::input(format!(
-                "--recipes {r}: Megatron's per-module config runs blockwise, tensorwise, mxfp8 or nvfp4 \
-                 per module; fix: choose among those, or measure {r} alone with --recipe {r}"
-            )));
-        }
-        if seen.contains(&r) {
-            return Err(CliError::input(format!("--recipes names {r} twice")));
-        }
-        seen.push(r);
-    }
-    if seen.len() < 2 {
-        return Err(CliError::input(format!(
-            "--recipes {first}: a choice needs two recipes or more; fix: --recipes {first},tensorwise, or --recipe {first}"
-        )));
-    }
-    if let Some(r) = args.recipe.recipe.filter(|&r| r != first) {
-        return Err(CliError::input(format!(
-            "--recipe {r} and --recipes {first}: the base is the first of --recipes; fix: leave out --recipe"
-        )));
-    }
-    fp8_bench::recipe::RecipeOptions::new(first, args.recipe.fp8_format, None, None)
-        .map_err(CliError::input)
 }
 
 /// The objective of the merge: with --recipes its --numerics reports are the choice's, one per

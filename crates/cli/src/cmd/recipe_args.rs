@@ -147,3 +147,50 @@ impl TrainerRecipe {
         out
     }
 }
+
+/// gen-policy's measured recipe: --recipe's (else the configs', `trained`, else blockwise), or
+/// with --recipes the first of them (the base).
+pub fn base_recipe(
+    flag: &RecipeArgs,
+    recipes: &[Recipe],
+    trained: Option<Recipe>,
+) -> CliResult<RecipeOptions> {
+    let Some(&first) = recipes.first() else {
+        return flag.options(trained);
+    };
+    let mut seen = Vec::new();
+    for &r in recipes {
+        if !fp8_policy::PLAN_RECIPES.contains(&r) {
+            return Err(CliError::input(format!(
+                "--recipes {r}: Megatron's per-module config runs blockwise, tensorwise, mxfp8 or nvfp4 \
+                 per module; fix: choose among those, or measure {r} alone with --recipe {r}"
+            )));
+        }
+        if seen.contains(&r) {
+            return Err(CliError::input(format!("--recipes names {r} twice")));
+        }
+        seen.push(r);
+    }
+    if seen.len() < 2 {
+        return Err(CliError::input(format!(
+            "--recipes {first}: a choice needs two recipes or more; fix: --recipes {first},tensorwise, or --recipe {first}"
+        )));
+    }
+    if let Some(r) = flag.recipe.filter(|&r| r != first) {
+        return Err(CliError::input(format!(
+            "--recipe {r} and --recipes {first}: the base is the first of --recipes; fix: leave out --recipe"
+        )));
+    }
+    RecipeOptions::new(first, flag.fp8_format, None, None).map_err(CliError::input)
+}
+
+/// `e` (an error of a run that measured `trained`, the configs' own recipe), saying where the
+/// recipe came from when it names it.
+pub fn whence(e: String, trained: Option<Recipe>) -> CliError {
+    match trained {
+        Some(r) if e.contains(r.name()) => CliError::input(format!(
+            "{e}\n  ({r} is the recipe the model config trains with, its fp8_recipe; --recipe measures another)"
+        )),
+        _ => CliError::input(e),
+    }
+}
