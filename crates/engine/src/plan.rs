@@ -343,6 +343,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
             modules.push(row);
         }
     }
+    warnings.extend(shape_warnings(&modules, cfg.parallel, &cfg.tokens));
     let mut summary = summarize(&modules, without, token_words, defaults);
     summary.estimated_policies = estimated_roles;
     summary.token_counts = token_counts;
@@ -356,6 +357,49 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         summary,
         architectures,
     })
+}
+
+/// What TE or Megatron would refuse when the run starts, for the language model: FP8 modules
+/// at a token count whose per-rank rows TE's FP8 casts cannot take (multiples of 16 on every
+/// rank: [`Parallel::token_step`]; routed experts' rows Megatron pads for FP8 itself), and under
+/// sequence parallelism a sequence (per CP rank) that does not split evenly over TP (Megatron
+/// splits its first dimension evenly).
+fn shape_warnings(
+    modules: &[PlannedModule],
+    parallel: Parallel,
+    tokens: &BTreeMap<Role, TokenConfig>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(t) = tokens
+        .get(&Role::Llm)
+        .filter(|t| t.fp8_dynamic_num_tokens.is_none())
+    else {
+        return out;
+    };
+    let (tp, cp) = (u64::from(parallel.tp), u64::from(parallel.cp.max(1)));
+    let n = t.seq_length.saturating_mul(t.micro_batch_size) / cp;
+    let step = parallel.token_step();
+    let fp8 = modules
+        .iter()
+        .filter(|m| m.spec.component == Role::Llm && m.use_fp8 && !m.spec.is_expert)
+        .count();
+    if fp8 > 0 && n % step != 0 {
+        out.push(format!(
+            "llm: {fp8} FP8 module group(s) at {n} tokens, off this layout's step of {step}: \
+             TE's FP8 casts need each rank's rows in multiples of 16 and stop with \"Caller must \
+             pad\"; fix: a sequence length that is a multiple of {step}"
+        ));
+    }
+    if parallel.sequence_parallel && tp > 1 && (t.seq_length / cp) % tp != 0 {
+        out.push(format!(
+            "llm: sequence parallelism splits each sequence over TP {tp}, and seq_length {} / \
+             cp {cp} is not a multiple of {tp}: Megatron cannot split it evenly and stops at \
+             the first step; fix: a sequence length that is a multiple of {}",
+            t.seq_length,
+            tp * cp
+        ));
+    }
+    out
 }
 
 /// What a component's policy and config make worth saying: an estimated policy, an MoE config

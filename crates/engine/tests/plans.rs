@@ -424,3 +424,44 @@ fn gated_delta_net_layers_are_planned_as_megatron_builds_them() {
     let e = inventory(odd.component(Role::Llm).unwrap(), Parallel::tp(2)).unwrap_err();
     assert!(e.to_string().contains("linear_num_key_heads"), "{e}");
 }
+
+#[test]
+fn a_layout_te_or_megatron_would_refuse_at_the_first_step_is_warned_of() {
+    let m = model("llama3_2_1b.yaml");
+    let p = Policy::load(common::root().join("policies/llama3_2_1b.json")).unwrap();
+    let warned = |par: Parallel, seq: u64| -> Vec<String> {
+        let c = cfg(
+            par,
+            &[(Role::Llm, TokenConfig::new(seq, 1))],
+            &[(Role::Llm, &p)],
+        );
+        plan(&m, &c).unwrap().summary.warnings
+    };
+    let has = |w: &[String], what: &str| w.iter().any(|x| x.contains(what));
+    // FP8 modules (the shipped file runs fc1 and fc2 FP8 at TP 1 from a few thousand tokens)
+    // at rows TE's FP8 casts refuse; the layout's token step is fine, and so is a BF16 plan.
+    assert!(has(
+        &warned(Parallel::tp(1), 16392),
+        "off this layout's step of 16"
+    ));
+    assert!(!has(
+        &warned(Parallel::tp(1), 16384),
+        "off this layout's step"
+    ));
+    assert!(!has(
+        &warned(Parallel::tp(1), 1028),
+        "off this layout's step"
+    ));
+    // At TP 2 under sequence parallelism each rank holds half: the step is 32.
+    assert!(has(
+        &warned(Parallel::tp(2), 16400),
+        "off this layout's step of 32"
+    ));
+    // Under sequence parallelism (on by default at TP > 1) the sequence splits over TP.
+    assert!(has(
+        &warned(Parallel::tp(2), 4097),
+        "splits each sequence over TP 2"
+    ));
+    assert!(!has(&warned(Parallel::tp(2), 4096), "splits each sequence"));
+    assert!(!has(&warned(Parallel::tp(1), 4097), "splits each sequence"));
+}
