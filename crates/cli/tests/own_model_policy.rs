@@ -407,3 +407,43 @@ fn gen_policy_never_writes_a_policy_over_the_model_config_it_reads() {
     );
     assert_eq!(std::fs::read(&config).unwrap(), before);
 }
+
+#[test]
+fn gen_policy_refuses_zero_sizes_and_counts_and_reads_a_repeated_size_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "gen-policy",
+                "--model",
+                "examples/models/llama3_8b.json",
+                "--out",
+            ])
+            .arg(dir.path().join("out"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        &["--tp", "0"][..],
+        &["--tp", "1", "--ep", "0"],
+        &["--tp", "1", "--etp", "0"],
+        &["--tp", "1", "--tokens", "1024,0"],
+    ] {
+        let o = run(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", err(&o));
+        assert!(err(&o).contains("0 is not in 1.."), "{bad:?}: {}", err(&o));
+        assert!(
+            !dir.path().join("out").exists(),
+            "{bad:?}: ran before refusing"
+        );
+    }
+    let o = run(&["--tp", "1,1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 report(s)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}

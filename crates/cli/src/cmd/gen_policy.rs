@@ -76,7 +76,8 @@ pub struct Args {
         long,
         alias = "tensor-model-parallel-size",
         value_delimiter = ',',
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub tp: Option<Vec<u32>>,
     /// EP sizes [default: the config's for MoE models (else 1, as Megatron), 1 for dense models].
@@ -84,7 +85,8 @@ pub struct Args {
         long,
         alias = "expert-model-parallel-size",
         value_delimiter = ',',
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub ep: Option<Vec<u32>>,
     /// ETP sizes [default: the config's expert_tensor_parallel_size, else each TP, as Megatron].
@@ -92,7 +94,8 @@ pub struct Args {
         long,
         alias = "expert-tensor-parallel-size",
         value_delimiter = ',',
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub etp: Option<Vec<u32>>,
     /// Speedup FP8 must reach.
@@ -132,7 +135,8 @@ pub struct Args {
         long,
         value_delimiter = ',',
         value_name = "LIST",
-        default_value = "1024,2048,4096,8192,16384"
+        default_value = "1024,2048,4096,8192,16384",
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub tokens: Vec<u64>,
     /// --backend step: executions to sweep (eager, graphed).
@@ -295,9 +299,9 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     let mut o = GenOptions {
         models: args.models.clone(),
         config_root: args.config_root.clone(),
-        tp: args.tp.clone(),
-        ep: args.ep.clone(),
-        etp: args.etp.clone(),
+        tp: args.tp.as_deref().map(once_each),
+        ep: args.ep.as_deref().map(once_each),
+        etp: args.etp.as_deref().map(once_each),
         merge: merge_objective(args).merge_options(
             args.speedup_threshold,
             args.margin,
@@ -483,6 +487,17 @@ fn blackwell_recipes_on_this_gpu(
     };
     let gpu = fp8_bench::cuda::Gpu::open(0).map_err(|e| CliError::input(e.to_string()))?;
     fp8_bench::recipe::check_device(*r, &gpu.info).map_err(CliError::input)
+}
+
+/// A list flag's sizes, each once, in the order given (`--tp 1,1` is one layout).
+fn once_each(v: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for &x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
 }
 
 /// The objective of the merge: with --recipes its --numerics reports are the choice's, one per
