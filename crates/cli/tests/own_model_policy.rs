@@ -447,3 +447,43 @@ fn gen_policy_refuses_zero_sizes_and_counts_and_reads_a_repeated_size_once() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+#[test]
+fn a_run_says_when_its_policy_folds_in_an_earlier_runs_reports() {
+    // The policy is built from every report of the model in the reports folder: a second run
+    // at another TP into the same folder keeps the first one's layout, and says so.
+    let dir = tempfile::tempdir().unwrap();
+    let run = |tp: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "gen-policy",
+                "--model",
+                "examples/models/llama3_8b.json",
+                "--tp",
+                tp,
+                "--out",
+            ])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = run("2");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!err(&o).contains("folds in an earlier run"), "{}", err(&o));
+    let o = run("1");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("folds in an earlier run's report(s)")
+            && err(&o).contains("llama3_8b_tp2.json"),
+        "{}",
+        err(&o)
+    );
+    // The same run again: its own report, rewritten, is not an earlier one.
+    let o = run("1");
+    assert!(
+        !err(&o).contains("llama3_8b_tp1.json (delete"),
+        "{}",
+        err(&o)
+    );
+}

@@ -16,6 +16,30 @@ use crate::plot::{Line, speedup_svg};
 /// Files to write, relative to the output directory.
 pub type Files = BTreeMap<PathBuf, Vec<u8>>;
 
+/// What a run says of the reports in `dir` it did not make (`made`) but folds into each model's
+/// policy with its own: an earlier run's layouts of the model (a line per model that has some).
+pub fn earlier_notes(dir: &Path, models: &[(PathBuf, ModelDesc)], made: &[PathBuf]) -> Vec<String> {
+    let same = |a: &Path| made.iter().any(|m| fp8_io::same_file(a, m));
+    let reports = read_reports(dir).unwrap_or_default();
+    models
+        .iter()
+        .filter_map(|(_, m)| {
+            let earlier: Vec<String> = reports
+                .iter()
+                .filter(|(f, r, _)| r.provenance.model == m.name && !same(f))
+                .map(|(f, _, _)| f.display().to_string())
+                .collect();
+            (!earlier.is_empty()).then(|| {
+                format!(
+                    "{}'s policy also folds in an earlier run's report(s) of it, beside this run's: {} (delete them to leave their layouts out)",
+                    m.name,
+                    earlier.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 /// The reports of a directory (not recursive), sorted by file name, with their parsed content.
 pub fn read_reports(dir: &Path) -> Result<Vec<(PathBuf, Report, Loaded)>, String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -467,6 +467,7 @@ pub fn gen_policy(o: &GenOptions, progress: &dyn Progress) -> Result<GenOutcome,
         crate::module_mix::attach_plans(&mut files, &inputs, mix)?;
     }
     write_files(&out, &files)?;
+    notes.extend(crate::build::earlier_notes(&reports_dir, &models, &reports));
     notes.extend(models.iter().flat_map(|(_, m)| m.notes.clone()));
     Ok(GenOutcome {
         estimated,
