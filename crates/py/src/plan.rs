@@ -74,6 +74,17 @@ fn make_plan(
             return Err(PlanError::new_err(format!("{name} starts at 1")));
         }
     }
+    // As the CLI's flags: a count of 0 tokens plans nothing real (every module BF16 by it).
+    for (name, v) in [
+        ("seq_length", a.seq_length),
+        ("micro_batch_size", a.micro_batch_size),
+        ("num_tokens", a.num_tokens),
+        ("vit_num_tokens", a.vit_num_tokens),
+    ] {
+        if v == Some(0) {
+            return Err(PlanError::new_err(format!("{name} starts at 1")));
+        }
+    }
     let root_shown = config_root.as_ref().map(|r| r.display().to_string());
     let (desc, shown) = load_model_arg(model, config_root)?;
     let mut req = PlanRequest::default();

@@ -146,6 +146,19 @@ def test_plan_and_check_carry_their_warnings_and_emit_them(root):
     assert ok.ok and ok.other_model == []
 
 
+def test_plan_warns_of_a_token_count_the_trainer_stops_at_and_refuses_zero(root):
+    model, p = root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json"
+    # FP8 modules at 8196 tokens: each rank's rows off TE's multiple of 16 (the engine's rule,
+    # as fp8sel explain says it).
+    with pytest.warns(af8.AdaptiveFp8Warning, match="off this layout's step of 16"):
+        rows = af8.plan(model, p, tp=1, seq_length=8196)
+    assert any("Caller must pad" in w for w in rows.warnings)
+    assert not any("off this layout's step" in w for w in af8.plan(model, p, tp=1, seq_length=8192).warnings)
+    for kw in ({"seq_length": 0}, {"seq_length": 4096, "micro_batch_size": 0}):
+        with pytest.raises(af8.PlanError, match="starts at 1"):
+            af8.plan(model, p, tp=1, **kw)
+
+
 def test_plan_refuses_an_uncovered_layout_unless_allowed(root):
     model = root / "fixtures/models/llama3_2_1b.yaml"
     policy = root / "policies/llama3_2_1b.json"
