@@ -377,7 +377,8 @@ fn shape_warnings(
         return out;
     };
     let (tp, cp) = (u64::from(parallel.tp), u64::from(parallel.cp.max(1)));
-    let n = t.seq_length.saturating_mul(t.micro_batch_size) / cp;
+    // The micro-batch's tokens: the step counts the CP and SP splits itself.
+    let n = t.seq_length.saturating_mul(t.micro_batch_size);
     let step = parallel.token_step();
     let fp8 = modules
         .iter()

@@ -457,6 +457,11 @@ fn a_layout_te_or_megatron_would_refuse_at_the_first_step_is_warned_of() {
         &warned(Parallel::tp(2), 16400),
         "off this layout's step of 32"
     ));
+    // Under context parallelism each sequence splits 2 x CP ways (Megatron's load-balanced
+    // split): at CP 2 the step is 64.
+    let cp2 = Parallel::new(1, 1, 1, 2);
+    assert!(has(&warned(cp2, 16416), "off this layout's step of 64"));
+    assert!(!has(&warned(cp2, 16384), "off this layout's step"));
     // Under sequence parallelism (on by default at TP > 1) the sequence splits over TP.
     assert!(has(
         &warned(Parallel::tp(2), 4097),
