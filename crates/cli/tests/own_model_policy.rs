@@ -386,19 +386,15 @@ fn gen_policy_never_writes_a_policy_over_the_model_config_it_reads() {
         );
     }
     // A file given as the folder the outputs go to is refused by name.
-    let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-        .current_dir(root())
-        .args([
-            "gen-policy",
-            "--model",
-            s(&config),
-            "--tp",
-            "1",
-            "--out",
-            s(&config),
-        ])
-        .output()
-        .unwrap();
+    let o = fp8sel(&[
+        "gen-policy",
+        "--model",
+        s(&config),
+        "--tp",
+        "1",
+        "--out",
+        s(&config),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(
         err(&o).contains("a file, not a folder") && err(&o).contains("fix:"),
@@ -411,19 +407,10 @@ fn gen_policy_never_writes_a_policy_over_the_model_config_it_reads() {
 #[test]
 fn gen_policy_refuses_zero_sizes_and_counts_and_reads_a_repeated_size_once() {
     let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
     let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-            .current_dir(root())
-            .args([
-                "gen-policy",
-                "--model",
-                "examples/models/llama3_8b.json",
-                "--out",
-            ])
-            .arg(dir.path().join("out"))
-            .args(extra)
-            .output()
-            .unwrap()
+        let model = ["gen-policy", "--model", "examples/models/llama3_8b.json"];
+        fp8sel(&[&model[..], &["--out", s(&out_dir)], extra].concat())
     };
     for bad in [
         &["--tp", "0"][..],
@@ -454,19 +441,16 @@ fn a_run_says_when_its_policy_folds_in_an_earlier_runs_reports() {
     // at another TP into the same folder keeps the first one's layout, and says so.
     let dir = tempfile::tempdir().unwrap();
     let run = |tp: &str| {
-        Command::new(env!("CARGO_BIN_EXE_fp8sel"))
-            .current_dir(root())
-            .args([
-                "gen-policy",
-                "--model",
-                "examples/models/llama3_8b.json",
-                "--tp",
-                tp,
-                "--out",
-            ])
-            .arg(dir.path())
-            .output()
-            .unwrap()
+        let model = "examples/models/llama3_8b.json";
+        fp8sel(&[
+            "gen-policy",
+            "--model",
+            model,
+            "--tp",
+            tp,
+            "--out",
+            s(dir.path()),
+        ])
     };
     let o = run("2");
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
