@@ -2,7 +2,10 @@
 //! by today's tool, as `{{step_model}}` fits them) by where the layout's check timed their count
 //! (the order of the check document's rows), MoE and dense apart: whether a check's first counts
 //! ran slower than the model. A count a recheck timed again is left out (its rows are the
-//! recheck's), so are counts off the 128-token grain (today's check never times them).
+//! recheck's), so are counts off the 128-token grain (today's check never times them). Beside
+//! them, the check's own rows by the same places: how many got faster round by round (their
+//! last three rounds' median more than 3% under their first three's), a slow start the rounds'
+//! median does not hide (what `adaptive_fp8.bench.settle` answers).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -28,9 +31,30 @@ const HOST_BOUND: f64 = 1.5;
 /// `(moe, place)`: each held-out step's (signed error, host-bound).
 type Placed = std::collections::BTreeMap<(bool, usize), Vec<(f64, bool)>>;
 
+/// `(moe, place)`: the check's own rows there, and how many of them sped up round by round.
+type Sped = std::collections::BTreeMap<(bool, usize), (usize, usize)>;
+
+/// A row sped up where its last three rounds' median is this much under its first three's.
+const SPED_UP: f64 = 0.03;
+
+/// The place (an index of [`PLACES`]) of the `i`-th count (from 0) of a check's order.
+fn place_of(i: usize) -> Option<usize> {
+    PLACES
+        .iter()
+        .position(|(lo, hi, _)| (*lo..=*hi).contains(&(i + 1)))
+}
+
+/// Whether a row's rounds got faster: its last three rounds' median more than [`SPED_UP`] under
+/// its first three's; `None` for a row of fewer than six rounds.
+fn sped_up(wall: &[f64]) -> Option<bool> {
+    let n = wall.len();
+    (n >= 6).then(|| median(&wall[n - 3..]) < (1.0 - SPED_UP) * median(&wall[..3]))
+}
+
 /// The table over `docs` (each an inputs file and today's refit of it).
 pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, String> {
     let mut placed = Placed::new();
+    let mut sped = Sped::new();
     for (file, v) in docs {
         let Some(base) = file.strip_suffix(INPUTS) else {
             return Err(format!(
@@ -59,6 +83,21 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
             .groups
             .iter()
             .any(|g| g.group.starts_with("experts."));
+        // The check's own rows: not the inputs' rounds it reused, a plan that is another mode
+        // (the same rounds) once.
+        let mut seen: Vec<&[f64]> = inputs.step_times.iter().map(|s| &s.wall_ms[..]).collect();
+        for s in &check.step_times {
+            let k = (s.execution.to_string(), s.tokens);
+            let i = order.iter().position(|o| *o == k).unwrap_or(usize::MAX);
+            if seen.contains(&&s.wall_ms[..]) {
+                continue;
+            }
+            seen.push(&s.wall_ms);
+            if let (Some(place), Some(up)) = (place_of(i), sped_up(&s.wall_ms)) {
+                let e = sped.entry((moe, place)).or_default();
+                *e = (e.0 + 1, e.1 + usize::from(up));
+            }
+        }
         let layouts = v["provenance"]["step"]["model"].as_array();
         for r in layouts.into_iter().flatten().flat_map(held_out) {
             let k = (
@@ -71,10 +110,7 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
             if k.1 % 128 != 0 || again.contains(&k) {
                 continue;
             }
-            let place = PLACES
-                .iter()
-                .position(|(lo, hi, _)| (*lo..=*hi).contains(&(i + 1)));
-            let (Some(place), Some(e)) = (place, r["error"].as_f64()) else {
+            let (Some(place), Some(e)) = (place_of(i), r["error"].as_f64()) else {
                 continue;
             };
             let gpu = r["predicted_gpu_ms"].as_f64().unwrap_or(f64::INFINITY);
@@ -85,12 +121,12 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
                 .push((e, gpu < HOST_BOUND * host));
         }
     }
-    Ok(table(&placed))
+    Ok(table(&placed, &sped))
 }
 
-fn table(placed: &Placed) -> String {
+fn table(placed: &Placed, sped: &Sped) -> String {
     let mut s = String::from(
-        "| steps | place in the check's order | held-out steps | median error | within 3% | host-bound (GPU / host under 1.5): steps, median error |\n|---|---|---:|---:|---:|---:|\n",
+        "| steps | place in the check's order | held-out steps | median error | within 3% | host-bound (GPU / host under 1.5): steps, median error | check rows faster round by round (last 3 rounds > 3% under the first 3) |\n|---|---|---:|---:|---:|---:|---:|\n",
     );
     for moe in [true, false] {
         for (i, (_, _, name)) in PLACES.iter().enumerate() {
@@ -105,9 +141,10 @@ fn table(placed: &Placed) -> String {
             } else {
                 format!("{}, {:+.1}%", hb.len(), 100.0 * median(&hb))
             };
+            let (rows, up) = sped.get(&(moe, i)).copied().unwrap_or_default();
             let _ = writeln!(
                 s,
-                "| {} | {name} | {} | {:+.1}% | {within} of {} | {host} |",
+                "| {} | {name} | {} | {:+.1}% | {within} of {} | {host} | {up} of {rows} |",
                 if moe { "MoE" } else { "dense" },
                 e.len(),
                 100.0 * median(&e),
@@ -127,13 +164,14 @@ mod tests {
         let mut placed = Placed::new();
         placed.insert((true, 0), vec![(-0.10, true), (-0.06, false)]);
         placed.insert((false, 2), vec![(0.01, false)]);
-        let t = table(&placed);
+        let sped = Sped::from([((true, 0), (4, 3))]);
+        let t = table(&placed, &sped);
         assert!(
-            t.contains("| MoE | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% |"),
+            t.contains("| MoE | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 3 of 4 |"),
             "{t}"
         );
         assert!(
-            t.contains("| dense | 7th on | 1 | +1.0% | 1 of 1 | 0 |"),
+            t.contains("| dense | 7th on | 1 | +1.0% | 1 of 1 | 0 | 0 of 0 |"),
             "{t}"
         );
         assert!(!t.contains("4th-6th"), "{t}");
@@ -157,14 +195,18 @@ mod tests {
         // Timed in this order: 1280, 2048, 1536, 8192 (timed again), 4224, 4480, 5120, 6272.
         let check = real("_check_step.json");
         let row = check["step_times"][0].clone();
+        // Each count's rounds its own; the first count's got faster round by round (10 -> 9 ms).
         let doc = |counts: &[u64]| {
             let mut d = check.clone();
             d["step_times"] = counts
                 .iter()
                 .map(|&t| {
                     let mut r = row.clone();
+                    let ms = t as f64 / 100.0;
+                    let late = if t == 1280 { 0.9 * ms } else { ms };
                     r["execution"] = "eager".into();
                     r["tokens"] = t.into();
+                    r["wall_ms"] = serde_json::json!([ms, ms, ms, ms, late, late, late]);
                     r
                 })
                 .collect();
@@ -192,9 +234,9 @@ mod tests {
         let t = by_order(dir.path(), &[(format!("x{INPUTS}"), v)]).unwrap();
         // 1280 and 1536 are the 1st and 3rd; 4224 and 4480 the 5th and 6th; 5120 and 6272 later.
         for want in [
-            "| dense | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% |",
-            "| dense | 4th-6th | 2 | +0.5% | 2 of 2 | 1, +0.0% |",
-            "| dense | 7th on | 2 | +3.5% | 1 of 2 | 2, +3.5% |",
+            "| dense | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 1 of 3 |",
+            "| dense | 4th-6th | 2 | +0.5% | 2 of 2 | 1, +0.0% | 0 of 3 |",
+            "| dense | 7th on | 2 | +3.5% | 1 of 2 | 2, +3.5% | 0 of 2 |",
         ] {
             assert!(t.contains(want), "{want}\n{t}");
         }

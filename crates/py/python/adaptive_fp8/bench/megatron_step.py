@@ -65,6 +65,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     summarize_modes,
 )
 from adaptive_fp8.bench.step_spec import StepBenchError
+from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 
 
 def release_storage(params: list, buffers: list, optimizer_state: Optional[dict], modules: list, empty) -> None:
@@ -377,13 +378,14 @@ def run(args, log=print, progress=None) -> dict:
             "precision_checks": checks, "complete": complete,
         }, results, te_blocks=False)
 
+    first = Once(getattr(args, "settle", DEFAULT_S))
     with tempfile.TemporaryDirectory(prefix="af8_oracle_") as tmp:  # the oracle's forced policies
         for tokens in args.tokens:
             if not keys:
                 keys.update(_group_keys(args, tokens, named))
             for execution in args.execution:
                 try:
-                    results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log, keys, Path(tmp)))
+                    results.append(_one_count(judge, args, tokens, execution, modes, recipe, notes, checks, log, keys, Path(tmp), first))
                 except StepBenchError:
                     raise
                 except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
@@ -438,7 +440,7 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
 
 
 def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, recipe: str, notes: list, checks: list, log,
-               keys: Optional[dict] = None, tmp: Optional[Path] = None) -> dict:
+               keys: Optional[dict] = None, tmp: Optional[Path] = None, settle=None) -> dict:
     import adaptive_fp8 as af8
 
     kwp, kw, planned = _model_kwargs(judge, args, tokens, notes)
@@ -506,6 +508,8 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             if bad_recipes:
                 raise StepBenchError(f"mode {name} ({execution}): recipes differ from the plan: {bad_recipes[:5]}")
         steps[name] = step
+    if settle is not None:  # untimed rounds before the run's first timed ones (adaptive_fp8.bench.settle)
+        settle(round_of(judge.time_ms, list(steps.values()), args.steps), f"{execution} at {tokens}", notes)
     times: dict[str, list[float]] = {m: [] for m in steps}
     with judge.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(args.repeats):

@@ -75,6 +75,8 @@ from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
+from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
+from adaptive_fp8.bench.settle import add_flag as settle_flag
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, Spec, StepBenchError, image_notes, built_groups, composition, decisions, group_keys, tp_comm_layout
 
 __all__ = ["StepBenchError", "main", "run", "search_oracle", "summarize", "verdict"]
@@ -240,6 +242,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
         return results_document(header, results, te_blocks=True)
 
     model_name = ""
+    first = Once(getattr(args, "settle", DEFAULT_S))  # untimed rounds before the run's first timed ones
     for tokens in args.tokens:
         spec, kw = spec_at(af8, args, tokens)
         kinds = composition(spec, args.layers, args.dense_layers)
@@ -256,7 +259,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             notes.extend(n for n in count_notes if n not in notes)
             searchable = [g for g in groups if modes["fp8"][g]]
             try:
-                results.append(_one(bench, args, spec, kinds, modes, search_units(keys, searchable), execution, log, notes))
+                results.append(_one(bench, args, spec, kinds, modes, search_units(keys, searchable), execution, log, notes, first))
             except StepBenchError:
                 raise
             except Exception as e:  # a capture or kernel failure is a result row, not a crash
@@ -271,11 +274,18 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     return snapshot(True)
 
 
-def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log, notes: list[str]) -> dict:
+def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log, notes: list[str],
+         settle=None) -> dict:
     """One count and execution: every mode timed in interleaved rounds, after the oracle's search
     over ``units`` (policy keys: groups one key shares are searched together, as a policy runs
-    them); a note where Python's full collections ran inside the rounds."""
+    them); a note where Python's full collections ran inside the rounds. ``settle`` (a
+    :class:`adaptive_fp8.bench.settle.Once`) runs untimed rounds before the first timed ones."""
     steps: dict = {}
+    where = f"{execution} at {spec.tokens}"
+
+    def settled(fp8s) -> None:
+        if settle is not None:
+            settle(round_of(bench.time_ms, [ensure(f) for f in fp8s], args.steps), where, notes)
 
     def ensure(fp8):
         k = key(fp8)
@@ -307,6 +317,7 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
             on = selection(units, chosen)
             return {g: g in on for g in full}
 
+        settled([modes["bf16"]])
         found, trials = search_oracle(lambda a, b: pair(widen(a), widen(b)), args.oracle_repeats or args.repeats, list(units), say, lambda m: release(widen(m)))
         modes["oracle"] = widen(found)
     wanted = {key(f) for f in modes.values()}
@@ -315,8 +326,9 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
     bench.free(collect=True)
     for f in modes.values():
         ensure(f)
+    settled(list(modes.values()))
     times = {k: [] for k in steps}
-    with bench.collector.rounds(f"{execution} at {spec.tokens}", notes):
+    with bench.collector.rounds(where, notes):
         for _ in range(args.repeats):
             for k in steps:
                 times[k].append(bench.time_ms(steps[k]))
@@ -395,6 +407,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=_positive, help="interleaved rounds per mode (default 7; 21 with --trainer megatron, whose steps are short and host-bound)")
     ap.add_argument("--warmup", type=_positive, default=3, help="untimed, checked steps per mode (default 3)")
     collector.add_flag(ap)
+    settle_flag(ap)
     ap.add_argument(
         "--recipe",
         default="blockwise",

@@ -51,6 +51,8 @@ from adaptive_fp8._common import emit
 from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.recipe_names import RECIPES
+from adaptive_fp8.bench.settle import Once, round_of
+from adaptive_fp8.bench.settle import add_flag as settle_flag
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
@@ -155,6 +157,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
     doc = None
     tiny: dict = {}
     hosts: dict = {}
+    first = Once(args.settle)  # untimed rounds before the run's first timed ones
 
     def host_of(execution: str, name: str, fp8: dict) -> float:
         """The host ms of a mode's step: its wall time at HOST_TOKENS x TP tokens, once."""
@@ -187,7 +190,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             if not modes:
                 continue
             timed = [functools.partial(_steps, bench, sleeper, spec, kinds, groups, ms, execution, tokens, args, log,
-                                       None if plans else host_of, doc["notes"]) for ms in [modes, *split_modes(modes)]]
+                                       None if plans else host_of, doc["notes"], first) for ms in [modes, *split_modes(modes)]]
             _count(bench, doc, execution, tokens, log, timed[0], timed[1:])
             bench.free(collect=True)
         if progress:
@@ -314,12 +317,14 @@ def _tiny_host(bench, sleeper, spec, group: str, on: bool, args, tiny: dict) -> 
     return list(tiny[(group, on)])
 
 
-def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log, host_of=None, notes=None) -> list[dict]:
+def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: int, args, log, host_of=None, notes=None,
+           settle=None) -> list[dict]:
     """Whole steps of each mode, interleaved: wall ms per step; where ``host_of`` is given (the
     calibration), also each mode's GPU ms (its kernels under the profiler) and host ms
     (``host_of(execution, name, fp8)``: the step at a small count). A plan with the FP8 groups
     of a mode before it (all-BF16 or all-FP8) is that same step: built and timed once, its rows
-    the same rounds."""
+    the same rounds. ``settle`` (a :class:`adaptive_fp8.bench.settle.Once`) runs untimed rounds
+    before the run's first timed ones."""
     built, warm = [], []
     clock = Phases(bench)
     for name, on in modes:
@@ -335,6 +340,9 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         built.append((name, on, step, []))
     n = round_steps(min(warm), args.steps)
     timed = list({id(b[3]): b for b in built}.values())
+    if settle is not None:
+        with clock("settle"):
+            settle(round_of(bench.time_ms, [b[2] for b in timed], n), f"{execution} at {tokens}", notes)
     with clock("rounds"), bench.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(args.rounds):
             for _name, _on, step, walls in timed:
@@ -425,6 +433,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
     collector.add_flag(ap)
+    settle_flag(ap)
     ap.add_argument("--json", required=True, help="write the document here")
     ap.add_argument("--serve", action="store_true", help="then run each check asked on stdin (one JSON line: check, json) in this process")
     return ap
