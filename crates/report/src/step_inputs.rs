@@ -123,7 +123,9 @@ pub struct ModuleTimes {
 }
 
 /// What a whole-step row timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StepMode {
     /// Every group BF16.
@@ -266,10 +268,25 @@ fn check(doc: &StepInputs) -> Result<(), String> {
             None => Ok(()),
         }
     };
+    let capable: BTreeSet<&str> = doc
+        .groups
+        .iter()
+        .filter(|g| g.fp8_capable)
+        .map(|g| g.group.as_str())
+        .collect();
+    let mut seen = BTreeSet::new();
     for (i, m) in doc.modules.iter().enumerate() {
         let at = format!("modules[{i}] ({} at {})", m.group, m.tokens);
         if !groups.contains(m.group.as_str()) || m.tokens == 0 {
             return Err(format!("{at}: not a group of `groups`, or tokens 0"));
+        }
+        if !seen.insert((m.group.as_str(), m.tokens)) {
+            return Err(format!("{at}: the group is timed twice at this count"));
+        }
+        if m.fp8.is_some() != capable.contains(m.group.as_str()) {
+            return Err(format!(
+                "{at}.fp8: FP8 rounds where `groups` says the group is not FP8-capable, or none where it is"
+            ));
         }
         for (p, r) in [("bf16", Some(&m.bf16)), ("fp8", m.fp8.as_ref())] {
             if let Some(r) = r {
@@ -278,12 +295,34 @@ fn check(doc: &StepInputs) -> Result<(), String> {
             }
         }
     }
+    let mut rows = BTreeSet::new();
     for (i, s) in doc.step_times.iter().enumerate() {
         let at = format!("step_times[{i}] ({} at {})", s.execution, s.tokens);
+        if s.tokens == 0 {
+            return Err(format!("{at}.tokens: a step of 0 tokens"));
+        }
         if let Some(g) = s.fp8_groups.iter().find(|g| !groups.contains(g.as_str())) {
             return Err(format!(
                 "{at}: fp8_groups names {g}, not a group of `groups`"
             ));
+        }
+        let all_fp8 = s
+            .fp8_groups
+            .iter()
+            .map(String::as_str)
+            .eq(capable.iter().copied());
+        let fits = match s.mode {
+            StepMode::Bf16 => s.fp8_groups.is_empty(),
+            StepMode::Fp8 => all_fp8,
+            StepMode::Plan => s.fp8_groups.iter().all(|g| capable.contains(g.as_str())),
+        };
+        if !fits {
+            return Err(format!(
+                "{at}.fp8_groups: not what its mode runs (bf16: none; fp8: every FP8-capable group of `groups`; plan: FP8-capable groups)"
+            ));
+        }
+        if !rows.insert((s.execution, s.tokens, s.mode, &s.fp8_groups)) {
+            return Err(format!("{at}: the same mode is timed twice at this count"));
         }
         times(&format!("{at}.wall_ms"), &s.wall_ms, false)?;
         if let Some(n) = s.steps.filter(|n| *n == 0 || *n > doc.steps) {

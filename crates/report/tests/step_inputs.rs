@@ -1,5 +1,6 @@
 //! The step model's inputs format: a document the worker writes is read back; unknown fields,
-//! bad times and dangling groups are refused with the field named; no input makes it panic.
+//! bad times, dangling groups, rows that contradict their mode or `groups`, and rows timed twice
+//! are refused with the field named; no input makes it panic.
 
 #![allow(clippy::unwrap_used)]
 
@@ -101,6 +102,57 @@ fn bad_documents_are_refused_with_the_field_named() {
             "execution",
             Box::new(|v| v["step_times"][0]["execution"] = "fast".into()),
             "unknown execution `fast`",
+        ),
+        (
+            "a step of 0 tokens",
+            Box::new(|v| v["step_times"][0]["tokens"] = 0.into()),
+            "step_times[0] (eager at 0).tokens: a step of 0 tokens",
+        ),
+        (
+            "an all-BF16 row with FP8 groups",
+            Box::new(|v| v["step_times"][0]["fp8_groups"] = serde_json::json!(["fc1"])),
+            "step_times[0] (eager at 1024).fp8_groups: not what its mode runs",
+        ),
+        (
+            "an all-FP8 row without every FP8-capable group",
+            Box::new(|v| v["step_times"][0]["mode"] = "fp8".into()),
+            "not what its mode runs",
+        ),
+        (
+            "a plan with a group TE cannot run in FP8",
+            Box::new(|v| {
+                v["groups"][0]["fp8_capable"] = false.into();
+                v["modules"][0]["fp8"] = serde_json::Value::Null;
+                v["step_times"][0]["mode"] = "plan".into();
+                v["step_times"][0]["fp8_groups"] = serde_json::json!(["fc1"]);
+            }),
+            "not what its mode runs",
+        ),
+        (
+            "FP8 rounds of a group that is not FP8-capable",
+            Box::new(|v| v["groups"][0]["fp8_capable"] = false.into()),
+            "modules[0] (fc1 at 1024).fp8: FP8 rounds where `groups` says the group is not FP8-capable",
+        ),
+        (
+            "no FP8 rounds of a capable group",
+            Box::new(|v| v["modules"][0]["fp8"] = serde_json::Value::Null),
+            "or none where it is",
+        ),
+        (
+            "a group timed twice at a count",
+            Box::new(|v| {
+                let m = v["modules"][0].clone();
+                v["modules"].as_array_mut().unwrap().push(m);
+            }),
+            "modules[1] (fc1 at 1024): the group is timed twice at this count",
+        ),
+        (
+            "a mode timed twice at a count",
+            Box::new(|v| {
+                let r = v["step_times"][0].clone();
+                v["step_times"].as_array_mut().unwrap().push(r);
+            }),
+            "step_times[1] (eager at 1024): the same mode is timed twice at this count",
         ),
     ];
     for (what, change, want) in cases {
