@@ -78,7 +78,7 @@ class _Bench:
         return step
 
     def check(self, step, name):
-        return 1.0
+        return 2000.0  # long steps: the worker's --rounds rounds, no more
 
     def free(self, collect=False):
         pass

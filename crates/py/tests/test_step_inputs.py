@@ -459,3 +459,47 @@ def test_the_worker_sets_expandable_segments_before_torch_loads_and_keeps_the_us
     monkeypatch.setenv(ALLOC_CONF, "max_split_size_mb:512")
     assert si.main(argv) == 0
     assert seen == ["expandable_segments:True", "max_split_size_mb:512"]
+
+
+def test_a_count_of_short_steps_gets_more_rounds_up_to_three_times(root):
+    r = si.parser().parse_args(["--model", "m.json", "--json", "o.json"]).rounds
+    assert r == 7
+    # Rounds that last long enough: --rounds; short ones: as many as last COUNT_MS, at most 3 x.
+    assert si.count_rounds(1000.0, r) == r and si.count_rounds(si.COUNT_MS / r, r) == r
+    assert si.count_rounds(si.COUNT_MS / 10, r) == 10
+    assert si.count_rounds(si.COUNT_MS / 10 - 1, r) == 11  # never short of COUNT_MS
+    assert si.count_rounds(1.0, r) == si.MAX_ROUNDS_FACTOR * r == 21 and si.count_rounds(0.0, r) == r
+    # The reader's bound is the same factor.
+    rust = (root / "crates" / "report" / "src" / "step_inputs.rs").read_text()
+    assert f"pub const MAX_ROUNDS_FACTOR: usize = {si.MAX_ROUNDS_FACTOR};" in rust
+
+
+def test_the_worker_times_short_steps_in_more_rounds_and_long_ones_in_rounds():
+    from types import SimpleNamespace
+
+    class Bench:
+        def __init__(self, ms):
+            self.ms = ms
+            from adaptive_fp8.bench import collector
+            self.collector = collector.Collector()
+
+        def build(self, spec, kinds, fp8):
+            return fp8
+
+        def step_fn(self, spec, model, execution):
+            step = lambda: None  # noqa: E731
+            step.losses = []
+            return step
+
+        def check(self, step, name):
+            return self.ms
+
+        def time_ms(self, step, steps=None):
+            return self.ms
+
+    groups = ["fc1"]
+    args = SimpleNamespace(rounds=7, steps=5)
+    for ms, want in ((4.0, 21), (40.0, 8), (400.0, 7)):
+        rows = si._steps(Bench(ms), None, SimpleNamespace(tokens=1024), ["dense"], groups, [("bf16", []), ("fp8", groups)],
+                         "eager", 1024, args, lambda *a, **k: None, None, [])
+        assert [len(r["wall_ms"]) for r in rows] == [want, want], (ms, rows)

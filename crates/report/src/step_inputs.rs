@@ -55,7 +55,8 @@ pub struct StepInputs {
     pub grad_accum: u32,
     /// Back-to-back steps per timed round (the most: a row may say fewer).
     pub steps: u32,
-    /// Interleaved rounds.
+    /// Interleaved rounds: of each module row; of a whole-step row at least this many, more
+    /// (up to [`MAX_ROUNDS_FACTOR`] times) where its steps are short.
     pub rounds: u32,
     /// Whether Python's garbage collector was kept off while steps were timed (Megatron-LM's
     /// `--manual-gc`); false in runs that predate the field.
@@ -221,9 +222,14 @@ pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
     parse_step_inputs(&text, path)
 }
 
+/// A whole-step row has at most this many times `rounds` rounds: the worker times a count of
+/// short steps in more rounds (`adaptive_fp8.bench.step_inputs.count_rounds`).
+pub const MAX_ROUNDS_FACTOR: usize = 3;
+
 /// Parses and checks a document: its format and version, every field typed (unknown ones
-/// refused), timings finite and positive (host time may be zero), each round list as long as
-/// `rounds`, and every group a row names one of `groups`.
+/// refused), timings finite and positive (host time may be zero), each module's round list as
+/// long as `rounds` and each whole step's from `rounds` to [`MAX_ROUNDS_FACTOR`] times that, and
+/// every group a row names one of `groups`.
 pub fn parse_step_inputs(text: &str, path: &Path) -> Result<StepInputs, ReportError> {
     let doc: StepInputs = crate::read::typed_document(
         text,
@@ -253,12 +259,16 @@ fn check(doc: &StepInputs) -> Result<(), String> {
             ));
         }
     }
-    let times = |at: &str, v: &[f64], zero_ok: bool| -> Result<(), String> {
-        if v.len() != rounds {
-            return Err(format!(
-                "{at}: {} values, expected rounds = {rounds}",
-                v.len()
-            ));
+    // A module row has `rounds` values; a whole-step row at least that many and at most
+    // MAX_ROUNDS_FACTOR times (the worker gives short steps more).
+    let times = |at: &str, v: &[f64], most: usize, zero_ok: bool| -> Result<(), String> {
+        if v.len() < rounds || v.len() > most {
+            let expected = if most == rounds {
+                format!("rounds = {rounds}")
+            } else {
+                format!("rounds = {rounds} to {most}")
+            };
+            return Err(format!("{at}: {} values, expected {expected}", v.len()));
         }
         match v
             .iter()
@@ -290,8 +300,8 @@ fn check(doc: &StepInputs) -> Result<(), String> {
         }
         for (p, r) in [("bf16", Some(&m.bf16)), ("fp8", m.fp8.as_ref())] {
             if let Some(r) = r {
-                times(&format!("{at}.{p}.host_ms"), &r.host_ms, true)?;
-                times(&format!("{at}.{p}.gpu_ms"), &r.gpu_ms, false)?;
+                times(&format!("{at}.{p}.host_ms"), &r.host_ms, rounds, true)?;
+                times(&format!("{at}.{p}.gpu_ms"), &r.gpu_ms, rounds, false)?;
             }
         }
     }
@@ -324,7 +334,12 @@ fn check(doc: &StepInputs) -> Result<(), String> {
         if !rows.insert((s.execution, s.tokens, s.mode, &s.fp8_groups)) {
             return Err(format!("{at}: the same mode is timed twice at this count"));
         }
-        times(&format!("{at}.wall_ms"), &s.wall_ms, false)?;
+        times(
+            &format!("{at}.wall_ms"),
+            &s.wall_ms,
+            MAX_ROUNDS_FACTOR * rounds,
+            false,
+        )?;
         if let Some(n) = s.steps.filter(|n| *n == 0 || *n > doc.steps) {
             return Err(format!(
                 "{at}.steps: {n} is not between 1 and the document's steps ({})",

@@ -32,6 +32,16 @@ fn parse(v: &serde_json::Value) -> Result<(), String> {
 }
 
 #[test]
+fn a_whole_step_may_have_up_to_three_times_rounds() {
+    // The worker times a count of short steps in more rounds (`count_rounds`).
+    for n in [2, 4, 6] {
+        let mut v = doc();
+        v["step_times"][0]["wall_ms"] = serde_json::json!(vec![3.0; n]);
+        parse(&v).unwrap();
+    }
+}
+
+#[test]
 fn a_document_round_trips() {
     let d = parse_step_inputs(&doc().to_string(), Path::new("in.json")).unwrap();
     assert_eq!(
@@ -44,9 +54,20 @@ fn a_document_round_trips() {
     assert!(plans.contains("adaptive-fp8-step-plans"), "{plans}");
 }
 
+type Change = Box<dyn Fn(&mut serde_json::Value)>;
+
+/// Each case's change to [`doc`] is refused, the file and `want` in the error.
+fn assert_refused(cases: Vec<(&str, Change, &str)>) {
+    for (what, change, want) in cases {
+        let mut v = doc();
+        change(&mut v);
+        let e = parse(&v).unwrap_err();
+        assert!(e.contains("in.json") && e.contains(want), "{what}: {e}");
+    }
+}
+
 #[test]
 fn bad_documents_are_refused_with_the_field_named() {
-    type Change = Box<dyn Fn(&mut serde_json::Value)>;
     let cases: Vec<(&str, Change, &str)> = vec![
         (
             "extra field",
@@ -76,7 +97,17 @@ fn bad_documents_are_refused_with_the_field_named() {
         (
             "rounds",
             Box::new(|v| v["step_times"][0]["wall_ms"] = serde_json::json!([1.0])),
-            "wall_ms: 1 values, expected rounds = 2",
+            "wall_ms: 1 values, expected rounds = 2 to 6",
+        ),
+        (
+            "more rounds of a whole step than three times rounds",
+            Box::new(|v| v["step_times"][0]["wall_ms"] = serde_json::json!(vec![1.0; 7])),
+            "step_times[0] (eager at 1024).wall_ms: 7 values, expected rounds = 2 to 6",
+        ),
+        (
+            "more rounds of a module than rounds",
+            Box::new(|v| v["modules"][0]["bf16"]["gpu_ms"] = serde_json::json!(vec![1.0; 3])),
+            "modules[0] (fc1 at 1024).bf16.gpu_ms: 3 values, expected rounds = 2",
         ),
         (
             "row steps above the document's",
@@ -103,6 +134,13 @@ fn bad_documents_are_refused_with_the_field_named() {
             Box::new(|v| v["step_times"][0]["execution"] = "fast".into()),
             "unknown execution `fast`",
         ),
+    ];
+    assert_refused(cases);
+}
+
+#[test]
+fn rows_that_contradict_their_mode_or_groups_or_repeat_are_refused() {
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "a step of 0 tokens",
             Box::new(|v| v["step_times"][0]["tokens"] = 0.into()),
@@ -155,12 +193,7 @@ fn bad_documents_are_refused_with_the_field_named() {
             "step_times[1] (eager at 1024): the same mode is timed twice at this count",
         ),
     ];
-    for (what, change, want) in cases {
-        let mut v = doc();
-        change(&mut v);
-        let e = parse(&v).unwrap_err();
-        assert!(e.contains("in.json") && e.contains(want), "{what}: {e}");
-    }
+    assert_refused(cases);
 }
 
 proptest! {

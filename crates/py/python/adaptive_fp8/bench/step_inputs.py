@@ -13,7 +13,8 @@ GPU time per training step (forward, backward, optimizer step), measured apart
 (`adaptive_fp8.bench.step_probe`). At each `--calibrate` count and execution, the whole step
 (`adaptive_fp8.bench.step_layers`, `--layers` layers of one rank) in all-BF16 and all-FP8: its
 wall time per step (back-to-back steps, as in training: `--steps`, fewer for long steps so a
-round lasts about ROUND_MS, each row says how many), its GPU time (its kernels
+round lasts about ROUND_MS, each row says how many; `--rounds` rounds, more for a count whose rounds
+would last under COUNT_MS: `adaptive_fp8.bench.rounds`), its GPU time (its kernels
 under the profiler) and its host time (the same step's wall time at 128 x TP tokens, where the
 host bounds it). Those few real steps fix what every plan shares: attention, norms, router, permutation,
 optimizer, syncs. Python's full garbage collections that run inside timed rounds are noted
@@ -43,7 +44,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import sys
 
@@ -51,6 +51,7 @@ from adaptive_fp8._common import emit
 from adaptive_fp8.bench import collector
 from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.recipe_names import RECIPES
+from adaptive_fp8.bench.rounds import COUNT_MS, MAX_ROUNDS_FACTOR, MIN_ROUND_STEPS, ROUND_MS, count_rounds, round_steps  # noqa: F401
 from adaptive_fp8.bench.settle import Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
@@ -340,11 +341,12 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
         built.append((name, on, step, []))
     n = round_steps(min(warm), args.steps)
     timed = list({id(b[3]): b for b in built}.values())
+    reps = count_rounds(n * sum(warm), args.rounds)
     if settle is not None:
         with clock("settle"):
             settle(round_of(bench.time_ms, [b[2] for b in timed], n), f"{execution} at {tokens}", notes)
     with clock("rounds"), bench.collector.rounds(f"{execution} at {tokens}", notes):
-        for _ in range(args.rounds):
+        for _ in range(reps):
             for _name, _on, step, walls in timed:
                 walls.append(bench.time_ms(step, n))
     out = []
@@ -362,20 +364,6 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out)
         + f"; {clock}", file=sys.stderr)
     return out
-
-
-#: A timed round of whole steps lasts at least this long (ms), as timeit's autorange: longer steps
-#: get fewer back-to-back steps a round (at least MIN_ROUND_STEPS, at most `--steps`).
-ROUND_MS = 200.0
-MIN_ROUND_STEPS = 2
-
-
-def round_steps(step_ms: float, most: int) -> int:
-    """Back-to-back steps per timed round for steps of about `step_ms` (the fastest mode's
-    warm-up step, so every mode's round lasts at least ROUND_MS): all of `most` for short steps,
-    fewer for long ones, never fewer than MIN_ROUND_STEPS (nor more than `most`)."""
-    need = math.ceil(ROUND_MS / step_ms) if step_ms > 0 else most
-    return min(most, max(MIN_ROUND_STEPS, need))
 
 
 def is_oom(e) -> bool:
@@ -428,7 +416,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
     ap.add_argument("--steps", type=int, default=5, help=f"most back-to-back steps per timed round of whole steps; a count whose fastest mode takes longer than {ROUND_MS:.0f} ms / STEPS gets fewer, at least {MIN_ROUND_STEPS} (default 5)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--rounds", type=int, default=7, help=f"interleaved rounds (default 7); a count of whole steps whose rounds would last under {COUNT_MS / 1e3:g} s gets more, up to {MAX_ROUNDS_FACTOR} x (21)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
