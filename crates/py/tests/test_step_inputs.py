@@ -499,7 +499,9 @@ def test_the_worker_times_short_steps_in_more_rounds_and_long_ones_in_rounds():
 
     groups = ["fc1"]
     args = SimpleNamespace(rounds=7, steps=5)
-    for ms, want in ((4.0, 21), (40.0, 8), (400.0, 7)):
+    # Rounds of 2 modes x 5 steps: 4 ms steps want 21 (capped); steps of COUNT_MS / 100 make
+    # rounds of COUNT_MS / 10, so 10; 400 ms steps (2 a round) keep 7.
+    for ms, want in ((4.0, 21), (si.COUNT_MS / 100, 10), (400.0, 7)):
         rows = si._steps(Bench(ms), None, SimpleNamespace(tokens=1024), ["dense"], groups, [("bf16", []), ("fp8", groups)],
                          "eager", 1024, args, lambda *a, **k: None, None, [])
         assert [len(r["wall_ms"]) for r in rows] == [want, want], (ms, rows)

@@ -25,7 +25,7 @@ def round_steps(step_ms: float, most: int) -> int:
 #: `fp8_report::step_inputs::MAX_ROUNDS_FACTOR`): short, host-bound steps spread most from round
 #: to round, and the median of 7 rounds spread by 5% (one standard deviation) is known to about
 #: 2.4%, of 21 to 1.4%: a 3% bar on the model needs the steps measured closer than that.
-COUNT_MS = 3000.0
+COUNT_MS = 2000.0
 MAX_ROUNDS_FACTOR = 3
 
 
