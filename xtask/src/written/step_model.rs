@@ -141,7 +141,7 @@ pub(super) fn held_out(lm: &Value) -> impl Iterator<Item = &Value> {
 /// predicts them, each bin's signed median error (the model's bias there) beside its spread.
 fn bound_table(bins: &[Vec<(f64, f64)>]) -> String {
     let mut s = String::from(
-        "| predicted GPU / host time | held-out steps | median error | median \\|error\\| | within 3% | within 3% or its band |\n|---|---:|---:|---:|---:|---:|\n",
+        "| predicted GPU / host time | held-out steps | median error | median \\|error\\| | within 3% | within 3% or its band | median band | a median of 7 such rounds known to |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for ((_, name), rows) in BOUNDS.iter().zip(bins) {
         let n = rows.len();
@@ -157,14 +157,25 @@ fn bound_table(bins: &[Vec<(f64, f64)>]) -> String {
             Some(x) => format!("{:.1}%", 100.0 * x),
             None => "-".to_owned(),
         };
+        let mut bands: Vec<f64> = rows.iter().map(|r| r.1).collect();
+        let band = median(&mut bands);
         let _ = writeln!(
             s,
-            "| {name} | {n} | {} | {} | {within} of {n} | {banded} of {n} |",
+            "| {name} | {n} | {} | {} | {within} of {n} | {banded} of {n} | {} | {} |",
             pct(median(&mut signed), true),
-            pct(median(&mut abs), false)
+            pct(median(&mut abs), false),
+            pct(band, false),
+            pct(band.map(median_known_to), false)
         );
     }
     s
+}
+
+/// How closely the median of 7 rounds knows a step whose rounds spread by `band` (half their
+/// p10-p90 over the median): its standard error, 1.2533 sigma / sqrt(7) for normal rounds, sigma
+/// = band / 1.2816.
+fn median_known_to(band: f64) -> f64 {
+    1.2533 * band / 1.2816 / 7f64.sqrt()
 }
 
 /// What the totals row sums: per layout, whether its medians are within 3%, and the counts.
@@ -479,9 +490,11 @@ mod tests {
         // Host-bound: -10% (inside its 12% band) and -2%; the calibrated row left out. GPU equal
         // to host is the next bin; three times the host the last.
         for want in [
-            "| under 1 (host-bound) | 2 | -6.0% | 6.0% | 1 of 2 | 2 of 2 |",
+            // Its bands 12% and 0: a median band of 6%, which 7 rounds know the median to
+            // 1.2533 x 6% / 1.2816 / sqrt(7) = 2.2%.
+            "| under 1 (host-bound) | 2 | -6.0% | 6.0% | 1 of 2 | 2 of 2 | 6.0% | 2.2% |",
             "| 1 to 1.5 | 1 | +5.0% | 5.0% | 0 of 1 | 0 of 1 |",
-            "| 1.5 to 2.5 | 0 | - | - | 0 of 0 | 0 of 0 |",
+            "| 1.5 to 2.5 | 0 | - | - | 0 of 0 | 0 of 0 | - | - |",
             "| 2.5 and over (GPU-bound) | 1 | +1.0% | 1.0% | 1 of 1 | 1 of 1 |",
         ] {
             assert!(t.contains(want), "{want}\n{t}");
