@@ -12,6 +12,14 @@ import pytest
 from adaptive_fp8.bench import collector as col
 from adaptive_fp8.bench import step_bench as sb
 from adaptive_fp8.bench import step_inputs as si
+from bench_stand_in import StandInBench
+
+
+def _Bench(manual: bool) -> StandInBench:
+    """Each timed step runs a full collection where the collector is on, inside the bench's
+    timed region, as step_layers.Bench's time_ms has it; long warm-up steps, so the worker's
+    --rounds rounds and no more."""
+    return StandInBench(warm_ms=2000.0, ms=lambda n: 1.0, work=lambda: gc.collect() if gc.isenabled() else None, manual_gc=manual)
 
 
 def test_a_full_collection_inside_a_timed_region_is_counted_and_noted_and_one_outside_is_not():
@@ -60,34 +68,6 @@ def test_every_step_tool_spells_the_flag_alike_and_records_it():
         assert parse([]).manual_gc is False and parse(["--manual-gc"]).manual_gc is True
     args = si.parser().parse_args(["--model", "m.json", "--json", "o.json", "--manual-gc"])
     assert si.header(args, "m", [], ["dense"], "cpu", "stand-in", "r")["manual_gc"] is True
-
-
-class _Bench:
-    """A stand-in for step_layers.Bench: each timed step runs a full collection where the
-    collector is on, inside the bench's timed region, as its time_ms has it."""
-
-    def __init__(self, manual: bool) -> None:
-        self.collector = col.Collector(manual)
-
-    def build(self, spec, kinds, fp8):
-        return fp8
-
-    def step_fn(self, spec, model, execution):
-        step = lambda: None  # noqa: E731
-        step.losses = []
-        return step
-
-    def check(self, step, name):
-        return 2000.0  # long steps: the worker's --rounds rounds, no more
-
-    def free(self, collect=False):
-        pass
-
-    def time_ms(self, step, steps=None):
-        with self.collector:
-            if gc.isenabled():
-                gc.collect()
-        return 1.0
 
 
 @pytest.mark.parametrize("manual", [False, True])

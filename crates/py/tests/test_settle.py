@@ -9,6 +9,7 @@ import argparse
 import pytest
 
 from adaptive_fp8.bench import settle as st
+from bench_stand_in import StandInBench
 
 
 def rounds(ms: list[float], n: int = 5):
@@ -94,34 +95,6 @@ def test_every_step_tool_has_the_flag():
         assert p.parse_args(["--model", "m.json", "--json", "o.json", "--settle", "3"]).settle == 3.0
 
 
-class _SlowStart:
-    """A stand-in bench (step_layers.Bench's surface) whose steps run 40% slow for their first
-    rounds after a start, then flat, each call logged: the worker's and the judge's order."""
-
-    def __init__(self) -> None:
-        from adaptive_fp8.bench import collector
-
-        self.collector, self.calls = collector.Collector(), []
-
-    def build(self, spec, kinds, fp8):
-        return tuple(sorted(fp8)) if isinstance(fp8, list) else tuple(sorted(g for g, on in fp8.items() if on))
-
-    def step_fn(self, spec, model, execution):
-        step = lambda: None  # noqa: E731
-        step.losses, step.model = [], model
-        return step
-
-    def check(self, step, name):
-        return 10.0
-
-    def free(self, collect=False):
-        pass
-
-    def time_ms(self, step, steps=None):
-        self.calls.append(step.model)
-        return 10.0 * (1.4 if len(self.calls) <= 6 else 1.0)
-
-
 def test_the_worker_and_the_judge_settle_before_their_first_timed_rounds_only():
     from types import SimpleNamespace
 
@@ -132,7 +105,8 @@ def test_the_worker_and_the_judge_settle_before_their_first_timed_rounds_only():
     args = SimpleNamespace(rounds=3, steps=5, repeats=3, oracle="none", oracle_repeats=None)
     quiet = lambda *a, **k: None  # noqa: E731
     for run in ("worker", "judge"):
-        bench, notes, first = _SlowStart(), [], st.Once(60.0)
+        # Its steps run 40% slow for the first three rounds of two modes, then flat.
+        bench, notes, first = StandInBench(ms=lambda n: 14.0 if n <= 6 else 10.0), [], st.Once(60.0)
         for tokens in (2048, 4096):  # two counts of one run
             if run == "worker":
                 rows = si._steps(bench, None, SimpleNamespace(tokens=tokens), ["dense"], groups, [("bf16", []), ("fp8", groups)],

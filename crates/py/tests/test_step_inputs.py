@@ -477,31 +477,13 @@ def test_a_count_of_short_steps_gets_more_rounds_up_to_three_times(root):
 def test_the_worker_times_short_steps_in_more_rounds_and_long_ones_in_rounds():
     from types import SimpleNamespace
 
-    class Bench:
-        def __init__(self, ms):
-            self.ms = ms
-            from adaptive_fp8.bench import collector
-            self.collector = collector.Collector()
-
-        def build(self, spec, kinds, fp8):
-            return fp8
-
-        def step_fn(self, spec, model, execution):
-            step = lambda: None  # noqa: E731
-            step.losses = []
-            return step
-
-        def check(self, step, name):
-            return self.ms
-
-        def time_ms(self, step, steps=None):
-            return self.ms
+    from bench_stand_in import StandInBench
 
     groups = ["fc1"]
     args = SimpleNamespace(rounds=7, steps=5)
     # Rounds of 2 modes x 5 steps: 4 ms steps want 21 (capped); steps of COUNT_MS / 100 make
     # rounds of COUNT_MS / 10, so 10; 400 ms steps (2 a round) keep 7.
     for ms, want in ((4.0, 21), (si.COUNT_MS / 100, 10), (400.0, 7)):
-        rows = si._steps(Bench(ms), None, SimpleNamespace(tokens=1024), ["dense"], groups, [("bf16", []), ("fp8", groups)],
+        rows = si._steps(StandInBench(warm_ms=ms), None, SimpleNamespace(tokens=1024), ["dense"], groups, [("bf16", []), ("fp8", groups)],
                          "eager", 1024, args, lambda *a, **k: None, None, [])
         assert [len(r["wall_ms"]) for r in rows] == [want, want], (ms, rows)
