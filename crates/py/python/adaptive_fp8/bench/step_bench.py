@@ -284,7 +284,7 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
     where = f"{execution} at {spec.tokens}"
 
     def settled(fp8s) -> None:
-        if settle is not None:
+        if settle is not None and not settle.done:
             settle(round_of(bench.time_ms, [ensure(f) for f in fp8s], args.steps), where, notes)
 
     def ensure(fp8):
