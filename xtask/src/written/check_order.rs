@@ -31,10 +31,12 @@ const HOST_BOUND: f64 = 1.5;
 /// `(moe, place)`: each held-out step's (signed error, host-bound).
 type Placed = std::collections::BTreeMap<(bool, usize), Vec<(f64, bool)>>;
 
-/// `(moe, place)`: the check's own rows there, and how many of them sped up round by round.
-type Sped = std::collections::BTreeMap<(bool, usize), (usize, usize)>;
+/// `(moe, place)`: the check's own rows there, how many of them sped up round by round, and how
+/// many slowed down (as many as sped up where rounds only scatter).
+type Sped = std::collections::BTreeMap<(bool, usize), (usize, usize, usize)>;
 
-/// A row sped up where its last three rounds' median is this much under its first three's.
+/// A row sped up (slowed down) where its last three rounds' median is this much under (over) its
+/// first three's.
 const SPED_UP: f64 = 0.03;
 
 /// The place (an index of [`PLACES`]) of the `i`-th count (from 0) of a check's order.
@@ -44,11 +46,21 @@ fn place_of(i: usize) -> Option<usize> {
         .position(|(lo, hi, _)| (*lo..=*hi).contains(&(i + 1)))
 }
 
-/// Whether a row's rounds got faster: its last three rounds' median more than [`SPED_UP`] under
-/// its first three's; `None` for a row of fewer than six rounds.
-fn sped_up(wall: &[f64]) -> Option<bool> {
+/// How a row's rounds moved: `Some(-1)` faster (its last three rounds' median more than
+/// [`SPED_UP`] under its first three's), `Some(1)` slower (as much over), `Some(0)` neither;
+/// `None` for a row of fewer than six rounds.
+fn drift(wall: &[f64]) -> Option<i8> {
     let n = wall.len();
-    (n >= 6).then(|| median(&wall[n - 3..]) < (1.0 - SPED_UP) * median(&wall[..3]))
+    (n >= 6).then(|| {
+        let (early, late) = (median(&wall[..3]), median(&wall[n - 3..]));
+        if late < (1.0 - SPED_UP) * early {
+            -1
+        } else if late > (1.0 + SPED_UP) * early {
+            1
+        } else {
+            0
+        }
+    })
 }
 
 /// The table over `docs` (each an inputs file and today's refit of it).
@@ -93,9 +105,9 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
                 continue;
             }
             seen.push(&s.wall_ms);
-            if let (Some(place), Some(up)) = (place_of(i), sped_up(&s.wall_ms)) {
+            if let (Some(place), Some(d)) = (place_of(i), drift(&s.wall_ms)) {
                 let e = sped.entry((moe, place)).or_default();
-                *e = (e.0 + 1, e.1 + usize::from(up));
+                *e = (e.0 + 1, e.1 + usize::from(d < 0), e.2 + usize::from(d > 0));
             }
         }
         let layouts = v["provenance"]["step"]["model"].as_array();
@@ -126,7 +138,7 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
 
 fn table(placed: &Placed, sped: &Sped) -> String {
     let mut s = String::from(
-        "| steps | place in the check's order | held-out steps | median error | within 3% | host-bound (GPU / host under 1.5): steps, median error | check rows faster round by round (last 3 rounds > 3% under the first 3) |\n|---|---|---:|---:|---:|---:|---:|\n",
+        "| steps | place in the check's order | held-out steps | median error | within 3% | host-bound (GPU / host under 1.5): steps, median error | check rows faster / slower round by round (last 3 rounds > 3% under / over the first 3) |\n|---|---|---:|---:|---:|---:|---:|\n",
     );
     for moe in [true, false] {
         for (i, (_, _, name)) in PLACES.iter().enumerate() {
@@ -141,10 +153,10 @@ fn table(placed: &Placed, sped: &Sped) -> String {
             } else {
                 format!("{}, {:+.1}%", hb.len(), 100.0 * median(&hb))
             };
-            let (rows, up) = sped.get(&(moe, i)).copied().unwrap_or_default();
+            let (rows, up, down) = sped.get(&(moe, i)).copied().unwrap_or_default();
             let _ = writeln!(
                 s,
-                "| {} | {name} | {} | {:+.1}% | {within} of {} | {host} | {up} of {rows} |",
+                "| {} | {name} | {} | {:+.1}% | {within} of {} | {host} | {up} / {down} of {rows} |",
                 if moe { "MoE" } else { "dense" },
                 e.len(),
                 100.0 * median(&e),
@@ -164,14 +176,14 @@ mod tests {
         let mut placed = Placed::new();
         placed.insert((true, 0), vec![(-0.10, true), (-0.06, false)]);
         placed.insert((false, 2), vec![(0.01, false)]);
-        let sped = Sped::from([((true, 0), (4, 3))]);
+        let sped = Sped::from([((true, 0), (4, 3, 1))]);
         let t = table(&placed, &sped);
         assert!(
-            t.contains("| MoE | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 3 of 4 |"),
+            t.contains("| MoE | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 3 / 1 of 4 |"),
             "{t}"
         );
         assert!(
-            t.contains("| dense | 7th on | 1 | +1.0% | 1 of 1 | 0 | 0 of 0 |"),
+            t.contains("| dense | 7th on | 1 | +1.0% | 1 of 1 | 0 | 0 / 0 of 0 |"),
             "{t}"
         );
         assert!(!t.contains("4th-6th"), "{t}");
@@ -195,7 +207,8 @@ mod tests {
         // Timed in this order: 1280, 2048, 1536, 8192 (timed again), 4224, 4480, 5120, 6272.
         let check = real("_check_step.json");
         let row = check["step_times"][0].clone();
-        // Each count's rounds its own; the first count's got faster round by round (10 -> 9 ms).
+        // Each count's rounds its own; the first count's got faster round by round (12.8 -> 11.5
+        // ms), 4224's slower.
         let doc = |counts: &[u64]| {
             let mut d = check.clone();
             d["step_times"] = counts
@@ -203,7 +216,11 @@ mod tests {
                 .map(|&t| {
                     let mut r = row.clone();
                     let ms = t as f64 / 100.0;
-                    let late = if t == 1280 { 0.9 * ms } else { ms };
+                    let late = match t {
+                        1280 => 0.9 * ms,
+                        4224 => 1.1 * ms,
+                        _ => ms,
+                    };
                     r["execution"] = "eager".into();
                     r["tokens"] = t.into();
                     r["wall_ms"] = serde_json::json!([ms, ms, ms, ms, late, late, late]);
@@ -234,9 +251,9 @@ mod tests {
         let t = by_order(dir.path(), &[(format!("x{INPUTS}"), v)]).unwrap();
         // 1280 and 1536 are the 1st and 3rd; 4224 and 4480 the 5th and 6th; 5120 and 6272 later.
         for want in [
-            "| dense | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 1 of 3 |",
-            "| dense | 4th-6th | 2 | +0.5% | 2 of 2 | 1, +0.0% | 0 of 3 |",
-            "| dense | 7th on | 2 | +3.5% | 1 of 2 | 2, +3.5% | 0 of 2 |",
+            "| dense | 1st-3rd | 2 | -8.0% | 0 of 2 | 1, -10.0% | 1 / 0 of 3 |",
+            "| dense | 4th-6th | 2 | +0.5% | 2 of 2 | 1, +0.0% | 0 / 1 of 3 |",
+            "| dense | 7th on | 2 | +3.5% | 1 of 2 | 2, +3.5% | 0 / 0 of 2 |",
         ] {
             assert!(t.contains(want), "{want}\n{t}");
         }

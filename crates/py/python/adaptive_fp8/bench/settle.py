@@ -2,8 +2,8 @@
 torch; the caller passes one round of its built steps).
 
 On the H200 a check's first counts ran slower than the model where its later counts agreed, and
-their rows got faster round by round far more often than later counts' rows did (docs/RESULTS.md,
-"The step model": the check's first counts; in an MoE's check through its sixth count). The served
+an MoE's rows there got faster round by round far more often than slower, through its sixth count
+(docs/RESULTS.md, "The step model": the check's first counts; dense rows did not). The served
 worker idles while fp8sel fits the model; the first whole steps after that pay for it, and a
 median of 7 rounds does not hide a slow start that lasts seconds. The inputs' first whole steps
 show it too. Settling first, once per run (a measurement, a check, a judge), costs a few rounds
