@@ -47,6 +47,10 @@ def test_rounds_that_keep_getting_faster_stop_at_the_bound_by_their_own_time():
     got = st.settle(one, max_s=5.0)
     assert not got.flat and got.seconds >= 5.0 and got.seconds - ran[-1] * 10 / 1e3 < 5.0
     assert "still getting faster at the bound" in got.note("eager at 1024")
+    # Rounds that shrink forever (their time never reaches the bound) end at MAX_ROUNDS.
+    one, ran = rounds([100.0 * 0.5**k for k in range(st.MAX_ROUNDS + 10)])
+    got = st.settle(one, max_s=5.0)
+    assert not got.flat and got.rounds == len(ran) == st.MAX_ROUNDS and got.seconds < 5.0
     # Off: nothing runs.
     one, ran = rounds([10.0])
     assert st.settle(one, max_s=0) is None and ran == []

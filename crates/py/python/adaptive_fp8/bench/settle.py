@@ -28,6 +28,8 @@ DEFAULT_S = 12.0
 WINDOW = 3
 #: Settled once the last rounds are no more than this much faster than the ones before.
 FLAT = 0.01
+#: And never more rounds than this, whatever their time (rounds that shrink forever end too).
+MAX_ROUNDS = 200
 
 
 def _seconds(s: str) -> float:
@@ -68,8 +70,8 @@ class Settled:
 def settle(one_round: Callable[[], tuple[float, float]], max_s: float) -> Settled | None:
     """Runs `one_round()` (a round of every built step; returns its ms per step summed over the
     steps, and the seconds it took) until the mean of the last WINDOW rounds is no more than FLAT
-    below the mean of the WINDOW before, or `max_s` seconds of rounds have run. None where
-    `max_s` is 0 (settling off)."""
+    below the mean of the WINDOW before, or `max_s` seconds of rounds have run, or MAX_ROUNDS
+    rounds. None where `max_s` is 0 (settling off)."""
     if max_s <= 0:
         return None
     ms: list[float] = []
@@ -79,7 +81,7 @@ def settle(one_round: Callable[[], tuple[float, float]], max_s: float) -> Settle
         ms.append(m)
         spent += s
         flat = len(ms) >= 2 * WINDOW and _mean(ms[-WINDOW:]) >= (1 - FLAT) * _mean(ms[-2 * WINDOW:-WINDOW])
-        if flat or spent >= max_s:
+        if flat or spent >= max_s or len(ms) >= MAX_ROUNDS:
             return Settled(len(ms), spent, ms[0], ms[-1], flat)
 
 
