@@ -7,6 +7,8 @@ recipe besides blockwise, whose reports are in `reports/h200/<recipe>/step_model
 `fp8_pipeline::shipped::step_model_dir` reads them) is stale when
 - it has no check report in --reports, or its check lost counts (`failed`: out of memory, a
   failed capture), or its inputs were measured in another recipe;
+- its inputs or check were measured by a worker before settling (no `settle_s`: today's worker
+  settles before each run's first timed whole steps and times short counts in more rounds);
 - its inputs were not calibrated at every count of today's default (`step_inputs`'
   `default_calibration` of the swept counts, per execution timed; counts that failed in the
   inputs are excepted, since the worker does not ask for them again);
@@ -83,6 +85,11 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
     inputs = checks[0].removesuffix("_check_step.json") + "_inputs_step.json"
     with open(inputs) as f:
         doc = json.load(f)
+    for path in (inputs, checks[0]):
+        with open(path) as f:
+            if json.load(f).get("settle_s") is None:
+                return f"{row}: measured by a worker before settling and longer short counts ({path} has no settle_s)"
+
     if doc["fp8_recipe"] != recipe:
         return f"{row}: its inputs were measured in {doc['fp8_recipe']} ({inputs})"
     want = set(default_calibration(sorted({m["tokens"] for m in doc["modules"]})))

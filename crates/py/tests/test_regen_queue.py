@@ -11,12 +11,15 @@ import sys
 ROW, BASE = "llama3_2_1b_tp1", "llama3_2_1b_tp1_ep1_etp1"
 
 
-def _copy(root, tmp_path):
-    """The committed row's inputs and check, in a reports folder of the test's own."""
+def _copy(root, tmp_path, settled=True):
+    """The committed row's inputs and check, in a reports folder of the test's own; with
+    `settled`, marked as today's worker writes them (its settling bound, `settle_s`)."""
     reports = tmp_path / "reports"
     reports.mkdir()
     for end in ("inputs", "check"):
         shutil.copy(root / "reports" / "h200" / "step_model" / f"{BASE}_{end}_step.json", reports)
+        if settled:
+            _edit(reports / f"{BASE}_{end}_step.json", lambda d: d.update(settle_s=12.0))
     return reports
 
 
@@ -138,6 +141,24 @@ def test_a_row_whose_check_did_not_time_a_count_it_disagreed_at_again_is_made_ag
           lambda d: d.update(step_times=[r for r in d["step_times"] if (r["execution"], r["tokens"]) != (execution, tokens)]))
     o = _queue(root, fp8sel, reports)
     assert o.returncode == 1 and "did not time again" in o.stderr and f"{execution} {tokens}" in o.stderr, o.stderr
+
+
+def test_a_row_measured_before_the_worker_settled_is_made_again(root, tmp_path, fp8sel):
+    # The committed documents predate settling (no settle_s): every such row is made again.
+    committed = json.loads((root / "reports" / "h200" / "step_model" / f"{BASE}_inputs_step.json").read_text())
+    assert "settle_s" not in committed
+    reports = _copy(root, tmp_path, settled=False)
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "before settling" in o.stderr and "inputs_step.json has no settle_s" in o.stderr, o.stderr
+    # The inputs settled, the check not: still made again.
+    _edit(reports / f"{BASE}_inputs_step.json", lambda d: d.update(settle_s=12.0))
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 1 and "check_step.json has no settle_s" in o.stderr, o.stderr
+    # Both settled, and the rest as today's check leaves it: the row stands.
+    _edit(reports / f"{BASE}_check_step.json", lambda d: d.update(settle_s=12.0))
+    _as_policy(fp8sel, reports)
+    _timed_again(fp8sel, reports)
+    assert _queue(root, fp8sel, reports).returncode == 0
 
 
 def test_a_check_that_lost_counts_or_is_missing_makes_the_row_again(root, tmp_path, fp8sel):

@@ -15,7 +15,8 @@ from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, grou
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
 DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
-              "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "groups", "modules", "step_times", "failed", "notes", "complete"}
+              "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "settle_s", "settled", "groups", "modules", "step_times", "failed",
+              "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
 STEP_FIELDS = {"execution", "tokens", "mode", "fp8_groups", "wall_ms", "steps", "host_ms", "gpu_ms"}
 
@@ -128,6 +129,9 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     modes = {(s["execution"], s["tokens"], s["mode"]) for s in doc["step_times"]}
     assert modes == {(e, t, m) for e in ("eager", "graphed") for t in (64, 128) for m in ("bf16", "fp8")}
     assert all(set(s) == STEP_FIELDS and s["host_ms"] > 0 and s["gpu_ms"] > 0 and s["steps"] == 1 for s in doc["step_times"])
+    # Settled once, before the first timed whole steps, and recorded (typed, not a note).
+    assert doc["settle_s"] == 12.0 and doc["settled"]["at"] == "eager at 64" and doc["settled"]["rounds"] >= 6
+    assert not any(n.startswith("settled before") for n in doc["notes"])
     # The check: the plans file's plans, beside all-BF16 and all-FP8.
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 128, "fp8_groups": ["qkv"]},
@@ -141,6 +145,7 @@ def test_measure_and_check_run_end_to_end_with_a_te_stand_in(tmp_path, root):
     # A plan that is all-BF16 is that step: timed once, the same rounds.
     assert rows[(64, "plan")]["fp8_groups"] == [] and rows[(64, "plan")]["wall_ms"] == rows[(64, "bf16")]["wall_ms"]
     assert all(s["host_ms"] is None and s["gpu_ms"] is None for s in doc["step_times"])
+    assert doc["settled"]["at"] == "eager at 64"  # the check's own settling
     _check(doc, *_schema(root, "adaptive-fp8-step-inputs.v1.schema.json"))
 
 
@@ -222,7 +227,16 @@ def test_a_round_of_long_steps_has_fewer_of_them_and_lasts_about_as_long():
 def test_the_writers_documents_match_the_readers_schema_and_a_planted_field_fails(root):
     schema, defs = _schema(root, "adaptive-fp8-step-inputs.v1.schema.json")
     _check(_doc(), schema, defs)
-    for plant in (lambda d: d.update(argv=["x"]), lambda d: d["step_times"][0].update(ahead=True), lambda d: d["groups"][0].pop("in_features")):
+    # With what settling took, as the worker records it.
+    from adaptive_fp8.bench.settle import Once
+
+    once = Once(60.0)
+    once(iter([(12.0, 0.1)] * 3 + [(10.0, 0.1)] * 9).__next__, "eager at 1024", None)
+    settled = dict(_doc(), settled=once.record())
+    assert settled["settled"]["at"] == "eager at 1024" and settled["settled"]["flat"] and settled["settle_s"] == 12.0
+    _check(settled, schema, defs)
+    for plant in (lambda d: d.update(argv=["x"]), lambda d: d["step_times"][0].update(ahead=True), lambda d: d["groups"][0].pop("in_features"),
+                  lambda d: d.update(settled={"at": "eager at 1024", "rounds": 1})):
         d = _doc()
         plant(d)
         with pytest.raises(ValueError):

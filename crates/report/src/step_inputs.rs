@@ -62,6 +62,13 @@ pub struct StepInputs {
     /// `--manual-gc`); false in runs that predate the field.
     #[serde(default)]
     pub manual_gc: bool,
+    /// The bound on settling before the first timed whole steps, seconds (`--settle`; 0: off);
+    /// absent in documents of workers that did not settle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_s: Option<f64>,
+    /// What settling took; absent where it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settled>,
     /// The step's module groups.
     pub groups: Vec<GroupInfo>,
     /// Each group alone, per count.
@@ -74,6 +81,25 @@ pub struct StepInputs {
     pub notes: Vec<String>,
     /// False while the worker runs (a stopped run keeps what it finished).
     pub complete: bool,
+}
+
+/// Untimed rounds of the built steps before a run's first timed ones, until they stopped getting
+/// faster (`adaptive_fp8.bench.settle`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Settled {
+    /// The count it ran before, `<execution> at <tokens>`.
+    pub at: String,
+    /// Untimed rounds.
+    pub rounds: u32,
+    /// Their steps' time, seconds.
+    pub seconds: f64,
+    /// The first round's ms per step, summed over the steps.
+    pub first_ms: f64,
+    /// The last round's.
+    pub last_ms: f64,
+    /// Whether it stopped because the rounds were flat (else at the bound).
+    pub flat: bool,
 }
 
 /// A module group of the step.
@@ -243,9 +269,36 @@ pub fn parse_step_inputs(text: &str, path: &Path) -> Result<StepInputs, ReportEr
 }
 
 fn check(doc: &StepInputs) -> Result<(), String> {
-    let rounds = doc.rounds as usize;
-    if rounds == 0 || doc.tp == 0 || doc.layers == 0 || doc.steps == 0 {
+    check_header(doc)?;
+    let groups: BTreeSet<&str> = doc.groups.iter().map(|g| g.group.as_str()).collect();
+    let capable: BTreeSet<&str> = doc
+        .groups
+        .iter()
+        .filter(|g| g.fp8_capable)
+        .map(|g| g.group.as_str())
+        .collect();
+    check_modules(doc, &groups, &capable)?;
+    check_steps(doc, &groups, &capable)
+}
+
+/// The sizes, settling and groups: positive, finite, each group once.
+fn check_header(doc: &StepInputs) -> Result<(), String> {
+    if doc.rounds == 0 || doc.tp == 0 || doc.layers == 0 || doc.steps == 0 {
         return Err("rounds, tp, layers and steps must be positive".into());
+    }
+    if let Some(x) = doc.settle_s.filter(|x| !x.is_finite() || *x < 0.0) {
+        return Err(format!(
+            "settle_s: {x} is not a bound in seconds (0 or more)"
+        ));
+    }
+    if let Some(s) = &doc.settled {
+        let times = [s.seconds, s.first_ms, s.last_ms];
+        if s.rounds == 0 || times.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(format!(
+                "settled ({}): rounds must be positive and its times finite and 0 or more",
+                s.at
+            ));
+        }
     }
     let groups: BTreeSet<&str> = doc.groups.iter().map(|g| g.group.as_str()).collect();
     if groups.len() != doc.groups.len() {
@@ -259,31 +312,36 @@ fn check(doc: &StepInputs) -> Result<(), String> {
             ));
         }
     }
-    // A module row has `rounds` values; a whole-step row at least that many and at most
-    // MAX_ROUNDS_FACTOR times (the worker gives short steps more).
-    let times = |at: &str, v: &[f64], most: usize, zero_ok: bool| -> Result<(), String> {
-        if v.len() < rounds || v.len() > most {
-            let expected = if most == rounds {
-                format!("rounds = {rounds}")
-            } else {
-                format!("rounds = {rounds} to {most}")
-            };
-            return Err(format!("{at}: {} values, expected {expected}", v.len()));
-        }
-        match v
-            .iter()
-            .find(|x| !x.is_finite() || **x < 0.0 || (!zero_ok && **x == 0.0))
-        {
-            Some(x) => Err(format!("{at}: {x} is not a positive time in ms")),
-            None => Ok(()),
-        }
-    };
-    let capable: BTreeSet<&str> = doc
-        .groups
+    Ok(())
+}
+
+/// A round list at `at`: `least` to `most` values (a module row has `rounds`; a whole-step row
+/// up to [`MAX_ROUNDS_FACTOR`] times that), each finite and positive (0 too where `zero_ok`).
+fn times(at: &str, v: &[f64], least: usize, most: usize, zero_ok: bool) -> Result<(), String> {
+    if v.len() < least || v.len() > most {
+        let expected = if most == least {
+            format!("rounds = {least}")
+        } else {
+            format!("rounds = {least} to {most}")
+        };
+        return Err(format!("{at}: {} values, expected {expected}", v.len()));
+    }
+    match v
         .iter()
-        .filter(|g| g.fp8_capable)
-        .map(|g| g.group.as_str())
-        .collect();
+        .find(|x| !x.is_finite() || **x < 0.0 || (!zero_ok && **x == 0.0))
+    {
+        Some(x) => Err(format!("{at}: {x} is not a positive time in ms")),
+        None => Ok(()),
+    }
+}
+
+/// Each module row: a group of `groups` at a count once, FP8 rounds iff it is FP8-capable.
+fn check_modules(
+    doc: &StepInputs,
+    groups: &BTreeSet<&str>,
+    capable: &BTreeSet<&str>,
+) -> Result<(), String> {
+    let rounds = doc.rounds as usize;
     let mut seen = BTreeSet::new();
     for (i, m) in doc.modules.iter().enumerate() {
         let at = format!("modules[{i}] ({} at {})", m.group, m.tokens);
@@ -300,11 +358,33 @@ fn check(doc: &StepInputs) -> Result<(), String> {
         }
         for (p, r) in [("bf16", Some(&m.bf16)), ("fp8", m.fp8.as_ref())] {
             if let Some(r) = r {
-                times(&format!("{at}.{p}.host_ms"), &r.host_ms, rounds, true)?;
-                times(&format!("{at}.{p}.gpu_ms"), &r.gpu_ms, rounds, false)?;
+                times(
+                    &format!("{at}.{p}.host_ms"),
+                    &r.host_ms,
+                    rounds,
+                    rounds,
+                    true,
+                )?;
+                times(
+                    &format!("{at}.{p}.gpu_ms"),
+                    &r.gpu_ms,
+                    rounds,
+                    rounds,
+                    false,
+                )?;
             }
         }
     }
+    Ok(())
+}
+
+/// Each whole-step row: a count of tokens, the groups its mode runs, each mode once a count.
+fn check_steps(
+    doc: &StepInputs,
+    groups: &BTreeSet<&str>,
+    capable: &BTreeSet<&str>,
+) -> Result<(), String> {
+    let rounds = doc.rounds as usize;
     let mut rows = BTreeSet::new();
     for (i, s) in doc.step_times.iter().enumerate() {
         let at = format!("step_times[{i}] ({} at {})", s.execution, s.tokens);
@@ -334,12 +414,8 @@ fn check(doc: &StepInputs) -> Result<(), String> {
         if !rows.insert((s.execution, s.tokens, s.mode, &s.fp8_groups)) {
             return Err(format!("{at}: the same mode is timed twice at this count"));
         }
-        times(
-            &format!("{at}.wall_ms"),
-            &s.wall_ms,
-            MAX_ROUNDS_FACTOR * rounds,
-            false,
-        )?;
+        let most = MAX_ROUNDS_FACTOR * rounds;
+        times(&format!("{at}.wall_ms"), &s.wall_ms, rounds, most, false)?;
         if let Some(n) = s.steps.filter(|n| *n == 0 || *n > doc.steps) {
             return Err(format!(
                 "{at}.steps: {n} is not between 1 and the document's steps ({})",

@@ -32,6 +32,44 @@ fn parse(v: &serde_json::Value) -> Result<(), String> {
 }
 
 #[test]
+fn what_settling_took_is_read_and_bad_values_are_refused() {
+    let mut v = doc();
+    v["settle_s"] = 12.0.into();
+    v["settled"] = serde_json::json!({"at": "eager at 1024", "rounds": 7, "seconds": 2.5, "first_ms": 40.0, "last_ms": 31.0, "flat": true});
+    let d = parse_step_inputs(&v.to_string(), Path::new("in.json")).unwrap();
+    assert_eq!(d.settle_s, Some(12.0));
+    assert_eq!(
+        d.settled.as_ref().map(|s| (s.rounds, s.flat)),
+        Some((7, true))
+    );
+    // A document of a worker before settling has neither.
+    let old = parse_step_inputs(&doc().to_string(), Path::new("in.json")).unwrap();
+    assert_eq!((old.settle_s, old.settled), (None, None));
+    let cases: Vec<(&str, Change, &str)> = vec![
+        (
+            "a negative bound",
+            Box::new(|v| v["settle_s"] = (-1.0).into()),
+            "settle_s: -1 is not a bound in seconds",
+        ),
+        (
+            "no rounds",
+            Box::new(|v| {
+                v["settled"] = serde_json::json!({"at": "eager at 1024", "rounds": 0, "seconds": 0.0, "first_ms": 1.0, "last_ms": 1.0, "flat": true});
+            }),
+            "settled (eager at 1024): rounds must be positive",
+        ),
+        (
+            "a negative time",
+            Box::new(|v| {
+                v["settled"] = serde_json::json!({"at": "graphed at 2048", "rounds": 6, "seconds": 1.0, "first_ms": -1.0, "last_ms": 1.0, "flat": false});
+            }),
+            "settled (graphed at 2048)",
+        ),
+    ];
+    assert_refused(cases);
+}
+
+#[test]
 fn a_whole_step_may_have_up_to_three_times_rounds() {
     // The worker times a count of short steps in more rounds (`count_rounds`).
     for n in [2, 4, 6] {

@@ -231,11 +231,14 @@ pub fn timed_in_inputs(
     plans: &[CheckPlan],
     anchor_again: bool,
 ) -> (StepInputs, Vec<CheckPlan>) {
+    // The inputs' header (the same worker's layout) without its measurements: no module rows, and
+    // no settling of its own (the check timed nothing).
     let mut known = StepInputs {
         modules: Vec::new(),
         step_times: Vec::new(),
         failed: Vec::new(),
         notes: Vec::new(),
+        settled: None,
         ..inputs.clone()
     };
     let mut left = Vec::new();

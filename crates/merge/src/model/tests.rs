@@ -117,6 +117,8 @@ impl Synth {
             steps: 5,
             rounds: r as u32,
             manual_gc: false,
+            settle_s: None,
+            settled: None,
             groups: self
                 .groups
                 .iter()

@@ -10,7 +10,8 @@ show it too. Settling first, once per run (a measurement, a check, a judge), cos
 where the steps are warm already and bounds the cost where they are not.
 
 What this module is not: a warm-up of each mode (the tools' `--warmup` steps do that, per mode
-and count), and no part of a timed round: nothing it runs is recorded but its note.
+and count), and no part of a timed round: nothing it runs is recorded but what it took (the
+step-inputs document's `settled`, a judge's note).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def add_flag(ap) -> None:
     ap.add_argument(FLAG, type=_seconds, default=DEFAULT_S, metavar="SECONDS",
                     help=f"before a run's first timed rounds, untimed rounds of its steps until three rounds are no more than "
                          f"{FLAT * 100:g}%% faster than the three before, at most this long (default {DEFAULT_S:g}; 0: none). A step "
-                         "after an idle GPU and host runs slow for seconds; the document notes what settling took")
+                         "after an idle GPU and host runs slow for seconds; the document records what settling took")
 
 
 @dataclass
@@ -101,16 +102,26 @@ def _mean(v: list[float]) -> float:
 
 
 class Once:
-    """Settles at the first call only (a run's first timed count), appending its note to `notes`."""
+    """Settles at the first call only (a run's first timed count), appending its note to `notes`
+    where given; `record()` is what it took as the step-inputs document's `settled`."""
 
     def __init__(self, max_s: float):
         self.max_s, self.done = max_s, False
+        self.got: Settled | None = None
+        self.at = ""
 
     def __call__(self, one_round: Callable[[], tuple[float, float]], where: str, notes: list | None) -> Settled | None:
         if self.done:
             return None
         self.done = True
-        got = settle(one_round, self.max_s)
-        if got is not None and notes is not None:
-            notes.append(got.note(where))
-        return got
+        self.got, self.at = settle(one_round, self.max_s), where
+        if self.got is not None and notes is not None:
+            notes.append(self.got.note(where))
+        return self.got
+
+    def record(self) -> dict | None:
+        """`fp8_report::step_inputs::Settled`: where it ran and what it took; None before or without it."""
+        g = self.got
+        if g is None:
+            return None
+        return {"at": self.at, "rounds": g.rounds, "seconds": g.seconds, "first_ms": g.first_ms, "last_ms": g.last_ms, "flat": g.flat}

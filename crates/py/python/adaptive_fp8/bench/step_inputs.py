@@ -126,6 +126,8 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "steps": args.steps,
         "rounds": args.rounds,
         "manual_gc": bool(getattr(args, "manual_gc", False)),
+        "settle_s": float(getattr(args, "settle", 0.0)),
+        "settled": None,
         "groups": groups,
         "modules": [],
         "step_times": [],
@@ -191,8 +193,9 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             if not modes:
                 continue
             timed = [functools.partial(_steps, bench, sleeper, spec, kinds, groups, ms, execution, tokens, args, log,
-                                       None if plans else host_of, doc["notes"], first) for ms in [modes, *split_modes(modes)]]
+                                       None if plans else host_of, None, first) for ms in [modes, *split_modes(modes)]]
             _count(bench, doc, execution, tokens, log, timed[0], timed[1:])
+            doc["settled"] = doc["settled"] or first.record()
             bench.free(collect=True)
         if progress:
             progress(doc)
