@@ -46,7 +46,6 @@ def test_rounds_that_keep_getting_faster_stop_at_the_bound_by_their_own_time():
     one, ran = rounds([100.0 * 0.98**k for k in range(200)], n=10)
     got = st.settle(one, max_s=5.0)
     assert not got.flat and got.seconds >= 5.0 and got.seconds - ran[-1] * 10 / 1e3 < 5.0
-    assert "still getting faster at the bound" in got.note("eager at 1024")
     # Rounds that shrink forever (their time never reaches the bound) end at MAX_ROUNDS.
     one, ran = rounds([100.0 * 0.5**k for k in range(st.MAX_ROUNDS + 10)])
     got = st.settle(one, max_s=5.0)
@@ -56,17 +55,20 @@ def test_rounds_that_keep_getting_faster_stop_at_the_bound_by_their_own_time():
     assert st.settle(one, max_s=0) is None and ran == []
 
 
-def test_a_run_settles_once_and_its_document_notes_what_it_took():
-    once, notes = st.Once(60.0), []
+def test_a_run_settles_once_and_records_what_it_took():
+    once = st.Once(60.0)
+    assert once.record() is None  # nothing yet
     one, ran = rounds([12.0, 11.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
-    assert once(one, "graphed at 2048", notes) is not None
-    assert len(notes) == 1 and notes[0].startswith("settled before graphed at 2048: ") and "12.000 -> 10.000 ms (flat)" in notes[0]
+    assert once(one, "graphed at 2048") is not None
+    rec = once.record()
+    assert rec == {"at": "graphed at 2048", "rounds": len(ran), "seconds": pytest.approx(sum(ran) * 5 / 1e3),
+                   "first_ms": 12.0, "last_ms": 10.0, "flat": True}
     before = len(ran)
-    assert once(one, "eager at 4096", notes) is None and len(ran) == before and len(notes) == 1
-    # Off: no rounds and no note, and it stays off for the run.
-    off, notes = st.Once(0.0), []
+    assert once(one, "eager at 4096") is None and len(ran) == before and once.record() == rec
+    # Off: no rounds and no record, and it stays off for the run.
+    off = st.Once(0.0)
     one, ran = rounds([10.0])
-    assert off(one, "eager at 1024", notes) is None and ran == [] and notes == []
+    assert off(one, "eager at 1024") is None and ran == [] and off.record() is None and off.done
 
 
 def test_round_of_sums_the_steps_ms_and_times_each_step_n_times():
@@ -122,11 +124,12 @@ def test_the_worker_and_the_judge_settle_before_their_first_timed_rounds_only():
                 timed = {m: [row["modes"][m]["ms_median"]] for m in row["modes"]}
             # The slow rounds went to settling, none to the timed ones.
             assert all(v == 10.0 for w in timed.values() for v in w), (run, timed)
-        settled = [n for n in notes if n.startswith("settled before")]
-        assert settled == [notes[0]] and settled[0].startswith("settled before eager at 2048: ") and "(flat)" in settled[0], (run, notes)
+        rec = first.record()
+        assert rec["at"] == "eager at 2048" and rec["flat"] and (rec["first_ms"], rec["last_ms"]) == (28.0, 20.0), (run, rec)
         # Settling ran rounds of both modes, interleaved, before the first timed one; the second
         # count timed at once (its rounds of 2 modes: the judge's 3, the worker's 3 or more for
         # short steps, here rounds of 2 x 5 steps of 10 ms).
         timed_rounds = 3 if run == "judge" else si.count_rounds(2 * 5 * 10.0, 3)
-        assert len(bench.calls) == int(settled[0].split(": ")[1].split(" ")[0]) * 2 + 2 * timed_rounds * 2, (run, bench.calls)
+        assert len(bench.calls) == rec["rounds"] * 2 + 2 * timed_rounds * 2, (run, bench.calls)
+        assert not any(n.startswith("settled") for n in notes)  # typed, not a note
         assert bench.calls[:2] == [(), tuple(groups)]

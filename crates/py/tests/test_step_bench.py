@@ -498,7 +498,14 @@ def test_the_results_match_the_readers_schema_and_a_planted_field_fails(root):
     check_schema(doc, schema, defs)
     assert doc["format"] == "adaptive-fp8-step-results" and doc["results"][0]["verdict"]["by"] == "oracle"
     assert "verdict" not in doc["results"][1]
+    # What settling took, as the judges record it (adaptive_fp8.bench.settle.Once.record).
+    from adaptive_fp8.bench.settle import Once
+
+    once = Once(12.0)
+    once(iter([(30.0, 0.2)] * 2 + [(20.0, 0.2)] * 9).__next__, "eager at 2048")
+    check_schema(dict(doc, settle_s=12.0, settled=once.record()), schema, defs)
     for plant in (lambda d: d.update(argv=["x"]), lambda d: d["results"][0]["modes"]["bf16"].update(ahead=True),
+                  lambda d: d.update(settled={"at": "eager at 2048", "rounds": 3}),
                   lambda d: d["results"][0]["verdict"].update(why="x"), lambda d: d["results"][0].pop("execution")):
         d = _results()
         plant(d)

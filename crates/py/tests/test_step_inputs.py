@@ -231,7 +231,7 @@ def test_the_writers_documents_match_the_readers_schema_and_a_planted_field_fail
     from adaptive_fp8.bench.settle import Once
 
     once = Once(60.0)
-    once(iter([(12.0, 0.1)] * 3 + [(10.0, 0.1)] * 9).__next__, "eager at 1024", None)
+    once(iter([(12.0, 0.1)] * 3 + [(10.0, 0.1)] * 9).__next__, "eager at 1024")
     settled = dict(_doc(), settled=once.record())
     assert settled["settled"]["at"] == "eager at 1024" and settled["settled"]["flat"] and settled["settle_s"] == 12.0
     _check(settled, schema, defs)

@@ -84,7 +84,7 @@ pub struct StepInputs {
 }
 
 /// Untimed rounds of the built steps before a run's first timed ones, until they stopped getting
-/// faster (`adaptive_fp8.bench.settle`).
+/// faster (`adaptive_fp8.bench.settle`): a step-inputs document's, a judge's results'.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settled {
@@ -286,20 +286,7 @@ fn check_header(doc: &StepInputs) -> Result<(), String> {
     if doc.rounds == 0 || doc.tp == 0 || doc.layers == 0 || doc.steps == 0 {
         return Err("rounds, tp, layers and steps must be positive".into());
     }
-    if let Some(x) = doc.settle_s.filter(|x| !x.is_finite() || *x < 0.0) {
-        return Err(format!(
-            "settle_s: {x} is not a bound in seconds (0 or more)"
-        ));
-    }
-    if let Some(s) = &doc.settled {
-        let times = [s.seconds, s.first_ms, s.last_ms];
-        if s.rounds == 0 || times.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            return Err(format!(
-                "settled ({}): rounds must be positive and its times finite and 0 or more",
-                s.at
-            ));
-        }
-    }
+    check_settled(doc.settle_s, doc.settled.as_ref())?;
     let groups: BTreeSet<&str> = doc.groups.iter().map(|g| g.group.as_str()).collect();
     if groups.len() != doc.groups.len() {
         return Err("groups: a group is listed twice".into());
@@ -309,6 +296,28 @@ fn check_header(doc: &StepInputs) -> Result<(), String> {
             return Err(format!(
                 "groups[{i}] ({}): scale and instances must be positive",
                 g.group
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `settle_s` a bound of 0 or more seconds; `settled` a positive count of rounds of finite times.
+pub(crate) fn check_settled(
+    settle_s: Option<f64>,
+    settled: Option<&Settled>,
+) -> Result<(), String> {
+    if let Some(x) = settle_s.filter(|x| !x.is_finite() || *x < 0.0) {
+        return Err(format!(
+            "settle_s: {x} is not a bound in seconds (0 or more)"
+        ));
+    }
+    if let Some(s) = settled {
+        let times = [s.seconds, s.first_ms, s.last_ms];
+        if s.rounds == 0 || times.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(format!(
+                "settled ({}): rounds must be positive and its times finite and 0 or more",
+                s.at
             ));
         }
     }

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::read::{ReportError, ReportErrorKind};
-use crate::step_inputs::{ExecutionSchema, KeySchema};
+use crate::step_inputs::{ExecutionSchema, KeySchema, Settled, check_settled};
 
 /// The document's `format`.
 pub const STEP_RESULTS_FORMAT: &str = "adaptive-fp8-step-results";
@@ -88,6 +88,13 @@ pub struct StepResults {
     /// `--manual-gc`); false in runs that predate the field.
     #[serde(default)]
     pub manual_gc: bool,
+    /// The bound on settling before the first timed rounds, seconds (`--settle`; 0: off); absent
+    /// in runs that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_s: Option<f64>,
+    /// What settling took; absent where it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settled>,
     /// The oracle search (`greedy`, `none`), where recorded.
     #[serde(default)]
     pub oracle: Option<String>,
@@ -296,6 +303,7 @@ fn check(doc: &StepResults) -> Result<(), String> {
     if doc.tp == 0 || doc.layers == 0 || doc.steps == 0 || doc.repeats == 0 {
         return Err("tp, layers, steps and repeats must be positive".into());
     }
+    check_settled(doc.settle_s, doc.settled.as_ref())?;
     for (g, k) in &doc.group_keys {
         if k.scale == Some(0) {
             return Err(format!("group_keys.{g}.scale: must be at least 1"));

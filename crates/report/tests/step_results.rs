@@ -113,3 +113,26 @@ fn a_judge_run_records_whether_the_collector_was_off_in_timed_rounds() {
     assert!(doc.manual_gc);
     assert_eq!(parse_step_results(&doc.to_json(), &f).unwrap(), doc);
 }
+
+#[test]
+fn a_judge_run_records_what_settling_took_and_bad_values_are_refused() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let f = root.join("docs/device-logs/recipe_plans/mix/judge_L8_16384.json");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let old = parse_step_results(&text, &f).unwrap();
+    assert_eq!((old.settle_s, old.settled), (None, None)); // a run before settling
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["settle_s"] = 12.0.into();
+    v["settled"] = serde_json::json!({"at": "eager at 16384", "rounds": 6, "seconds": 3.5, "first_ms": 180.0, "last_ms": 176.0, "flat": true});
+    let doc = parse_step_results(&v.to_string(), &f).unwrap();
+    assert_eq!(doc.settled.as_ref().map(|s| s.rounds), Some(6));
+    assert_eq!(parse_step_results(&doc.to_json(), &f).unwrap(), doc);
+    v["settled"]["last_ms"] = (-1.0).into();
+    let e = parse_step_results(&v.to_string(), &f)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("judge_L8_16384.json") && e.contains("settled (eager at 16384)"),
+        "{e}"
+    );
+}

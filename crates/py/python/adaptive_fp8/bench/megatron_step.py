@@ -370,6 +370,7 @@ def run(args, log=print, progress=None) -> dict:
             "trainer": "megatron", "tp": args.tp, "ep": args.ep or 1,
             "tp_comm": args.tp > 1, "layers": args.layers, "layer_types": [], "steps": args.steps,
             "grad_accum": args.grad_accum, "repeats": args.repeats, "manual_gc": bool(getattr(args, "manual_gc", False)),
+            "settle_s": float(getattr(args, "settle", DEFAULT_S)), "settled": first.record(),
             "execution": ",".join(args.execution),
             "recipe": recipe, "fp8_param": bool(args.fp8_param),
             "device": judge.torch.cuda.get_device_name(), "te_version": transformer_engine.__version__,
@@ -509,7 +510,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
                 raise StepBenchError(f"mode {name} ({execution}): recipes differ from the plan: {bad_recipes[:5]}")
         steps[name] = step
     if settle is not None:  # untimed rounds before the run's first timed ones (adaptive_fp8.bench.settle)
-        settle(round_of(judge.time_ms, list(steps.values()), args.steps), f"{execution} at {tokens}", notes)
+        settle(round_of(judge.time_ms, list(steps.values()), args.steps), f"{execution} at {tokens}")
     times: dict[str, list[float]] = {m: [] for m in steps}
     with judge.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(args.repeats):

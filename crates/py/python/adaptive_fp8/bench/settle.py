@@ -10,8 +10,8 @@ show it too. Settling first, once per run (a measurement, a check, a judge), cos
 where the steps are warm already and bounds the cost where they are not.
 
 What this module is not: a warm-up of each mode (the tools' `--warmup` steps do that, per mode
-and count), and no part of a timed round: nothing it runs is recorded but what it took (the
-step-inputs document's `settled`, a judge's note).
+and count), and no part of a timed round: nothing it runs is recorded but what it took (a
+document's `settled`).
 """
 
 from __future__ import annotations
@@ -62,11 +62,6 @@ class Settled:
     last_ms: float
     flat: bool
 
-    def note(self, where: str) -> str:
-        how = "flat" if self.flat else "still getting faster at the bound"
-        return (f"settled before {where}: {self.rounds} untimed round(s), {self.seconds:.1f} s, a round "
-                f"{self.first_ms:.3f} -> {self.last_ms:.3f} ms ({how})")
-
 
 def settle(one_round: Callable[[], tuple[float, float]], max_s: float) -> Settled | None:
     """Runs `one_round()` (a round of every built step; returns its ms per step summed over the
@@ -102,25 +97,24 @@ def _mean(v: list[float]) -> float:
 
 
 class Once:
-    """Settles at the first call only (a run's first timed count), appending its note to `notes`
-    where given; `record()` is what it took as the step-inputs document's `settled`."""
+    """Settles at the first call only (a run's first timed count); `record()` is what it took, a
+    document's `settled`."""
 
     def __init__(self, max_s: float):
         self.max_s, self.done = max_s, False
         self.got: Settled | None = None
         self.at = ""
 
-    def __call__(self, one_round: Callable[[], tuple[float, float]], where: str, notes: list | None) -> Settled | None:
+    def __call__(self, one_round: Callable[[], tuple[float, float]], where: str) -> Settled | None:
         if self.done:
             return None
         self.done = True
         self.got, self.at = settle(one_round, self.max_s), where
-        if self.got is not None and notes is not None:
-            notes.append(self.got.note(where))
         return self.got
 
     def record(self) -> dict | None:
-        """`fp8_report::step_inputs::Settled`: where it ran and what it took; None before or without it."""
+        """`fp8_report::step_inputs::Settled` (the step-inputs document's and the judges' results'):
+        where it ran and what it took; None before it or without it."""
         g = self.got
         if g is None:
             return None

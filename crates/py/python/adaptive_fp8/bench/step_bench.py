@@ -230,6 +230,8 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "grad_accum": args.grad_accum,
             "repeats": args.repeats,
             "manual_gc": bool(getattr(args, "manual_gc", False)),
+            "settle_s": float(getattr(args, "settle", DEFAULT_S)),
+            "settled": first.record(),
             "oracle_repeats": args.oracle_repeats or args.repeats,
             "execution": ",".join(args.execution),
             "recipe": te_recipe_name(args),
@@ -285,7 +287,7 @@ def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str
 
     def settled(fp8s) -> None:
         if settle is not None and not settle.done:
-            settle(round_of(bench.time_ms, [ensure(f) for f in fp8s], args.steps), where, notes)
+            settle(round_of(bench.time_ms, [ensure(f) for f in fp8s], args.steps), where)
 
     def ensure(fp8):
         k = key(fp8)

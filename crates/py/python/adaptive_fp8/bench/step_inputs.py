@@ -193,7 +193,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             if not modes:
                 continue
             timed = [functools.partial(_steps, bench, sleeper, spec, kinds, groups, ms, execution, tokens, args, log,
-                                       None if plans else host_of, None, first) for ms in [modes, *split_modes(modes)]]
+                                       None if plans else host_of, doc["notes"], first) for ms in [modes, *split_modes(modes)]]
             _count(bench, doc, execution, tokens, log, timed[0], timed[1:])
             doc["settled"] = doc["settled"] or first.record()
             bench.free(collect=True)
@@ -347,7 +347,7 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     reps = count_rounds(n * sum(warm), args.rounds)
     if settle is not None:
         with clock("settle"):
-            settle(round_of(bench.time_ms, [b[2] for b in timed], n), f"{execution} at {tokens}", notes)
+            settle(round_of(bench.time_ms, [b[2] for b in timed], n), f"{execution} at {tokens}")
     with clock("rounds"), bench.collector.rounds(f"{execution} at {tokens}", notes):
         for _ in range(reps):
             for _name, _on, step, walls in timed:
