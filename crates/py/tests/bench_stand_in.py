@@ -18,6 +18,7 @@ class StandInBench:
                  work: Optional[Callable[[], None]] = None, manual_gc: bool = False) -> None:
         self.collector, self.calls = Collector(manual_gc), []
         self.warm_ms, self._ms, self._work = warm_ms, ms or (lambda n: warm_ms), work
+        self.torch, self.device = None, "cpu"
 
     def build(self, spec, kinds, fp8):
         return tuple(sorted(fp8)) if isinstance(fp8, list) else tuple(sorted(g for g, on in fp8.items() if on))

@@ -501,3 +501,44 @@ def test_the_worker_times_short_steps_in_more_rounds_and_long_ones_in_rounds():
         rows = si._steps(StandInBench(warm_ms=ms), None, SimpleNamespace(tokens=1024), ["dense"], groups, [("bf16", []), ("fp8", groups)],
                          "eager", 1024, args, lambda *a, **k: None, None, [])
         assert [len(r["wall_ms"]) for r in rows] == [want, want], (ms, rows)
+
+
+def test_a_checks_run_settles_once_records_it_and_keeps_its_notes_without_torch(tmp_path, monkeypatch):
+    """The worker's `run()` in check mode, its bench a stand-in (no torch): settled before its first
+    timed count and recorded typed, every count's rounds as `count_rounds` sizes them, and its
+    collector's notes in the document (where a full collection ran inside timed rounds)."""
+    import gc
+
+    from adaptive_fp8.bench import step_layers, step_probe
+    from adaptive_fp8.bench.settle import DEFAULT_S
+    from bench_stand_in import StandInBench
+
+    cfg = tmp_path / "moe.json"
+    cfg.write_text(json.dumps(TINY))
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({"format": si.PLANS_FORMAT, "plans": [{"execution": "eager", "tokens": 256, "fp8_groups": ["qkv"]},
+                                                                      {"execution": "eager", "tokens": 128, "fp8_groups": []}]}))
+    benches = []
+
+    def bench(args, te, device):
+        # Steps of 10 ms, 40% slower for the first three rounds of two modes; every timed call
+        # runs a full collection where the collector is on.
+        b = StandInBench(ms=lambda n: 14.0 if n <= 6 else 10.0, work=lambda: gc.collect() if gc.isenabled() else None)
+        benches.append(b)
+        return b
+
+    monkeypatch.setattr(step_layers, "Bench", bench)
+    monkeypatch.setattr(step_probe, "Sleeper", lambda torch, device: None)
+    args = si.parser().parse_args(["--model", str(cfg), "--check", str(plans), "--execution", "eager", "--layers", "1",
+                                   "--json", str(tmp_path / "c.json")])
+    args.calibrate, args.tp_comm, args.component = [], False, "llm"
+    doc = si.run(args, log=lambda *a, **k: None, te=None, device="cpu")
+    assert doc["complete"] and doc["settle_s"] == DEFAULT_S
+    assert doc["settled"]["at"] == "eager at 128" and doc["settled"]["flat"] and doc["settled"]["first_ms"] == 28.0
+    rows = {(s["tokens"], s["mode"]): s for s in doc["step_times"]}
+    # 128: all-BF16 is the plan (one step), with all-FP8; 256: three steps. Rounds of 5 x 10 ms
+    # steps: as many as last COUNT_MS, at most 21.
+    assert len(rows[(128, "bf16")]["wall_ms"]) == si.count_rounds(5 * 20.0, 7) == 20
+    assert len(rows[(256, "plan")]["wall_ms"]) == si.count_rounds(5 * 30.0, 7) == 14
+    assert all(w == 10.0 for s in doc["step_times"] for w in s["wall_ms"])  # the slow rounds settled
+    assert any("full collection" in n for n in doc["notes"]), doc["notes"]
