@@ -19,6 +19,7 @@ class StandInBench:
         self.collector, self.calls = Collector(manual_gc), []
         self.warm_ms, self._ms, self._work = warm_ms, ms or (lambda n: warm_ms), work
         self.torch, self.device = None, "cpu"
+        self.rank, self.world, self.group = 0, 1, None
 
     def build(self, spec, kinds, fp8):
         return tuple(sorted(fp8)) if isinstance(fp8, list) else tuple(sorted(g for g, on in fp8.items() if on))
@@ -32,6 +33,9 @@ class StandInBench:
         return self.warm_ms
 
     def free(self, collect=False):
+        pass
+
+    def close(self):
         pass
 
     def time_ms(self, step, steps=None):

@@ -512,3 +512,24 @@ def test_the_results_match_the_readers_schema_and_a_planted_field_fails(root):
         with pytest.raises(ValueError):
             check_schema(d, schema, defs)
 
+
+
+def test_the_te_block_judges_run_settles_once_and_records_it_without_torch(tmp_path, monkeypatch):
+    """`step_bench.run` (TE blocks, no oracle), its bench a stand-in whose first rounds run slow:
+    settled once before its first timed count, recorded in the results (typed), the timed rounds
+    all warm."""
+    import json as _json
+
+    from adaptive_fp8.bench import step_layers
+    from bench_stand_in import StandInBench
+
+    cfg = tmp_path / "gqa.json"
+    dense = dict(TINY["gqa_moe"], architectures=["Qwen2ForCausalLM"], model_type="qwen2")
+    for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        dense.pop(k)
+    cfg.write_text(_json.dumps(dense))
+    monkeypatch.setattr(step_layers, "Bench", lambda args, te, device: StandInBench(ms=lambda n: 14.0 if n <= 6 else 10.0))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "64,128", "--layers", "1", "--oracle", "none", "--repeats", "3"])
+    out = sb.run(args, log=lambda *a, **k: None, te=None, device="cpu")
+    assert out["settle_s"] == 12.0 and out["settled"]["at"] == "eager at 64" and out["settled"]["flat"]
+    assert all(m["ms_median"] == 10.0 for r in out["results"] for m in r["modes"].values()), out["results"]
