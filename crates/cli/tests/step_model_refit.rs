@@ -161,3 +161,27 @@ fn a_count_the_step_disagrees_at_is_timed_again_and_the_later_steps_decide() {
     assert_eq!(p["rules"], q["rules"]);
     assert!(!m(&p, "disagreements").to_string().contains("8192"), "{p}");
 }
+
+#[test]
+fn a_run_whose_steps_were_still_getting_faster_after_settling_is_said() {
+    // Every stand-in document records settling; flat ones say nothing.
+    let (dir, base) = eager_ok(&[]);
+    assert!(!base.contains("still got faster"), "{base}");
+    let inputs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            dir.path()
+                .join("reports/llama3_2_1b_tp1_ep1_etp1_inputs_step.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(inputs["settled"]["flat"], true, "{inputs}");
+    for run in ["inputs", "check"] {
+        let (_dir, e) = eager_ok(&[("FAKE_STEP_UNSETTLED", run)]);
+        let want = format!(
+            "llama3_2_1b tp1 ep1 etp1 cp1: the {run}'s steps still got faster after 12.1 s of settling before eager at 1024 (30.000 -> 24.000 ms a round): its first counts may read slow"
+        );
+        assert!(e.contains(&want), "{run}: {e}");
+        assert_eq!(e.matches("still got faster").count(), 1, "{e}");
+    }
+}

@@ -50,6 +50,7 @@ impl Layout<'_> {
             (WorkerEnd::Finished, Err(e)) => return Err(e.to_string()),
         };
         outcome.reports.push(json.clone());
+        outcome.notes.extend(unsettled(&at, "inputs", &inputs));
         for f in &inputs.failed {
             outcome.notes.push(format!(
                 "{at}: {} at {}: not timed: {}",
@@ -359,7 +360,10 @@ impl Layout<'_> {
         let json = self.json(&format!("_{round}"));
         let end = worker.check(&plans_file, &json, self.clock)?;
         match read_step_inputs(&json) {
-            Ok(d) => Ok(Some(d)),
+            Ok(d) => {
+                outcome.notes.extend(unsettled(&at, round, &d));
+                Ok(Some(d))
+            }
             Err(e) if end == WorkerEnd::Stopped => {
                 outcome.notes.push(format!(
                     "{at}: the {round} stopped at the time limit before a count ended ({e})"
@@ -486,6 +490,16 @@ fn write_plans(path: &Path, plans: &[&(Execution, u64, Vec<String>)]) -> Result<
 
 /// Why a layout whose whole steps all failed has no rules, and the fix: out of memory at every
 /// count is a layout too large for this GPU at the measured layers.
+/// Where a worker's run stopped settling at its bound with its steps still getting faster (its
+/// document's typed `settled`), the note that says its first counts may read slow.
+pub(super) fn unsettled(at: &str, run: &str, doc: &StepInputs) -> Option<String> {
+    let s = doc.settled.as_ref().filter(|s| !s.flat)?;
+    Some(format!(
+        "{at}: the {run}'s steps still got faster after {:.1} s of settling before {} ({:.3} -> {:.3} ms a round): its first counts may read slow; a longer --settle for the worker, or the check's re-timing, decides (docs/POLICY.md)",
+        s.seconds, s.at, s.first_ms, s.last_ms
+    ))
+}
+
 fn no_whole_step(at: &str, inputs: &StepInputs) -> String {
     let oom = |e: &str| e.starts_with("OutOfMemoryError") || e.contains("out of memory");
     let fix = if !inputs.failed.is_empty() && inputs.failed.iter().all(|f| oom(&f.error)) {

@@ -10,7 +10,10 @@ between 4096 and 16384 tokens (the calibrated counts of the default sweep exclud
 share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see);
 with FAKE_STEP_UNHIDDEN_GROWTH=<g> that share moves by g (to no less than 0) each time a check
 times the count again. With FAKE_STEP_CHECK_COLD=<count> the first check that times that count
-measures every mode there 30% slower (a cold start); timed again, it runs as the rules say. With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
+measures every mode there 30% slower (a cold start); timed again, it runs as the rules say. With
+FAKE_STEP_UNSETTLED=<run> (inputs, check or recheck) that run's document records settling that
+stopped at its bound with the steps still getting faster (the real worker's `settled`); every
+other document records a flat one. With FAKE_STEP_NO_FIT=<tp,...> every whole step at those TPs runs
 out of memory (a failed row each, as the real worker writes for layers that do not fit the GPU);
 the module groups alone are timed.
 Under --recipe tensorwise fc1 and fc2 pay more in FP8 and qkv less (TENSORWISE).
@@ -92,6 +95,14 @@ def main() -> int:
         argv = [x for i, x in enumerate(argv) if argv[i - 1] != "--json" and x != "--json"] + ["--json", a.json]
 
 
+def _settled(a) -> dict:
+    """What settling took in this run: flat, or at FAKE_STEP_UNSETTLED's run still faster."""
+    run = "inputs" if not a.check else ("recheck" if "_recheck" in a.json else "check")
+    flat = os.environ.get("FAKE_STEP_UNSETTLED") != run
+    return {"at": "eager at 1024", "rounds": 6 if flat else 40, "seconds": 1.2 if flat else 12.1,
+            "first_ms": 30.0, "last_ms": 20.0 if flat else 24.0, "flat": flat}
+
+
 def one(a) -> None:
     tp, layers = int(a.tp), int(a.layers)
     RECIPE[0] = a.recipe
@@ -106,6 +117,7 @@ def one(a) -> None:
                     "in_features": SHAPES[g][0] // (tp if k[0] == "row" else 1), "out_features": SHAPES[g][1] // (1 if k[0] == "row" else tp),
                     "graphed": True, "fp8_capable": True} for g, k in GROUPS.items()],
         "modules": [], "step_times": [], "failed": [], "notes": [], "complete": True,
+        "settle_s": 12.0, "settled": _settled(a),
     }
     jitter = [1.0 + 0.001 * (i - 2) for i in range(ROUNDS)]
 
