@@ -488,18 +488,18 @@ fn write_plans(path: &Path, plans: &[&(Execution, u64, Vec<String>)]) -> Result<
     fp8_io::write_atomic(path, doc.to_json().as_bytes()).map_err(|e| e.to_string())
 }
 
-/// Why a layout whose whole steps all failed has no rules, and the fix: out of memory at every
-/// count is a layout too large for this GPU at the measured layers.
 /// Where a worker's run stopped settling at its bound with its steps still getting faster (its
 /// document's typed `settled`), the note that says its first counts may read slow.
-pub(super) fn unsettled(at: &str, run: &str, doc: &StepInputs) -> Option<String> {
+fn unsettled(at: &str, run: &str, doc: &StepInputs) -> Option<String> {
     let s = doc.settled.as_ref().filter(|s| !s.flat)?;
     Some(format!(
-        "{at}: the {run}'s steps still got faster after {:.1} s of settling before {} ({:.3} -> {:.3} ms a round): its first counts may read slow; a longer --settle for the worker, or the check's re-timing, decides (docs/POLICY.md)",
+        "{at}: the {run}'s steps still got faster after {:.1} s of settling before {} ({:.3} -> {:.3} ms a round): its first counts may read slow; where a step there disagrees with the model, the check's re-timing decides (docs/POLICY.md)",
         s.seconds, s.at, s.first_ms, s.last_ms
     ))
 }
 
+/// Why a layout whose whole steps all failed has no rules, and the fix: out of memory at every
+/// count is a layout too large for this GPU at the measured layers.
 fn no_whole_step(at: &str, inputs: &StepInputs) -> String {
     let oom = |e: &str| e.starts_with("OutOfMemoryError") || e.contains("out of memory");
     let fix = if !inputs.failed.is_empty() && inputs.failed.iter().all(|f| oom(&f.error)) {
