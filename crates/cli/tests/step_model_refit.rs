@@ -23,6 +23,12 @@ fn policy(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap()).unwrap()
 }
 
+/// The layout's step report of `run` (`inputs`, `check`, `recheck`) gen-policy wrote under `dir`.
+fn step_report(dir: &std::path::Path, run: &str) -> serde_json::Value {
+    let f = dir.join(format!("reports/llama3_2_1b_tp1_ep1_etp1_{run}_step.json"));
+    serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap()
+}
+
 /// The layout's step-model record in the policy gen-policy wrote to `dir`.
 fn layout(dir: &std::path::Path) -> serde_json::Value {
     policy(dir)["provenance"]["step"]["model"][0].clone()
@@ -95,14 +101,7 @@ fn a_plan_the_re_timing_moves_again_is_timed_again_in_rounds_that_end() {
     );
     assert!(!e.contains("(round 3 of 3)"), "{e}");
     // The rounds' steps are one re-timing document, each count once.
-    let recheck: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            dir.path()
-                .join("reports/llama3_2_1b_tp1_ep1_etp1_recheck_step.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let recheck = step_report(dir.path(), "recheck");
     let mut seen = std::collections::BTreeSet::new();
     for r in recheck["step_times"].as_array().unwrap() {
         let key = (r["tokens"].as_u64(), r["mode"].to_string());
@@ -167,14 +166,7 @@ fn a_run_whose_steps_were_still_getting_faster_after_settling_is_said() {
     // Every stand-in document records settling; flat ones say nothing.
     let (dir, base) = eager_ok(&[]);
     assert!(!base.contains("still got faster"), "{base}");
-    let inputs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            dir.path()
-                .join("reports/llama3_2_1b_tp1_ep1_etp1_inputs_step.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let inputs = step_report(dir.path(), "inputs");
     assert_eq!(inputs["settled"]["flat"], true, "{inputs}");
     for run in ["inputs", "check"] {
         let (_dir, e) = eager_ok(&[("FAKE_STEP_UNSETTLED", run)]);
