@@ -14,7 +14,9 @@ The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt` (a li
 has is not: a later call on the same machine brings the earlier calls' rows again). A judge tarball's
 `regen/judge/` files go to `docs/device-logs/regen_shipped/judge/`. Every file is written whole
 (a temporary file renamed into place); a member outside `regen/` is refused before anything is
-written. Then run `FP8_UPDATE_POLICIES=1 cargo xtask gen-policy --check`.
+written. The folders are the H200's: a tarball measured on another GPU (its `regen/gpu.txt`,
+or a report's `device`) is refused whole. Then run `FP8_UPDATE_POLICIES=1 cargo xtask gen-policy
+--check`.
 
     python3 scripts/upkeep/land_regen.py OUT/regen_shipped.tar.gz [--root .] [--dry-run]
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import json
 import os
 import re
 import shutil
@@ -105,6 +108,15 @@ def row_actions(regen: str, row: str, rc: int, root: str) -> list[Action]:
     new = sorted(p for p in glob.glob(os.path.join(here, "reports", "*_step.json")) if p.endswith(REPORT_ENDS))
     if not new:
         raise LandError(f"{here}/reports: row {row} finished but brought back no step report; fix: fetch the call's files again")
+    for p in new:
+        try:
+            with open(p) as f:
+                device = json.load(f).get("device")
+        except (OSError, ValueError, AttributeError) as e:
+            raise LandError(f"{p}: not a step report ({e}); fix: fetch the call's files again") from e
+        if not isinstance(device, str) or "H200" not in device:
+            raise LandError(f"{p}: field `device`: measured on {device!r}, not an H200, whose reports make the shipped "
+                            "policies; fix: keep it elsewhere (docs/device-logs/) or run the row on nvidia-h200")
     dest = os.path.join(root, reports_dir(recipe))
     layouts = sorted({os.path.basename(p)[: -len(e)] for p in new for e in REPORT_ENDS if p.endswith(e)})
     out: list[Action] = [("remove", os.path.join(dest, layout + end), "") for layout in layouts for end in REPORT_ENDS
@@ -121,6 +133,13 @@ def land(tarball: str, root: str, dry: bool = False) -> list[str]:
     row is read before the first file is written. What was done (or would be), a line each."""
     with tempfile.TemporaryDirectory(prefix="land_regen_") as tmp:
         regen = _extract(tarball, tmp)
+        gpu = os.path.join(regen, "gpu.txt")
+        if os.path.exists(gpu):
+            with open(gpu) as f:
+                name = f.readline().split(",")[0].strip()
+            if "H200" not in name:
+                raise LandError(f"{tarball}: regen/gpu.txt: measured on {name!r}, not an H200, whose results the shipped "
+                                "folders hold; fix: keep it elsewhere (docs/device-logs/) or run the queue on nvidia-h200")
         judge = os.path.join(regen, "judge")
         actions: list[Action] = [("put", p, os.path.join(root, LOGS, "judge", os.path.relpath(p, judge)))
                                  for p in sorted(glob.glob(os.path.join(judge, "**", "*"), recursive=True)) if os.path.isfile(p)]

@@ -280,6 +280,20 @@ fn step_model_part(
             step_model_dir(*r).display()
         ));
     }
+    // The folder is the H200's: another GPU's measurements would ship as the H200's policy.
+    if let Some((_, lm)) = layouts
+        .iter()
+        .find(|(_, lm)| !lm.inputs.device.contains("H200"))
+    {
+        return Err(format!(
+            "{}: field `device`: measured on {}, in {}, whose reports make the shipped (H200) \
+             policy; fix: keep another GPU's reports out of reports/h200 (measure the shipped \
+             models on an H200)",
+            lm.file.display(),
+            lm.inputs.device,
+            dir.display()
+        ));
+    }
     let policy = crate::step::saved::saved_policy(&layouts, &[])?;
     let covered: std::collections::BTreeSet<fp8_policy::RuleKey> = policy
         .rule_keys()

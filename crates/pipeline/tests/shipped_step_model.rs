@@ -98,6 +98,75 @@ fn the_step_models_file_replaces_the_fold_only_where_it_covers_every_key() {
     assert_eq!(files[&name], text.into_bytes());
 }
 
+/// Rewrites `file`'s GPU as an H100's.
+fn relabel_h100(file: &Path) {
+    let text = std::fs::read_to_string(file).unwrap();
+    let t = text.replacen(
+        "\"device\": \"NVIDIA H200\"",
+        "\"device\": \"NVIDIA H100 80GB HBM3\"",
+        1,
+    );
+    assert_ne!(
+        t,
+        text,
+        "{}: its device is as the test expects",
+        file.display()
+    );
+    std::fs::write(file, t).unwrap();
+}
+
+#[test]
+fn another_gpus_reports_are_refused_beside_the_h200s_and_in_its_folder() {
+    let root = root_with_reports();
+    let dir = root.path().join(STEP_MODEL_DIR);
+    let f = |n: &str| dir.join(format!("llama3_2_1b_tp1_ep1_etp1_{n}_step.json"));
+    let models = [repo().join("fixtures/models/llama3_2_1b.yaml")];
+    let run = || {
+        step_model_files(
+            root.path(),
+            Recipe::Blockwise,
+            &models,
+            &mut Files::new(),
+            &Notes::default(),
+        )
+    };
+    assert!(run().is_ok(), "the H200's own reports ship");
+    // A check timed on another GPU cannot judge the H200's inputs.
+    relabel_h100(&f("recheck"));
+    let e = fp8_pipeline::step::saved::layout_models(
+        &[f("inputs")],
+        &[f("check"), f("recheck")],
+        None,
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("recheck_step.json: field `device`: timed on NVIDIA H100 80GB HBM3")
+            && e.contains("inputs_step.json on NVIDIA H200")
+            && e.contains("fix:"),
+        "{e}"
+    );
+    // Two layouts measured on two GPUs are not one policy.
+    let h200 = fp8_pipeline::step::saved::layout_models(&[f("inputs")], &[], None, &[]).unwrap();
+    relabel_h100(&f("inputs"));
+    let h100 = fp8_pipeline::step::saved::layout_models(&[f("inputs")], &[], None, &[]).unwrap();
+    let both: Vec<_> = h200.into_iter().chain(h100).collect();
+    let e = fp8_pipeline::step::saved::saved_policy(&both, &[]).unwrap_err();
+    assert!(
+        e.contains("a policy is one machine's") && e.contains("fix:"),
+        "{e}"
+    );
+    // The whole layout measured on an H100 (inputs and checks alike): a user's policy, never the
+    // shipped H200 file.
+    relabel_h100(&f("check"));
+    let e = run().unwrap_err();
+    assert!(
+        e.contains("field `device`: measured on NVIDIA H100 80GB HBM3")
+            && e.contains("fix: keep another GPU's reports out of reports/h200"),
+        "{e}"
+    );
+}
+
 /// A root with Qwen3-VL's language-model reports from the H200, and with `vit` its vision
 /// encoder's (also the H200's).
 fn vlm_root(vit: bool) -> tempfile::TempDir {

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import tarfile
 
 LAYOUT = "qwen2_5_72b_tp1_ep1_etp1"
+
+
+def _doc(tag: str, device: str = "NVIDIA H200") -> str:
+    """A step report as far as landing reads it: its GPU, and a tag to tell it by."""
+    return json.dumps({"device": device, "tag": tag})
 
 
 def _tarball(path, files: dict[str, str]):
@@ -46,8 +52,8 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
         "regen/qwen2_5_72b_tp1/gen.log": "new log",
         "regen/qwen2_5_72b_tp1/qwen2_5_72b.json": "{}",
         "regen/qwen2_5_72b_tp1/qwen2_5_72b.md": "# summary",
-        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_inputs_step.json": "new inputs",
-        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": "new check",
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_inputs_step.json": _doc("new inputs"),
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": _doc("new check"),
         "regen/qwen2_5_72b_tp1/reports/qwen2_5_72b_blockwise_numerics.json": "not a step report",
         f"regen/tensorwise/deepseek_v3_tp8_ep64/gen.log": "cut log",
     })
@@ -59,8 +65,8 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
     o = _land(root, repo, tarball)
     assert o.returncode == 0, o.stderr
     reports = repo / "reports/h200/step_model"
-    assert (reports / f"{LAYOUT}_inputs_step.json").read_text() == "new inputs"
-    assert (reports / f"{LAYOUT}_check_step.json").read_text() == "new check"
+    assert (reports / f"{LAYOUT}_inputs_step.json").read_text() == _doc("new inputs")
+    assert (reports / f"{LAYOUT}_check_step.json").read_text() == _doc("new check")
     # The old run's re-timing is not read beside the new check; other layouts stay.
     assert not (reports / f"{LAYOUT}_recheck_step.json").exists()
     assert (reports / "llama3_2_1b_tp1_ep1_etp1_check_step.json").read_text() == "kept"
@@ -75,7 +81,7 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
     again = _land(root, repo, tarball)
     assert again.returncode == 0, again.stderr
     assert len((logs / "steps.txt").read_text().splitlines()) == 3
-    assert (reports / f"{LAYOUT}_check_step.json").read_text() == "new check"
+    assert (reports / f"{LAYOUT}_check_step.json").read_text() == _doc("new check")
 
 
 def test_a_judge_tarball_lands_under_judge(root, tmp_path):
@@ -96,7 +102,7 @@ def test_a_member_outside_regen_or_a_finished_row_without_reports_writes_nothing
     # All or nothing: a good row is not landed beside one that brought back no report.
     o = _land(root, repo, _tarball(tmp_path / "empty.tar.gz", {
         "regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\nllama3_2_1b_tp1 rc=0 in 9 s\n",
-        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": "new check",
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": _doc("new check"),
         "regen/llama3_2_1b_tp1/gen.log": "log"}))
     assert o.returncode == 2 and "no step report" in o.stderr
     assert (repo / "docs/device-logs/regen_shipped/steps.txt").read_text() == before
@@ -111,9 +117,32 @@ def test_two_rows_of_one_layout_land_the_later_ones_files(root, tmp_path):
     repo = _repo(tmp_path)
     o = _land(root, repo, _tarball(tmp_path / "twice.tar.gz", {
         "regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\nqwen2_5_72b_tp1_again rc=0 in 9 s\n",
-        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": "first",
-        f"regen/qwen2_5_72b_tp1_again/reports/{LAYOUT}_check_step.json": "second"}))
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": _doc("first"),
+        f"regen/qwen2_5_72b_tp1_again/reports/{LAYOUT}_check_step.json": _doc("second")}))
     assert o.returncode == 0, o.stderr
     base = repo / "reports/h200/step_model"
-    assert (base / f"{LAYOUT}_check_step.json").read_text() == "second"
+    assert (base / f"{LAYOUT}_check_step.json").read_text() == _doc("second")
     assert not (base / f"{LAYOUT}_recheck_step.json").exists()
+
+
+def test_another_gpus_tarball_or_report_is_refused_whole(root, tmp_path):
+    # The shipped folders are the H200's: an H100's run (as `regen/gpu.txt` or a report's
+    # `device` says) lands nowhere, not even its H200 rows beside it.
+    repo = _repo(tmp_path)
+    before = (repo / "docs/device-logs/regen_shipped/steps.txt").read_text()
+    rows = {"regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\nllama3_2_1b_tp1 rc=0 in 9 s\n",
+            f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": _doc("h200"),
+            "regen/llama3_2_1b_tp1/reports/llama3_2_1b_tp1_ep1_etp1_check_step.json": _doc("h100", "NVIDIA H100 80GB HBM3")}
+    o = _land(root, repo, _tarball(tmp_path / "h100_report.tar.gz", rows))
+    assert o.returncode == 2, o.stdout
+    assert "field `device`: measured on 'NVIDIA H100 80GB HBM3'" in o.stderr and "fix:" in o.stderr
+    rows = {**rows, "regen/gpu.txt": "NVIDIA H100 80GB HBM3, 580.159.04\n",
+            "regen/llama3_2_1b_tp1/reports/llama3_2_1b_tp1_ep1_etp1_check_step.json": _doc("h200 too")}
+    o = _land(root, repo, _tarball(tmp_path / "h100_gpu.tar.gz", rows))
+    assert o.returncode == 2 and "regen/gpu.txt: measured on 'NVIDIA H100 80GB HBM3'" in o.stderr
+    # A report that is not JSON is damaged, not landed.
+    o = _land(root, repo, _tarball(tmp_path / "bad.tar.gz", {"regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\n",
+                                                            f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_check_step.json": "{oops"}))
+    assert o.returncode == 2 and "not a step report" in o.stderr
+    assert (repo / "docs/device-logs/regen_shipped/steps.txt").read_text() == before
+    assert (repo / f"reports/h200/step_model/{LAYOUT}_check_step.json").read_text() == "old"

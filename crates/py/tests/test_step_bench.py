@@ -181,6 +181,9 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
     times_again = sb.summarize(4096, modes, times, [])
     md = sb.markdown(dict(out, results=[dict(times_again, execution="eager")]))
     assert "| policy:p.json (= bf16: the same program, timed once) | - |" in md
+    # Megatron's judge builds one model per mode: the same groups, timed apart.
+    md = sb.markdown(dict(out, trainer="megatron", results=[dict(times_again, execution="eager")]))
+    assert "| policy:p.json (= bf16: its FP8 groups, its own model, timed apart) | - |" in md and "timed once" not in md
     assert "| oracle | fc1 |" in md and "| bf16 | - |" in md
 
 

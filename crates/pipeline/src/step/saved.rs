@@ -77,6 +77,17 @@ pub fn layout_models(
                 off(lm.inputs.manual_gc)
             ));
         }
+        // A check on another GPU times another machine's steps: it cannot judge these inputs.
+        if let Some((c, d)) = own.iter().find(|(_, c)| c.device != lm.inputs.device) {
+            return Err(format!(
+                "{}: field `device`: timed on {}, its inputs {} on {}; fix: check the inputs on \
+                 the GPU that measured them (fp8sel gen-policy measures both in one run)",
+                c.display(),
+                d.device,
+                f.display(),
+                lm.inputs.device
+            ));
+        }
         let own: Vec<&StepInputs> = own.into_iter().map(|(_, c)| c).collect();
         lm.add_checks(&own);
         out.push((recipe, lm));
@@ -103,6 +114,19 @@ pub fn saved_policy(
              <model>.llm.json, its vision encoder into <model>.vit.json)",
             components.len(),
             components.join(", ")
+        ));
+    }
+    if let Some(other) = layouts
+        .iter()
+        .find(|l| l.1.inputs.device != layouts[0].1.inputs.device)
+    {
+        return Err(format!(
+            "{}: field `device`: measured on {}, {} on {}; a policy is one machine's; fix: merge \
+             each GPU's inputs apart",
+            other.1.file.display(),
+            other.1.inputs.device,
+            layouts[0].1.file.display(),
+            layouts[0].1.inputs.device
         ));
     }
     let mut recipes: Vec<Recipe> = layouts.iter().map(|l| l.0).collect();

@@ -119,10 +119,13 @@ def markdown(out: dict) -> str:
             continue
         first: dict[tuple, str] = {}
         for m, r in row["modes"].items():
-            # Modes with the same FP8 groups are one program, built and timed once (`_one`): the
-            # later ones say whose rows they are, so no reader takes them for another timing.
+            # TE blocks: modes with the same FP8 groups are one program, built and timed once
+            # (`_one`): the later ones say whose rows they are, so no reader takes them for another
+            # timing. Megatron builds one model per mode: the same groups, timed apart (their gap
+            # is the builds' and the integrations', not a precision's).
             same = first.setdefault(tuple(sorted(r["fp8_groups"])), m)
-            shown = m if same == m else f"{m} (= {same}: the same program, timed once)"
+            alike = "its FP8 groups, its own model, timed apart" if out.get("trainer") == "megatron" else "the same program, timed once"
+            shown = m if same == m else f"{m} (= {same}: {alike})"
             lines.append(
                 f"| {row.get('execution', out.get('execution', 'eager'))} | {row['tokens']} | {shown} | {','.join(r['fp8_groups']) or '-'} "
                 f"| {r['ms_median']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f}) "
