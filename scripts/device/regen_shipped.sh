@@ -38,6 +38,9 @@ mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
 D=docs/device-logs/regen_shipped
+# The shipped folders are the H200's: another GPU's rows run (a user's own machine, worth a log)
+# but land nowhere (land_regen.py and `cargo xtask gen-policy` refuse them). Said first.
+grep -q H200 "$W/gpu.txt" || echo "regen_shipped: note: this GPU is $(head -1 "$W/gpu.txt" | cut -d, -f1), not an H200: its rows cannot be landed in reports/h200/; keep them under docs/device-logs/" >&2
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 # A dense row and an MoE row first: what settling and the longer short counts cost and whether
 # an MoE check's first counts still speed up (RESULTS' check-order table) show in one call.
