@@ -182,6 +182,42 @@ impl Policy {
         ))
     }
 
+    /// What a trainer on the GPU named `device` (as the driver names it, e.g. `NVIDIA H100 80GB
+    /// HBM3`) should hear about this policy: `None` when the policy was measured on that GPU or
+    /// does not say where, else a warning that names both and the fix. Where FP8 starts to pay
+    /// moves with the GPU's GEMM rates and host, so another GPU's thresholds may run FP8 where it
+    /// does not pay here.
+    ///
+    /// ```
+    /// use fp8_policy::{Policy, Provenance};
+    ///
+    /// let mut p = Policy::new(1.0)?;
+    /// let mut prov = Provenance::default();
+    /// prov.device = vec!["NVIDIA H200".into()];
+    /// p.set_provenance(prov);
+    /// assert!(p.device_warning("NVIDIA H200").is_none());
+    /// assert!(p.device_warning("NVIDIA H100 80GB HBM3").unwrap().contains("fp8sel gen-policy"));
+    /// # Ok::<(), fp8_policy::PolicyError>(())
+    /// ```
+    pub fn device_warning(&self, device: &str) -> Option<String> {
+        let made: Vec<&str> = self.provenance.as_ref().map_or_else(Vec::new, |p| {
+            p.device
+                .iter()
+                .map(|d| d.trim())
+                .filter(|d| !d.is_empty())
+                .collect()
+        });
+        let here = device.trim();
+        if made.is_empty() || here.is_empty() || made.iter().any(|d| d.eq_ignore_ascii_case(here)) {
+            return None;
+        }
+        Some(format!(
+            "this policy was measured on {}, but this GPU is {here}: where FP8 starts to pay \
+             differs per GPU; make this machine's policy with `fp8sel gen-policy` on it",
+            made.join(" and ")
+        ))
+    }
+
     /// Keys the policy's maker measured and found no FP8 win for: for those, BF16 is a measured
     /// answer rather than a gap in the sweep.
     pub fn measured_bf16_keys(&self) -> &[RuleKey] {

@@ -249,6 +249,12 @@ impl Policy {
         Ok(self.inner.recipe_warning(r))
     }
 
+    /// A warning for a trainer on the GPU named `device` (`torch.cuda.get_device_name()`) when
+    /// the policy was measured on another GPU, else `None` (also where the policy does not say).
+    fn device_warning(&self, device: &str) -> Option<String> {
+        self.inner.device_warning(device)
+    }
+
     /// Where the policy came from (a path, or the origin given to `from_json`).
     #[getter]
     fn origin(&self) -> &str {

@@ -193,3 +193,49 @@ def test_policy_recipes_and_warning_from_python(tmp_path):
     # judge ran such a tensorwise file under a blockwise trainer, each module read back tensorwise).
     planned = dict(POLICY, provenance={"recipe": ["tensorwise"]}, recipes={"base": "tensorwise", "keys": []})
     assert Policy.from_json(json.dumps(planned), "t.json").recipe_warning("blockwise") is None
+
+
+class _FakeCuda:
+    """torch.cuda as far as the device check reads it."""
+
+    def __init__(self, name, started=True):
+        self.name, self.started = name, started
+
+    def is_initialized(self):
+        return self.started
+
+    def get_device_name(self):
+        return self.name
+
+
+def test_a_trainer_on_another_gpu_is_warned_once_and_torch_is_never_imported(tmp_path, monkeypatch):
+    import sys
+
+    from adaptive_fp8 import Policy
+
+    p = dict(POLICY, provenance={"device": ["NVIDIA H200"]})
+    f = tmp_path / "h200.json"
+    f.write_text(json.dumps(p))
+    pol = Policy.from_json(json.dumps(p), "h200.json")
+    assert pol.device_warning("NVIDIA H200") is None and pol.device_warning("nvidia h200 ") is None
+    assert "fp8sel gen-policy" in pol.device_warning("NVIDIA H100 80GB HBM3")
+    assert Policy.from_json(json.dumps(POLICY), "seed.json").device_warning("NVIDIA H100 80GB HBM3") is None
+
+    def said(cuda):
+        megatron._said.clear()
+        if cuda is None:
+            monkeypatch.delitem(sys.modules, "torch", raising=False)
+        else:
+            monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert decide(config(f), "TERowParallelLinear", "fc2", {}) is True  # still answers
+            decide(config(f), "TELayerNormColumnParallelLinear", "qkv", {})
+        return [str(x.message) for x in w if "this GPU" in str(x.message)]
+
+    got = said(_FakeCuda("NVIDIA H100 80GB HBM3"))
+    assert len(got) == 1 and "measured on NVIDIA H200" in got[0] and "NVIDIA H100 80GB HBM3" in got[0], got
+    assert said(_FakeCuda("NVIDIA H200")) == []
+    # No torch imported, or CUDA not started: nothing to compare, and nothing started for it.
+    assert said(None) == [] and "torch" not in sys.modules
+    assert said(_FakeCuda("NVIDIA H100 80GB HBM3", started=False)) == []

@@ -29,6 +29,30 @@ def _say_once(message: str) -> None:
     warnings.warn(f"adaptive_fp8: {message}", stacklevel=3)
 
 
+def this_gpu() -> Optional[str]:
+    """The name of the trainer's current GPU (``torch.cuda.get_device_name()``) where the trainer
+    has imported torch and started CUDA, else ``None``: never imports torch, never starts CUDA."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return None
+        return str(cuda.get_device_name())
+    except Exception:  # a broken or partial torch: say nothing rather than fail the build
+        return None
+
+
+def check_device(policy: Policy) -> None:
+    """Warns (once) when the trainer's GPU is not the one the policy was measured on: where FP8
+    starts to pay differs per GPU."""
+    gpu = this_gpu()
+    w = policy.device_warning(gpu) if gpu else None
+    if w:
+        _say_once(f"{policy.origin}: {w}")
+
+
 @functools.lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int, size: int) -> Policy:
     del mtime_ns, size  # part of the cache key: a rewritten policy is read again

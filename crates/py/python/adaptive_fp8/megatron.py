@@ -43,6 +43,7 @@ from ._megatron_config import (  # noqa: F401 (execution_of, load_policy, megatr
     _recipe_name,
     _said,
     _say_once,
+    check_device,
     execution_of,
     load_policy,
     megatron_fields,
@@ -158,6 +159,7 @@ def _decide(
             f"the policy {policy.origin} is an ESTIMATE from the cost model, not a measurement"
         )
     _check_recipe(config, policy)
+    check_device(policy)
     return d.fp8, d.reason, d.recipe
 
 

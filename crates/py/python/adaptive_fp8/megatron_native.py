@@ -18,6 +18,7 @@ from ._megatron_config import (
     _layout_kwargs,
     _recipe_name,
     _say_once,
+    check_device,
     load_policy,
 )
 
@@ -131,6 +132,7 @@ def apply_te_precision_config(
             "adaptive_fp8: config has no fp8_dynamic_policy_path; fix: set it to a policy "
             "made by `fp8sel merge-policy`"
         )
+    check_device(policy)
     out = native_export(
         _config_model(config, policy),
         policy,

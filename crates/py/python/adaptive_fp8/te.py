@@ -187,8 +187,10 @@ def apply(
     grouped experts; ``execution`` is ``"graphed"`` when the step runs in CUDA graphs (eager
     otherwise). Build the optimizer after this call. Returns the decisions
     (:func:`plan_modules`)."""
+    from ._megatron_config import check_device
     from .megatron import run_in_bf16
 
+    check_device(policy)
     rows = plan_modules(
         model.named_modules(),
         policy,
