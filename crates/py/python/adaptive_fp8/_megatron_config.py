@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -32,8 +33,6 @@ def _say_once(message: str) -> None:
 def this_gpu() -> Optional[str]:
     """The name of the trainer's current GPU (``torch.cuda.get_device_name()``) where the trainer
     has imported torch and started CUDA, else ``None``: never imports torch, never starts CUDA."""
-    import sys
-
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional
 
 from . import Policy
+from ._megatron_config import check_device
 
 #: Default name -> ub_name map: the first key found in a module's own name (its last dotted
 #: component, lower-cased) wins. Order matters: `down_proj` and the input projections before
@@ -187,7 +188,6 @@ def apply(
     grouped experts; ``execution`` is ``"graphed"`` when the step runs in CUDA graphs (eager
     otherwise). Build the optimizer after this call. Returns the decisions
     (:func:`plan_modules`)."""
-    from ._megatron_config import check_device
     from .megatron import run_in_bf16
 
     check_device(policy)
