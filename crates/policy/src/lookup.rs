@@ -78,13 +78,17 @@ impl MatchedRule {
     /// The threshold for `execution` and the field it comes from: `min_tokens_graphed` for a
     /// graphed step when the rule has one, else `min_tokens`.
     pub fn threshold(&self, execution: Execution) -> (Threshold, &'static str) {
-        let graphed = match self {
-            MatchedRule::Dense(r) => r.min_tokens_graphed,
-            MatchedRule::Grouped(r) => r.min_tokens_graphed,
-        };
-        match (execution, graphed) {
+        match (execution, self.graphed()) {
             (Execution::Graphed, Some(g)) => (g, "min_tokens_graphed"),
             _ => (self.min_tokens(), "min_tokens"),
+        }
+    }
+
+    /// The rule's own graphed threshold (`min_tokens_graphed`), where it has one.
+    fn graphed(&self) -> Option<Threshold> {
+        match self {
+            MatchedRule::Dense(r) => r.min_tokens_graphed,
+            MatchedRule::Grouped(r) => r.min_tokens_graphed,
         }
     }
 
@@ -170,11 +174,21 @@ impl Decision {
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let speed = |r: &MatchedRule, estimated: bool| match (r.measured_speedup(), estimated) {
-            (Some(s), false) => format!(", measured speedup {s}"),
-            (Some(s), true) => format!(", ESTIMATED speedup {s} (cost model, not measured)"),
-            (None, true) => " (ESTIMATED policy: cost model, not measured)".to_owned(),
-            (None, false) => String::new(),
+        // The recorded speedup is the one at the eager threshold (`min_tokens`), not at the
+        // module's count: said so, with the number where another threshold was compared.
+        let speed = |r: &MatchedRule, estimated: bool, execution: Execution| {
+            let at = match (execution, r.graphed()) {
+                (Execution::Graphed, Some(_)) => format!(" at min_tokens {}", r.min_tokens()),
+                _ => " at min_tokens".to_owned(),
+            };
+            match (r.measured_speedup(), estimated) {
+                (Some(s), false) => format!(", measured speedup {s}{at}"),
+                (Some(s), true) => {
+                    format!(", ESTIMATED speedup {s}{at} (cost model, not measured)")
+                }
+                (None, true) => " (ESTIMATED policy: cost model, not measured)".to_owned(),
+                (None, false) => String::new(),
+            }
         };
         match self {
             Reason::AtOrAboveThreshold {
@@ -184,7 +198,7 @@ impl fmt::Display for Reason {
                 execution,
             } => {
                 let (t, field) = rule.threshold(*execution);
-                let s = speed(rule, *estimated);
+                let s = speed(rule, *estimated, *execution);
                 write!(f, "tokens {num_tokens} >= {field} {t}{s}")
             }
             Reason::BelowThreshold {
@@ -194,7 +208,7 @@ impl fmt::Display for Reason {
                 execution,
             } => {
                 let (t, field) = rule.threshold(*execution);
-                let s = speed(rule, *estimated);
+                let s = speed(rule, *estimated, *execution);
                 if t == Threshold::Never {
                     return write!(f, "{field} never: BF16 at every token count{s}");
                 }

@@ -30,7 +30,7 @@ fn graphed_steps_use_their_own_threshold_eager_ones_min_tokens() {
     assert!(g.use_fp8);
     assert_eq!(
         g.reason.to_string(),
-        "tokens 4096 >= min_tokens_graphed 1024, measured speedup 1.1"
+        "tokens 4096 >= min_tokens_graphed 1024, measured speedup 1.1 at min_tokens 8192"
     );
     assert!(matches!(
         p.decide_in(fc2(), 512, Execution::Graphed).reason,
