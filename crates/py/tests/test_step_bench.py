@@ -536,3 +536,17 @@ def test_the_te_block_judges_run_settles_once_and_records_it_without_torch(tmp_p
     out = sb.run(args, log=lambda *a, **k: None, te=None, device="cpu")
     assert out["settle_s"] == 12.0 and out["settled"]["at"] == "eager at 64" and out["settled"]["flat"]
     assert all(m["ms_median"] == 10.0 for r in out["results"] for m in r["modes"].values()), out["results"]
+
+
+def test_a_count_out_of_gpu_memory_says_what_frees_it():
+    """A failed count is a result row; one that ran out of GPU memory (torch's OutOfMemoryError,
+    stood in for by name) also names what frees memory in this judge, and still reads as one."""
+    OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
+    row = sb.failed_row(2048, "graphed", OutOfMemoryError("CUDA out of memory. Tried to allocate 140.00 MiB. " + "x" * 400))
+    assert row["tokens"] == 2048 and row["execution"] == "graphed"
+    assert row["error"].startswith("OutOfMemoryError: CUDA out of memory.") and row["error"].endswith(sb.OOM_FIX)
+    assert "--layers" in row["error"]
+    from adaptive_fp8.bench.step_inputs import is_oom
+    assert is_oom(row["error"])
+    other = sb.failed_row(1024, "eager", RuntimeError("capture failed"))
+    assert other["error"] == "RuntimeError: capture failed"

@@ -271,12 +271,26 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 if bench.group is not None:
                     raise  # ...except in a TP group, where the other ranks would wait forever
                 log(f"  tokens {spec.tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-                results.append({"tokens": spec.tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                results.append(failed_row(spec.tokens, execution, e))
             bench.free(collect=True)
             if progress:
                 progress(snapshot(False))
     bench.close()
     return snapshot(True)
+
+
+#: What frees memory in this judge, said with a count that ran out of it.
+OOM_FIX = ("fix: fewer --layers, or fewer --tokens or --execution per run (every mode's model, and its "
+           "CUDA graphs, stay alive for the interleaved rounds)")
+
+
+def failed_row(tokens: int, execution: str, e: BaseException) -> dict:
+    """A count whose capture or kernels failed, as its result row; one that ran out of GPU memory
+    also says what frees memory."""
+    error = f"{type(e).__name__}: {str(e)[:200]}"
+    if "OutOfMemory" in type(e).__name__ or "out of memory" in str(e).lower():
+        error += f"; {OOM_FIX}"
+    return {"tokens": tokens, "execution": execution, "error": error}
 
 
 def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log, notes: list[str],
