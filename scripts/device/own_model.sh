@@ -6,7 +6,8 @@
 # After the TE install (../shared/tools/te-device), one call per phase, back to back:
 #   bash scripts/device/own_model.sh gen      # both policies (+ the judge of the dense model)
 #   bash scripts/device/own_model.sh moe      # the judge of the MoE model
-#   bash scripts/device/own_model.sh graphed  # both judged in CUDA-graphed steps, with the
+#   bash scripts/device/own_model.sh graphed  # both judged in CUDA-graphed steps (2 layers; the
+#                                             # dense at 1024-6144, the MoE at 1024-3072), with the
 #                                             # policies of `gen` carried in devcarry/own_model/
 #   bash scripts/device/own_model.sh script   # a Megatron-LM launch script (Mistral-NeMo-12B's
 #       public dimensions, TP 1, 4096 tokens) as the model: the plain `fp8sel gen-policy --model
@@ -51,9 +52,9 @@ gen() {  # name: the plain command, timed, then check at the judged layout
   echo "check $m rc=$?"
   cd - > /dev/null || exit 1
 }
-judge() {  # name, timeout, layers[, execution]
+judge() {  # name, timeout, layers[, execution[, counts]]
   local m=$1 t=$2 layers=$3 ex=${4:-eager}
-  local tag=$m tokens=1024,2048,4096; [ "$ex" = eager ] || { tag=${m}_$ex; tokens=1024,2048; }
+  local tag=$m tokens=${5:-1024,2048,4096}; [ "$ex" = eager ] || tag=${m}_$ex
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
     --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
     --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
@@ -119,8 +120,10 @@ moe)
 graphed)
   mkdir -p "$W/policies"
   cp devcarry/own_model/*.json "$W/policies/"
-  judge Qwen2.5-14B 220 4 graphed
-  judge Qwen1.5-MoE-A2.7B 220 2 graphed
+  # Two layers: four modes' 4-layer 14B models with their graphs ran out of an H100's 80 GB at
+  # 2048 (docs/device-logs/h100/own_model/graphed/).
+  judge Qwen2.5-14B 240 2 graphed 1024,2048,3072,6144
+  judge Qwen1.5-MoE-A2.7B 330 2 graphed 1024,2048,3072
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" om
