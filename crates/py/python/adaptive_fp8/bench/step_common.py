@@ -227,3 +227,9 @@ def results_document(header: dict, rows: list[dict], te_blocks: bool) -> dict:
         v = row_verdict(r, te_blocks)
         out.append(dict(r, verdict=v) if v is not None else dict(r))
     return {"format": STEP_RESULTS_FORMAT, "version": STEP_RESULTS_VERSION, **header, "results": out}
+
+
+def is_oom(e) -> bool:
+    """An out-of-memory failure: torch's OutOfMemoryError, or its message (a failed row's error)."""
+    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+    return "OutOfMemory" in text or "out of memory" in text.lower()

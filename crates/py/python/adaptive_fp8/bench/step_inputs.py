@@ -54,6 +54,7 @@ from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.rounds import COUNT_MS, MAX_ROUNDS_FACTOR, MIN_ROUND_STEPS, ROUND_MS, count_rounds, round_steps  # noqa: F401
 from adaptive_fp8.bench.settle import Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
+from adaptive_fp8.bench.step_common import is_oom
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
@@ -367,12 +368,6 @@ def _steps(bench, sleeper, spec, kinds, groups, modes, execution: str, tokens: i
     log(f"  tokens {tokens} {execution}: " + ", ".join(f"{r['mode']} {_med(r['wall_ms']):.3f} ms" + (f" (host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})" if r["gpu_ms"] else "") for r in out)
         + f"; {clock}", file=sys.stderr)
     return out
-
-
-def is_oom(e) -> bool:
-    """An out-of-memory failure: torch's OutOfMemoryError, or its message (a failed row's error)."""
-    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
-    return "OutOfMemory" in text or "out of memory" in text.lower()
 
 
 #: Tokens (times TP) of the small step whose wall time is the host's time.
