@@ -86,20 +86,17 @@ fn the_checks_steps_refit_the_overlap_and_a_plan_they_move_is_timed_again() {
 }
 
 #[test]
-fn a_plan_the_re_timing_moves_again_is_timed_again_in_rounds_that_end() {
+fn a_plan_the_re_timing_measured_faster_than_bf16_is_not_moved_back_and_the_rounds_end() {
     // The first check's steps between calibrated counts hide half their smaller time, the
-    // re-timed ones all of it: the re-timing's refit moves the plan back, and a second round times
-    // it; then the steps stay, and the rounds end.
+    // re-timed ones all of it: the re-timing's refit would move the plan back, but the re-timing
+    // measured that plan faster than BF16 beyond the noise, so it holds (`check::hold`; before
+    // holds a second round timed the plan the refit moved to) and the rounds end.
     let (dir, e) = eager_ok(&[
         ("FAKE_STEP_UNHIDDEN", "0.5"),
         ("FAKE_STEP_UNHIDDEN_GROWTH", "-0.5"),
     ]);
-    assert_eq!(
-        e.matches("timing the new plans (round 2 of 3)").count(),
-        1,
-        "{e}"
-    );
-    assert!(!e.contains("(round 3 of 3)"), "{e}");
+    assert!(e.contains("timing the new plans"), "{e}");
+    assert!(!e.contains("(round 2 of 3)"), "{e}");
     // The rounds' steps are one re-timing document, each count once.
     let recheck = step_report(dir.path(), "recheck");
     let mut seen = std::collections::BTreeSet::new();

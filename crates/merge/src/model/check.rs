@@ -59,6 +59,12 @@ impl CheckRow {
     pub fn loses(&self) -> bool {
         self.mode == StepMode::Plan && self.vs_bf16.1 > 1.0
     }
+
+    /// A plan with FP8 in it the step measured faster than all-BF16 beyond the noise (its whole
+    /// band below 1).
+    pub fn wins(&self) -> bool {
+        self.mode == StepMode::Plan && !self.fp8_groups.is_empty() && self.vs_bf16.2 < 1.0
+    }
 }
 
 /// How far a plan may trail all-FP8 at its count: issue 46's bar, 1.01 x.
@@ -176,13 +182,15 @@ pub type Lifted = (Execution, u64, Vec<String>);
 /// all-FP8 runs there and the plan does not, where the model already has that unit FP8 at a
 /// larger count (a finite threshold above the count: the step says the crossing lies lower) and
 /// the unit is faster alone in GPU or host time at every grid count from there up to it. A unit
-/// BF16 up to the grid's top stays so: one count does not make a crossing. Returns each
-/// trailing plan that moved a threshold: its execution, its count and the groups it moved.
+/// BF16 up to the grid's top stays so: one count does not make a crossing; so does one a
+/// measured loss keeps BF16 there (`losses`, as [`hold`] reads them). Returns each trailing plan
+/// that moved a threshold: its execution, its count and the groups it moved.
 pub fn lift(
     thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
     fits: &BTreeMap<Execution, Fit>,
     units: &[Unit],
     trailing: &[Trailing<'_>],
+    losses: &[(Execution, u64, &BTreeSet<String>)],
     swept: &[u64],
     o: &ChoiceOptions,
 ) -> Vec<Lifted> {
@@ -204,7 +212,7 @@ pub fn lift(
             let pays = std::iter::once(tokens)
                 .chain(counts.iter().copied().filter(|&c| c > tokens && c < from))
                 .all(|c| pays_somewhere(fit, u, c as f64));
-            if missing && pays {
+            if missing && pays && !lost_at_or_above(losses, execution, tokens, u) {
                 ts[i].from = Some(tokens);
                 groups.extend(u.groups.iter().cloned());
             }
@@ -214,6 +222,68 @@ pub fn lift(
         }
     }
     moved
+}
+
+/// A plan the step measured faster than BF16 that a refit moved, kept: `(execution, count, the
+/// groups FP8 from that count again)`.
+pub type Held = (Execution, u64, Vec<String>);
+
+/// Keeps each winning plan (`wins`: the execution, the count and the plan's FP8 groups; the
+/// step measured it faster than all-BF16 beyond the noise, [`CheckRow::wins`]) where a refit of
+/// the model moved it: every unit the plan runs FP8 whose threshold now lies above the count
+/// moves down to it, where the unit is faster alone in GPU or host time at every grid count from
+/// there up to its threshold. The step measured the plan; the refit is a fit of other steps. Not
+/// a unit BF16 up to the grid's top (one count does not make a crossing), nor one a measured
+/// loss keeps BF16 there (`losses`: a plan running the unit slower than BF16 at that count or
+/// above). Returns each plan that moved a threshold: its execution, its count and the groups.
+pub fn hold(
+    thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
+    fits: &BTreeMap<Execution, Fit>,
+    units: &[Unit],
+    wins: &[(Execution, u64, &BTreeSet<String>)],
+    losses: &[(Execution, u64, &BTreeSet<String>)],
+    swept: &[u64],
+    o: &ChoiceOptions,
+) -> Vec<Held> {
+    let counts = grid(swept, o);
+    let mut moved = Vec::new();
+    for &(execution, tokens, plan) in wins {
+        let (Some(ts), Some(fit)) = (thresholds.get_mut(&execution), fits.get(&execution)) else {
+            continue;
+        };
+        let mut groups = Vec::new();
+        for (i, u) in units.iter().enumerate() {
+            let Some(from) = ts[i].from.filter(|&f| f > tokens) else {
+                continue;
+            };
+            let ran = u.groups.iter().all(|g| plan.contains(g));
+            let lost = lost_at_or_above(losses, execution, tokens, u);
+            let pays = std::iter::once(tokens)
+                .chain(counts.iter().copied().filter(|&c| c > tokens && c < from))
+                .all(|c| pays_somewhere(fit, u, c as f64));
+            if ran && !lost && pays {
+                ts[i].from = Some(tokens);
+                groups.extend(u.groups.iter().cloned());
+            }
+        }
+        if !groups.is_empty() {
+            moved.push((execution, tokens, groups));
+        }
+    }
+    moved
+}
+
+/// Whether a loss (a plan the step measured slower than BF16) ran one of `u`'s groups FP8 at
+/// `tokens` or above in `execution`: moving `u` down to `tokens` would run it FP8 there again.
+fn lost_at_or_above(
+    losses: &[(Execution, u64, &BTreeSet<String>)],
+    execution: Execution,
+    tokens: u64,
+    u: &Unit,
+) -> bool {
+    losses
+        .iter()
+        .any(|&(e, t, g)| e == execution && t >= tokens && u.groups.iter().any(|x| g.contains(x)))
 }
 
 /// A plan the check would time, its count and execution: `(execution, count, FP8 groups)`.

@@ -425,3 +425,111 @@ fn a_checked_row_records_the_predicted_steps_host_and_gpu_time() {
     let old: super::check::CheckRow = serde_json::from_value(v).unwrap();
     assert_eq!((old.predicted_host_ms, old.predicted_gpu_ms), (0.0, 0.0));
 }
+
+#[test]
+fn a_plan_measured_faster_than_bf16_is_kept_where_a_refit_moved_it() {
+    use std::collections::BTreeSet;
+    // Host-bound at small counts: fc1 FP8 from about 2048.
+    let s = dense(6.0);
+    let mut fresh = model(&s, &SWEPT, &CAL);
+    let e = Execution::Eager;
+    assert!(eager_from(&fresh, "fc1").is_some_and(|f| f <= 2048));
+    let set = |m: &mut super::LayoutModel, g: &str, from: Option<u64>| {
+        let i = m.units.iter().position(|u| u.groups == [g]).unwrap();
+        m.thresholds.get_mut(&e).unwrap()[i].from = from;
+    };
+    // As if a refit had moved fc1's crossing above 2048 (set by hand: no refit runs here).
+    set(&mut fresh, "fc1", Some(4096));
+    fresh.options.refit = false;
+    // One count's steps: all-BF16 and a plan at `ratios` of it, round by round.
+    let step = |t: u64, groups: &[&str], ratios: &[f64], mode: StepMode| {
+        let mut doc = s.inputs(&[], &[]);
+        let on: BTreeSet<&str> = groups.iter().copied().collect();
+        let base = s.step_row(e, t, StepMode::Bf16, &BTreeSet::new());
+        let mut p = s.step_row(e, t, mode, &on);
+        let n = base.wall_ms.len();
+        p.wall_ms = (0..n)
+            .map(|i| base.wall_ms[i] * ratios[i % ratios.len()])
+            .collect();
+        doc.step_times = vec![base, p];
+        doc
+    };
+    let win = step(2048, &["fc1"], &[0.95], StepMode::Plan);
+    let mut m = fresh.clone();
+    m.add_checks(&[&win]);
+    assert_eq!(m.held, vec![(e, 2048, vec!["fc1".to_owned()])]);
+    assert_eq!(eager_from(&m, "fc1"), Some(2048), "the step measured it");
+    let summary = super::summary_markdown("synth", std::slice::from_ref(&m));
+    assert!(
+        summary.contains("eager at 2048: a plan measured faster than BF16 beyond the noise, which the refit had moved; fc1 FP8 from 2048 again."),
+        "{summary}"
+    );
+    let p = super::model_policy(std::slice::from_ref(&m)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(
+        v["provenance"]["step"]["model"][0]["held"],
+        serde_json::json!([{"execution": "eager", "tokens": 2048, "groups": ["fc1"]}])
+    );
+    let kept = |checks: &[&fp8_report::step_inputs::StepInputs]| {
+        let mut m = fresh.clone();
+        m.add_checks(checks);
+        !m.held.is_empty()
+    };
+    // A band that reaches 1 is a tie: nothing to keep.
+    let tie = step(
+        2048,
+        &["fc1"],
+        &[0.93, 0.96, 1.02, 1.03, 0.95],
+        StepMode::Plan,
+    );
+    assert!(!kept(&[&tie]));
+    // The same plan timed again there decides; another plan timed there does not undo it.
+    assert!(!kept(&[&win, &tie]));
+    let other = step(2048, &[], &[1.0], StepMode::Plan);
+    assert!(kept(&[&win, &other]));
+    // A measured loss of a plan running fc1 at that count or above keeps it BF16 there.
+    let lost = step(4096, &["fc1"], &[1.1], StepMode::Plan);
+    let mut m = fresh.clone();
+    m.add_checks(&[&lost, &win]);
+    assert!(m.held.is_empty(), "{:?}", m.held);
+    assert!(eager_from(&m, "fc1").unwrap() > 4096);
+    // What the re-timing reads (the refit and the holds, no guard): the win is kept, so its
+    // count is not timed again for the plan a refit moved it to; a loss still blocks it.
+    let mut probe = fresh.clone();
+    probe.refit_and_hold(&[&win]);
+    assert!(probe.plan_at(e, 2048).contains("fc1") && probe.guarded.is_empty());
+    let mut probe = fresh.clone();
+    probe.refit_and_hold(&[&lost, &win]);
+    assert!(!probe.plan_at(e, 2048).contains("fc1"));
+    // A unit BF16 up to the grid's top stays so: one count makes no crossing.
+    let mut none = fresh.clone();
+    set(&mut none, "fc1", None);
+    none.add_checks(&[&win]);
+    assert!(none.held.is_empty() && eager_from(&none, "fc1").is_none());
+}
+
+#[test]
+fn a_loss_timed_again_with_another_plan_still_guards() {
+    use std::collections::BTreeSet;
+    let s = dense(1.0);
+    let fresh = model(&s, &SWEPT, &CAL);
+    let (_, _, groups) = fresh
+        .check_plans()
+        .into_iter()
+        .find(|(e, t, g)| *e == Execution::Eager && *t == 16384 && !g.is_empty())
+        .expect("FP8 at 16384");
+    let step = |on: &BTreeSet<&str>, ratio: f64| {
+        let mut doc = s.inputs(&[], &[]);
+        let base = s.step_row(Execution::Eager, 16384, StepMode::Bf16, &Default::default());
+        let mut plan = s.step_row(Execution::Eager, 16384, StepMode::Plan, on);
+        plan.wall_ms = base.wall_ms.iter().map(|w| w * ratio).collect();
+        doc.step_times = vec![base, plan];
+        doc
+    };
+    let on: BTreeSet<&str> = groups.iter().map(String::as_str).collect();
+    // The guard's own plan (BF16 there) timed after the loss: the loss still stands.
+    let (lost, bf16) = (step(&on, 1.15), step(&BTreeSet::new(), 1.0));
+    let mut m = fresh.clone();
+    m.add_checks(&[&lost, &bf16]);
+    assert_eq!(m.guarded, vec![(Execution::Eager, 16384)]);
+}

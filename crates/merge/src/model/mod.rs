@@ -40,7 +40,8 @@
 //! counts and between thresholds; rows where the model is off by more than 3% and the noise are
 //! disagreements (provenance records them), a plan the step measured slower than BF16 moves
 //! its keys above that count ([`check::guard`]), and one it measured behind all-FP8 moves the
-//! crossings of the keys it left BF16 down to that count ([`check::lift`]).
+//! crossings of the keys it left BF16 down to that count ([`check::lift`]); one it measured
+//! faster than BF16, which a refit of the model then moved, is kept ([`check::hold`]).
 //!
 //! Pure: documents in, a policy out.
 
@@ -96,6 +97,9 @@ pub struct LayoutModel {
     /// Where the check measured the plan behind all-FP8 and moved crossings down to that count
     /// ([`check::lift`]): the execution, the count and the groups moved.
     pub lifted: Vec<check::Lifted>,
+    /// Where the check measured a plan faster than BF16 that a refit moved, and kept it
+    /// ([`check::hold`]): the execution, the count and the groups moved back down.
+    pub held: Vec<check::Held>,
     /// The steps the check timed again of those the inputs timed: the step's repeatability.
     pub repeats: Vec<RepeatRow>,
     /// The policy modes a judge (the Megatron one, `--step-trainer megatron`) timed against
@@ -116,11 +120,22 @@ pub struct LayoutModel {
     moves: Vec<Move>,
 }
 
+/// Each plan `checks` timed, at its execution and count: a later check's, which decides over
+/// an earlier check's row of the same plan there.
+fn timed_again<'a>(checks: &[&'a StepInputs]) -> BTreeSet<(Execution, u64, &'a BTreeSet<String>)> {
+    checks
+        .iter()
+        .flat_map(|c| c.step_times.iter())
+        .map(|s| (s.execution, s.tokens, &s.fp8_groups))
+        .collect()
+}
+
 /// A threshold move a check or a judge made: replayed after a choice made again.
 #[derive(Debug, Clone)]
 enum Move {
     Guard(Execution, u64, BTreeSet<String>),
     Lift(check::Lifted),
+    Hold(check::Held),
 }
 
 impl LayoutModel {
@@ -167,6 +182,7 @@ impl LayoutModel {
             check: Vec::new(),
             guarded: Vec::new(),
             lifted: Vec::new(),
+            held: Vec::new(),
             repeats: Vec::new(),
             judged: Vec::new(),
             options,
@@ -218,8 +234,10 @@ impl LayoutModel {
     }
 
     /// Adds checks in the order they ran: a later one's rows replace an earlier one's at the
-    /// counts it timed again, and a loss guards its keys (a plan behind all-FP8 lifts them) only
-    /// where no later check timed that count again (confirmed first: the re-timing decides).
+    /// counts it timed again, and a loss guards its keys (a plan behind all-FP8 lifts them, one
+    /// faster than BF16 holds them: [`check::hold`]) only where no later check timed that plan
+    /// at that count again (confirmed first: the re-timing decides; a later check of another
+    /// plan there, one the move made, does not undo it).
     ///
     /// First the model is refit ([`refit`]): the checks' all-BF16 and all-FP8 steps at counts
     /// not calibrated join the overlap shares, and the choice is made again (the numerics bound
@@ -228,16 +246,45 @@ impl LayoutModel {
     pub fn add_checks(&mut self, checks: &[&StepInputs]) {
         let rows = self.refit_with(checks);
         for (i, (check, rows)) in checks.iter().zip(rows).enumerate() {
-            let later: BTreeSet<(Execution, u64)> = checks[i + 1..]
-                .iter()
-                .flat_map(|c| c.step_times.iter().map(|s| (s.execution, s.tokens)))
-                .collect();
-            self.add_one(check, rows, &later);
+            self.add_one(check, rows, &timed_again(&checks[i + 1..]));
         }
     }
 
-    /// The refit alone ([`refit`]; the first part of [`LayoutModel::add_checks`], which a caller
-    /// deciding what to time again runs on a copy): the checks' all-BF16 and all-FP8 steps at
+    /// The refit ([`LayoutModel::refit_with`]) and the holds of `checks` ([`check::hold`]),
+    /// without the guards and lifts: the policy a caller deciding what to time again reads (a
+    /// plan the step measured faster than BF16 is not timed again for a plan the refit moved it
+    /// to; a loss or a trailing plan is timed again before it moves anything).
+    pub fn refit_and_hold(&mut self, checks: &[&StepInputs]) {
+        let rows = self.refit_with(checks);
+        let mut lost: Vec<(Execution, u64, BTreeSet<String>)> = self.guards();
+        for (i, rows) in rows.iter().enumerate() {
+            let again = timed_again(&checks[i + 1..]);
+            lost.extend(
+                rows.iter()
+                    .filter(|r| {
+                        r.loses() && !again.contains(&(r.execution, r.tokens, &r.fp8_groups))
+                    })
+                    .map(|r| (r.execution, r.tokens, r.fp8_groups.clone())),
+            );
+        }
+        let lost: Vec<_> = lost.iter().map(|(e, t, g)| (*e, *t, g)).collect();
+        for (i, rows) in rows.iter().enumerate() {
+            self.hold(rows, &lost, &timed_again(&checks[i + 1..]));
+        }
+    }
+
+    /// Every loss a guard recorded: `(execution, count, the plan's FP8 groups)`.
+    fn guards(&self) -> Vec<(Execution, u64, BTreeSet<String>)> {
+        self.moves
+            .iter()
+            .filter_map(|m| match m {
+                Move::Guard(e, t, g) => Some((*e, *t, g.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The refit alone ([`refit`]; the first part of [`LayoutModel::add_checks`]): the checks' all-BF16 and all-FP8 steps at
     /// counts not calibrated join the overlap shares (a later check's replace an earlier's at
     /// its counts) and the choice is made again, the numerics bound and earlier guards and
     /// lifts kept. Returns each check's rows against the first model, with their refit errors.
@@ -288,7 +335,7 @@ impl LayoutModel {
                         &self.options,
                     );
                 }
-                Move::Lift((e, t, groups)) => {
+                Move::Lift((e, t, groups)) | Move::Hold((e, t, groups)) => {
                     let Some(ts) = self.thresholds.get_mut(e) else {
                         continue;
                     };
@@ -308,7 +355,7 @@ impl LayoutModel {
         &mut self,
         check: &StepInputs,
         rows: Vec<CheckRow>,
-        later: &BTreeSet<(Execution, u64)>,
+        again: &BTreeSet<(Execution, u64, &BTreeSet<String>)>,
     ) {
         self.check.retain(|old| {
             !rows
@@ -317,26 +364,33 @@ impl LayoutModel {
         });
         let losses: Vec<_> = rows
             .iter()
-            .filter(|r| r.loses() && !later.contains(&(r.execution, r.tokens)))
+            .filter(|r| r.loses() && !again.contains(&(r.execution, r.tokens, &r.fp8_groups)))
             .map(|r| (r.execution, r.tokens, &r.fp8_groups))
             .collect();
         // Read against the plans as they stood when the check ran: before its own guard.
         let trailing: Vec<check::Trailing<'_>> = behind_fp8(&rows)
             .into_iter()
             .filter(|(p, f)| {
-                !later.contains(&(p.execution, p.tokens))
+                !again.contains(&(p.execution, p.tokens, &p.fp8_groups))
                     && !p.loses()
                     && f.vs_bf16.2 < 1.0
                     && self.plan_at(p.execution, p.tokens) == p.fp8_groups
             })
             .map(|(p, f)| (p.execution, p.tokens, &p.fp8_groups, &f.fp8_groups))
             .collect();
+        // Every loss so far, this check's and the guards before it: no move runs their keys FP8
+        // at their counts again.
+        let mut lost = self.guards();
+        lost.extend(losses.iter().map(|&(e, t, g)| (e, t, g.clone())));
+        let lost: Vec<_> = lost.iter().map(|(e, t, g)| (*e, *t, g)).collect();
+        self.hold(&rows, &lost, again);
         self.guard(&losses);
         let lifted = check::lift(
             &mut self.thresholds,
             &self.fits,
             &self.units,
             &trailing,
+            &lost,
             &self.swept,
             &self.options,
         );
@@ -450,6 +504,32 @@ impl LayoutModel {
         self.moves
             .extend(losses.iter().map(|&(e, t, g)| Move::Guard(e, t, g.clone())));
         self.guarded.extend(moved);
+    }
+
+    /// Keeps the plans of `rows` the step measured faster than BF16 ([`check::hold`]) that no
+    /// later check timed again (`again`), against every loss so far (`losses`).
+    fn hold(
+        &mut self,
+        rows: &[CheckRow],
+        losses: &[(Execution, u64, &BTreeSet<String>)],
+        again: &BTreeSet<(Execution, u64, &BTreeSet<String>)>,
+    ) {
+        let wins: Vec<_> = rows
+            .iter()
+            .filter(|r| r.wins() && !again.contains(&(r.execution, r.tokens, &r.fp8_groups)))
+            .map(|r| (r.execution, r.tokens, &r.fp8_groups))
+            .collect();
+        let held = check::hold(
+            &mut self.thresholds,
+            &self.fits,
+            &self.units,
+            &wins,
+            losses,
+            &self.swept,
+            &self.options,
+        );
+        self.moves.extend(held.iter().cloned().map(Move::Hold));
+        self.held.extend(held);
     }
 
     /// Adds a judge's timings of this layout's policy (its policy modes): where one ran slower

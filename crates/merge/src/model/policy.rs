@@ -180,6 +180,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "judged": l.judged, "refit": l.refit,
         "guarded": l.guarded.iter().map(|(e, t)| json!({"execution": e.name(), "tokens": t})).collect::<Vec<_>>(),
         "lifted": l.lifted.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
+        "held": l.held.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
         "not_the_policy": l.not_the_policy().iter().map(|r| json!({"execution": r.execution.name(), "tokens": r.tokens})).collect::<Vec<_>>(),
     })
 }

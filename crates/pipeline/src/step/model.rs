@@ -163,6 +163,9 @@ impl Layout<'_> {
         for (e, t, g) in &lm.lifted {
             outcome.notes.push(format!("{at}: {e} at {t}: the check measured the model's plan behind all-FP8; {} (BF16 in it, FP8 further up by the model) FP8 from {t}", g.join(", ")));
         }
+        for (e, t, g) in &lm.held {
+            outcome.notes.push(format!("{at}: {e} at {t}: the check measured the plan faster than BF16 and the refit had moved it; {} FP8 from {t} again", g.join(", ")));
+        }
         let behind: Vec<String> = fp8_merge::model::behind_fp8(&lm.check)
             .iter()
             .map(|(p, f)| {
@@ -257,8 +260,9 @@ const RETIME_ROUNDS: usize = 3;
 /// The plans a refit of `docs` (the check, then the re-timing so far) moved: each count whose
 /// policy plan is not the plan last timed there, with the new plan.
 fn moved_again(lm: &LayoutModel, docs: &[StepInputs]) -> Vec<(Execution, u64, Vec<String>)> {
+    // The policy as the timings so far leave it before a guard or a lift: refit and held.
     let mut probe = lm.clone();
-    probe.refit_with(&docs.iter().collect::<Vec<_>>());
+    probe.refit_and_hold(&docs.iter().collect::<Vec<_>>());
     let mut last: std::collections::BTreeMap<(Execution, u64), &BTreeSet<String>> =
         Default::default();
     for s in docs.iter().flat_map(|d| &d.step_times) {
