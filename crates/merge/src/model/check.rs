@@ -194,34 +194,18 @@ pub fn lift(
     swept: &[u64],
     o: &ChoiceOptions,
 ) -> Vec<Lifted> {
-    let counts = grid(swept, o);
-    let mut moved = Vec::new();
-    for &(execution, tokens, plan, fp8) in trailing {
-        let (Some(ts), Some(fit)) = (thresholds.get_mut(&execution), fits.get(&execution)) else {
-            continue;
-        };
-        let mut groups = Vec::new();
-        for (i, u) in units.iter().enumerate() {
-            let missing = u
-                .groups
-                .iter()
-                .any(|g| fp8.contains(g) && !plan.contains(g));
-            let Some(from) = ts[i].from.filter(|&f| f > tokens) else {
-                continue;
+    let moves: Vec<_> = trailing
+        .iter()
+        .map(|&(execution, tokens, plan, fp8)| {
+            let missing = move |u: &Unit| {
+                u.groups
+                    .iter()
+                    .any(|g| fp8.contains(g) && !plan.contains(g))
             };
-            let pays = std::iter::once(tokens)
-                .chain(counts.iter().copied().filter(|&c| c > tokens && c < from))
-                .all(|c| pays_somewhere(fit, u, c as f64));
-            if missing && pays && !lost_at_or_above(losses, execution, tokens, u) {
-                ts[i].from = Some(tokens);
-                groups.extend(u.groups.iter().cloned());
-            }
-        }
-        if !groups.is_empty() {
-            moved.push((execution, tokens, groups));
-        }
-    }
-    moved
+            (execution, tokens, missing)
+        })
+        .collect();
+    move_down(thresholds, fits, units, &moves, losses, swept, o)
 }
 
 /// A plan the step measured faster than BF16 that a refit moved, kept: `(execution, count, the
@@ -245,9 +229,35 @@ pub fn hold(
     swept: &[u64],
     o: &ChoiceOptions,
 ) -> Vec<Held> {
+    let moves: Vec<_> = wins
+        .iter()
+        .map(|&(execution, tokens, plan)| {
+            let ran = move |u: &Unit| u.groups.iter().all(|g| plan.contains(g));
+            (execution, tokens, ran)
+        })
+        .collect();
+    move_down(thresholds, fits, units, &moves, losses, swept, o)
+}
+
+/// Moves down to each move's count (`(execution, count, which units it moves)`) the threshold of
+/// every unit it names that the model has FP8 only further up (a finite threshold above the
+/// count), that is faster alone in GPU or host time at every grid count from there up to that
+/// threshold, and that no loss at that count or above ran FP8 ([`lost_at_or_above`]). Returns
+/// each move that moved a threshold: its execution, its count and the groups moved. What
+/// [`lift`] and [`hold`] share.
+fn move_down(
+    thresholds: &mut BTreeMap<Execution, Vec<UnitThreshold>>,
+    fits: &BTreeMap<Execution, Fit>,
+    units: &[Unit],
+    moves: &[(Execution, u64, impl Fn(&Unit) -> bool)],
+    losses: &[(Execution, u64, &BTreeSet<String>)],
+    swept: &[u64],
+    o: &ChoiceOptions,
+) -> Vec<(Execution, u64, Vec<String>)> {
     let counts = grid(swept, o);
     let mut moved = Vec::new();
-    for &(execution, tokens, plan) in wins {
+    for (execution, tokens, names) in moves {
+        let (execution, tokens) = (*execution, *tokens);
         let (Some(ts), Some(fit)) = (thresholds.get_mut(&execution), fits.get(&execution)) else {
             continue;
         };
@@ -256,12 +266,10 @@ pub fn hold(
             let Some(from) = ts[i].from.filter(|&f| f > tokens) else {
                 continue;
             };
-            let ran = u.groups.iter().all(|g| plan.contains(g));
-            let lost = lost_at_or_above(losses, execution, tokens, u);
             let pays = std::iter::once(tokens)
                 .chain(counts.iter().copied().filter(|&c| c > tokens && c < from))
                 .all(|c| pays_somewhere(fit, u, c as f64));
-            if ran && !lost && pays {
+            if names(u) && pays && !lost_at_or_above(losses, execution, tokens, u) {
                 ts[i].from = Some(tokens);
                 groups.extend(u.groups.iter().cloned());
             }
