@@ -121,11 +121,7 @@ fn the_same_step_timed_again_by_the_check_measures_the_steps_repeatability() {
 fn a_loss_the_recheck_times_again_guards_only_if_the_recheck_confirms_it() {
     let s = dense(1.0);
     let fresh = model(&s, &SWEPT, &CAL);
-    let (_, _, groups) = fresh
-        .check_plans()
-        .into_iter()
-        .find(|(e, t, g)| *e == Execution::Eager && *t == 16384 && !g.is_empty())
-        .expect("FP8 at 16384");
+    let groups = eager_fp8_plan_at_16384(&fresh);
     let on: std::collections::BTreeSet<&str> = groups.iter().map(String::as_str).collect();
     let step = |slower: f64| {
         let mut doc = s.inputs(&[], &[]);
@@ -188,6 +184,16 @@ fn a_plan_is_behind_all_fp8_only_with_the_bands_apart_and_more_than_the_slack() 
     let mut elsewhere = plan;
     elsewhere.tokens = 8192;
     assert!(behind_fp8(&[fp8, elsewhere]).is_empty());
+}
+
+/// The check's eager plan at 16384 (the synthetic dense model runs FP8 there).
+fn eager_fp8_plan_at_16384(m: &super::LayoutModel) -> Vec<String> {
+    let (_, _, groups) = m
+        .check_plans()
+        .into_iter()
+        .find(|(e, t, g)| *e == Execution::Eager && *t == 16384 && !g.is_empty())
+        .expect("FP8 at 16384");
+    groups
 }
 
 /// Unit `g`'s eager threshold (a unit of one group).
@@ -513,11 +519,7 @@ fn a_loss_timed_again_with_another_plan_still_guards() {
     use std::collections::BTreeSet;
     let s = dense(1.0);
     let fresh = model(&s, &SWEPT, &CAL);
-    let (_, _, groups) = fresh
-        .check_plans()
-        .into_iter()
-        .find(|(e, t, g)| *e == Execution::Eager && *t == 16384 && !g.is_empty())
-        .expect("FP8 at 16384");
+    let groups = eager_fp8_plan_at_16384(&fresh);
     let step = |on: &BTreeSet<&str>, ratio: f64| {
         let mut doc = s.inputs(&[], &[]);
         let base = s.step_row(Execution::Eager, 16384, StepMode::Bf16, &Default::default());
