@@ -110,8 +110,9 @@ gen_*)
     local name; name=$(basename "$(ls "$G"/*.json | head -1)" .json)
     cp "$G/$name.json" "$W/mixed.json"
     shopt -s nullglob
-    local bc=("$G"/reports/*_etp1_check_step.json "$G"/reports/*_etp1_recheck_step.json)
-    local tc=("$G"/reports/*_tensorwise_check_step.json "$G"/reports/*_tensorwise_recheck_step.json)
+    # The check's rounds in order (check, recheck, recheck2, ...: a glob alone sorts recheck2 first).
+    local bc=("$G"/reports/*_etp1_check_step.json "$G"/reports/*_etp1_recheck_step.json "$G"/reports/*_etp1_recheck[0-9]_step.json)
+    local tc=("$G"/reports/*_tensorwise_check_step.json "$G"/reports/*_tensorwise_recheck_step.json "$G"/reports/*_tensorwise_recheck[0-9]_step.json)
     "$FP8SEL" merge-policy --step-model "$G"/reports/*_etp1_inputs_step.json ${bc[@]:+--step-check "${bc[@]}"} \
       --output "$W/blockwise.json" &&
     "$FP8SEL" merge-policy --step-model "$G"/reports/*_tensorwise_inputs_step.json ${tc[@]:+--step-check "${tc[@]}"} \

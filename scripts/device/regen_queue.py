@@ -69,6 +69,19 @@ def layout_glob(row: str) -> tuple[str, str, str]:
     return model, tp, ep or "1"
 
 
+def recheck_rounds(base: str) -> list[str]:
+    """The re-timing rounds beside a layout's check, in round order (`<base>_recheck_step.json`,
+    then `<base>_recheck2_step.json`, ...: fp8_report::step_inputs::check_round_word), up to the
+    first one missing."""
+    out = []
+    for n in range(1, 64):
+        path = f"{base}_{'recheck' if n == 1 else f'recheck{n}'}_step.json"
+        if not os.path.exists(path):
+            break
+        out.append(path)
+    return out
+
+
 def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
     """Why `row` must be made again, or None where its committed reports stand (`reports`: where
     they are, default its recipe's folder)."""
@@ -98,10 +111,10 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
         timed = {r["tokens"] for r in doc["step_times"] if r["execution"] == ex and r["mode"] == "bf16"}
         if not want <= timed | failed:
             return f"{row}: {ex} not calibrated at every count of today's default {sorted(want)} (timed at {sorted(timed)})"
-    recheck = checks[0].removesuffix("_check_step.json") + "_recheck_step.json"  # the name, not a folder's
+    rechecks = recheck_rounds(checks[0].removesuffix("_check_step.json"))
     argv = [fp8sel, "merge-policy", "--step-model", inputs, "--step-check", checks[0]]
-    if os.path.exists(recheck):
-        argv += ["--step-check", recheck]
+    for r in rechecks:
+        argv += ["--step-check", r]
     out = os.path.join(work, f"{row.replace('/', '_')}.refit.json")
     done = subprocess.run([*argv, "--output", out], capture_output=True, text=True)
     if done.returncode != 0:
@@ -111,9 +124,9 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
     if any(lm.get("not_the_policy") for lm in layouts):
         return f"{row}: its check timed plans that are not its policy's"
     again = set()
-    if os.path.exists(recheck):
+    for recheck in rechecks:
         with open(recheck) as f:
-            again = {(r["execution"], r["tokens"]) for r in json.load(f)["step_times"]}
+            again |= {(r["execution"], r["tokens"]) for r in json.load(f)["step_times"]}
     # The inputs' own rounds the check document holds (a calibrated count's all-BF16 plan) are
     # the calibration, not steps the check timed.
     with open(checks[0]) as f:

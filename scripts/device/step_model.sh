@@ -115,7 +115,7 @@ ab() {  # variant, pass, counts, then the variant's step_inputs flags; $PIN: a c
   done
 }
 phases() {  # log: each worker phase's own clock (its last "[ x s]" line before "wrote")
-  awk '/^\[ *[0-9.]+ s\]/ {match($0, /[0-9.]+/); t=substr($0, RSTART, RLENGTH)} /step_inputs: wrote/ {n++; printf "%s%s %s s", (n>1?", ":""), (n==1?"inputs":(n==2?"check":"recheck")), t} END {print ""}' "$1"
+  awk '/^\[ *[0-9.]+ s\]/ {match($0, /[0-9.]+/); t=substr($0, RSTART, RLENGTH)} /step_inputs: wrote/ {n++; printf "%s%s %s s", (n>1?", ":""), (n==1?"inputs":(n==2?"check":(n==3?"recheck":"recheck" n-2))), t} END {print ""}' "$1"
 }
 case $phase in
 cost|anchor)

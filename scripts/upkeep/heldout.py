@@ -1,8 +1,8 @@
 """The step model's held-out error on every committed set of its measurements, by today's tool.
 
-Each ``*_inputs_step.json`` in the repository with a ``_check_step.json`` (and a
-``_recheck_step.json``) beside it is fitted again by ``fp8sel merge-policy --step-model
---step-check`` (no GPU), and its check rows at counts the calibration did not use are compared
+Each ``*_inputs_step.json`` in the repository with a ``_check_step.json`` (and its re-timing
+rounds, ``_recheck_step.json``, ``_recheck2_step.json``, ...) beside it is fitted again by ``fp8sel
+merge-policy --step-model --step-check`` (no GPU), and its check rows at counts the calibration did not use are compared
 with the model: per set and execution the median and worst |predicted / measured - 1| and how
 many lie within 3%, then the totals. Run it before and after a change to the model
 (``fp8_merge::model``) to see what the change does on every measurement on record.
@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from itertools import takewhile
 from pathlib import Path
 
 INPUTS = "_inputs_step.json"
@@ -34,7 +35,9 @@ def sets(root: Path) -> list[tuple[Path, list[Path]]]:
     out = []
     for f in sorted(files):
         base = f[: -len(INPUTS)]
-        checks = [Path(base + end) for end in ("_check_step.json", "_recheck_step.json") if (root / (base + end)).is_file()]
+        # The check's rounds in order: check, recheck, recheck2, ... (fp8_report::step_inputs::check_round_word).
+        words = ["check", "recheck", *(f"recheck{n}" for n in range(2, 64))]
+        checks = list(takewhile(lambda p: (root / p).is_file(), (Path(f"{base}_{w}_step.json") for w in words)))
         other = base.endswith(("_tensorwise", "_delayed", "_mxfp8")) or {"tensorwise", "delayed", "mxfp8"} & set(Path(f).parts)
         if checks and not other:
             out.append((Path(f), checks))

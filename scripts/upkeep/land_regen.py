@@ -3,10 +3,10 @@ one step between a device call's `regen_shipped.tar.gz` (or `regen_judge.tar.gz`
 xtask gen-policy --check`.
 
 For each row the call ran (its line in the tarball's `regen/steps.txt`, the last one per row):
-- finished (rc 0): its reports (`<row>/reports/*_{inputs,check,recheck}_step.json`) replace
+- finished (rc 0): its reports (`<row>/reports/*_{inputs,check,recheck,recheck<N>}_step.json`) replace
   every committed report of the same layouts in the row's recipe's folder
-  (`reports/h200/step_model/`, `reports/h200/<recipe>/step_model/`; a recheck the new run did
-  not make is removed with the rest, so a check is never read beside another run's re-timing),
+  (`reports/h200/step_model/`, `reports/h200/<recipe>/step_model/`; a re-timing round the new run
+  did not make is removed with the rest, so a check is never read beside another run's re-timing),
   and its log, policies and summary replace `docs/device-logs/regen_shipped/<row>/`;
 - cut or failed (any other rc): its log goes to `docs/device-logs/regen_shipped/cut/`, and no
   report moves.
@@ -35,7 +35,9 @@ import tarfile
 import tempfile
 
 LOGS = "docs/device-logs/regen_shipped"
-REPORT_ENDS = ("_inputs_step.json", "_check_step.json", "_recheck_step.json")
+#: A layout's step report: its inputs, or a round of its check (`check`, `recheck`, `recheck<N>`
+#: from 2: fp8_report::step_inputs::check_round_word).
+REPORT = re.compile(r"^(?P<layout>.+)_(?:inputs|check|recheck|recheck[2-9]|recheck[1-9][0-9]+)_step\.json$")
 #: A row's own files kept as its log (not its reports, not its plots).
 LOG_FILES = ("gen.log", "*.json", "*.md")
 
@@ -105,7 +107,7 @@ def row_actions(regen: str, row: str, rc: int, root: str) -> list[Action]:
         log = os.path.join(here, "gen.log")
         return [("put", log, os.path.join(root, LOGS, "cut", f"{row.replace('/', '_')}.gen.log"))] if os.path.exists(log) else []
     recipe = row.rpartition("/")[0] or "blockwise"
-    new = sorted(p for p in glob.glob(os.path.join(here, "reports", "*_step.json")) if p.endswith(REPORT_ENDS))
+    new = sorted(p for p in glob.glob(os.path.join(here, "reports", "*_step.json")) if REPORT.match(os.path.basename(p)))
     if not new:
         raise LandError(f"{here}/reports: row {row} finished but brought back no step report; fix: fetch the call's files again")
     for p in new:
@@ -118,9 +120,9 @@ def row_actions(regen: str, row: str, rc: int, root: str) -> list[Action]:
             raise LandError(f"{p}: field `device`: measured on {device!r}, not an H200, whose reports make the shipped "
                             "policies; fix: keep it elsewhere (docs/device-logs/) or run the row on nvidia-h200")
     dest = os.path.join(root, reports_dir(recipe))
-    layouts = sorted({os.path.basename(p)[: -len(e)] for p in new for e in REPORT_ENDS if p.endswith(e)})
-    out: list[Action] = [("remove", os.path.join(dest, layout + end), "") for layout in layouts for end in REPORT_ENDS
-                         if os.path.exists(os.path.join(dest, layout + end))]
+    layouts = {REPORT.match(os.path.basename(p))["layout"] for p in new}
+    old = [(m["layout"], p) for p in sorted(glob.glob(os.path.join(dest, "*_step.json"))) if (m := REPORT.match(os.path.basename(p)))]
+    out: list[Action] = [("remove", p, "") for layout, p in old if layout in layouts]
     out += [("put", p, os.path.join(dest, os.path.basename(p))) for p in new]
     logs = os.path.join(root, LOGS, row)
     out += [("remove", old, "") for old in sorted(glob.glob(os.path.join(logs, "*"))) if os.path.isfile(old)]

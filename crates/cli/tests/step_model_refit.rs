@@ -23,7 +23,8 @@ fn policy(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("llama3_2_1b.json")).unwrap()).unwrap()
 }
 
-/// The layout's step report of `run` (`inputs`, `check`, `recheck`) gen-policy wrote under `dir`.
+/// The layout's step report of `run` (`inputs`, `check`, `recheck`, `recheck2`, ...) gen-policy wrote
+/// under `dir`.
 fn step_report(dir: &std::path::Path, run: &str) -> serde_json::Value {
     let f = dir.join(format!("reports/llama3_2_1b_tp1_ep1_etp1_{run}_step.json"));
     serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap()
@@ -97,7 +98,12 @@ fn a_plan_the_re_timing_measured_faster_than_bf16_is_not_moved_back_and_the_roun
     ]);
     assert!(e.contains("timing the new plans"), "{e}");
     assert!(!e.contains("(round 2 of 3)"), "{e}");
-    // The rounds' steps are one re-timing document, each count once.
+    // One re-timing round, its own document, each count once.
+    assert!(
+        !dir.path()
+            .join("reports/llama3_2_1b_tp1_ep1_etp1_recheck2_step.json")
+            .exists()
+    );
     let recheck = step_report(dir.path(), "recheck");
     let mut seen = std::collections::BTreeSet::new();
     for r in recheck["step_times"].as_array().unwrap() {
@@ -173,4 +179,59 @@ fn a_run_whose_steps_were_still_getting_faster_after_settling_is_said() {
         assert!(e.contains(&want), "{run}: {e}");
         assert_eq!(e.matches("still got faster").count(), 1, "{e}");
     }
+}
+
+#[test]
+fn each_re_timing_round_is_its_own_document_and_a_later_round_keeps_an_earlier_ones_steps() {
+    // Noisy plan steps (bands of +-40%: no plan wins or loses beyond the noise, so nothing is
+    // held or guarded) and a share that moves each time a count is timed again: the refit moves
+    // 5248's plan twice, so a second round times it again.
+    let (dir, e) = eager_ok(&[
+        ("FAKE_STEP_UNHIDDEN", "0.5"),
+        ("FAKE_STEP_UNHIDDEN_GROWTH", "-0.5"),
+        ("FAKE_STEP_PLAN_NOISE", "0.2"),
+    ]);
+    assert!(e.contains("(round 2 of 3)"), "{e}");
+    let plans_at = |run: &str, t: u64| -> Vec<String> {
+        let doc = step_report(dir.path(), run);
+        let mut seen = std::collections::BTreeSet::new();
+        let rows = doc["step_times"].as_array().unwrap();
+        for r in rows {
+            let key = (
+                r["tokens"].as_u64(),
+                r["mode"].to_string(),
+                r["fp8_groups"].to_string(),
+            );
+            assert!(seen.insert(key), "{run}: a row twice: {doc}");
+        }
+        rows.iter()
+            .filter(|r| r["mode"] == "plan" && r["tokens"].as_u64() == Some(t))
+            .map(|r| r["fp8_groups"].to_string())
+            .collect()
+    };
+    // Both rounds timed 5248, each with its own all-BF16 and plan rows, in its own document:
+    // the second round's plan did not replace the first's evidence.
+    let (first, second) = (plans_at("recheck", 5248), plans_at("recheck2", 5248));
+    assert_eq!((first.len(), second.len()), (1, 1), "{first:?} {second:?}");
+    assert_ne!(first, second);
+    // The saved rounds, read in order, remake the policy gen-policy wrote.
+    let f = |run: &str| {
+        dir.path()
+            .join(format!("reports/llama3_2_1b_tp1_ep1_etp1_{run}_step.json"))
+    };
+    assert!(!f("recheck3").exists());
+    let out = dir.path().join("again.json");
+    let m = std::process::Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+        .args(["merge-policy", "--step-model"])
+        .arg(f("inputs"))
+        .arg("--step-check")
+        .args([f("check"), f("recheck"), f("recheck2")])
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(m.status.code(), Some(0), "{}", err(&m));
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(again["rules"], policy(dir.path())["rules"]);
 }

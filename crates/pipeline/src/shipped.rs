@@ -176,13 +176,17 @@ fn step_model_reports(root: &Path, dir: &Path, model: &str) -> (Vec<PathBuf>, Ve
             [_, ep, etp, "inputs"] if ep.starts_with("ep") && etp.starts_with("etp") => {
                 inputs.push(dir.join(&n));
             }
-            [_, ep, etp, "check" | "recheck"] if ep.starts_with("ep") && etp.starts_with("etp") => {
-                checks.push(dir.join(&n));
+            [tp, ep, etp, word] if ep.starts_with("ep") && etp.starts_with("etp") => {
+                if let Some(round) = fp8_report::step_inputs::check_round(word) {
+                    checks.push(((format!("{tp}_{ep}_{etp}"), round), dir.join(&n)));
+                }
             }
             _ => {}
         }
     }
-    (inputs, checks)
+    // A layout's check rounds in round order (by name, `recheck2` would sort before `recheck`).
+    checks.sort();
+    (inputs, checks.into_iter().map(|(_, f)| f).collect())
 }
 
 /// Puts the step model's policy of each model whose layouts it measured in `recipe` (in

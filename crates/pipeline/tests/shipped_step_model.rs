@@ -370,3 +370,39 @@ fn a_recipes_shipped_file_is_its_step_model_once_its_reports_cover_the_fold() {
         "{e}"
     );
 }
+
+#[test]
+fn a_layouts_re_timing_rounds_are_read_in_round_order() {
+    // A second re-timing round (the first's steps again, 5% slower): by name it sorts before the
+    // first (`recheck2` < `recheck`), in round order it comes after.
+    let root = root_with_reports();
+    let dir = root.path().join(STEP_MODEL_DIR);
+    let f = |n: &str| dir.join(format!("llama3_2_1b_tp1_ep1_etp1_{n}_step.json"));
+    let mut doc = fp8_report::step_inputs::read_step_inputs(&f("recheck")).unwrap();
+    for s in &mut doc.step_times {
+        s.wall_ms.iter_mut().for_each(|w| *w *= 1.05);
+    }
+    std::fs::write(f("recheck2"), doc.to_json()).unwrap();
+    let mut files = Files::new();
+    let models = [repo().join("fixtures/models/llama3_2_1b.yaml")];
+    step_model_files(
+        root.path(),
+        Recipe::Blockwise,
+        &models,
+        &mut files,
+        &Notes::default(),
+    )
+    .unwrap();
+    let ours: serde_json::Value =
+        serde_json::from_slice(&files[Path::new("llama3_2_1b.json")]).unwrap();
+    let checked = |order: &[&str]| {
+        let files: Vec<PathBuf> = order.iter().map(|n| f(n)).collect();
+        let lm = fp8_pipeline::step::saved::layout_models(&[f("inputs")], &files, None, &[]);
+        let p = fp8_pipeline::step::saved::saved_policy(&lm.unwrap(), &[]).unwrap();
+        let p: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        p["provenance"]["step"]["model"][0]["check"].clone()
+    };
+    let mine = &ours["provenance"]["step"]["model"][0]["check"];
+    assert_eq!(mine, &checked(&["check", "recheck", "recheck2"]));
+    assert_ne!(mine, &checked(&["check", "recheck2", "recheck"]));
+}

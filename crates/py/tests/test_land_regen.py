@@ -34,7 +34,7 @@ def _repo(tmp_path):
     (logs / "steps.txt").write_text("qwen2_5_72b_tp1 rc=0 in 200 s\n")
     reports = repo / "reports/h200/step_model"
     reports.mkdir(parents=True)
-    for end in ("inputs", "check", "recheck"):
+    for end in ("inputs", "check", "recheck", "recheck2"):
         (reports / f"{LAYOUT}_{end}_step.json").write_text("old")
     (reports / "llama3_2_1b_tp1_ep1_etp1_check_step.json").write_text("kept")
     return repo
@@ -67,8 +67,9 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
     reports = repo / "reports/h200/step_model"
     assert (reports / f"{LAYOUT}_inputs_step.json").read_text() == _doc("new inputs")
     assert (reports / f"{LAYOUT}_check_step.json").read_text() == _doc("new check")
-    # The old run's re-timing is not read beside the new check; other layouts stay.
+    # The old run's re-timing rounds are not read beside the new check; other layouts stay.
     assert not (reports / f"{LAYOUT}_recheck_step.json").exists()
+    assert not (reports / f"{LAYOUT}_recheck2_step.json").exists()
     assert (reports / "llama3_2_1b_tp1_ep1_etp1_check_step.json").read_text() == "kept"
     assert not (reports / "qwen2_5_72b_blockwise_numerics.json").exists()
     logs = repo / "docs/device-logs/regen_shipped"
@@ -146,3 +147,18 @@ def test_another_gpus_tarball_or_report_is_refused_whole(root, tmp_path):
     assert o.returncode == 2 and "not a step report" in o.stderr
     assert (repo / "docs/device-logs/regen_shipped/steps.txt").read_text() == before
     assert (repo / f"reports/h200/step_model/{LAYOUT}_check_step.json").read_text() == "old"
+
+
+def test_every_re_timing_round_lands_and_a_plans_file_does_not(root, tmp_path):
+    repo = _repo(tmp_path)
+    rounds = {f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_{w}_step.json": _doc(w) for w in ("inputs", "check", "recheck", "recheck2", "recheck3")}
+    o = _land(root, repo, _tarball(tmp_path / "rounds.tar.gz", {
+        "regen/steps.txt": "qwen2_5_72b_tp1 rc=0 in 9 s\n", **rounds,
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_recheck2_plans_step.json": _doc("plans"),
+        f"regen/qwen2_5_72b_tp1/reports/{LAYOUT}_recheck1_step.json": _doc("not a round's name")}))
+    assert o.returncode == 0, o.stderr
+    base = repo / "reports/h200/step_model"
+    for w in ("inputs", "check", "recheck", "recheck2", "recheck3"):
+        assert (base / f"{LAYOUT}_{w}_step.json").read_text() == _doc(w)
+    assert not (base / f"{LAYOUT}_recheck2_plans_step.json").exists()
+    assert not (base / f"{LAYOUT}_recheck1_step.json").exists()

@@ -144,6 +144,12 @@ def test_a_row_whose_check_did_not_time_a_count_it_disagreed_at_again_is_made_ag
           lambda d: d.update(step_times=[r for r in d["step_times"] if (r["execution"], r["tokens"]) != (execution, tokens)]))
     o = _queue(root, fp8sel, reports)
     assert o.returncode == 1 and "did not time again" in o.stderr and f"{execution} {tokens}" in o.stderr, o.stderr
+    # A second re-timing round (its own document) timed it: the row stands again.
+    recheck = json.loads((reports / f"{BASE}_check_step.json").read_text())
+    recheck["step_times"] = [r for r in recheck["step_times"] if (r["execution"], r["tokens"]) == (execution, tokens)]
+    (reports / f"{BASE}_recheck2_step.json").write_text(json.dumps(recheck))
+    o = _queue(root, fp8sel, reports)
+    assert o.returncode == 0, o.stderr
 
 
 def test_a_row_measured_before_the_worker_settled_is_made_again(root, tmp_path, fp8sel):

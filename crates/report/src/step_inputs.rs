@@ -248,6 +248,44 @@ pub fn read_step_inputs(path: &Path) -> Result<StepInputs, ReportError> {
     parse_step_inputs(&text, path)
 }
 
+/// A layout's check as files: round 0 is `<layout>_check_step.json`, round 1 (the first
+/// re-timing) `<layout>_recheck_step.json`, round N from 2 `<layout>_recheck<N>_step.json`. Each
+/// round is its own document (its all-BF16, all-FP8 and plans timed in the same rounds), so a
+/// later round never replaces what an earlier one measured; readers take them in round order.
+pub fn check_round_word(round: usize) -> String {
+    match round {
+        0 => "check".to_owned(),
+        1 => "recheck".to_owned(),
+        n => format!("recheck{n}"),
+    }
+}
+
+/// The round a file's word names ([`check_round_word`]'s inverse; `None` for any other word,
+/// `recheck1` and `recheck02` included).
+pub fn check_round(word: &str) -> Option<usize> {
+    match word {
+        "check" => Some(0),
+        "recheck" => Some(1),
+        w => {
+            let n = w.strip_prefix("recheck")?;
+            let round: usize = n.parse().ok()?;
+            (round >= 2 && n == round.to_string()).then_some(round)
+        }
+    }
+}
+
+/// Most check rounds a reader looks for beside a layout (a bound, not a limit the tool reaches).
+pub const MAX_CHECK_ROUNDS: usize = 64;
+
+/// The check rounds of the layout `base` (`<base>_check_step.json`, ...) present under `root`, in
+/// round order, up to the first one missing.
+pub fn check_rounds_beside(root: &Path, base: &str) -> Vec<std::path::PathBuf> {
+    (0..MAX_CHECK_ROUNDS)
+        .map(|r| std::path::PathBuf::from(format!("{base}_{}_step.json", check_round_word(r))))
+        .take_while(|p| root.join(p).is_file())
+        .collect()
+}
+
 /// A whole-step row has at most this many times `rounds` rounds: the worker times a count of
 /// short steps in more rounds (`adaptive_fp8.bench.step_inputs.count_rounds`).
 pub const MAX_ROUNDS_FACTOR: usize = 3;

@@ -331,3 +331,56 @@ fn whether_the_collector_was_off_in_timed_rounds_is_read_and_older_documents_say
     let e = parse(&v).unwrap_err();
     assert!(e.contains("in.json") && e.contains("manual_gc"), "{e}");
 }
+
+#[test]
+fn check_rounds_are_named_once_and_read_in_round_order() {
+    use fp8_report::step_inputs::{check_round, check_round_word, check_rounds_beside};
+    assert_eq!(
+        (0..4).map(check_round_word).collect::<Vec<_>>(),
+        ["check", "recheck", "recheck2", "recheck3"]
+    );
+    for w in [
+        "recheck1",
+        "recheck0",
+        "recheck02",
+        "recheck+2",
+        "inputs",
+        "checks",
+        "",
+    ] {
+        assert_eq!(check_round(w), None, "{w}");
+    }
+    // Beside a layout: round order (by name `recheck2` sorts before `recheck`), up to a gap.
+    let dir = tempfile::tempdir().unwrap();
+    for w in ["check", "recheck", "recheck2", "recheck4"] {
+        std::fs::write(dir.path().join(format!("x_tp1_{w}_step.json")), "{}").unwrap();
+    }
+    let found: Vec<String> = check_rounds_beside(dir.path(), "x_tp1")
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "x_tp1_check_step.json",
+            "x_tp1_recheck_step.json",
+            "x_tp1_recheck2_step.json"
+        ]
+    );
+}
+
+proptest! {
+    #[test]
+    fn a_check_rounds_word_reads_back_as_its_round(round in 0usize..100_000) {
+        use fp8_report::step_inputs::{check_round, check_round_word};
+        prop_assert_eq!(check_round(&check_round_word(round)), Some(round));
+    }
+
+    #[test]
+    fn any_word_read_as_a_round_is_that_rounds_word(word in "[a-z0-9]{0,12}") {
+        use fp8_report::step_inputs::{check_round, check_round_word};
+        if let Some(r) = check_round(&word) {
+            prop_assert_eq!(check_round_word(r), word);
+        }
+    }
+}

@@ -76,14 +76,18 @@ pub(super) fn by_order(root: &Path, docs: &[(String, Value)]) -> Result<String, 
         let read = |end: &str| read_step_inputs(&root.join(format!("{base}{end}")));
         let inputs = read(INPUTS).map_err(|e| e.to_string())?;
         let check = read("_check_step.json").map_err(|e| e.to_string())?;
-        let again: BTreeSet<(String, u64)> = read("_recheck_step.json")
-            .map(|d| {
-                d.step_times
-                    .iter()
-                    .map(|s| (s.execution.to_string(), s.tokens))
-                    .collect()
+        // Every re-timing round's counts (round 1 on; the rounds are consecutive files).
+        let again: BTreeSet<(String, u64)> = (1..fp8_report::step_inputs::MAX_CHECK_ROUNDS)
+            .map_while(|r| {
+                read(&format!(
+                    "_{}_step.json",
+                    fp8_report::step_inputs::check_round_word(r)
+                ))
+                .ok()
             })
-            .unwrap_or_default();
+            .flat_map(|d| d.step_times)
+            .map(|s| (s.execution.to_string(), s.tokens))
+            .collect();
         let mut order: Vec<(String, u64)> = Vec::new();
         for s in &check.step_times {
             let k = (s.execution.to_string(), s.tokens);

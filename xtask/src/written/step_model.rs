@@ -11,16 +11,12 @@ use serde_json::Value;
 pub(super) const INPUTS: &str = "_inputs_step.json";
 
 /// The policy today's tool makes of one layout's committed measurements (`file`, relative to
-/// `root`) and the checks beside it (`_check_step.json`, `_recheck_step.json`), as
+/// `root`) and the check rounds beside it (`_check_step.json`, `_recheck_step.json`, ...), as
 /// `fp8sel merge-policy --step-model FILE --step-check ...` writes it: the table then says what
 /// the tool as it stands predicts, not what it predicted when the row ran.
 pub(super) fn refit(root: &std::path::Path, file: &str) -> Result<Value, String> {
     let base = file.trim_end_matches(INPUTS);
-    let checks: Vec<std::path::PathBuf> = ["_check_step.json", "_recheck_step.json"]
-        .iter()
-        .map(|end| std::path::PathBuf::from(format!("{base}{end}")))
-        .filter(|p| root.join(p).is_file())
-        .collect();
+    let checks = fp8_report::step_inputs::check_rounds_beside(root, base);
     let layouts =
         fp8_pipeline::step::saved::layout_models(&[file.into()], &checks, Some(root), &[])
             .map_err(|e| format!("{file}: {e}"))?;

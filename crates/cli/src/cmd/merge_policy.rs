@@ -41,9 +41,10 @@ pub struct Args {
     /// executions its inputs timed.
     #[arg(long, num_args = 1.., conflicts_with_all = ["reports", "output_dir", "step", "margin", "trainer", "host_floor_ms", "fp8_pad", "host_profile", "shared_key", "component", "allow_mixed"], requires = "output", value_name = "INPUTS")]
     pub step_model: Vec<PathBuf>,
-    /// With --step-model: the step model's checks of those layouts (<model>_tp*_check_step.json,
-    /// *_recheck_step.json), compared with the model again; a plan they measured slower than BF16
-    /// moves its keys above that count.
+    /// With --step-model: the step model's checks of those layouts, each layout's rounds in order
+    /// (<model>_tp*_check_step.json, then its re-timings *_recheck_step.json, *_recheck2_step.json,
+    /// ...), compared with the model again; a plan they measured slower than BF16 moves its keys
+    /// above that count.
     #[arg(long, num_args = 1.., requires = "step_model", value_name = "CHECK")]
     pub step_check: Vec<PathBuf>,
     /// Step benchmark results to make the policy from instead of reports (`python -m

@@ -280,8 +280,9 @@ fn moved_again(lm: &LayoutModel, docs: &[StepInputs]) -> Vec<(Execution, u64, Ve
 
 impl Layout<'_> {
     /// The re-timing ([`to_time_again`]), then up to [`RETIME_ROUNDS`] in all while the refit
-    /// of what was timed moves a plan again: `[check, recheck]`, the rounds' steps in one
-    /// document (`<layout>_recheck_step.json`: a count timed again replaces its rows).
+    /// of what was timed moves a plan again: `[check, recheck, recheck2, ...]`, each round its
+    /// own document (`fp8_report::step_inputs::check_round_word`), so a round never replaces
+    /// what an earlier one measured (a plan measured ahead or behind stays in the evidence).
     fn retime(
         &self,
         lm: &LayoutModel,
@@ -305,30 +306,12 @@ impl Layout<'_> {
                 break;
             }
             let refs: Vec<&(Execution, u64, Vec<String>)> = asked.iter().collect();
-            let Some(again) = self.time_plans("recheck", &refs, worker, outcome)? else {
+            let word = fp8_report::step_inputs::check_round_word(round);
+            let Some(again) = self.time_plans(&word, &refs, worker, outcome)? else {
                 break;
             };
-            let json = self.json("_recheck");
-            match docs.get_mut(1) {
-                None => {
-                    outcome.reports.push(json);
-                    docs.push(again);
-                }
-                Some(recheck) => {
-                    let timed: BTreeSet<(Execution, u64)> = again
-                        .step_times
-                        .iter()
-                        .map(|s| (s.execution, s.tokens))
-                        .collect();
-                    recheck
-                        .step_times
-                        .retain(|s| !timed.contains(&(s.execution, s.tokens)));
-                    recheck.step_times.extend(again.step_times);
-                    recheck.notes.extend(again.notes);
-                    fp8_io::write_atomic(&json, recheck.to_json().as_bytes())
-                        .map_err(|e| e.to_string())?;
-                }
-            }
+            outcome.reports.push(self.json(&format!("_{word}")));
+            docs.push(again);
             asked = moved_again(lm, &docs);
             if !asked.is_empty() && round < RETIME_ROUNDS {
                 let counts: Vec<String> =
@@ -344,7 +327,7 @@ impl Layout<'_> {
         Ok(docs)
     }
 
-    /// One round of the check (`round`: check or recheck): `asked` timed by the served worker
+    /// One round of the check (`round`: its word, `check_round_word`): `asked` timed by the served worker
     /// into `<layout>_<round>_step.json`; `None` (with a note) where the time limit left no
     /// count of it.
     fn time_plans(

@@ -9,7 +9,8 @@ fast as BF16 (a plan behind all-FP8). With FAKE_STEP_UNHIDDEN=<share> every step
 between 4096 and 16384 tokens (the calibrated counts of the default sweep excluded) leaves that
 share of the smaller of its host and GPU times unhidden (an overlap the calibration did not see);
 with FAKE_STEP_UNHIDDEN_GROWTH=<g> that share moves by g (to no less than 0) each time a check
-times the count again. With FAKE_STEP_CHECK_COLD=<count> the first check that times that count
+times the count again; with FAKE_STEP_PLAN_NOISE=<x> a check's plan rows spread by +-2x over their
+rounds (a band no plan wins or loses beyond). With FAKE_STEP_CHECK_COLD=<count> the first check that times that count
 measures every mode there 30% slower (a cold start); timed again, it runs as the rules say. With
 FAKE_STEP_UNSETTLED=<run> (inputs, check or recheck) that run's document records settling that
 stopped at its bound with the steps still getting faster (the real worker's `settled`); every
@@ -132,7 +133,11 @@ def one(a) -> None:
         if a.check and 4096 < t < 16384:
             grown = float(os.environ.get("FAKE_STEP_UNHIDDEN_GROWTH", "0")) * TIMED.get((execution, t), 0)
             w += max(0.0, float(os.environ.get("FAKE_STEP_UNHIDDEN", "0")) + grown) * min(h, g)
-        return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": [w * j for j in jitter],
+        rounds = [w * j for j in jitter]
+        if mode == "plan" and a.check and os.environ.get("FAKE_STEP_PLAN_NOISE"):
+            x = float(os.environ["FAKE_STEP_PLAN_NOISE"])
+            rounds = [w * (1.0 + x * (2 - i)) for i in range(ROUNDS)]
+        return {"execution": execution, "tokens": t, "mode": mode, "fp8_groups": on, "wall_ms": rounds,
                 "host_ms": None if mode == "plan" else h, "gpu_ms": None if mode == "plan" else g}
 
     if a.check:
