@@ -113,7 +113,7 @@ named=0
 # not timed again).
 done_row() {
   # Made on this machine by an earlier call: done when it finished (a row cut by its call's
-  # budget runs again, from the start).
+  # budget runs again, from its inputs where they were measured: gen-policy --resume).
   [ -e "$W/$1/gen.log" ] && { grep -q "^$1 rc=0 " "$W/steps.txt" 2>/dev/null; return; }
   [ -e "$D/$1/gen.log" ] || return 1
   python3 scripts/device/regen_queue.py "$1" --fp8sel "$FP8SEL" --work "$W"
@@ -141,9 +141,14 @@ for row in "${ROWS[@]}"; do
   [ "$need" -gt $(( ${BUDGET:-560} - 30 )) ] && need=$(( ${BUDGET:-560} - 30 ))
   [ "$(left)" -lt "$need" ] && { echo "$row: next call ($(left) s left)"; continue; }
   mkdir -p "$W/$row"
+  # A row an earlier call on this machine cut (its last line not rc=0) goes on from its inputs
+  # (`gen-policy --resume`: they are reused where complete and measured as this run would).
+  resume=()
+  last=$(grep "^$row rc=" "$W/steps.txt" 2>/dev/null | tail -1)
+  case $last in "" | *" rc=0 "*) ;; *) resume=(--resume) ;; esac
   t1=$(date +%s)
   timeout $(( $(left) - 5 )) "$FP8SEL" gen-policy --model "fixtures/models/$model.yaml" --tp "$tp" "${part[@]}" \
-    --recipe "$recipe" --out "$W/$row" > "$W/$row/gen.log" 2>&1
+    --recipe "$recipe" --out "$W/$row" "${resume[@]}" > "$W/$row/gen.log" 2>&1
   echo "$row rc=$? in $(( $(date +%s) - t1 )) s" | tee -a "$W/steps.txt"
   grep -E "modelled|disagree|Error|error:" "$W/$row/gen.log" | cut -c1-200 | head -4
   tar -C /tmp --exclude='*.svg' -czf "$OUT/regen_shipped.tar.gz" regen

@@ -17,6 +17,7 @@ mod committed;
 mod mix;
 mod model;
 pub mod plot;
+mod resume;
 pub mod saved;
 mod serve;
 mod vision;

@@ -192,6 +192,12 @@ pub struct Args {
     /// policy's provenance and <model>.md). About 10% more time (the 64-expert MoE: 11 s).
     #[arg(long)]
     pub check_anchor: bool,
+    /// --backend step: a layout whose inputs an earlier run of this command left in the reports
+    /// folder (stopped by --time-limit or cut while checking) reuses them and runs its check,
+    /// instead of measuring them again; refused where they were measured otherwise (another
+    /// sweep, layout, recipe or GPU). A layout without them is measured.
+    #[arg(long)]
+    pub resume: bool,
     /// --backend step: the run's wall-clock bound in seconds. At it the worker is stopped and
     /// the policy is written from the counts it finished (each saved as it ends); refinements
     /// and layouts not begun are skipped, with a note. [default: none]
@@ -325,6 +331,12 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         component: args.component,
     };
     let backend = resolve_backend(args, progress)?;
+    if args.resume && args.step_tuner != "model" {
+        return Err(CliError::input(
+            "--resume reuses the step model's inputs, and the oracle measures none; fix: leave \
+             out --resume or --step-tuner oracle",
+        ));
+    }
     if !args.recipes.is_empty() && backend == "step" && args.step_tuner != "model" {
         return Err(CliError::input(
             "--recipes chooses each module's recipe with the step model, not the oracle; fix: \
@@ -392,6 +404,7 @@ fn step_job(
         manual_gc: args.manual_gc,
         image_tokens: args.image_tokens,
         anchor: args.check_anchor,
+        resume: args.resume,
     };
     let started = std::time::Instant::now();
     let say = |line: &str| progress.say(line);
@@ -425,6 +438,7 @@ fn step_flags(args: &Args) -> Vec<String> {
         (args.time_limit.is_some(), "--time-limit"),
         (args.manual_gc, "--manual-gc"),
         (args.check_anchor, "--check-anchor"),
+        (args.resume, "--resume"),
         (
             args.image_tokens != fp8_pipeline::step::IMAGE_TOKENS,
             "--image-tokens",

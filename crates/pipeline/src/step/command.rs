@@ -60,6 +60,9 @@ pub struct StepJob {
     /// (`fp8_merge::model::timed_in_inputs`): the step's own repeatability where it is most
     /// host-bound, recorded beside the model's error.
     pub anchor: bool,
+    /// A layout's inputs an earlier run left (`<layout>_inputs_step.json`, measured as this job
+    /// asks) are reused and only its check runs (`--resume`).
+    pub resume: bool,
 }
 
 /// Tokens of one image by default: a 512 x 512 image at patch 16 (the workers' default too).
@@ -231,13 +234,23 @@ pub(super) fn inputs_command(
     p: fp8_engine::Parallel,
     json: &Path,
 ) -> Vec<String> {
+    let mut a = inputs_args(o, job, config, p);
+    a.extend(["--json".to_owned(), json.display().to_string()]);
+    a
+}
+
+/// [`inputs_command`] without its `--json`: what a resumed layout's first check runs with.
+pub(super) fn inputs_args(
+    o: &GenOptions,
+    job: &StepJob,
+    config: &Path,
+    p: fp8_engine::Parallel,
+) -> Vec<String> {
     let mut a = layout_args("adaptive_fp8.bench.step_inputs", o, job, config, p);
     a.extend(layer_args(job));
     a.extend([
         "--recipe".to_owned(),
         o.measure.recipe.recipe().name().to_owned(),
-        "--json".to_owned(),
-        json.display().to_string(),
     ]);
     if let Some(r) = &o.config_root {
         a.extend(["--config-root".to_owned(), r.display().to_string()]);
@@ -294,6 +307,7 @@ pub(super) fn test_job() -> StepJob {
         manual_gc: false,
         image_tokens: IMAGE_TOKENS,
         anchor: false,
+        resume: false,
     }
 }
 
@@ -404,6 +418,7 @@ mod tests {
             manual_gc: false,
             image_tokens: IMAGE_TOKENS,
             anchor: false,
+            resume: false,
         };
         let layouts: Vec<_> = [1, 4, 2]
             .map(|tp| fp8_engine::Parallel::new(tp, 1, tp, 1))

@@ -11,8 +11,8 @@ use fp8_policy::Execution;
 use fp8_report::step_inputs::{PlannedStep, StepInputs, StepMode, StepPlans, read_step_inputs};
 
 use super::Layout;
-use super::command::{command, inputs_command};
-use super::serve::Served;
+use super::command::{command, inputs_args, inputs_command};
+use super::serve::{Served, Worker};
 use super::worker::{WorkerEnd, run_worker};
 use crate::generate::GenOutcome;
 
@@ -27,30 +27,24 @@ impl Layout<'_> {
         let (job, p, model) = (self.job, self.p, self.model);
         let at = format!("{model} {p}");
         let json = self.json("_inputs");
-        say(&format!(
-            "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at the smallest, second-smallest, middle and largest, {}",
-            job.tokens.len(),
-            job.executions
-                .iter()
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ));
-        let args = inputs_command(self.o, job, self.config, p, &json);
-        // One worker for the inputs and the checks (TE's import and the CUDA start once).
-        let (mut worker, end) = Served::start(&self.o.python, &args, self.clock, &json)?;
-        let inputs = match (end, read_step_inputs(&json)) {
-            (_, Ok(d)) => d,
-            (WorkerEnd::Stopped, Err(_)) => {
-                outcome.notes.push(format!(
-                    "{at}: not modelled, the time limit ran out while its inputs were measured"
-                ));
-                return Ok(None);
+        let resumed = if job.resume {
+            self.resumable(&json, say)?
+        } else {
+            None
+        };
+        let (mut worker, inputs) = match resumed {
+            Some(d) => {
+                let args = inputs_args(self.o, job, self.config, p);
+                (Worker::Later(self.o.python.clone(), args), d)
             }
-            (WorkerEnd::Finished, Err(e)) => return Err(e.to_string()),
+            None => {
+                let Some((w, d)) = self.measure(&json, say, outcome)? else {
+                    return Ok(None);
+                };
+                (Worker::Up(w), d)
+            }
         };
         outcome.reports.push(json.clone());
-        outcome.notes.extend(unsettled(&at, "inputs", &inputs));
         for f in &inputs.failed {
             outcome.notes.push(format!(
                 "{at}: {} at {}: not timed: {}",
@@ -94,11 +88,46 @@ impl Layout<'_> {
         Ok(Some(lm))
     }
 
+    /// The layout's inputs measured by a served worker (kept up for its checks) into `json`;
+    /// `None` (with a note) where the time limit ran out first.
+    fn measure(
+        &self,
+        json: &Path,
+        say: &dyn Fn(&str),
+        outcome: &mut GenOutcome,
+    ) -> Result<Option<(Served, StepInputs)>, String> {
+        let (job, at) = (self.job, format!("{} {}", self.model, self.p));
+        say(&format!(
+            "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at the smallest, second-smallest, middle and largest, {}",
+            job.tokens.len(),
+            job.executions
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+        let args = inputs_command(self.o, job, self.config, self.p, json);
+        // One worker for the inputs and the checks (TE's import and the CUDA start once).
+        let (worker, end) = Served::start(&self.o.python, &args, self.clock, json)?;
+        let inputs = match (end, read_step_inputs(json)) {
+            (_, Ok(d)) => d,
+            (WorkerEnd::Stopped, Err(_)) => {
+                outcome.notes.push(format!(
+                    "{at}: not modelled, the time limit ran out while its inputs were measured"
+                ));
+                return Ok(None);
+            }
+            (WorkerEnd::Finished, Err(e)) => return Err(e.to_string()),
+        };
+        outcome.notes.extend(unsettled(&at, "inputs", &inputs));
+        Ok(Some((worker, inputs)))
+    }
+
     /// The check, and one re-timing of the counts where it disagreed with the model.
     fn check(
         &self,
         lm: &mut LayoutModel,
-        worker: &mut Served,
+        worker: &mut Worker,
         say: &dyn Fn(&str),
         outcome: &mut GenOutcome,
     ) -> Result<(), String> {
@@ -289,7 +318,7 @@ impl Layout<'_> {
         first: StepInputs,
         plans: &[(Execution, u64, Vec<String>)],
         say: &dyn Fn(&str),
-        worker: &mut Served,
+        worker: &mut Worker,
         outcome: &mut GenOutcome,
     ) -> Result<Vec<StepInputs>, String> {
         let at = format!("{} {}", self.model, self.p);
@@ -334,7 +363,7 @@ impl Layout<'_> {
         &self,
         round: &str,
         asked: &[&(Execution, u64, Vec<String>)],
-        worker: &mut Served,
+        worker: &mut Worker,
         outcome: &mut GenOutcome,
     ) -> Result<Option<StepInputs>, String> {
         let at = format!("{} {}", self.model, self.p);
@@ -348,6 +377,12 @@ impl Layout<'_> {
         let end = worker.check(&plans_file, &json, self.clock)?;
         match read_step_inputs(&json) {
             Ok(d) => {
+                if self.job.resume {
+                    // Reused inputs: this check must have run where they were measured.
+                    let inputs = self.json("_inputs");
+                    let i = read_step_inputs(&inputs).map_err(|e| e.to_string())?;
+                    super::resume::same_gpu(&i, &inputs, &d)?;
+                }
                 outcome.notes.extend(unsettled(&at, round, &d));
                 Ok(Some(d))
             }

@@ -159,6 +159,48 @@ impl Served {
     }
 }
 
+/// A layout's worker: served from its inputs on, or (a resumed layout, whose inputs an earlier
+/// run measured) started by its first check.
+pub(super) enum Worker {
+    /// Running.
+    Up(Served),
+    /// Not started: the interpreter and the inputs' arguments without `--json`.
+    Later(String, Vec<String>),
+}
+
+impl Worker {
+    /// [`Served::check`]; a worker not started yet starts with this check as its first document.
+    pub(super) fn check(
+        &mut self,
+        plans: &Path,
+        json: &Path,
+        clock: &Clock,
+    ) -> Result<WorkerEnd, String> {
+        match self {
+            Worker::Up(s) => s.check(plans, json, clock),
+            Worker::Later(python, args) => {
+                let mut a = args.clone();
+                a.extend([
+                    "--check".to_owned(),
+                    plans.display().to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                ]);
+                let (s, end) = Served::start(python, &a, clock, json)?;
+                *self = Worker::Up(s);
+                Ok(end)
+            }
+        }
+    }
+
+    /// [`Served::end`], where it started.
+    pub(super) fn end(self) {
+        if let Worker::Up(s) = self {
+            s.end();
+        }
+    }
+}
+
 impl Drop for Served {
     /// A worker left behind by an error path is not left running.
     fn drop(&mut self) {
@@ -200,6 +242,21 @@ mod tests {
             t.elapsed() < EXIT_GRACE,
             "it exited at the end of its input"
         );
+    }
+
+    #[test]
+    fn a_worker_started_later_runs_its_first_check_as_its_first_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        let clock = Clock::start(None);
+        // ECHO writes the argument before `--serve`: here the check's `--json`.
+        let mut w = Worker::Later("python3".into(), vec!["-c".into(), ECHO.into()]);
+        let plans = dir.path().join("plans.json");
+        assert_eq!(w.check(&plans, &a, &clock).unwrap(), WorkerEnd::Finished);
+        assert!(a.exists() && matches!(w, Worker::Up(_)));
+        assert_eq!(w.check(&plans, &b, &clock).unwrap(), WorkerEnd::Finished);
+        assert!(b.exists());
+        w.end();
     }
 
     #[test]
