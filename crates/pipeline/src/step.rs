@@ -244,6 +244,15 @@ struct Layout<'a> {
     tag: String,
 }
 
+/// Executions as a line says them: `eager and graphed`.
+fn spoken(executions: &[Execution]) -> String {
+    executions
+        .iter()
+        .map(|e| e.name())
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
 impl Layout<'_> {
     fn json(&self, tail: &str) -> PathBuf {
         let p = self.p;
@@ -264,11 +273,7 @@ impl Layout<'_> {
         say(&format!(
             "{model} {p}: the step over {} token count(s), {}",
             job.tokens.len(),
-            job.executions
-                .iter()
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join(" and ")
+            spoken(&job.executions)
         ));
         let end = run_worker(
             &self.o.python,

@@ -100,11 +100,7 @@ impl Layout<'_> {
         say(&format!(
             "{at}: the step model's inputs: each module group alone at {} count(s), whole steps at the smallest, second-smallest, middle and largest, {}",
             job.tokens.len(),
-            job.executions
-                .iter()
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join(" and ")
+            super::spoken(&job.executions)
         ));
         let args = inputs_command(self.o, job, self.config, self.p, json);
         // One worker for the inputs and the checks (TE's import and the CUDA start once).
