@@ -2,13 +2,15 @@
 # A new user's path on the H200, for two models written here from public dimensions (in no
 # fixture of the repository): the plain `fp8sel gen-policy --model M --tp 1` (on a GPU with TE
 # it measures this machine's host profile first), `fp8sel check`, then the Megatron judge
-# (upstream GPTModel, eager steps, 21 interleaved rounds) of that policy against BF16 and all-FP8.
+# (upstream GPTModel, eager steps, 21 interleaved rounds, 2 layers) of that policy against BF16
+# and all-FP8 at 1536, 3072 and 6144 tokens: counts the default sweep (1024-16384 in powers of two)
+# made no policy at.
 # After the TE install (../shared/tools/te-device), one call per phase, back to back:
 #   bash scripts/device/own_model.sh gen      # both policies (+ the judge of the dense model)
 #   bash scripts/device/own_model.sh moe      # the judge of the MoE model
 #   bash scripts/device/own_model.sh graphed  # both judged in CUDA-graphed steps (2 layers; the
-#                                             # dense at 1024-6144, the MoE at 1024-3072), with the
-#                                             # policies of `gen` carried in devcarry/own_model/
+#                                             # dense at 1536-6144, the MoE at 1536 and 3072), with
+#                                             # the policies of `gen` carried in devcarry/own_model/
 #   bash scripts/device/own_model.sh script   # a Megatron-LM launch script (Mistral-NeMo-12B's
 #       public dimensions, TP 1, 4096 tokens) as the model: the plain `fp8sel gen-policy --model
 #       train.sh` (no --tp: the script's TP first, the others while --time-limit lasts), then
@@ -54,7 +56,7 @@ gen() {  # name: the plain command, timed, then check at the judged layout
 }
 judge() {  # name, timeout, layers[, execution[, counts]]
   local m=$1 t=$2 layers=$3 ex=${4:-eager}
-  local tag=$m tokens=${5:-1024,2048,4096}; [ "$ex" = eager ] || tag=${m}_$ex
+  local tag=$m tokens=${5:-1536,3072,6144}; [ "$ex" = eager ] || tag=${m}_$ex
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
     --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
     --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
@@ -112,7 +114,7 @@ script-graphed)
 gen)
   gen Qwen2.5-14B
   gen Qwen1.5-MoE-A2.7B
-  judge Qwen2.5-14B 330 4
+  judge Qwen2.5-14B 300 2
   ;;
 moe)
   judge Qwen1.5-MoE-A2.7B 500 2
@@ -122,8 +124,8 @@ graphed)
   cp devcarry/own_model/*.json "$W/policies/"
   # Two layers: four modes' 4-layer 14B models with their graphs ran out of an H100's 80 GB at
   # 2048 (docs/device-logs/h100/own_model/graphed/).
-  judge Qwen2.5-14B 240 2 graphed 1024,2048,3072,6144
-  judge Qwen1.5-MoE-A2.7B 330 2 graphed 1024,2048,3072
+  judge Qwen2.5-14B 240 2 graphed 1536,3072,6144
+  judge Qwen1.5-MoE-A2.7B 330 2 graphed 1536,3072
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" om
