@@ -138,7 +138,7 @@ impl Layout<'_> {
         let timed = if asked.is_empty() {
             None
         } else {
-            match self.time_plans("check", &asked, worker, outcome)? {
+            match self.time_plans("check", &asked, &lm.inputs, worker, outcome)? {
                 Some(d) => Some(d),
                 None => return Ok(()),
             }
@@ -332,7 +332,7 @@ impl Layout<'_> {
             }
             let refs: Vec<&(Execution, u64, Vec<String>)> = asked.iter().collect();
             let word = fp8_report::step_inputs::check_round_word(round);
-            let Some(again) = self.time_plans(&word, &refs, worker, outcome)? else {
+            let Some(again) = self.time_plans(&word, &refs, &lm.inputs, worker, outcome)? else {
                 break;
             };
             outcome.reports.push(self.json(&format!("_{word}")));
@@ -352,13 +352,15 @@ impl Layout<'_> {
         Ok(docs)
     }
 
-    /// One round of the check (`round`: its word, `check_round_word`): `asked` timed by the served worker
-    /// into `<layout>_<round>_step.json`; `None` (with a note) where the time limit left no
-    /// count of it.
+    /// One round of the check (`round`: its word, `check_round_word`): `asked` timed by the
+    /// served worker into `<layout>_<round>_step.json`; `None` (with a note) where the time limit
+    /// left no count of it. A worker this round starts (a resumed layout's) must run on the GPU
+    /// that measured `inputs`.
     fn time_plans(
         &self,
         round: &str,
         asked: &[&(Execution, u64, Vec<String>)],
+        inputs: &StepInputs,
         worker: &mut Worker,
         outcome: &mut GenOutcome,
     ) -> Result<Option<StepInputs>, String> {
@@ -370,14 +372,12 @@ impl Layout<'_> {
         let plans_file = self.json(&format!("_{round}_plans"));
         write_plans(&plans_file, asked)?;
         let json = self.json(&format!("_{round}"));
+        let starts = matches!(worker, Worker::Later(..));
         let end = worker.check(&plans_file, &json, self.clock)?;
         match read_step_inputs(&json) {
             Ok(d) => {
-                if self.job.resume {
-                    // Reused inputs: this check must have run where they were measured.
-                    let inputs = self.json("_inputs");
-                    let i = read_step_inputs(&inputs).map_err(|e| e.to_string())?;
-                    super::resume::same_gpu(&i, &inputs, &d)?;
+                if starts {
+                    super::resume::same_gpu(inputs, &self.json("_inputs"), &d)?;
                 }
                 outcome.notes.extend(unsettled(&at, round, &d));
                 Ok(Some(d))
