@@ -45,6 +45,7 @@ impl Layout<'_> {
             }
         };
         outcome.reports.push(json.clone());
+        outcome.notes.extend(unsettled(&at, "inputs", &inputs));
         for f in &inputs.failed {
             outcome.notes.push(format!(
                 "{at}: {} at {}: not timed: {}",
@@ -115,7 +116,6 @@ impl Layout<'_> {
             }
             (WorkerEnd::Finished, Err(e)) => return Err(e.to_string()),
         };
-        outcome.notes.extend(unsettled(&at, "inputs", &inputs));
         Ok(Some((worker, inputs)))
     }
 
