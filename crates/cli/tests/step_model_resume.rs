@@ -103,3 +103,24 @@ fn inputs_measured_otherwise_are_refused_naming_the_file_the_field_and_the_fix()
         err(&o)
     );
 }
+
+#[test]
+fn a_resumed_layout_still_says_where_its_inputs_settling_stopped_getting_faster() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("FAKE_STEP_UNSETTLED", "inputs")];
+    let mut args = EAGER.to_vec();
+    let first = common::gen_with_stand_ins(dir.path(), &args, &env);
+    assert_eq!(first.status.code(), Some(0), "{}", err(&first));
+    args.push("--resume");
+    let again = common::gen_with_stand_ins(dir.path(), &args, &[]);
+    let e = err(&again);
+    assert_eq!(again.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains("--resume: the inputs an earlier run measured"),
+        "{e}"
+    );
+    assert!(
+        e.contains("the inputs's steps still got faster after 12.1 s of settling"),
+        "{e}"
+    );
+}
