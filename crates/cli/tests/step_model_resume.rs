@@ -12,9 +12,14 @@ const EAGER: [&str; 6] = ["--backend", "step", "--tp", "1", "--execution", "eage
 const INPUTS: &str = "reports/llama3_2_1b_tp1_ep1_etp1_inputs_step.json";
 
 fn run(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    run_with(dir, extra, &[])
+}
+
+/// [`run`] with the stand-in's `env`.
+fn run_with(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut args = EAGER.to_vec();
     args.extend_from_slice(extra);
-    common::gen_with_stand_ins(dir, &args, &[])
+    common::gen_with_stand_ins(dir, &args, env)
 }
 
 fn rules(dir: &std::path::Path) -> serde_json::Value {
@@ -107,12 +112,9 @@ fn inputs_measured_otherwise_are_refused_naming_the_file_the_field_and_the_fix()
 #[test]
 fn a_resumed_layout_still_says_where_its_inputs_settling_stopped_getting_faster() {
     let dir = tempfile::tempdir().unwrap();
-    let env = [("FAKE_STEP_UNSETTLED", "inputs")];
-    let mut args = EAGER.to_vec();
-    let first = common::gen_with_stand_ins(dir.path(), &args, &env);
+    let first = run_with(dir.path(), &[], &[("FAKE_STEP_UNSETTLED", "inputs")]);
     assert_eq!(first.status.code(), Some(0), "{}", err(&first));
-    args.push("--resume");
-    let again = common::gen_with_stand_ins(dir.path(), &args, &[]);
+    let again = run(dir.path(), &["--resume"]);
     let e = err(&again);
     assert_eq!(again.status.code(), Some(0), "{e}");
     assert!(

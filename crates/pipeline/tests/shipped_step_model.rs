@@ -26,6 +26,11 @@ impl fp8_bench::driver::Progress for Notes {
 }
 impl fp8_pipeline::progress::Progress for Notes {}
 
+/// The blockwise step-model files of `models` from `root`'s reports, into `files` (notes dropped).
+fn blockwise_files(root: &Path, models: &[PathBuf], files: &mut Files) {
+    step_model_files(root, Recipe::Blockwise, models, files, &Notes::default()).unwrap();
+}
+
 /// A root whose step-model folder holds Llama-3.2-1B's TP 1 reports from the H200 (and a file
 /// of another kind, which is not read).
 fn root_with_reports() -> tempfile::TempDir {
@@ -215,14 +220,7 @@ fn a_vlms_vision_encoder_from_the_step_model_replaces_its_fold_beside_its_langua
     };
     let run = |root: &tempfile::TempDir| {
         let mut files = folded();
-        step_model_files(
-            root.path(),
-            Recipe::Blockwise,
-            &models,
-            &mut files,
-            &Notes::default(),
-        )
-        .unwrap();
+        blockwise_files(root.path(), &models, &mut files);
         files
     };
     let text = |f: &Files, n: &Path| String::from_utf8(f[n].clone()).unwrap();
@@ -385,14 +383,7 @@ fn a_layouts_re_timing_rounds_are_read_in_round_order() {
     std::fs::write(f("recheck2"), doc.to_json()).unwrap();
     let mut files = Files::new();
     let models = [repo().join("fixtures/models/llama3_2_1b.yaml")];
-    step_model_files(
-        root.path(),
-        Recipe::Blockwise,
-        &models,
-        &mut files,
-        &Notes::default(),
-    )
-    .unwrap();
+    blockwise_files(root.path(), &models, &mut files);
     let ours: serde_json::Value =
         serde_json::from_slice(&files[Path::new("llama3_2_1b.json")]).unwrap();
     let checked = |order: &[&str]| {
