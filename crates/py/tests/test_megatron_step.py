@@ -470,3 +470,21 @@ def test_the_recipe_each_fp8_module_ran_is_read_from_te():
     model = NS(named_modules=lambda: mods)
     judge = object.__new__(ms.Judge)
     assert judge.recipes(model) == {"a.linear_fc1": "Float8CurrentScaling", "a.linear_fc2": "Float8BlockScaling"}
+
+
+def test_a_count_out_of_gpu_memory_says_what_frees_it_in_each_judge():
+    """Each judge's out-of-memory row names what frees memory there, in flags its command takes:
+    the Megatron judge builds a count's models for that count, so fewer counts per run free
+    nothing there, and fewer modes do."""
+    import re
+
+    from adaptive_fp8.bench import step_bench as sb
+
+    known = {o for a in sb.parser()._actions for o in a.option_strings}
+    OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
+    for fix in (sb.OOM_FIX, ms.MEGATRON_OOM_FIX):
+        named = re.findall(r"--[a-z][a-z-]*", fix)
+        assert named and set(named) <= known, (fix, set(named) - known)
+        row = sb.failed_row(6144, "graphed", OutOfMemoryError("CUDA out of memory."), fix)
+        assert row["error"] == f"OutOfMemoryError: CUDA out of memory.; {fix}"
+    assert "--policy" in ms.MEGATRON_OOM_FIX and "--tokens" not in ms.MEGATRON_OOM_FIX

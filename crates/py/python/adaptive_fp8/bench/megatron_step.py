@@ -64,6 +64,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     plan_name,
     summarize_modes,
 )
+from adaptive_fp8.bench.step_common import failed_row
 from adaptive_fp8.bench.step_spec import StepBenchError
 from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 
@@ -391,12 +392,18 @@ def run(args, log=print, progress=None) -> dict:
                     raise
                 except Exception as e:  # a build, capture or kernel failure is a result row, not a crash
                     log(f"  tokens {tokens} {execution}: {type(e).__name__}: {e}", file=sys.stderr)
-                    results.append({"tokens": tokens, "execution": execution, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                    results.append(failed_row(tokens, execution, e, MEGATRON_OOM_FIX))
                 finally:
                     judge.release_graphs(execution)
                 if progress:
                     progress(snapshot(False))
     return snapshot(True)
+
+
+#: What frees memory in the Megatron judge: a count's models are built for it and freed after it.
+MEGATRON_OOM_FIX = ("fix: fewer --layers, one --policy per run, or --regions auto (a count's GPTModels, BF16, "
+                    "all-FP8 and a hook and a native model per policy, and their CUDA graphs, stay alive for "
+                    "its interleaved rounds)")
 
 
 def _group_keys(args, tokens: int, named: dict) -> dict[str, dict]:

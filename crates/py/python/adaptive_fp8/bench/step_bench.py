@@ -73,7 +73,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench import collector
-from adaptive_fp8.bench.step_common import default_repeats, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import OOM_FIX, default_repeats, failed_row, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
@@ -277,20 +277,6 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
                 progress(snapshot(False))
     bench.close()
     return snapshot(True)
-
-
-#: What frees memory in this judge, said with a count that ran out of it.
-OOM_FIX = ("fix: fewer --layers, or fewer --tokens or --execution per run (every mode's model, and its "
-           "CUDA graphs, stay alive for the interleaved rounds)")
-
-
-def failed_row(tokens: int, execution: str, e: BaseException) -> dict:
-    """A count whose capture or kernels failed, as its result row; one that ran out of GPU memory
-    also says what frees memory."""
-    error = f"{type(e).__name__}: {str(e)[:200]}"
-    if is_oom(e):
-        error += f"; {OOM_FIX}"
-    return {"tokens": tokens, "execution": execution, "error": error}
 
 
 def _one(bench, args, spec: Spec, kinds: list[str], modes: dict, units: dict[str, list[str]], execution: str, log, notes: list[str],

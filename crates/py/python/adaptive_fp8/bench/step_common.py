@@ -233,3 +233,17 @@ def is_oom(e) -> bool:
     """An out-of-memory failure: torch's OutOfMemoryError, or its message (a failed row's error)."""
     text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
     return "OutOfMemory" in text or "out of memory" in text.lower()
+
+
+#: What frees memory in the TE-blocks judge, said with a count that ran out of it.
+OOM_FIX = ("fix: fewer --layers, or fewer --tokens or --execution per run (every mode's model, and its "
+           "CUDA graphs, stay alive for the interleaved rounds)")
+
+
+def failed_row(tokens: int, execution: str, e: BaseException, oom_fix: str = OOM_FIX) -> dict:
+    """A count whose build, capture or kernels failed, as its result row; one that ran out of GPU
+    memory also says what frees memory (``oom_fix``: the judge's own)."""
+    error = f"{type(e).__name__}: {str(e)[:300]}"
+    if is_oom(e):
+        error += f"; {oom_fix}"
+    return {"tokens": tokens, "execution": execution, "error": error}
