@@ -544,3 +544,31 @@ fn config_forms_megatron_users_write() {
         err(&o)
     );
 }
+
+/// Every command's `--help` reads as written: no sentence is broken by the terminal's wrap into
+/// a long line and a stub (a doc comment line past clap's width leaves a few words alone).
+#[test]
+fn help_text_is_never_wrapped_into_stubs() {
+    let top = out(&fp8sel(&["--help"]));
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() > 5, "{top}");
+    for c in commands {
+        let help = out(&fp8sel(&[c, "--help"]));
+        let lines: Vec<&str> = help.lines().collect();
+        for w in lines.windows(3) {
+            let (long, stub, next) = (w[0], w[1].trim(), w[2].trim());
+            let continues = !stub.is_empty() && !next.is_empty() && !next.starts_with('-');
+            assert!(
+                !(long.len() >= 90 && continues && stub.len() < 20 && !long.contains("Usage:")),
+                "fp8sel {c} --help: a stub line after a wrapped one:\n{long}\n{stub}\n{next}"
+            );
+        }
+    }
+}

@@ -22,12 +22,11 @@ use crate::error::{CliError, CliResult};
 ///
 /// Otherwise, for each model config (Megatron/LoongForge YAML, Megatron-LM launch script or HF
 /// config.json) and each requested layout (every TP x EP x ETP that divides the model), every
-/// TE module is measured at per-rank shapes on this GPU, BF16 vs FP8, forward + backward. Each distinct per-rank
-/// shape is measured once and reused by the layouts that share it (the experts of TP 1, 2, 4
-/// under one EP/ETP); reports say which points were reused. Without a GPU (or with --backend
-/// model) the cost model ESTIMATES instead, and the outputs go to
-/// <policies-dir>/estimated/<profile>/ so an estimate
-/// never overwrites a measured policy.
+/// TE module is measured at per-rank shapes on this GPU, BF16 vs FP8, forward + backward. Each
+/// distinct per-rank shape is measured once and reused by the layouts that share it (the experts
+/// of TP 1, 2, 4 under one EP/ETP); reports say which points were reused. Without a GPU (or with
+/// --backend model) the cost model ESTIMATES instead, and the outputs go to
+/// <policies-dir>/estimated/<profile>/ so an estimate never overwrites a measured policy.
 ///
 /// Every rule gets both thresholds: min_tokens_graphed (CUDA-graphed steps) from the GPU times,
 /// min_tokens (eager steps, Megatron's default) from eager times: the TE backend's own, else the
