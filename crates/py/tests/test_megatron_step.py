@@ -20,6 +20,14 @@ def test_paths_and_modes():
     assert names == ["bf16", "fp8", "hook:a.json", "native:a.json"]
     both = [m[0] for m in ms.mode_names(["p/a.json"], True, ["policy:a.json"])]
     assert both[2:5] == ["hook:a.json", "hook:a.json@fp8", "hook:a.json@bf16"] and len(set(both)) == len(both)
+    # --integration picks one: a model fewer per policy, the other integration's rows absent.
+    for one in ("hook", "native"):
+        a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--integration", one])
+        picked = ms.mode_names(["p/a.json", "p/b.json"], False, ["policy:a.json", "policy:b.json"], ms.integrations(a))
+        assert [m[0] for m in picked] == ["bf16", "fp8", f"{one}:a.json", f"{one}:b.json"]
+        assert {m[1] for m in picked[2:]} == {one}
+    default = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron"])
+    assert ms.integrations(default) == ("hook", "native")
 
 def test_config_from_a_moe_plan(root):
     p = af8._plan(root / "fixtures/models/deepseek_v3.yaml", None, dict(tp=1, ep=64, etp=1, seq_length=1024))
@@ -196,6 +204,10 @@ def test_megatron_refuses_what_it_does_not_time(root, capsys):
 
     rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--trainer", "megatron", "--tp-comm"])
     assert rc == 2 and "no --tp-comm" in capsys.readouterr().err
+    # The TE blocks apply a policy one way: --integration is refused there, not ignored.
+    rc = main(["--model", str(root / "fixtures/models/llama3_2_1b.yaml"), "--integration", "native"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--integration" in err and "fix: drop --integration, or add --trainer megatron" in err
 
 def test_graphed_is_megatrons_local_graphs_in_the_scope_each_layer_allows():
     assert ms.graph_kwargs({"num_layers": 2}, "eager") == {}

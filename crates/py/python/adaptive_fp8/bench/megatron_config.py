@@ -24,12 +24,19 @@ def plan_name(module_path: str) -> str:
     return re.sub(r"layers\.\d+\.", "layers.", module_path, count=1)
 
 
-def mode_names(policies: list[str], both_regions: bool, policy_names: list[str]) -> list[tuple[str, str, Optional[str], str]]:
-    """``(name, integration, policy, region)`` for every mode, in timing order."""
+#: The integrations that apply a policy in the Megatron judge, each its own model: the hook
+#: (``adaptive_fp8.megatron.enable``) and upstream's ``--te-precision-config-file``.
+INTEGRATIONS = ("hook", "native")
+
+
+def mode_names(policies: list[str], both_regions: bool, policy_names: list[str],
+               integrations: tuple[str, ...] = INTEGRATIONS) -> list[tuple[str, str, Optional[str], str]]:
+    """``(name, integration, policy, region)`` for every mode, in timing order; each policy
+    through each of ``integrations``."""
     out = [("bf16", "bf16", None, "-"), ("fp8", "fp8", None, "-")]
     for p, pname in zip(policies, policy_names):
         label = pname.split(":", 1)[1]
-        for integ in ("hook", "native"):
+        for integ in integrations:
             regions = ["auto", "fp8", "bf16"] if both_regions else ["auto"]
             for r in regions:
                 suffix = "" if r == "auto" else f"@{r}"

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure half, re-exported)
+    INTEGRATIONS,
     TE_CLASSES,
     compare_classes,
     compare_precisions,
@@ -357,7 +358,7 @@ def run(args, log=print, progress=None) -> dict:
         progress = None  # rank 0 writes, the snapshots too (one temp file, one writer)
     recipe = getattr(args, "recipe", "blockwise")
     pnames = [policy_mode_name(p, args.policy) for p in args.policy]
-    modes = mode_names(args.policy, args.regions == "both", pnames)
+    modes = mode_names(args.policy, args.regions == "both", pnames, integrations(args))
     results: list[dict] = []
     notes: list[str] = []
     checks: list[dict] = []
@@ -401,9 +402,15 @@ def run(args, log=print, progress=None) -> dict:
 
 
 #: What frees memory in the Megatron judge: a count's models are built for it and freed after it.
-MEGATRON_OOM_FIX = ("fix: fewer --layers, one --policy per run, or --regions auto (a count's GPTModels, BF16, "
-                    "all-FP8 and a hook and a native model per policy, and their CUDA graphs, stay alive for "
-                    "its interleaved rounds)")
+MEGATRON_OOM_FIX = ("fix: fewer --layers, one --policy per run, --integration hook (or native), or --regions "
+                    "auto (a count's GPTModels, BF16, all-FP8 and a hook and a native model per policy, and "
+                    "their CUDA graphs, stay alive for its interleaved rounds)")
+
+
+def integrations(args) -> tuple[str, ...]:
+    """The integrations ``--integration`` asks for (both, by default)."""
+    chosen = getattr(args, "integration", "both")
+    return INTEGRATIONS if chosen == "both" else (chosen,)
 
 
 def _group_keys(args, tokens: int, named: dict) -> dict[str, dict]:

@@ -49,7 +49,8 @@ one-rank only):
 
 `--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.bench.megatron_step`): upstream
 megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
-and through Megatron's native per-module config), each TE module's precision checked against the
+and through Megatron's native per-module config; `--integration` picks one), each TE module's
+precision checked against the
 plan, steps timed interleaved (21 rounds by default), eager or in Megatron's own CUDA graphs
 (`--execution graphed`: `cuda_graph_impl="local"`), with `--grad-accum` micro-batches per step;
 `--oracle greedy` adds the per-module oracle (`adaptive_fp8.bench.megatron_oracle`: each candidate
@@ -429,6 +430,9 @@ def parser() -> argparse.ArgumentParser:
         "one model per mode; graphed is Megatron's local CUDA graphs (cuda_graph_impl=local) (default te)",
     )
     ap.add_argument("--regions", choices=["auto", "both"], default="auto", help="megatron: also time each integration in the FP8 and the BF16 launch region (default auto: the engine's choice)")
+    ap.add_argument("--integration", choices=["both", "hook", "native"], default="both",
+                    help="megatron: which integration applies each --policy, each its own GPTModel: the hook, upstream's "
+                    "--te-precision-config-file (native), or both, timed apart (default both; one saves a model's memory)")
     ap.add_argument("--vocab", type=_positive, default=8192, help="megatron: vocabulary size of the GPTModel (default 8192)")
     ap.add_argument("--no-fp8-param", dest="fp8_param", action="store_false", help="megatron: keep FP8 modules' weights in BF16 (default: FP8 weights, --fp8-param-gather, in the FP8 region)")
     ap.add_argument("--native-fp8-weights", choices=["clear", "keep"], default="clear",
@@ -454,6 +458,10 @@ def prefer_expandable_segments(environ=os.environ) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     default_repeats(args)
+    if args.trainer != "megatron" and args.integration != "both":
+        print("step_bench: --integration chooses how the Megatron judge applies a policy; the TE blocks apply it one way; "
+              "fix: drop --integration, or add --trainer megatron", file=sys.stderr)
+        return 2
     if args.trainer == "megatron" and args.tp_comm:
         print("step_bench: --trainer megatron needs no --tp-comm: with --tp N under torchrun (one process per TP rank) its GPTModel is the TP group, sequence parallel; drop --tp-comm", file=sys.stderr)
         return 2
