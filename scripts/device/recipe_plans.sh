@@ -37,11 +37,7 @@ mkdir -p "$W" "$OUT"
 te_env "$W" > /dev/null
 L8=/tmp/rc/Llama-3.1-8B/config.json
 mkdir -p "$(dirname $L8)"
-cat > "$L8" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
- "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05}
-JSON
+cp scripts/device/configs/Llama-3.1-8B/config.json "$L8"
 config() { [ "$1" = L1 ] && echo fixtures/models/llama3_2_1b.yaml || echo "$L8"; }
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 queued() {  # name, seconds, command...: runs unless done here or committed; waits where it won't fit

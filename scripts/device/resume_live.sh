@@ -8,14 +8,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/resume_live
-mkdir -p "$W/Llama-3.1-8B" "$OUT"
+mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
-cat > "$W/Llama-3.1-8B/config.json" <<'EOF'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
- "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05}
-EOF
+cp -r scripts/device/configs/Llama-3.1-8B "$W/"
 cd "$W" || exit 1
 inputs=reports/step/Llama-3.1-8B_tp1_ep1_etp1_inputs_step.json
 t0=$SECONDS

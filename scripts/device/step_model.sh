@@ -56,18 +56,8 @@ mkdir -p "$W" "$OUT"
 . scripts/device/te_env.sh
 te_env "$W" > /dev/null
 
-mkdir -p "$W/Llama-3.1-8B" "$W/MoE-64x1408"
-cat > "$W/Llama-3.1-8B/config.json" <<'EOF'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
- "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05}
-EOF
-cat > "$W/MoE-64x1408/config.json" <<'EOF'
-{"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
- "intermediate_size": 10944, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 2816,
- "num_experts": 64, "num_experts_per_tok": 6, "num_attention_heads": 16, "num_key_value_heads": 16,
- "num_hidden_layers": 27, "vocab_size": 102400, "hidden_act": "silu", "rms_norm_eps": 1e-06}
-EOF
+# Both models from public dimensions (scripts/device/configs/, one copy for every script).
+cp -r scripts/device/configs/Llama-3.1-8B scripts/device/configs/MoE-64x1408 "$W/"
 
 gen() {  # name: the plain command, timed
   local m=$1
