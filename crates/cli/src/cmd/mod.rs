@@ -6,6 +6,7 @@ pub mod bench_output;
 pub mod decide;
 pub mod explain;
 pub mod gen_policy;
+pub mod gen_policy_args;
 pub mod gen_policy_output;
 pub mod layout_args;
 pub mod merge_policy;
