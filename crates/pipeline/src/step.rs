@@ -14,6 +14,7 @@ use crate::generate::{GenOptions, GenOutcome, default_layouts};
 
 mod command;
 mod committed;
+mod lines;
 mod mix;
 mod model;
 pub mod plot;
