@@ -10,6 +10,9 @@ use crate::model::{Arch, ModelDesc, Role};
 use crate::parallel::Parallel;
 use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
+mod warnings;
+use warnings::{policy_warnings, shape_warnings};
+
 /// A module's precision decision, with the token count it compared.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -357,81 +360,6 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         summary,
         architectures,
     })
-}
-
-/// What TE or Megatron would refuse when the run starts, for the language model: FP8 modules
-/// at a token count whose per-rank rows TE's FP8 casts cannot take (multiples of 16 on every
-/// rank: [`Parallel::token_step`]; routed experts' rows Megatron pads for FP8 itself), and under
-/// sequence parallelism a sequence (per CP rank) that does not split evenly over TP (Megatron
-/// splits its first dimension evenly).
-fn shape_warnings(
-    modules: &[PlannedModule],
-    parallel: Parallel,
-    tokens: &BTreeMap<Role, TokenConfig>,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some(t) = tokens
-        .get(&Role::Llm)
-        .filter(|t| t.fp8_dynamic_num_tokens.is_none())
-    else {
-        return out;
-    };
-    let (tp, cp) = (u64::from(parallel.tp), u64::from(parallel.cp.max(1)));
-    // The micro-batch's tokens: the step counts the CP and SP splits itself.
-    let n = t.seq_length.saturating_mul(t.micro_batch_size);
-    let step = parallel.token_step();
-    let fp8 = modules
-        .iter()
-        .filter(|m| m.spec.component == Role::Llm && m.use_fp8 && !m.spec.is_expert)
-        .count();
-    if fp8 > 0 && n % step != 0 {
-        out.push(format!(
-            "llm: {fp8} FP8 module group(s) at {n} tokens, off this layout's step of {step}: \
-             TE's FP8 casts need each rank's rows in multiples of 16 and stop with \"Caller must \
-             pad\"; fix: a sequence length that is a multiple of {step}"
-        ));
-    }
-    if parallel.sequence_parallel && tp > 1 && (t.seq_length / cp) % tp != 0 {
-        out.push(format!(
-            "llm: sequence parallelism splits each sequence over TP {tp}, and seq_length {} / \
-             cp {cp} is not a multiple of {tp}: Megatron cannot split it evenly and stops at \
-             the first step; fix: a sequence length that is a multiple of {}",
-            t.seq_length,
-            tp * cp
-        ));
-    }
-    out
-}
-
-/// What a component's policy and config make worth saying: an estimated policy, an MoE config
-/// without its router top-k.
-fn policy_warnings(
-    c: &crate::model::Component,
-    policy: Option<&Policy>,
-    topk_given: bool,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    if policy.is_some_and(Policy::estimated) {
-        out.push(format!(
-            "the {} policy is an ESTIMATE from the cost model, not a measurement: measure on \
-             a GPU (fp8sel gen-policy there) before training with it",
-            c.role
-        ));
-    }
-    if c.arch.moe.is_some()
-        && !topk_given
-        && c.defaults_applied
-            .iter()
-            .any(|d| d.starts_with("moe_router_topk absent"))
-    {
-        out.push(format!(
-            "{}: the config has no moe_router_topk, so Megatron's default of 2 is used and \
-             expert token counts are tokens x 2; if your launcher passes --moe-router-topk, \
-             pass the same value here (--topk)",
-            c.role
-        ));
-    }
-    out
 }
 
 /// One module's row. A key without a rule is a gap in the sweep unless the policy says why it
