@@ -323,12 +323,7 @@ fn run_step_model(args: &Args) -> CliResult {
     fp8_io::create_parent_dir(out)?;
     policy.write(out)?;
     for l in &layouts {
-        let held: Vec<f64> = l
-            .check
-            .iter()
-            .filter(|r| !r.calibrated)
-            .map(|r| r.error.abs())
-            .collect();
+        let held = l.held_out_errors();
         let worst = held.iter().copied().fold(0.0, f64::max);
         eprintln!(
             "{}: {} checked step(s), {} held out of the calibration, worst |error| {:.1}%, {} disagreement(s)",

@@ -455,6 +455,15 @@ impl LayoutModel {
         let v: Vec<f64> = self.repeats.iter().map(|r| r.change.abs()).collect();
         (!v.is_empty()).then(|| (curve::median(&v), v.iter().copied().fold(0.0, f64::max)))
     }
+
+    /// The `|error|` of each checked step at a count the model was not calibrated at.
+    pub fn held_out_errors(&self) -> Vec<f64> {
+        self.check
+            .iter()
+            .filter(|r| !r.calibrated)
+            .map(|r| r.error.abs())
+            .collect()
+    }
 }
 
 impl LayoutModel {

@@ -36,12 +36,7 @@ pub(super) fn no_whole_step(at: &str, inputs: &StepInputs) -> String {
 
 /// One line on the model's error where the check held out the count.
 pub(super) fn summary(at: &str, lm: &LayoutModel) -> String {
-    let held: Vec<f64> = lm
-        .check
-        .iter()
-        .filter(|r| !r.calibrated)
-        .map(|r| r.error.abs())
-        .collect();
+    let held = lm.held_out_errors();
     if held.is_empty() {
         return format!("{at}: modelled; no count held out of the calibration was checked");
     }
