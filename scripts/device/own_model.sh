@@ -15,12 +15,17 @@
 #       public dimensions, TP 1, 4096 tokens) as the model: the plain `fp8sel gen-policy --model
 #       train.sh` (no --tp: the script's TP first, the others while --time-limit lasts), then
 #       `te-precision-config --model train.sh` and the judge at counts no policy was made at
+#   bash scripts/device/own_model.sh heldout  # today's default (the step model) for both models,
+#       then the dense one judged eager and graphed at 3072 and 6144 (2 layers, 21 rounds)
+#   bash scripts/device/own_model.sh heldout-moe  # the MoE's judged the same way (the policy
+#       `heldout` made on this machine, else devcarry/own_model/), after the dense one's
+#       judges that `heldout` had no time left for
 #   bash scripts/device/own_model.sh script-graphed  # the committed policy of `script`
 #       (docs/device-logs/own_model/script/policies/) judged in CUDA-graphed steps at 3072 and
 #       6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
 set -uo pipefail
-phase=${1:?gen, moe, graphed, script or script-graphed}
+phase=${1:?gen, moe, graphed, heldout, heldout-moe, script or script-graphed}
 OUT=${OUT:-/tmp/out}
 W=/tmp/om
 mkdir -p "$W" "$OUT"
@@ -82,7 +87,33 @@ torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[
     --fp8-format e4m3 --fp8-recipe blockwise --save "${CKPT:-ckpt}"
 EOF
 }
+hj() {  # name, timeout, execution: counts no policy was made at, 2 layers
+  local m=$1 t=$2 ex=$3
+  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
+    --policy "$W/policies/$m.json" --tokens 3072,6144 --execution "$ex" --layers 2 --repeats 21 \
+    --json "$W/hj_${m}_$ex.json" --md "$W/hj_${m}_$ex.md" > "$W/hj_${m}_$ex.log" 2>&1
+  echo "judge $m $ex rc=$?"
+  grep -E "differ from fp8sel explain|Error" "$W/hj_${m}_$ex.log" | head -5
+  cp "$W/hj_${m}_$ex".* "$OUT/" 2>/dev/null
+}
 case $phase in
+heldout)
+  gen Qwen2.5-14B
+  gen Qwen1.5-MoE-A2.7B
+  # What the call has left (600 s): a judge that cannot finish is left to `heldout-moe`'s call.
+  for ex in eager graphed; do
+    if [ $SECONDS -lt 420 ]; then hj Qwen2.5-14B $((570 - SECONDS)) "$ex"; else echo "judge Qwen2.5-14B $ex: next call"; fi
+  done
+  ;;
+heldout-moe)
+  mkdir -p "$W/policies"
+  [ -f "$W/policies/Qwen1.5-MoE-A2.7B.json" ] || cp devcarry/own_model/*.json "$W/policies/"
+  for ex in eager graphed; do  # the dense one's judges `heldout` left, then the MoE's
+    [ -f "$W/policies/Qwen2.5-14B.json" ] && [ ! -f "$W/hj_Qwen2.5-14B_$ex.md" ] && hj Qwen2.5-14B 150 "$ex"
+  done
+  hj Qwen1.5-MoE-A2.7B $(( (585 - SECONDS) / 2 )) eager
+  hj Qwen1.5-MoE-A2.7B $(( 585 - SECONDS )) graphed
+  ;;
 script)
   launch_script
   cd "$W" || exit 1
@@ -129,4 +160,4 @@ graphed)
   ;;
 esac
 tar -C /tmp --exclude='*.svg' -czf "$OUT/$phase.tar.gz" om
-for f in "$W"/judge_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -30; }; done
+for f in "$W"/judge_*.md "$W"/hj_*.md; do [ -f "$f" ] && { echo "== $f"; cut -c1-200 "$f" | head -30; }; done
