@@ -59,15 +59,16 @@ gen() {  # name: the plain command, timed, then check at the judged layout
   echo "check $m rc=$?"
   cd - > /dev/null || exit 1
 }
-judge() {  # name, timeout, layers[, execution[, counts]]
-  local m=$1 t=$2 layers=$3 ex=${4:-eager}
-  local tag=$m tokens=${5:-1536,3072,6144}; [ "$ex" = eager ] || tag=${m}_$ex
+judge() {  # name, timeout, layers[, execution[, counts[, prefix]]]
+  local m=$1 t=$2 layers=$3 ex=${4:-eager} pre=${6:-judge}
+  # `judge_<model>[_<execution>]` (eager unnamed, as the committed logs), `hj_<model>_<execution>`
+  local tag=$m tokens=${5:-1536,3072,6144}; [ "$ex" = eager ] && [ "$pre" = judge ] || tag=${m}_$ex
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
     --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
-    --repeats 21 --json "$W/judge_$tag.json" --md "$W/judge_$tag.md" > "$W/judge_$tag.log" 2>&1
+    --repeats 21 --json "$W/${pre}_$tag.json" --md "$W/${pre}_$tag.md" > "$W/${pre}_$tag.log" 2>&1
   echo "judge $tag rc=$?"
-  grep -E "differ from fp8sel explain|Error" "$W/judge_$tag.log" | head -5
-  cp "$W/judge_$tag.md" "$W/judge_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
+  grep -E "differ from fp8sel explain|Error" "$W/${pre}_$tag.log" | head -5
+  cp "$W/${pre}_$tag.md" "$W/${pre}_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
 launch_script() {  # a Megatron-LM launch script from Mistral-NeMo-12B's public dimensions
   mkdir -p "$W/Mistral-NeMo-12B"
@@ -88,13 +89,7 @@ torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[
 EOF
 }
 hj() {  # name, timeout, execution: counts no policy was made at, 2 layers
-  local m=$1 t=$2 ex=$3
-  timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
-    --policy "$W/policies/$m.json" --tokens 3072,6144 --execution "$ex" --layers 2 --repeats 21 \
-    --json "$W/hj_${m}_$ex.json" --md "$W/hj_${m}_$ex.md" > "$W/hj_${m}_$ex.log" 2>&1
-  echo "judge $m $ex rc=$?"
-  grep -E "differ from fp8sel explain|Error" "$W/hj_${m}_$ex.log" | head -5
-  cp "$W/hj_${m}_$ex".* "$OUT/" 2>/dev/null
+  judge "$1" "$2" 2 "$3" 3072,6144 hj
 }
 case $phase in
 heldout)
