@@ -120,7 +120,8 @@ proptest! {
         parts in prop::collection::vec(prop::sample::select(vec![
             "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
             "--moe-layer-freq", "--swiglu", "--yaml-cfg", "--config-file", "--model-name",
-            "m.sh", "configs/", " ", "\n", "\\\n", "\\", "'", "\"", "#", "(", ")",
+            "--seq-length", "--decoder-seq-length", "--language-model-type", "--img-h",
+            "--patch-dim", "--disable-vision-class-token", "pretrain_vlm.py", "m.sh", "configs/", " ", "\n", "\\\n", "\\", "'", "\"", "#", "(", ")",
             ";", "|", "&", "$", "$(", "$((", "))", "${", "}", ":-", "-", "+", "*", "/", "%",
             "=", "N", "N=", "export", "4096", "32", "0", "-1", "9223372036854775807", "[1]*4",
             "é", "\t",
@@ -357,4 +358,25 @@ fn a_flag_string_with_a_name_not_evaluated_keeps_its_other_flags() {
         e.contains("num_layers") && e.contains("does not evaluate"),
         "{e}"
     );
+}
+
+#[test]
+fn megatron_multimodal_scripts_plan_the_language_model_at_its_own_sequence() {
+    let llava = "OPTIONS=\"--num-layers 2 --hidden-size 4096 --num-attention-heads 32 \
+                 --seq-length 576 --decoder-seq-length 1024 --micro-batch-size 2 \
+                 --language-model-type=mistral_7b --disable-vision-class-token\"\n\
+                 torchrun examples/multimodal/train.py ${OPTIONS}\n";
+    let m = load_script(llava).unwrap();
+    assert_eq!(m.components.len(), 1, "the vision encoder is not planned");
+    let tokens = m
+        .token_config(fp8_engine::Role::Llm, &Default::default(), 1)
+        .unwrap();
+    assert_eq!((tokens.seq_length, tokens.micro_batch_size), (1024, 2));
+    assert!(
+        m.notes.iter().any(|n| n.contains("vision encoder (clip)")),
+        "{:?}",
+        m.notes
+    );
+    let e = load_script(&llava.replace("--decoder-seq-length 1024", "")).unwrap_err();
+    assert!(e.contains("decoder_seq_length"), "{e}");
 }

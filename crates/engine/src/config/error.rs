@@ -33,3 +33,20 @@ pub enum ConfigError {
         fix: String,
     },
 }
+
+impl ConfigError {
+    /// A [`ConfigError::Field`] of `file`.
+    pub(crate) fn field(
+        file: &std::path::Path,
+        field: &str,
+        problem: String,
+        fix: &str,
+    ) -> ConfigError {
+        ConfigError::Field {
+            file: file.into(),
+            field: field.into(),
+            problem,
+            fix: fix.into(),
+        }
+    }
+}

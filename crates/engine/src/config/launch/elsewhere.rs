@@ -22,7 +22,11 @@ pub(crate) enum Read {
 /// Reads the script at `path`.
 pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> {
     let text = fp8_io::read_to_string_limited(path, super::super::MAX_CONFIG_BYTES)?;
-    let (v, said) = super::fields(&text, path)?;
+    let super::Script {
+        fields: v,
+        notes: said,
+        programs,
+    } = super::fields(&text, path)?;
     let (name, named) = super::script_name(path);
     if let Some(cfg) = v.get("yaml_cfg") {
         let yaml = beside(cfg, path, "yaml_cfg")?;
@@ -50,7 +54,7 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
                 .as_object()
                 .is_some_and(|m| m.keys().any(|k| is_model_field(k))) =>
         {
-            return Err(refused(
+            return Err(ConfigError::field(
                 path,
                 "num_layers",
                 "the script passes no --num-layers, and names no model file (--yaml-cfg, \
@@ -63,6 +67,7 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
             let mut v = v;
             let mut said = said;
             said.extend(as_megatron_lm_reads(&mut v));
+            said.extend(super::multimodal::as_read(&mut v, &programs, path)?);
             return Ok(Read::Fields(v, said));
         }
     };
@@ -125,15 +130,6 @@ fn merge(tree: &mut Value, script: &Value) {
     }
 }
 
-fn refused(script: &Path, field: &str, problem: String, fix: &str) -> ConfigError {
-    ConfigError::Field {
-        file: script.into(),
-        field: field.into(),
-        problem,
-        fix: fix.into(),
-    }
-}
-
 /// The file a script's flag names: relative to the script's directory, else to the directory
 /// fp8sel runs in (where a launch script is usually run from); never another script.
 fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigError> {
@@ -163,7 +159,7 @@ fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigEr
     .flatten()
     .find(|p| p.is_file());
     if found.is_none() && !literal {
-        return Err(refused(
+        return Err(ConfigError::field(
             script,
             field,
             format!("`{flag} {value}`: not a path fp8sel can evaluate"),
@@ -171,14 +167,16 @@ fn beside(value: &Value, script: &Path, field: &str) -> Result<PathBuf, ConfigEr
         ));
     }
     match found {
-        Some(p) if p.extension().is_some_and(|e| e == "sh" || e == "bash") => Err(refused(
-            script,
-            field,
-            format!("`{flag} {name}` is a script"),
-            "point it at the model's YAML",
-        )),
+        Some(p) if p.extension().is_some_and(|e| e == "sh" || e == "bash") => {
+            Err(ConfigError::field(
+                script,
+                field,
+                format!("`{flag} {name}` is a script"),
+                "point it at the model's YAML",
+            ))
+        }
         Some(p) => Ok(p),
-        None => Err(refused(
+        None => Err(ConfigError::field(
             script,
             field,
             format!(
@@ -253,7 +251,7 @@ fn by_registry(
             .filter(|n| n.contains(&want) || want.contains(*n))
             .take(8)
             .collect();
-        return Err(refused(
+        return Err(ConfigError::field(
             script,
             "model_name",
             format!(
@@ -272,7 +270,7 @@ fn by_registry(
     };
     let yaml = e.yaml(root);
     if !yaml.is_file() {
-        return Err(refused(
+        return Err(ConfigError::field(
             script,
             "model_name",
             format!(
@@ -313,7 +311,7 @@ fn by_file_name(shown: &str, roots: &[PathBuf], script: &Path) -> Result<PathBuf
     }
     match found.as_slice() {
         [one] => Ok(one.clone()),
-        _ => Err(refused(
+        _ => Err(ConfigError::field(
             script,
             "model_name",
             format!(

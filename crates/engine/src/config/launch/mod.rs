@@ -28,6 +28,7 @@ use super::megatron::is_read;
 
 mod arith;
 mod elsewhere;
+mod multimodal;
 mod name;
 mod registry;
 use arith::Arith;
@@ -44,6 +45,7 @@ const SWITCHES: &[&str] = &[
     "external_cuda_graph",
     "attention_output_gate",
     "selective_fp8",
+    "disable_vision_class_token",
 ];
 
 /// One piece of a word: its text, and whether `$` expands in it (not in single quotes).
@@ -59,17 +61,30 @@ enum Token {
     Break,
 }
 
-/// The script's flags as a config mapping, and its notes (defaults it used).
-pub(crate) fn fields(text: &str, file: &Path) -> Result<(Value, Vec<String>), ConfigError> {
+/// What a script passes: its flags as a config mapping, its notes (defaults it used), and the
+/// Python programs it runs (`pretrain_gpt.py`, `examples/multimodal/train.py`), as written.
+pub(crate) struct Script {
+    pub(crate) fields: Value,
+    pub(crate) notes: Vec<String>,
+    pub(crate) programs: Vec<String>,
+}
+
+/// Reads a script's text.
+pub(crate) fn fields(text: &str, file: &Path) -> Result<Script, ConfigError> {
     let mut scan = Scan {
         file,
         vars: Vars::new(),
         notes: Vec::new(),
         out: Map::new(),
         depth: 0,
+        programs: Vec::new(),
     };
     scan.run(&tokens(text), &[], 0)?;
-    Ok((Value::Object(scan.out), scan.notes))
+    Ok(Script {
+        fields: Value::Object(scan.out),
+        notes: scan.notes,
+        programs: scan.programs,
+    })
 }
 
 /// The reader's state over the script's words.
@@ -80,6 +95,8 @@ struct Scan<'a> {
     out: Map<String, Value>,
     /// How deep in `if`/`case`/loops: every branch is read, so what is set there is said.
     depth: usize,
+    /// Every word ending in `.py` that is not a flag's value (bounded: a program per command).
+    programs: Vec<String>,
 }
 
 impl Scan<'_> {
@@ -110,6 +127,9 @@ impl Scan<'_> {
             }
             let word = raw(pieces);
             let Some(flag) = word.strip_prefix("--").filter(|f| !f.is_empty()) else {
+                if word.ends_with(".py") && self.programs.len() < 64 {
+                    self.programs.push(word);
+                }
                 continue;
             };
             // `--flag=value`, and `"--flag value"` quoted as one word (as arrays of strings

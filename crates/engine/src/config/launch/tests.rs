@@ -4,7 +4,7 @@ use super::*;
 use serde_json::json;
 
 fn read(text: &str) -> Result<(Value, Vec<String>), ConfigError> {
-    fields(text, Path::new("train.sh"))
+    fields(text, Path::new("train.sh")).map(|s| (s.fields, s.notes))
 }
 
 #[test]

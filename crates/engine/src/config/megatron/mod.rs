@@ -77,9 +77,26 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "external_cuda_graph",
 ];
 
+/// The fields of Megatron-LM's multimodal programs that set the language model's sequence,
+/// read from a launch script (`launch::multimodal`).
+pub(crate) const MULTIMODAL_FIELDS: &[&str] = &[
+    "language_model_type",
+    "vision_model_type",
+    "decoder_seq_length",
+    "dataloader_seq_length",
+    "img_h",
+    "img_w",
+    "patch_dim",
+    "disable_vision_class_token",
+];
+
 /// Every field the engine reads from a Megatron/LoongForge config.
 fn read_fields() -> impl Iterator<Item = &'static str> {
-    MODEL_FIELDS.iter().chain(RUN_FIELDS).copied()
+    MODEL_FIELDS
+        .iter()
+        .chain(RUN_FIELDS)
+        .chain(MULTIMODAL_FIELDS)
+        .copied()
 }
 
 /// Whether the engine reads `key` from a Megatron/LoongForge config.

@@ -1,0 +1,239 @@
+//! Megatron-LM's multimodal training (LLaVA): `examples/multimodal/train.py` (it requires
+//! `--language-model-type`) and `pretrain_vlm.py`. There `--seq-length` is the vision encoder's
+//! sequence (Megatron overwrites it with the image's embeddings); the language model trains at
+//! `--decoder-seq-length` (train.py), or at the text's `--dataloader-seq-length` (else
+//! `--seq-length`) plus one image's embeddings (pretrain_vlm.py, a CLIP encoder). The language
+//! model is planned at that sequence.
+//!
+//! Not planned: the vision encoder and its projection. `te-precision-config`'s matchers hold the
+//! language model's GPTModel paths (its catch-all runs the rest BF16); the hook would decide them
+//! by the language model's rules, so the notes point at the native config.
+
+use serde_json::Value;
+
+use std::path::Path;
+
+use super::super::error::ConfigError;
+
+/// Megatron-LM's defaults for the image (`--img-h`, `--img-w`, `--patch-dim`).
+const IMG_H: u64 = 224;
+const IMG_W: u64 = 224;
+const PATCH_DIM: u64 = 16;
+
+/// Which multimodal program a script runs, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Program {
+    /// `examples/multimodal/train.py`: the language model at `--decoder-seq-length`.
+    Train,
+    /// `pretrain_vlm.py`: the text's sequence plus one image's embeddings.
+    PretrainVlm,
+}
+
+fn program(fields: &serde_json::Map<String, Value>, programs: &[String]) -> Option<Program> {
+    let named = |file: &str| {
+        programs
+            .iter()
+            .any(|p| p == file || p.ends_with(&format!("/{file}")))
+    };
+    if named("pretrain_vlm.py") {
+        Some(Program::PretrainVlm)
+    } else if named("multimodal/train.py") || fields.contains_key("language_model_type") {
+        Some(Program::Train)
+    } else {
+        None
+    }
+}
+
+/// Sets `seq_length` to the language model's sequence where the script trains Megatron-LM's
+/// multimodal model; says how, and what is not planned. Nothing for any other script.
+pub(super) fn as_read(
+    v: &mut Value,
+    programs: &[String],
+    script: &Path,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(m) = v.as_object_mut() else {
+        return Ok(Vec::new());
+    };
+    let Some(prog) = program(m, programs) else {
+        return Ok(Vec::new());
+    };
+    let num = |m: &serde_json::Map<String, Value>, key: &str| -> Result<Option<u64>, ConfigError> {
+        match m.get(key) {
+            None => Ok(None),
+            Some(x) => x.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                ConfigError::field(
+                    script,
+                    key,
+                    format!("`{x}` is not a positive integer"),
+                    "write the value as Megatron-LM takes it",
+                )
+            }),
+        }
+    };
+    let vision = match prog {
+        Program::PretrainVlm => "clip".to_owned(),
+        Program::Train => m
+            .get("vision_model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("clip")
+            .to_owned(),
+    };
+    let was = num(m, "seq_length")?;
+    let (seq, how) = match prog {
+        Program::Train => {
+            let Some(seq) = num(m, "decoder_seq_length")? else {
+                return Err(ConfigError::field(
+                    script,
+                    "decoder_seq_length",
+                    "Megatron-LM's multimodal train.py trains the language model at \
+                     --decoder-seq-length (its --seq-length is the vision encoder's), and the \
+                     script passes none"
+                        .to_owned(),
+                    "pass --decoder-seq-length, the language model's sequence, as the trainer \
+                     requires",
+                ));
+            };
+            let lm = m
+                .get("language_model_type")
+                .and_then(Value::as_str)
+                .unwrap_or("(none)");
+            (
+                seq,
+                format!(
+                    "Megatron-LM's multimodal train.py (--language-model-type {lm}): the \
+                     language model planned at --decoder-seq-length {seq}{}; its widths as the \
+                     script's flags give them (examples/multimodal/config.py sets the MLP by \
+                     the language model type: check them with `fp8sel explain`)",
+                    was.map_or(String::new(), |s| format!(
+                        " (--seq-length {s} is the vision encoder's)"
+                    ))
+                ),
+            )
+        }
+        Program::PretrainVlm => {
+            let text = match num(m, "dataloader_seq_length")? {
+                Some(t) => t,
+                None => was.ok_or_else(|| {
+                    ConfigError::field(
+                        script,
+                        "seq_length",
+                        "pretrain_vlm.py trains the language model at the text's sequence \
+                         plus the image's embeddings, and the script passes no --seq-length"
+                            .to_owned(),
+                        "pass --seq-length (or --dataloader-seq-length), the text's sequence",
+                    )
+                })?,
+            };
+            let patch = num(m, "patch_dim")?.unwrap_or(PATCH_DIM);
+            let h = num(m, "img_h")?.unwrap_or(IMG_H);
+            let w = num(m, "img_w")?.unwrap_or(IMG_W);
+            let class = u64::from(m.get("disable_vision_class_token") != Some(&Value::Bool(true)));
+            let image = (h / patch)
+                .checked_mul(w / patch)
+                .and_then(|n| n.checked_add(class));
+            let seq = image.and_then(|i| text.checked_add(i)).ok_or_else(|| {
+                ConfigError::field(
+                    script,
+                    "img_h",
+                    format!("{text} tokens of text and a {h}x{w} image are too many"),
+                    "write the run's image and sequence sizes",
+                )
+            })?;
+            let image = seq - text;
+            (
+                seq,
+                format!(
+                    "pretrain_vlm.py: the language model planned at {seq} tokens, the text's \
+                     {text} plus one image's {image} embeddings ({h}x{w} in {patch}-pixel \
+                     patches{}), before Megatron pads it for TP and CP",
+                    if class == 1 { ", a class token" } else { "" }
+                ),
+            )
+        }
+    };
+    m.insert("seq_length".to_owned(), Value::from(seq));
+    m.remove("encoder_seq_length");
+    Ok(vec![
+        format!("launch script: {how}"),
+        format!(
+            "launch script: the vision encoder ({vision}) and its projection are not planned: \
+             `fp8sel te-precision-config` holds the language model's GPTModel paths and runs \
+             them BF16 by its catch-all (the hook would decide them by the language model's \
+             rules: launch this model with the native config)"
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fields;
+    use super::*;
+
+    fn read(text: &str) -> Result<(Value, Vec<String>), ConfigError> {
+        let s = fields(text, Path::new("run.sh"))?;
+        let mut v = s.fields;
+        let notes = as_read(&mut v, &s.programs, Path::new("run.sh"))?;
+        Ok((v, notes))
+    }
+
+    #[test]
+    fn train_py_plans_the_language_model_at_the_decoder_sequence() {
+        let (v, notes) = read(
+            "OPTIONS=\"--num-layers 32 --seq-length 576 --decoder-seq-length 1024 \
+             --language-model-type=mistral_7b --img-h 336\"\n\
+             torchrun --nproc_per_node 8 examples/multimodal/train.py ${OPTIONS}\n",
+        )
+        .unwrap();
+        assert_eq!(v["seq_length"], 1024);
+        let said = notes.join("\n");
+        assert!(
+            said.contains("--decoder-seq-length 1024")
+                && said.contains("576 is the vision encoder's")
+                && said.contains("vision encoder (clip)"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn train_py_without_a_decoder_sequence_is_refused_naming_the_flag() {
+        let e = read("python examples/multimodal/train.py --num-layers 2 --seq-length 576")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("decoder_seq_length") && e.contains("pass --decoder-seq-length"),
+            "{e}"
+        );
+        let e = read("python x.py --language-model-type qwen2.5_7B --decoder-seq-length 4k")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a positive integer"), "{e}");
+    }
+
+    #[test]
+    fn pretrain_vlm_adds_one_images_embeddings_to_the_text() {
+        let (v, _) = read(
+            "torchrun pretrain_vlm.py --num-layers 2 --seq-length 1024 --img-h 336 --img-w 336 \
+             --patch-dim 14",
+        )
+        .unwrap();
+        assert_eq!(v["seq_length"], 1024 + 24 * 24 + 1);
+        let (v, notes) = read(
+            "python ./pretrain_vlm.py --seq-length 576 --dataloader-seq-length 2048 \
+             --disable-vision-class-token",
+        )
+        .unwrap();
+        assert_eq!(v["seq_length"], 2048 + 14 * 14);
+        assert!(notes[0].contains("one image's 196 embeddings"), "{notes:?}");
+        let e = read("pretrain_vlm.py --seq-length 9 --img-h 9999999999999 --img-w 9999999999999 --patch-dim 1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too many"), "{e}");
+    }
+
+    #[test]
+    fn a_gpt_script_is_not_multimodal() {
+        let (v, notes) =
+            read("torchrun pretrain_gpt.py --seq-length 4096 --decoder-seq-length 9").unwrap();
+        assert_eq!((v["seq_length"].as_u64(), notes.len()), (Some(4096), 0));
+    }
+}
