@@ -29,19 +29,47 @@ enum Program {
     PretrainVlm,
 }
 
-fn program(fields: &serde_json::Map<String, Value>, programs: &[String]) -> Option<Program> {
+/// The multimodal program a script runs, if any; Megatron-LM's MIMO training
+/// (`examples/mimo/train.py`) refused: its model is its `--model-provider`'s Python config, not
+/// the script's flags.
+fn program(
+    fields: &serde_json::Map<String, Value>,
+    programs: &[String],
+    script: &Path,
+) -> Result<Option<Program>, ConfigError> {
     let named = |file: &str| {
         programs
             .iter()
             .any(|p| p == file || p.ends_with(&format!("/{file}")))
     };
-    if named("pretrain_vlm.py") {
+    // Megatron's inference tools take `--model-provider gpt|hybrid|mamba` too: those are the
+    // script's flags' model.
+    let mimo_provider = fields
+        .get("model_provider")
+        .is_some_and(|p| !matches!(p.as_str(), Some("gpt" | "hybrid" | "mamba")));
+    if named("mimo/train.py") || mimo_provider {
+        let provider = fields.get("model_provider").map_or_else(
+            || "its default".to_owned(),
+            |p| format!("`{}`", p.as_str().unwrap_or("?")),
+        );
+        return Err(ConfigError::field(
+            script,
+            "model_provider",
+            format!(
+                "Megatron-LM's MIMO training (examples/mimo/train.py) builds its model from the \
+                 model provider {provider}'s Python config, not from the script's flags"
+            ),
+            "write the language model as a Megatron YAML or a config.json (its layers, widths, \
+             sequence and layout) and give that",
+        ));
+    }
+    Ok(if named("pretrain_vlm.py") {
         Some(Program::PretrainVlm)
     } else if named("multimodal/train.py") || fields.contains_key("language_model_type") {
         Some(Program::Train)
     } else {
         None
-    }
+    })
 }
 
 /// Sets `seq_length` to the language model's sequence where the script trains Megatron-LM's
@@ -54,7 +82,7 @@ pub(super) fn as_read(
     let Some(m) = v.as_object_mut() else {
         return Ok(Vec::new());
     };
-    let Some(prog) = program(m, programs) else {
+    let Some(prog) = program(m, programs, script)? else {
         return Ok(Vec::new());
     };
     let num = |m: &serde_json::Map<String, Value>, key: &str| -> Result<Option<u64>, ConfigError> {
@@ -85,9 +113,9 @@ pub(super) fn as_read(
                 return Err(ConfigError::field(
                     script,
                     "decoder_seq_length",
-                    "Megatron-LM's multimodal train.py trains the language model at \
-                     --decoder-seq-length (its --seq-length is the vision encoder's), and the \
-                     script passes none"
+                    "Megatron-LM's multimodal model (examples/multimodal) runs its language \
+                     model at --decoder-seq-length (its --seq-length is the vision encoder's), \
+                     and the script passes none"
                         .to_owned(),
                     "pass --decoder-seq-length, the language model's sequence, as the trainer \
                      requires",
@@ -100,8 +128,8 @@ pub(super) fn as_read(
             (
                 seq,
                 format!(
-                    "Megatron-LM's multimodal train.py (--language-model-type {lm}): the \
-                     language model planned at --decoder-seq-length {seq}{}; its widths as the \
+                    "Megatron-LM's multimodal model (examples/multimodal, \
+                     --language-model-type {lm}): the language model planned at --decoder-seq-length {seq}{}; its widths as the \
                      script's flags give them (examples/multimodal/config.py sets the MLP by \
                      the language model type: check them with `fp8sel explain`)",
                     was.map_or(String::new(), |s| format!(
@@ -228,6 +256,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("too many"), "{e}");
+    }
+
+    #[test]
+    fn a_mimo_script_is_refused_naming_its_model_provider() {
+        let e = read(
+            "torchrun examples/mimo/train.py --model-provider llava_vlm --num-layers 32 \
+             --hidden-size 4096 --encoder-seq-length 4096",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("field `model_provider`") && e.contains("`llava_vlm`'s Python config"),
+            "{e}"
+        );
     }
 
     #[test]
