@@ -67,7 +67,7 @@ pub(crate) fn load(path: &Path, opt: &LoadOptions) -> Result<Read, ConfigError> 
             let mut v = v;
             let mut said = said;
             said.extend(as_megatron_lm_reads(&mut v));
-            said.extend(super::multimodal::as_read(&mut v, &programs, path)?);
+            said.extend(super::program::as_read(&mut v, &programs, path)?);
             return Ok(Read::Fields(v, said));
         }
     };

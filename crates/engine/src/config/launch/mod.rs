@@ -28,8 +28,8 @@ use super::megatron::is_read;
 
 mod arith;
 mod elsewhere;
-mod multimodal;
 mod name;
+mod program;
 mod registry;
 use arith::Arith;
 pub(crate) use elsewhere::{Read, load};

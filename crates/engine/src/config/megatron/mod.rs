@@ -78,7 +78,7 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
 ];
 
 /// The fields of Megatron-LM's multimodal programs that set the language model's sequence,
-/// read from a launch script (`launch::multimodal`).
+/// read from a launch script (`launch::program`).
 pub(crate) const MULTIMODAL_FIELDS: &[&str] = &[
     "language_model_type",
     "vision_model_type",

@@ -1,13 +1,19 @@
-//! Megatron-LM's multimodal training (LLaVA): `examples/multimodal/train.py` (it requires
+//! The Megatron-LM program a launch script runs, where its model is not `pretrain_gpt.py`'s.
+//!
+//! Multimodal training (LLaVA): `examples/multimodal/train.py` (it requires
 //! `--language-model-type`) and `pretrain_vlm.py`. There `--seq-length` is the vision encoder's
 //! sequence (Megatron overwrites it with the image's embeddings); the language model trains at
 //! `--decoder-seq-length` (train.py), or at the text's `--dataloader-seq-length` (else
 //! `--seq-length`) plus one image's embeddings (pretrain_vlm.py, a CLIP encoder). The language
-//! model is planned at that sequence.
+//! model is planned at that sequence. Not planned: the vision encoder and its projection.
+//! `te-precision-config`'s matchers hold the language model's GPTModel paths (its catch-all runs
+//! the rest BF16); the hook would decide them by the language model's rules, so the notes point
+//! at the native config.
 //!
-//! Not planned: the vision encoder and its projection. `te-precision-config`'s matchers hold the
-//! language model's GPTModel paths (its catch-all runs the rest BF16); the hook would decide them
-//! by the language model's rules, so the notes point at the native config.
+//! Refused, naming the program: MIMO training (`examples/mimo/train.py`: its model is its
+//! `--model-provider`'s Python config), T5 (`pretrain_t5.py`: an encoder and a decoder with
+//! cross-attention), Mamba and hybrid stacks (`pretrain_mamba.py`, `pretrain_hybrid.py`: Mamba
+//! layers unless a pattern says otherwise). Read as GPTModel layers, each plan would be wrong.
 
 use serde_json::Value;
 
@@ -29,9 +35,8 @@ enum Program {
     PretrainVlm,
 }
 
-/// The multimodal program a script runs, if any; Megatron-LM's MIMO training
-/// (`examples/mimo/train.py`) refused: its model is its `--model-provider`'s Python config, not
-/// the script's flags.
+/// The multimodal program a script runs, if any; the programs whose model is no GPTModel of the
+/// script's flags refused (the module's list).
 fn program(
     fields: &serde_json::Map<String, Value>,
     programs: &[String],
@@ -42,6 +47,38 @@ fn program(
             .iter()
             .any(|p| p == file || p.ends_with(&format!("/{file}")))
     };
+    let stack = |program: &str, field: &str, what: &str, fix: &str| {
+        ConfigError::field(
+            script,
+            field,
+            format!(
+                "the script runs {program}, which trains {what}, not planned: read as GPTModel \
+                 layers its plan would be wrong"
+            ),
+            fix,
+        )
+    };
+    if named("pretrain_t5.py") || fields.contains_key("encoder_num_layers") {
+        return Err(stack(
+            "pretrain_t5.py",
+            "encoder_num_layers",
+            "an encoder-decoder (T5: an encoder stack and a decoder stack with cross-attention)",
+            "plan a decoder-only model (pretrain_gpt.py's); encoder-decoder models are not \
+             supported",
+        ));
+    }
+    if let Some(p) = ["pretrain_mamba.py", "pretrain_hybrid.py"]
+        .into_iter()
+        .find(|p| named(p))
+    {
+        return Err(stack(
+            p,
+            "hybrid_layer_pattern",
+            "a Mamba or hybrid stack (Mamba layers unless its pattern says otherwise)",
+            "plan a transformer model (attention and MLP in every layer); hybrid stacks are not \
+             supported",
+        ));
+    }
     // Megatron's inference tools take `--model-provider gpt|hybrid|mamba` too: those are the
     // script's flags' model.
     let mimo_provider = fields
@@ -269,6 +306,24 @@ mod tests {
         assert!(
             e.contains("field `model_provider`") && e.contains("`llava_vlm`'s Python config"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn t5_and_mamba_programs_are_refused_naming_what_they_train() {
+        let t5 = read("torchrun pretrain_t5.py --encoder-num-layers 12 --hidden-size 768")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t5.contains("field `encoder_num_layers`") && t5.contains("encoder-decoder"),
+            "{t5}"
+        );
+        let mamba = read("torchrun ../../pretrain_mamba.py --num-layers 56 --hidden-size 4096")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            mamba.contains("pretrain_mamba.py") && mamba.contains("hybrid stacks are not"),
+            "{mamba}"
         );
     }
 
