@@ -39,13 +39,13 @@ impl ConfigError {
     pub(crate) fn field(
         file: &std::path::Path,
         field: &str,
-        problem: String,
-        fix: &str,
+        problem: impl Into<String>,
+        fix: impl Into<String>,
     ) -> ConfigError {
         ConfigError::Field {
             file: file.into(),
             field: field.into(),
-            problem,
+            problem: problem.into(),
             fix: fix.into(),
         }
     }

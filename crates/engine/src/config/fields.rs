@@ -29,12 +29,7 @@ impl<'a> Fields<'a> {
         problem: impl Into<String>,
         fix: impl Into<String>,
     ) -> ConfigError {
-        ConfigError::Field {
-            file: self.file.into(),
-            field: self.path(key),
-            problem: problem.into(),
-            fix: fix.into(),
-        }
+        ConfigError::field(self.file, &self.path(key), problem, fix)
     }
 
     pub fn has(&self, key: &str) -> bool {

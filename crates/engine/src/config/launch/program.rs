@@ -20,6 +20,7 @@ use serde_json::Value;
 use std::path::Path;
 
 use super::super::error::ConfigError;
+use super::super::fields::Fields;
 
 /// Megatron-LM's defaults for the image (`--img-h`, `--img-w`, `--patch-dim`).
 const IMG_H: u64 = 224;
@@ -122,99 +123,19 @@ pub(super) fn as_read(
     let Some(prog) = program(m, programs, script)? else {
         return Ok(Vec::new());
     };
-    let num = |m: &serde_json::Map<String, Value>, key: &str| -> Result<Option<u64>, ConfigError> {
-        match m.get(key) {
-            None => Ok(None),
-            Some(x) => x.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
-                ConfigError::field(
-                    script,
-                    key,
-                    format!("`{x}` is not a positive integer"),
-                    "write the value as Megatron-LM takes it",
-                )
-            }),
-        }
+    let f = Fields {
+        file: script,
+        prefix: "",
+        map: m,
     };
-    let vision = match prog {
-        Program::PretrainVlm => "clip".to_owned(),
-        Program::Train => m
-            .get("vision_model_type")
-            .and_then(Value::as_str)
-            .unwrap_or("clip")
-            .to_owned(),
-    };
-    let was = num(m, "seq_length")?;
-    let (seq, how) = match prog {
-        Program::Train => {
-            let Some(seq) = num(m, "decoder_seq_length")? else {
-                return Err(ConfigError::field(
-                    script,
-                    "decoder_seq_length",
-                    "Megatron-LM's multimodal model (examples/multimodal) runs its language \
-                     model at --decoder-seq-length (its --seq-length is the vision encoder's), \
-                     and the script passes none"
-                        .to_owned(),
-                    "pass --decoder-seq-length, the language model's sequence, as the trainer \
-                     requires",
-                ));
-            };
-            let lm = m
-                .get("language_model_type")
-                .and_then(Value::as_str)
-                .unwrap_or("(none)");
-            (
-                seq,
-                format!(
-                    "Megatron-LM's multimodal model (examples/multimodal, \
-                     --language-model-type {lm}): the language model planned at --decoder-seq-length {seq}{}; its widths as the \
-                     script's flags give them (examples/multimodal/config.py sets the MLP by \
-                     the language model type: check them with `fp8sel explain`)",
-                    was.map_or(String::new(), |s| format!(
-                        " (--seq-length {s} is the vision encoder's)"
-                    ))
-                ),
-            )
-        }
-        Program::PretrainVlm => {
-            let text = match num(m, "dataloader_seq_length")? {
-                Some(t) => t,
-                None => was.ok_or_else(|| {
-                    ConfigError::field(
-                        script,
-                        "seq_length",
-                        "pretrain_vlm.py trains the language model at the text's sequence \
-                         plus the image's embeddings, and the script passes no --seq-length"
-                            .to_owned(),
-                        "pass --seq-length (or --dataloader-seq-length), the text's sequence",
-                    )
-                })?,
-            };
-            let patch = num(m, "patch_dim")?.unwrap_or(PATCH_DIM);
-            let h = num(m, "img_h")?.unwrap_or(IMG_H);
-            let w = num(m, "img_w")?.unwrap_or(IMG_W);
-            let class = u64::from(m.get("disable_vision_class_token") != Some(&Value::Bool(true)));
-            let image = (h / patch)
-                .checked_mul(w / patch)
-                .and_then(|n| n.checked_add(class));
-            let seq = image.and_then(|i| text.checked_add(i)).ok_or_else(|| {
-                ConfigError::field(
-                    script,
-                    "img_h",
-                    format!("{text} tokens of text and a {h}x{w} image are too many"),
-                    "write the run's image and sequence sizes",
-                )
-            })?;
-            let image = seq - text;
-            (
-                seq,
-                format!(
-                    "pretrain_vlm.py: the language model planned at {seq} tokens, the text's \
-                     {text} plus one image's {image} embeddings ({h}x{w} in {patch}-pixel \
-                     patches{}), before Megatron pads it for TP and CP",
-                    if class == 1 { ", a class token" } else { "" }
-                ),
-            )
-        }
+    let ((seq, how), vision) = match prog {
+        Program::Train => (
+            train_sequence(f)?,
+            f.opt_str(&["vision_model_type"])?
+                .unwrap_or("clip")
+                .to_owned(),
+        ),
+        Program::PretrainVlm => (vlm_sequence(f)?, "clip".to_owned()),
     };
     m.insert("seq_length".to_owned(), Value::from(seq));
     m.remove("encoder_seq_length");
@@ -227,6 +148,85 @@ pub(super) fn as_read(
              rules: launch this model with the native config)"
         ),
     ])
+}
+
+/// A positive integer field, if given.
+fn positive(f: Fields<'_>, key: &'static str) -> Result<Option<u64>, ConfigError> {
+    match f.opt_u64(&[key]) {
+        Ok(Some(n)) if n > 0 => Ok(Some(n)),
+        Ok(None) => Ok(None),
+        _ => Err(f.err(
+            key,
+            format!("`{}` is not a positive integer", f.map[key]),
+            "write the value as Megatron-LM takes it",
+        )),
+    }
+}
+
+/// `examples/multimodal/train.py`: `--decoder-seq-length`, and how it was read.
+fn train_sequence(f: Fields<'_>) -> Result<(u64, String), ConfigError> {
+    let seq = positive(f, "decoder_seq_length")?.ok_or_else(|| {
+        f.err(
+            "decoder_seq_length",
+            "Megatron-LM's multimodal model (examples/multimodal) runs its language model at \
+             --decoder-seq-length (its --seq-length is the vision encoder's), and the script \
+             passes none",
+            "pass --decoder-seq-length, the language model's sequence, as the trainer requires",
+        )
+    })?;
+    let lm = f.opt_str(&["language_model_type"])?.unwrap_or("(none)");
+    let vision_seq = positive(f, "seq_length")?.map_or(String::new(), |s| {
+        format!(" (--seq-length {s} is the vision encoder's)")
+    });
+    Ok((
+        seq,
+        format!(
+            "Megatron-LM's multimodal model (examples/multimodal, --language-model-type {lm}): \
+             the language model planned at --decoder-seq-length {seq}{vision_seq}; its widths as \
+             the script's flags give them (examples/multimodal/config.py sets the MLP by the \
+             language model type: check them with `fp8sel explain`)"
+        ),
+    ))
+}
+
+/// `pretrain_vlm.py`: the text's sequence plus one image's embeddings, and how it was read.
+fn vlm_sequence(f: Fields<'_>) -> Result<(u64, String), ConfigError> {
+    let text = match positive(f, "dataloader_seq_length")? {
+        Some(t) => t,
+        None => positive(f, "seq_length")?.ok_or_else(|| {
+            f.err(
+                "seq_length",
+                "pretrain_vlm.py trains the language model at the text's sequence plus the \
+                 image's embeddings, and the script passes no --seq-length",
+                "pass --seq-length (or --dataloader-seq-length), the text's sequence",
+            )
+        })?,
+    };
+    let patch = positive(f, "patch_dim")?.unwrap_or(PATCH_DIM);
+    let h = positive(f, "img_h")?.unwrap_or(IMG_H);
+    let w = positive(f, "img_w")?.unwrap_or(IMG_W);
+    let class = u64::from(f.opt_bool(&["disable_vision_class_token"])? != Some(true));
+    let too_many = || {
+        f.err(
+            "img_h",
+            format!("{text} tokens of text and a {h}x{w} image are too many"),
+            "write the run's image and sequence sizes",
+        )
+    };
+    let image = (h / patch)
+        .checked_mul(w / patch)
+        .and_then(|n| n.checked_add(class))
+        .ok_or_else(too_many)?;
+    let seq = text.checked_add(image).ok_or_else(too_many)?;
+    Ok((
+        seq,
+        format!(
+            "pretrain_vlm.py: the language model planned at {seq} tokens, the text's {text} plus \
+             one image's {image} embeddings ({h}x{w} in {patch}-pixel patches{}), before \
+             Megatron pads it for TP and CP",
+            if class == 1 { ", a class token" } else { "" }
+        ),
+    ))
 }
 
 #[cfg(test)]
