@@ -98,19 +98,12 @@ fn explain_check_and_the_native_export_follow_it() {
 
 #[test]
 fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
-    let args = [
-        "check",
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        "policies/llama3_2_1b.json",
-        "--seq-length",
-        "4096",
-        "--json",
-    ];
-    let run = |env: &[(&str, &str)], extra: &[&str]| {
+    let run_with = |model: &str, policy: &str, env: &[(&str, &str)], extra: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
-        c.current_dir(root()).args(args).args(extra);
+        c.current_dir(root())
+            .args(["check", "--model", model, "--policy", policy])
+            .args(["--seq-length", "4096", "--json"])
+            .args(extra);
         for v in [
             "FP8_QUANT_FWD_INP_AMAX_EPS",
             "FP8_QUANT_FWD_WEIGHT_AMAX_EPS",
@@ -122,16 +115,30 @@ fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
             c.env(k, v);
         }
         let v: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
-        v["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n.as_str().unwrap().contains("epsilon guard"))
+        let notes = v["notes"].as_array().unwrap().iter();
+        notes
+            .filter_map(|n| n.as_str())
+            .find(|n| n.contains("epsilon guard"))
+            .map(str::to_owned)
+    };
+    let llama = "fixtures/models/llama3_2_1b.yaml";
+    let run = |env: &[(&str, &str)], extra: &[&str]| {
+        run_with(llama, "policies/llama3_2_1b.json", env, extra).is_some()
     };
     assert!(run(&[], &[]));
     assert!(!run(&[("FP8_QUANT_FWD_INP_AMAX_EPS", "1e-12")], &[]));
     // Delayed scaling has no amax_epsilon: no note.
     assert!(!run(&[], &["--recipe", "delayed"]));
+    // A config that names no recipe: the launch runs the policy's (a delayed policy: no note; a
+    // tensorwise one: the note, naming tensorwise).
+    let qwen = "fixtures/models/qwen2_5_72b.yaml";
+    let tp8 = ["--tp", "8"];
+    assert_eq!(
+        run_with(qwen, "policies/delayed/qwen2_5_72b.json", &[], &tp8),
+        None
+    );
+    let note = run_with(qwen, "policies/tensorwise/qwen2_5_72b.json", &[], &tp8).unwrap();
+    assert!(note.starts_with("tensorwise scaling"), "{note}");
 }
 
 /// `merge-policy --trainer both`: one file whose eager answers are the eager merge's and whose

@@ -237,16 +237,27 @@ const AMAX_EPS_VARS: [&str; 3] = [
     "FP8_QUANT_BWD_GRAD_AMAX_EPS",
 ];
 
-/// A note when a blockwise or tensorwise launch (the trainer's recipe, blockwise when none is
-/// known) has FP8 modules and none of the seed's epsilon variables is set in this environment.
+/// A note when a blockwise or tensorwise launch has FP8 modules and none of the seed's epsilon
+/// variables is set in this environment. The launch's recipe: the trainer's, else the one the
+/// policies were measured with (a delayed policy's launch has no amax_epsilon), else blockwise.
 fn epsilon_note(
     trainer: Option<Recipe>,
     policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
 ) -> Option<String> {
-    let recipe = trainer.unwrap_or(Recipe::Blockwise);
-    let per_tensor_or_block = matches!(recipe, Recipe::Blockwise | Recipe::Tensorwise);
+    let per_tensor_or_block = |r: &Recipe| matches!(r, Recipe::Blockwise | Recipe::Tensorwise);
+    let recipe = match trainer {
+        Some(r) => r,
+        None => {
+            let made: Vec<Recipe> = policies.values().flat_map(|p| p.recipes()).collect();
+            match made.iter().find(|r| per_tensor_or_block(r)) {
+                Some(&r) => r,
+                None if made.is_empty() => Recipe::Blockwise,
+                None => made[0],
+            }
+        }
+    };
     let set = AMAX_EPS_VARS.iter().any(|v| std::env::var_os(v).is_some());
-    (per_tensor_or_block && !set && !policies.is_empty()).then(|| {
+    (per_tensor_or_block(&recipe) && !set && !policies.is_empty()).then(|| {
         format!(
             "{recipe} scaling without the seed's epsilon guard: none of {} is set here. The seed \
              sets them to 1e-12 against NaN/Inf from all-zero blocks; upstream TE reads no such \
