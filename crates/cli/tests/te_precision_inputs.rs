@@ -132,3 +132,61 @@ fn a_policy_the_config_names_is_an_input_the_output_may_not_overwrite() {
     let o = run(&dir.path().join("te.yaml"));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
 }
+
+/// A config that names no recipe: the file runs the recipe the policy was measured with, never
+/// the default's in its place (a tensorwise policy's thresholds written as blockwise modules), and
+/// a delayed policy is refused as delayed, naming the hook.
+#[test]
+fn a_config_without_a_recipe_runs_the_policys() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |policy: &str, extra: &[&str]| {
+        let out = dir.path().join("te.yaml");
+        let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "te-precision-config",
+                "--model",
+                "fixtures/models/qwen2_5_72b.yaml",
+            ])
+            .args(["--policy", policy, "--tp", "8", "--seq-length", "8192"])
+            .args(extra)
+            .arg("--output")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_file(&out);
+        (o, text)
+    };
+    let (o, text) = run("policies/tensorwise/qwen2_5_72b.json", &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        text.contains("fp8_quantization_recipe: tensorwise"),
+        "{text}"
+    );
+    assert!(err(&o).contains("note: recipe tensorwise, the one the policy was measured with"));
+    let (o, text) = run("policies/qwen2_5_72b.json", &[]);
+    assert!(
+        text.contains("fp8_quantization_recipe: blockwise"),
+        "{text}"
+    );
+    assert!(!err(&o).contains("note: recipe"), "{}", err(&o));
+    let (o, text) = run("policies/delayed/qwen2_5_72b.json", &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text.is_empty());
+    assert!(err(&o).contains("refuses delayed scaling"), "{}", err(&o));
+    // The trainer's recipe, given, is the file's (the policy's mismatch warned about).
+    let (o, text) = run(
+        "policies/tensorwise/qwen2_5_72b.json",
+        &["--recipe", "blockwise"],
+    );
+    assert!(
+        text.contains("fp8_quantization_recipe: blockwise"),
+        "{text}"
+    );
+    assert!(
+        err(&o).contains("measured with the tensorwise recipe"),
+        "{}",
+        err(&o)
+    );
+}

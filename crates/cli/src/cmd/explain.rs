@@ -65,7 +65,36 @@ pub(super) struct Context {
     pub(super) recipe: Option<Recipe>,
     /// The base recipe of the policies' per-module recipe plan, if they carry one.
     pub(super) plan_base: Option<Recipe>,
+    /// The one recipe every policy was measured with, if they say and agree.
+    pub(super) measured: Option<Recipe>,
     pub(super) notes: Vec<String>,
+}
+
+impl Context {
+    /// The recipe the launch runs: the trainer's (`--recipe`, else the config's), else the
+    /// policies' recipe plan's base, else the recipe they were measured with, else blockwise
+    /// (the seed's). The second value says which.
+    pub(super) fn launch_recipe(&self) -> (Recipe, &'static str) {
+        match (self.recipe, self.plan_base, self.measured) {
+            (Some(r), _, _) => (r, "the trainer's"),
+            (None, Some(r), _) => (r, "the policy's recipe plan's base"),
+            (None, None, Some(r)) => (r, "the one the policy was measured with"),
+            (None, None, None) => (Recipe::Blockwise, "the default"),
+        }
+    }
+}
+
+/// The one recipe the policies were measured with (`provenance.recipe`), if they say and agree.
+fn measured_recipe(
+    policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
+) -> Option<Recipe> {
+    let mut made: Vec<Recipe> = policies.values().flat_map(|p| p.recipes()).collect();
+    made.sort();
+    made.dedup();
+    match made[..] {
+        [one] => Some(one),
+        _ => None,
+    }
 }
 
 /// The plan, with a warning for every policy made for another recipe than the trainer's
@@ -125,7 +154,11 @@ pub(super) fn make_plan(
     } else {
         Vec::new()
     };
-    if let Some(n) = epsilon_note(trainer, &policies) {
+    let plan_base = policies
+        .values()
+        .find_map(|pol| pol.recipe_plan().map(|plan| plan.base));
+    let measured = measured_recipe(&policies);
+    if let Some(n) = epsilon_note(trainer.or(plan_base).or(measured), &policies) {
         notes.push(n);
     }
     for (role, pol) in &policies {
@@ -143,9 +176,8 @@ pub(super) fn make_plan(
         Context {
             execution,
             recipe: trainer,
-            plan_base: policies
-                .values()
-                .find_map(|pol| pol.recipe_plan().map(|plan| plan.base)),
+            plan_base,
+            measured,
             notes,
         },
     ))
@@ -237,27 +269,17 @@ const AMAX_EPS_VARS: [&str; 3] = [
     "FP8_QUANT_BWD_GRAD_AMAX_EPS",
 ];
 
-/// A note when a blockwise or tensorwise launch has FP8 modules and none of the seed's epsilon
-/// variables is set in this environment. The launch's recipe: the trainer's, else the one the
-/// policies were measured with (a delayed policy's launch has no amax_epsilon), else blockwise.
+/// A note when a blockwise or tensorwise launch (`Context::launch_recipe`'s: the trainer's,
+/// else the policies', else blockwise) has FP8 modules and none of the seed's epsilon variables
+/// is set in this environment.
 fn epsilon_note(
-    trainer: Option<Recipe>,
+    launch: Option<Recipe>,
     policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
 ) -> Option<String> {
-    let per_tensor_or_block = |r: &Recipe| matches!(r, Recipe::Blockwise | Recipe::Tensorwise);
-    let recipe = match trainer {
-        Some(r) => r,
-        None => {
-            let made: Vec<Recipe> = policies.values().flat_map(|p| p.recipes()).collect();
-            match made.iter().find(|r| per_tensor_or_block(r)) {
-                Some(&r) => r,
-                None if made.is_empty() => Recipe::Blockwise,
-                None => made[0],
-            }
-        }
-    };
+    let recipe = launch.unwrap_or(Recipe::Blockwise);
+    let per_tensor_or_block = matches!(recipe, Recipe::Blockwise | Recipe::Tensorwise);
     let set = AMAX_EPS_VARS.iter().any(|v| std::env::var_os(v).is_some());
-    (per_tensor_or_block(&recipe) && !set && !policies.is_empty()).then(|| {
+    (per_tensor_or_block && !set && !policies.is_empty()).then(|| {
         format!(
             "{recipe} scaling without the seed's epsilon guard: none of {} is set here. The seed \
              sets them to 1e-12 against NaN/Inf from all-zero blocks; upstream TE reads no such \

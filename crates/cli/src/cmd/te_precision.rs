@@ -65,8 +65,14 @@ pub fn run(args: &Args) -> CliResult {
             u.message(&fill)
         )));
     }
-    // Unset, the recipe is the one the policy's recipe plan is based on, else blockwise.
-    let recipe = cx.recipe.or(cx.plan_base).unwrap_or(Recipe::Blockwise);
+    // Unset, the recipe is the policy's (its recipe plan's base, else the one it was measured
+    // with), else blockwise: never a recipe other than the one its thresholds are for.
+    let (recipe, from) = cx.launch_recipe();
+    if cx.recipe.is_none() && cx.measured.is_some_and(|m| m != Recipe::Blockwise) {
+        eprintln!(
+            "note: recipe {recipe}, {from}: the config names none; --recipe sets the trainer's"
+        );
+    }
     let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
     if format == Fp8Format::Hybrid
         && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
