@@ -125,3 +125,59 @@ fn a_recipe_error_says_the_recipe_came_from_the_config() {
         err(&o)
     );
 }
+
+/// FP8 on without a recipe (a launch script's `--fp8-format hybrid` alone, as Megatron-LM's
+/// `examples/llama/train_llama3_8b_h100_fp8.sh` trains, or a YAML's `fp8: e4m3`) trains
+/// Megatron's default, delayed scaling: that is what gen-policy measures, and explain says why.
+/// FP8 off (`fp8: null`, no flag) names no recipe: the default, blockwise.
+#[test]
+fn fp8_on_without_a_recipe_is_megatrons_default_delayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    for (name, extra, want) in [
+        ("on.yaml", "fp8: e4m3\n", "delayed"),
+        ("on_fmt.yaml", "fp8_format: hybrid\n", "delayed"),
+        ("off.yaml", "fp8: null\n", "blockwise"),
+        ("none.yaml", "fp8: none\n", "blockwise"),
+        (
+            "given.yaml",
+            "fp8: e4m3\nfp8_recipe: tensorwise\n",
+            "tensorwise",
+        ),
+    ] {
+        let m = dir.path().join(name);
+        std::fs::write(&m, format!("{yaml}\n{extra}")).unwrap();
+        let o = generate(dir.path(), &[m.to_str().unwrap()], &[]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", err(&o));
+        let by_default = want == "delayed" && !extra.contains("fp8_recipe");
+        assert_eq!(
+            err(&o).contains("FP8 on without fp8_recipe, Megatron's default"),
+            by_default,
+            "{name}: {}",
+            err(&o)
+        );
+        let policy = dir.path().join("out/llama3_2_1b.json");
+        assert!(recipe_of(&policy).starts_with(want), "{name}");
+        let explain = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args(["explain", "--model", m.to_str().unwrap(), "--policy"])
+            .arg(&policy)
+            .args(["--seq-length", "4096"])
+            .output()
+            .unwrap();
+        let said = err(&explain).contains("delayed (Megatron's default)");
+        assert_eq!(said, by_default, "{name}: {}", err(&explain));
+    }
+    // A launch script: --fp8-format without --fp8-recipe.
+    let script = dir.path().join("train.sh");
+    std::fs::write(
+        &script,
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 2048 --ffn-hidden-size 8192 \
+         --num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu \
+         --normalization RMSNorm --seq-length 4096 --micro-batch-size 1 --bf16 --fp8-format hybrid\n",
+    )
+    .unwrap();
+    let o = generate(dir.path(), &[script.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(recipe_of(&dir.path().join("out/train.json")).starts_with("delayed"));
+}

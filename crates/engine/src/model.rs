@@ -144,8 +144,11 @@ pub struct Fp8Settings {
     pub policy_path: Option<String>,
     /// `fp8_dynamic_num_tokens`, when > 0.
     pub num_tokens: Option<u64>,
-    /// `fp8_recipe`, when given.
+    /// `fp8_recipe`, when given; Megatron's default (`delayed`) where FP8 is on without one.
     pub recipe: Option<String>,
+    /// True when [`Self::recipe`] is Megatron's default, not the config's `fp8_recipe`.
+    #[serde(skip)]
+    pub recipe_by_default: bool,
     /// The step's execution by Megatron's rule ([`crate::execution::execution_of`]), when the
     /// config sets `cuda_graph_impl`, `enable_cuda_graph` or `external_cuda_graph`.
     #[serde(skip)]

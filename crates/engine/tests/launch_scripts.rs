@@ -155,15 +155,15 @@ fn a_real_scripts_model_and_layout_come_from_its_flags() {
         (c.recommended.tp, c.recommended.ep, c.recommended.seq_length),
         (Some(2), Some(4), Some(4096))
     );
-    // The default a read field took is said (the environment is not read), and the recipe
-    // flag of the script's FP8 branch, read although that branch is off.
-    assert_eq!(m.notes.len(), 2, "{:?}", m.notes);
+    // The default a read field took is said (the environment is not read), and the FP8 flags
+    // of the script's FP8 branch (the format turns FP8 on, the recipe names it), read although
+    // that branch is off.
+    assert_eq!(m.notes.len(), 3, "{:?}", m.notes);
     assert!(m.notes[0].contains("$SEQ_LEN"), "{:?}", m.notes);
-    assert!(
-        m.notes[1].contains("--fp8-recipe is passed inside"),
-        "{:?}",
-        m.notes
-    );
+    for (note, flag) in m.notes[1..].iter().zip(["--fp8-format", "--fp8-recipe"]) {
+        assert!(note.contains(&format!("{flag} is passed inside")), "{note}");
+    }
+    assert_eq!(c.fp8.recipe.as_deref(), Some("blockwise"));
 }
 
 #[test]

@@ -164,7 +164,7 @@ pub fn run(args: &Args) -> CliResult {
         std::slice::from_ref(&args.model),
         args.config_root.as_deref(),
     )?;
-    let recipe = args.recipe.options(trained)?;
+    let recipe = args.recipe.options(trained.map(|t| t.recipe))?;
     if args.backend == "model" {
         // Fail before the sweep: a profile that cannot run the recipe would skip every point.
         let dev = fp8_report::DeviceInfo {

@@ -31,7 +31,8 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     let told = args.recipe.recipe.is_some() || !args.recipes.is_empty();
     let trained =
         super::recipe_args::configs_recipe(told, &args.models, args.config_root.as_deref())?;
-    let recipe = super::recipe_args::base_recipe(&args.recipe, &args.recipes, trained)?;
+    let recipe =
+        super::recipe_args::base_recipe(&args.recipe, &args.recipes, trained.map(|t| t.recipe))?;
     numerics_of_this_recipe(args, recipe.recipe())?;
     if let Some(c) = args.component {
         super::model_args::each_a_vlm(
@@ -47,10 +48,12 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
             &format!("--image-tokens {}", args.image_tokens),
         )?;
     }
-    let whose = if trained.is_some() {
-        " (the one the config trains with: its fp8_recipe)"
-    } else {
-        ""
+    let whose = match trained {
+        Some(t) if t.by_default => {
+            " (the one the config trains with: FP8 on without fp8_recipe, Megatron's default)"
+        }
+        Some(_) => " (the one the config trains with: its fp8_recipe)",
+        None => "",
     };
     progress.say(&format!(
         "gen-policy: {} model(s), backend {}, recipe {recipe}{whose}; reading configs and planning the sweeps...",

@@ -16,7 +16,7 @@ pub struct RecipeArgs {
     /// delayed (DelayedScaling), mxfp8 (MXFP8BlockScaling: Blackwell only; on Hopper use
     /// --backend model --device-profile b200). Recorded in the report and the policy.
     /// [default: the recipe the model config trains with (its fp8_recipe, a launch script's
-    /// --fp8-recipe), else blockwise]
+    /// --fp8-recipe; delayed, Megatron's default, where FP8 is on without one), else blockwise]
     #[arg(
         long,
         alias = "fp8-recipe",
@@ -51,20 +51,35 @@ impl RecipeArgs {
     }
 }
 
+/// The recipe the model configs train with, and whether it is Megatron's default (FP8 on without
+/// an `fp8_recipe`) rather than one a config names.
+#[derive(Debug, Clone, Copy)]
+pub struct Trained {
+    /// The recipe.
+    pub recipe: Recipe,
+    /// Megatron's default (`delayed`), no config naming it.
+    pub by_default: bool,
+}
+
 /// The recipe the model configs train with (each one's fp8_recipe, a launch script's
-/// --fp8-recipe), where any names one and no flag (`told`) chose one: the same for all of them,
-/// else refused; one it cannot read is refused, naming the file.
+/// --fp8-recipe, else Megatron's default where FP8 is on), where any has one and no flag (`told`)
+/// chose one: the same for all of them, else refused; one it cannot read is refused, naming the
+/// file.
 pub fn configs_recipe(
     told: bool,
     models: &[PathBuf],
     config_root: Option<&Path>,
-) -> CliResult<Option<Recipe>> {
+) -> CliResult<Option<Trained>> {
     if told {
         return Ok(None);
     }
     let mut named: Vec<(&PathBuf, Recipe)> = Vec::new();
+    let mut by_default = false;
     for m in models {
         let desc = super::model_args::load_config(m, config_root)?;
+        if let Some(c) = desc.components.iter().find(|c| c.fp8.recipe.is_some()) {
+            by_default |= c.fp8.recipe_by_default;
+        }
         if let Some(s) = desc.components.iter().find_map(|c| c.fp8.recipe.as_deref()) {
             let r = s.parse::<Recipe>().map_err(|e| {
                 CliError::input(format!(
@@ -86,7 +101,7 @@ pub fn configs_recipe(
                 each.join(", ")
             )))
         }
-        first => Ok(first.map(|&(_, r)| r)),
+        first => Ok(first.map(|&(_, recipe)| Trained { recipe, by_default })),
     }
 }
 
@@ -186,11 +201,21 @@ pub fn base_recipe(
 
 /// `e` (an error of a run that measured `trained`, the configs' own recipe), saying where the
 /// recipe came from when it names it.
-pub fn whence(e: String, trained: Option<Recipe>) -> CliError {
+pub fn whence(e: String, trained: Option<Trained>) -> CliError {
     match trained {
-        Some(r) if e.contains(r.name()) => CliError::input(format!(
-            "{e}\n  ({r} is the recipe the model config trains with, its fp8_recipe; --recipe measures another)"
-        )),
+        Some(Trained {
+            recipe: r,
+            by_default,
+        }) if e.contains(r.name()) => {
+            let why = if by_default {
+                "FP8 on without fp8_recipe: Megatron's default"
+            } else {
+                "its fp8_recipe"
+            };
+            CliError::input(format!(
+                "{e}\n  ({r} is the recipe the model config trains with, {why}; --recipe measures another)"
+            ))
+        }
         _ => CliError::input(e),
     }
 }

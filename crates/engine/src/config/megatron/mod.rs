@@ -72,6 +72,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "expert_tensor_parallel_size",
     "context_parallel_size",
     "fp8_recipe",
+    "fp8",
+    "fp8_format",
     "cuda_graph_impl",
     "enable_cuda_graph",
     "external_cuda_graph",
@@ -256,7 +258,7 @@ pub(crate) fn component(f: Fields<'_>, role: Role) -> Result<Component, ConfigEr
             attention_output_gate,
             mtp_layers: f.opt_u64(&["mtp_num_layers"])?.unwrap_or(0),
         },
-        fp8: fp8_settings(f)?,
+        fp8: fp8_settings(f, &mut defaults)?,
         recommended: recommended_run(f)?,
         defaults_applied: defaults,
         warnings: likely_typos(f)
@@ -446,16 +448,46 @@ fn normalization(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Norm, Conf
     Ok(norm)
 }
 
-/// The config's selective-FP8 fields (the seed's).
-fn fp8_settings(f: Fields<'_>) -> Result<Fp8Settings, ConfigError> {
+/// The config's selective-FP8 fields (the seed's), and the recipe it trains: `fp8_recipe`, else
+/// Megatron's default (`delayed`) where FP8 is on (`fp8` / `--fp8-format` set) without one.
+fn fp8_settings(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Fp8Settings, ConfigError> {
+    let mut recipe = f.opt_str(&["fp8_recipe"])?.map(str::to_owned);
+    let recipe_by_default = recipe.is_none() && fp8_on(f).is_some();
+    if recipe.is_none()
+        && let Some((k, v)) = fp8_on(f)
+    {
+        defaults.push(format!(
+            "fp8_recipe absent with {k} {v}: delayed (Megatron's default); give fp8_recipe \
+             (--fp8-recipe) for another"
+        ));
+        recipe = Some("delayed".to_owned());
+    }
     let fp8 = Fp8Settings {
         selective_fp8: f.opt_bool(&["selective_fp8"])?.unwrap_or(false),
         policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
         num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
-        recipe: f.opt_str(&["fp8_recipe"])?.map(str::to_owned),
+        recipe,
+        recipe_by_default,
         execution: config_execution(f)?,
     };
     Ok(fp8)
+}
+
+/// The field that turns FP8 training on, with its value: Megatron's `fp8` (the format; a launch
+/// script's `--fp8-format`), a format name or `true`. Off: absent, null, false, empty or
+/// `none`.
+fn fp8_on(f: Fields<'_>) -> Option<(&'static str, String)> {
+    ["fp8", "fp8_format"]
+        .into_iter()
+        .find_map(|k| match f.map.get(k)? {
+            serde_json::Value::String(s)
+                if !s.trim().is_empty() && !s.trim().eq_ignore_ascii_case("none") =>
+            {
+                Some((k, s.trim().to_owned()))
+            }
+            serde_json::Value::Bool(true) => Some((k, "true".to_owned())),
+            _ => None,
+        })
 }
 
 /// The execution a config's CUDA-graph fields give, when it has any.
