@@ -75,12 +75,21 @@ impl Context {
     /// policies' recipe plan's base, else the recipe they were measured with, else blockwise
     /// (the seed's). The second value says which.
     pub(super) fn launch_recipe(&self) -> (Recipe, &'static str) {
-        match (self.recipe, self.plan_base, self.measured) {
-            (Some(r), _, _) => (r, "the trainer's"),
-            (None, Some(r), _) => (r, "the policy's recipe plan's base"),
-            (None, None, Some(r)) => (r, "the one the policy was measured with"),
-            (None, None, None) => (Recipe::Blockwise, "the default"),
-        }
+        launch_recipe(self.recipe, self.plan_base, self.measured)
+    }
+}
+
+/// [`Context::launch_recipe`], before there is a context.
+fn launch_recipe(
+    trainer: Option<Recipe>,
+    plan_base: Option<Recipe>,
+    measured: Option<Recipe>,
+) -> (Recipe, &'static str) {
+    match (trainer, plan_base, measured) {
+        (Some(r), _, _) => (r, "the trainer's"),
+        (None, Some(r), _) => (r, "the policy's recipe plan's base"),
+        (None, None, Some(r)) => (r, "the one the policy was measured with"),
+        (None, None, None) => (Recipe::Blockwise, "the default"),
     }
 }
 
@@ -158,7 +167,7 @@ pub(super) fn make_plan(
         .values()
         .find_map(|pol| pol.recipe_plan().map(|plan| plan.base));
     let measured = measured_recipe(&policies);
-    if let Some(n) = epsilon_note(trainer.or(plan_base).or(measured), &policies) {
+    if let Some(n) = epsilon_note(launch_recipe(trainer, plan_base, measured).0, &policies) {
         notes.push(n);
     }
     for (role, pol) in &policies {
@@ -269,14 +278,12 @@ const AMAX_EPS_VARS: [&str; 3] = [
     "FP8_QUANT_BWD_GRAD_AMAX_EPS",
 ];
 
-/// A note when a blockwise or tensorwise launch (`Context::launch_recipe`'s: the trainer's,
-/// else the policies', else blockwise) has FP8 modules and none of the seed's epsilon variables
-/// is set in this environment.
+/// A note when a blockwise or tensorwise launch (`recipe`: [`Context::launch_recipe`]'s) has FP8
+/// modules and none of the seed's epsilon variables is set in this environment.
 fn epsilon_note(
-    launch: Option<Recipe>,
+    recipe: Recipe,
     policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
 ) -> Option<String> {
-    let recipe = launch.unwrap_or(Recipe::Blockwise);
     let per_tensor_or_block = matches!(recipe, Recipe::Blockwise | Recipe::Tensorwise);
     let set = AMAX_EPS_VARS.iter().any(|v| std::env::var_os(v).is_some());
     (per_tensor_or_block && !set && !policies.is_empty()).then(|| {

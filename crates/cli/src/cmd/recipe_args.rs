@@ -77,10 +77,12 @@ pub fn configs_recipe(
     let mut by_default = false;
     for m in models {
         let desc = super::model_args::load_config(m, config_root)?;
-        if let Some(c) = desc.components.iter().find(|c| c.fp8.recipe.is_some()) {
-            by_default |= c.fp8.recipe_by_default;
-        }
-        if let Some(s) = desc.components.iter().find_map(|c| c.fp8.recipe.as_deref()) {
+        let first = desc.components.iter().find_map(|c| {
+            let fp8 = &c.fp8;
+            fp8.recipe.as_deref().map(|s| (s, fp8.recipe_by_default))
+        });
+        if let Some((s, defaulted)) = first {
+            by_default |= defaulted;
             let r = s.parse::<Recipe>().map_err(|e| {
                 CliError::input(format!(
                     "{}: fp8_recipe {s:?}: {e}; fix: pass --recipe to choose the recipe to measure",

@@ -68,7 +68,7 @@ pub fn run(args: &Args) -> CliResult {
     // Unset, the recipe is the policy's (its recipe plan's base, else the one it was measured
     // with), else blockwise: never a recipe other than the one its thresholds are for.
     let (recipe, from) = cx.launch_recipe();
-    if cx.recipe.is_none() && cx.measured.is_some_and(|m| m != Recipe::Blockwise) {
+    if cx.recipe.is_none() && recipe != Recipe::Blockwise {
         eprintln!(
             "note: recipe {recipe}, {from}: the config names none; --recipe sets the trainer's"
         );

@@ -451,22 +451,21 @@ fn normalization(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Norm, Conf
 /// The config's selective-FP8 fields (the seed's), and the recipe it trains: `fp8_recipe`, else
 /// Megatron's default (`delayed`) where FP8 is on (`fp8` / `--fp8-format` set) without one.
 fn fp8_settings(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Fp8Settings, ConfigError> {
-    let mut recipe = f.opt_str(&["fp8_recipe"])?.map(str::to_owned);
-    let recipe_by_default = recipe.is_none() && fp8_on(f).is_some();
-    if recipe.is_none()
-        && let Some((k, v)) = fp8_on(f)
-    {
+    let named = f.opt_str(&["fp8_recipe"])?;
+    let on_without = named.is_none().then(|| fp8_on(f)).flatten();
+    if let Some((k, v)) = &on_without {
         defaults.push(format!(
             "fp8_recipe absent with {k} {v}: delayed (Megatron's default); give fp8_recipe \
              (--fp8-recipe) for another"
         ));
-        recipe = Some("delayed".to_owned());
     }
+    let recipe_by_default = on_without.is_some();
+    let recipe = named.or(recipe_by_default.then_some("delayed"));
     let fp8 = Fp8Settings {
         selective_fp8: f.opt_bool(&["selective_fp8"])?.unwrap_or(false),
         policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
         num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
-        recipe,
+        recipe: recipe.map(str::to_owned),
         recipe_by_default,
         execution: config_execution(f)?,
     };
