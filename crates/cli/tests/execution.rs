@@ -98,11 +98,11 @@ fn explain_check_and_the_native_export_follow_it() {
 
 #[test]
 fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
-    let run_with = |model: &str, policy: &str, env: &[(&str, &str)], extra: &[&str]| {
+    let run_at = |seq: &str, model: &str, policy: &str, env: &[(&str, &str)], extra: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
         c.current_dir(root())
             .args(["check", "--model", model, "--policy", policy])
-            .args(["--seq-length", "4096", "--json"])
+            .args(["--seq-length", seq, "--json"])
             .args(extra);
         for v in [
             "FP8_QUANT_FWD_INP_AMAX_EPS",
@@ -121,6 +121,9 @@ fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
             .find(|n| n.contains("epsilon guard"))
             .map(str::to_owned)
     };
+    let run_with = |model: &str, policy: &str, env: &[(&str, &str)], extra: &[&str]| {
+        run_at("16384", model, policy, env, extra)
+    };
     let llama = "fixtures/models/llama3_2_1b.yaml";
     let run = |env: &[(&str, &str)], extra: &[&str]| {
         run_with(llama, "policies/llama3_2_1b.json", env, extra).is_some()
@@ -129,6 +132,11 @@ fn check_notes_a_launch_without_the_seeds_epsilon_guard() {
     assert!(!run(&[("FP8_QUANT_FWD_INP_AMAX_EPS", "1e-12")], &[]));
     // Delayed scaling has no amax_epsilon: no note.
     assert!(!run(&[], &["--recipe", "delayed"]));
+    // No module runs FP8 (64 tokens): nothing to guard.
+    assert_eq!(
+        run_at("64", llama, "policies/llama3_2_1b.json", &[], &[]),
+        None
+    );
     // A config that names no recipe: the launch runs the policy's (a delayed policy: no note; a
     // tensorwise one: the note, naming tensorwise).
     let qwen = "fixtures/models/qwen2_5_72b.yaml";

@@ -167,7 +167,8 @@ pub(super) fn make_plan(
         .values()
         .find_map(|pol| pol.recipe_plan().map(|plan| plan.base));
     let measured = measured_recipe(&policies);
-    if let Some(n) = epsilon_note(launch_recipe(trainer, plan_base, measured).0, &policies) {
+    let runs_fp8 = p.summary.fp8_modules > 0;
+    if let Some(n) = epsilon_note(launch_recipe(trainer, plan_base, measured).0, runs_fp8) {
         notes.push(n);
     }
     for (role, pol) in &policies {
@@ -280,13 +281,10 @@ const AMAX_EPS_VARS: [&str; 3] = [
 
 /// A note when a blockwise or tensorwise launch (`recipe`: [`Context::launch_recipe`]'s) has FP8
 /// modules and none of the seed's epsilon variables is set in this environment.
-fn epsilon_note(
-    recipe: Recipe,
-    policies: &std::collections::BTreeMap<Role, fp8_policy::Policy>,
-) -> Option<String> {
+fn epsilon_note(recipe: Recipe, runs_fp8: bool) -> Option<String> {
     let per_tensor_or_block = matches!(recipe, Recipe::Blockwise | Recipe::Tensorwise);
     let set = AMAX_EPS_VARS.iter().any(|v| std::env::var_os(v).is_some());
-    (per_tensor_or_block && !set && !policies.is_empty()).then(|| {
+    (per_tensor_or_block && !set && runs_fp8).then(|| {
         format!(
             "{recipe} scaling without the seed's epsilon guard: none of {} is set here. The seed \
              sets them to 1e-12 against NaN/Inf from all-zero blocks; upstream TE reads no such \
