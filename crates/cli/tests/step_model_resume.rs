@@ -84,6 +84,28 @@ fn inputs_measured_otherwise_are_refused_naming_the_file_the_field_and_the_fix()
         "modules[].tokens",
     );
     refused(&["--resume", "--layers", "4"], "layers");
+    // Another format or amax history of the same recipe.
+    let delayed = tempfile::tempdir().unwrap();
+    let o = run(delayed.path(), &["--recipe", "delayed"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    for (flags, field) in [
+        (&["--fp8-format", "e4m3"][..], "fp8_format"),
+        (&["--amax-history-len", "16"][..], "amax_history_len"),
+        (
+            &["--amax-compute-algo", "most_recent"][..],
+            "amax_compute_algo",
+        ),
+    ] {
+        let o = run(
+            delayed.path(),
+            &[&["--resume", "--recipe", "delayed"][..], flags].concat(),
+        );
+        let e = err(&o);
+        assert_eq!(o.status.code(), Some(2), "{field}: {e}");
+        assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
+    }
+    let o = run(delayed.path(), &["--resume", "--recipe", "delayed"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     // Another GPU: found by the first check the worker runs.
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(

@@ -181,3 +181,149 @@ fn fp8_on_without_a_recipe_is_megatrons_default_delayed() {
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(recipe_of(&dir.path().join("out/train.json")).starts_with("delayed"));
 }
+
+/// The config's FP8 format (`fp8`, a launch script's `--fp8-format`) and delayed scaling's amax
+/// options (`fp8_amax_history_len`, `fp8_amax_compute_algo`; Megatron's defaults, 1 and
+/// most_recent, where it trains delayed without them) are what gen-policy measures, unless a
+/// flag says otherwise; blockwise is measured E4M3 with a note; a value Megatron does not take is
+/// refused naming the file and the field.
+#[test]
+fn the_configs_format_and_amax_options_are_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    let write = |name: &str, extra: &str| {
+        let m = dir.path().join(name);
+        std::fs::write(&m, format!("{yaml}\n{extra}")).unwrap();
+        m.to_str().unwrap().to_owned()
+    };
+    for (name, extra, flags, want) in [
+        (
+            "tw.yaml",
+            "fp8: hybrid\nfp8_recipe: tensorwise\n",
+            &[][..],
+            "tensorwise fp8_format=hybrid",
+        ),
+        (
+            "tw_flag.yaml",
+            "fp8: hybrid\nfp8_recipe: tensorwise\n",
+            &["--fp8-format", "e4m3"][..],
+            "tensorwise fp8_format=e4m3",
+        ),
+        (
+            "dl_default.yaml",
+            "fp8: e4m3\n",
+            &[][..],
+            "delayed fp8_format=e4m3 amax_history_len=1 amax_compute_algo=most_recent",
+        ),
+        (
+            "dl_given.yaml",
+            "fp8: hybrid\nfp8_recipe: delayed\nfp8_amax_history_len: 1024\nfp8_amax_compute_algo: max\n",
+            &[][..],
+            "delayed fp8_format=hybrid amax_history_len=1024 amax_compute_algo=max",
+        ),
+        (
+            "dl_flag.yaml",
+            "fp8: hybrid\nfp8_recipe: delayed\n",
+            &["--amax-history-len", "16"][..],
+            "delayed fp8_format=hybrid amax_history_len=16 amax_compute_algo=most_recent",
+        ),
+        (
+            "bw.yaml",
+            "fp8: hybrid\nfp8_recipe: blockwise\n",
+            &[][..],
+            "blockwise",
+        ),
+    ] {
+        let m = write(name, extra);
+        let o = generate(dir.path(), &[&m], flags);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", err(&o));
+        assert_eq!(
+            recipe_of(&dir.path().join("out/llama3_2_1b.json")),
+            want,
+            "{name}"
+        );
+        assert!(
+            err(&o).contains(&format!("recipe {want}")),
+            "{name}: {}",
+            err(&o)
+        );
+        let noted = err(&o).contains("fp8 hybrid: blockwise is measured in E4M3");
+        assert_eq!(noted, name == "bw.yaml", "{name}: {}", err(&o));
+    }
+    // A value Megatron does not take: the file and the field.
+    for (extra, field) in [
+        ("fp8: e5m2\nfp8_recipe: tensorwise\n", "fp8"),
+        (
+            "fp8: hybrid\nfp8_amax_history_len: 99999\n",
+            "fp8_amax_history_len",
+        ),
+        (
+            "fp8: hybrid\nfp8_amax_compute_algo: mean\n",
+            "fp8_amax_compute_algo",
+        ),
+    ] {
+        let m = write("bad.yaml", extra);
+        let o = generate(dir.path(), &[&m], &[]);
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", err(&o));
+        assert!(
+            err(&o).contains("bad.yaml") && err(&o).contains(&format!("{field}:")),
+            "{extra}: {}",
+            err(&o)
+        );
+    }
+    // Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh: its flags, in a launch script.
+    let script = dir.path().join("train.sh");
+    std::fs::write(
+        &script,
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 2048 --ffn-hidden-size 8192 \
+         --num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu \
+         --normalization RMSNorm --seq-length 4096 --micro-batch-size 1 --bf16 --fp8-format hybrid \
+         --fp8-amax-history-len 1024 --fp8-amax-compute-algo max\n",
+    )
+    .unwrap();
+    let o = generate(dir.path(), &[script.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(
+        recipe_of(&dir.path().join("out/train.json")),
+        "delayed fp8_format=hybrid amax_history_len=1024 amax_compute_algo=max"
+    );
+}
+
+/// te-precision-config writes the config's format where the recipe is measured in it.
+#[test]
+fn te_precision_config_writes_the_configs_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(root().join("fixtures/models/llama3_2_1b.yaml")).unwrap();
+    for (recipe, written, noted) in [("tensorwise", "hybrid", false), ("blockwise", "e4m3", true)] {
+        let m = dir.path().join(format!("{recipe}.yaml"));
+        std::fs::write(&m, format!("{yaml}\nfp8: hybrid\nfp8_recipe: {recipe}\n")).unwrap();
+        let policy = match recipe {
+            "tensorwise" => "policies/tensorwise/qwen2_5_72b.json",
+            _ => "policies/llama3_2_1b.json",
+        };
+        let o = Command::new(env!("CARGO_BIN_EXE_fp8sel"))
+            .current_dir(root())
+            .args([
+                "te-precision-config",
+                "--model",
+                m.to_str().unwrap(),
+                "--policy",
+                policy,
+            ])
+            .args(["--seq-length", "65536", "--allow-missing"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{recipe}: {}", err(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("fp8_format: {written}")),
+            "{recipe}: {out}"
+        );
+        assert_eq!(
+            err(&o).contains("fp8 hybrid: the blockwise modules are written E4M3"),
+            noted,
+            "{recipe}: {}",
+            err(&o)
+        );
+    }
+}

@@ -149,6 +149,17 @@ pub struct Fp8Settings {
     /// True when [`Self::recipe`] is Megatron's default, not the config's `fp8_recipe`.
     #[serde(skip)]
     pub recipe_by_default: bool,
+    /// The FP8 format the config trains with (`fp8` / a launch script's `--fp8-format`, as
+    /// written: `e4m3`, `hybrid`), when FP8 is on with a format named.
+    #[serde(skip)]
+    pub format: Option<String>,
+    /// Delayed scaling's `fp8_amax_history_len`, when given (Megatron's default is 1).
+    #[serde(skip)]
+    pub amax_history_len: Option<u64>,
+    /// Delayed scaling's `fp8_amax_compute_algo`, when given (Megatron's default is
+    /// `most_recent`).
+    #[serde(skip)]
+    pub amax_compute_algo: Option<String>,
     /// The step's execution by Megatron's rule ([`crate::execution::execution_of`]), when the
     /// config sets `cuda_graph_impl`, `enable_cuda_graph` or `external_cuda_graph`.
     #[serde(skip)]

@@ -500,3 +500,18 @@ def test_a_count_out_of_gpu_memory_says_what_frees_it_in_each_judge():
         row = sb.failed_row(6144, "graphed", OutOfMemoryError("CUDA out of memory."), fix)
         assert row["error"] == f"OutOfMemoryError: CUDA out of memory.; {fix}"
     assert "--policy" in ms.MEGATRON_OOM_FIX and "--tokens" not in ms.MEGATRON_OOM_FIX
+
+
+def test_the_judges_fp8_fields_are_the_recipe_the_te_blocks_run():
+    """The Megatron judge's TransformerConfig takes the run's format and delayed scaling's amax
+    options (TE's defaults where none are given, as the TE blocks): the same recipe in both."""
+    args = lambda *a: parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", *a])
+    assert ms.precision_kwargs(args(), "bf16", "blockwise") == {}
+    assert ms.precision_kwargs(args(), "fp8", "blockwise") == {"fp8": "e4m3", "fp8_recipe": "blockwise", "fp8_param": True}
+    tw = ms.precision_kwargs(args("--recipe", "tensorwise", "--fp8-format", "hybrid"), "hook", "tensorwise")
+    assert tw["fp8"] == "hybrid" and "fp8_amax_history_len" not in tw
+    dl = ms.precision_kwargs(args("--recipe", "delayed"), "fp8", "delayed")
+    assert (dl["fp8"], dl["fp8_amax_history_len"], dl["fp8_amax_compute_algo"]) == ("hybrid", 1024, "max")
+    dl = ms.precision_kwargs(args("--recipe", "delayed", "--fp8-amax-history-len", "1", "--fp8-amax-compute-algo", "most_recent"), "fp8", "delayed")
+    assert (dl["fp8_amax_history_len"], dl["fp8_amax_compute_algo"]) == (1, "most_recent")
+    assert ms.precision_kwargs(args("--recipe", "nvfp4"), "fp8", "nvfp4")["fp4_recipe"] == "nvfp4"

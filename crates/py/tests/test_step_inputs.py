@@ -14,7 +14,7 @@ from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, group_keys
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
-DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "device", "te_version", "tp", "ep", "etp", "layers",
+DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "fp8_format", "device", "te_version", "tp", "ep", "etp", "layers",
               "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "settle_s", "settled", "groups", "modules", "step_times", "failed",
               "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
@@ -63,6 +63,23 @@ def test_the_calibration_counts_and_the_command_line(capsys, tmp_path):
 def test_the_header_has_exactly_the_readers_fields():
     args = si.parser().parse_args(["--model", "m.json", "--json", "o.json"])
     assert set(si.header(args, "m", [], ["dense"], "cpu", "stand-in", "r")) == DOC_FIELDS
+
+
+def test_the_header_records_the_recipes_options(capsys):
+    """The format always; delayed scaling's amax options too (Megatron's flag names taken); the
+    amax options with another recipe refused before TE loads."""
+    head = lambda *a: si.header(si.parser().parse_args(["--model", "m.json", "--json", "o.json", *a]), "m", [], ["dense"], "cpu", "stand-in", "r")
+    assert head()["fp8_format"] == "e4m3" and "amax_history_len" not in head()
+    assert head("--recipe", "tensorwise", "--fp8-format", "hybrid")["fp8_format"] == "hybrid"
+    d = head("--recipe", "delayed")
+    assert (d["fp8_format"], d["amax_history_len"], d["amax_compute_algo"]) == ("hybrid", 1024, "max")
+    d = head("--recipe", "delayed", "--fp8-format", "e4m3", "--fp8-amax-history-len", "1", "--fp8-amax-compute-algo", "most_recent")
+    assert set(d) == DOC_FIELDS | {"amax_history_len", "amax_compute_algo"}
+    assert (d["fp8_format"], d["amax_history_len"], d["amax_compute_algo"]) == ("e4m3", 1, "most_recent")
+    rc = si.main(["--model", "m.json", "--recipe", "tensorwise", "--amax-history-len", "16", "--json", "o.json"])
+    assert rc == 2 and "--amax-history-len: the tensorwise recipe keeps no amax history" in capsys.readouterr().err
+    rc = si.main(["--model", "m.json", "--fp8-format", "hybrid", "--json", "o.json"])
+    assert rc == 2 and "E4M3 only" in capsys.readouterr().err
 
 
 def test_a_vlms_vision_encoder_is_its_own_document(root):

@@ -37,6 +37,16 @@ pub struct StepInputs {
     pub recipe: String,
     /// Megatron's recipe name.
     pub fp8_recipe: String,
+    /// The FP8 format, Megatron's name (`e4m3`, `hybrid`); absent in documents that predate
+    /// the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_format: Option<String>,
+    /// Delayed scaling's amax history length; absent for the other recipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amax_history_len: Option<u32>,
+    /// Delayed scaling's amax compute algorithm (`max`, `most_recent`); absent for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amax_compute_algo: Option<String>,
     /// The GPU.
     pub device: String,
     /// Transformer Engine's version.

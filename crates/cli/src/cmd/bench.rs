@@ -164,7 +164,11 @@ pub fn run(args: &Args) -> CliResult {
         std::slice::from_ref(&args.model),
         args.config_root.as_deref(),
     )?;
-    let recipe = args.recipe.options(trained.map(|t| t.recipe))?;
+    let given = super::recipe_args::configs_options(
+        std::slice::from_ref(&args.model),
+        args.config_root.as_deref(),
+    )?;
+    let (recipe, recipe_notes) = args.recipe.options(trained.map(|t| t.recipe), &given)?;
     if args.backend == "model" {
         // Fail before the sweep: a profile that cannot run the recipe would skip every point.
         let dev = fp8_report::DeviceInfo {
@@ -177,7 +181,7 @@ pub fn run(args: &Args) -> CliResult {
     fp8_bench::te::check_recompute(&args.backend, args.te.recompute).map_err(CliError::input)?;
     let model = super::model_args::load_config(&args.model, args.config_root.as_deref())?;
     if !args.quiet {
-        for n in &model.notes {
+        for n in model.notes.iter().chain(&recipe_notes) {
             eprintln!("note: {n}");
         }
     }

@@ -31,8 +31,13 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     let told = args.recipe.recipe.is_some() || !args.recipes.is_empty();
     let trained =
         super::recipe_args::configs_recipe(told, &args.models, args.config_root.as_deref())?;
-    let recipe =
-        super::recipe_args::base_recipe(&args.recipe, &args.recipes, trained.map(|t| t.recipe))?;
+    let given = super::recipe_args::configs_options(&args.models, args.config_root.as_deref())?;
+    let (recipe, recipe_notes) = super::recipe_args::base_recipe(
+        &args.recipe,
+        &args.recipes,
+        trained.map(|t| t.recipe),
+        &given,
+    )?;
     numerics_of_this_recipe(args, recipe.recipe())?;
     if let Some(c) = args.component {
         super::model_args::each_a_vlm(
@@ -60,6 +65,9 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
         args.models.len(),
         args.backend
     ));
+    for n in &recipe_notes {
+        progress.say(&format!("note: {n}"));
+    }
     let mut o = GenOptions {
         models: args.models.clone(),
         config_root: args.config_root.clone(),

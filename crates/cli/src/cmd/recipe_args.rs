@@ -24,31 +24,170 @@ pub struct RecipeArgs {
         value_name = "RECIPE"
     )]
     pub recipe: Option<Recipe>,
-    /// FP8 format: e4m3, or hybrid (E4M3 forward, E5M2 gradients) [default: hybrid for delayed,
-    /// as TE's DelayedScaling; e4m3 otherwise]. Blockwise and mxfp8 run E4M3 only.
+    /// FP8 format: e4m3, or hybrid (E4M3 forward, E5M2 gradients) [default: the model config's
+    /// (its fp8, a launch script's --fp8-format), else hybrid for delayed, as TE's
+    /// DelayedScaling, and e4m3 otherwise]. Blockwise and mxfp8 are measured in E4M3 only.
     #[arg(long, value_name = "FORMAT")]
     pub fp8_format: Option<Fp8Format>,
-    /// Delayed scaling: steps of amax history [default: 1024, TE's].
+    /// Delayed scaling: steps of amax history [default: the model config's
+    /// fp8_amax_history_len; 1, Megatron's, where it trains delayed scaling without one; else
+    /// 1024, TE's].
     #[arg(long, alias = "fp8-amax-history-len", value_name = "N")]
     pub amax_history_len: Option<u32>,
-    /// Delayed scaling: how the history becomes the scale, max or most_recent [default: max,
-    /// TE's].
+    /// Delayed scaling: how the history becomes the scale, max or most_recent [default: the
+    /// model config's fp8_amax_compute_algo; most_recent, Megatron's, where it trains delayed
+    /// scaling without one; else max, TE's].
     #[arg(long, alias = "fp8-amax-compute-algo", value_name = "ALGO")]
     pub amax_compute_algo: Option<AmaxAlgo>,
 }
 
 impl RecipeArgs {
     /// The validated recipe options: `--recipe`, else `trained` (the configs' own,
-    /// [`configs_recipe`]), else blockwise.
-    pub fn options(&self, trained: Option<Recipe>) -> CliResult<RecipeOptions> {
-        RecipeOptions::new(
-            self.recipe.or(trained).unwrap_or(Recipe::Blockwise),
-            self.fp8_format,
-            self.amax_history_len,
-            self.amax_compute_algo,
+    /// [`configs_recipe`]), else blockwise; each option the flag's, else the configs' (`given`,
+    /// [`configs_options`]: a format only for the recipes fp8sel measures in both, the amax
+    /// options only for delayed scaling), else the recipe's TE default. The notes say where a
+    /// config's option was not taken.
+    pub fn options(
+        &self,
+        trained: Option<Recipe>,
+        given: &ConfigOptions,
+    ) -> CliResult<(RecipeOptions, Vec<String>)> {
+        let recipe = self.recipe.or(trained).unwrap_or(Recipe::Blockwise);
+        let (format, notes) = given.format_for(recipe, self.fp8_format);
+        let delayed = recipe == Recipe::Delayed;
+        let options = RecipeOptions::new(
+            recipe,
+            format,
+            self.amax_history_len
+                .or(given.amax_history_len.filter(|_| delayed)),
+            self.amax_compute_algo
+                .or(given.amax_compute_algo.filter(|_| delayed)),
         )
-        .map_err(CliError::input)
+        .map_err(CliError::input)?;
+        Ok((options, notes))
     }
+}
+
+/// The FP8 options the model configs train with besides the recipe: Megatron's `fp8` (a launch
+/// script's `--fp8-format`), and delayed scaling's `fp8_amax_history_len` and
+/// `fp8_amax_compute_algo` (Megatron's defaults, 1 and most_recent, where a config trains delayed
+/// scaling without them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigOptions {
+    /// The format, and the file it came from.
+    pub format: Option<(Fp8Format, PathBuf)>,
+    /// The amax history length.
+    pub amax_history_len: Option<u32>,
+    /// The amax compute algorithm.
+    pub amax_compute_algo: Option<AmaxAlgo>,
+}
+
+impl ConfigOptions {
+    /// The format to measure `recipe` in: the flag's, else the config's where fp8sel measures
+    /// the recipe in it (blockwise, mxfp8 and nvfp4 in E4M3 only: a config's hybrid is noted,
+    /// not measured), else none (the recipe's default).
+    fn format_for(
+        &self,
+        recipe: Recipe,
+        flag: Option<Fp8Format>,
+    ) -> (Option<Fp8Format>, Vec<String>) {
+        match (flag, &self.format) {
+            (Some(f), _) => (Some(f), Vec::new()),
+            (None, Some((Fp8Format::Hybrid, file)))
+                if !matches!(recipe, Recipe::Tensorwise | Recipe::Delayed) =>
+            {
+                let note = format!(
+                    "{}: fp8 hybrid: {recipe} is measured in E4M3, the format fp8sel times it in \
+                     (the GEMMs' FP8 rate is the same in both formats)",
+                    file.display()
+                );
+                (None, vec![note])
+            }
+            (None, f) => (f.as_ref().map(|(f, _)| *f), Vec::new()),
+        }
+    }
+}
+
+/// The FP8 options every model config trains with ([`ConfigOptions`]): the same in all of them
+/// that set them, else refused; a value Megatron does not take is refused naming the file.
+pub fn configs_options(models: &[PathBuf], config_root: Option<&Path>) -> CliResult<ConfigOptions> {
+    let mut out = ConfigOptions::default();
+    for m in models {
+        let desc = super::model_args::load_config(m, config_root)?;
+        let Some(fp8) = desc.components.iter().map(|c| &c.fp8).find(|f| {
+            f.format.is_some() || f.amax_history_len.is_some() || f.amax_compute_algo.is_some()
+        }) else {
+            continue;
+        };
+        let bad = |field: &str, e: String| {
+            CliError::input(format!(
+                "{}: {field}: {e}; fix: give a value Megatron takes",
+                m.display()
+            ))
+        };
+        let format = fp8
+            .format
+            .as_deref()
+            .map(|f| f.parse::<Fp8Format>().map_err(|e| bad("fp8", e)))
+            .transpose()?;
+        let len = fp8
+            .amax_history_len
+            .map(|n| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=fp8_bench::recipe::MAX_AMAX_HISTORY).contains(n))
+                    .ok_or_else(|| {
+                        bad(
+                            "fp8_amax_history_len",
+                            format!(
+                                "{n} is outside 1 to {}",
+                                fp8_bench::recipe::MAX_AMAX_HISTORY
+                            ),
+                        )
+                    })
+            })
+            .transpose()?;
+        let algo = fp8
+            .amax_compute_algo
+            .as_deref()
+            .map(|a| {
+                a.parse::<AmaxAlgo>()
+                    .map_err(|e| bad("fp8_amax_compute_algo", e))
+            })
+            .transpose()?;
+        let agree = |field: &str, differ: bool| {
+            if differ {
+                Err(CliError::input(format!(
+                    "the model configs train with different {field} ({} differs from the first); fix: one run per setting, or the flag to choose one",
+                    m.display()
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(f) = format {
+            agree(
+                "fp8 formats",
+                out.format.as_ref().is_some_and(|(g, _)| *g != f),
+            )?;
+            out.format.get_or_insert((f, m.clone()));
+        }
+        if let Some(n) = len {
+            agree(
+                "fp8_amax_history_len",
+                out.amax_history_len.is_some_and(|g| g != n),
+            )?;
+            out.amax_history_len = Some(n);
+        }
+        if let Some(a) = algo {
+            agree(
+                "fp8_amax_compute_algo",
+                out.amax_compute_algo.is_some_and(|g| g != a),
+            )?;
+            out.amax_compute_algo = Some(a);
+        }
+    }
+    Ok(out)
 }
 
 /// The recipe the model configs train with, and whether it is Megatron's default (FP8 on without
@@ -171,9 +310,10 @@ pub fn base_recipe(
     flag: &RecipeArgs,
     recipes: &[Recipe],
     trained: Option<Recipe>,
-) -> CliResult<RecipeOptions> {
+    given: &ConfigOptions,
+) -> CliResult<(RecipeOptions, Vec<String>)> {
     let Some(&first) = recipes.first() else {
-        return flag.options(trained);
+        return flag.options(trained, given);
     };
     let mut seen = Vec::new();
     for &r in recipes {
@@ -198,7 +338,9 @@ pub fn base_recipe(
             "--recipe {r} and --recipes {first}: the base is the first of --recipes; fix: leave out --recipe"
         )));
     }
-    RecipeOptions::new(first, flag.fp8_format, None, None).map_err(CliError::input)
+    let (format, notes) = given.format_for(first, flag.fp8_format);
+    let options = RecipeOptions::new(first, format, None, None).map_err(CliError::input)?;
+    Ok((options, notes))
 }
 
 /// `e` (an error of a run that measured `trained`, the configs' own recipe), saying where the

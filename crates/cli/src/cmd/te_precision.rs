@@ -39,7 +39,8 @@ pub struct Args {
     policy: PolicyArgs,
     #[command(flatten)]
     recipe: TrainerRecipe,
-    /// FP8 format of the FP8 modules, as --fp8-format [default: e4m3]. Blockwise runs E4M3 only.
+    /// FP8 format of the FP8 modules, as --fp8-format [default: the model config's (its fp8, a
+    /// launch script's --fp8-format), else e4m3]. Blockwise runs E4M3 only.
     #[arg(long, value_name = "FORMAT")]
     fp8_format: Option<Fp8Format>,
     /// Where to write the YAML [default: stdout, with the launch flags on stderr].
@@ -73,7 +74,7 @@ pub fn run(args: &Args) -> CliResult {
             "note: recipe {recipe}, {from}: the config names none; --recipe sets the trainer's"
         );
     }
-    let format = args.fp8_format.unwrap_or(Fp8Format::E4m3);
+    let format = launch_format(args, &r, recipe)?;
     if format == Fp8Format::Hybrid
         && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
     {
@@ -197,4 +198,39 @@ fn emit(
         }
     }
     Ok(())
+}
+
+/// The format the FP8 modules are written in: --fp8-format, else the model config's (`fp8`, a
+/// launch script's `--fp8-format`; hybrid only where the recipe is measured in it, else E4M3 with
+/// a note), else E4M3.
+fn launch_format(
+    args: &Args,
+    r: &super::model_args::Resolved,
+    recipe: Recipe,
+) -> CliResult<Fp8Format> {
+    if let Some(f) = args.fp8_format {
+        return Ok(f);
+    }
+    let Some(given) = r
+        .model
+        .components
+        .iter()
+        .find_map(|c| c.fp8.format.as_deref())
+    else {
+        return Ok(Fp8Format::E4m3);
+    };
+    let f = given.parse::<Fp8Format>().map_err(|e| {
+        CliError::input(format!(
+            "{}: fp8: {e}; fix: give a format Megatron takes, or pass --fp8-format",
+            args.model.model.display()
+        ))
+    })?;
+    if f == Fp8Format::Hybrid && recipe != Recipe::Tensorwise {
+        eprintln!(
+            "note: {}: fp8 hybrid: the {recipe} modules are written E4M3, the format fp8sel measures {recipe} in",
+            args.model.model.display()
+        );
+        return Ok(Fp8Format::E4m3);
+    }
+    Ok(f)
 }

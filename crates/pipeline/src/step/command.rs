@@ -109,12 +109,8 @@ pub(super) fn command(
             policy.display().to_string(),
         ]),
     }
-    a.extend([
-        "--recipe".to_owned(),
-        o.measure.recipe.recipe().name().to_owned(),
-        "--json".to_owned(),
-        json.display().to_string(),
-    ]);
+    a.extend(recipe_args(o.measure.recipe));
+    a.extend(["--json".to_owned(), json.display().to_string()]);
     if let Some(r) = &o.config_root {
         a.extend(["--config-root".to_owned(), r.display().to_string()]);
     }
@@ -239,6 +235,26 @@ pub(super) fn inputs_command(
     a
 }
 
+/// The recipe as the workers take it, every option spelled out (their defaults are TE's, which
+/// need not be the run's): `--recipe`, `--fp8-format`, and delayed scaling's amax options.
+fn recipe_args(r: fp8_bench::recipe::RecipeOptions) -> Vec<String> {
+    let mut a = vec![
+        "--recipe".to_owned(),
+        r.recipe().name().to_owned(),
+        "--fp8-format".to_owned(),
+        r.format().name().to_owned(),
+    ];
+    if r.recipe() == fp8_policy::Recipe::Delayed {
+        a.extend([
+            "--amax-history-len".to_owned(),
+            r.history_len().to_string(),
+            "--amax-compute-algo".to_owned(),
+            r.algo().name().to_owned(),
+        ]);
+    }
+    a
+}
+
 /// [`inputs_command`] without its `--json`: what a resumed layout's first check runs with.
 pub(super) fn inputs_args(
     o: &GenOptions,
@@ -248,10 +264,7 @@ pub(super) fn inputs_args(
 ) -> Vec<String> {
     let mut a = layout_args("adaptive_fp8.bench.step_inputs", o, job, config, p);
     a.extend(layer_args(job));
-    a.extend([
-        "--recipe".to_owned(),
-        o.measure.recipe.recipe().name().to_owned(),
-    ]);
+    a.extend(recipe_args(o.measure.recipe));
     if let Some(r) = &o.config_root {
         a.extend(["--config-root".to_owned(), r.display().to_string()]);
     }
@@ -328,8 +341,38 @@ mod tests {
             a,
             "-m adaptive_fp8.bench.step_bench --model m.yaml --tp 2 --ep 8 --etp 1 --tokens 1024,4096 \
              --execution eager,graphed --grad-accum 8 --trainer te --layers 2 --oracle greedy \
-             --recipe blockwise --json r.json --config-root configs"
+             --recipe blockwise --fp8-format e4m3 --json r.json --config-root configs"
         );
+        // Delayed scaling: every option spelled out, the format and the amax history alike (the
+        // workers' defaults are TE's, not necessarily the run's).
+        let delayed = GenOptions {
+            measure: fp8_bench::cuda::MeasureOptions {
+                recipe: fp8_bench::recipe::RecipeOptions::new(
+                    fp8_policy::Recipe::Delayed,
+                    Some(fp8_policy::Fp8Format::E4m3),
+                    Some(1),
+                    Some(fp8_bench::recipe::AmaxAlgo::MostRecent),
+                )
+                .unwrap(),
+                ..fp8_bench::cuda::MeasureOptions::default()
+            },
+            ..test_options()
+        };
+        let p = fp8_engine::Parallel::new(1, 1, 1, 1);
+        let want = "--recipe delayed --fp8-format e4m3 --amax-history-len 1 --amax-compute-algo most_recent";
+        for a in [
+            command(
+                &delayed,
+                &job,
+                Path::new("m.yaml"),
+                p,
+                Path::new("r.json"),
+                None,
+            ),
+            inputs_command(&delayed, &job, Path::new("m.yaml"), p, Path::new("i.json")),
+        ] {
+            assert!(a.join(" ").contains(want), "{a:?}");
+        }
         // The Megatron judge at TP 2: one process per rank, under torchrun; at TP 1 one process.
         let megatron = StepJob {
             trainer: "megatron".into(),

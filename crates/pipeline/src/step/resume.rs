@@ -60,7 +60,7 @@ impl Layout<'_> {
         };
         let p = self.p;
         let layout = |tp: u32, ep: u32, etp: u32| format!("TP {tp} EP {ep} ETP {etp}");
-        let fields: [(&str, String, String); 9] = [
+        let mut fields: Vec<(&str, String, String)> = vec![
             ("model_name", d.model_name.clone(), self.model.to_owned()),
             ("component", d.component.clone(), component.to_owned()),
             (
@@ -91,6 +91,31 @@ impl Layout<'_> {
                 listed(&want_executions),
             ),
         ];
+        // The recipe's options, where the document records them (workers since they were).
+        let r = self.o.measure.recipe;
+        let delayed = r.recipe() == fp8_policy::Recipe::Delayed;
+        let options = [
+            (
+                "fp8_format",
+                d.fp8_format.clone(),
+                r.format().name().to_owned(),
+            ),
+            (
+                "amax_history_len",
+                d.amax_history_len.map(|n| n.to_string()),
+                r.history_len().to_string(),
+            ),
+            (
+                "amax_compute_algo",
+                d.amax_compute_algo.clone(),
+                r.algo().name().to_owned(),
+            ),
+        ];
+        for (field, have, want) in options {
+            if let Some(have) = have.filter(|_| field == "fp8_format" || delayed) {
+                fields.push((field, have, want));
+            }
+        }
         if let Some((field, have, want)) = fields.iter().find(|(_, have, want)| have != want) {
             return Err(format!(
                 "{}: field `{field}`: measured with {have}, this run measures {want}; {fix}, \

@@ -1,13 +1,15 @@
 //! Megatron/LoongForge field names -> one [`Component`].
 
-use crate::model::{Arch, Component, Fp8Settings, Mla, Norm, RecommendedRun, Role};
+use crate::model::{Arch, Component, Mla, Norm, RecommendedRun, Role};
 
 use super::error::ConfigError;
 use super::fields::Fields;
 use super::linear_attention::linear_attention;
 use experts::moe;
+use fp8::fp8_settings;
 
 mod experts;
+mod fp8;
 
 /// The fields the engine reads from a Megatron/LoongForge config that describe the model; with
 /// [`RUN_FIELDS`], every field it reads ([`is_read`]).
@@ -74,6 +76,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "fp8_recipe",
     "fp8",
     "fp8_format",
+    "fp8_amax_history_len",
+    "fp8_amax_compute_algo",
     "cuda_graph_impl",
     "enable_cuda_graph",
     "external_cuda_graph",
@@ -446,70 +450,6 @@ fn normalization(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Norm, Conf
         }
     };
     Ok(norm)
-}
-
-/// The config's selective-FP8 fields (the seed's), and the recipe it trains: `fp8_recipe`, else
-/// Megatron's default (`delayed`) where FP8 is on (`fp8` / `--fp8-format` set) without one.
-fn fp8_settings(f: Fields<'_>, defaults: &mut Vec<String>) -> Result<Fp8Settings, ConfigError> {
-    let named = f.opt_str(&["fp8_recipe"])?;
-    let on_without = named.is_none().then(|| fp8_on(f)).flatten();
-    if let Some((k, v)) = &on_without {
-        defaults.push(format!(
-            "fp8_recipe absent with {k} {v}: delayed (Megatron's default); give fp8_recipe \
-             (--fp8-recipe) for another"
-        ));
-    }
-    let recipe_by_default = on_without.is_some();
-    let recipe = named.or(recipe_by_default.then_some("delayed"));
-    let fp8 = Fp8Settings {
-        selective_fp8: f.opt_bool(&["selective_fp8"])?.unwrap_or(false),
-        policy_path: f.opt_str(&["fp8_dynamic_policy_path"])?.map(str::to_owned),
-        num_tokens: f.opt_u64(&["fp8_dynamic_num_tokens"])?.filter(|t| *t > 0),
-        recipe: recipe.map(str::to_owned),
-        recipe_by_default,
-        execution: config_execution(f)?,
-    };
-    Ok(fp8)
-}
-
-/// The field that turns FP8 training on, with its value: Megatron's `fp8` (the format; a launch
-/// script's `--fp8-format`), a format name or `true`. Off: absent, null, false, empty or
-/// `none`.
-fn fp8_on(f: Fields<'_>) -> Option<(&'static str, String)> {
-    ["fp8", "fp8_format"]
-        .into_iter()
-        .find_map(|k| match f.map.get(k)? {
-            serde_json::Value::String(s)
-                if !s.trim().is_empty() && !s.trim().eq_ignore_ascii_case("none") =>
-            {
-                Some((k, s.trim().to_owned()))
-            }
-            serde_json::Value::Bool(true) => Some((k, "true".to_owned())),
-            _ => None,
-        })
-}
-
-/// The execution a config's CUDA-graph fields give, when it has any.
-fn config_execution(f: Fields<'_>) -> Result<Option<fp8_policy::Execution>, ConfigError> {
-    let imp = f.opt_str(&["cuda_graph_impl"])?;
-    let flag = f.opt_bool(&["enable_cuda_graph"])?.unwrap_or(false)
-        || f.opt_bool(&["external_cuda_graph"])?.unwrap_or(false);
-    let given = imp.is_some() || f.has("enable_cuda_graph") || f.has("external_cuda_graph");
-    if !given {
-        return Ok(None);
-    }
-    crate::execution::execution_of(imp, flag)
-        .map(Some)
-        .ok_or_else(|| {
-            f.err(
-                "cuda_graph_impl",
-                format!(
-                    "`{}` is not a value Megatron takes",
-                    imp.unwrap_or_default()
-                ),
-                format!("one of {}", crate::execution::CUDA_GRAPH_IMPLS.join(", ")),
-            )
-        })
 }
 
 /// The run the config recommends: sequence, micro-batch and parallel sizes.

@@ -112,6 +112,25 @@ def graph_kwargs(kw: dict, execution: str) -> dict:
     return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
 
 
+def precision_kwargs(args, mode: str, recipe: str) -> dict:
+    """The TransformerConfig fields of a mode's precision (pure): none for BF16; Megatron's FP4
+    fields for nvfp4; else `fp8` (the format the TE blocks run: --fp8-format, else the recipe's
+    TE default), `fp8_recipe`, `fp8_param`, and delayed scaling's amax options."""
+    if mode == "bf16":
+        return {}
+    fp8_param = bool(getattr(args, "fp8_param", False))
+    if recipe == "nvfp4":
+        # Megatron's FP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4), not its FP8 ones.
+        return {"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp4_param": fp8_param}
+    from adaptive_fp8.bench.step_common import recipe_fields
+
+    rf = recipe_fields(args)
+    kw = {"fp8": rf["fp8_format"], "fp8_recipe": recipe, "fp8_param": fp8_param}
+    if "amax_history_len" in rf:
+        kw.update(fp8_amax_history_len=rf["amax_history_len"], fp8_amax_compute_algo=rf["amax_compute_algo"])
+    return kw
+
+
 def parallel_kwargs(tp: int, etp: Optional[int] = None) -> dict:
     """The ``TransformerConfig`` fields of a TP group of ``tp`` ranks (the torchrun world), as
     Megatron's training runs one: sequence parallelism on (Megatron's MoE layers require it with

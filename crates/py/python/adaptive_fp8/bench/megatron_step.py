@@ -4,7 +4,8 @@ megatron-core's ``GPTModel`` (TE layer spec), one model per mode, timed interlea
 Modes, each a model built on its own (no mode reuses another's timing):
 
 - ``bf16``: ``config.fp8`` unset;
-- ``fp8``: ``--fp8-format e4m3 --fp8-recipe R`` for every module;
+- ``fp8``: ``--fp8-format F --fp8-recipe R`` for every module (F: the run's --fp8-format, else
+  the recipe's TE default, as the TE blocks run it);
 - ``hook:<policy>``: the policy through :func:`adaptive_fp8.megatron.enable`;
 - ``native:<policy>``: the policy through Megatron's own per-module config
   (:func:`adaptive_fp8.megatron.apply_te_precision_config`, what
@@ -63,6 +64,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     one_rank_experts,
     parallel_kwargs,
     plan_name,
+    precision_kwargs,
     summarize_modes,
 )
 from adaptive_fp8.bench.step_common import failed_row
@@ -169,11 +171,7 @@ class Judge:
         if kw.get("gated_linear_unit"):
             kw["activation_func"] = self.torch.nn.functional.silu  # SwiGLU, as the configs say
         cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
-        if mode != "bf16" and recipe == "nvfp4":
-            # Megatron's FP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4), not its FP8 ones.
-            kw.update(fp4="e2m1", fp4_recipe="nvfp4", fp4_param=bool(self.args.fp8_param))
-        elif mode != "bf16":
-            kw.update(fp8="e4m3", fp8_recipe=recipe, fp8_param=bool(self.args.fp8_param))
+        kw.update(precision_kwargs(self.args, mode, recipe))
         c = cls(params_dtype=self.torch.bfloat16, **kw)
         c.seq_length, c.micro_batch_size = tokens, 1
         if policy:

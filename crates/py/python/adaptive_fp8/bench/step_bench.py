@@ -74,7 +74,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench import collector
-from adaptive_fp8.bench.step_common import OOM_FIX, default_repeats, failed_row, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import OOM_FIX, default_repeats, failed_row, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_flags, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
@@ -420,7 +420,7 @@ def parser() -> argparse.ArgumentParser:
         choices=list(RECIPES),
         help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise; compare a policy made for the same recipe)",
     )
-    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
+    recipe_flags(ap)
     ap.add_argument(
         "--trainer",
         choices=["te", "megatron"],
@@ -468,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     import adaptive_fp8 as af8
 
     try:
+        recipe_options(args)  # the recipe's options, refused before any GPU work
         for p in args.policy:
             af8.Policy.load(p)  # a bad policy fails before any GPU work
         # The model, layout and layer mix are checked before torch is imported.

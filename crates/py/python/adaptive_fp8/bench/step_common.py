@@ -89,12 +89,42 @@ def default_repeats(args) -> None:
         args.oracle = "none" if megatron else "greedy"
 
 
+def recipe_flags(ap) -> None:
+    """The recipe's options, as Megatron's flags name them: --fp8-format, and delayed scaling's
+    --fp8-amax-history-len and --fp8-amax-compute-algo (each also without its `fp8-`)."""
+    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format, as Megatron's --fp8-format (default: the recipe's TE default)")
+    ap.add_argument("--amax-history-len", "--fp8-amax-history-len", type=int, metavar="N", help="delayed scaling: steps of amax history (default 1024, TE's)")
+    ap.add_argument("--amax-compute-algo", "--fp8-amax-compute-algo", choices=["max", "most_recent"], help="delayed scaling: max or most_recent (default max, TE's)")
+
+
 def recipe_options(args) -> dict:
-    """The TE worker's recipe options from the command line (pure)."""
-    opt = {"recipe": getattr(args, "recipe", "blockwise")}
+    """The TE worker's recipe options from the command line (pure). The amax options belong to
+    delayed scaling: given with another recipe, refused (StepBenchError)."""
+    recipe = getattr(args, "recipe", "blockwise")
+    opt = {"recipe": recipe}
     if getattr(args, "fp8_format", None):
         opt["fp8_format"] = args.fp8_format
+    for k in ("amax_history_len", "amax_compute_algo"):
+        v = getattr(args, k, None)
+        if v is None:
+            continue
+        if recipe != "delayed":
+            raise StepBenchError(f"--{k.replace('_', '-')}: the {recipe} recipe keeps no amax history; fix: drop it, or --recipe delayed")
+        opt[k] = v
     return opt
+
+
+def recipe_fields(args) -> dict:
+    """The recipe's options as a document records them (pure): `fp8_format` (e4m3 or hybrid), and
+    for delayed scaling `amax_history_len` and `amax_compute_algo`."""
+    from adaptive_fp8.bench.te_worker import recipe_spec
+
+    _, kw = recipe_spec(recipe_options(args))
+    out = {"fp8_format": str(kw.get("fp8_format", "E4M3")).lower()}
+    for k in ("amax_history_len", "amax_compute_algo"):
+        if k in kw:
+            out[k] = kw[k]
+    return out
 
 
 def te_recipe_name(args) -> str:

@@ -54,7 +54,7 @@ from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.rounds import COUNT_MS, MAX_ROUNDS_FACTOR, MIN_ROUND_STEPS, ROUND_MS, count_rounds, round_steps  # noqa: F401
 from adaptive_fp8.bench.settle import Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
-from adaptive_fp8.bench.step_common import is_oom
+from adaptive_fp8.bench.step_common import is_oom, recipe_fields, recipe_flags, recipe_options
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
@@ -116,6 +116,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "component": args.component,
         "recipe": recipe,
         "fp8_recipe": args.recipe,
+        **recipe_fields(args),
         "device": device,
         "te_version": te_version,
         "tp": args.tp,
@@ -417,7 +418,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=7, help=f"interleaved rounds (default 7); a count of whole steps whose rounds would last under {COUNT_MS / 1e3:g} s gets more, up to {MAX_ROUNDS_FACTOR} x (21)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
-    ap.add_argument("--fp8-format", choices=["e4m3", "hybrid"], help="FP8 format (default: the recipe's TE default)")
+    recipe_flags(ap)
     collector.add_flag(ap)
     settle_flag(ap)
     ap.add_argument("--json", required=True, help="write the document here")
@@ -443,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) <= 0:
             print(f"step_inputs: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
+    try:
+        recipe_fields(args)  # the recipe's options, refused here before TE loads
+    except (StepBenchError, ValueError) as e:
+        print(f"step_inputs: {e}", file=sys.stderr)
+        return 2
     args.calibrate = args.calibrate or default_calibration(args.tokens)
     outside = sorted(set(args.calibrate) - set(args.tokens))
     if outside and not args.check:

@@ -43,7 +43,7 @@ def record_argv(a) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution",
-                 "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--json", "--policy"):
+                 "--grad-accum", "--trainer", "--layers", "--dense-layers", "--oracle", "--recipe", "--fp8-format", "--amax-history-len", "--amax-compute-algo", "--json", "--policy"):
         ap.add_argument(flag)
     ap.add_argument("--manual-gc", action="store_true")
     a = ap.parse_args()

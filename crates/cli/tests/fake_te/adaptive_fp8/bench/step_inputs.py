@@ -73,7 +73,8 @@ def truth(execution: str, on: set[str], t: int, tp: int, layers: int) -> tuple[f
 def main() -> int:
     ap = argparse.ArgumentParser()
     for flag in ("--model", "--config-root", "--tp", "--ep", "--etp", "--tokens", "--execution", "--grad-accum",
-                 "--layers", "--dense-layers", "--recipe", "--json", "--check"):
+                 "--layers", "--dense-layers", "--recipe", "--fp8-format", "--amax-history-len", "--amax-compute-algo",
+                 "--json", "--check"):
         ap.add_argument(flag)
     ap.add_argument("--serve", action="store_true")
     ap.add_argument("--manual-gc", action="store_true")
@@ -112,6 +113,8 @@ def one(a) -> None:
     doc = {
         "format": "adaptive-fp8-step-inputs", "version": 1, "model": a.model, "model_name": "llama3_2_1b",
         "component": a.component, "recipe": "Float8BlockScaling()", "fp8_recipe": a.recipe, "device": "stand-in",
+        **({"fp8_format": a.fp8_format} if a.fp8_format else {}),
+        **({"amax_history_len": int(a.amax_history_len), "amax_compute_algo": a.amax_compute_algo} if a.amax_history_len else {}),
         "te_version": "stand-in", "tp": tp, "ep": int(a.ep), "etp": int(a.etp), "layers": layers,
         "layer_types": ["dense"] * layers, "grad_accum": int(a.grad_accum), "steps": 5, "rounds": ROUNDS,
         "groups": [{"group": g, "key": {"kind": k[0], "ub_name": g, "tp": tp}, "scale": 1, "instances": layers,
