@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The model config's FP8 options reach TE (on any GPU with TE, after ../shared/tools/te-device's
+# install; carries devcarry/ and .te/mc): Llama-3.2-1B's fixture with a trainer's FP8 fields,
+#   tw: `fp8: hybrid`, `fp8_recipe: tensorwise`  -> Float8CurrentScaling(fp8_format=HYBRID)
+#   dl: `fp8: e4m3` alone (Megatron's default recipe, delayed, and its amax defaults)
+#       -> DelayedScaling(amax_compute_algo=most_recent, amax_history_len=1, fp8_format=E4M3)
+# each made by the plain `fp8sel gen-policy --model CONFIG --tp 1` (the step model; two counts,
+# eager, to keep it short), the recipe its inputs document records checked against the expected
+# one; then the tensorwise policy judged in upstream GPTModel with the config's format (hook and
+# Megatron's own per-module config, 7 rounds) and its te-precision-config written.
+# $OUT/config_options.tar.gz; the last lines are a table (row, rc, seconds, recipe, verdict).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+W=/tmp/co
+mkdir -p "$W" "$OUT"
+. scripts/device/te_env.sh
+te_env "$W" > /dev/null
+base=$(cat fixtures/models/llama3_2_1b.yaml)
+printf '%s\nfp8: hybrid\nfp8_recipe: tensorwise\n' "$base" > "$W/tw.yaml"
+printf '%s\nfp8: e4m3\n' "$base" > "$W/dl.yaml"
+declare -A want=(
+  [tw]="Float8CurrentScaling(fp8_format=HYBRID)"
+  [dl]="DelayedScaling(amax_compute_algo=most_recent, amax_history_len=1, fp8_format=E4M3)"
+)
+rows=()
+for m in tw dl; do
+  t0=$SECONDS
+  timeout 200 "$FP8SEL" gen-policy --model "$W/$m.yaml" --tp 1 --tokens 1024,2048 --execution eager \
+    --out "$W/$m" > "$W/gen_$m.log" 2>&1
+  rc=$?
+  doc=$(ls "$W/$m"/reports/*_inputs_step.json 2>/dev/null | head -1)
+  got=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['recipe'])" "$doc" 2>/dev/null)
+  ok=differs; [ "$got" = "${want[$m]}" ] && ok=as-configured
+  rows+=("| gen $m | $rc | $((SECONDS - t0)) | $got | $ok |")
+  head -1 "$W/gen_$m.log" | cut -c1-200
+done
+pol=$W/tw/llama3_2_1b.json
+t0=$SECONDS
+timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/tw.yaml" --recipe tensorwise \
+  --fp8-format hybrid --policy "$pol" --tokens 3072 --execution eager --layers 2 --repeats 7 \
+  --json "$W/judge_tw.json" --md "$W/judge_tw.md" > "$W/judge_tw.log" 2>&1
+rc=$?
+got=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('recipe', '?'))" "$W/judge_tw.json" 2>/dev/null)
+rows+=("| judge tw (GPTModel) | $rc | $((SECONDS - t0)) | $got | see judge_tw.md |")
+"$FP8SEL" te-precision-config --model "$W/tw.yaml" --policy "$pol" --seq-length 8192 \
+  --output "$W/te_precision_tw.yaml" > "$W/te_config_tw.log" 2>&1
+rows+=("| te-precision-config tw | $? | - | $(grep -m1 -o 'fp8_format: [a-z0-9]*' "$W/te_precision_tw.yaml") | - |")
+tar -C /tmp --exclude='*.svg' -czf "$OUT/config_options.tar.gz" co
+[ -f "$W/judge_tw.md" ] && cut -c1-200 "$W/judge_tw.md" | head -16
+echo "| row | rc | s | recipe | verdict |"
+echo "|---|---:|---:|---|---|"
+printf '%s\n' "${rows[@]}"
