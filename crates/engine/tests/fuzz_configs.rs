@@ -209,6 +209,47 @@ proptest! {
         }
     }
 
+    /// The FP8 fields a trainer sets (`fp8`, `fp8_format`, `fp8_recipe`, the amax options), each
+    /// well-formed, absent or hostile: never a panic; read, the format is the value as written
+    /// (lowercase), and the amax options are set exactly where the config trains delayed scaling
+    /// or names them (Megatron's defaults, 1 and most_recent, filled in).
+    #[test]
+    fn a_configs_fp8_fields_never_panic_and_read_as_megatron_does(
+        (base, hf, _) in arb_config(),
+        fields in prop::collection::vec(
+            (
+                prop::sample::select(vec!["fp8", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo"]),
+                prop_oneof![
+                    prop::sample::select(vec!["e4m3", "HYBRID", " hybrid ", "none", "delayed", "tensorwise", "max", "most_recent", ""])
+                        .prop_map(|s| json!(s)),
+                    Just(json!(true)),
+                    Just(json!(1024)),
+                    hostile(),
+                ],
+            ),
+            0..5,
+        ),
+    ) {
+        prop_assume!(!hf);
+        let mut v = base;
+        for (k, val) in &fields {
+            v[*k] = val.clone();
+        }
+        let Ok(m) = model_from_value(&v, std::path::Path::new("gen.yaml"), "gen", false) else {
+            return Ok(());
+        };
+        let fp8 = &m.components[0].fp8;
+        if let Some(f) = &fp8.format {
+            prop_assert!(!f.is_empty() && f == &f.trim().to_ascii_lowercase() && f != "none" && f != "true", "{v}: {f:?}");
+        }
+        let delayed = fp8.recipe.as_deref().is_some_and(|r| r.trim().eq_ignore_ascii_case("delayed"));
+        if delayed {
+            prop_assert!(fp8.amax_history_len.is_some() && fp8.amax_compute_algo.is_some(), "{v}");
+        } else {
+            prop_assert_eq!(fp8.amax_history_len, v.get("fp8_amax_history_len").and_then(Value::as_u64), "{}", v);
+        }
+    }
+
     #[test]
     fn config_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400), json_ext in any::<bool>()) {
         let dir = tempfile::tempdir().unwrap();
