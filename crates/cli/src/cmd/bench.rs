@@ -159,12 +159,8 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
-    let trained = super::recipe_args::configs_recipe(
+    let (trained, given) = super::recipe_args::configs_fp8(
         args.recipe.recipe.is_some(),
-        std::slice::from_ref(&args.model),
-        args.config_root.as_deref(),
-    )?;
-    let given = super::recipe_args::configs_options(
         std::slice::from_ref(&args.model),
         args.config_root.as_deref(),
     )?;

@@ -29,9 +29,8 @@ pub fn job(args: &Args, progress: &TermProgress) -> CliResult<GenOutcome> {
     args.objective
         .check_bound_has_reports(!args.recipes.is_empty())?;
     let told = args.recipe.recipe.is_some() || !args.recipes.is_empty();
-    let trained =
-        super::recipe_args::configs_recipe(told, &args.models, args.config_root.as_deref())?;
-    let given = super::recipe_args::configs_options(&args.models, args.config_root.as_deref())?;
+    let (trained, given) =
+        super::recipe_args::configs_fp8(told, &args.models, args.config_root.as_deref())?;
     let (recipe, recipe_notes) = super::recipe_args::base_recipe(
         &args.recipe,
         &args.recipes,

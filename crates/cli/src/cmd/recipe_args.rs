@@ -43,8 +43,8 @@ pub struct RecipeArgs {
 
 impl RecipeArgs {
     /// The validated recipe options: `--recipe`, else `trained` (the configs' own,
-    /// [`configs_recipe`]), else blockwise; each option the flag's, else the configs' (`given`,
-    /// [`configs_options`]: a format only for the recipes fp8sel measures in both, the amax
+    /// [`configs_fp8`]), else blockwise; each option the flag's, else the configs' (`given`,
+    /// [`configs_fp8`]: a format only for the recipes fp8sel measures in both, the amax
     /// options only for delayed scaling), else the recipe's TE default. The notes say where a
     /// config's option was not taken.
     pub fn options(
@@ -108,12 +108,27 @@ impl ConfigOptions {
     }
 }
 
+/// The model configs' FP8 settings, each config read once: the recipe they train with
+/// ([`configs_recipe`]; none where a flag, `told`, chose one) and their other options
+/// ([`ConfigOptions`]).
+pub fn configs_fp8(
+    told: bool,
+    models: &[PathBuf],
+    config_root: Option<&Path>,
+) -> CliResult<(Option<Trained>, ConfigOptions)> {
+    let mut read = Vec::with_capacity(models.len());
+    for m in models {
+        read.push((m, super::model_args::load_config(m, config_root)?));
+    }
+    let trained = if told { None } else { configs_recipe(&read)? };
+    Ok((trained, configs_options(&read)?))
+}
+
 /// The FP8 options every model config trains with ([`ConfigOptions`]): the same in all of them
 /// that set them, else refused; a value Megatron does not take is refused naming the file.
-pub fn configs_options(models: &[PathBuf], config_root: Option<&Path>) -> CliResult<ConfigOptions> {
+fn configs_options(read: &[(&PathBuf, fp8_engine::ModelDesc)]) -> CliResult<ConfigOptions> {
     let mut out = ConfigOptions::default();
-    for m in models {
-        let desc = super::model_args::load_config(m, config_root)?;
+    for (m, desc) in read {
         let Some(fp8) = desc.components.iter().map(|c| &c.fp8).find(|f| {
             f.format.is_some() || f.amax_history_len.is_some() || f.amax_compute_algo.is_some()
         }) else {
@@ -130,20 +145,15 @@ pub fn configs_options(models: &[PathBuf], config_root: Option<&Path>) -> CliRes
             .as_deref()
             .map(|f| f.parse::<Fp8Format>().map_err(|e| bad("fp8", e)))
             .transpose()?;
+        let max = fp8_bench::recipe::MAX_AMAX_HISTORY;
         let len = fp8
             .amax_history_len
             .map(|n| {
                 u32::try_from(n)
                     .ok()
-                    .filter(|n| (1..=fp8_bench::recipe::MAX_AMAX_HISTORY).contains(n))
+                    .filter(|n| (1..=max).contains(n))
                     .ok_or_else(|| {
-                        bad(
-                            "fp8_amax_history_len",
-                            format!(
-                                "{n} is outside 1 to {}",
-                                fp8_bench::recipe::MAX_AMAX_HISTORY
-                            ),
-                        )
+                        bad("fp8_amax_history_len", format!("{n} is outside 1 to {max}"))
                     })
             })
             .transpose()?;
@@ -155,39 +165,28 @@ pub fn configs_options(models: &[PathBuf], config_root: Option<&Path>) -> CliRes
                     .map_err(|e| bad("fp8_amax_compute_algo", e))
             })
             .transpose()?;
-        let agree = |field: &str, differ: bool| {
-            if differ {
-                Err(CliError::input(format!(
-                    "the model configs train with different {field} ({} differs from the first); fix: one run per setting, or the flag to choose one",
-                    m.display()
-                )))
-            } else {
-                Ok(())
-            }
-        };
-        if let Some(f) = format {
-            agree(
-                "fp8 formats",
-                out.format.as_ref().is_some_and(|(g, _)| *g != f),
-            )?;
-            out.format.get_or_insert((f, m.clone()));
+        let first_format = out.format.as_ref().map(|(f, _)| *f);
+        agree(m, "fp8 formats", first_format, format)?;
+        agree(m, "fp8_amax_history_len", out.amax_history_len, len)?;
+        agree(m, "fp8_amax_compute_algo", out.amax_compute_algo, algo)?;
+        if out.format.is_none() {
+            out.format = format.map(|f| (f, (*m).clone()));
         }
-        if let Some(n) = len {
-            agree(
-                "fp8_amax_history_len",
-                out.amax_history_len.is_some_and(|g| g != n),
-            )?;
-            out.amax_history_len = Some(n);
-        }
-        if let Some(a) = algo {
-            agree(
-                "fp8_amax_compute_algo",
-                out.amax_compute_algo.is_some_and(|g| g != a),
-            )?;
-            out.amax_compute_algo = Some(a);
-        }
+        out.amax_history_len = out.amax_history_len.or(len);
+        out.amax_compute_algo = out.amax_compute_algo.or(algo);
     }
     Ok(out)
+}
+
+/// `m`'s `value` of `field` against the first config's (`first`): refused where they differ.
+fn agree<T: PartialEq>(m: &Path, field: &str, first: Option<T>, value: Option<T>) -> CliResult<()> {
+    match (first, value) {
+        (Some(a), Some(b)) if a != b => Err(CliError::input(format!(
+            "the model configs train with different {field} ({} differs from the first); fix: one run per setting, or the flag to choose one",
+            m.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The recipe the model configs train with, and whether it is Megatron's default (FP8 on without
@@ -201,21 +200,12 @@ pub struct Trained {
 }
 
 /// The recipe the model configs train with (each one's fp8_recipe, a launch script's
-/// --fp8-recipe, else Megatron's default where FP8 is on), where any has one and no flag (`told`)
-/// chose one: the same for all of them, else refused; one it cannot read is refused, naming the
-/// file.
-pub fn configs_recipe(
-    told: bool,
-    models: &[PathBuf],
-    config_root: Option<&Path>,
-) -> CliResult<Option<Trained>> {
-    if told {
-        return Ok(None);
-    }
+/// --fp8-recipe, else Megatron's default where FP8 is on), where any has one: the same for all of
+/// them, else refused; one it cannot read is refused, naming the file.
+fn configs_recipe(read: &[(&PathBuf, fp8_engine::ModelDesc)]) -> CliResult<Option<Trained>> {
     let mut named: Vec<(&PathBuf, Recipe)> = Vec::new();
     let mut by_default = false;
-    for m in models {
-        let desc = super::model_args::load_config(m, config_root)?;
+    for &(m, ref desc) in read {
         let first = desc.components.iter().find_map(|c| {
             let fp8 = &c.fp8;
             fp8.recipe.as_deref().map(|s| (s, fp8.recipe_by_default))
