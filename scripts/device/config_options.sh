@@ -6,8 +6,9 @@
 #       -> DelayedScaling(amax_compute_algo=most_recent, amax_history_len=1, fp8_format=E4M3)
 # each made by the plain `fp8sel gen-policy --model CONFIG --tp 1` (the step model; two counts,
 # eager, to keep it short), the recipe its inputs document records checked against the expected
-# one; then the tensorwise policy judged in upstream GPTModel with the config's format (hook and
-# Megatron's own per-module config, 7 rounds) and its te-precision-config written.
+# one; then each policy judged in upstream GPTModel with its config's recipe (hook and Megatron's
+# own per-module config, 7 rounds; each FP8 module's recipe class and format checked) and the
+# tensorwise one's te-precision-config written.
 # $OUT/config_options.tar.gz; the last lines are a table (row, rc, seconds, recipe, verdict).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -34,14 +35,23 @@ for m in tw dl; do
   rows+=("| gen $m | $rc | $((SECONDS - t0)) | $got | $ok |")
   head -1 "$W/gen_$m.log" | cut -c1-200
 done
+# The judge (GPTModel, through the hook and Megatron's native config) of each policy with the
+# recipe its config trains: the judge's modules must run the recipe class and format asked for.
+declare -A jflags=(
+  [tw]="--recipe tensorwise --fp8-format hybrid"
+  [dl]="--recipe delayed --fp8-format e4m3 --amax-history-len 1 --amax-compute-algo most_recent"
+)
+for m in tw dl; do
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m.yaml" ${jflags[$m]} \
+    --policy "$W/$m/llama3_2_1b.json" --tokens 6144 --execution eager --layers 2 --repeats 7 \
+    --json "$W/judge_$m.json" --md "$W/judge_$m.md" > "$W/judge_$m.log" 2>&1
+  rc=$?
+  got=$(grep -m1 -o 'TE modules FP8 ([^)]*)' "$W/judge_$m.log")
+  rows+=("| judge $m (GPTModel) | $rc | $((SECONDS - t0)) | $got | see judge_$m.md |")
+done
 pol=$W/tw/llama3_2_1b.json
-t0=$SECONDS
-timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/tw.yaml" --recipe tensorwise \
-  --fp8-format hybrid --policy "$pol" --tokens 3072 --execution eager --layers 2 --repeats 7 \
-  --json "$W/judge_tw.json" --md "$W/judge_tw.md" > "$W/judge_tw.log" 2>&1
-rc=$?
-got=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('recipe', '?'))" "$W/judge_tw.json" 2>/dev/null)
-rows+=("| judge tw (GPTModel) | $rc | $((SECONDS - t0)) | $got | see judge_tw.md |")
 "$FP8SEL" te-precision-config --model "$W/tw.yaml" --policy "$pol" --seq-length 8192 \
   --output "$W/te_precision_tw.yaml" > "$W/te_config_tw.log" 2>&1
 rows+=("| te-precision-config tw | $? | - | $(grep -m1 -o 'fp8_format: [a-z0-9]*' "$W/te_precision_tw.yaml") | - |")
@@ -65,7 +75,7 @@ print(f"blockwise hybrid: forward rel err {rel(y, ref):.4f}, input grad rel err 
 PY
 rows+=("| blockwise hybrid te.Linear | $? | - | $(tail -1 "$W/blockwise_hybrid.log" | cut -c1-120) | - |")
 tar -C /tmp --exclude='*.svg' -czf "$OUT/config_options.tar.gz" co
-[ -f "$W/judge_tw.md" ] && cut -c1-200 "$W/judge_tw.md" | head -16
+for m in tw dl; do [ -f "$W/judge_$m.md" ] && grep "^| eager" "$W/judge_$m.md" | cut -c1-200; done
 echo "| row | rc | s | recipe | verdict |"
 echo "|---|---:|---:|---|---|"
 printf '%s\n' "${rows[@]}"

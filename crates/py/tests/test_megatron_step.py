@@ -262,6 +262,9 @@ class _FakeJudge:
         # Every FP8 module under the trainer's recipe (the policies here have no recipe plan).
         return {k: "Float8BlockScaling" for k, on in self.precisions(model).items() if on}
 
+    def formats(self, model):
+        return {k: "E4M3" for k, on in self.precisions(model).items() if on}
+
     def te_classes(self, model):
         plan = af8._plan(self.root / "fixtures/models/llama3_2_1b.yaml", None, dict(tp=1, seq_length=model["tokens"]))["modules"]
         return {m["name"].replace("layers.", f"layers.{i}.", 1): m["te_class"] for m in plan for i in range(2)}
@@ -327,6 +330,48 @@ def test_a_module_under_another_recipe_than_the_plan_stops_the_count(root):
     judge = OtherRecipe(root, "eager")
     with pytest.raises(ms.StepBenchError, match="recipes differ from the plan: .*ran Float8CurrentScaling, the plan says blockwise"):
         ms._one_count(judge, args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+
+
+def test_a_module_in_another_fp8_format_than_the_run_stops_the_count(root):
+    # The judge must run the format the policy was measured in (the TE blocks' --fp8-format).
+    class Hybrid(_FakeJudge):
+        def formats(self, model):
+            return {k: "HYBRID" for k, on in self.precisions(model).items() if on}
+
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    with pytest.raises(ms.StepBenchError, match="recipes differ from the plan: .*ran fp8_format HYBRID, the run asks for E4M3"):
+        ms._one_count(Hybrid(root, "eager"), args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
+    assert ms.compare_formats({"a": "HYBRID", "b": "E4M3"}, "hybrid") == ["b: ran fp8_format E4M3, the run asks for HYBRID"]
+    assert ms.compare_formats({}, "e4m3") == []
+
+
+def test_megatrons_recipe_subclass_is_read_as_tes_recipe():
+    # Megatron builds delayed scaling as TEDelayedScaling(DelayedScaling): on the H100 (TE 2.20.2,
+    # megatron-core 0.19.2) the judge stopped a delayed policy's count on that name.
+    from enum import Enum
+
+    from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
+
+    class Format(Enum):
+        E4M3 = 1
+        HYBRID = 2
+
+    class DelayedScaling:
+        fp8_format = Format.HYBRID
+
+    class TEDelayedScaling(DelayedScaling):
+        pass
+
+    class Mine:
+        pass
+
+    assert te_recipe_class(TEDelayedScaling()) == "DelayedScaling"
+    assert te_recipe_class(DelayedScaling()) == "DelayedScaling"
+    assert te_recipe_class(Mine()) == "Mine"  # not TE's: the check names it
+    assert recipe_format(TEDelayedScaling()) == "HYBRID" and recipe_format(Mine()) is None
+    assert ms.compare_recipes({"decoder.layers.0.mlp.linear_fc1": te_recipe_class(TEDelayedScaling())},
+                              [{"name": "decoder.layers.mlp.linear_fc1", "component": "llm", "use_fp8": True}], "delayed") == []
 
 
 def test_an_fp8_module_with_no_recipe_read_back_stops_the_count(root):

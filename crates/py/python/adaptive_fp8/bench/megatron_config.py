@@ -112,6 +112,14 @@ def graph_kwargs(kw: dict, execution: str) -> dict:
     return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
 
 
+def compare_formats(ran: dict[str, str], fp8_format: str) -> list[str]:
+    """FP8 module paths whose recipe ran another FP8 format than the one asked for (``e4m3`` or
+    ``hybrid``: the TE blocks' and the inputs'), from ``ran`` (each module's ``fp8_format`` name as
+    TE kept it). The judge's steps must run the recipe the policy was measured with (pure)."""
+    want = fp8_format.upper()
+    return [f"{path}: ran fp8_format {f}, the run asks for {want}" for path, f in sorted(ran.items()) if f != want]
+
+
 def precision_kwargs(args, mode: str, recipe: str) -> dict:
     """The TransformerConfig fields of a mode's precision (pure): none for BF16; Megatron's FP4
     fields for nvfp4; else `fp8` (the format the TE blocks run: --fp8-format, else the recipe's

@@ -54,6 +54,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     INTEGRATIONS,
     TE_CLASSES,
     compare_classes,
+    compare_formats,
     compare_precisions,
     compare_recipes,
     config_kwargs,
@@ -67,7 +68,8 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     precision_kwargs,
     summarize_modes,
 )
-from adaptive_fp8.bench.step_common import failed_row
+from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
+from adaptive_fp8.bench.step_common import failed_row, recipe_fields
 from adaptive_fp8.bench.step_spec import StepBenchError
 from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 
@@ -278,12 +280,21 @@ class Judge:
 
     def recipes(self, model) -> dict[str, str]:
         """The recipe each FP8 TE module ran its last forward under (TE keeps it in
-        ``fp8_meta["recipe"]``), by module path: its class name (``Float8CurrentScaling``...)."""
+        ``fp8_meta["recipe"]``), by module path: its TE class (``Float8CurrentScaling``...;
+        Megatron's ``TEDelayedScaling`` is TE's ``DelayedScaling``)."""
+        return {n: te_recipe_class(r) for n, r in self._fp8_recipes(model).items()}
+
+    def formats(self, model) -> dict[str, str]:
+        """The FP8 format each FP8 TE module's recipe ran (``E4M3``, ``HYBRID``), by module path;
+        modules whose recipe has none (FP4) are left out."""
+        return {n: f for n, r in self._fp8_recipes(model).items() if (f := recipe_format(r)) is not None}
+
+    def _fp8_recipes(self, model) -> dict:
         out = {}
         for n, m in self._te_modules(model):
             r = (getattr(m, "fp8_meta", None) or {}).get("recipe") if getattr(m, "fp8", False) else None
             if r is not None:
-                out[n] = type(r).__name__
+                out[n] = r
         return out
 
     def te_classes(self, model) -> dict[str, str]:
@@ -509,7 +520,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
             ran = judge.recipes(model)
-            bad_recipes = compare_recipes(ran, planned, recipe, seen)
+            bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"])
             counts = dict(sorted(Counter(ran.values()).items()))
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
                            "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes, "recipes": counts})
