@@ -9,7 +9,7 @@
 # one; then each policy judged in upstream GPTModel with its config's recipe (hook and Megatron's
 # own per-module config, 7 rounds; each FP8 module's recipe class and format checked) and the
 # tensorwise one's te-precision-config written.
-# $OUT/config_options.tar.gz; the last lines are a table (row, rc, seconds, recipe, verdict).
+# ROWS=dl (or tw) makes and judges that config alone. $OUT/config_options.tar.gz; the last lines are a table (row, rc, seconds, recipe, verdict).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/co
@@ -24,7 +24,7 @@ declare -A want=(
   [dl]="DelayedScaling(amax_compute_algo=most_recent, amax_history_len=1, fp8_format=E4M3)"
 )
 rows=()
-for m in tw dl; do
+for m in ${ROWS:-tw dl}; do
   t0=$SECONDS
   timeout 200 "$FP8SEL" gen-policy --model "$W/$m.yaml" --tp 1 --tokens 1024,2048 --execution eager \
     --out "$W/$m" > "$W/gen_$m.log" 2>&1
@@ -41,7 +41,7 @@ declare -A jflags=(
   [tw]="--recipe tensorwise --fp8-format hybrid"
   [dl]="--recipe delayed --fp8-format e4m3 --amax-history-len 1 --amax-compute-algo most_recent"
 )
-for m in tw dl; do
+for m in ${ROWS:-tw dl}; do
   t0=$SECONDS
   # shellcheck disable=SC2086
   timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m.yaml" ${jflags[$m]} \
@@ -51,14 +51,15 @@ for m in tw dl; do
   got=$(grep -m1 -o 'TE modules FP8 ([^)]*)' "$W/judge_$m.log")
   rows+=("| judge $m (GPTModel) | $rc | $((SECONDS - t0)) | $got | see judge_$m.md |")
 done
-pol=$W/tw/llama3_2_1b.json
-"$FP8SEL" te-precision-config --model "$W/tw.yaml" --policy "$pol" --seq-length 8192 \
-  --output "$W/te_precision_tw.yaml" > "$W/te_config_tw.log" 2>&1
-rows+=("| te-precision-config tw | $? | - | $(grep -m1 -o 'fp8_format: [a-z0-9]*' "$W/te_precision_tw.yaml") | - |")
-# TE 2.20.2's Float8BlockScaling takes fp8_format HYBRID (its docstring: E4M3 or HYBRID), which
-# fp8sel measures in E4M3 only: does a blockwise te.Linear train in it on this GPU (E5M2
-# gradients), and how far is its output from BF16's?
-timeout 120 python3 - > "$W/blockwise_hybrid.log" 2>&1 <<'PY'
+if [ -z "${ROWS:-}" ]; then  # the tensorwise config's native file, and the blockwise-hybrid probe
+  pol=$W/tw/llama3_2_1b.json
+  "$FP8SEL" te-precision-config --model "$W/tw.yaml" --policy "$pol" --seq-length 8192 \
+    --output "$W/te_precision_tw.yaml" > "$W/te_config_tw.log" 2>&1
+  rows+=("| te-precision-config tw | $? | - | $(grep -m1 -o 'fp8_format: [a-z0-9]*' "$W/te_precision_tw.yaml") | - |")
+  # TE 2.20.2's Float8BlockScaling takes fp8_format HYBRID (its docstring: E4M3 or HYBRID), which
+  # fp8sel measures in E4M3 only: does a blockwise te.Linear train in it on this GPU (E5M2
+  # gradients), and how far is its output from BF16's?
+  timeout 120 python3 - > "$W/blockwise_hybrid.log" 2>&1 <<'PY'
 import torch, transformer_engine.pytorch as te
 from transformer_engine.common.recipe import Float8BlockScaling, Format
 torch.manual_seed(0)
@@ -73,7 +74,8 @@ y.float().pow(2).mean().backward()
 rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm())
 print(f"blockwise hybrid: forward rel err {rel(y, ref):.4f}, input grad rel err {rel(x.grad, gref):.4f}")
 PY
-rows+=("| blockwise hybrid te.Linear | $? | - | $(tail -1 "$W/blockwise_hybrid.log" | cut -c1-120) | - |")
+  rows+=("| blockwise hybrid te.Linear | $? | - | $(tail -1 "$W/blockwise_hybrid.log" | cut -c1-120) | - |")
+fi
 tar -C /tmp --exclude='*.svg' -czf "$OUT/config_options.tar.gz" co
 for m in tw dl; do [ -f "$W/judge_$m.md" ] && grep "^| eager" "$W/judge_$m.md" | cut -c1-200; done
 echo "| row | rc | s | recipe | verdict |"
