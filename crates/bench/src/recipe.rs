@@ -73,7 +73,8 @@ impl RecipeOptions {
     /// The recipe with its defaults, overridden by what was given:
     /// - tensorwise: E4M3 (HYBRID on request);
     /// - delayed: HYBRID, a 1024-step history, `max` (TE's `DelayedScaling` defaults);
-    /// - blockwise and mxfp8: E4M3 only, as TE implements them.
+    /// - blockwise and mxfp8: E4M3 only (TE 2.20.2 also trains them in HYBRID; fp8sel does not
+    ///   measure that yet).
     ///
     /// The history options belong to delayed scaling only; giving them for another recipe is an
     /// error rather than silently ignored.
@@ -92,7 +93,7 @@ impl RecipeOptions {
         let format = match (recipe, format) {
             (Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4, Some(Fp8Format::Hybrid)) => {
                 return Err(format!(
-                    "--fp8-format hybrid: TE's {} runs E4M3 only (use --fp8-format e4m3, or the tensorwise or delayed recipe)",
+                    "--fp8-format hybrid: fp8sel measures TE's {} in E4M3 only (use --fp8-format e4m3, or the tensorwise or delayed recipe)",
                     recipe.te_class()
                 ));
             }

@@ -114,12 +114,20 @@ def test_delayed_and_unknown_recipes_are_refused(fp8sel, root, tmp_path):
     with pytest.raises(af8.PlanError, match="fp4"):
         af8m.te_precision_config(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", recipe="fp4", seq_length=4096)
     out = tmp_path / "x.yaml"
-    for extra, msg in ((["--recipe", "delayed"], "refuses delayed scaling"), (["--fp8-format", "hybrid"], "E4M3 only")):
+    for extra, msg in ((["--recipe", "delayed"], "refuses delayed scaling"),):
         r = subprocess.run([str(fp8sel), "te-precision-config", "--model", "fixtures/models/llama3_2_1b.yaml", "--policy",
                             "policies/llama3_2_1b.json", "--seq-length", "4096", "--output", str(out), *extra],
                            cwd=root, capture_output=True, text=True)
         assert r.returncode == 2 and msg in r.stderr, r.stderr
         assert not out.exists()  # nothing half-written
+    # Blockwise in HYBRID is what Megatron builds from --fp8-format hybrid (TE 2.20.2 trains it):
+    # written as asked, with a note that the policy was measured in E4M3.
+    r = subprocess.run([str(fp8sel), "te-precision-config", "--model", "fixtures/models/llama3_2_1b.yaml", "--policy",
+                        "policies/llama3_2_1b.json", "--seq-length", "4096", "--output", str(out), "--fp8-format", "hybrid"],
+                       cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0 and "measured in E4M3" in r.stderr, r.stderr
+    assert "fp8_format: hybrid" in out.read_text()
+    out.unlink()
     # The output may not be one of the inputs.
     r = subprocess.run([str(fp8sel), "te-precision-config", "--model", "fixtures/models/llama3_2_1b.yaml", "--policy",
                         "policies/llama3_2_1b.json", "--seq-length", "4096", "--output", "policies/llama3_2_1b.json"],

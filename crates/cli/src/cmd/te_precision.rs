@@ -40,7 +40,8 @@ pub struct Args {
     #[command(flatten)]
     recipe: TrainerRecipe,
     /// FP8 format of the FP8 modules, as --fp8-format [default: the model config's (its fp8, a
-    /// launch script's --fp8-format), else e4m3]. Blockwise runs E4M3 only.
+    /// launch script's --fp8-format), else e4m3]. Hybrid with blockwise or mxfp8 is written as the
+    /// trainer runs it, with a note: fp8sel measures those recipes in E4M3.
     #[arg(long, value_name = "FORMAT")]
     fp8_format: Option<Fp8Format>,
     /// Where to write the YAML [default: stdout, with the launch flags on stderr].
@@ -75,12 +76,15 @@ pub fn run(args: &Args) -> CliResult {
         );
     }
     let format = launch_format(args, &r, recipe)?;
-    if format == Fp8Format::Hybrid
-        && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8 | Recipe::Nvfp4)
-    {
-        return Err(CliError::input(format!(
-            "--fp8-format hybrid: {recipe} scaling runs E4M3 only; fix: drop --fp8-format or use --recipe tensorwise"
-        )));
+    if format == Fp8Format::Hybrid && recipe == Recipe::Nvfp4 {
+        return Err(CliError::input(
+            "--fp8-format hybrid: TE's NVFP4BlockScaling takes E4M3 only; fix: drop --fp8-format or use --recipe tensorwise".to_owned(),
+        ));
+    }
+    if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
+        eprintln!(
+            "note: fp8_format hybrid kept, as the trainer runs it (TE trains {recipe} in HYBRID: E5M2 gradients); the policy's thresholds were measured in E4M3, the only format fp8sel measures {recipe} in"
+        );
     }
     let p = r.parallel;
     let policy = args.policy.policy.as_ref().map_or_else(
@@ -201,8 +205,8 @@ fn emit(
 }
 
 /// The format the FP8 modules are written in: --fp8-format, else the model config's (`fp8`, a
-/// launch script's `--fp8-format`; hybrid only where the recipe is measured in it, else E4M3 with
-/// a note), else E4M3.
+/// launch script's `--fp8-format`: the format the trainer runs, E4M3 for nvfp4, which TE runs in
+/// no other), else E4M3.
 fn launch_format(
     args: &Args,
     r: &super::model_args::Resolved,
@@ -225,9 +229,9 @@ fn launch_format(
             args.model.model.display()
         ))
     })?;
-    if f == Fp8Format::Hybrid && recipe != Recipe::Tensorwise {
+    if f == Fp8Format::Hybrid && recipe == Recipe::Nvfp4 {
         eprintln!(
-            "note: {}: fp8 hybrid: the {recipe} modules are written E4M3, the format fp8sel measures {recipe} in",
+            "note: {}: fp8 hybrid: the nvfp4 modules are written E4M3, the only format TE's NVFP4BlockScaling takes",
             args.model.model.display()
         );
         return Ok(Fp8Format::E4m3);

@@ -56,7 +56,7 @@ def recipe_spec(opt: dict) -> tuple[str, dict]:
     if name in ("tensorwise", "current", "delayed"):
         kw["fp8_format"] = fmt
     elif fmt != "E4M3":
-        raise ValueError(f"TE's {cls} runs E4M3 only; got fp8_format {fmt.lower()}")
+        raise ValueError(f"fp8sel measures TE's {cls} in E4M3 only; got fp8_format {fmt.lower()}")
     if name == "delayed":
         kw["amax_history_len"] = int(opt.get("amax_history_len", 1024))
         kw["amax_compute_algo"] = str(opt.get("amax_compute_algo", "max"))
