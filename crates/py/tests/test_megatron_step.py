@@ -344,6 +344,10 @@ def test_a_module_in_another_fp8_format_than_the_run_stops_the_count(root):
         ms._one_count(Hybrid(root, "eager"), args, 16384, "eager", modes, "blockwise", [], [], log=lambda *a, **k: None)
     assert ms.compare_formats({"a": "HYBRID", "b": "E4M3"}, "hybrid") == ["b: ran fp8_format E4M3, the run asks for HYBRID"]
     assert ms.compare_formats({}, "e4m3") == []
+    # A module under its own recipe (a per-module recipe plan) runs that recipe's format.
+    own = [{"name": "decoder.layers.mlp.linear_fc1", "recipe": "blockwise"}, {"name": "decoder.layers.mlp.linear_fc2"}]
+    ran = {"decoder.layers.0.mlp.linear_fc1": "E4M3", "decoder.layers.0.mlp.linear_fc2": "E4M3"}
+    assert ms.compare_formats(ran, "hybrid", own) == ["decoder.layers.0.mlp.linear_fc2: ran fp8_format E4M3, the run asks for HYBRID"]
 
 
 def test_megatrons_recipe_subclass_is_read_as_tes_recipe():

@@ -112,12 +112,16 @@ def graph_kwargs(kw: dict, execution: str) -> dict:
     return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
 
 
-def compare_formats(ran: dict[str, str], fp8_format: str) -> list[str]:
+def compare_formats(ran: dict[str, str], fp8_format: str, plan_modules: list[dict] | None = None) -> list[str]:
     """FP8 module paths whose recipe ran another FP8 format than the one asked for (``e4m3`` or
     ``hybrid``: the TE blocks' and the inputs'), from ``ran`` (each module's ``fp8_format`` name as
-    TE kept it). The judge's steps must run the recipe the policy was measured with (pure)."""
+    TE kept it). The judge's steps must run the recipe the policy was measured with (pure). With
+    ``plan_modules``, a module the plan gives a recipe of its own (a per-module recipe plan) is
+    left out: the run's format is the trainer's recipe's."""
     want = fp8_format.upper()
-    return [f"{path}: ran fp8_format {f}, the run asks for {want}" for path, f in sorted(ran.items()) if f != want]
+    own = {m["name"] for m in plan_modules or [] if m.get("recipe")}
+    return [f"{path}: ran fp8_format {f}, the run asks for {want}" for path, f in sorted(ran.items())
+            if f != want and plan_name(path) not in own]
 
 
 def precision_kwargs(args, mode: str, recipe: str) -> dict:

@@ -520,7 +520,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
             ran = judge.recipes(model)
-            bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"])
+            bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"], planned)
             counts = dict(sorted(Counter(ran.values()).items()))
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
                            "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes, "recipes": counts})
