@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> CliResult {
     }
     if format == Fp8Format::Hybrid && matches!(recipe, Recipe::Blockwise | Recipe::Mxfp8) {
         eprintln!(
-            "note: fp8_format hybrid kept, as the trainer runs it (TE trains {recipe} in HYBRID: E5M2 gradients); the policy's thresholds were measured in E4M3, the only format fp8sel measures {recipe} in"
+            "note: fp8_format hybrid kept, as the trainer runs it (TE trains {recipe} in HYBRID: E5M2 gradients); the policy's thresholds are E4M3's: fp8sel measured in E4M3 (or estimated so), the only format it measures {recipe} in"
         );
     }
     let p = r.parallel;
