@@ -7,6 +7,9 @@ recipe besides blockwise, whose reports are in `reports/h200/<recipe>/step_model
 `fp8_pipeline::shipped::step_model_dir` reads them) is stale when
 - it has no check report in --reports, or its check lost counts (`failed`: out of memory, a
   failed capture), or its inputs were measured in another recipe;
+- its inputs or check held FP8 weights in their FP8 groups (`fp8_param` true, or absent: the
+  documents before the field), which TE's FusedAdam re-quantizes one by one each step; today's
+  worker measures BF16 weights, as Megatron trains by default and a policy's FP8 groups run;
 - its inputs or check were measured by a worker before settling (no `settle_s`: today's worker
   settles before each run's first timed whole steps and times short counts in more rounds);
 - its inputs were not calibrated at every count of today's default (`step_inputs`'
@@ -98,10 +101,17 @@ def stale(row: str, fp8sel: str, reports: str | None, work: str) -> str | None:
     inputs = checks[0].removesuffix("_check_step.json") + "_inputs_step.json"
     with open(inputs) as f:
         doc = json.load(f)
+    docs = []
     for path in (inputs, checks[0]):
         with open(path) as f:
-            if json.load(f).get("settle_s") is None:
-                return f"{row}: measured by a worker before settling and longer short counts ({path} has no settle_s)"
+            docs.append((path, json.load(f)))
+    for path, d in docs:
+        if d.get("settle_s") is None:
+            return f"{row}: measured by a worker before settling and longer short counts ({path} has no settle_s)"
+    for path, d in docs:
+        if d.get("fp8_param", True):
+            return (f"{row}: its FP8 groups held FP8 weights ({path}: fp8_param {d.get('fp8_param', 'absent')}): "
+                    "TE FusedAdam's per-weight re-quantization, not the BF16 weights a policy's FP8 groups run with")
 
     if doc["fp8_recipe"] != recipe:
         return f"{row}: its inputs were measured in {doc['fp8_recipe']} ({inputs})"

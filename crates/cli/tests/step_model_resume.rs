@@ -114,6 +114,18 @@ fn inputs_measured_otherwise_are_refused_naming_the_file_the_field_and_the_fix()
     )
     .unwrap();
     refused(&["--resume"], "device");
+    // Measured with FP8 weights (a document that predates the field held them): today's worker
+    // measures BF16 ones.
+    std::fs::write(
+        &file,
+        text.replace("\"fp8_param\": false", "\"fp8_param\": true"),
+    )
+    .unwrap();
+    refused(&["--resume"], "fp8_param");
+    let mut older: serde_json::Value = serde_json::from_str(&text).unwrap();
+    older.as_object_mut().unwrap().remove("fp8_param").unwrap();
+    std::fs::write(&file, older.to_string()).unwrap();
+    refused(&["--resume"], "fp8_param");
     // Stopped before they ended.
     std::fs::write(
         &file,

@@ -39,6 +39,11 @@ def _weight(out_f, in_f, dtype, device):
 
 
 class _Base(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        # built under quantized_model_init: TE would hold this module's weights in FP8
+        self.fp8_weights = _state["init"]
+
     def _note(self, rows):
         calls.append((type(self).__name__, self.in_features, self.out_features, rows, _state["autocast"]))
 

@@ -556,7 +556,11 @@ def test_the_judges_fp8_fields_are_the_recipe_the_te_blocks_run():
     options (TE's defaults where none are given, as the TE blocks): the same recipe in both."""
     args = lambda *a: parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", *a])
     assert ms.precision_kwargs(args(), "bf16", "blockwise") == {}
-    assert ms.precision_kwargs(args(), "fp8", "blockwise") == {"fp8": "e4m3", "fp8_recipe": "blockwise", "fp8_param": True}
+    # Weights as Megatron trains by default (BF16); FP8 ones where asked, by Megatron's flag too.
+    assert ms.precision_kwargs(args(), "fp8", "blockwise") == {"fp8": "e4m3", "fp8_recipe": "blockwise", "fp8_param": False}
+    for flag in ("--fp8-param", "--fp8-param-gather"):
+        assert ms.precision_kwargs(args(flag), "fp8", "blockwise")["fp8_param"] is True
+    assert ms.precision_kwargs(args("--fp8-param", "--no-fp8-param"), "fp8", "blockwise")["fp8_param"] is False
     tw = ms.precision_kwargs(args("--recipe", "tensorwise", "--fp8-format", "hybrid"), "hook", "tensorwise")
     assert tw["fp8"] == "hybrid" and "fp8_amax_history_len" not in tw
     dl = ms.precision_kwargs(args("--recipe", "delayed"), "fp8", "delayed")

@@ -13,14 +13,15 @@ ROW, BASE = "llama3_2_1b_tp1", "llama3_2_1b_tp1_ep1_etp1"
 
 def _copy(root, tmp_path, settled=True):
     """The committed row's inputs and check, in a reports folder of the test's own: with
-    `settled`, marked as today's worker writes them (its settling bound, `settle_s`); without,
+    `settled`, marked as today's worker writes them (its settling bound, `settle_s`, and BF16
+    weights, `fp8_param` false); without,
     as a worker before settling wrote them (no `settle_s`)."""
     reports = tmp_path / "reports"
     reports.mkdir()
     for end in ("inputs", "check"):
         shutil.copy(root / "reports" / "h200" / "step_model" / f"{BASE}_{end}_step.json", reports)
         if settled:
-            _edit(reports / f"{BASE}_{end}_step.json", lambda d: d.update(settle_s=12.0))
+            _edit(reports / f"{BASE}_{end}_step.json", lambda d: d.update(settle_s=12.0, fp8_param=False))
         else:
             _edit(reports / f"{BASE}_{end}_step.json", lambda d: d.pop("settle_s", None))
     return reports
@@ -163,9 +164,28 @@ def test_a_row_measured_before_the_worker_settled_is_made_again(root, tmp_path, 
     assert o.returncode == 1 and "check_step.json has no settle_s" in o.stderr, o.stderr
     # Both settled, and the rest as today's check leaves it: the row stands.
     _edit(reports / f"{BASE}_check_step.json", lambda d: d.update(settle_s=12.0))
+    for end in ("inputs", "check"):
+        _edit(reports / f"{BASE}_{end}_step.json", lambda d: d.update(fp8_param=False))
     _as_policy(fp8sel, reports)
     _timed_again(fp8sel, reports)
     assert _queue(root, fp8sel, reports).returncode == 0
+
+
+def test_a_row_measured_with_fp8_weights_is_made_again(root, tmp_path, fp8sel):
+    """FP8 groups with FP8 weights (fp8_param true, or absent: the documents before the field):
+    TE FusedAdam re-quantized each weight alone every step, a cost the BF16 weights a policy's FP8
+    groups run with do not have; made again. Today's (BF16 weights) stand."""
+    reports = _copy(root, tmp_path)
+    _as_policy(fp8sel, reports)
+    _timed_again(fp8sel, reports)
+    assert _queue(root, fp8sel, reports).returncode == 0
+    for end, change in (("inputs", lambda d: d.pop("fp8_param")), ("check", lambda d: d.update(fp8_param=True))):
+        path = reports / f"{BASE}_{end}_step.json"
+        before = path.read_text()
+        _edit(path, change)
+        o = _queue(root, fp8sel, reports)
+        assert o.returncode == 1 and "held FP8 weights" in o.stderr and f"{end}_step.json" in o.stderr, o.stderr
+        path.write_text(before)
 
 
 def test_a_check_that_lost_counts_or_is_missing_makes_the_row_again(root, tmp_path, fp8sel):

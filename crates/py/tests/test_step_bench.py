@@ -185,6 +185,11 @@ def test_summary_pairs_rounds_and_names_fp8_groups():
     md = sb.markdown(dict(out, trainer="megatron", results=[dict(times_again, execution="eager")]))
     assert "| policy:p.json (= bf16: its FP8 groups, its own model, timed apart) | - |" in md and "timed once" not in md
     assert "| oracle | fc1 |" in md and "| bf16 | - |" in md
+    # The header says how the FP8 modes held their weights (TE blocks before the field: FP8).
+    head = lambda **kw: sb.markdown(dict(out, **kw)).split("\n")[0]
+    assert ", r, BF16 weights, d," in head(trainer="megatron", fp8_param=False)
+    assert ", r, FP8 weights (--fp8-param), d," in head(trainer="megatron", fp8_param=True)
+    assert "BF16 weights" in head(fp8_param=False) and "FP8 weights" in head()
 
 
 def test_help_teaches_and_bad_tokens_are_refused():

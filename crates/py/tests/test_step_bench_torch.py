@@ -127,3 +127,24 @@ def test_families_read_by_their_own_names_build_their_plans_shapes(tmp_path, cfg
     built, norms = _one_layer(tmp_path, cfg, tp)
     assert norms == {norm}, norms
     assert fc1 in {n for _, n in built}, built
+
+
+@pytest.mark.parametrize("flags, fp8_weights", [([], False), (["--fp8-param"], True), (["--fp8-param-gather"], True)])
+def test_fp8_modules_hold_bf16_weights_unless_fp8_ones_are_asked_for(tmp_path, flags, fp8_weights):
+    """As Megatron trains without --fp8-param-gather (and as a policy's FP8 groups run in the BF16
+    launch region), an FP8 module of the TE blocks holds BF16 weights; a BF16 module never FP8 ones."""
+    torch_or_skip()
+    import fake_te
+
+    cfg = tmp_path / "m.json"
+    cfg.write_text(__import__("json").dumps(TINY["gqa_moe"]))
+    args = sb.parser().parse_args(["--model", str(cfg), "--tokens", "40", "--layers", "1", *flags])
+    import adaptive_fp8 as af8
+    from adaptive_fp8.bench import step_layers
+
+    spec, _ = sb.spec_at(af8, args, 40)
+    bench = step_layers.Bench(args, fake_te, "cpu")
+    for fp8 in (False, True):
+        mode = dict.fromkeys(built_groups(spec, ["moe"]), fp8)
+        mods = [m for m in step_layers.MoeBlock.make(bench, spec, mode).modules() if hasattr(m, "fp8_weights")]
+        assert mods and all(m.fp8_weights is (fp8 and fp8_weights) for m in mods)

@@ -14,7 +14,7 @@ from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, group_keys
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
-DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "fp8_format", "device", "te_version", "tp", "ep", "etp", "layers",
+DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "fp8_format", "fp8_param", "device", "te_version", "tp", "ep", "etp", "layers",
               "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "settle_s", "settled", "groups", "modules", "step_times", "failed",
               "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
@@ -70,6 +70,9 @@ def test_the_header_records_the_recipes_options(capsys):
     amax options with another recipe refused before TE loads."""
     head = lambda *a: si.header(si.parser().parse_args(["--model", "m.json", "--json", "o.json", *a]), "m", [], ["dense"], "cpu", "stand-in", "r")
     assert head()["fp8_format"] == "e4m3" and "amax_history_len" not in head()
+    # The weights: BF16 (Megatron's default) unless FP8 ones are asked for, by Megatron's flag too.
+    assert head()["fp8_param"] is False
+    assert head("--fp8-param")["fp8_param"] is True and head("--fp8-param-gather")["fp8_param"] is True
     assert head("--recipe", "tensorwise", "--fp8-format", "hybrid")["fp8_format"] == "hybrid"
     d = head("--recipe", "delayed")
     assert (d["fp8_format"], d["amax_history_len"], d["amax_compute_algo"]) == ("hybrid", 1024, "max")

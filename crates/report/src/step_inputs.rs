@@ -47,6 +47,12 @@ pub struct StepInputs {
     /// Delayed scaling's amax compute algorithm (`max`, `most_recent`); absent for the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amax_compute_algo: Option<String>,
+    /// Whether the FP8 groups held FP8 weights (Megatron's `--fp8-param-gather`), updated by
+    /// TE's `FusedAdam`; false: BF16 weights each FP8 module quantizes in its forward, as
+    /// Megatron trains by default and as a policy's FP8 groups run in the BF16 launch region.
+    /// Absent in documents that predate the field, whose FP8 groups held FP8 weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_param: Option<bool>,
     /// The GPU.
     pub device: String,
     /// Transformer Engine's version.

@@ -109,6 +109,7 @@ impl Synth {
             fp8_format: Some("e4m3".into()),
             amax_history_len: None,
             amax_compute_algo: None,
+            fp8_param: Some(false),
             device: "synthetic".into(),
             te_version: "none".into(),
             tp: 1,

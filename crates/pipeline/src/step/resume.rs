@@ -84,6 +84,12 @@ impl Layout<'_> {
                 d.manual_gc.to_string(),
                 self.job.manual_gc.to_string(),
             ),
+            // Documents before the field held FP8 weights; today's worker measures BF16 ones.
+            (
+                "fp8_param",
+                weights(d.fp8_param.unwrap_or(true)),
+                weights(false),
+            ),
             ("modules[].tokens", listed(&tokens), listed(&want_tokens)),
             (
                 "step_times[].execution",
@@ -91,7 +97,26 @@ impl Layout<'_> {
                 listed(&want_executions),
             ),
         ];
-        // The recipe's options, where the document records them (workers since they were).
+        fields.extend(self.recipe_fields(&d));
+        if let Some((field, have, want)) = fields.iter().find(|(_, have, want)| have != want) {
+            return Err(format!(
+                "{}: field `{field}`: measured with {have}, this run measures {want}; {fix}, \
+                 or with the earlier run's settings",
+                json.display()
+            ));
+        }
+        say(&format!(
+            "{at}: --resume: the inputs an earlier run measured on {} ({}) are reused; the check runs",
+            d.device,
+            json.display()
+        ));
+        Ok(Some(d))
+    }
+
+    /// The recipe's options, where the document records them (workers since they were): each
+    /// field, the document's value and this run's.
+    fn recipe_fields(&self, d: &StepInputs) -> Vec<(&'static str, String, String)> {
+        let mut fields = Vec::new();
         let r = self.o.measure.recipe;
         let delayed = r.recipe() == fp8_policy::Recipe::Delayed;
         let options = [
@@ -116,20 +141,18 @@ impl Layout<'_> {
                 fields.push((field, have, want));
             }
         }
-        if let Some((field, have, want)) = fields.iter().find(|(_, have, want)| have != want) {
-            return Err(format!(
-                "{}: field `{field}`: measured with {have}, this run measures {want}; {fix}, \
-                 or with the earlier run's settings",
-                json.display()
-            ));
-        }
-        say(&format!(
-            "{at}: --resume: the inputs an earlier run measured on {} ({}) are reused; the check runs",
-            d.device,
-            json.display()
-        ));
-        Ok(Some(d))
+        fields
     }
+}
+
+/// How a document's FP8 groups held their weights.
+fn weights(fp8_param: bool) -> String {
+    if fp8_param {
+        "FP8 weights"
+    } else {
+        "BF16 weights"
+    }
+    .to_owned()
 }
 
 /// A resumed layout's check against its inputs: timed on the same GPU and TE, or the error

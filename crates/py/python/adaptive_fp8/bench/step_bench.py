@@ -14,8 +14,11 @@ sizes, proj) and an MLP (dense: fc1 `LayerNormLinear`, fc2 `Linear`; MoE: norm, 
 permutation with the token-count sync, `GroupedLinear` experts over the rank's local experts,
 unpermutation, shared experts). `--component vit` builds a VLM's vision layers instead.
 A step is `--grad-accum` micro-batches of forward + backward and one optimizer step (TE FusedAdam
-with fp32 master weights, the same for every mode; with FP8 parameters it re-quantizes them) on
-random bf16 activations, in the chosen recipe.
+with fp32 master weights, the same for every mode) on random bf16 activations, in the chosen
+recipe. FP8 modules hold BF16 weights and quantize them in their forward, as Megatron trains by
+default; `--fp8-param` gives them FP8 weights (Megatron's `--fp8-param-gather`), which FusedAdam
+re-quantizes one by one after each step for every recipe but delayed scaling: a cost Megatron's
+distributed optimizer batches.
 
 Execution: `eager` runs the step as written; `graphed` captures each attention block and each
 dense MLP block with TE's make_graphed_callables (forward and backward), as Megatron's
@@ -74,7 +77,7 @@ from pathlib import Path
 
 from adaptive_fp8._common import emit, megatron_tp_environment
 from adaptive_fp8.bench import collector
-from adaptive_fp8.bench.step_common import OOM_FIX, default_repeats, failed_row, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_flags, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict  # noqa: F401
+from adaptive_fp8.bench.step_common import OOM_FIX, default_repeats, failed_row, fastest_reference, is_oom, key, mode_stats, policy_mode_name, quantile, recipe_flags, recipe_options, results_document, search_oracle, search_units, selection, te_recipe_name, verdict, weights_flag  # noqa: F401
 from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.settle import DEFAULT_S, Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
@@ -98,6 +101,13 @@ def summarize(tokens: int, modes: dict[str, dict[str, bool]], times: dict[str, l
     return row
 
 
+def _weights(out: dict) -> str:
+    """How the FP8 modes held their weights: FP8 (`--fp8-param`), BF16, or unrecorded (the TE
+    blocks' results before the field, which held FP8 weights)."""
+    p = out.get("fp8_param")
+    return "FP8 weights (--fp8-param)" if p or (p is None and out.get("trainer") != "megatron") else "BF16 weights"
+
+
 def markdown(out: dict) -> str:
     if out.get("trainer") == "megatron":
         scope = f"megatron-core {out.get('megatron_core_version', '?')} GPTModel, one model per mode, TE modules checked against the plan"
@@ -109,7 +119,7 @@ def markdown(out: dict) -> str:
         f"Step benchmark: {out['model']} ({out.get('component', 'llm')}), TP {out['tp']} ({scope}), "
         f"layers {','.join(out.get('layer_types', [])) or out['layers']}, {out.get('grad_accum', 1)} micro-batch(es) per step, "
         f"{out['steps']} steps x {out['repeats']} interleaved rounds, "
-        f"{out['recipe']}, {out['device']}, TE {out['te_version']}",
+        f"{out['recipe']}, {_weights(out)}, {out['device']}, TE {out['te_version']}",
         "",
         "| execution | tokens | mode | FP8 groups | ms/step p50 (p10-p90) | / BF16 p50 (p10-p90) | verdict | / min(BF16, FP8, oracle) p50 (p10-p90) |",
         "|---|---|---|---|---|---|---|---|",
@@ -238,6 +248,7 @@ def run(args, log=print, te=None, device: str = "cuda", progress=None) -> dict:
             "settled": first.record(),
             "oracle_repeats": args.oracle_repeats or args.repeats,
             "execution": ",".join(args.execution),
+            "fp8_param": bool(getattr(args, "fp8_param", False)),
             "recipe": te_recipe_name(args),
             "fp8_recipe": getattr(args, "recipe", "blockwise"),
             "device": bench.torch.cuda.get_device_name() if device == "cuda" else device,
@@ -434,7 +445,7 @@ def parser() -> argparse.ArgumentParser:
                     help="megatron: which integration applies each --policy, each its own GPTModel: the hook, upstream's "
                     "--te-precision-config-file (native), or both, timed apart (default both; one saves a model's memory)")
     ap.add_argument("--vocab", type=_positive, default=8192, help="megatron: vocabulary size of the GPTModel (default 8192)")
-    ap.add_argument("--no-fp8-param", dest="fp8_param", action="store_false", help="megatron: keep FP8 modules' weights in BF16 (default: FP8 weights, --fp8-param-gather, in the FP8 region)")
+    weights_flag(ap)
     ap.add_argument("--native-fp8-weights", choices=["clear", "keep"], default="clear",
                     help="megatron, native modes with FP8 weights where the FP8 region holds a BF16 module: clear them, as "
                     "fp8sel te-precision-config launches the model (default), or keep them (megatron-core then builds those "

@@ -97,6 +97,20 @@ def recipe_flags(ap) -> None:
     ap.add_argument("--amax-compute-algo", "--fp8-amax-compute-algo", choices=["max", "most_recent"], help="delayed scaling: max or most_recent (default max, TE's)")
 
 
+def weights_flag(ap) -> None:
+    """How the FP8 modules hold their weights, as Megatron's --fp8-param-gather says: BF16 by
+    default (Megatron's default, and how a policy's FP8 groups run in the BF16 launch region)."""
+    import argparse
+
+    ap.add_argument(
+        "--fp8-param", "--fp8-param-gather", dest="fp8_param", action=argparse.BooleanOptionalAction, default=False,
+        help="FP8 modules hold FP8 weights (Megatron's --fp8-param-gather). The step's optimizer is TE's FusedAdam: for "
+        "current scaling, blockwise and MXFP8 it re-quantizes each FP8 weight alone from its FP32 master after every "
+        "step, which Megatron's distributed optimizer does in batches; so FP8 weights here cost more than in Megatron "
+        "(default: BF16 weights, each FP8 module quantizing its weight in its forward, as Megatron trains by default)",
+    )
+
+
 def recipe_options(args) -> dict:
     """The TE worker's recipe options from the command line (pure). The amax options belong to
     delayed scaling: given with another recipe, refused (StepBenchError)."""

@@ -54,7 +54,7 @@ from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.rounds import COUNT_MS, MAX_ROUNDS_FACTOR, MIN_ROUND_STEPS, ROUND_MS, count_rounds, round_steps  # noqa: F401
 from adaptive_fp8.bench.settle import Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
-from adaptive_fp8.bench.step_common import is_oom, recipe_fields, recipe_flags, recipe_options
+from adaptive_fp8.bench.step_common import is_oom, recipe_fields, recipe_flags, recipe_options, weights_flag
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
@@ -117,6 +117,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         "recipe": recipe,
         "fp8_recipe": args.recipe,
         **recipe_fields(args),
+        "fp8_param": bool(getattr(args, "fp8_param", False)),
         "device": device,
         "te_version": te_version,
         "tp": args.tp,
@@ -419,6 +420,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=2, help="untimed, checked steps per whole-step mode (default 2)")
     ap.add_argument("--recipe", default="blockwise", choices=list(RECIPES), help="the FP8 recipe, as Megatron's --fp8-recipe (default blockwise)")
     recipe_flags(ap)
+    weights_flag(ap)
     collector.add_flag(ap)
     settle_flag(ap)
     ap.add_argument("--json", required=True, help="write the document here")

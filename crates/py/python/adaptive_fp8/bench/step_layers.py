@@ -30,6 +30,9 @@ class Bench:
         self.torch, self.te, self.args, self.device = torch, te, args, device
         self.recipe = make_recipe(recipe_options(args)) if device == "cuda" else None
         self.model_init, self.autocast, self.recipe_kw = te_api(te)
+        # FP8 weights only where asked (--fp8-param): by default an FP8 module holds BF16 weights
+        # and quantizes them in its forward, as Megatron trains without --fp8-param-gather.
+        self.fp8_param = bool(getattr(args, "fp8_param", False))
         self.group, self.world, self.rank = None, 1, 0
         # Python's collections inside timed steps, counted (off there with --manual-gc).
         self.collector = Collector(getattr(args, "manual_gc", False))
@@ -70,7 +73,7 @@ class Bench:
             kw.update(tp_group=self.group, tp_size=self.world, sequence_parallel=True, parallel_mode=PARALLEL_MODE[group])
             k, n = full_features(m, self.world)
         on = fp8[group]
-        with self.model_init(enabled=on, recipe=self.recipe):
+        with self.model_init(enabled=on and self.fp8_param, recipe=self.recipe):
             if grouped:
                 mod = te.GroupedLinear(m.gemms, k, n, **kw)
             elif norm:
