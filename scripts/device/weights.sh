@@ -7,7 +7,7 @@
 #         today's default: all-FP8 and the policy's same four groups both hold BF16 weights;
 #   fp8w: the same with --fp8-param (FP8 weights, TE FusedAdam re-quantizing each one): all-FP8
 #         slower than the policy's same groups by the re-quantization.
-# $OUT/weights.tar.gz; the last lines are a table (row, rc, seconds).
+# BOUND_J and BOUND_TE bound each run (seconds; 110 and 60). $OUT/weights.tar.gz; the last lines are a table (row, rc, seconds).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/wt
@@ -20,14 +20,14 @@ run() {  # name, bound (s), step_bench arguments
   shift 2
   timeout "$bound" python3 -m adaptive_fp8.bench.step_bench "$@" --json "$W/$n.json" --md "$W/$n.md" > "$W/$n.log" 2>&1
   rows+=("| $n | $? | $((SECONDS - t0)) |")
-  tail -8 "$W/$n.md" 2>/dev/null
+  tail -6 "$W/$n.md" 2>/dev/null
+  tar czf "$OUT/weights.tar.gz" -C "$W" .  # after each row: a call cut short keeps what ran
 }
-run te 60 --model fixtures/models/llama3_2_1b.yaml --tokens 4096 --execution eager --layers 2 --repeats 7 --oracle none
 J=(--trainer megatron --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 3072
    --execution eager --layers 1 --repeats 7 --integration hook)
-run bf16w 110 "${J[@]}"
-run fp8w 110 "${J[@]}" --fp8-param
-tar czf "$OUT/weights.tar.gz" -C "$W" .
+run bf16w "${BOUND_J:-110}" "${J[@]}"
+run fp8w "${BOUND_J:-110}" "${J[@]}" --fp8-param
+run te "${BOUND_TE:-60}" --model fixtures/models/llama3_2_1b.yaml --tokens 4096 --execution eager --layers 2 --repeats 7 --oracle none
 echo "| row | rc | s |"
 echo "|---|---:|---:|"
 printf '%s\n' "${rows[@]}"
