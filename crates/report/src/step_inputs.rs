@@ -495,6 +495,21 @@ fn check_steps(
 }
 
 impl StepInputs {
+    /// Whether the FP8 groups held FP8 weights (`fp8_param`; a document without the field
+    /// predates it, and its groups did).
+    pub fn fp8_weights(&self) -> bool {
+        self.fp8_param.unwrap_or(true)
+    }
+
+    /// How the FP8 groups held their weights, in words: "FP8 weights" or "BF16 weights".
+    pub fn weights_words(&self) -> &'static str {
+        if self.fp8_weights() {
+            "FP8 weights"
+        } else {
+            "BF16 weights"
+        }
+    }
+
     /// The document as JSON (what the worker writes; for tests and stand-ins).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("plain data serializes")

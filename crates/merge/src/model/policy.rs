@@ -174,6 +174,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
     json!({
         "inputs": l.file.display().to_string(),
         "tp": l.inputs.tp, "ep": l.inputs.ep, "etp": l.inputs.etp, "layers": l.inputs.layers, "layer_types": l.inputs.layer_types,
+        "fp8_param": l.inputs.fp8_weights(),
         "swept": l.swept, "fits": fits, "thresholds": thresholds,
         "check": l.check, "held_out_worst_error": worst, "repeats": l.repeats,
         "disagreements": l.check.iter().filter(|r| r.disagrees).collect::<Vec<_>>(),

@@ -18,13 +18,14 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
         let i = &l.inputs;
         let _ = write!(
             s,
-            "\n## TP {} EP {} ETP {} ({} layers: {}; {} on {}, TE {})\n\n| key | groups | eager | graphed |\n|---|---|---:|---:|\n",
+            "\n## TP {} EP {} ETP {} ({} layers: {}; {} with {} on {}, TE {})\n\n| key | groups | eager | graphed |\n|---|---|---:|---:|\n",
             i.tp,
             i.ep.unwrap_or(1),
             i.etp.unwrap_or(i.tp),
             i.layers,
             i.layer_types.join(", "),
             i.fp8_recipe,
+            i.weights_words(),
             i.device,
             i.te_version
         );

@@ -526,3 +526,32 @@ fn the_checks_counts_lie_on_the_sequence_grain_too() {
     }
     assert_eq!(ChoiceOptions::on_layout(0).token_step, SEQUENCE_GRAIN);
 }
+
+#[test]
+fn the_policy_and_its_summary_say_how_the_fp8_groups_held_their_weights() {
+    let s = dense(1.0);
+    for (field, fp8_weights, words) in [
+        (Some(false), false, "blockwise with BF16 weights"),
+        (Some(true), true, "blockwise with FP8 weights"),
+        // A document before the field: its groups held FP8 weights.
+        (None, true, "blockwise with FP8 weights"),
+    ] {
+        let mut inputs = s.inputs(&SWEPT, &CAL);
+        inputs.fp8_param = field;
+        let m = LayoutModel::new(
+            inputs,
+            Path::new("synth.json"),
+            &[Execution::Eager],
+            ChoiceOptions::default(),
+        )
+        .unwrap();
+        let p = model_policy(std::slice::from_ref(&m)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(
+            v["provenance"]["step"]["model"][0]["fp8_param"], fp8_weights,
+            "{field:?}"
+        );
+        let md = super::summary_markdown("synth", std::slice::from_ref(&m));
+        assert!(md.contains(words), "{field:?}: {md}");
+    }
+}

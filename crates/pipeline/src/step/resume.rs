@@ -87,8 +87,8 @@ impl Layout<'_> {
             // Documents before the field held FP8 weights; today's worker measures BF16 ones.
             (
                 "fp8_param",
-                weights(d.fp8_param.unwrap_or(true)),
-                weights(false),
+                d.weights_words().to_owned(),
+                "BF16 weights".to_owned(),
             ),
             ("modules[].tokens", listed(&tokens), listed(&want_tokens)),
             (
@@ -143,16 +143,6 @@ impl Layout<'_> {
         }
         fields
     }
-}
-
-/// How a document's FP8 groups held their weights.
-fn weights(fp8_param: bool) -> String {
-    if fp8_param {
-        "FP8 weights"
-    } else {
-        "BF16 weights"
-    }
-    .to_owned()
 }
 
 /// A resumed layout's check against its inputs: timed on the same GPU and TE, or the error
