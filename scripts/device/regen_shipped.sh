@@ -42,12 +42,12 @@ D=docs/device-logs/regen_shipped
 # but land nowhere (land_regen.py and `cargo xtask gen-policy` refuse them). Said first.
 grep -q H200 "$W/gpu.txt" || echo "regen_shipped: note: this GPU is $(head -1 "$W/gpu.txt" | cut -d, -f1), not an H200: its rows cannot be landed in reports/h200/; keep them under docs/device-logs/" >&2
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
-# A dense row and an MoE row first: what settling and the longer short counts cost and whether
-# an MoE check's first counts still speed up (RESULTS' check-order table) show in one call.
-ROWS=(llama3_2_1b_tp1 deepseek_v3_tp8_ep64 llama3_2_1b_tp2 qwen2_5_72b_tp1 qwen2_5_72b_tp2 qwen2_5_72b_tp4 qwen2_5_72b_tp8
-  deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8
+# Model by model, the cheapest first: a model's shipped file is made from every layout's reports
+# (`cargo xtask gen-policy`), so a call that runs out leaves whole models measured one way.
+ROWS=(llama3_2_1b_tp1 llama3_2_1b_tp2 qwen3_vl_235b_a22b_vit_tp1 qwen3_vl_235b_a22b_vit_tp2 qwen3_vl_235b_a22b_vit_tp4
+  qwen2_5_72b_tp8 qwen2_5_72b_tp4 qwen2_5_72b_tp2 qwen2_5_72b_tp1
   qwen3_vl_235b_a22b_tp4_ep16 qwen3_vl_235b_a22b_tp2_ep8 qwen3_vl_235b_a22b_tp1_ep8 qwen3_vl_235b_a22b_tp1_ep4
-  qwen3_vl_235b_a22b_vit_tp1 qwen3_vl_235b_a22b_vit_tp2 qwen3_vl_235b_a22b_vit_tp4)
+  deepseek_v3_tp8_ep64 deepseek_v3_tp4_ep32 deepseek_v3_tp2_ep16 deepseek_v3_tp1_ep8)
 # The recipes besides blockwise that ship files (policies/<recipe>/, fp8_pipeline::shipped's
 # RECIPE_DIRS), at the layouts those files cover.
 for recipe in tensorwise delayed; do
