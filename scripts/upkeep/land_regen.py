@@ -10,8 +10,8 @@ For each row the call ran (its line in the tarball's `regen/steps.txt`, the last
   and its log, policies and summary replace `docs/device-logs/regen_shipped/<row>/`;
 - cut or failed (any other rc): its log goes to `docs/device-logs/regen_shipped/cut/`, and no
   report moves.
-The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt` (a line it already
-has is not: a later call on the same machine brings the earlier calls' rows again). A judge tarball's
+The rows' lines are appended to `docs/device-logs/regen_shipped/steps.txt` (those it ends with
+already are not: a later call on the same machine brings the earlier calls' rows again). A judge tarball's
 `regen/judge/` files go to `docs/device-logs/regen_shipped/judge/`. Every file is written whole
 (a temporary file renamed into place); a member outside `regen/` is refused before anything is
 written. The folders are the H200's: a tarball measured on another GPU (its `regen/gpu.txt`,
@@ -40,6 +40,17 @@ LOGS = "docs/device-logs/regen_shipped"
 REPORT = re.compile(r"^(?P<layout>.+)_(?:inputs|check|recheck|recheck[2-9]|recheck[1-9][0-9]+)_step\.json$")
 #: A row's own files kept as its log (not its reports, not its plots).
 LOG_FILES = ("gen.log", "*.json", "*.md")
+
+
+def unlanded(lines: list[str], ledger: list[str]) -> list[str]:
+    """The lines of a call's `steps.txt` the ledger lacks: a later call on the same machine
+    brings the earlier calls' rows again, so the longest start of `lines` that the ledger ends
+    with is landed already. A line equal to an older one elsewhere (the same row, the same
+    seconds, another day) is a new run and lands."""
+    for n in range(min(len(lines), len(ledger)), 0, -1):
+        if ledger[-n:] == lines[:n]:
+            return lines[n:]
+    return lines
 
 
 class LandError(Exception):
@@ -156,9 +167,8 @@ def land(tarball: str, root: str, dry: bool = False) -> list[str]:
             raise LandError(f"{tarball}: no regen/steps.txt and no regen/judge/; fix: pass the tarball regen_shipped.sh wrote")
         said = [f"write {b}" if kind == "put" else f"remove {a}" for kind, a, b in actions]
         ledger = os.path.join(root, LOGS, "steps.txt")
-        have = set(open(ledger).read().splitlines()) if os.path.exists(ledger) else set()
-        # A later call on the same machine brings the earlier calls' rows again: their lines once.
-        new = [line for line in text.splitlines() if line.strip() and line not in have]
+        have = open(ledger).read().splitlines() if os.path.exists(ledger) else []
+        new = unlanded([line for line in text.splitlines() if line.strip()], have)
         if new:
             said.append(f"append {len(new)} line(s) to {ledger}")
         if not dry:

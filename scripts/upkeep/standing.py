@@ -138,6 +138,13 @@ def judge_runs(root: Path, folded: set[str] | None = None) -> list[tuple[str, di
     return out
 
 
+def fp8_weights(header: dict) -> bool:
+    """Whether the run's FP8 modules held FP8 weights (its ``fp8_param``): a TE-block run before
+    the field held them (until 2026-12-06); today's worker, and the files made from it, hold BF16
+    ones (docs/POLICY.md), so such a row timed FP8 groups at a cost today's step does not pay."""
+    return bool(header.get("fp8_param", True))
+
+
 def read_run(af8, root: Path, header: dict, label: dict) -> list[dict]:
     """One run's rows against today's file of its model: ``label`` (scenario, layout, file,
     run) and, per row, today's groups, the mode that timed them and its figures."""
@@ -151,7 +158,8 @@ def read_run(af8, root: Path, header: dict, label: dict) -> list[dict]:
         tokens, execution = row["tokens"], row.get("execution", header.get("execution", "eager"))
         groups = todays_groups(af8, root, header, policy, tokens, execution)
         mode = timed_as(row, groups)
-        out = dict(label, execution=execution, tokens=tokens, policy=policy, fp8_groups=sorted(groups), timed_as=mode)
+        out = dict(label, execution=execution, tokens=tokens, policy=policy, fp8_groups=sorted(groups), timed_as=mode,
+                   fp8_weights=fp8_weights(header))
         if mode is not None:
             out.update(figures(row, mode))
         rows.append(out)

@@ -29,18 +29,19 @@ pub fn table(doc: &Value) -> String {
         misses.len()
     );
     s.push_str(
-        "| layout | run | execution | tokens | today's FP8 groups | timed as | / BF16 (p10-p90) | verdict | / fastest |\n|---|---|---|---:|---|---|---|---|---:|\n",
+        "| layout | run | execution | tokens | today's FP8 groups | timed as | weights | / BF16 (p10-p90) | verdict | / fastest |\n|---|---|---|---:|---|---|---|---|---|---:|\n",
     );
     for r in &misses {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.3} ({:.3}-{:.3}) | {} | {:.3} |",
             text(r, "layout"),
             text(r, "run"),
             text(r, "execution"),
             r["tokens"].as_u64().unwrap_or(0),
             groups(r),
             text(r, "timed_as"),
+            weights(r),
             num(r, "vs_bf16_median"),
             num(r, "vs_bf16_p10"),
             num(r, "vs_bf16_p90"),
@@ -70,6 +71,15 @@ pub fn table(doc: &Value) -> String {
         );
     }
     s
+}
+
+/// How the row's FP8 modules held their weights: FP8 (a run before the worker held BF16 ones,
+/// as today's files are made) or BF16.
+fn weights(r: &Value) -> &'static str {
+    match r["fp8_weights"].as_bool() {
+        Some(false) => "BF16",
+        _ => "FP8",
+    }
 }
 
 fn text<'a>(r: &'a Value, k: &str) -> &'a str {
@@ -104,6 +114,9 @@ mod tests {
             {"layout": "Q, TP 8", "scenario": "Q", "run": "ab", "execution": "graphed", "tokens": 1024,
              "fp8_groups": ["fc1", "fc2"], "timed_as": "policy:q.json", "vs_bf16_median": 1.094,
              "vs_bf16_p10": 1.084, "vs_bf16_p90": 1.1, "verdict": "slower", "vs_min": 1.094, "miss": true},
+            {"layout": "Q, TP 8", "scenario": "Q", "run": "ac", "execution": "graphed", "tokens": 2048,
+             "fp8_groups": ["fc1"], "timed_as": "policy:q.json", "fp8_weights": false, "vs_bf16_median": 1.02,
+             "vs_bf16_p10": 1.01, "vs_bf16_p90": 1.03, "verdict": "slower", "vs_min": 1.02, "miss": true},
             {"layout": "Q, TP 8", "scenario": "Q", "run": "ab", "execution": "eager", "tokens": 1024,
              "fp8_groups": [], "timed_as": "bf16", "vs_bf16_median": 1.0, "verdict": "-", "vs_min": 1.0, "miss": false},
             {"layout": "Q, TP 8", "scenario": "Q", "run": "sb4", "execution": "eager", "tokens": 8192,
@@ -112,11 +125,13 @@ mod tests {
         let t = table(&doc);
         assert!(
             t.starts_with(
-                "3 rows of shipped models; today's FP8 groups timed in 2 of them; 1 miss"
+                "4 rows of shipped models; today's FP8 groups timed in 3 of them; 2 miss"
             ),
             "{t}"
         );
-        assert!(t.contains("| Q, TP 8 | ab | graphed | 1024 | fc1, fc2 | policy:q.json | 1.094 (1.084-1.100) | slower | 1.094 |"), "{t}");
+        // A row without the field predates it: its FP8 modules held FP8 weights.
+        assert!(t.contains("| Q, TP 8 | ab | graphed | 1024 | fc1, fc2 | policy:q.json | FP8 | 1.094 (1.084-1.100) | slower | 1.094 |"), "{t}");
+        assert!(t.contains("| Q, TP 8 | ac | graphed | 2048 | fc1 | policy:q.json | BF16 | 1.020 (1.010-1.030) | slower | 1.020 |"), "{t}");
         assert!(!t.contains("| eager | 1024 |"), "{t}");
         assert!(
             t.contains(

@@ -85,6 +85,19 @@ def test_a_finished_row_replaces_its_layouts_reports_and_logs_and_a_cut_row_only
     assert (reports / f"{LAYOUT}_check_step.json").read_text() == _doc("new check")
 
 
+def test_a_run_whose_line_matches_an_older_days_lands_and_a_later_calls_repeat_does_not(root):
+    sys.path.insert(0, str(root / "scripts" / "upkeep"))
+    import land_regen as lr
+
+    ledger = ["q_tp8 rc=0 in 75 s", "q_tp1 rc=0 in 200 s", "a rc=0 in 9 s"]
+    # The same row and seconds as an older day's line: a new run, kept (the queue reads the last).
+    assert lr.unlanded(["b rc=0 in 9 s", "q_tp8 rc=0 in 75 s"], ledger) == ["b rc=0 in 9 s", "q_tp8 rc=0 in 75 s"]
+    # A later call on one machine repeats the earlier call's rows first: only what follows lands.
+    assert lr.unlanded(["q_tp1 rc=0 in 200 s", "a rc=0 in 9 s", "c rc=0 in 5 s"], ledger) == ["c rc=0 in 5 s"]
+    assert lr.unlanded(["q_tp1 rc=0 in 200 s", "a rc=0 in 9 s"], ledger) == []
+    assert lr.unlanded(["x rc=0 in 1 s"], []) == ["x rc=0 in 1 s"]
+
+
 def test_a_judge_tarball_lands_under_judge(root, tmp_path):
     repo = _repo(tmp_path)
     o = _land(root, repo, _tarball(tmp_path / "regen_judge.tar.gz", {"regen/judge/steps.txt": "judge x rc=0 in 90 s\n",

@@ -103,9 +103,12 @@ def test_regions_follow_the_experts(root):
     e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=8192, execution="graphed")
     assert e["region"] == "bf16" and 0 < e["fp8_instances"] < 64
     assert af8.plan_summary(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=8192, execution="graphed")["fp8_modules"] == e["fp8_instances"]
-    # ... and eager (the default) takes the eager thresholds: nothing FP8 at 4096.
-    e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=4096)
+    # ... and eager (the default) takes the eager thresholds: nothing FP8 at 2048, where the
+    # graphed ones run fc1 and fc2 FP8.
+    e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=2048)
     assert e["region"] == "bf16" and e["fp8_instances"] == 0
+    e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=2048, execution="graphed")
+    assert e["fp8_instances"] > 0
 
 
 def test_delayed_and_unknown_recipes_are_refused(fp8sel, root, tmp_path):

@@ -37,6 +37,15 @@ def test_a_run_reads_the_shipped_file_of_its_model_component_and_recipe(root):
     assert st.shipped_policy(root, dict(q72, recipe="MXFP8BlockScaling")) is None
 
 
+def test_a_row_says_whether_its_fp8_modules_held_fp8_weights(root):
+    # A run before the field held FP8 weights; today's worker records false, as the files are made.
+    assert st.fp8_weights({}) is True
+    assert st.fp8_weights({"fp8_param": True}) is True
+    assert st.fp8_weights({"fp8_param": False}) is False
+    rows = json.loads((root / st.STANDING).read_text())["rows"]
+    assert rows and all(isinstance(r["fp8_weights"], bool) for r in rows)
+
+
 def _row(**modes):
     return {"modes": {m: dict(fp8_groups=g, ms_median=ms, vs_bf16_median=ms / 10.0, verdict_vs_bf16=v)
                       for m, (g, ms, v) in modes.items()}}
