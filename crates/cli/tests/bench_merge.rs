@@ -3,21 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn fp8sel(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
-    c.current_dir(root()).args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
+mod common;
+use common::fp8sel_env as fp8sel;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -5,19 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
-
 mod common;
-use common::{err, estimated_policy, fp8sel, out, root, s};
-
-fn fp8sel_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
-    c.current_dir(root()).args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
+use common::{err, estimated_policy, fp8sel, fp8sel_env, out, root, s};
 
 #[test]
 fn estimated_policies_are_labelled_by_every_command() {

@@ -5,22 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
 
+/// `fp8sel` with the reference's recipe variable only where a test sets it.
 fn fp8sel(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
-    c.current_dir(root())
-        .args(args)
-        .env_remove("TE_LAYER_PERF_FP8_RECIPE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    common::fp8sel_with(args, env, &["TE_LAYER_PERF_FP8_RECIPE"])
 }
 
 fn text(b: &[u8]) -> String {

@@ -3,30 +3,22 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
 
+/// `fp8sel` with no launcher's rank variables but those a test sets.
 fn fp8sel(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
-    c.current_dir(root()).args(args);
-    for v in [
+    let unset = [
         "RANK",
         "WORLD_SIZE",
         "LOCAL_RANK",
         "SLURM_PROCID",
         "SLURM_NTASKS",
         "SLURM_LOCALID",
-    ] {
-        c.env_remove(v);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    ];
+    common::fp8sel_with(args, env, &unset)
 }
 
 fn text(b: &[u8]) -> String {

@@ -20,6 +20,24 @@ pub fn fp8sel(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `fp8sel args...` from the root, with `set` in its environment and `unset` removed from it.
+pub fn fp8sel_with(args: &[&str], set: &[(&str, &str)], unset: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fp8sel"));
+    c.current_dir(root()).args(args);
+    for k in unset {
+        c.env_remove(k);
+    }
+    for (k, v) in set {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// `fp8sel args...` from the root, with `env` in its environment.
+pub fn fp8sel_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    fp8sel_with(args, env, &[])
+}
+
 /// Its stdout.
 pub fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
