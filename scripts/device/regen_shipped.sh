@@ -31,6 +31,13 @@
 # (fp8_pipeline::shipped) then makes a model's shipped file from them, in place of the fold, once
 # they cover every key it has.
 set -uo pipefail
+# The queue reads the committed rows (their logs in docs/device-logs/regen_shipped/, their reports
+# in reports/h200/): a tree without them (left out of a device call to save room) would run every
+# row again. Refused.
+if [ $# = 0 ] && ! compgen -G "docs/device-logs/regen_shipped/*/gen.log" > /dev/null; then
+  echo "regen_shipped: no committed row under docs/device-logs/regen_shipped/ (is docs/device-logs/ in this tree?): the queue cannot tell which rows are done; name the rows to run, e.g. bash $0 qwen2_5_72b_tp1" >&2
+  exit 2
+fi
 OUT=${OUT:-/tmp/out}
 W=/tmp/regen
 T0=$(date +%s)

@@ -236,3 +236,15 @@ def test_a_rows_need_is_its_last_finished_time_with_a_margin_else_its_blockwise_
 def test_need_without_a_steps_file_names_it_and_the_fix(root, tmp_path):
     o = _need(root, "llama3_2_1b_tp1", tmp_path / "missing.txt")
     assert o.returncode == 2 and "missing.txt" in o.stderr and "fix:" in o.stderr
+
+
+def test_the_queue_refuses_a_tree_without_the_committed_rows(root, tmp_path):
+    """With no committed row log the queue cannot tell which rows are done (it would make every
+    row again): regen_shipped.sh stops before the GPU, says why and how to name rows."""
+    (tmp_path / "scripts" / "device").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "device" / "regen_shipped.sh", tmp_path / "scripts" / "device")
+    r = subprocess.run(["bash", "scripts/device/regen_shipped.sh"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "no committed row under docs/device-logs/regen_shipped/" in r.stderr
+    assert "name the rows to run" in r.stderr
+    assert r.stdout == ""
