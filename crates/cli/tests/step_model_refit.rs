@@ -235,3 +235,35 @@ fn each_re_timing_round_is_its_own_document_and_a_later_round_keeps_an_earlier_o
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(again["rules"], policy(dir.path())["rules"]);
 }
+
+#[test]
+fn an_unsteady_machine_is_said_to_make_thresholds_that_may_not_repeat() {
+    // The check's steps 8% slower than the same steps in the inputs (the machine's speed moved
+    // during the run): the policy is still written, with a note on stderr that names the spread
+    // and the fix.
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--backend",
+        "step",
+        "--tp",
+        "1",
+        "--tokens",
+        "512,1024,2048,4096,16384",
+    ];
+    let args = [&args[..], &["--check-anchor"]].concat();
+    let o = common::gen_with_stand_ins(dir.path(), &args, &[("FAKE_STEP_CHECK_DRIFT", "1.08")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let e = err(&o);
+    let note = e
+        .lines()
+        .find(|l| l.contains("may not repeat"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(note.starts_with("note: llama3_2_1b tp1"), "{note}");
+    assert!(note.contains("differed by up to 8.0% (over 5%)"), "{note}");
+    assert!(
+        note.contains("make the policy again on an idle machine"),
+        "{note}"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("may not repeat"));
+    assert!(!policy(dir.path())["rules"].as_object().unwrap().is_empty());
+}

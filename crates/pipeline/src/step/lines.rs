@@ -57,6 +57,24 @@ pub(super) fn summary(at: &str, lm: &LayoutModel) -> String {
     line
 }
 
+/// How far apart (relative) the same step may read in the inputs and again in the check before
+/// the run is called unsteady: the model's own tolerance is 3%, and a quiet H200 repeats within
+/// 2% (docs/RESULTS.md, "Eager thresholds follow the host").
+pub(super) const UNSTEADY: f64 = 0.05;
+
+/// Where the same step timed twice differed by more than [`UNSTEADY`], the note that the
+/// machine's speed moved during the run, so thresholds near a crossing may not repeat.
+pub(super) fn unsteady(at: &str, lm: &LayoutModel) -> Option<String> {
+    let (_, most) = lm.repeatability()?;
+    (most > UNSTEADY).then(|| {
+        format!(
+            "{at}: the same step timed twice differed by up to {:.1}% (over {:.0}%): this machine's speed moved during the run (another job, clocks, a busy host), so thresholds near a crossing, eager ones of host-bound layouts most, may not repeat; make the policy again on an idle machine and compare",
+            100.0 * most,
+            100.0 * UNSTEADY
+        )
+    })
+}
+
 /// The check's progress line: how many plans, how many of them the inputs timed, and whether the
 /// smallest calibrated count is timed again.
 pub(super) fn checking(at: &str, plans: usize, to_time: usize, anchor: bool) -> String {

@@ -12,7 +12,7 @@ use fp8_report::step_inputs::{PlannedStep, StepInputs, StepMode, StepPlans, read
 
 use super::Layout;
 use super::command::{command, inputs_args, inputs_command};
-use super::lines::{checking, no_whole_step, summary, unsettled};
+use super::lines::{checking, no_whole_step, summary, unsettled, unsteady};
 use super::serve::{Served, Worker};
 use super::worker::{WorkerEnd, run_worker};
 use crate::generate::GenOutcome;
@@ -87,6 +87,7 @@ impl Layout<'_> {
             self.judge(&mut lm, say, outcome)?;
         }
         say(&summary(&at, &lm));
+        outcome.notes.extend(unsteady(&at, &lm));
         Ok(Some(lm))
     }
 
