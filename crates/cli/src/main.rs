@@ -33,6 +33,7 @@ enum Command {
     MergePolicy(cmd::merge_policy::Args),
     GenPolicy(cmd::gen_policy::Args),
     BenchKernels(cmd::bench_kernels::Args),
+    Diff(cmd::diff::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,11 +62,15 @@ fn main() -> ExitCode {
         Command::MergePolicy(a) => cmd::merge_policy::run(a),
         Command::GenPolicy(a) => cmd::gen_policy::run(a),
         Command::BenchKernels(a) => cmd::bench_kernels::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", e.message);
+            // An empty message: the command's own output said why (`diff`'s exit 1).
+            if !e.message.is_empty() {
+                eprintln!("error: {}", e.message);
+            }
             ExitCode::from(e.code)
         }
     }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_kernels;
 pub mod bench_output;
 pub mod decide;
+pub mod diff;
 pub mod explain;
 pub mod gen_policy;
 pub mod gen_policy_args;

@@ -68,7 +68,7 @@ pub(super) fn unsteady(at: &str, lm: &LayoutModel) -> Option<String> {
     let (_, most) = lm.repeatability()?;
     (most > UNSTEADY).then(|| {
         format!(
-            "{at}: the same step timed twice differed by up to {:.1}% (over {:.0}%): this machine's speed moved during the run (another job, clocks, a busy host), so thresholds near a crossing, eager ones of host-bound layouts most, may not repeat; make the policy again on an idle machine and compare",
+            "{at}: the same step timed twice differed by up to {:.1}% (over {:.0}%): this machine's speed moved during the run (another job, clocks, a busy host), so thresholds near a crossing, eager ones of host-bound layouts most, may not repeat; make the policy again on an idle machine and compare the two (fp8sel diff)",
             100.0 * most,
             100.0 * UNSTEADY
         )
