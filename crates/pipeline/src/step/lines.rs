@@ -62,13 +62,13 @@ pub(super) fn summary(at: &str, lm: &LayoutModel) -> String {
 /// 2% (docs/RESULTS.md, "Eager thresholds follow the host").
 pub(super) const UNSTEADY: f64 = 0.05;
 
-/// Where the same step timed twice differed by more than [`UNSTEADY`], the note that the
-/// machine's speed moved during the run, so thresholds near a crossing may not repeat.
+/// Where the same step timed twice differed by more than [`UNSTEADY`], the note that the step's
+/// time moved during the run, so thresholds near a crossing may not repeat.
 pub(super) fn unsteady(at: &str, lm: &LayoutModel) -> Option<String> {
     let (_, most) = lm.repeatability()?;
     (most > UNSTEADY).then(|| {
         format!(
-            "{at}: the same step timed twice differed by up to {:.1}% (over {:.0}%): this machine's speed moved during the run (another job, clocks, a busy host), so thresholds near a crossing, eager ones of host-bound layouts most, may not repeat; make the policy again on an idle machine and compare the two (fp8sel diff)",
+            "{at}: the same step timed twice differed by up to {:.1}% (over {:.0}%): its time moved between the inputs and the check, so thresholds near a crossing, eager ones of host-bound layouts most, may not repeat; where the machine was busy (another job, its clocks), make the policy again on an idle machine and compare the two (fp8sel diff)",
             100.0 * most,
             100.0 * UNSTEADY
         )
