@@ -32,44 +32,24 @@ pub struct Args {
     pub json: bool,
 }
 
-/// One key's thresholds on both sides (`None`: the side has no rule for it).
-struct Row {
-    key: RuleKey,
-    a: Option<(Threshold, Threshold)>,
-    b: Option<(Threshold, Threshold)>,
-}
-
-impl Row {
-    /// Both sides of a key both policies have (`Never` for a missing side, which only the
-    /// "only in" lists hold).
-    fn sides(&self) -> ((Threshold, Threshold), (Threshold, Threshold)) {
-        let never = (Threshold::Never, Threshold::Never);
-        (self.a.unwrap_or(never), self.b.unwrap_or(never))
-    }
-}
-
 /// A rule's (eager, graphed) thresholds; a rule without its own graphed one uses the eager one.
-fn both(t: Thresholds) -> (Threshold, Threshold) {
+type Pair = (Threshold, Threshold);
+
+/// A rule's pair of thresholds.
+fn both(t: Thresholds) -> Pair {
     (t.eager, t.graphed.unwrap_or(t.eager))
 }
 
-/// The rows of every key either side has, in key order.
-fn rows(a: &Policy, b: &Policy) -> Vec<Row> {
-    let mut map: BTreeMap<RuleKey, Row> = BTreeMap::new();
+/// Every key either side has, in key order, with each side's pair (`None`: no rule there).
+fn sides(a: &Policy, b: &Policy) -> BTreeMap<RuleKey, (Option<Pair>, Option<Pair>)> {
+    let mut map: BTreeMap<RuleKey, (Option<Pair>, Option<Pair>)> = BTreeMap::new();
     for (key, t) in a.rules() {
-        let (a, b) = (Some(both(t)), None);
-        map.insert(key.clone(), Row { key, a, b });
+        map.entry(key).or_default().0 = Some(both(t));
     }
     for (key, t) in b.rules() {
-        map.entry(key.clone())
-            .or_insert(Row {
-                key,
-                a: None,
-                b: None,
-            })
-            .b = Some(both(t));
+        map.entry(key).or_default().1 = Some(both(t));
     }
-    map.into_values().collect()
+    map
 }
 
 /// `A -> B` for one execution, with the ratio where both are counts.
@@ -93,48 +73,50 @@ fn number(t: Threshold) -> serde_json::Value {
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult {
     let (pa, pb) = (Policy::load(&args.a)?, Policy::load(&args.b)?);
-    let all = rows(&pa, &pb);
-    let differ: Vec<&Row> = all
+    let all = sides(&pa, &pb);
+    let differ: Vec<(&RuleKey, Pair, Pair)> = all
         .iter()
-        .filter(|r| matches!((r.a, r.b), (Some(x), Some(y)) if x != y))
+        .filter_map(|(k, s)| match *s {
+            (Some(x), Some(y)) if x != y => Some((k, x, y)),
+            _ => None,
+        })
         .collect();
-    let only = |a: bool| -> Vec<&Row> {
+    let only = |side: fn(&(Option<Pair>, Option<Pair>)) -> bool| -> Vec<String> {
         all.iter()
-            .filter(|r| if a { r.b.is_none() } else { r.a.is_none() })
+            .filter(|(_, s)| side(s))
+            .map(|(k, _)| k.to_string())
             .collect()
     };
-    let (only_a, only_b) = (only(true), only(false));
+    let only_a = only(|s| s.1.is_none());
+    let only_b = only(|s| s.0.is_none());
     let same = differ.is_empty() && only_a.is_empty() && only_b.is_empty();
     if args.json {
         let pair = |x: Threshold, y: Threshold| json!([number(x), number(y)]);
         let differ: Vec<_> = differ
             .iter()
-            .map(|r| {
-                let ((ea, ga), (eb, gb)) = r.sides();
-                json!({"key": r.key.to_string(), "eager": pair(ea, eb), "graphed": pair(ga, gb)})
+            .map(|(k, (ea, ga), (eb, gb))| {
+                json!({"key": k.to_string(), "eager": pair(*ea, *eb), "graphed": pair(*ga, *gb)})
             })
             .collect();
-        let keys = |v: &[&Row]| v.iter().map(|r| r.key.to_string()).collect::<Vec<_>>();
         let out = json!({
             "same": same, "a": args.a, "b": args.b, "rules_a": pa.rule_count(), "rules_b": pb.rule_count(),
-            "differ": differ, "only_a": keys(&only_a), "only_b": keys(&only_b),
+            "differ": differ, "only_a": only_a, "only_b": only_b,
         });
         println!("{out}");
     } else {
-        for r in &differ {
-            let ((ea, ga), (eb, gb)) = r.sides();
+        for (k, (ea, ga), (eb, gb)) in &differ {
             let mut parts = Vec::new();
             if ea != eb {
-                parts.push(format!("eager {}", moved(ea, eb)));
+                parts.push(format!("eager {}", moved(*ea, *eb)));
             }
             if ga != gb {
-                parts.push(format!("graphed {}", moved(ga, gb)));
+                parts.push(format!("graphed {}", moved(*ga, *gb)));
             }
-            println!("{}: {}", r.key, parts.join(", "));
+            println!("{k}: {}", parts.join(", "));
         }
         for (side, v) in [("A", &only_a), ("B", &only_b)] {
-            for r in v.iter() {
-                println!("{}: only in {side}", r.key);
+            for k in v.iter() {
+                println!("{k}: only in {side}");
             }
         }
         println!(
