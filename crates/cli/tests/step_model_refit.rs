@@ -267,3 +267,13 @@ fn an_unsteady_machine_is_said_to_make_thresholds_that_may_not_repeat() {
     assert!(!String::from_utf8_lossy(&o.stdout).contains("may not repeat"));
     assert!(!policy(dir.path())["rules"].as_object().unwrap().is_empty());
 }
+
+#[test]
+fn the_policy_and_its_summary_name_the_host_its_steps_ran_on() {
+    // Eager thresholds of host-bound layouts move with the host: the worker's `host` reaches the
+    // policy's provenance and the summary's layout heading.
+    let (dir, _) = eager_ok(&[]);
+    assert_eq!(layout(dir.path())["host"], "Stand-in CPU, 16 CPUs");
+    let md = std::fs::read_to_string(dir.path().join("llama3_2_1b.md")).unwrap();
+    assert!(md.contains("(host: Stand-in CPU, 16 CPUs), TE"), "{md}");
+}

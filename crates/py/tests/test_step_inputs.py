@@ -14,7 +14,7 @@ from adaptive_fp8.bench.phases import Phases
 from adaptive_fp8.bench.step_spec import Spec, StepBenchError, composition, group_keys
 
 #: The fields of `fp8_report::step_inputs::StepInputs` (the Rust reader refuses any other).
-DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "fp8_format", "fp8_param", "device", "te_version", "tp", "ep", "etp", "layers",
+DOC_FIELDS = {"format", "version", "model", "model_name", "component", "recipe", "fp8_recipe", "fp8_format", "fp8_param", "device", "host", "te_version", "tp", "ep", "etp", "layers",
               "layer_types", "grad_accum", "steps", "rounds", "manual_gc", "settle_s", "settled", "groups", "modules", "step_times", "failed",
               "notes", "complete"}
 GROUP_FIELDS = {"group", "key", "scale", "instances", "in_features", "out_features", "graphed", "fp8_capable"}
@@ -562,3 +562,12 @@ def test_a_checks_run_settles_once_records_it_and_keeps_its_notes_without_torch(
     assert len(rows[(256, "plan")]["wall_ms"]) == si.count_rounds(5 * 30.0, 7) == 14
     assert all(w == 10.0 for s in doc["step_times"] for w in s["wall_ms"])  # the slow rounds settled
     assert any("full collection" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_the_host_is_named_by_its_cpu_and_count():
+    """Eager thresholds of host-bound layouts move with the host: the worker names it (Linux:
+    /proc/cpuinfo's model name and the logical CPU count), one line, no padding."""
+    from adaptive_fp8.bench.step_common import host_cpu
+
+    h = host_cpu()
+    assert h is not None and h.endswith(" CPUs") and "\n" not in h and "  " not in h, h

@@ -55,6 +55,11 @@ pub struct StepInputs {
     pub fp8_param: Option<bool>,
     /// The GPU.
     pub device: String,
+    /// The host's CPU and its logical CPU count (`AMD EPYC 9654 96-Core Processor, 192 CPUs`):
+    /// eager thresholds of host-bound layouts move with it. Absent in documents that predate
+    /// the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Transformer Engine's version.
     pub te_version: String,
     /// Tensor-parallel size.

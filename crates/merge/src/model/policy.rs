@@ -171,7 +171,7 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         .collect();
     let held_out: Vec<&super::CheckRow> = l.check.iter().filter(|r| !r.calibrated).collect();
     let worst = held_out.iter().map(|r| r.error.abs()).fold(0.0, f64::max);
-    json!({
+    let mut record = json!({
         "inputs": l.file.display().to_string(),
         "tp": l.inputs.tp, "ep": l.inputs.ep, "etp": l.inputs.etp, "layers": l.inputs.layers, "layer_types": l.inputs.layer_types,
         "fp8_param": l.inputs.fp8_weights(),
@@ -183,7 +183,12 @@ fn record(l: &LayoutModel) -> serde_json::Value {
         "lifted": l.lifted.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
         "held": l.held.iter().map(|(e, t, g)| json!({"execution": e.name(), "tokens": t, "groups": g})).collect::<Vec<_>>(),
         "not_the_policy": l.not_the_policy().iter().map(|r| json!({"execution": r.execution.name(), "tokens": r.tokens})).collect::<Vec<_>>(),
-    })
+    });
+    // The host the steps ran on, where the inputs name it (documents before the field do not).
+    if let Some(h) = &l.inputs.host {
+        record["host"] = json!(h);
+    }
+    record
 }
 
 fn format_err(l: &LayoutModel, e: fp8_policy::PolicyError) -> MergeError {

@@ -18,7 +18,7 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
         let i = &l.inputs;
         let _ = write!(
             s,
-            "\n## TP {} EP {} ETP {} ({} layers: {}; {} with {} on {}, TE {})\n\n| key | groups | eager | graphed |\n|---|---|---:|---:|\n",
+            "\n## TP {} EP {} ETP {} ({} layers: {}; {} with {} on {}{}, TE {})\n\n| key | groups | eager | graphed |\n|---|---|---:|---:|\n",
             i.tp,
             i.ep.unwrap_or(1),
             i.etp.unwrap_or(i.tp),
@@ -27,6 +27,9 @@ pub fn summary_markdown(model: &str, layouts: &[LayoutModel]) -> String {
             i.fp8_recipe,
             i.weights_words(),
             i.device,
+            i.host
+                .as_ref()
+                .map_or(String::new(), |h| format!(" (host: {h})")),
             i.te_version
         );
         for (k, u) in l.units.iter().enumerate() {

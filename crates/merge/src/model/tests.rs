@@ -111,6 +111,7 @@ impl Synth {
             amax_compute_algo: None,
             fp8_param: Some(false),
             device: "synthetic".into(),
+            host: None,
             te_version: "none".into(),
             tp: 1,
             ep: None,
@@ -553,5 +554,33 @@ fn the_policy_and_its_summary_say_how_the_fp8_groups_held_their_weights() {
         );
         let md = super::summary_markdown("synth", std::slice::from_ref(&m));
         assert!(md.contains(words), "{field:?}: {md}");
+    }
+}
+
+#[test]
+fn the_policy_and_its_summary_name_the_host_the_steps_ran_on() {
+    let s = dense(1.0);
+    for host in [Some("Some CPU, 64 CPUs"), None] {
+        let mut inputs = s.inputs(&SWEPT, &CAL);
+        inputs.host = host.map(str::to_owned);
+        let m = LayoutModel::new(
+            inputs,
+            Path::new("synth.json"),
+            &[Execution::Eager],
+            ChoiceOptions::default(),
+        )
+        .unwrap();
+        let p = model_policy(std::slice::from_ref(&m)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        // Absent, not null, where the inputs name no host (the shipped files' older reports).
+        let record = &v["provenance"]["step"]["model"][0];
+        assert_eq!(record.get("host").map(|h| h.as_str().unwrap()), host);
+        let md = super::summary_markdown("synth", std::slice::from_ref(&m));
+        assert_eq!(
+            md.contains("on synthetic (host: Some CPU, 64 CPUs), TE"),
+            host.is_some(),
+            "{md}"
+        );
+        assert!(md.contains("on synthetic"), "{md}");
     }
 }

@@ -13,6 +13,20 @@ from adaptive_fp8._common import quantile as _quantile
 from adaptive_fp8.bench.step_spec import StepBenchError
 
 
+def host_cpu() -> str | None:
+    """The host's CPU and its logical CPU count, as a step document's `host` carries it
+    (`AMD EPYC 9654 96-Core Processor, 192 CPUs`): eager thresholds of host-bound layouts move
+    with it. None where /proc/cpuinfo names no model (not Linux)."""
+    import os
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        name = None
+    return f"{' '.join(name.split())}, {os.cpu_count()} CPUs" if name else None
+
+
 def quantile(values: list[float], q: float) -> float:
     """Nearest-rank quantile (what the rest of the toolkit reports as p10/p90)."""
     if not values:

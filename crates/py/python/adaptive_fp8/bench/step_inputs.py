@@ -54,7 +54,7 @@ from adaptive_fp8.bench.recipe_names import RECIPES
 from adaptive_fp8.bench.rounds import COUNT_MS, MAX_ROUNDS_FACTOR, MIN_ROUND_STEPS, ROUND_MS, count_rounds, round_steps  # noqa: F401
 from adaptive_fp8.bench.settle import Once, round_of
 from adaptive_fp8.bench.settle import add_flag as settle_flag
-from adaptive_fp8.bench.step_common import is_oom, recipe_fields, recipe_flags, recipe_options, weights_flag
+from adaptive_fp8.bench.step_common import host_cpu, is_oom, recipe_fields, recipe_flags, recipe_options, weights_flag
 from adaptive_fp8.bench.step_spec import IMAGE_TOKENS, StepBenchError, image_notes, built_groups, composition, group_keys
 
 FORMAT = "adaptive-fp8-step-inputs"
@@ -119,6 +119,7 @@ def header(args, model_name: str, groups: list[dict], kinds: list[str], device: 
         **recipe_fields(args),
         "fp8_param": bool(getattr(args, "fp8_param", False)),
         "device": device,
+        "host": host_cpu(),
         "te_version": te_version,
         "tp": args.tp,
         "ep": args.ep,

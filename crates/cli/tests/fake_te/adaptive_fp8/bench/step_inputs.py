@@ -121,7 +121,7 @@ def one(a) -> None:
                     "in_features": SHAPES[g][0] // (tp if k[0] == "row" else 1), "out_features": SHAPES[g][1] // (1 if k[0] == "row" else tp),
                     "graphed": True, "fp8_capable": True} for g, k in GROUPS.items()],
         "modules": [], "step_times": [], "failed": [], "notes": [], "complete": True,
-        "settle_s": 12.0, "settled": _settled(a), "fp8_param": False,
+        "settle_s": 12.0, "settled": _settled(a), "fp8_param": False, "host": "Stand-in CPU, 16 CPUs",
     }
     jitter = [1.0 + 0.001 * (i - 2) for i in range(ROUNDS)]
 
