@@ -40,7 +40,9 @@ fn a_resumed_layout_reuses_its_inputs_and_runs_its_check() {
     let e = err(&again);
     assert_eq!(again.status.code(), Some(0), "{e}");
     assert!(
-        e.contains("--resume: the inputs an earlier run measured on stand-in"),
+        e.contains(
+            "--resume: the inputs an earlier run measured on stand-in, host Stand-in CPU, 16 CPUs ("
+        ),
         "{e}"
     );
     // The worker ran checks only: its inputs line never, the file as it was.

@@ -105,8 +105,12 @@ impl Layout<'_> {
                 json.display()
             ));
         }
+        let host = d
+            .host
+            .as_ref()
+            .map_or(String::new(), |h| format!(", host {h}"));
         say(&format!(
-            "{at}: --resume: the inputs an earlier run measured on {} ({}) are reused; the check runs",
+            "{at}: --resume: the inputs an earlier run measured on {}{host} ({}) are reused; the check runs",
             d.device,
             json.display()
         ));
