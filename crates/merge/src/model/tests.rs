@@ -528,54 +528,50 @@ fn the_checks_counts_lie_on_the_sequence_grain_too() {
     assert_eq!(ChoiceOptions::on_layout(0).token_step, SEQUENCE_GRAIN);
 }
 
+/// The synthetic dense layout's eager model with `edit` applied to its inputs: the policy it
+/// makes, as JSON, and its summary.
+fn policy_and_summary(edit: impl FnOnce(&mut StepInputs)) -> (serde_json::Value, String) {
+    let mut inputs = dense(1.0).inputs(&SWEPT, &CAL);
+    edit(&mut inputs);
+    let m = LayoutModel::new(
+        inputs,
+        Path::new("synth.json"),
+        &[Execution::Eager],
+        ChoiceOptions::default(),
+    )
+    .unwrap();
+    let p = model_policy(std::slice::from_ref(&m)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    (
+        v,
+        super::summary_markdown("synth", std::slice::from_ref(&m)),
+    )
+}
+
 #[test]
 fn the_policy_and_its_summary_say_how_the_fp8_groups_held_their_weights() {
-    let s = dense(1.0);
     for (field, fp8_weights, words) in [
         (Some(false), false, "blockwise with BF16 weights"),
         (Some(true), true, "blockwise with FP8 weights"),
         // A document before the field: its groups held FP8 weights.
         (None, true, "blockwise with FP8 weights"),
     ] {
-        let mut inputs = s.inputs(&SWEPT, &CAL);
-        inputs.fp8_param = field;
-        let m = LayoutModel::new(
-            inputs,
-            Path::new("synth.json"),
-            &[Execution::Eager],
-            ChoiceOptions::default(),
-        )
-        .unwrap();
-        let p = model_policy(std::slice::from_ref(&m)).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        let (v, md) = policy_and_summary(|i| i.fp8_param = field);
         assert_eq!(
             v["provenance"]["step"]["model"][0]["fp8_param"], fp8_weights,
             "{field:?}"
         );
-        let md = super::summary_markdown("synth", std::slice::from_ref(&m));
         assert!(md.contains(words), "{field:?}: {md}");
     }
 }
 
 #[test]
 fn the_policy_and_its_summary_name_the_host_the_steps_ran_on() {
-    let s = dense(1.0);
     for host in [Some("Some CPU, 64 CPUs"), None] {
-        let mut inputs = s.inputs(&SWEPT, &CAL);
-        inputs.host = host.map(str::to_owned);
-        let m = LayoutModel::new(
-            inputs,
-            Path::new("synth.json"),
-            &[Execution::Eager],
-            ChoiceOptions::default(),
-        )
-        .unwrap();
-        let p = model_policy(std::slice::from_ref(&m)).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        let (v, md) = policy_and_summary(|i| i.host = host.map(str::to_owned));
         // Absent, not null, where the inputs name no host (the shipped files' older reports).
         let record = &v["provenance"]["step"]["model"][0];
         assert_eq!(record.get("host").map(|h| h.as_str().unwrap()), host);
-        let md = super::summary_markdown("synth", std::slice::from_ref(&m));
         assert_eq!(
             md.contains("on synthetic (host: Some CPU, 64 CPUs), TE"),
             host.is_some(),

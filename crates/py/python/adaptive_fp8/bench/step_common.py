@@ -6,6 +6,7 @@ of them, so none of them imports another back."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -17,8 +18,6 @@ def host_cpu() -> str | None:
     """The host's CPU and its logical CPU count, as a step document's `host` carries it
     (`AMD EPYC 9654 96-Core Processor, 192 CPUs`): eager thresholds of host-bound layouts move
     with it. None where /proc/cpuinfo names no model (not Linux)."""
-    import os
-
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
