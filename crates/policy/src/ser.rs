@@ -9,6 +9,7 @@ use serde::{Serialize, Serializer};
 
 use crate::kind::{DenseKind, GroupedKind};
 use crate::policy::{DenseRule, GroupedRule, POLICY_VERSION, Policy};
+use crate::threshold::Threshold;
 
 impl Serialize for Policy {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -80,6 +81,24 @@ impl Serialize for RulesView<'_> {
     }
 }
 
+/// The fields every rule kind ends with, in the wire's order: `min_tokens`, then the optional
+/// `min_tokens_graphed` and `measured_speedup` (absent, not null, when unset).
+fn thresholds<S: SerializeStruct>(
+    st: &mut S,
+    min_tokens: Threshold,
+    graphed: Option<Threshold>,
+    speedup: Option<f64>,
+) -> Result<(), S::Error> {
+    st.serialize_field("min_tokens", &min_tokens.to_wire())?;
+    if let Some(g) = graphed {
+        st.serialize_field("min_tokens_graphed", &g.to_wire())?;
+    }
+    if let Some(x) = speedup {
+        st.serialize_field("measured_speedup", &x)?;
+    }
+    Ok(())
+}
+
 impl Serialize for DenseRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let n = 2
@@ -87,13 +106,12 @@ impl Serialize for DenseRule {
             + usize::from(self.min_tokens_graphed.is_some());
         let mut st = s.serialize_struct("DenseRule", n)?;
         st.serialize_field("tp", &self.tp)?;
-        st.serialize_field("min_tokens", &self.min_tokens.to_wire())?;
-        if let Some(g) = self.min_tokens_graphed {
-            st.serialize_field("min_tokens_graphed", &g.to_wire())?;
-        }
-        if let Some(x) = self.measured_speedup {
-            st.serialize_field("measured_speedup", &x)?;
-        }
+        thresholds(
+            &mut st,
+            self.min_tokens,
+            self.min_tokens_graphed,
+            self.measured_speedup,
+        )?;
         st.end()
     }
 }
@@ -106,13 +124,12 @@ impl Serialize for GroupedRule {
         let mut st = s.serialize_struct("GroupedRule", n)?;
         st.serialize_field("etp", &self.etp)?;
         st.serialize_field("num_gemms", &self.num_gemms)?;
-        st.serialize_field("min_tokens", &self.min_tokens.to_wire())?;
-        if let Some(g) = self.min_tokens_graphed {
-            st.serialize_field("min_tokens_graphed", &g.to_wire())?;
-        }
-        if let Some(x) = self.measured_speedup {
-            st.serialize_field("measured_speedup", &x)?;
-        }
+        thresholds(
+            &mut st,
+            self.min_tokens,
+            self.min_tokens_graphed,
+            self.measured_speedup,
+        )?;
         st.end()
     }
 }
