@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{err, fp8sel, out, root, s};
+use common::{err, fp8sel, line_of, out, root, s};
 use std::path::{Path, PathBuf};
 
 /// The shipped Llama-3.2-1B policy with `change` applied, written into `dir` as `name`.
@@ -58,15 +58,13 @@ fn moved_thresholds_and_lone_rules_are_listed_and_exit_1() {
     let o = fp8sel(&["diff", s(&a), s(&b)]);
     assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     let text = out(&o);
-    let fc1 = text
-        .lines()
-        .find(|l| l.starts_with("(kind=layernorm_column, ub_name=fc1, tp=1)"))
-        .unwrap_or_else(|| panic!("{text}"));
+    let fc1 = line_of(&text, |l| {
+        l.starts_with("(kind=layernorm_column, ub_name=fc1, tp=1)")
+    });
     assert!(fc1.contains("(x2.00)") && !fc1.contains("graphed"), "{fc1}");
-    let qkv = text
-        .lines()
-        .find(|l| l.starts_with("(kind=layernorm_column, ub_name=qkv, tp=1)"))
-        .unwrap_or_else(|| panic!("{text}"));
+    let qkv = line_of(&text, |l| {
+        l.starts_with("(kind=layernorm_column, ub_name=qkv, tp=1)")
+    });
     assert!(
         qkv.contains("-> never") && !qkv.contains("graphed"),
         "{qkv}"

@@ -254,10 +254,7 @@ fn an_unsteady_machine_is_said_to_make_thresholds_that_may_not_repeat() {
     let o = common::gen_with_stand_ins(dir.path(), &args, &[("FAKE_STEP_CHECK_DRIFT", "1.08")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let e = err(&o);
-    let note = e
-        .lines()
-        .find(|l| l.contains("may not repeat"))
-        .unwrap_or_else(|| panic!("{e}"));
+    let note = common::line_of(&e, |l| l.contains("may not repeat"));
     assert!(note.starts_with("note: llama3_2_1b tp1"), "{note}");
     assert!(note.contains("differed by up to 8.0% (over 5%)"), "{note}");
     assert!(

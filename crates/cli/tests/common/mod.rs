@@ -48,6 +48,13 @@ pub fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The first line of `text` that `pred` picks; a missing one fails the test with the whole text.
+pub fn line_of(text: &str, pred: impl Fn(&str) -> bool) -> &str {
+    text.lines()
+        .find(|l| pred(l))
+        .unwrap_or_else(|| panic!("no such line in:\n{text}"))
+}
+
 /// A path as the `&str` an argument list takes.
 pub fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
