@@ -19,11 +19,12 @@
 #       then the dense one judged eager and graphed at 3072 and 6144 (2 layers, 21 rounds)
 #   bash scripts/device/own_model.sh heldout-moe  # the MoE's judged the same way (the policy
 #       `heldout` made on this machine, else devcarry/own_model/), after the dense one's
-#       judges that `heldout` had no time left for
+#       judges that `heldout` had no time left for (BUDGET=S: the call's seconds, 585 by default)
 #   bash scripts/device/own_model.sh script-graphed  # the committed policy of `script`
 #       (docs/device-logs/own_model/script/policies/) judged in CUDA-graphed steps at 3072 and
 #       6144, and eager at 4608, 21 rounds
-# Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz; prints a table.
+# Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz (with steps.txt: each
+# run's rc and seconds); prints a table.
 set -uo pipefail
 phase=${1:?gen, moe, graphed, heldout, heldout-moe, script or script-graphed}
 OUT=${OUT:-/tmp/out}
@@ -52,7 +53,7 @@ gen() {  # name: the plain command, timed, then check at the judged layout
   cd "$W" || exit 1
   local t0=$SECONDS
   timeout 300 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
-  echo "gen $m rc=$? $((SECONDS - t0)) s"
+  echo "gen $m rc=$? $((SECONDS - t0)) s" | tee -a steps.txt  # in the tarball if the output is cut
   grep -E "note: eager|warning" "gen_$m.log" | cut -c1-220
   "$FP8SEL" check --model "$m/config.json" --policy "policies/$m.json" --seq-length 2048 \
     > "check_$m.log" 2>&1
@@ -62,11 +63,12 @@ gen() {  # name: the plain command, timed, then check at the judged layout
 judge() {  # name, timeout, layers[, execution[, counts[, prefix]]]
   local m=$1 t=$2 layers=$3 ex=${4:-eager} pre=${6:-judge}
   # `judge_<model>[_<execution>]` (eager unnamed, as the committed logs), `hj_<model>_<execution>`
-  local tag=$m tokens=${5:-1536,3072,6144}; [ "$ex" = eager ] && [ "$pre" = judge ] || tag=${m}_$ex
+  local tag=$m tokens=${5:-1536,3072,6144} t0=$SECONDS; [ "$ex" = eager ] && [ "$pre" = judge ] || tag=${m}_$ex
+  [ "$t" -gt 30 ] || { echo "judge $tag: no time left in this call" | tee -a "$W/steps.txt"; return; }
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
     --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
     --repeats 21 --json "$W/${pre}_$tag.json" --md "$W/${pre}_$tag.md" > "$W/${pre}_$tag.log" 2>&1
-  echo "judge $tag rc=$?"
+  echo "judge $tag rc=$? $((SECONDS - t0)) s" | tee -a "$W/steps.txt"
   grep -E "differ from fp8sel explain|Error" "$W/${pre}_$tag.log" | head -5
   cp "$W/${pre}_$tag.md" "$W/${pre}_$tag.json" "$OUT/" 2>/dev/null  # back even if the call is cut
 }
@@ -106,8 +108,9 @@ heldout-moe)
   for ex in eager graphed; do  # the dense one's judges `heldout` left, then the MoE's
     [ -f "$W/policies/Qwen2.5-14B.json" ] && [ ! -f "$W/hj_Qwen2.5-14B_$ex.md" ] && hj Qwen2.5-14B 150 "$ex"
   done
-  hj Qwen1.5-MoE-A2.7B $(( (585 - SECONDS) / 2 )) eager
-  hj Qwen1.5-MoE-A2.7B $(( 585 - SECONDS )) graphed
+  # BUDGET: the seconds this call may take (585 of a 600 s call; less where less device time is left).
+  hj Qwen1.5-MoE-A2.7B $(( (${BUDGET:-585} - SECONDS) / 2 )) eager
+  hj Qwen1.5-MoE-A2.7B $(( ${BUDGET:-585} - SECONDS )) graphed
   ;;
 script)
   launch_script
