@@ -81,6 +81,11 @@ impl Serialize for RulesView<'_> {
     }
 }
 
+/// How many of the fields `thresholds` writes are present: `min_tokens` and each optional one set.
+fn threshold_fields(graphed: Option<Threshold>, speedup: Option<f64>) -> usize {
+    1 + usize::from(graphed.is_some()) + usize::from(speedup.is_some())
+}
+
 /// The fields every rule kind ends with, in the wire's order: `min_tokens`, then the optional
 /// `min_tokens_graphed` and `measured_speedup` (absent, not null, when unset).
 fn thresholds<S: SerializeStruct>(
@@ -101,9 +106,7 @@ fn thresholds<S: SerializeStruct>(
 
 impl Serialize for DenseRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 2
-            + usize::from(self.measured_speedup.is_some())
-            + usize::from(self.min_tokens_graphed.is_some());
+        let n = 1 + threshold_fields(self.min_tokens_graphed, self.measured_speedup);
         let mut st = s.serialize_struct("DenseRule", n)?;
         st.serialize_field("tp", &self.tp)?;
         thresholds(
@@ -118,9 +121,7 @@ impl Serialize for DenseRule {
 
 impl Serialize for GroupedRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 3
-            + usize::from(self.measured_speedup.is_some())
-            + usize::from(self.min_tokens_graphed.is_some());
+        let n = 2 + threshold_fields(self.min_tokens_graphed, self.measured_speedup);
         let mut st = s.serialize_struct("GroupedRule", n)?;
         st.serialize_field("etp", &self.etp)?;
         st.serialize_field("num_gemms", &self.num_gemms)?;
