@@ -81,57 +81,57 @@ impl Serialize for RulesView<'_> {
     }
 }
 
-/// How many of the fields `thresholds` writes are present: `min_tokens` and each optional one set.
-fn threshold_fields(graphed: Option<Threshold>, speedup: Option<f64>) -> usize {
-    1 + usize::from(graphed.is_some()) + usize::from(speedup.is_some())
-}
-
 /// The fields every rule kind ends with, in the wire's order: `min_tokens`, then the optional
 /// `min_tokens_graphed` and `measured_speedup` (absent, not null, when unset).
-fn thresholds<S: SerializeStruct>(
-    st: &mut S,
+struct Tail {
     min_tokens: Threshold,
     graphed: Option<Threshold>,
     speedup: Option<f64>,
-) -> Result<(), S::Error> {
-    st.serialize_field("min_tokens", &min_tokens.to_wire())?;
-    if let Some(g) = graphed {
-        st.serialize_field("min_tokens_graphed", &g.to_wire())?;
+}
+
+impl Tail {
+    /// How many of its fields are written: `min_tokens` and each optional one set.
+    fn len(&self) -> usize {
+        1 + usize::from(self.graphed.is_some()) + usize::from(self.speedup.is_some())
     }
-    if let Some(x) = speedup {
-        st.serialize_field("measured_speedup", &x)?;
+
+    /// Writes its fields and ends the struct.
+    fn end<S: SerializeStruct>(self, mut st: S) -> Result<S::Ok, S::Error> {
+        st.serialize_field("min_tokens", &self.min_tokens.to_wire())?;
+        if let Some(g) = self.graphed {
+            st.serialize_field("min_tokens_graphed", &g.to_wire())?;
+        }
+        if let Some(x) = self.speedup {
+            st.serialize_field("measured_speedup", &x)?;
+        }
+        st.end()
     }
-    Ok(())
 }
 
 impl Serialize for DenseRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 1 + threshold_fields(self.min_tokens_graphed, self.measured_speedup);
-        let mut st = s.serialize_struct("DenseRule", n)?;
+        let tail = Tail {
+            min_tokens: self.min_tokens,
+            graphed: self.min_tokens_graphed,
+            speedup: self.measured_speedup,
+        };
+        let mut st = s.serialize_struct("DenseRule", 1 + tail.len())?;
         st.serialize_field("tp", &self.tp)?;
-        thresholds(
-            &mut st,
-            self.min_tokens,
-            self.min_tokens_graphed,
-            self.measured_speedup,
-        )?;
-        st.end()
+        tail.end(st)
     }
 }
 
 impl Serialize for GroupedRule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = 2 + threshold_fields(self.min_tokens_graphed, self.measured_speedup);
-        let mut st = s.serialize_struct("GroupedRule", n)?;
+        let tail = Tail {
+            min_tokens: self.min_tokens,
+            graphed: self.min_tokens_graphed,
+            speedup: self.measured_speedup,
+        };
+        let mut st = s.serialize_struct("GroupedRule", 2 + tail.len())?;
         st.serialize_field("etp", &self.etp)?;
         st.serialize_field("num_gemms", &self.num_gemms)?;
-        thresholds(
-            &mut st,
-            self.min_tokens,
-            self.min_tokens_graphed,
-            self.measured_speedup,
-        )?;
-        st.end()
+        tail.end(st)
     }
 }
 
