@@ -1,8 +1,15 @@
-"""Where Megatron's native per-module config loses to the hook with the same FP8 modules (the H200's
-DeepSeek-V3 TP 1 EP 16 graphed 7168 and 8192: native 1.03 x all-FP8, the hook 1.01). After the TE
+"""Where Megatron's native per-module config and the hook differ with the same FP8 modules (the
+H200's DeepSeek-V3 TP 1 EP 16 graphed 7168 and 8192: native 1.03 x all-FP8, the hook 1.01; dense
+models graphed at 1536-4608 tokens: the hook 0.1-0.6 ms a step slower on both GPUs). After the TE
 install, from the repository root:
 
     python3 scripts/device/native_gap.py --tokens 7168 --execution graphed
+    python3 scripts/device/native_gap.py --tokens 1536 --execution graphed --native-first \
+        --policy P.json -- --model train.sh --tp 1 --layers 2
+
+The arguments after ``--`` are the step benchmark's model and layout (default: DeepSeek-V3 at
+TP 1, EP 16, two layers, one dense); ``--native-first`` builds the native model first, to tell
+an integration's cost from the order in which the models were built.
 
 Builds the judge's hook and native models of the shipped policy (megatron_step's own build and
 step), checks their FP8 modules agree, times them interleaved (wall), then runs each under torch's
@@ -18,6 +25,11 @@ import sys
 from collections import Counter
 
 
+#: The step benchmark's model and layout when none is given after ``--``.
+DEEPSEEK_V3 = ["--model", "fixtures/models/deepseek_v3.yaml", "--tp", "1", "--ep", "16", "--layers", "2",
+               "--dense-layers", "1"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=7168)
@@ -26,7 +38,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--keep-region", action="store_true",
                     help="native's FP8 config with override_quantized_autocast false (an FP8 module inside the FP8 region runs in it)")
-    a = ap.parse_args()
+    ap.add_argument("--native-first", action="store_true",
+                    help="build (and time, and profile) the native model before the hook's")
+    a, model_args = ap.parse_known_args()
+    if model_args[:1] == ["--"]:
+        model_args = model_args[1:]
+    own = [x for x in model_args if x in ("--tokens", "--execution", "--policy", "--rounds")]
+    if own:
+        ap.error(f"{own[0]} goes before `--` (it is this script's own argument)")
     if a.keep_region:
         from adaptive_fp8 import megatron_native as mn
 
@@ -47,9 +66,9 @@ def main() -> int:
     from adaptive_fp8.bench import megatron_step as ms
     from adaptive_fp8.bench import step_bench
 
+    model_args = model_args or DEEPSEEK_V3
     args = step_bench.parser().parse_args([
-        "--trainer", "megatron", "--model", "fixtures/models/deepseek_v3.yaml", "--tp", "1", "--ep", "16",
-        "--layers", "2", "--dense-layers", "1", "--tokens", str(a.tokens), "--execution", a.execution,
+        "--trainer", "megatron", *model_args, "--tokens", str(a.tokens), "--execution", a.execution,
         "--policy", a.policy])
     from adaptive_fp8.bench.step_common import default_repeats
 
@@ -57,7 +76,7 @@ def main() -> int:
     judge = ms.Judge(args)
     _, kw, _ = ms._model_kwargs(judge, args, a.tokens, [])
     steps, models = {}, {}
-    for integ in ("hook", "native"):
+    for integ in ("native", "hook") if a.native_first else ("hook", "native"):
         model, region = judge.build(kw, integ, a.policy, "auto", "blockwise", a.tokens, a.execution)
         step = judge.step_fn(model, a.tokens, args.vocab, 1, a.execution)
         step()

@@ -1,0 +1,129 @@
+"""The hook against Megatron's native per-module config, with the same FP8 modules, in every
+committed Megatron judge run (pure: reads the step benchmark's JSON, no torch).
+
+A judge run (``step_bench --trainer megatron``) times each policy twice, through the hook
+(``hook:P``) and through the native config (``native:P``), in models built apart. This pairs the
+two rows of each count where both ran the same FP8 groups and prints, per GPU and execution and
+token band, how the hook's median step compares with native's: the ratio and the difference in
+ms. Pairs with no FP8 group (both the BF16 model) say what two models built alike differ by.
+
+    python3 scripts/upkeep/hook_native.py                 # every run under docs/device-logs
+    python3 scripts/upkeep/hook_native.py --rows A.json   # one run, a row per pair
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+#: Upper ends of the token bands the summary groups pairs by.
+BANDS = (2048, 4608, 8192)
+
+
+def pairs(doc: dict) -> list[dict]:
+    """The hook/native pairs of one judge document: one per count and policy whose two rows ran
+    the same FP8 groups and both have a median."""
+    out = []
+    gpu = "H100" if "H100" in str(doc.get("device", "")) else "H200" if "H200" in str(doc.get("device", "")) else "other"
+    for r in doc.get("results", []):
+        modes = r.get("modes", {})
+        for name, hook in modes.items():
+            if not name.startswith("hook:"):
+                continue
+            native = modes.get("native:" + name[len("hook:"):])
+            if not native or not hook.get("ms_median") or not native.get("ms_median"):
+                continue
+            if sorted(hook.get("fp8_groups", [])) != sorted(native.get("fp8_groups", [])):
+                continue
+            out.append({
+                "gpu": gpu,
+                "execution": r["execution"],
+                "tokens": r["tokens"],
+                "fp8_groups": len(hook.get("fp8_groups", [])),
+                "ratio": hook["ms_median"] / native["ms_median"],
+                "diff_ms": hook["ms_median"] - native["ms_median"],
+            })
+    return out
+
+
+def band(tokens: int) -> tuple[int, str]:
+    """The token band of a count: its place in :data:`BANDS` and its name."""
+    lo = 0
+    for i, hi in enumerate(BANDS):
+        if tokens <= hi:
+            return i, f"{lo + 1}-{hi}"
+        lo = hi
+    return len(BANDS), f"over {lo}"
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (GPU, execution, with FP8 or not, token band): the pairs' count and the median and
+    range of the ratio and of the ms difference."""
+    groups: dict[tuple, list[dict]] = {}
+    for p in rows:
+        key = (p["gpu"], p["execution"], "FP8" if p["fp8_groups"] else "none", band(p["tokens"]))
+        groups.setdefault(key, []).append(p)
+    out = []
+    for key in sorted(groups):
+        ps = groups[key]
+        ratios = [p["ratio"] for p in ps]
+        diffs = [p["diff_ms"] for p in ps]
+        out.append({
+            "gpu": key[0], "execution": key[1], "fp8": key[2], "band": key[3][1], "pairs": len(ps),
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "diff_median_ms": statistics.median(diffs), "slower": sum(r > 1 for r in ratios),
+        })
+    return out
+
+
+def judge_docs(root: Path) -> list[tuple[Path, dict]]:
+    """Every Megatron judge document under ``root``, read once; a file that is not one is passed
+    over."""
+    out = []
+    for p in sorted(root.rglob("*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("trainer") == "megatron" and isinstance(doc.get("results"), list):
+            out.append((p, doc))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", default="docs/device-logs", help="the folder whose judge runs are read")
+    ap.add_argument("--rows", nargs="+", metavar="FILE", help="print each pair of these runs instead")
+    a = ap.parse_args(argv)
+    if a.rows:
+        print("| file | GPU | execution | tokens | FP8 groups | hook / native | hook - native ms |")
+        print("|---|---|---|---:|---:|---:|---:|")
+        for f in a.rows:
+            try:
+                doc = json.loads(Path(f).read_text())
+            except (OSError, ValueError) as e:
+                print(f"hook_native: {f}: {e}", file=sys.stderr)
+                return 2
+            for p in pairs(doc):
+                print(f"| {f} | {p['gpu']} | {p['execution']} | {p['tokens']} | {p['fp8_groups']} | "
+                      f"{p['ratio']:.3f} | {p['diff_ms']:+.3f} |")
+        return 0
+    root = Path(a.root)
+    if not root.is_dir():
+        print(f"hook_native: {root}: not a folder; fix: --root the folder of the judge runs", file=sys.stderr)
+        return 2
+    rows = [p for _, doc in judge_docs(root) for p in pairs(doc)]
+    print("| GPU | execution | FP8 groups | tokens | pairs | hook / native: median (min-max) | hook slower | hook - native ms, median |")
+    print("|---|---|---|---|---:|---|---:|---:|")
+    for s in summary(rows):
+        print(f"| {s['gpu']} | {s['execution']} | {s['fp8']} | {s['band']} | {s['pairs']} | "
+              f"{s['ratio_median']:.3f} ({s['ratio_min']:.3f}-{s['ratio_max']:.3f}) | {s['slower']} of {s['pairs']} | "
+              f"{s['diff_median_ms']:+.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
