@@ -94,7 +94,7 @@ def main() -> int:
     print(f"FP8 modules: hook {len(fp8['hook'])}, native {len(fp8['native'])}, same: {fp8['hook'] == fp8['native']}")
     if a.weights:
         for i in steps:
-            print(f"{i}: {weight_freshness(torch, judge, models[i], steps[i])}")
+            print(f"{i}: FP8 weights: {judge.fp8_weight_freshness(models[i], steps[i])}")
     walls = {i: [] for i in steps}
     for _ in range(a.rounds):
         for i, step in steps.items():
@@ -130,41 +130,6 @@ def main() -> int:
         print(f"| {i} | {statistics.median(walls[i]):.3f} | {total[i]:.3f} | "
               f"{nk[i]:.0f} | {round(sum(ops[i].values()))} |")
     return 0
-
-
-def weight_freshness(torch, judge, model, step) -> str:
-    """Whether a step quantizes each FP8 module's weight again: its cached FP8 weight (TE's
-    ``_fp8_workspaces["weight"]``), dequantized before and after one more step whose optimizer
-    moved the weight, must differ. A graphed replay that kept a stale cache leaves it unchanged.
-    Modules without a cache quantize their weight in every forward (the hook's graphed steps)."""
-    fp8 = {n for n, on in judge.precisions(model).items() if on}
-    mods = [(n, m) for n, m in judge._te_modules(model) if n in fp8]
-    before = {}
-    for n, m in mods:
-        ws = (getattr(m, "_fp8_workspaces", None) or {}).get("weight")
-        w = getattr(m, "weight", None)
-        before[n] = (ws.dequantize().clone() if ws is not None else None,
-                     w.detach().float().sum().item() if w is not None else None)
-    step()
-    torch.cuda.synchronize()
-    step.losses.clear()
-    fresh, stale, unmoved, uncached = 0, [], 0, 0
-    for n, m in mods:
-        cached, wsum = before[n]
-        w = getattr(m, "weight", None)
-        if w is not None and w.detach().float().sum().item() == wsum:
-            unmoved += 1
-        if cached is None:
-            uncached += 1
-            continue
-        ws = m._fp8_workspaces.get("weight")
-        if ws is not None and torch.equal(ws.dequantize(), cached):
-            stale.append(n)
-        else:
-            fresh += 1
-    out = f"{len(mods)} FP8 modules: {fresh} cached and quantized again, {uncached} without a cache"
-    out += f", {len(stale)} cached and NOT quantized again (stale: {', '.join(stale[:4])})" if stale else ""
-    return out + (f"; the optimizer left {unmoved} weight(s) unmoved" if unmoved else "")
 
 
 if __name__ == "__main__":

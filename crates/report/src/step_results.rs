@@ -176,6 +176,33 @@ pub struct PrecisionCheck {
     /// `Float8CurrentScaling`); absent in checks made before the judge read recipes back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub recipes: BTreeMap<String, u64>,
+    /// Whether one more step quantized each FP8 module's weight again; absent in checks made
+    /// before the judge looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_weights: Option<Fp8WeightsCheck>,
+}
+
+/// The judge's look for stale FP8 weights: each FP8 module's cached FP8 weight before and after
+/// one more step whose optimizer moved its weights (a CUDA graph captured with a cached weight
+/// and nothing to refresh it replays the capture's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fp8WeightsCheck {
+    /// FP8 modules with a cached FP8 weight.
+    #[serde(default)]
+    pub cached: u64,
+    /// FP8 modules without one (they quantize their weight every forward).
+    #[serde(default)]
+    pub uncached: u64,
+    /// Cached modules whose weights moved while their cached FP8 weight did not.
+    #[serde(default)]
+    pub stale: Vec<String>,
+    /// Modules whose weights the step did not move.
+    #[serde(default)]
+    pub unmoved: Vec<String>,
+    /// Why the look could not be made, where it could not (then the counts are empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_checked: Option<String>,
 }
 
 /// One count and execution.

@@ -102,6 +102,44 @@ fn a_precision_check_keeps_the_recipes_the_step_read_back() {
 }
 
 #[test]
+fn a_precision_check_keeps_the_look_for_stale_fp8_weights() {
+    // The judge's look at each FP8 module's cached weight across one more step: counts and the
+    // stale modules, or why it was not made; checks made before it have none.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let f = root.join("docs/device-logs/recipe_plans/mix/judge_L8_16384.json");
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert!(
+        parse_step_results(&text, &f)
+            .unwrap()
+            .precision_checks
+            .iter()
+            .all(|c| c.fp8_weights.is_none())
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["precision_checks"][0]["fp8_weights"] = serde_json::json!(
+        {"cached": 2, "uncached": 0, "stale": ["decoder.layers.0.mlp.linear_fc1"], "unmoved": []});
+    v["precision_checks"][1]["fp8_weights"] =
+        serde_json::json!({"not_checked": "OutOfMemoryError: x"});
+    let doc = parse_step_results(&v.to_string(), &f).unwrap();
+    let look = doc.precision_checks[0].fp8_weights.as_ref().unwrap();
+    assert_eq!(
+        (look.cached, look.stale.len(), look.not_checked.is_none()),
+        (2, 1, true)
+    );
+    let why = doc.precision_checks[1].fp8_weights.as_ref().unwrap();
+    assert_eq!(
+        (why.cached, why.not_checked.as_deref()),
+        (0, Some("OutOfMemoryError: x"))
+    );
+    assert_eq!(parse_step_results(&doc.to_json(), &f).unwrap(), doc);
+    v["precision_checks"][0]["fp8_weights"] = serde_json::json!({"cached": 1, "fresh": 1});
+    let e = parse_step_results(&v.to_string(), Path::new("s.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("s.json") && e.contains("fresh"), "{e}");
+}
+
+#[test]
 fn a_judge_run_records_whether_the_collector_was_off_in_timed_rounds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let f = root.join("docs/device-logs/recipe_plans/mix/judge_L8_16384.json");

@@ -105,6 +105,14 @@ def release_storage(params: list, buffers: list, optimizer_state: Optional[dict]
             ws.clear()
 
 
+def fp8_weights_json(fresh) -> Optional[dict]:
+    """A precision check's ``fp8_weights``: the look's counts, or why it was not made (fp8-report's
+    ``Fp8WeightsCheck``); None where the model has no FP8 module."""
+    if fresh is None:
+        return None
+    return {"not_checked": fresh} if isinstance(fresh, str) else fresh.to_json()
+
+
 def first_microbatch(model: Any) -> None:
     """What Megatron's schedule does before a step's first micro-batch
     (``forward_step(..., is_first_microbatch=True)``): re-arms each TE module's FP8 weight cache,
@@ -273,6 +281,29 @@ class Judge:
     @staticmethod
     def _te_modules(model) -> list[tuple[str, Any]]:
         return [(n, m) for n, m in model.named_modules() if type(m).__name__ in TE_CLASSES]
+
+    def fp8_weight_freshness(self, model, step):
+        """:func:`adaptive_fp8.bench.fp8_weights.freshness` of the model's FP8 TE modules over one
+        more step; a check that cannot run (out of memory, a TE tensor without ``dequantize``)
+        returns why instead: a diagnostic, it never stops the judge."""
+        from adaptive_fp8.bench import fp8_weights
+
+        on = {n for n, v in self.precisions(model).items() if v}
+        mods = [(n, m) for n, m in self._te_modules(model) if n in on]
+        try:
+            return fp8_weights.freshness(mods, step, self._fingerprint)
+        except Exception as e:  # noqa: BLE001 (reported in the run's notes)
+            return f"not checked: {type(e).__name__}: {str(e)[:200]}"
+        finally:
+            step.losses.clear()
+
+    def _fingerprint(self, t) -> tuple[float, float]:
+        """Two sums of a tensor's values (a TE quantized tensor's dequantized ones), in FP32."""
+        torch = self.torch
+        if type(t).dequantize is not torch.Tensor.dequantize:  # TE's own, not torch's
+            t = t.dequantize()
+        flat = t.detach().reshape(-1)
+        return flat.sum(dtype=torch.float32).item(), flat[::3].sum(dtype=torch.float32).item()
 
     def precisions(self, model) -> dict[str, bool]:
         """What each TE module ran in its last forward (TE sets ``module.fp8`` per call)."""
@@ -516,6 +547,10 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             raise StepBenchError(f"mode {name} ({execution}): the model is not the planned one: {wrong[:5]}")
         seen = judge.precisions(model)
         groups[name] = sorted({names.get(plan_name(p), plan_name(p)) for p, on in seen.items() if on})
+        fresh = judge.fp8_weight_freshness(model, step) if any(seen.values()) else None
+        if fresh is not None and (isinstance(fresh, str) or fresh.stale):
+            notes.append(f"{where} {name}: FP8 weights: {fresh}")
+            log(f"  note: {notes[-1]}", file=sys.stderr)
         if policy:
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
             bad = compare_precisions(seen, planned)
@@ -523,7 +558,8 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"], planned)
             counts = dict(sorted(Counter(ran.values()).items()))
             checks.append({"tokens": tokens, "execution": execution, "mode": name, "region": note, "te_modules": len(seen),
-                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes, "recipes": counts})
+                           "fp8_modules": sum(seen.values()), "mismatches": bad + bad_recipes, "recipes": counts,
+                           "fp8_weights": fp8_weights_json(fresh)})
             under = ", ".join(f"{n} {c}" for c, n in counts.items())
             log(f"  {where} {name} (region {note}): {sum(seen.values())} of {len(seen)} TE modules FP8"
                 f"{f' ({under})' if under else ''}, {len(bad) + len(bad_recipes)} differ from fp8sel explain", file=sys.stderr)
