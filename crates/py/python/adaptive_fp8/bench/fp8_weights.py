@@ -73,6 +73,10 @@ def freshness(modules: Iterable[tuple[str, Any]], step: Callable[[], Any], finge
             continue
         out.cached += 1
         after = {k: fingerprint(v) for k, v in weight_caches(m).items()}
-        if any((k in moved if k in now else bool(moved)) and after.get(k) == v for k, v in caches.items()):
-            out.stale.append(n)
+        for k, v in caches.items():
+            # A grouped module's weight{i} cache by its own parameter; a cache of another name by any.
+            weight_moved = k in moved if k in now else bool(moved)
+            if weight_moved and after.get(k) == v:
+                out.stale.append(n)
+                break
     return out
