@@ -9,7 +9,9 @@ install, from the repository root:
 
 The arguments after ``--`` are the step benchmark's model and layout (default: DeepSeek-V3 at
 TP 1, EP 16, two layers, one dense); ``--native-first`` builds the native model first, to tell
-an integration's cost from the order in which the models were built.
+an integration's cost from the order in which the models were built; ``--weights`` looks for FP8
+weights a step left stale (the judge's look); ``--native-no-cache`` adds a native model whose FP8
+modules quantize their weights every forward.
 
 Builds the judge's hook and native models of the shipped policy (megatron_step's own build and
 step), checks their FP8 modules agree, times them interleaved (wall), then runs each under torch's
@@ -40,6 +42,9 @@ def main() -> int:
                     help="native's FP8 config with override_quantized_autocast false (an FP8 module inside the FP8 region runs in it)")
     ap.add_argument("--native-first", action="store_true",
                     help="build (and time, and profile) the native model before the hook's")
+    ap.add_argument("--native-no-cache", action="store_true",
+                    help="also a native model built with Megatron's disable_parameter_transpose_cache (its FP8 "
+                         "modules quantize their weights every forward, as the hook's graphed ones do)")
     ap.add_argument("--weights", action="store_true",
                     help="first check each FP8 module's cached FP8 weight is quantized again after an optimizer step")
     a, model_args = ap.parse_known_args()
@@ -78,12 +83,17 @@ def main() -> int:
     judge = ms.Judge(args)
     _, kw, _ = ms._model_kwargs(judge, args, a.tokens, [])
     steps, models = {}, {}
-    for integ in ("native", "hook") if a.native_first else ("hook", "native"):
-        model, region = judge.build(kw, integ, a.policy, "auto", "blockwise", a.tokens, a.execution)
+    builds = {"hook": ("hook", kw), "native": ("native", kw)}
+    if a.native_first:
+        builds = {k: builds[k] for k in ("native", "hook")}
+    if a.native_no_cache:
+        builds["native-no-cache"] = ("native", dict(kw, disable_parameter_transpose_cache=True))
+    for name, (integ, kw_) in builds.items():
+        model, region = judge.build(kw_, integ, a.policy, "auto", "blockwise", a.tokens, a.execution)
         step = judge.step_fn(model, a.tokens, args.vocab, 1, a.execution)
         step()
-        steps[integ], models[integ] = step, model
-        print(f"{integ}: region {region}", file=sys.stderr)
+        steps[name], models[name] = step, model
+        print(f"{name}: region {region}", file=sys.stderr)
     if a.execution == "graphed":
         judge.capture_graphs()
     for integ, step in steps.items():
@@ -91,7 +101,8 @@ def main() -> int:
             step()
         step.losses.clear()
     fp8 = {i: sorted(p for p, on in judge.precisions(m).items() if on) for i, m in models.items()}
-    print(f"FP8 modules: hook {len(fp8['hook'])}, native {len(fp8['native'])}, same: {fp8['hook'] == fp8['native']}")
+    print("FP8 modules: " + ", ".join(f"{i} {len(f)}" for i, f in fp8.items())
+          + f"; the same: {all(f == fp8['hook'] for f in fp8.values())}")
     if a.weights:
         for i in steps:
             print(f"{i}: FP8 weights: {judge.fp8_weight_freshness(models[i], steps[i])}")
