@@ -20,9 +20,9 @@
 #   bash scripts/device/own_model.sh heldout-moe  # the MoE's judged the same way (the policy
 #       `heldout` made on this machine, else devcarry/own_model/), after the dense one's
 #       judges that `heldout` had no time left for (BUDGET=S: the call's seconds, 585 by default)
-#   bash scripts/device/own_model.sh script-graphed  # the committed policy of `script`
-#       (docs/device-logs/own_model/script/policies/) judged in CUDA-graphed steps at 3072 and
-#       6144, and eager at 4608, 21 rounds
+#   bash scripts/device/own_model.sh script-graphed  # the policy `script` made on this machine,
+#       else the committed one (docs/device-logs/own_model/script/policies/), judged in
+#       CUDA-graphed steps at 3072 and 6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz (with steps.txt: each
 # run's rc and seconds); prints a table.
 set -uo pipefail
@@ -104,7 +104,8 @@ heldout)
   ;;
 heldout-moe)
   mkdir -p "$W/policies"
-  [ -f "$W/policies/Qwen1.5-MoE-A2.7B.json" ] || cp devcarry/own_model/*.json "$W/policies/"
+  [ -f "$W/policies/Qwen1.5-MoE-A2.7B.json" ] || cp devcarry/own_model/*.json "$W/policies/" 2>/dev/null ||
+    { echo "heldout-moe: no Qwen1.5-MoE-A2.7B policy: run \`heldout\` on this machine first, or carry devcarry/own_model/" >&2; exit 2; }
   for ex in eager graphed; do  # the dense one's judges `heldout` left, then the MoE's
     [ -f "$W/policies/Qwen2.5-14B.json" ] && [ ! -f "$W/hj_Qwen2.5-14B_$ex.md" ] && hj Qwen2.5-14B 150 "$ex"
   done
@@ -131,7 +132,10 @@ script)
   ;;
 script-graphed)
   launch_script
-  pol=$(ls docs/device-logs/own_model/script/policies/*.json | head -1)
+  # The policy `script` made on this machine, else the committed one (H200).
+  pol=$W/policies/Mistral-NeMo-12B.json
+  [ -f "$pol" ] || pol=docs/device-logs/own_model/script/policies/Mistral-NeMo-12B.json
+  [ -f "$pol" ] || { echo "script-graphed: no Mistral-NeMo-12B policy: run \`script\` on this machine first" >&2; exit 2; }
   for ex in graphed:3072,6144 eager:4608; do
     timeout 200 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/Mistral-NeMo-12B/train.sh" \
       --policy "$pol" --tokens "${ex#*:}" --execution "${ex%%:*}" --layers 2 --repeats 21 \
