@@ -53,7 +53,9 @@ one-rank only):
 `--trainer megatron` is the judge in the trainer itself (`adaptive_fp8.bench.megatron_step`): upstream
 megatron-core's `GPTModel`, built once per mode (`bf16`, `fp8`, and each policy through the hook
 and through Megatron's native per-module config; `--integration` picks one), each TE module's
-precision checked against the plan, steps timed interleaved (21 rounds by default), eager or in
+precision checked against the plan and each FP8 module's cached FP8 weight looked at across one
+more step (a stale one is noted: `adaptive_fp8.bench.fp8_weights`), steps timed interleaved (21
+rounds by default), eager or in
 Megatron's own CUDA graphs (`--execution graphed`: `cuda_graph_impl="local"`), with `--grad-accum`
 micro-batches per step;
 `--oracle greedy` adds the per-module oracle (`adaptive_fp8.bench.megatron_oracle`: each candidate
