@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from adaptive_fp8.bench import fp8_weights as fw
 from adaptive_fp8.bench import megatron_step as ms
+from test_megatron_step import _count_args, _FakeJudge
 
 
 class Tensor:
@@ -55,7 +56,7 @@ def test_a_cache_the_step_refreshes_is_fresh_and_one_it_leaves_is_stale():
 
 
 def test_a_look_that_could_not_be_made_says_why_and_none_is_absent():
-    assert ms.fp8_weights_json("not checked: OutOfMemoryError: x") == {"not_checked": "not checked: OutOfMemoryError: x"}
+    assert ms.fp8_weights_json("OutOfMemoryError: x") == {"not_checked": "OutOfMemoryError: x"}
     assert ms.fp8_weights_json(None) is None
     assert str(fw.Freshness(cached=2)) == "2 with a cached FP8 weight, 0 quantizing theirs every forward"
 
@@ -69,9 +70,30 @@ def test_the_look_fits_the_readers_schema_of_a_precision_check(root):
     s, defs = schema(root, "adaptive-fp8-step-results.v1.schema.json")
     doc = json.loads((root / "docs/device-logs/recipe_plans/mix/judge_L8_16384.json").read_text())
     out = fw.Freshness(cached=1, uncached=1, stale=["decoder.layers.0.mlp.linear_fc1"])
-    for look in (ms.fp8_weights_json(out), ms.fp8_weights_json("not checked: OutOfMemoryError: x"), None):
+    for look in (ms.fp8_weights_json(out), ms.fp8_weights_json("OutOfMemoryError: x"), None):
         doc["precision_checks"][0]["fp8_weights"] = look
         check(doc, s, defs)
     doc["precision_checks"][0]["fp8_weights"] = {"cached": 1, "fresh": 1}
     with pytest.raises(ValueError, match="fresh"):
         check(doc, s, defs)
+
+
+def test_a_model_that_keeps_stale_fp8_weights_is_noted_and_each_check_records_the_look(root):
+    args = _count_args(root)
+    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
+    judge, notes, checks = _FakeJudge(root, "graphed"), [], []
+    ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    assert not any("FP8 weights" in n for n in notes)
+    assert [c["fp8_weights"]["stale"] for c in checks] == [[], []] and checks[0]["fp8_weights"]["cached"] > 0
+    judge.stale = ("decoder.layers.0.mlp.linear_fc1",)
+    notes, checks = [], []
+    ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    said = [n for n in notes if "FP8 weights" in n]
+    assert len(said) == 1 and said[0].startswith("tokens 4096 graphed native:llama3_2_1b.json: FP8 weights: ")
+    assert "kept a stale FP8 weight across the step (decoder.layers.0.mlp.linear_fc1)" in said[0]
+    assert checks[1]["fp8_weights"]["stale"] == ["decoder.layers.0.mlp.linear_fc1"]
+    # A look that cannot be made says why, in the notes and the checks, and the count goes on.
+    judge.look_fails, notes, checks = "OutOfMemoryError: CUDA out of memory", [], []
+    row = ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
+    assert "FP8 weights not looked at: OutOfMemoryError: CUDA out of memory" in notes[-1] and len(row["modes"]) == 4
+    assert checks[0]["fp8_weights"] == {"not_checked": "OutOfMemoryError: CUDA out of memory"}

@@ -259,9 +259,13 @@ class _FakeJudge:
         return {m["name"].replace("layers.", f"layers.{i}.", 1): m["use_fp8"] for m in plan for i in range(2)}
 
     stale: tuple = ()  # what the look for stale FP8 weights finds in native models
+    look_fails = ""  # why the look cannot be made, where a test says so
 
     def fp8_weight_freshness(self, model, step):
         from adaptive_fp8.bench.fp8_weights import Freshness
+
+        if self.look_fails:
+            return self.look_fails
 
         fp8 = sum(self.precisions(model).values())
         return Freshness(cached=fp8, stale=list(self.stale) if model["integ"] == "native" else [])
@@ -319,22 +323,6 @@ def test_graphed_counts_record_every_model_then_capture_once_then_warm_up(root):
     ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
     assert [n for n in notes if "garbage collector" in n] == [n for n in notes if n.startswith("graphed at 4096: Python's garbage collector ran 12 full")]
     assert sum("garbage collector" in n for n in notes) == 1
-
-def test_a_model_that_keeps_stale_fp8_weights_is_noted_and_each_check_records_the_look(root):
-    args = _count_args(root)
-    modes = ms.mode_names(args.policy, False, ["policy:llama3_2_1b.json"])
-    judge, notes, checks = _FakeJudge(root, "graphed"), [], []
-    ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
-    assert not any("FP8 weights" in n for n in notes)
-    assert [c["fp8_weights"]["stale"] for c in checks] == [[], []] and checks[0]["fp8_weights"]["cached"] > 0
-    judge.stale = ("decoder.layers.0.mlp.linear_fc1",)
-    notes, checks = [], []
-    ms._one_count(judge, args, 4096, "graphed", modes, "blockwise", notes, checks, log=lambda *a, **k: None)
-    said = [n for n in notes if "FP8 weights" in n]
-    assert len(said) == 1 and said[0].startswith("tokens 4096 graphed native:llama3_2_1b.json: FP8 weights: ")
-    assert "kept a stale FP8 weight across the step (decoder.layers.0.mlp.linear_fc1)" in said[0]
-    assert checks[1]["fp8_weights"]["stale"] == ["decoder.layers.0.mlp.linear_fc1"]
-
 
 def test_eager_counts_check_against_the_eager_plan(root):
     args = _count_args(root)

@@ -284,8 +284,8 @@ class Judge:
 
     def fp8_weight_freshness(self, model, step):
         """:func:`adaptive_fp8.bench.fp8_weights.freshness` of the model's FP8 TE modules over one
-        more step; a check that cannot run (out of memory, a TE tensor without ``dequantize``)
-        returns why instead: a diagnostic, it never stops the judge."""
+        more step; a look that cannot be made (out of memory, a TE tensor without ``dequantize``)
+        returns why, in words, instead: a diagnostic, it never stops the judge."""
         from adaptive_fp8.bench import fp8_weights
 
         on = {n for n, v in self.precisions(model).items() if v}
@@ -293,7 +293,7 @@ class Judge:
         try:
             return fp8_weights.freshness(mods, step, self._fingerprint)
         except Exception as e:  # noqa: BLE001 (reported in the run's notes)
-            return f"not checked: {type(e).__name__}: {str(e)[:200]}"
+            return f"{type(e).__name__}: {str(e)[:200]}"
         finally:
             step.losses.clear()
 
@@ -548,7 +548,10 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         seen = judge.precisions(model)
         groups[name] = sorted({names.get(plan_name(p), plan_name(p)) for p, on in seen.items() if on})
         fresh = judge.fp8_weight_freshness(model, step) if any(seen.values()) else None
-        if fresh is not None and (isinstance(fresh, str) or fresh.stale):
+        if isinstance(fresh, str):
+            notes.append(f"{where} {name}: FP8 weights not looked at: {fresh}")
+            log(f"  note: {notes[-1]}", file=sys.stderr)
+        elif fresh is not None and fresh.stale:
             notes.append(f"{where} {name}: FP8 weights: {fresh}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
         if policy:
