@@ -19,6 +19,9 @@ import statistics
 import sys
 from pathlib import Path
 
+#: The GPUs the summary tells apart, by the name in a run's ``device``.
+GPUS = ("H100", "H200")
+
 #: Upper ends of the token bands the summary groups pairs by.
 BANDS = (2048, 4608, 8192)
 
@@ -27,7 +30,8 @@ def pairs(doc: dict) -> list[dict]:
     """The hook/native pairs of one judge document: one per count and policy whose two rows ran
     the same FP8 groups and both have a median."""
     out = []
-    gpu = "H100" if "H100" in str(doc.get("device", "")) else "H200" if "H200" in str(doc.get("device", "")) else "other"
+    device = str(doc.get("device", ""))
+    gpu = next((g for g in GPUS if g in device), "other")
     for r in doc.get("results", []):
         modes = r.get("modes", {})
         for name, hook in modes.items():
