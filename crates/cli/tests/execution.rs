@@ -94,6 +94,33 @@ fn explain_check_and_the_native_export_follow_it() {
             && !yaml.contains("pattern: \"decoder.layers.*.mlp.linear_fc1\"\n    config: bf16"),
         "{yaml}"
     );
+    // Graphed FP8 modules need the global FP8 region (megatron-core's graphs re-quantize cached
+    // FP8 weights only under config.fp8): the header and the launch lines say so.
+    let said = common::err(&o);
+    assert!(
+        yaml.contains("launch region: fp8") && said.contains("--fp8-format e4m3"),
+        "{yaml}\n{said}"
+    );
+    assert!(said.contains("CUDA-graphed"), "{said}");
+    let v: serde_json::Value = serde_json::from_str(&out(&fp8sel(
+        &[
+            &["explain", "--json"][..],
+            &model,
+            &["--execution", "graphed"],
+        ]
+        .concat(),
+    )))
+    .unwrap();
+    assert_eq!(v["launch_region"], "fp8");
+    assert_eq!(v["fp8_region_need"], "graphed_weights");
+    // Eager, with FP8 dense modules (from 8192 here), the BF16 region: no --fp8-format.
+    let eager = [&model[..5], &["8192"]].concat();
+    let o = fp8sel(&[&["te-precision-config"][..], &eager].concat());
+    let said = common::err(&o);
+    assert!(
+        out(&o).contains("launch region: bf16") && said.contains("eager steps only"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@
 
 use std::fmt::Write;
 
-use fp8_policy::{Fp8Format as Format, Recipe};
+use fp8_policy::{Execution, Fp8Format as Format, Recipe};
 use serde_json::{Value, json};
 
 use crate::model::Role;
@@ -30,20 +30,58 @@ pub enum Region {
     /// No global FP8 (`config.fp8` unset): BF16 modules cost nothing, FP8 modules enter FP8
     /// themselves.
     Bf16,
-    /// The global FP8 region (`--fp8-format`): BF16 modules leave it. Needed when a routed
-    /// expert runs FP8, because Megatron pads the experts' token counts to FP8's alignment only
-    /// when `config.fp8` is set.
+    /// The global FP8 region (`--fp8-format`): BF16 modules leave it. Needed where a
+    /// [`Fp8Need`] says so.
     Fp8,
 }
 
+/// Why a plan with FP8 modules needs the global FP8 region (`config.fp8` set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fp8Need {
+    /// A routed expert runs FP8: Megatron pads the experts' token counts to FP8's alignment
+    /// only when `config.fp8` is set.
+    RoutedExperts,
+    /// The steps are CUDA-graphed: megatron-core's graphs re-arm TE's FP8 weight cache (the
+    /// skip-weight-update flag, flipped on a step's first micro-batch) only when `config.fp8`
+    /// is set, so outside the region every replay reuses the FP8 weights of the step that was
+    /// captured (measured: the judge's look for stale FP8 weights, megatron-core 0.19.2).
+    GraphedWeights,
+}
+
+impl Fp8Need {
+    /// Why, in one clause, for a launch line or an error.
+    pub const fn why(self) -> &'static str {
+        match self {
+            Fp8Need::RoutedExperts => {
+                "routed experts run FP8, and Megatron pads their token counts only with --fp8-format set"
+            }
+            Fp8Need::GraphedWeights => {
+                "the steps are CUDA-graphed, and megatron-core's graphs quantize the FP8 modules' weights again after an optimizer step only with --fp8-format set (without it every replay reuses the captured step's FP8 weights)"
+            }
+        }
+    }
+}
+
 impl Region {
-    /// The cheaper region that is still correct for `plan`'s LLM: BF16 unless a routed expert
-    /// runs FP8. With no FP8 module at all this is the plain BF16 model.
-    pub fn for_plan(plan: &Plan) -> Region {
+    /// Why `plan` needs the global FP8 region, if it does: a routed expert in FP8 first, then
+    /// any LLM module in FP8 in a CUDA-graphed plan.
+    pub fn fp8_need(plan: &Plan) -> Option<Fp8Need> {
         if llm(plan).any(|m| m.use_fp8 && m.spec.is_expert) {
-            Region::Fp8
+            Some(Fp8Need::RoutedExperts)
+        } else if plan.execution == Execution::Graphed && llm(plan).any(|m| m.use_fp8) {
+            Some(Fp8Need::GraphedWeights)
         } else {
-            Region::Bf16
+            None
+        }
+    }
+
+    /// The cheaper region that is still correct for `plan`'s LLM: BF16 unless
+    /// [`Region::fp8_need`] names a need. With no FP8 module at all this is the plain BF16 model.
+    pub fn for_plan(plan: &Plan) -> Region {
+        match Region::fp8_need(plan) {
+            Some(_) => Region::Fp8,
+            None => Region::Bf16,
         }
     }
 
@@ -99,6 +137,8 @@ pub struct NativeConfig {
     pub matchers: Vec<Matcher>,
     /// The region to launch with.
     pub region: Region,
+    /// Why that region is FP8 (None in the BF16 region).
+    pub fp8_need: Option<Fp8Need>,
     /// Module instances that run FP8.
     pub fp8_instances: u64,
     /// The recipe FP8 modules run.
@@ -168,6 +208,7 @@ pub fn te_precision_config(
         header,
         fp8_instances: llm(plan).filter(|m| m.use_fp8).map(|m| m.spec.layers).sum(),
         region: Region::for_plan(plan),
+        fp8_need: Region::fp8_need(plan),
         matchers,
         recipe,
         format,
@@ -298,12 +339,15 @@ impl NativeConfig {
             ],
             (Region::Bf16, _) => vec![
                 format!("--te-precision-config-file {file}"),
-                "and no --fp8-format: the FP8 modules enter FP8 themselves (override_nonquantized_autocast), the BF16 modules cost nothing".to_owned(),
+                "and no --fp8-format: the FP8 modules enter FP8 themselves (override_nonquantized_autocast), the BF16 modules cost nothing; eager steps only (with CUDA graphs the FP8 modules need the global FP8 region: make the file for graphed steps)".to_owned(),
             ],
             (Region::Fp8, _) => {
                 let mut flags = vec![
                     format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
-                    "the global FP8 region is needed: routed experts run FP8, and Megatron pads their token counts only with --fp8-format set".to_owned(),
+                    format!(
+                        "the global FP8 region is needed: {}",
+                        self.fp8_need.unwrap_or(Fp8Need::RoutedExperts).why()
+                    ),
                 ];
                 if !self.bf16_groups().is_empty() {
                     flags.push("without --fp8-param-gather: megatron-core 0.19 builds every module's weights in FP8 before this file reaches it (modules get their names after construction), so the BF16 modules would dequantize their weights in every forward; to keep FP8 weights, decide modules with the hook (adaptive_fp8.megatron.enable), which builds BF16 modules with BF16 weights".to_owned());
@@ -353,6 +397,7 @@ mod tests {
             header: vec![],
             matchers,
             region,
+            fp8_need: (region == Region::Fp8).then_some(Fp8Need::RoutedExperts),
             fp8_instances: 2 * fp8.iter().filter(|f| **f).count() as u64,
             recipe: Recipe::Blockwise,
             format: Format::E4m3,

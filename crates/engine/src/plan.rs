@@ -249,6 +249,8 @@ pub struct Plan {
     /// Each component's architecture as the inventory read it (what a step benchmark needs to
     /// build the layers: experts, top-k, MLA ranks).
     pub architectures: BTreeMap<Role, Arch>,
+    /// The execution the plan was decided for (which threshold of each rule applied).
+    pub execution: Execution,
 }
 
 /// Why a plan could not be made.
@@ -359,6 +361,7 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
         modules,
         summary,
         architectures,
+        execution: cfg.execution,
     })
 }
 

