@@ -5,7 +5,9 @@
 # native now in the FP8 region for graphed plans (megatron-core re-quantizes cached FP8 weights in
 # its graphs only under config.fp8; in the BF16 region the judge found them stale).
 #   llama: Llama-3.2-1B, 2 layers, 1536 and 4096 (fc1, fc2 FP8 graphed);
-#   qwen72: Qwen2.5-72B, 1 layer, 1536 (qkv, proj, fc1, fc2 FP8 graphed).
+#   qwen72: Qwen2.5-72B, 1 layer, 1536 (qkv, proj, fc1, fc2 FP8 graphed);
+#   nemo: own_model.sh's Mistral-NeMo-12B launch script and its H100 policy (devcarry/nemo/), 2
+#         layers, 1536 and 3072. ROWS picks (default: llama qwen72).
 # BOUND bounds each run (seconds; 240). $OUT/graphed_weights.tar.gz; the last lines are a table.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -24,8 +26,15 @@ run() {  # name, step_bench arguments
   tail -8 "$W/$n.md" 2>/dev/null
   tar czf "$OUT/graphed_weights.tar.gz" -C "$W" .  # after each row: a call cut short keeps what ran
 }
-run llama --model fixtures/models/llama3_2_1b.yaml --policy policies/llama3_2_1b.json --tokens 1536,4096 --layers 2
-run qwen72 --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 1536 --layers 1
+for r in ${ROWS:-llama qwen72}; do
+  case $r in
+  llama) run llama --model fixtures/models/llama3_2_1b.yaml --policy policies/llama3_2_1b.json --tokens 1536,4096 --layers 2 ;;
+  qwen72) run qwen72 --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 1536 --layers 1 ;;
+  # own_model.sh's Mistral-NeMo-12B launch script and its H100 policy, carried in devcarry/nemo/.
+  nemo) run nemo --model devcarry/nemo/train.sh --policy devcarry/nemo/Mistral-NeMo-12B.json --tokens 1536,3072 --layers 2 ;;
+  *) echo "row $r: use llama, qwen72 or nemo" >&2; exit 2 ;;
+  esac
+done
 echo "| row | rc | s |"
 echo "|---|---:|---:|"
 printf '%s\n' "${rows[@]}"

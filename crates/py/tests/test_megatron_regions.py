@@ -154,11 +154,22 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     assert qkv.cache_flags == [True, False, True, False]
     # The trainer's recipe, read before config.fp8 was cleared.
     assert stand_ins.state["autocast"][0] == (True, "recipe:blockwise:e4m3")
-    # Graphed, replays skip the wrapper: no cache.
-    plan = af8m.enable(config(tmp_path, cuda_graph_impl="local"))
+    # Graphed, replays skip the wrapper: the FP8 region, whose graphs re-arm the weight cache
+    # each step (Megatron's skip flag); the BF16 module leaves it, the FP8 one runs in it.
+    c = config(tmp_path, cuda_graph_impl="local")
+    plan = af8m.enable(c)
+    assert plan.region == "fp8" and c.fp8 == "e4m3" and "CUDA-graphed" in plan.notes[0]
+    qkv, fc1 = build_dense(stand_ins.mte)
+    assert "forward" not in vars(qkv) and fc1._selective_fp8_disabled
+    # An MoE model graphed with BF16 experts keeps the BF16 region (no FP8 padding of its
+    # experts): its FP8 modules quantize their own weights. Native needs the FP8 region there.
+    c = moe(tmp_path, seq_length=2048, cuda_graph_impl="local")
+    plan = af8m.enable(c)
+    assert plan.region == "bf16" and c.fp8 is None
     qkv, fc1 = build_dense(stand_ins.mte)
     assert qkv.disable_parameter_transpose_cache is True
-    assert plan.region == "bf16"  # the hook's graphed FP8 modules quantize their own weights
+    af8m.disable()
+    assert af8m.apply_te_precision_config(moe(tmp_path, seq_length=2048, cuda_graph_impl="local", fp8_param=False)).region == "fp8"
 
 
 def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):
