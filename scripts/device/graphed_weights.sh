@@ -7,7 +7,9 @@
 #   llama: Llama-3.2-1B, 2 layers, 1536 and 4096 (fc1, fc2 FP8 graphed);
 #   qwen72: Qwen2.5-72B, 1 layer, 1536 (qkv, proj, fc1, fc2 FP8 graphed);
 #   nemo: own_model.sh's Mistral-NeMo-12B launch script and its H100 policy (devcarry/nemo/), 2
-#         layers, 1536 and 3072. ROWS picks (default: llama qwen72).
+#         layers, 1536 and 3072;
+#   qmoe: own_model.sh's Qwen1.5-MoE-A2.7B and its H100 policy (devcarry/qmoe/), 2 layers, 16384.
+# ROWS picks (default: llama qwen72).
 # BOUND bounds each run (seconds; 240). $OUT/graphed_weights.tar.gz; the last lines are a table.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -32,7 +34,10 @@ for r in ${ROWS:-llama qwen72}; do
   qwen72) run qwen72 --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 1536 --layers 1 ;;
   # own_model.sh's Mistral-NeMo-12B launch script and its H100 policy, carried in devcarry/nemo/.
   nemo) run nemo --model devcarry/nemo/train.sh --policy devcarry/nemo/Mistral-NeMo-12B.json --tokens 1536,3072 --layers 2 ;;
-  *) echo "row $r: use llama, qwen72 or nemo" >&2; exit 2 ;;
+  # own_model.sh's Qwen1.5-MoE-A2.7B config and its H100 policy (devcarry/qmoe/): dense FP8,
+  # experts BF16 at 16384 graphed, so native's FP8 region pads the BF16 experts' tokens.
+  qmoe) run qmoe --model devcarry/qmoe/config.json --policy devcarry/qmoe/Qwen1.5-MoE-A2.7B.json --tokens 16384 --layers 2 ;;
+  *) echo "row $r: use llama, qwen72, nemo or qmoe" >&2; exit 2 ;;
   esac
 done
 echo "| row | rc | s |"
