@@ -35,7 +35,21 @@ def test_only_rows_with_the_same_fp8_groups_pair():
     assert len(ps) == 1
     p = ps[0]
     assert (p["gpu"], p["execution"], p["tokens"], p["fp8_groups"]) == ("H100", "graphed", 1536, 2)
+    assert p["regions"] == "?/?"  # the run recorded no precision checks
     assert abs(p["ratio"] - 18.4 / 18.0) < 1e-12 and abs(p["diff_ms"] - 0.4) < 1e-9
+
+
+def test_pairs_carry_each_models_launch_region():
+    doc = _doc("NVIDIA H100 80GB HBM3", "graphed", 4096, {
+        "hook:a.json": _mode(11.1, ["fc1"]), "native:a.json": _mode(11.0, ["fc1"])})
+    doc["precision_checks"] = [
+        {"tokens": 4096, "execution": "graphed", "mode": "hook:a.json", "region": "bf16"},
+        {"tokens": 4096, "execution": "graphed", "mode": "native:a.json", "region": "fp8"},
+        {"tokens": 4096, "execution": "eager", "mode": "native:a.json", "region": "bf16"},  # another execution
+    ]
+    assert [p["regions"] for p in hn.pairs(doc)] == ["bf16/fp8"]
+    rows = [dict(p, tokens=4096) for p in hn.pairs(doc)] + [dict(hn.pairs(doc)[0], regions="fp8/fp8")]
+    assert [x["regions"] for x in hn.summary(rows)] == ["bf16/fp8", "fp8/fp8"]
 
 
 def test_bands_and_summary_group_and_order_the_pairs():
@@ -61,7 +75,7 @@ def test_main_reads_a_folder_and_passes_over_other_json(tmp_path, capsys):
     (tmp_path / "broken.json").write_text("{")
     assert hn.main(["--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 3 and out[2].startswith("| H200 | eager | FP8 | 2049-4608 | 1 | 1.050"), out
+    assert len(out) == 3 and out[2].startswith("| H200 | eager | FP8 | ?/? | 2049-4608 | 1 | 1.050"), out
     assert hn.main(["--root", str(tmp_path / "missing")]) == 2
     assert "not a folder" in capsys.readouterr().err
 
@@ -70,3 +84,5 @@ def test_the_committed_runs_pair():
     rows = [p for _, doc in hn.judge_docs(ROOT / "docs" / "device-logs") for p in hn.pairs(doc)]
     assert len(rows) >= 200, len(rows)
     assert {"eager", "graphed"} <= {p["execution"] for p in rows}
+    # The H100's graphed runs of 2026-12-06 with both integrations in the FP8 region.
+    assert any(p["regions"] == "fp8/fp8" and p["execution"] == "graphed" for p in rows)
