@@ -16,7 +16,8 @@ Modes, each a model built on its own (no mode reuses another's timing):
   (:mod:`adaptive_fp8.bench.megatron_oracle`) and built through the hook.
 
 Each integration runs in its automatic launch region; ``--regions both`` adds ``@fp8`` and
-``@bf16`` variants of each (a BF16 region is skipped where the plan runs FP8 experts). A step is
+``@bf16`` variants of each (a BF16 region is not built where the plan needs the FP8 one: FP8
+experts, or native's FP8 modules in graphed steps). A step is
 ``--grad-accum`` micro-batches of forward (``GPTModel`` with labels) and the mean loss's
 backward, the first re-arming TE's FP8 weight cache as Megatron's schedule does, then a TE
 ``FusedAdam`` step with fp32 master weights. Before timing, every TE module's precision in the
