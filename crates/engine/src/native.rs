@@ -414,6 +414,18 @@ mod tests {
     }
 
     #[test]
+    fn the_fp8_region_says_why_it_is_needed() {
+        let mut c = config(Region::Fp8, &[true, true]);
+        assert!(c.launch_flags("f.yaml")[1].contains("routed experts run FP8"));
+        c.fp8_need = Some(Fp8Need::GraphedWeights);
+        let said = c.launch_flags("f.yaml");
+        assert!(said[0].contains("--fp8-format e4m3 --fp8-recipe blockwise"));
+        assert!(said[1].contains("CUDA-graphed") && !said[1].contains("routed experts"));
+        let bf16 = config(Region::Bf16, &[true, false]).launch_flags("f.yaml");
+        assert!(bf16[1].contains("eager steps only"));
+    }
+
+    #[test]
     fn patterns_put_a_star_where_the_layer_index_goes() {
         assert_eq!(
             pattern("decoder.layers.mlp.experts.linear_fc1"),

@@ -16,8 +16,10 @@ use crate::error::{CliError, CliResult};
 /// written as one glob matcher per module group (`decoder.layers.*.mlp.linear_fc1`) with the
 /// reason beside it, then a BF16 catch-all, so every TE module is matched whatever the outer
 /// FP8 region. The Megatron flags to launch with are printed: when no module runs FP8 that is
-/// the plain BF16 model (no --fp8-format); when FP8 modules are all dense they enter FP8
-/// themselves (no --fp8-format either); routed experts in FP8 need the global FP8 region.
+/// the plain BF16 model (no --fp8-format); when FP8 modules are all dense and the steps eager
+/// they enter FP8 themselves (no --fp8-format either); routed experts in FP8 need the global FP8
+/// region, and so do FP8 modules in CUDA-graphed steps (--execution graphed, or the config's
+/// cuda_graph_impl): megatron-core's graphs quantize cached FP8 weights again only there.
 /// Delayed scaling is refused (Megatron's per-module config does not take it): use the hook,
 /// adaptive_fp8.megatron.enable.
 ///
