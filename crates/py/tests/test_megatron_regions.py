@@ -161,6 +161,14 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     assert plan.region == "fp8" and c.fp8 == "e4m3" and "CUDA-graphed" in plan.notes[0]
     qkv, fc1 = build_dense(stand_ins.mte)
     assert "forward" not in vars(qkv) and fc1._selective_fp8_disabled
+    af8m.disable()
+    # Forced, the BF16 region is allowed there (a choice of speed): the FP8 module quantizes its
+    # weights in every forward, its cache off.
+    plan = af8m.enable(config(tmp_path, cuda_graph_impl="local"), region="bf16")
+    assert plan.region == "bf16" and "region bf16 asked for" in str(plan)
+    qkv, fc1 = build_dense(stand_ins.mte)
+    assert qkv.disable_parameter_transpose_cache is True
+    af8m.disable()
     # An MoE model graphed with BF16 experts keeps the BF16 region (no FP8 padding of its
     # experts): its FP8 modules quantize their own weights. Native needs the FP8 region there.
     c = moe(tmp_path, seq_length=2048, cuda_graph_impl="local")

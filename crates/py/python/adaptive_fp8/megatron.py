@@ -312,6 +312,11 @@ def _optimizer_steps() -> list[int]:
     return _steps_taken
 
 
+#: Why :func:`_predict_region` keeps the FP8 region for a graphed dense model (a choice of speed,
+#: not of correctness: a forced BF16 region is allowed there).
+GRAPHED_WHY = "CUDA-graphed steps"
+
+
 def _predict_region(
     config: Any, policy: Optional[Policy], allow_missing: bool = False
 ) -> tuple[str, Optional[int], str]:
@@ -348,8 +353,7 @@ def _predict_region(
         # config.fp8: the hook leaves the cache to them, as the native config does (measured on
         # the H100: the BF16 region's own re-quantization cost up to 2% of a dense graphed step).
         # An MoE model keeps the BF16 region, where its BF16 experts are not padded for FP8.
-        return "fp8", fp8, ("CUDA-graphed steps: Megatron's graphs re-arm the FP8 modules' weight "
-                            "cache each step only under config.fp8")
+        return "fp8", fp8, GRAPHED_WHY + ": Megatron's graphs re-arm the FP8 modules' weight cache each step only under config.fp8"
     if _recipe_name(config) == "delayed":
         return "fp8", fp8, "delayed scaling keeps one FP8 region (its amax history is per region)"
     return "bf16", fp8, "FP8 modules are dense: they enter FP8 themselves"
@@ -535,7 +539,13 @@ def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Pl
     disable()
     plan = Plan()
     predicted, fp8_instances, why = _predict_region(config, policy, allow_missing)
-    region = _forced(region, predicted, fp8_instances)
+    if region == "auto":
+        region = predicted
+    else:
+        # The hook's graphed FP8 modules are right in either region (in the BF16 one they quantize
+        # their weights every forward): only experts and delayed scaling refuse a forced BF16 one.
+        graphed_only = why.startswith(GRAPHED_WHY)
+        region = _forced(region, "bf16" if graphed_only else predicted, fp8_instances)
     if region != predicted:
         why = f"region {region} asked for"
     if not getattr(config, "fp8", None):
