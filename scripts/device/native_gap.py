@@ -1,7 +1,9 @@
 """Where Megatron's native per-module config and the hook differ with the same FP8 modules (the
 H200's DeepSeek-V3 TP 1 EP 16 graphed 7168 and 8192: native 1.03 x all-FP8, the hook 1.01; dense
-models graphed at 1536-4608 tokens: the hook 0.1-0.6 ms a step slower on both GPUs). After the TE
-install, from the repository root:
+models graphed at 1536-4608 tokens: the hook 0.1-0.6 ms a step slower on both GPUs, until
+``--weights`` found native's FP8 weights stale in the BF16 region: graphed plans now launch it in
+the FP8 region, docs/device-logs/h100/graphed_weights/). After the TE install, from the repository
+root:
 
     python3 scripts/device/native_gap.py --tokens 7168 --execution graphed
     python3 scripts/device/native_gap.py --tokens 1536 --execution graphed --native-first \
