@@ -31,7 +31,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from . import Policy
 from ._core import MissingRulesError
@@ -312,21 +312,25 @@ def _optimizer_steps() -> list[int]:
     return _steps_taken
 
 
-#: Why :func:`_predict_region` keeps the FP8 region for a graphed dense model (a choice of speed,
-#: not of correctness: a forced BF16 region is allowed there).
-GRAPHED_WHY = "CUDA-graphed steps"
+class _Prediction(NamedTuple):
+    """The region :func:`enable` runs the model in, how many module instances run FP8 (None:
+    unknown), why, and whether a forced BF16 region would be wrong (``needed``) rather than only
+    slower."""
+
+    region: str
+    fp8_instances: Optional[int]
+    why: str
+    needed: bool = True
 
 
-def _predict_region(
-    config: Any, policy: Optional[Policy], allow_missing: bool = False
-) -> tuple[str, Optional[int], str]:
+def _predict_region(config: Any, policy: Optional[Policy], allow_missing: bool = False) -> _Prediction:
     """The region :func:`enable` runs the model in, from the plan of the model the config
-    builds: ``(region, fp8_instances, why)``. FP8 routed experts and CUDA-graphed FP8 modules of a
-    model without experts keep the global region; delayed scaling keeps it whenever a module
-    runs FP8 (its amax bookkeeping is per region); a config the engine cannot read keeps it too,
-    as before."""
+    builds. FP8 routed experts and CUDA-graphed FP8 modules of a model without experts keep the
+    global region (the latter for speed only); delayed scaling keeps it whenever a module runs
+    FP8 (its amax bookkeeping is per region); a config the engine cannot read keeps it too, as
+    before."""
     if policy is None:
-        return "bf16", 0, "no policy: every module runs BF16"
+        return _Prediction("bf16", 0, "no policy: every module runs BF16")
     try:
         p = json.loads(
             _plan_json(
@@ -339,24 +343,25 @@ def _predict_region(
     except MissingRulesError:
         raise
     except ValueError as e:
-        return "fp8", None, f"the model could not be planned from the config ({e})"
+        return _Prediction("fp8", None, f"the model could not be planned from the config ({e})")
     for w in p["warnings"]:
         if w.startswith("warning: "):
             _say_once(w[len("warning: "):])
     fp8 = sum(m["layers"] for m in p["modules"] if m["use_fp8"] and m["component"] == "llm")
     if fp8 == 0:
-        return "bf16", 0, "no module runs FP8: this is the BF16 model"
+        return _Prediction("bf16", 0, "no module runs FP8: this is the BF16 model")
     if p.get("fp8_region_need") == "routed_experts":
-        return "fp8", fp8, "routed experts run FP8 (Megatron pads their tokens only under config.fp8)"
+        return _Prediction("fp8", fp8, "routed experts run FP8 (Megatron pads their tokens only under config.fp8)")
     if p.get("fp8_region_need") == "graphed_weights" and not (p["architecture"].get("llm") or {}).get("moe"):
         # Megatron's graphs re-arm the FP8 weight cache once a step (their skip flag) only under
         # config.fp8: the hook leaves the cache to them, as the native config does (measured on
         # the H100: the BF16 region's own re-quantization cost up to 2% of a dense graphed step).
         # An MoE model keeps the BF16 region, where its BF16 experts are not padded for FP8.
-        return "fp8", fp8, GRAPHED_WHY + ": Megatron's graphs re-arm the FP8 modules' weight cache each step only under config.fp8"
+        return _Prediction("fp8", fp8, "CUDA-graphed steps: Megatron's graphs re-arm the FP8 modules' "
+                           "weight cache each step only under config.fp8", needed=False)
     if _recipe_name(config) == "delayed":
-        return "fp8", fp8, "delayed scaling keeps one FP8 region (its amax history is per region)"
-    return "bf16", fp8, "FP8 modules are dense: they enter FP8 themselves"
+        return _Prediction("fp8", fp8, "delayed scaling keeps one FP8 region (its amax history is per region)")
+    return _Prediction("bf16", fp8, "FP8 modules are dense: they enter FP8 themselves")
 
 
 def _fp8_context_factory(config: Any, recipe_name: Optional[str] = None) -> Any:
@@ -538,14 +543,14 @@ def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Pl
     policy = load_policy(config)  # a broken policy fails here, before any module is built
     disable()
     plan = Plan()
-    predicted, fp8_instances, why = _predict_region(config, policy, allow_missing)
+    pred = _predict_region(config, policy, allow_missing)
+    predicted, fp8_instances, why = pred.region, pred.fp8_instances, pred.why
     if region == "auto":
         region = predicted
+    elif region == "bf16" and not pred.needed:
+        pass  # a graphed dense model's FP8 modules quantize their weights every forward there
     else:
-        # The hook's graphed FP8 modules are right in either region (in the BF16 one they quantize
-        # their weights every forward): only experts and delayed scaling refuse a forced BF16 one.
-        graphed_only = why.startswith(GRAPHED_WHY)
-        region = _forced(region, "bf16" if graphed_only else predicted, fp8_instances)
+        region = _forced(region, predicted, fp8_instances)
     if region != predicted:
         why = f"region {region} asked for"
     if not getattr(config, "fp8", None):
