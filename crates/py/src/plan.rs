@@ -227,7 +227,8 @@ pub(crate) fn plan_json(
 
 /// Megatron's per-module precision config for the plan of the same arguments, as JSON text:
 /// `{"config": {"configs": ..., "matchers": ...}, "yaml": text, "region": "bf16"|"fp8",
-/// "fp8_instances": n, "launch": [lines]}` (what `fp8sel te-precision-config` writes and prints).
+/// "fp8_need": null|"routed_experts"|"graphed_weights", "fp8_need_why": text, "fp8_instances": n,
+/// "launch": [lines]}` (what `fp8sel te-precision-config` writes and prints).
 #[pyfunction]
 #[pyo3(signature = (
     model, policy = None, *, recipe = "blockwise", fp8_format = "e4m3", tp = None, ep = None,
@@ -283,6 +284,7 @@ pub(crate) fn te_precision_config_json(
         .map_err(|e| PlanError::new_err(e.to_string()))?;
     let out = serde_json::json!({
         "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region, "fp8_need": cfg.fp8_need,
+        "fp8_need_why": cfg.fp8_need.map(|n| n.why()),
         "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
         "bf16_groups": cfg.bf16_groups(),
         "missing_instances": missing,

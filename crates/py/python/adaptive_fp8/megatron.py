@@ -550,7 +550,7 @@ def enable(config: Any, region: str = "auto", allow_missing: bool = False) -> Pl
     elif region == "bf16" and not pred.needed:
         pass  # a graphed dense model's FP8 modules quantize their weights every forward there
     else:
-        region = _forced(region, predicted, fp8_instances)
+        region = _forced(region, predicted, fp8_instances, why)
     if region != predicted:
         why = f"region {region} asked for"
     if not getattr(config, "fp8", None):

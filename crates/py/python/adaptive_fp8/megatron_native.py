@@ -85,26 +85,16 @@ def _clear_fp8(config: Any, why: str) -> list[str]:
     return [f"config.fp8 cleared (was {was}): {why}"] if was else []
 
 
-#: Why a plan needs the global FP8 region, by the engine's ``fp8_need`` (``fp8sel
-#: te-precision-config`` prints the same).
-FP8_NEEDS = {
-    "routed_experts": "this plan runs FP8 routed experts, and Megatron pads expert tokens for FP8 "
-                      "only under config.fp8",
-    "graphed_weights": "this plan's steps are CUDA-graphed with FP8 modules, and megatron-core's "
-                       "graphs quantize their weights again after an optimizer step only under "
-                       "config.fp8 (outside it every replay reuses the captured step's FP8 weights)",
-}
-
-
-def _forced(region: str, predicted: str, fp8_instances: Optional[int], need: Optional[str] = None) -> str:
-    """The region asked for, refused where it would be wrong."""
+def _forced(region: str, predicted: str, fp8_instances: Optional[int], why: Optional[str] = None) -> str:
+    """The region asked for, refused where it would be wrong (``why``: the engine's reason the
+    plan needs the FP8 region)."""
     if region == "auto":
         return predicted
     if region not in ("fp8", "bf16"):
         raise ValueError(f"region {region!r}: use auto, fp8 or bf16")
     if region == "bf16" and predicted == "fp8" and fp8_instances:
-        why = FP8_NEEDS.get(need or "", "this plan needs the global FP8 region")
-        raise ValueError(f"region bf16: {why}; fix: region auto or fp8")
+        raise ValueError(f"region bf16: this plan needs the global FP8 region: {why or 'the engine says so'}; "
+                         f"fix: region auto or fp8")
     return region
 
 
@@ -124,8 +114,8 @@ def apply_te_precision_config(
     When the plan's launch region is BF16 (no routed expert in FP8, eager steps), ``config.fp8``
     is cleared: BF16 modules then cost nothing and FP8 modules enter FP8 themselves. The FP8
     region (``config.fp8`` must be set) holds routed experts in FP8 and every CUDA-graphed plan
-    with an FP8 module (:data:`FP8_NEEDS`). ``region`` forces ``"fp8"`` or ``"bf16"`` (to measure
-    both; a BF16 region the plan needs FP8 for is refused).
+    with an FP8 module (the engine's ``fp8_need``). ``region`` forces ``"fp8"`` or ``"bf16"``
+    (to measure both; a BF16 region the plan needs FP8 for is refused).
     In the FP8 region with ``config.fp8_param``, Megatron builds the BF16 modules with FP8
     weights, which they dequantize every forward: a warning and a note say so (the hook has
     no such cost); ``fp8_weights="clear"`` clears ``config.fp8_param`` there instead, as
@@ -154,11 +144,12 @@ def apply_te_precision_config(
     for w in out["warnings"]:
         _say_once(w)
     notes: list[str] = []
-    out["region"] = _forced(region, out["region"], out["fp8_instances"], out.get("fp8_need"))
+    out["region"] = _forced(region, out["region"], out["fp8_instances"], out.get("fp8_need_why"))
     if out["region"] == "fp8" and out["fp8_instances"] and not getattr(config, "fp8", None):
-        why = FP8_NEEDS.get(out.get("fp8_need") or "", "the plan runs FP8 modules in the FP8 region")
+        why = out.get("fp8_need_why") or "the plan runs FP8 modules in the FP8 region"
         raise ValueError(
-            f"adaptive_fp8: config.fp8 is unset, but {why}; fix: set config.fp8 (--fp8-format "
+            f"adaptive_fp8: config.fp8 is unset, but the plan needs the global FP8 region: {why}; "
+            f"fix: set config.fp8 (--fp8-format "
             f"{_fp8_format(config)} --fp8-recipe {_recipe_name(config) or 'blockwise'}), as "
             f"`fp8sel te-precision-config` prints"
         )
