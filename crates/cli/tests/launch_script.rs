@@ -96,3 +96,69 @@ fn a_read_field_the_script_computes_out_of_reach_is_refused_with_the_fix() {
         "{e}"
     );
 }
+
+/// A dense launch script deciding modules with Megatron's own per-module config.
+fn native_script(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let text = format!(
+        "#!/bin/bash\nARGS=(\n    --num-layers 16 --hidden-size 2048 --ffn-hidden-size 8192\n    \
+         --num-attention-heads 32 --group-query-attention --num-query-groups 8\n    \
+         --swiglu --normalization RMSNorm --disable-bias-linear --seq-length 4096\n    \
+         --bf16 --te-precision-config-file te.yaml {extra}\n)\n\
+         torchrun pretrain_gpt.py \"${{ARGS[@]}}\"\n"
+    );
+    let p = dir.join("train.sh");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn a_native_launch_without_the_fp8_region_its_plan_needs_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    // FP8 from 1024 tokens, in either execution.
+    let rule = r#"[{"tp": 1, "min_tokens": 1024}]"#;
+    let policy = dir.path().join("p.json");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"{{"version": 1, "speedup_threshold": 1.0, "rules": {{
+            "layernorm_column": {{"qkv": {rule}, "fc1": {rule}}}, "row": {{"proj": {rule}, "fc2": {rule}}}}}}}"#
+        ),
+    )
+    .unwrap();
+    let said = |extra: &str| {
+        let script = native_script(dir.path(), extra);
+        let o = fp8sel(&["explain", "--model", s(&script), "--policy", s(&policy)]);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        err(&o)
+    };
+    // Graphed, no --fp8-format: the replays would reuse the captured step's FP8 weights.
+    let e = said("--cuda-graph-impl local");
+    assert!(
+        e.contains("--te-precision-config-file te.yaml without --fp8-format")
+            && e.contains("CUDA-graphed"),
+        "{e}"
+    );
+    // check fails on it (the policy covers every module: the launch is what to fix), typed in
+    // its JSON.
+    let script = native_script(dir.path(), "--cuda-graph-impl local");
+    let o = fp8sel(&[
+        "check",
+        "--model",
+        s(&script),
+        "--policy",
+        s(&policy),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["launch_problems"].as_array().unwrap().len(), 1);
+    assert!(v["fill_commands"].as_array().unwrap().is_empty());
+    assert!(err(&o).contains("1 launch problem(s)"), "{}", err(&o));
+    // With the region, or eager (FP8 modules enter FP8 themselves): nothing to say.
+    let e = said("--cuda-graph-impl local --fp8-format e4m3 --fp8-recipe blockwise");
+    assert!(!e.contains("without --fp8-format"), "{e}");
+    let script = native_script(dir.path(), "--cuda-graph-impl local --fp8-format e4m3");
+    let o = fp8sel(&["check", "--model", s(&script), "--policy", s(&policy)]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!said("").contains("without --fp8-format"));
+}

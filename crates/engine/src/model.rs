@@ -164,6 +164,10 @@ pub struct Fp8Settings {
     /// config sets `cuda_graph_impl`, `enable_cuda_graph` or `external_cuda_graph`.
     #[serde(skip)]
     pub execution: Option<fp8_policy::Execution>,
+    /// `te_precision_config_file` (`--te-precision-config-file`): the launch decides modules with
+    /// Megatron's own per-module config.
+    #[serde(skip)]
+    pub native_config: Option<String>,
 }
 
 /// A training layout a config recommends (the seed's example runs). Every field is optional.

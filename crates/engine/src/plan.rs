@@ -11,7 +11,7 @@ use crate::parallel::Parallel;
 use crate::tokens::{TokenConfig, TokenOverflow, TokenSource};
 
 mod warnings;
-use warnings::{policy_warnings, shape_warnings};
+use warnings::{native_launch_warning, policy_warnings, shape_warnings};
 
 /// A module's precision decision, with the token count it compared.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,6 +234,10 @@ pub struct Summary {
     pub eager_from_gpu_time: Vec<Role>,
     /// What reading the config left aside (resolvers kept as written), once each.
     pub notes: Vec<String>,
+    /// What the config's launch gets wrong for this plan, one sentence each (also among the
+    /// warnings): Megatron's per-module config without the FP8 region the plan needs. `fp8sel
+    /// check` fails on any.
+    pub launch_problems: Vec<String>,
 }
 
 /// A decision for every module of a model.
@@ -356,13 +360,18 @@ pub fn plan(model: &ModelDesc, cfg: &PlanConfig<'_>) -> Result<Plan, PlanError> 
     summary.other_model = other;
     summary.eager_from_gpu_time = eager_gpu;
     summary.notes = model.notes.clone();
-    Ok(Plan {
+    let mut plan = Plan {
         model: model.name.clone(),
         modules,
         summary,
         architectures,
         execution: cfg.execution,
-    })
+    };
+    if let Some(w) = native_launch_warning(model, &plan) {
+        plan.summary.warnings.push(w.clone());
+        plan.summary.launch_problems.push(w);
+    }
+    Ok(plan)
 }
 
 /// One module's row. A key without a rule is a gap in the sweep unless the policy says why it
@@ -514,6 +523,7 @@ fn summarize(
         estimated_policies: Vec::new(),
         warnings: Vec::new(),
         other_model: Vec::new(),
+        launch_problems: Vec::new(),
         eager_from_gpu_time: Vec::new(),
         notes: Vec::new(),
         token_counts: BTreeMap::new(),

@@ -38,7 +38,9 @@ pub struct ExplainArgs {
 ///
 /// Exits 0 when every module matched a rule, and 1 listing the gaps otherwise: the seed's
 /// troubleshooting case "the policy has no rule for the current TP/EP". Re-run the benchmark
-/// at that layout and merge it into the policy to close a gap.
+/// at that layout and merge it into the policy to close a gap. A launch (script or config) that
+/// decides modules with Megatron's --te-precision-config-file but lacks the --fp8-format its
+/// plan needs (FP8 routed experts, or FP8 modules in CUDA-graphed steps) fails too, naming it.
 ///
 /// Example:
 ///   fp8sel check --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json \
@@ -336,16 +338,17 @@ pub fn check(args: &CheckArgs) -> CliResult {
     let (p, r, cx) = make_plan(&args.model, &args.policy, &args.recipe)?;
     let s = &p.summary;
     let covered = s.missing_rules.is_empty() && s.components_without_policy.is_empty();
-    let ok = covered && s.other_model.is_empty();
+    let policy_ok = covered && s.other_model.is_empty();
+    let ok = policy_ok && s.launch_problems.is_empty();
     let fill = fill_command(&args.model, &r, cx.recipe);
-    let fill_dir = fp8_engine::FILL_DIR;
     if args.json {
         println!(
             "{:#}",
             json!({"ok": ok, "missing_rules": s.missing_rules, "components_without_policy": s.components_without_policy,
-                   "other_model": s.other_model, "estimated_policies": s.estimated_policies,
+                   "other_model": s.other_model, "launch_problems": s.launch_problems,
+                   "estimated_policies": s.estimated_policies,
                    "warnings": render::diagnostics(&p), "notes": cx.notes,
-                   "fill_commands": if ok { Vec::new() } else { vec![fill] }})
+                   "fill_commands": if policy_ok { Vec::new() } else { vec![fill] }})
         );
     } else if ok {
         println!(
@@ -369,19 +372,12 @@ pub fn check(args: &CheckArgs) -> CliResult {
         for w in &s.other_model {
             println!("another model's policy: {w}");
         }
-        println!(
-            "to make a policy for this model at this layout (a GPU measures, else the cost model estimates):"
-        );
-        println!("  {fill}");
-        let file = if r.model.components.len() > 1 {
-            format!(
-                "--policy {fill_dir}/{0}.llm.json --vit-policy {fill_dir}/{0}.vit.json",
-                p.model
-            )
-        } else {
-            format!("--policy {fill_dir}/{}.json", p.model)
-        };
-        println!("then pass {file}");
+        for w in &s.launch_problems {
+            println!("the launch: {w}");
+        }
+        if !policy_ok {
+            print_fill(&fill, &p, r.model.components.len() > 1);
+        }
     }
     print_diagnostics(&p);
     if !args.json {
@@ -391,6 +387,14 @@ pub fn check(args: &CheckArgs) -> CliResult {
     }
     if ok {
         Ok(())
+    } else if policy_ok {
+        Err(CliError {
+            code: 1,
+            message: format!(
+                "the policy covers every module, but {} launch problem(s): fix the launch (above)",
+                s.launch_problems.len()
+            ),
+        })
     } else {
         Err(CliError {
             code: 1,
@@ -402,4 +406,22 @@ pub fn check(args: &CheckArgs) -> CliResult {
             ),
         })
     }
+}
+
+/// The command that makes a policy for the model and layout, and the files to pass then.
+fn print_fill(fill: &str, p: &fp8_engine::Plan, vlm: bool) {
+    let fill_dir = fp8_engine::FILL_DIR;
+    println!(
+        "to make a policy for this model at this layout (a GPU measures, else the cost model estimates):"
+    );
+    println!("  {fill}");
+    let file = if vlm {
+        format!(
+            "--policy {fill_dir}/{0}.llm.json --vit-policy {fill_dir}/{0}.vit.json",
+            p.model
+        )
+    } else {
+        format!("--policy {fill_dir}/{}.json", p.model)
+    };
+    println!("then pass {file}");
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use fp8_policy::Policy;
 
-use super::PlannedModule;
-use crate::model::Role;
+use super::{Plan, PlannedModule};
+use crate::model::{ModelDesc, Role};
 use crate::parallel::Parallel;
 use crate::tokens::TokenConfig;
 
@@ -83,4 +83,24 @@ pub(super) fn policy_warnings(
         ));
     }
     out
+}
+
+/// A launch that decides modules with Megatron's own per-module config
+/// (`--te-precision-config-file`) but leaves the global FP8 region off (no `--fp8-format`) where
+/// the plan needs it ([`crate::native::Region::fp8_need`]: FP8 routed experts, or FP8 modules in
+/// CUDA-graphed steps): the run would start and train wrong (unpadded experts, or the captured
+/// step's FP8 weights in every replay), so it is said.
+pub(super) fn native_launch_warning(model: &ModelDesc, plan: &Plan) -> Option<String> {
+    let c = model.component(Role::Llm)?;
+    let file = c.fp8.native_config.as_deref()?;
+    if c.fp8.format.is_some() {
+        return None;
+    }
+    let need = crate::native::Region::fp8_need(plan)?;
+    Some(format!(
+        "llm: the launch passes --te-precision-config-file {file} without --fp8-format, but the \
+         plan needs the global FP8 region: {}; fix: launch with --fp8-format and --fp8-recipe, \
+         as the file's own launch lines say when it is made for this execution",
+        need.why()
+    ))
 }

@@ -34,6 +34,7 @@ pub(super) fn fp8_settings(
         amax_history_len: f.opt_u64(&["fp8_amax_history_len"])?,
         amax_compute_algo: f.opt_str(&["fp8_amax_compute_algo"])?.map(str::to_owned),
         execution: config_execution(f)?,
+        native_config: f.opt_str(&["te_precision_config_file"])?.map(str::to_owned),
     };
     Ok(megatron_amax(fp8, defaults))
 }

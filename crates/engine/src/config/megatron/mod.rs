@@ -81,6 +81,7 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "cuda_graph_impl",
     "enable_cuda_graph",
     "external_cuda_graph",
+    "te_precision_config_file",
 ];
 
 /// The fields of Megatron-LM's multimodal programs that set the language model's sequence,
