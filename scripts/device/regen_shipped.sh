@@ -14,7 +14,8 @@
 #       the step model) in upstream GPTModel at TP 1, 2 layers (Qwen2.5-72B: 1), at counts no
 #       policy was made at (eager 3072 and 7168, graphed 6144; 21 rounds, hook and native), each M
 #       a dense model; $OUT/regen_judge.tar.gz (commit under docs/device-logs/regen_shipped/judge/);
-#       RECIPE=tensorwise|delayed: policies/<recipe>/M.json, judged in that recipe; POLICY=FILE:
+#       RECIPE=tensorwise|delayed: policies/<recipe>/M.json, judged in that recipe; AT="graphed:6144"
+#       (execution:counts, space-separated): those runs alone; POLICY=FILE:
 #       that file (one model: a row's policy made by an earlier command of the same call)
 #   bash scripts/device/regen_shipped.sh judge-vit [TP...]  # the shipped Qwen3-VL vision encoder
 #       in the TE blocks (its own layers), eager and graphed at 3072 and 6144, 21 rounds (the
@@ -89,7 +90,8 @@ if [ "${1:-}" = judge ]; then
   shift
   mkdir -p "$W/judge"
   for m in "$@"; do
-    for ex in eager:3072,7168 graphed:6144; do
+    # AT=<execution:counts ...>: these instead (e.g. AT=graphed:6144 after a change to graphed steps).
+    for ex in ${AT:-eager:3072,7168 graphed:6144}; do
       [ "$(left)" -lt 150 ] && { echo "judge $m ${ex%%:*}: next call ($(left) s left)"; continue; }
       # RECIPE=<recipe>: that recipe's shipped file (policies/<recipe>/M.json), in that recipe.
       recipe=${RECIPE:-blockwise} pol=policies/$m.json tag=${m}_${ex%%:*}
