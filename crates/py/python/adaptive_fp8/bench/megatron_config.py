@@ -44,6 +44,17 @@ def mode_names(policies: list[str], both_regions: bool, policy_names: list[str],
     return out
 
 
+def same_as_auto(resolved: dict, integ: str, policy: Optional[str], region: str) -> str:
+    """Why a forced-region mode (``@fp8``, ``@bf16``) is not built, or ``""``: the automatic mode
+    of the same integration and policy (``resolved``: ``(integration, policy)`` to the region it
+    ran in, at this count and execution) is that model already; a second copy would only double
+    the memory (and time the same model twice)."""
+    auto = resolved.get((integ, policy))
+    if region in ("fp8", "bf16") and auto == region:
+        return f"the same model as {integ}'s automatic region ({region}), timed under its name"
+    return ""
+
+
 def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dict:
     """``TransformerConfig`` keyword arguments for ``layers`` layers of the plan's architecture
     (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has). Gated DeltaNet

@@ -16,8 +16,8 @@ Modes, each a model built on its own (no mode reuses another's timing):
   (:mod:`adaptive_fp8.bench.megatron_oracle`) and built through the hook.
 
 Each integration runs in its automatic launch region; ``--regions both`` adds ``@fp8`` and
-``@bf16`` variants of each (a BF16 region is not built where the plan needs the FP8 one: FP8
-experts, or native's FP8 modules in graphed steps). A step is
+``@bf16`` variants of each (not built: the one the automatic mode already is, and a BF16 region
+where the plan needs the FP8 one: FP8 experts, or native's FP8 modules in graphed steps). A step is
 ``--grad-accum`` micro-batches of forward (``GPTModel`` with labels) and the mean loss's
 backward, the first re-arming TE's FP8 weight cache as Megatron's schedule does, then a TE
 ``FusedAdam`` step with fp32 master weights. Before timing, every TE module's precision in the
@@ -67,6 +67,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     parallel_kwargs,
     plan_name,
     precision_kwargs,
+    same_as_auto,
     summarize_modes,
 )
 from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
@@ -516,14 +517,21 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
         units = mo.search_units(keys or {}, [g for g, ok in spec.fp8_capable().items() if ok and g in (keys or {})])
         found, trials = mo.search(cands, units, args.oracle_repeats or args.repeats, log)
         modes = list(modes) + [("oracle", "hook", cands.policy_path(found), "auto")]
-    built = []
+    built, resolved = [], {}
     for name, integ, policy, region in modes:
+        same = same_as_auto(resolved, integ, policy, region)
+        if same:  # --regions both: the automatic mode is this model already (one copy in memory)
+            notes.append(f"{where} {name}: not built: {same}")
+            log(f"  note: {notes[-1]}", file=sys.stderr)
+            continue
         try:
             model, note = judge.build(kw, integ, policy, region, recipe, tokens, execution)
         except ValueError as e:
             notes.append(f"{where} {name}: not built: {e}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
             continue
+        if region == "auto":
+            resolved[(integ, policy)] = note
         for n in judge.said:
             if f"{name}: {n}" not in notes:
                 notes.append(f"{name}: {n}")
