@@ -9,6 +9,11 @@
 #   nemo: own_model.sh's Mistral-NeMo-12B launch script and its H100 policy (devcarry/nemo/), 2
 #         layers, 1536 and 3072;
 #   qmoe: own_model.sh's Qwen1.5-MoE-A2.7B and its H100 policy (devcarry/qmoe/), 2 layers, 16384.
+#   regions: Qwen2.5-72B, 1 layer, 1536, with --regions both (each integration also forced into
+#         the other region; the forced mode its automatic one already is is not built twice);
+#   dsv3: the shipped DeepSeek-V3 at TP 1 EP 16, one MoE layer, 4096 and 6144 (attention proj and
+#         the shared expert's fc2 FP8 graphed, the routed experts BF16): native's FP8 region pads
+#         the BF16 experts' tokens, the hook's BF16 region does not.
 # ROWS picks (default: llama qwen72).
 # BOUND bounds each run (seconds; 240). $OUT/graphed_weights.tar.gz; the last lines are a table.
 set -uo pipefail
@@ -37,7 +42,9 @@ for r in ${ROWS:-llama qwen72}; do
   # own_model.sh's Qwen1.5-MoE-A2.7B config and its H100 policy (devcarry/qmoe/): dense FP8,
   # experts BF16 at 16384 graphed, so native's FP8 region pads the BF16 experts' tokens.
   qmoe) run qmoe --model devcarry/qmoe/config.json --policy devcarry/qmoe/Qwen1.5-MoE-A2.7B.json --tokens 16384 --layers 2 ;;
-  *) echo "row $r: use llama, qwen72, nemo or qmoe" >&2; exit 2 ;;
+  regions) run regions --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 1536 --layers 1 --regions both ;;
+  dsv3) run dsv3 --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json --tp 1 --ep 16 --layers 1 --dense-layers 0 --tokens 4096,6144 ;;
+  *) echo "row $r: use llama, qwen72, nemo, qmoe, regions or dsv3" >&2; exit 2 ;;
   esac
 done
 echo "| row | rc | s |"
