@@ -581,13 +581,3 @@ def test_the_judges_fp8_fields_are_the_recipe_the_te_blocks_run():
     assert (dl["fp8_amax_history_len"], dl["fp8_amax_compute_algo"]) == (1, "most_recent")
     assert ms.precision_kwargs(args("--recipe", "nvfp4"), "fp8", "nvfp4")["fp4_recipe"] == "nvfp4"
 
-
-def test_forced_region_same_as_auto_is_not_built_twice():
-    # --regions both: @fp8 where the automatic mode ran in the FP8 region is the same model.
-    resolved = {("hook", "p/a.json"): "fp8"}
-    assert "same model" in ms.same_as_auto(resolved, "hook", "p/a.json", "fp8")
-    assert ms.same_as_auto(resolved, "hook", "p/a.json", "bf16") == ""
-    assert ms.same_as_auto(resolved, "native", "p/a.json", "fp8") == ""  # another integration's model
-    assert ms.same_as_auto(resolved, "hook", "p/b.json", "fp8") == ""  # another policy
-    assert ms.same_as_auto(resolved, "hook", "p/a.json", "auto") == ""
-    assert ms.same_as_auto({}, "hook", "p/a.json", "fp8") == ""  # the automatic mode was not built

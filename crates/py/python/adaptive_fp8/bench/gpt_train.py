@@ -61,12 +61,11 @@ def plan_kwargs(args: Any) -> dict:
 def model_kwargs(af8: Any, args: Any) -> tuple[dict, dict, list[str]]:
     """``(TransformerConfig kwargs, plan, notes)`` for ``args.layers`` layers of ``args.model``
     (the plan's architecture; its rows give each module group's policy key)."""
-    from adaptive_fp8.bench.megatron_step import config_kwargs, one_rank_experts
+    from adaptive_fp8.bench.megatron_step import config_kwargs, dense_layers, one_rank_experts
 
     plan = af8._plan(args.model, None, plan_kwargs(args))
     arch = plan["architecture"]["llm"]
-    dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
-    kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+    kw = config_kwargs(arch, args.layers, dense_layers(arch, args.layers, args.dense_layers), args.vocab)
     notes = []
     if one_rank_experts(kw, args.ep or 1):
         notes.append(f"EP {args.ep} on one GPU: the model holds one EP rank's {kw['num_moe_experts']} experts")

@@ -55,6 +55,26 @@ def same_as_auto(resolved: dict, integ: str, policy: Optional[str], region: str)
     return ""
 
 
+def dense_layers(arch: dict, layers: int, asked: Optional[int]) -> int:
+    """How many of the judge's ``layers`` have a dense MLP (first, as in DeepSeek-V3): ``asked``
+    (``--dense-layers``), else the model's share, rounded, as the TE-block steps build them
+    (``step_spec.composition``: a 2-layer step of DeepSeek-V3, 3 dense of 61, is two MoE
+    layers); every layer in a dense model."""
+    moe = arch.get("moe")
+    if not moe:
+        if asked not in (None, layers):
+            raise StepBenchError("the model has no MoE layers: --dense-layers must equal --layers or be left out")
+        return layers
+    dense = moe.get("dense_layers", 0)
+    if asked is None:
+        return round(layers * dense / arch["num_layers"]) if arch.get("num_layers") else 0
+    if not 0 <= asked <= layers:
+        raise StepBenchError(f"--dense-layers {asked} must be between 0 and --layers {layers}")
+    if asked and not dense:
+        raise StepBenchError("the model has no dense MLP layers: leave --dense-layers out")
+    return asked
+
+
 def config_kwargs(arch: dict, layers: int, dense_layers: int, vocab: int) -> dict:
     """``TransformerConfig`` keyword arguments for ``layers`` layers of the plan's architecture
     (``dense_layers`` of them with a dense MLP first, as DeepSeek-V3 has). Gated DeltaNet
@@ -180,9 +200,23 @@ def group_names(rows: list[dict]) -> dict[str, str]:
     return {r["name"]: group_of(r) for r in component_rows(rows, "llm")}
 
 
-def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[str]:
+def unbuilt_mlps(plan_modules: list[dict], kw: dict) -> set[str]:
+    """The planned MLP groups that the judge's layers (``kw``'s ``moe_layer_freq``) do not hold: an
+    MoE model's dense MLP where every built layer is an MoE layer (``--dense-layers 0``, the
+    default), its experts and shared experts where every built layer is dense."""
+    freq = kw.get("moe_layer_freq")
+    if not isinstance(freq, list):
+        return set()
+    names = {m["name"] for m in plan_modules if m["component"] == "llm" and m["name"].startswith("decoder.")}
+    moe = {n for n in names if ".mlp.experts." in n or ".mlp.shared_experts." in n}
+    dense = {n for n in names if ".mlp." in n} - moe
+    return (dense if 0 not in freq else set()) | (moe if 1 not in freq else set())
+
+
+def compare_precisions(seen: dict[str, bool], plan_modules: list[dict], unbuilt: set[str] = frozenset()) -> list[str]:
     """Module paths whose precision in the step differs from the plan's, in words; also every
-    TE module the plan does not know and every planned group the model did not build."""
+    TE module the plan does not know and every planned group the model did not build (but
+    ``unbuilt``: the groups its layers do not hold, :func:`unbuilt_mlps`)."""
     want = {m["name"]: bool(m["use_fp8"]) for m in plan_modules if m["component"] == "llm"}
     bad = []
     built = set()
@@ -193,7 +227,7 @@ def compare_precisions(seen: dict[str, bool], plan_modules: list[dict]) -> list[
             bad.append(f"{path}: not in the plan")
         elif want[name] != fp8:
             bad.append(f"{path}: ran {'FP8' if fp8 else 'BF16'}, the plan says {'FP8' if want[name] else 'BF16'}")
-    for name in sorted(set(want) - built):
+    for name in sorted(set(want) - built - set(unbuilt)):
         if not name.startswith("mtp."):
             bad.append(f"{name}: planned, not built")
     return bad

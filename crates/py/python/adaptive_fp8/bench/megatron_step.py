@@ -59,6 +59,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     compare_precisions,
     compare_recipes,
     config_kwargs,
+    dense_layers,
     expert_tp,
     graph_kwargs,
     group_names,
@@ -69,6 +70,7 @@ from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure
     precision_kwargs,
     same_as_auto,
     summarize_modes,
+    unbuilt_mlps,
 )
 from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
 from adaptive_fp8.bench.step_common import failed_row, recipe_fields
@@ -484,8 +486,7 @@ def _model_kwargs(judge: Judge, args, tokens: int, notes: list) -> tuple[dict, d
     kwp = _plan_kwargs(args, tokens)
     planned = af8._plan(args.model, None, kwp)
     arch = planned["architecture"]["llm"]
-    dense = args.dense_layers if args.dense_layers is not None else (0 if arch.get("moe") else args.layers)
-    kw = config_kwargs(arch, args.layers, min(dense, args.layers), args.vocab)
+    kw = config_kwargs(arch, args.layers, dense_layers(arch, args.layers, args.dense_layers), args.vocab)
     kw.update(parallel_kwargs(args.tp, expert_tp(planned["modules"])))
     # One EP rank's experts on this GPU: the rank's GEMMs (num_gemms as the plan has them),
     # without the all-to-all.
@@ -565,7 +566,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             log(f"  note: {notes[-1]}", file=sys.stderr)
         if policy:
             planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
-            bad = compare_precisions(seen, planned)
+            bad = compare_precisions(seen, planned, unbuilt_mlps(planned, kw))
             ran = judge.recipes(model)
             bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"], planned)
             counts = dict(sorted(Counter(ran.values()).items()))

@@ -410,7 +410,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--etp", type=_positive, help="expert tensor-parallel size (default: the config's, else --tp, as Megatron)")
     ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1; vit: image tokens), comma-separated (default 2048,8192)")
     ap.add_argument("--layers", type=_positive, default=2, help="transformer layers per step (default 2)")
-    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model (default: the model's share, rounded)")
+    ap.add_argument("--dense-layers", type=int, help="of --layers, how many have a dense MLP in an MoE model, first (default: the model's share, rounded: a 2-layer step of DeepSeek-V3 is two MoE layers; with none, the dense MLP's groups are not built, nor checked against the plan)")
     ap.add_argument("--execution", type=_executions, default=["eager"], help="eager, graphed, or eager,graphed (default eager)")
     ap.add_argument("--policy", action="append", default=[], help="a policy to compare; repeatable (vit: the vision policy)")
     ap.add_argument("--oracle", choices=["greedy", "none"], help="search the per-module oracle (default greedy; none with --trainer megatron, where each candidate is a GPTModel build)")
