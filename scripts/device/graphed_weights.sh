@@ -11,9 +11,10 @@
 #   qmoe: own_model.sh's Qwen1.5-MoE-A2.7B and its H100 policy (devcarry/qmoe/), 2 layers, 16384.
 #   regions: Qwen2.5-72B, 1 layer, 1536, with --regions both (each integration also forced into
 #         the other region; the forced mode its automatic one already is is not built twice);
-#   dsv3: the shipped DeepSeek-V3 at TP 1 EP 16, one MoE layer, 4096 and 6144 (attention proj and
-#         the shared expert's fc2 FP8 graphed, the routed experts BF16): native's FP8 region pads
-#         the BF16 experts' tokens, the hook's BF16 region does not.
+#   dsv3: the shipped DeepSeek-V3 at TP 1 EP 16, one MoE layer, 3072 and 4096 (attention proj, and
+#         at 4096 the shared expert's fc2, FP8 graphed; the routed experts BF16): native's FP8
+#         region pads the BF16 experts' tokens, the hook's BF16 region does not. One run per
+#         integration (three models of the layer fit an H100; four do not).
 # ROWS picks (default: llama qwen72).
 # BOUND bounds each run (seconds; 240). $OUT/graphed_weights.tar.gz; the last lines are a table.
 set -uo pipefail
@@ -43,7 +44,9 @@ for r in ${ROWS:-llama qwen72}; do
   # experts BF16 at 16384 graphed, so native's FP8 region pads the BF16 experts' tokens.
   qmoe) run qmoe --model devcarry/qmoe/config.json --policy devcarry/qmoe/Qwen1.5-MoE-A2.7B.json --tokens 16384 --layers 2 ;;
   regions) run regions --model fixtures/models/qwen2_5_72b.yaml --policy policies/qwen2_5_72b.json --tokens 1536 --layers 1 --regions both ;;
-  dsv3) run dsv3 --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json --tp 1 --ep 16 --layers 1 --dense-layers 0 --tokens 4096,6144 ;;
+  dsv3) for i in native hook; do
+      run "dsv3_$i" --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json --tp 1 --ep 16 --layers 1 --tokens 3072,4096 --integration "$i"
+    done ;;
   *) echo "row $r: use llama, qwen72, nemo, qmoe, regions or dsv3" >&2; exit 2 ;;
   esac
 done
