@@ -15,6 +15,8 @@
 #         at 4096 the shared expert's fc2, FP8 graphed; the routed experts BF16): native's FP8
 #         region pads the BF16 experts' tokens, the hook's BF16 region does not. One run per
 #         integration (three models of the layer fit an H100; four do not).
+#   dsv3pad: dsv3's native run at 3072 with --moe-router-padding (Megatron's
+#         --moe-router-padding-for-quantization: the router pads, the experts copy nothing).
 # ROWS picks (default: llama qwen72).
 # BOUND bounds each run (seconds; 240). $OUT/graphed_weights.tar.gz; the last lines are a table.
 set -uo pipefail
@@ -47,7 +49,8 @@ for r in ${ROWS:-llama qwen72}; do
   dsv3) for i in native hook; do
       run "dsv3_$i" --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json --tp 1 --ep 16 --layers 1 --tokens 3072,4096 --integration "$i"
     done ;;
-  *) echo "row $r: use llama, qwen72, nemo, qmoe, regions or dsv3" >&2; exit 2 ;;
+  dsv3pad) run dsv3_native_pad --model fixtures/models/deepseek_v3.yaml --policy policies/deepseek_v3.json --tp 1 --ep 16 --layers 1 --tokens 3072 --integration native --moe-router-padding ;;
+  *) echo "row $r: use llama, qwen72, nemo, qmoe, regions, dsv3 or dsv3pad" >&2; exit 2 ;;
   esac
 done
 echo "| row | rc | s |"

@@ -43,3 +43,11 @@ def test_dense_layers_follow_the_model_and_unbuilt_mlps_are_not_misses(root):
     only_dense = ms.unbuilt_mlps(rows, ms.config_kwargs(arch, 1, 1, 8192))
     assert only_dense and all(".experts." in n or ".shared_experts." in n for n in only_dense)
     assert ms.unbuilt_mlps(rows, ms.config_kwargs(arch, 2, 1, 8192)) == set()
+
+
+def test_router_padding_flag_parses():
+    from adaptive_fp8.bench.step_bench import parser
+
+    a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--moe-router-padding"])
+    assert a.moe_router_padding is True
+    assert parser().parse_args(["--model", "m.yaml"]).moe_router_padding is False

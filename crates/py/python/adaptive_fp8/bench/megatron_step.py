@@ -207,6 +207,9 @@ class Judge:
             plan = af8m.apply_te_precision_config(c, region=region, fp8_weights=getattr(self.args, "native_fp8_weights", "keep"))
             note = plan.region
             self.said.extend(n for n in plan.notes if n not in self.said)
+        if getattr(self.args, "moe_router_padding", False) and c.fp8 and c.num_moe_experts:
+            c.moe_router_padding_for_quantization = True
+            self.said.append("the router pads each expert's tokens to FP8's alignment (--moe-router-padding), not the experts")
         spec = get_gpt_decoder_block_spec(c, use_transformer_engine=True)
         try:
             model = GPTModel(c, spec, vocab_size=kw["_vocab"], max_sequence_length=tokens, position_embedding_type="rope")

@@ -452,6 +452,10 @@ def parser() -> argparse.ArgumentParser:
                     help="megatron, native modes with FP8 weights where the FP8 region holds a BF16 module: clear them, as "
                     "fp8sel te-precision-config launches the model (default), or keep them (megatron-core then builds those "
                     "modules' weights in FP8 and dequantizes them every forward)")
+    ap.add_argument("--moe-router-padding", action="store_true",
+                    help="megatron: every MoE model in the FP8 region pads each expert's tokens to FP8's alignment in the router "
+                    "(Megatron's --moe-router-padding-for-quantization; the padded tokens' probabilities are 0) instead of "
+                    "copying them padded in the experts")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--md", help="write the markdown table here")
     return ap
