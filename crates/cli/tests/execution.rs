@@ -252,3 +252,47 @@ fn merge_policy_trainer_both_folds_the_two_objectives() {
         }
     }
 }
+
+/// Graphed FP8 modules beside BF16 routed experts (DeepSeek-V3 at TP 1 EP 16, 4096 tokens: proj
+/// and the dense MLP FP8, experts BF16): the FP8 region they need would pad the experts, so the
+/// native file writes every module BF16 and launches the BF16 model, saying why; explain's JSON
+/// names it; the hook's plan (explain) keeps them FP8.
+#[test]
+fn graphed_fp8_modules_beside_bf16_experts_are_written_bf16() {
+    let r = root();
+    let (m, p) = (
+        r.join("fixtures/models/deepseek_v3.yaml"),
+        r.join("policies/deepseek_v3.json"),
+    );
+    let args = [
+        "--model",
+        m.to_str().unwrap(),
+        "--policy",
+        p.to_str().unwrap(),
+        "--tp",
+        "1",
+        "--ep",
+        "16",
+        "--seq-length",
+        "4096",
+        "--execution",
+        "graphed",
+    ];
+    let o = fp8sel(&[&["te-precision-config"][..], &args].concat());
+    assert_eq!(o.status.code(), Some(0));
+    let (yaml, said) = (out(&o), common::err(&o));
+    assert!(
+        !yaml.contains("config: fp8\n") && yaml.contains("written BF16"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("launch region: bf16"), "{yaml}");
+    assert!(
+        said.contains("FP8 module instances are written BF16") && said.contains("routed experts"),
+        "{said}"
+    );
+    let o = fp8sel(&[&["explain", "--json"][..], &args].concat());
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(v["native_bf16_because"], "padded_experts");
+    assert_eq!(v["launch_region"], "bf16");
+    assert!(v["summary"]["fp8_modules"].as_u64().unwrap() > 0);
+}

@@ -63,7 +63,38 @@ impl Fp8Need {
     }
 }
 
+/// Why Megatron's per-module config writes a plan's FP8 modules BF16 (the plain BF16 model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bf16Because {
+    /// The steps are CUDA-graphed, so the FP8 modules need the global FP8 region
+    /// ([`Fp8Need::GraphedWeights`]), and the routed experts run BF16: in that region Megatron
+    /// copies every expert's tokens padded to FP8's alignment, a cost of the step that no
+    /// module's own timing holds. Measured larger than the FP8 modules' gain (graphed MoE
+    /// layers, docs/PERFORMANCE.md); the hook keeps them FP8 outside the region.
+    PaddedExperts,
+}
+
+impl Bf16Because {
+    /// Why, in one clause, for a note or a matcher's reason.
+    pub const fn why(self) -> &'static str {
+        match self {
+            Bf16Because::PaddedExperts => {
+                "in CUDA-graphed steps the FP8 modules need the global FP8 region, where Megatron pads the BF16 routed experts' tokens to FP8's alignment, a cost measured larger than these modules' gain; the hook (adaptive_fp8.megatron.enable) keeps them FP8 without that region"
+            }
+        }
+    }
+}
+
 impl Region {
+    /// Why Megatron's per-module config for `plan` runs no module FP8 although the plan has FP8
+    /// modules, if it does not: FP8 modules that need the FP8 region only for CUDA graphs, in a
+    /// model whose routed experts run BF16 there.
+    pub fn native_bf16_because(plan: &Plan) -> Option<Bf16Because> {
+        let graphed_only = Region::fp8_need(plan) == Some(Fp8Need::GraphedWeights);
+        (graphed_only && llm(plan).any(|m| m.spec.is_expert)).then_some(Bf16Because::PaddedExperts)
+    }
+
     /// Why `plan` needs the global FP8 region, if it does: a routed expert in FP8 first, then
     /// any LLM module in FP8 in a CUDA-graphed plan.
     pub fn fp8_need(plan: &Plan) -> Option<Fp8Need> {
@@ -76,12 +107,14 @@ impl Region {
         }
     }
 
-    /// The cheaper region that is still correct for `plan`'s LLM: BF16 unless
-    /// [`Region::fp8_need`] names a need. With no FP8 module at all this is the plain BF16 model.
+    /// The region Megatron's per-module config launches `plan`'s LLM in: the cheaper one that
+    /// is still correct, BF16 unless [`Region::fp8_need`] names a need, and BF16 where the config
+    /// writes every module BF16 ([`Region::native_bf16_because`]). With no FP8 module at all this
+    /// is the plain BF16 model.
     pub fn for_plan(plan: &Plan) -> Region {
         match Region::fp8_need(plan) {
-            Some(_) => Region::Fp8,
-            None => Region::Bf16,
+            Some(_) if Region::native_bf16_because(plan).is_none() => Region::Fp8,
+            _ => Region::Bf16,
         }
     }
 
@@ -139,6 +172,8 @@ pub struct NativeConfig {
     pub region: Region,
     /// Why that region is FP8 (None in the BF16 region).
     pub fp8_need: Option<Fp8Need>,
+    /// Why the plan's FP8 modules are written BF16, if they are, and how many instances.
+    pub bf16_because: Option<(Bf16Because, u64)>,
     /// Module instances that run FP8.
     pub fp8_instances: u64,
     /// The recipe FP8 modules run.
@@ -182,17 +217,21 @@ pub fn te_precision_config(
     if llm(plan).next().is_none() {
         return Err(ExportError::NoLlm);
     }
+    let because = Region::native_bf16_because(plan);
     let mut matchers: Vec<Matcher> = llm(plan)
         .map(|m| Matcher {
             name: matcher_name(&m.spec.name),
             pattern: pattern(&m.spec.name),
-            fp8: m.use_fp8,
+            fp8: m.use_fp8 && because.is_none(),
             recipe: m
                 .recipe
                 .as_deref()
                 .and_then(|r| r.parse().ok())
                 .unwrap_or(recipe),
-            reason: m.reason.clone(),
+            reason: match because {
+                Some(b) if m.use_fp8 => format!("{}; written BF16: {}", m.reason, b.why()),
+                _ => m.reason.clone(),
+            },
             instances: m.spec.layers,
         })
         .collect();
@@ -204,11 +243,14 @@ pub fn te_precision_config(
         reason: "any other TE module: BF16, as a missing rule is".to_owned(),
         instances: 0,
     });
+    let planned_fp8: u64 = llm(plan).filter(|m| m.use_fp8).map(|m| m.spec.layers).sum();
+    let region = Region::for_plan(plan);
     Ok(NativeConfig {
         header,
-        fp8_instances: llm(plan).filter(|m| m.use_fp8).map(|m| m.spec.layers).sum(),
-        region: Region::for_plan(plan),
-        fp8_need: Region::fp8_need(plan),
+        fp8_instances: if because.is_some() { 0 } else { planned_fp8 },
+        bf16_because: because.map(|b| (b, planned_fp8)),
+        region,
+        fp8_need: Region::fp8_need(plan).filter(|_| region == Region::Fp8),
         matchers,
         recipe,
         format,
@@ -333,6 +375,13 @@ impl NativeConfig {
         let recipe = self.recipe.name();
         let format = self.format.name();
         match (self.region, self.fp8_instances) {
+            (Region::Bf16, 0) if self.bf16_because.is_some() => {
+                let (b, n) = self.bf16_because.unwrap_or((Bf16Because::PaddedExperts, 0));
+                vec![
+                    format!("the policy's {n} FP8 module instances are written BF16 ({}): launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather", b.why()),
+                    format!("--te-precision-config-file {file}"),
+                ]
+            }
             (Region::Bf16, 0) => vec![
                 "no module runs FP8 at this layout and token count: launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather (this file is then optional)".to_owned(),
                 format!("--te-precision-config-file {file}"),
@@ -398,6 +447,7 @@ mod tests {
             matchers,
             region,
             fp8_need: (region == Region::Fp8).then_some(Fp8Need::RoutedExperts),
+            bf16_because: None,
             fp8_instances: 2 * fp8.iter().filter(|f| **f).count() as u64,
             recipe: Recipe::Blockwise,
             format: Format::E4m3,
@@ -423,6 +473,18 @@ mod tests {
         assert!(said[1].contains("CUDA-graphed") && !said[1].contains("routed experts"));
         let bf16 = config(Region::Bf16, &[true, false]).launch_flags("f.yaml");
         assert!(bf16[1].contains("eager steps only"));
+        // FP8 modules written BF16: the BF16 model's launch, with why and how many.
+        let mut c = config(Region::Bf16, &[false, false]);
+        c.bf16_because = Some((Bf16Because::PaddedExperts, 6));
+        let said = c.launch_flags("f.yaml");
+        assert!(
+            said[0].contains("6 FP8 module instances are written BF16")
+                && said[0].contains("pads the BF16 routed experts")
+        );
+        assert!(
+            said[0].contains("without --fp8-format")
+                && !said.join(" ").contains("eager steps only")
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub fn plan_json(p: &Plan) -> serde_json::Value {
         "model": p.model, "modules": modules, "summary": p.summary, "architecture": p.architectures,
         "launch_region": crate::native::Region::for_plan(p),
         "fp8_region_need": crate::native::Region::fp8_need(p),
+        "native_bf16_because": crate::native::Region::native_bf16_because(p),
         "warnings": diagnostics(p),
     })
 }

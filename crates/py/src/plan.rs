@@ -228,6 +228,8 @@ pub(crate) fn plan_json(
 /// Megatron's per-module precision config for the plan of the same arguments, as JSON text:
 /// `{"config": {"configs": ..., "matchers": ...}, "yaml": text, "region": "bf16"|"fp8",
 /// "fp8_need": null|"routed_experts"|"graphed_weights", "fp8_need_why": text, "fp8_instances": n,
+/// "bf16_because": null|"padded_experts" (the plan's FP8 modules written BF16), its "_why" and
+/// "_instances",
 /// "launch": [lines]}` (what `fp8sel te-precision-config` writes and prints).
 #[pyfunction]
 #[pyo3(signature = (
@@ -285,6 +287,9 @@ pub(crate) fn te_precision_config_json(
     let out = serde_json::json!({
         "config": cfg.to_json(), "yaml": cfg.to_yaml(), "region": cfg.region, "fp8_need": cfg.fp8_need,
         "fp8_need_why": cfg.fp8_need.map(|n| n.why()),
+        "bf16_because": cfg.bf16_because.map(|(b, _)| b),
+        "bf16_because_why": cfg.bf16_because.map(|(b, _)| b.why()),
+        "bf16_because_instances": cfg.bf16_because.map_or(0, |(_, n)| n),
         "fp8_instances": cfg.fp8_instances, "launch": cfg.launch_flags("te_precision.yaml"),
         "bf16_groups": cfg.bf16_groups(),
         "missing_instances": missing,

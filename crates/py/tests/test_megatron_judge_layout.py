@@ -51,3 +51,10 @@ def test_router_padding_flag_parses():
     a = parser().parse_args(["--model", "m.yaml", "--trainer", "megatron", "--moe-router-padding"])
     assert a.moe_router_padding is True
     assert parser().parse_args(["--model", "m.yaml"]).moe_router_padding is False
+
+
+def test_native_modes_expect_what_the_native_config_writes():
+    doc = {"modules": [{"name": "a", "use_fp8": True}, {"name": "b", "use_fp8": False}], "native_bf16_because": "padded_experts"}
+    assert [m["use_fp8"] for m in ms.mode_plan(doc, "native:p.json")] == [False, False]
+    assert [m["use_fp8"] for m in ms.mode_plan(doc, "hook:p.json")] == [True, False]  # the hook runs the plan
+    assert ms.mode_plan(dict(doc, native_bf16_because=None), "native:p.json@fp8") == doc["modules"]

@@ -170,14 +170,20 @@ def test_dense_fp8_modules_enter_fp8_themselves(stand_ins, tmp_path):
     assert qkv.disable_parameter_transpose_cache is True
     af8m.disable()
     # An MoE model graphed with BF16 experts keeps the BF16 region (no FP8 padding of its
-    # experts): its FP8 modules quantize their own weights. Native needs the FP8 region there.
+    # experts): its FP8 modules quantize their own weights. Native would need the FP8 region
+    # there, which pads the BF16 experts: its config writes every module BF16 instead, and says so.
     c = moe(tmp_path, seq_length=2048, cuda_graph_impl="local")
     plan = af8m.enable(c)
     assert plan.region == "bf16" and c.fp8 is None
     qkv, fc1 = build_dense(stand_ins.mte)
     assert qkv.disable_parameter_transpose_cache is True
     af8m.disable()
-    assert af8m.apply_te_precision_config(moe(tmp_path, seq_length=2048, cuda_graph_impl="local", fp8_param=False)).region == "fp8"
+    c = moe(tmp_path, seq_length=2048, cuda_graph_impl="local", fp8_param=False)
+    with pytest.warns(UserWarning, match="written BF16: .*pads the BF16 routed experts"):
+        native = af8m.apply_te_precision_config(c)
+    assert native.region == "bf16" and native.fp8_instances == 0 and c.fp8 is None
+    assert "written BF16" in native.notes[0]
+    assert all(m["config"] == "bf16" for m in native.config["matchers"].values())
 
 
 def test_fp8_experts_keep_the_global_region(stand_ins, tmp_path):

@@ -116,6 +116,22 @@ def test_regions_follow_the_experts_and_the_graphs(root):
     assert e["region"] == "bf16" and e["fp8_instances"] == 0
     e = af8m.native_export(root / "fixtures/models/llama3_2_1b.yaml", root / "policies/llama3_2_1b.json", tp=1, seq_length=2048, execution="graphed")
     assert e["fp8_instances"] > 0
+    # DeepSeek-V3 at TP 1 EP 16, 4096 graphed: proj and the dense MLP FP8, the routed experts
+    # BF16. The FP8 region would pad the BF16 experts (measured slower than BF16): every module
+    # is written BF16, the launch is the BF16 model's, and the plan document says why.
+    dsv3 = (root / "fixtures/models/deepseek_v3.yaml", root / "policies/deepseek_v3.json")
+    e = af8m.native_export(*dsv3, tp=1, ep=16, etp=1, seq_length=4096, execution="graphed")
+    assert e["region"] == "bf16" and e["fp8_instances"] == 0 and e["fp8_need"] is None
+    assert e["bf16_because"] == "padded_experts" and e["bf16_because_instances"] > 0
+    assert "written BF16" in e["launch"][0] and "without --fp8-format" in e["launch"][0]
+    assert all(m["config"] == "bf16" for m in e["config"]["matchers"].values())
+    doc = af8._plan(str(dsv3[0]), str(dsv3[1]), dict(tp=1, ep=16, seq_length=4096, execution="graphed"))
+    assert doc["native_bf16_because"] == "padded_experts" and doc["launch_region"] == "bf16"
+    assert doc["fp8_region_need"] == "graphed_weights"  # what its FP8 modules would need
+    # Eager, or with FP8 experts (8192 graphed), the plan is written as it is.
+    assert af8m.native_export(*dsv3, tp=1, ep=16, etp=1, seq_length=4096)["fp8_instances"] > 0
+    e = af8m.native_export(*dsv3, tp=1, ep=16, etp=1, seq_length=8192, execution="graphed")
+    assert e["region"] == "fp8" and e["bf16_because"] is None and e["fp8_need"] == "routed_experts"
 
 
 def test_delayed_and_unknown_recipes_are_refused(fp8sel, root, tmp_path):

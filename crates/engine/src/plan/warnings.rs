@@ -97,6 +97,9 @@ pub(super) fn native_launch_warning(model: &ModelDesc, plan: &Plan) -> Option<St
         return None;
     }
     let need = crate::native::Region::fp8_need(plan)?;
+    if crate::native::Region::native_bf16_because(plan).is_some() {
+        return None; // the file made for this plan runs no module FP8
+    }
     Some(format!(
         "llm: the launch passes --te-precision-config-file {file} without --fp8-format, but the \
          plan needs the global FP8 region: {}; fix: launch with --fp8-format and --fp8-recipe, \

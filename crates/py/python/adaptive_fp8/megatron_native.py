@@ -159,6 +159,10 @@ def apply_te_precision_config(
             if out["fp8_instances"] == 0
             else "FP8 modules enter FP8 themselves (override_nonquantized_autocast)"
         )
+        if out.get("bf16_because"):
+            why = (f"the policy's {out['bf16_because_instances']} FP8 module instances are written BF16: "
+                   f"{out['bf16_because_why']}")
+            _say_once(why)
         notes = _clear_fp8(config, why)
     elif getattr(config, "fp8_param", False) and out["bf16_groups"] and fp8_weights == "clear":
         config.fp8_param = False

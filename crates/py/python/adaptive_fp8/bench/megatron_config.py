@@ -44,6 +44,15 @@ def mode_names(policies: list[str], both_regions: bool, policy_names: list[str],
     return out
 
 
+def mode_plan(doc: dict, mode: str) -> list[dict]:
+    """The modules a mode's model should run as planned, from the plan document ``doc``: the
+    native config writes every module BF16 where the engine says so (``native_bf16_because``:
+    graphed FP8 modules beside BF16 routed experts), the hook runs the plan as it is."""
+    if mode.startswith("native") and doc.get("native_bf16_because"):
+        return [dict(m, use_fp8=False) for m in doc["modules"]]
+    return doc["modules"]
+
+
 def same_as_auto(resolved: dict, integ: str, policy: Optional[str], region: str) -> str:
     """Why a forced-region mode (``@fp8``, ``@bf16``) is not built, or ``""``: the automatic mode
     of the same integration and policy (``resolved``: ``(integration, policy)`` to the region it

@@ -52,24 +52,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure half, re-exported)
-    INTEGRATIONS,
-    TE_CLASSES,
-    compare_classes,
-    compare_formats,
-    compare_precisions,
-    compare_recipes,
-    config_kwargs,
-    dense_layers,
-    expert_tp,
-    graph_kwargs,
-    group_names,
-    mode_names,
-    one_rank_experts,
-    parallel_kwargs,
-    plan_name,
-    precision_kwargs,
-    same_as_auto,
-    summarize_modes,
+    INTEGRATIONS, TE_CLASSES, compare_classes, compare_formats, compare_precisions, compare_recipes,
+    config_kwargs, dense_layers, expert_tp, graph_kwargs, group_names, mode_names, mode_plan,
+    one_rank_experts, parallel_kwargs, plan_name, precision_kwargs, same_as_auto, summarize_modes,
     unbuilt_mlps,
 )
 from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
@@ -568,7 +553,7 @@ def _one_count(judge: Judge, args, tokens: int, execution: str, modes: list, rec
             notes.append(f"{where} {name}: FP8 weights: {fresh}")
             log(f"  note: {notes[-1]}", file=sys.stderr)
         if policy:
-            planned = af8._plan(args.model, policy, dict(kwp, execution=execution))["modules"]
+            planned = mode_plan(af8._plan(args.model, policy, dict(kwp, execution=execution)), name)
             bad = compare_precisions(seen, planned, unbuilt_mlps(planned, kw))
             ran = judge.recipes(model)
             bad_recipes = compare_recipes(ran, planned, recipe, seen) + compare_formats(judge.formats(model), recipe_fields(args)["fp8_format"], planned)
