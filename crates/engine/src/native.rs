@@ -374,23 +374,20 @@ impl NativeConfig {
     pub fn launch_flags(&self, file: &str) -> Vec<String> {
         let recipe = self.recipe.name();
         let format = self.format.name();
-        match (self.region, self.fp8_instances) {
-            (Region::Bf16, 0) if self.bf16_because.is_some() => {
-                let (b, n) = self.bf16_because.unwrap_or((Bf16Because::PaddedExperts, 0));
-                vec![
-                    format!("the policy's {n} FP8 module instances are written BF16 ({}): launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather", b.why()),
-                    format!("--te-precision-config-file {file}"),
-                ]
-            }
-            (Region::Bf16, 0) => vec![
+        match (self.region, self.fp8_instances, self.bf16_because) {
+            (_, _, Some((b, n))) => vec![
+                format!("the policy's {n} FP8 module instances are written BF16 ({}): launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather", b.why()),
+                format!("--te-precision-config-file {file}"),
+            ],
+            (Region::Bf16, 0, None) => vec![
                 "no module runs FP8 at this layout and token count: launch the BF16 model, without --fp8-format, --fp8-recipe or --fp8-param-gather (this file is then optional)".to_owned(),
                 format!("--te-precision-config-file {file}"),
             ],
-            (Region::Bf16, _) => vec![
+            (Region::Bf16, _, None) => vec![
                 format!("--te-precision-config-file {file}"),
                 "and no --fp8-format: the FP8 modules enter FP8 themselves (override_nonquantized_autocast), the BF16 modules cost nothing; eager steps only (with CUDA graphs the FP8 modules need the global FP8 region: make the file for graphed steps)".to_owned(),
             ],
-            (Region::Fp8, _) => {
+            (Region::Fp8, _, None) => {
                 let mut flags = vec![
                     format!("--te-precision-config-file {file} --fp8-format {format} --fp8-recipe {recipe}"),
                     format!(
