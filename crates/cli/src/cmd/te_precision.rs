@@ -19,9 +19,11 @@ use crate::error::{CliError, CliResult};
 /// the plain BF16 model (no --fp8-format); when FP8 modules are all dense and the steps eager
 /// they enter FP8 themselves (no --fp8-format either); routed experts in FP8 need the global FP8
 /// region, and so do FP8 modules in CUDA-graphed steps (--execution graphed, or the config's
-/// cuda_graph_impl): megatron-core's graphs quantize cached FP8 weights again only there.
-/// Delayed scaling is refused (Megatron's per-module config does not take it): use the hook,
-/// adaptive_fp8.megatron.enable.
+/// cuda_graph_impl): megatron-core's graphs quantize cached FP8 weights again only there. One
+/// exception to "as explain decides": graphed FP8 modules beside BF16 routed experts are written
+/// BF16 (that region would pad the experts' tokens, measured slower than BF16; the hook keeps
+/// them FP8), and the launch lines say so. Delayed scaling is refused (Megatron's per-module
+/// config does not take it): use the hook, adaptive_fp8.megatron.enable.
 ///
 /// A module whose key has no rule at this layout is refused (exit 2), naming the missing keys
 /// and the command that makes a policy for the layout: the policy does not cover it, which is
