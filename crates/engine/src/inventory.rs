@@ -87,20 +87,35 @@ impl ModuleSpec {
 
 /// A layout the model cannot be split into.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{component}: {what} = {value} is not divisible by {by_name} = {by}; fix: choose {by_name} that divides {what}"
-)]
-pub struct LayoutError {
-    /// Component.
-    pub component: Role,
-    /// The dimension being split.
-    pub what: &'static str,
-    /// Its value.
-    pub value: u64,
-    /// The parallel size's name.
-    pub by_name: &'static str,
-    /// The parallel size.
-    pub by: u64,
+#[non_exhaustive]
+pub enum LayoutError {
+    /// A dimension the layout splits is not a multiple of the parallel size.
+    #[error(
+        "{component}: {what} = {value} is not divisible by {by_name} = {by}; fix: choose {by_name} that divides {what}"
+    )]
+    Indivisible {
+        /// Component.
+        component: Role,
+        /// The dimension being split.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The parallel size's name.
+        by_name: &'static str,
+        /// The parallel size.
+        by: u64,
+    },
+    /// Expert parallelism on a language model without experts, which Megatron refuses
+    /// (`expert_model_parallel_size > 1` needs `num_experts`).
+    #[error(
+        "{component}: ep = {ep} on a model without experts (Megatron refuses expert parallelism without num_experts); fix: ep 1, or the MoE model's config"
+    )]
+    NoExperts {
+        /// Component.
+        component: Role,
+        /// The expert-parallel size asked for.
+        ep: u32,
+    },
 }
 
 struct Builder<'a> {
@@ -119,7 +134,7 @@ impl Builder<'_> {
     ) -> Result<u64, LayoutError> {
         let by = u64::from(by.max(1));
         if !value.is_multiple_of(by) {
-            return Err(LayoutError {
+            return Err(LayoutError::Indivisible {
                 component: self.c.role,
                 what,
                 value,
@@ -175,6 +190,12 @@ impl Builder<'_> {
 /// Lists every TE linear module the component builds on one rank under `parallel`.
 pub fn inventory(c: &Component, parallel: Parallel) -> Result<Vec<ModuleSpec>, LayoutError> {
     let a = &c.arch;
+    if c.role == Role::Llm && a.moe.is_none() && parallel.ep > 1 {
+        return Err(LayoutError::NoExperts {
+            component: c.role,
+            ep: parallel.ep,
+        });
+    }
     let mut b = Builder {
         c,
         p: parallel,

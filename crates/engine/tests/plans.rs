@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use fp8_engine::{
-    ModelDesc, Parallel, PlanError, Role, TeClass, TokenConfig, inventory, load_model, plan, render,
+    LayoutError, ModelDesc, Parallel, PlanError, Role, TeClass, TokenConfig, inventory, load_model,
+    plan, render,
 };
 use fp8_policy::{ModuleKind, Policy};
 
@@ -139,6 +140,26 @@ fn layouts_that_do_not_divide_are_errors() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("num_experts"), "{e}");
+}
+
+#[test]
+fn expert_parallelism_on_a_dense_model_is_refused_but_a_vlms_vision_encoder_takes_it() {
+    let m = model("qwen2_5_72b.yaml");
+    let ep8 = Parallel {
+        ep: 8,
+        ..Parallel::tp(1)
+    };
+    let e = inventory(m.component(Role::Llm).unwrap(), ep8).unwrap_err();
+    assert!(
+        matches!(e, LayoutError::NoExperts { ep: 8, .. }) && e.to_string().contains("fix: ep 1"),
+        "{e}"
+    );
+    assert!(inventory(m.component(Role::Llm).unwrap(), Parallel::tp(1)).is_ok());
+    // A VLM's dense vision encoder runs beside its MoE language model's expert parallelism.
+    let vlm = model("qwen3_vl_235b_a22b.yaml");
+    for c in &vlm.components {
+        assert!(inventory(c, ep8).is_ok(), "{:?}", c.role);
+    }
 }
 
 #[test]
