@@ -20,13 +20,17 @@
 #   bash scripts/device/own_model.sh heldout-moe  # the MoE's judged the same way (the policy
 #       `heldout` made on this machine, else devcarry/own_model/), after the dense one's
 #       judges that `heldout` had no time left for (BUDGET=S: the call's seconds, 585 by default)
+#   bash scripts/device/own_model.sh glm      # GLM-4.5-Air's public dimensions (128 experts, top-8,
+#       a shared expert, its first layer dense) at TP 1 EP 8: the plain `fp8sel gen-policy --tp 1
+#       --ep 8`, `check`, then `glm-judge` in the next call: the judge at 3072 and 6144, eager and
+#       graphed (2 MoE layers, 21 rounds)
 #   bash scripts/device/own_model.sh script-graphed  # the policy `script` made on this machine,
 #       else the committed one (docs/device-logs/own_model/script/policies/), judged in
 #       CUDA-graphed steps at 3072 and 6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz (with steps.txt: each
 # run's rc and seconds); prints a table.
 set -uo pipefail
-phase=${1:?gen, moe, graphed, heldout, heldout-moe, script or script-graphed}
+phase=${1:?gen, moe, graphed, heldout, heldout-moe, glm, glm-judge, script or script-graphed}
 OUT=${OUT:-/tmp/out}
 W=/tmp/om
 mkdir -p "$W" "$OUT"
@@ -46,6 +50,15 @@ cat > "$W/Qwen1.5-MoE-A2.7B/config.json" <<'EOF'
  "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
  "num_experts": 60, "num_experts_per_tok": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
  "num_hidden_layers": 24, "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
+EOF
+
+mkdir -p "$W/GLM-4.5-Air"
+cat > "$W/GLM-4.5-Air/config.json" <<'EOF'
+{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
+ "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_attention_heads": 96,
+ "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 46, "n_routed_experts": 128,
+ "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+ "vocab_size": 151552, "attention_bias": true, "hidden_act": "silu", "rms_norm_eps": 1e-05}
 EOF
 
 gen() {  # name: the plain command, timed, then check at the judged layout
@@ -142,6 +155,29 @@ script-graphed)
       --json "$W/judge_script_${ex%%:*}.json" --md "$W/judge_script_${ex%%:*}.md" > "$W/judge_script_${ex%%:*}.log" 2>&1
     echo "judge script ${ex%%:*} rc=$?"
     cp "$W"/judge_script_"${ex%%:*}".* "$OUT/" 2>/dev/null
+  done
+  ;;
+glm)
+  cd "$W" || exit 1
+  t0=$SECONDS
+  timeout 420 "$FP8SEL" gen-policy --model GLM-4.5-Air/config.json --tp 1 --ep 8 --time-limit 390 > gen_GLM-4.5-Air.log 2>&1
+  echo "gen GLM-4.5-Air rc=$? $((SECONDS - t0)) s" | tee -a steps.txt
+  grep -E "note: eager|warning|held-out|error" gen_GLM-4.5-Air.log | cut -c1-220
+  "$FP8SEL" check --model GLM-4.5-Air/config.json --policy policies/GLM-4.5-Air.json --tp 1 --ep 8 \
+    --seq-length 4096 > check_GLM-4.5-Air.log 2>&1
+  echo "check GLM-4.5-Air rc=$?"
+  cd - > /dev/null || exit 1
+  ;;
+glm-judge)
+  [ -f "$W/policies/GLM-4.5-Air.json" ] || { echo "glm-judge: no policy: run glm on this machine first" >&2; exit 2; }
+  for ex in eager graphed; do
+    t0=$SECONDS
+    timeout 270 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/GLM-4.5-Air/config.json" \
+      --policy "$W/policies/GLM-4.5-Air.json" --tp 1 --ep 8 --tokens 3072,6144 --execution "$ex" --layers 2 \
+      --repeats 21 --json "$W/hj_GLM-4.5-Air_$ex.json" --md "$W/hj_GLM-4.5-Air_$ex.md" > "$W/hj_GLM-4.5-Air_$ex.log" 2>&1
+    echo "judge GLM-4.5-Air $ex rc=$? $((SECONDS - t0)) s" | tee -a "$W/steps.txt"
+    grep -E "differ from fp8sel explain|Error" "$W/hj_GLM-4.5-Air_$ex.log" | head -5
+    cp "$W"/hj_GLM-4.5-Air_"$ex".md "$W"/hj_GLM-4.5-Air_"$ex".json "$OUT/" 2>/dev/null
   done
   ;;
 gen)
