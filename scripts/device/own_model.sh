@@ -160,7 +160,7 @@ script-graphed)
 glm)
   cd "$W" || exit 1
   t0=$SECONDS
-  timeout 420 "$FP8SEL" gen-policy --model GLM-4.5-Air/config.json --tp 1 --ep 8 --time-limit 390 > gen_GLM-4.5-Air.log 2>&1
+  timeout 360 "$FP8SEL" gen-policy --model GLM-4.5-Air/config.json --tp 1 --ep 8 --time-limit 330 > gen_GLM-4.5-Air.log 2>&1
   echo "gen GLM-4.5-Air rc=$? $((SECONDS - t0)) s" | tee -a steps.txt
   grep -E "note: eager|warning|held-out|error" gen_GLM-4.5-Air.log | cut -c1-220
   "$FP8SEL" check --model GLM-4.5-Air/config.json --policy policies/GLM-4.5-Air.json --tp 1 --ep 8 \
