@@ -170,7 +170,7 @@ glm)
   ;;
 glm-judge)
   [ -f "$W/policies/GLM-4.5-Air.json" ] || { echo "glm-judge: no policy: run glm on this machine first" >&2; exit 2; }
-  for ex in eager graphed; do
+  for ex in ${EXECS:-eager graphed}; do  # EXECS=eager: where the call has time for one
     t0=$SECONDS
     timeout 270 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/GLM-4.5-Air/config.json" \
       --policy "$W/policies/GLM-4.5-Air.json" --tp 1 --ep 8 --tokens 3072,6144 --execution "$ex" --layers 2 \
