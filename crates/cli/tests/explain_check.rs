@@ -377,3 +377,35 @@ fn a_vlms_policy_named_as_one_file_points_to_the_two_gen_policy_wrote() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn expert_parallelism_on_a_dense_model_is_refused_with_the_fix_and_writes_nothing() {
+    let out = std::env::temp_dir().join(format!("fp8sel-dense-ep-{}.yaml", std::process::id()));
+    for cmd in ["check", "explain", "te-precision-config"] {
+        let mut args = vec![
+            cmd,
+            "--model",
+            "fixtures/models/llama3_2_1b.yaml",
+            "--policy",
+            "policies/llama3_2_1b.json",
+            "--tp",
+            "1",
+            "--ep",
+            "8",
+            "--seq-length",
+            "4096",
+        ];
+        let o_path = out.to_str().unwrap().to_owned();
+        if cmd == "te-precision-config" {
+            args.extend(["--output", &o_path]);
+        }
+        let o = fp8sel(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("ep = 8 on a model without experts") && err.contains("fix: ep 1"),
+            "{cmd}: {err}"
+        );
+    }
+    assert!(!out.exists(), "te-precision-config wrote {}", out.display());
+}

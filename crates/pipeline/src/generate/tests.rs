@@ -78,6 +78,16 @@ fn layouts_the_model_does_not_divide_are_left_out_with_the_reason() {
     assert!(default_layouts(&m, Some(&[2, 4]), None, None).is_empty());
     let e = no_layout(&cfg, &left);
     assert!(e.contains("tp = 2") && e.contains("tp = 4"), "{e}");
+    // Expert parallelism on a dense model (one `--ep` for a dense and an MoE model): its EP 8
+    // layouts are left out with Megatron's reason, its EP 1 ones made.
+    let l = fp8_engine::load_model(root().join("examples/models/llama3_8b.json")).unwrap();
+    let made = default_layouts(&l, Some(&[1]), Some(&[1, 8]), None);
+    assert_eq!(made.iter().map(|p| p.ep).collect::<Vec<_>>(), [1]);
+    let out = layouts_left_out(&l, Some(&[1]), Some(&[1, 8]), None);
+    assert!(
+        out.len() == 1 && out[0].contains("ep = 8 on a model without experts"),
+        "{out:?}"
+    );
 }
 
 #[test]
