@@ -78,8 +78,9 @@ judge() {  # name, timeout, layers[, execution[, counts[, prefix]]]
   # `judge_<model>[_<execution>]` (eager unnamed, as the committed logs), `hj_<model>_<execution>`
   local tag=$m tokens=${5:-1536,3072,6144} t0=$SECONDS; [ "$ex" = eager ] && [ "$pre" = judge ] || tag=${m}_$ex
   [ "$t" -gt 30 ] || { echo "judge $tag: no time left in this call" | tee -a "$W/steps.txt"; return; }
+  # shellcheck disable=SC2086  # JUDGE_ARGS: more step_bench flags (a layout), split into words
   timeout "$t" python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/$m/config.json" \
-    --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" \
+    --policy "$W/policies/$m.json" --tokens "$tokens" --execution "$ex" --layers "$layers" ${JUDGE_ARGS:-} \
     --repeats 21 --json "$W/${pre}_$tag.json" --md "$W/${pre}_$tag.md" > "$W/${pre}_$tag.log" 2>&1
   echo "judge $tag rc=$? $((SECONDS - t0)) s" | tee -a "$W/steps.txt"
   grep -E "differ from fp8sel explain|Error" "$W/${pre}_$tag.log" | head -5
@@ -171,13 +172,7 @@ glm)
 glm-judge)
   [ -f "$W/policies/GLM-4.5-Air.json" ] || { echo "glm-judge: no policy: run glm on this machine first" >&2; exit 2; }
   for ex in ${EXECS:-eager graphed}; do  # EXECS=eager: where the call has time for one
-    t0=$SECONDS
-    timeout 270 python3 -m adaptive_fp8.bench.step_bench --trainer megatron --model "$W/GLM-4.5-Air/config.json" \
-      --policy "$W/policies/GLM-4.5-Air.json" --tp 1 --ep 8 --tokens 3072,6144 --execution "$ex" --layers 2 \
-      --repeats 21 --json "$W/hj_GLM-4.5-Air_$ex.json" --md "$W/hj_GLM-4.5-Air_$ex.md" > "$W/hj_GLM-4.5-Air_$ex.log" 2>&1
-    echo "judge GLM-4.5-Air $ex rc=$? $((SECONDS - t0)) s" | tee -a "$W/steps.txt"
-    grep -E "differ from fp8sel explain|Error" "$W/hj_GLM-4.5-Air_$ex.log" | head -5
-    cp "$W"/hj_GLM-4.5-Air_"$ex".md "$W"/hj_GLM-4.5-Air_"$ex".json "$OUT/" 2>/dev/null
+    JUDGE_ARGS="--tp 1 --ep 8" hj GLM-4.5-Air 270 "$ex"
   done
   ;;
 gen)
