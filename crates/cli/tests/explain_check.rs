@@ -5,6 +5,18 @@
 mod common;
 use common::{fp8sel, root};
 
+/// The shipped Llama-3.2-1B with its policy at TP 1, 4096 tokens: a dense model's flags.
+const LLAMA_1B_TP1: [&str; 8] = [
+    "--model",
+    "fixtures/models/llama3_2_1b.yaml",
+    "--policy",
+    "policies/llama3_2_1b.json",
+    "--tp",
+    "1",
+    "--seq-length",
+    "4096",
+];
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -290,16 +302,7 @@ fn check_notes_rules_timed_one_rank_alone_at_tp_above_one() {
 
 #[test]
 fn vision_flags_on_a_language_model_are_refused_not_ignored() {
-    let base = [
-        "--model",
-        "fixtures/models/llama3_2_1b.yaml",
-        "--policy",
-        "policies/llama3_2_1b.json",
-        "--tp",
-        "1",
-        "--seq-length",
-        "4096",
-    ];
+    let base = LLAMA_1B_TP1;
     for cmd in ["explain", "check"] {
         let o = fp8sel(
             &[
@@ -382,23 +385,13 @@ fn a_vlms_policy_named_as_one_file_points_to_the_two_gen_policy_wrote() {
 fn expert_parallelism_on_a_dense_model_is_refused_with_the_fix_and_writes_nothing() {
     let out = std::env::temp_dir().join(format!("fp8sel-dense-ep-{}.yaml", std::process::id()));
     for cmd in ["check", "explain", "te-precision-config"] {
-        let mut args = vec![
-            cmd,
-            "--model",
-            "fixtures/models/llama3_2_1b.yaml",
-            "--policy",
-            "policies/llama3_2_1b.json",
-            "--tp",
-            "1",
-            "--ep",
-            "8",
-            "--seq-length",
-            "4096",
-        ];
         let o_path = out.to_str().unwrap().to_owned();
-        if cmd == "te-precision-config" {
-            args.extend(["--output", &o_path]);
-        }
+        let output: &[&str] = if cmd == "te-precision-config" {
+            &["--output", &o_path]
+        } else {
+            &[]
+        };
+        let args = [&[cmd][..], &LLAMA_1B_TP1, &["--ep", "8"], output].concat();
         let o = fp8sel(&args);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
