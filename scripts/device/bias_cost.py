@@ -13,6 +13,7 @@ intervals, torch.profiler). Prints one table (the FP8/BF16 ratio without and wit
 and what the bias adds, by precision) and writes the medians and p10-p90 bands to
 $OUT/bias_cost.json.
 
+    . scripts/device/te_env.sh; te_env /tmp/bias   # TE's site and the package on the path
     python3 scripts/device/bias_cost.py [--rounds 15] [--tokens 1024,4096,16384]
 """
 
@@ -25,6 +26,8 @@ import random
 import statistics
 import sys
 import time
+
+from adaptive_fp8.bench.te_worker import gpu_busy_ms
 
 # (name, kind, in_features, out_features): Qwen2.5-72B's qkv at TP 1 and 8 (its only biased
 # module), and a Llama-3-8B-sized layer as Megatron-LM builds it with `add_bias_linear`.
@@ -63,27 +66,6 @@ def reference(torch, m, x, kind: str):
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + m.eps) * m.layer_norm_weight.float()
     b = m.bias.float() if getattr(m, "use_bias", False) else None
     return torch.nn.functional.linear(xf, m.weight.float(), b)
-
-
-def kernel_union_ms(torch, step) -> float:
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    spans = sorted(
-        (e.start_ns(), e.start_ns() + e.duration_ns())
-        for e in prof.profiler.kineto_results.events()
-        if e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
-    )
-    busy, end = 0, None
-    for s, t in spans:
-        if end is None or s > end:
-            busy, end = busy + t - s, t
-        elif t > end:
-            busy, end = busy + t - end, t
-    return busy / 1e6
 
 
 class Variant:
@@ -125,7 +107,7 @@ class Variant:
         self.step()
         torch.cuda.synchronize()
         self.eager.append((time.perf_counter() - t0) * 1e3)
-        self.gpu.append(kernel_union_ms(torch, self.step))
+        self.gpu.append(gpu_busy_ms(torch, self.step))
 
 
 def band(v: list[float]) -> dict:

@@ -82,6 +82,31 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+def gpu_busy_ms(torch, step) -> float:
+    """The GPU's busy time of one call of `step`, in ms: the union of all its kernels' intervals
+    (every stream) from the profiler, two overlapping kernels counted once."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    spans = sorted(
+        (e.start_ns(), e.start_ns() + e.duration_ns())
+        for e in prof.profiler.kineto_results.events()
+        if e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
+    )
+    busy, end = 0, None
+    for s, t in spans:
+        if end is None or s > end:
+            busy += t - s
+            end = t
+        elif t > end:
+            busy += t - end
+            end = t
+    return busy / 1e6
+
+
 class Worker:
     def __init__(self) -> None:
         import torch
@@ -206,30 +231,7 @@ class Worker:
 
     def _gpu_ms(self, step, iters: int) -> list[float]:
         """Per step: the union of all kernels' intervals (every stream), in ms."""
-        torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
-        out = []
-        for _ in range(iters):
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                step()
-                torch.cuda.synchronize()
-            spans = sorted(
-                (e.start_ns(), e.start_ns() + e.duration_ns())
-                for e in prof.profiler.kineto_results.events()
-                if e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
-            )
-            busy, end = 0, None
-            for s, t in spans:
-                if end is None or s > end:
-                    busy += t - s
-                    end = t
-                elif t > end:
-                    busy += t - end
-                    end = t
-            out.append(busy / 1e6)
-        return out
+        return [gpu_busy_ms(self.torch, step) for _ in range(iters)]
 
     def measure(self, pt: dict, opt: dict) -> dict:
         torch = self.torch
