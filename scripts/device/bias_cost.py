@@ -83,7 +83,8 @@ class Variant:
         self.ctx = lambda: autocast(enabled=rec is not None, recipe=rec)  # noqa: E731
         with self.ctx():
             y = self.m(self.x)
-        ref = reference(torch, self.m, self.x.detach(), kind)
+        with torch.no_grad():
+            ref = reference(torch, self.m, self.x.detach(), kind)
         err = float((y.detach().float() - ref).norm() / ref.norm())
         if not err < TOL[prec]:
             sys.exit(f"bias_cost: {self.key}: relative error {err:.3e} above {TOL[prec]:.0e}")
