@@ -5,12 +5,13 @@ have one: Qwen2's `add_qkv_bias`, Megatron-LM's default `add_bias_linear`. In TE
 module fuses its bias gradient into the GEMM's epilogue; the blockwise FP8 recipe computes it
 apart (`grad_output_preprocess`), tensorwise fuses it into its cast. This script asks whether
 that changes a decision: per shape and token count, each module alone, forward and backward,
-without and with a bias, in BF16, blockwise FP8 and tensorwise FP8, interleaved over rounds in
-a shuffled order; first a correctness check of every variant against a float32 reference of
-its own weights (and bias). Two times per step: eager (wall time of one forward+backward, the
-GPU synchronized before and after: host time included) and GPU (the union of its kernels'
-intervals, torch.profiler). Prints one table (the FP8/BF16 ratio without and with the bias,
-and what the bias adds, by precision) and writes the medians and p10-p90 bands to
+without and with a bias, in BF16, blockwise FP8 and tensorwise FP8 (the recipes as the TE worker
+makes them: `make_recipe`, E4M3), interleaved over rounds in a shuffled order; first a
+correctness check of every variant against a float32 reference of its own weights (and bias).
+Two times per step: eager (wall time of one forward+backward, the GPU synchronized before and
+after: host time included) and GPU (`te_worker.gpu_busy_ms`: the union of its kernels'
+intervals). Prints one table (the FP8/BF16 ratio without and with the bias, and what the bias
+adds, by precision) and writes the medians and p10-p90 bands (`stat`) to
 $OUT/bias_cost.json.
 
     . scripts/device/te_env.sh; te_env /tmp/bias   # TE's site and the package on the path
@@ -23,11 +24,11 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 
-from adaptive_fp8.bench.te_worker import gpu_busy_ms
+from adaptive_fp8._common import stat
+from adaptive_fp8.bench.te_worker import gpu_busy_ms, make_recipe
 
 # (name, kind, in_features, out_features): Qwen2.5-72B's qkv at TP 1 and 8 (its only biased
 # module), and a Llama-3-8B-sized layer as Megatron-LM builds it with `add_bias_linear`.
@@ -41,14 +42,6 @@ SHAPES = [
 ]
 PRECISIONS = ("bf16", "blockwise", "tensorwise")
 TOL = {"bf16": 2e-2, "blockwise": 8e-2, "tensorwise": 8e-2}
-
-
-def recipe(name: str):
-    from transformer_engine.common import recipe as r
-
-    if name == "blockwise":
-        return r.Float8BlockScaling()
-    return r.Float8CurrentScaling()
 
 
 def build(te, torch, kind: str, k: int, n: int, bias: bool):
@@ -79,7 +72,7 @@ class Variant:
         gen = torch.Generator(device="cuda").manual_seed(tokens + k + n)
         self.x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
         self.dy = torch.randn(tokens, n, device="cuda", dtype=torch.bfloat16, generator=gen)
-        rec = None if prec == "bf16" else recipe(prec)
+        rec = None if prec == "bf16" else make_recipe({"recipe": prec})
         self.ctx = lambda: autocast(enabled=rec is not None, recipe=rec)  # noqa: E731
         with self.ctx():
             y = self.m(self.x)
@@ -111,11 +104,6 @@ class Variant:
         self.gpu.append(gpu_busy_ms(torch, self.step))
 
 
-def band(v: list[float]) -> dict:
-    q = statistics.quantiles(v, n=10) if len(v) > 1 else [v[0]] * 9
-    return {"median": statistics.median(v), "p10": q[0], "p90": q[-1]}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
@@ -139,7 +127,7 @@ def main() -> None:
                     v.time()
             for v in sorted(vs, key=lambda v: (v.key[2], v.key[3])):
                 out["rows"].append({"shape": shape[0], "tokens": t, "precision": v.key[2], "bias": v.key[3],
-                                    "rel_err": v.err, "eager_ms": band(v.eager), "gpu_ms": band(v.gpu)})
+                                    "rel_err": v.err, "eager_ms": stat(v.eager), "gpu_ms": stat(v.gpu)})
             del vs
             torch.cuda.empty_cache()
             print(f"bias_cost: {shape[0]} {t} done", file=sys.stderr)
