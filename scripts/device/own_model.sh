@@ -61,15 +61,18 @@ cat > "$W/GLM-4.5-Air/config.json" <<'EOF'
  "vocab_size": 151552, "attention_bias": true, "hidden_act": "silu", "rms_norm_eps": 1e-05}
 EOF
 
-gen() {  # name: the plain command, timed, then check at the judged layout
-  local m=$1
+gen() {  # name[, timeout]: the plain command, timed, then check at the judged layout
+  # GEN_ARGS: more gen-policy flags, CHECK_ARGS: check's layout, SEQ: check's sequence length
+  local m=$1 t=${2:-300}
   cd "$W" || exit 1
   local t0=$SECONDS
-  timeout 300 "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 > "gen_$m.log" 2>&1
+  # shellcheck disable=SC2086  # GEN_ARGS, CHECK_ARGS: flags, split into words
+  timeout "$t" "$FP8SEL" gen-policy --model "$m/config.json" --tp 1 ${GEN_ARGS:-} > "gen_$m.log" 2>&1
   echo "gen $m rc=$? $((SECONDS - t0)) s" | tee -a steps.txt  # in the tarball if the output is cut
-  grep -E "note: eager|warning" "gen_$m.log" | cut -c1-220
-  "$FP8SEL" check --model "$m/config.json" --policy "policies/$m.json" --seq-length 2048 \
-    > "check_$m.log" 2>&1
+  grep -E "note: eager|warning|held-out|error" "gen_$m.log" | cut -c1-220
+  # shellcheck disable=SC2086
+  "$FP8SEL" check --model "$m/config.json" --policy "policies/$m.json" --seq-length "${SEQ:-2048}" \
+    ${CHECK_ARGS:-} > "check_$m.log" 2>&1
   echo "check $m rc=$?"
   cd - > /dev/null || exit 1
 }
@@ -159,15 +162,7 @@ script-graphed)
   done
   ;;
 glm)
-  cd "$W" || exit 1
-  t0=$SECONDS
-  timeout 360 "$FP8SEL" gen-policy --model GLM-4.5-Air/config.json --tp 1 --ep 8 --time-limit 330 > gen_GLM-4.5-Air.log 2>&1
-  echo "gen GLM-4.5-Air rc=$? $((SECONDS - t0)) s" | tee -a steps.txt
-  grep -E "note: eager|warning|held-out|error" gen_GLM-4.5-Air.log | cut -c1-220
-  "$FP8SEL" check --model GLM-4.5-Air/config.json --policy policies/GLM-4.5-Air.json --tp 1 --ep 8 \
-    --seq-length 4096 > check_GLM-4.5-Air.log 2>&1
-  echo "check GLM-4.5-Air rc=$?"
-  cd - > /dev/null || exit 1
+  GEN_ARGS="--ep 8 --time-limit 330" CHECK_ARGS="--tp 1 --ep 8" SEQ=4096 gen GLM-4.5-Air 360
   ;;
 glm-judge)
   [ -f "$W/policies/GLM-4.5-Air.json" ] || { echo "glm-judge: no policy: run glm on this machine first" >&2; exit 2; }
