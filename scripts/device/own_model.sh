@@ -24,13 +24,15 @@
 #       a shared expert, its first layer dense) at TP 1 EP 8: the plain `fp8sel gen-policy --tp 1
 #       --ep 8`, `check`, then `glm-judge` in the next call: the judge at 3072 and 6144, eager and
 #       graphed (2 MoE layers, 21 rounds)
+#   bash scripts/device/own_model.sh q3moe    # Qwen3-30B-A3B's public dimensions (128 experts of
+#       768, top-8, no shared expert) the same way, then `q3moe-judge` in the next call
 #   bash scripts/device/own_model.sh script-graphed  # the policy `script` made on this machine,
 #       else the committed one (docs/device-logs/own_model/script/policies/), judged in
 #       CUDA-graphed steps at 3072 and 6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz (with steps.txt: each
 # run's rc and seconds); prints a table.
 set -uo pipefail
-phase=${1:?gen, moe, graphed, heldout, heldout-moe, glm, glm-judge, script or script-graphed}
+phase=${1:?gen, moe, graphed, heldout, heldout-moe, glm, glm-judge, q3moe, q3moe-judge, script or script-graphed}
 OUT=${OUT:-/tmp/out}
 W=/tmp/om
 mkdir -p "$W" "$OUT"
@@ -52,13 +54,22 @@ cat > "$W/Qwen1.5-MoE-A2.7B/config.json" <<'EOF'
  "num_hidden_layers": 24, "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
 EOF
 
-mkdir -p "$W/GLM-4.5-Air"
+# The MoE models judged at TP 1 EP 8 (their phase, then <phase>-judge in the next call).
+declare -A EP8=([glm]=GLM-4.5-Air [q3moe]=Qwen3-30B-A3B)
+mkdir -p "$W/GLM-4.5-Air" "$W/Qwen3-30B-A3B"
 cat > "$W/GLM-4.5-Air/config.json" <<'EOF'
 {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
  "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_attention_heads": 96,
  "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 46, "n_routed_experts": 128,
  "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
  "vocab_size": 151552, "attention_bias": true, "hidden_act": "silu", "rms_norm_eps": 1e-05}
+EOF
+cat > "$W/Qwen3-30B-A3B/config.json" <<'EOF'
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+ "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+ "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true,
+ "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+ "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
 EOF
 
 gen() {  # name[, timeout]: the plain command, timed, then check at the judged layout
@@ -161,13 +172,14 @@ script-graphed)
     cp "$W"/judge_script_"${ex%%:*}".* "$OUT/" 2>/dev/null
   done
   ;;
-glm)
-  GEN_ARGS="--ep 8 --time-limit 330" CHECK_ARGS="--tp 1 --ep 8" SEQ=4096 gen GLM-4.5-Air 360
+glm | q3moe)
+  GEN_ARGS="--ep 8 --time-limit 330" CHECK_ARGS="--tp 1 --ep 8" SEQ=4096 gen "${EP8[$phase]}" 360
   ;;
-glm-judge)
-  [ -f "$W/policies/GLM-4.5-Air.json" ] || { echo "glm-judge: no policy: run glm on this machine first" >&2; exit 2; }
+glm-judge | q3moe-judge)
+  m=${EP8[${phase%-judge}]}
+  [ -f "$W/policies/$m.json" ] || { echo "$phase: no policy: run ${phase%-judge} on this machine first" >&2; exit 2; }
   for ex in ${EXECS:-eager graphed}; do  # EXECS=eager: where the call has time for one
-    JUDGE_ARGS="--tp 1 --ep 8" hj GLM-4.5-Air 270 "$ex"
+    JUDGE_ARGS="--tp 1 --ep 8" hj "$m" 270 "$ex"
   done
   ;;
 gen)
