@@ -26,13 +26,16 @@
 #       graphed (2 MoE layers, 21 rounds)
 #   bash scripts/device/own_model.sh q3moe    # Qwen3-30B-A3B's public dimensions (128 experts of
 #       768, top-8, no shared expert) the same way, then `q3moe-judge` in the next call
+#   bash scripts/device/own_model.sh mx22     # Mixtral-8x22B's public dimensions (8 experts of
+#       16384, top-2: experts large enough for FP8 to pay, where the others' stay BF16) the same
+#       way, then `mx22-judge` in the next call
 #   bash scripts/device/own_model.sh script-graphed  # the policy `script` made on this machine,
 #       else the committed one (docs/device-logs/own_model/script/policies/), judged in
 #       CUDA-graphed steps at 3072 and 6144, and eager at 4608, 21 rounds
 # Carries devcarry/ (fp8sel, the wheel) and .te/mc. Writes $OUT/<phase>.tar.gz (with steps.txt: each
 # run's rc and seconds); prints a table.
 set -uo pipefail
-phase=${1:?gen, moe, graphed, heldout, heldout-moe, glm, glm-judge, q3moe, q3moe-judge, script or script-graphed}
+phase=${1:?gen, moe, graphed, heldout, heldout-moe, glm, glm-judge, q3moe, q3moe-judge, mx22, mx22-judge, script or script-graphed}
 OUT=${OUT:-/tmp/out}
 W=/tmp/om
 mkdir -p "$W" "$OUT"
@@ -55,8 +58,8 @@ cat > "$W/Qwen1.5-MoE-A2.7B/config.json" <<'EOF'
 EOF
 
 # The MoE models judged at TP 1 EP 8 (their phase, then <phase>-judge in the next call).
-declare -A EP8=([glm]=GLM-4.5-Air [q3moe]=Qwen3-30B-A3B)
-mkdir -p "$W/GLM-4.5-Air" "$W/Qwen3-30B-A3B"
+declare -A EP8=([glm]=GLM-4.5-Air [q3moe]=Qwen3-30B-A3B [mx22]=Mixtral-8x22B)
+mkdir -p "$W/GLM-4.5-Air" "$W/Qwen3-30B-A3B" "$W/Mixtral-8x22B"
 cat > "$W/GLM-4.5-Air/config.json" <<'EOF'
 {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
  "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_attention_heads": 96,
@@ -70,6 +73,12 @@ cat > "$W/Qwen3-30B-A3B/config.json" <<'EOF'
  "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true,
  "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
  "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
+EOF
+cat > "$W/Mixtral-8x22B/config.json" <<'EOF'
+{"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 6144,
+ "intermediate_size": 16384, "num_local_experts": 8, "num_experts_per_tok": 2,
+ "num_attention_heads": 48, "num_key_value_heads": 8, "num_hidden_layers": 56,
+ "vocab_size": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-05}
 EOF
 
 gen() {  # name[, timeout]: the plain command, timed, then check at the judged layout
@@ -172,10 +181,10 @@ script-graphed)
     cp "$W"/judge_script_"${ex%%:*}".* "$OUT/" 2>/dev/null
   done
   ;;
-glm | q3moe)
+glm | q3moe | mx22)
   GEN_ARGS="--ep 8 --time-limit 330" CHECK_ARGS="--tp 1 --ep 8" SEQ=4096 gen "${EP8[$phase]}" 360
   ;;
-glm-judge | q3moe-judge)
+glm-judge | q3moe-judge | mx22-judge)
   m=${EP8[${phase%-judge}]}
   [ -f "$W/policies/$m.json" ] || { echo "$phase: no policy: run ${phase%-judge} on this machine first" >&2; exit 2; }
   for ex in ${EXECS:-eager graphed}; do  # EXECS=eager: where the call has time for one
