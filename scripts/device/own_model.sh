@@ -28,7 +28,7 @@
 #       768, top-8, no shared expert) the same way, then `q3moe-judge` in the next call
 #   bash scripts/device/own_model.sh mx22     # Mixtral-8x22B's public dimensions (8 experts of
 #       16384, top-2: experts large enough for FP8 to pay, where the others' stay BF16) the same
-#       way, then `mx22-judge` in the next call
+#       way at EP 4, then `mx22-judge` in the next call
 #   bash scripts/device/own_model.sh script-graphed  # the policy `script` made on this machine,
 #       else the committed one (docs/device-logs/own_model/script/policies/), judged in
 #       CUDA-graphed steps at 3072 and 6144, and eager at 4608, 21 rounds
@@ -57,8 +57,14 @@ cat > "$W/Qwen1.5-MoE-A2.7B/config.json" <<'EOF'
  "num_hidden_layers": 24, "vocab_size": 151936, "hidden_act": "silu", "rms_norm_eps": 1e-06}
 EOF
 
-# The MoE models judged at TP 1 EP 8 (their phase, then <phase>-judge in the next call).
-declare -A EP8=([glm]=GLM-4.5-Air [q3moe]=Qwen3-30B-A3B [mx22]=Mixtral-8x22B)
+# The MoE models judged at TP 1 (their phase, then <phase>-judge in the next call), and their EP:
+# 8, but Mixtral's 4 (its 8 experts at EP 8 are one a rank, which the one-GPU judge cannot build:
+# Megatron needs two, and top-2 distinct ones; the judge refuses it).
+declare -A MOE=([glm]=GLM-4.5-Air [q3moe]=Qwen3-30B-A3B [mx22]=Mixtral-8x22B)
+declare -A MOE_EP=([glm]=8 [q3moe]=8 [mx22]=4)
+# Judged on 2 layers, Mixtral's on 1: its judge holds four GPTModels (BF16, all-FP8, the hook, native)
+# of two 16384-wide experts a layer, with their Adam state: about 100 GB at 2 layers.
+declare -A MOE_LAYERS=([mx22]=1)
 mkdir -p "$W/GLM-4.5-Air" "$W/Qwen3-30B-A3B" "$W/Mixtral-8x22B"
 cat > "$W/GLM-4.5-Air/config.json" <<'EOF'
 {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
@@ -127,8 +133,8 @@ torchrun --nproc_per_node 8 pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[
     --fp8-format e4m3 --fp8-recipe blockwise --save "${CKPT:-ckpt}"
 EOF
 }
-hj() {  # name, timeout, execution: counts no policy was made at, 2 layers
-  judge "$1" "$2" 2 "$3" 3072,6144 hj
+hj() {  # name, timeout, execution: counts no policy was made at, LAYERS (2)
+  judge "$1" "$2" "${LAYERS:-2}" "$3" 3072,6144 hj
 }
 case $phase in
 heldout)
@@ -182,13 +188,14 @@ script-graphed)
   done
   ;;
 glm | q3moe | mx22)
-  GEN_ARGS="--ep 8 --time-limit 330" CHECK_ARGS="--tp 1 --ep 8" SEQ=4096 gen "${EP8[$phase]}" 360
+  ep=${MOE_EP[$phase]}
+  GEN_ARGS="--ep $ep --time-limit 330" CHECK_ARGS="--tp 1 --ep $ep" SEQ=4096 gen "${MOE[$phase]}" 360
   ;;
 glm-judge | q3moe-judge | mx22-judge)
-  m=${EP8[${phase%-judge}]}
+  m=${MOE[${phase%-judge}]} ep=${MOE_EP[${phase%-judge}]}
   [ -f "$W/policies/$m.json" ] || { echo "$phase: no policy: run ${phase%-judge} on this machine first" >&2; exit 2; }
   for ex in ${EXECS:-eager graphed}; do  # EXECS=eager: where the call has time for one
-    JUDGE_ARGS="--tp 1 --ep 8" hj "$m" 270 "$ex"
+    LAYERS=${MOE_LAYERS[${phase%-judge}]:-2} JUDGE_ARGS="--tp 1 --ep $ep" hj "$m" 270 "$ex"
   done
   ;;
 gen)

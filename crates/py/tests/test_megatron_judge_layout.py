@@ -58,3 +58,20 @@ def test_native_modes_expect_what_the_native_config_writes():
     assert [m["use_fp8"] for m in ms.mode_plan(doc, "native:p.json")] == [False, False]
     assert [m["use_fp8"] for m in ms.mode_plan(doc, "hook:p.json")] == [True, False]  # the hook runs the plan
     assert ms.mode_plan(dict(doc, native_bf16_because=None), "native:p.json@fp8") == doc["modules"]
+
+
+def test_a_rank_with_fewer_experts_than_megatron_builds_is_refused(root):
+    # Mixtral's 8 experts, top-2 (examples/models): one a rank at EP 8, which Megatron cannot build
+    # alone (one expert is no MoE layer, and top-2 needs two); EP 4 holds two.
+    mixtral = str(root / "examples/models/mixtral_8x7b.json")
+    arch = af8._plan(mixtral, None, dict(tp=1, ep=8, seq_length=4096))["architecture"]["llm"]
+    why = ms.one_rank_refusal(arch, 8)
+    assert why and "1 of the model's 8 experts" in why and "judge at EP 4 or below" in why
+    assert "gen-policy --ep 4" in why
+    assert ms.one_rank_refusal(arch, 4) is None and ms.one_rank_refusal(arch, 1) is None
+    # DeepSeek-V3 (256 experts, top-8) at EP 16 holds 16: built; at EP 64, 4: refused, EP 32 named.
+    dsv3 = af8._plan(str(root / "fixtures/models/deepseek_v3.yaml"), None, dict(tp=1, ep=16, seq_length=4096))
+    assert ms.one_rank_refusal(dsv3["architecture"]["llm"], 16) is None
+    assert "judge at EP 32 or below" in ms.one_rank_refusal(dsv3["architecture"]["llm"], 64)
+    dense = af8._plan(str(root / "fixtures/models/llama3_2_1b.yaml"), None, dict(tp=1, seq_length=4096))
+    assert ms.one_rank_refusal(dense["architecture"]["llm"], 8) is None

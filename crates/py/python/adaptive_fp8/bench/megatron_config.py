@@ -297,3 +297,25 @@ def one_rank_experts(kw: dict, ep: int) -> bool:
         return False
     kw["num_moe_experts"] //= ep
     return True
+
+
+def one_rank_refusal(arch: dict, ep: int) -> Optional[str]:
+    """Why one GPU cannot build one of ``ep`` EP ranks of the plan's architecture ``arch``, or
+    None. Megatron builds an MoE layer from 2 experts up (one is a dense MLP to it: its MoE CUDA
+    graphs refuse it) and routes each token to ``top-k`` distinct experts, so a rank alone needs
+    ``max(2, top-k)`` of them; a real rank with fewer gets the other ranks' tokens through the
+    all-to-all, which one GPU does not have (Mixtral's 8 experts at EP 8: one a rank)."""
+    moe = arch.get("moe")
+    if not moe or ep <= 1:
+        return None
+    experts, topk = moe["num_experts"], moe["router_topk"]
+    need = max(2, topk)
+    if experts // ep >= need:
+        return None
+    fits = max((d for d in range(1, experts // need + 1) if experts % d == 0), default=1)
+    return (
+        f"EP {ep} leaves each rank {experts // ep} of the model's {experts} experts; the judge builds one "
+        f"rank alone on this GPU, and Megatron needs at least {need} there (2 for an MoE layer, top-k {topk} "
+        f"for the router), so it cannot time this layout. fix: judge at EP {fits} or below, with a policy made "
+        f"there (fp8sel gen-policy --ep {fits}); gen-policy's own check times EP {ep} in TE blocks"
+    )

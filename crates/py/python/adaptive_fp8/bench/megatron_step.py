@@ -54,7 +54,7 @@ from typing import Any, Optional
 from adaptive_fp8.bench.megatron_config import (  # noqa: F401 (the judge's pure half, re-exported)
     INTEGRATIONS, TE_CLASSES, compare_classes, compare_formats, compare_precisions, compare_recipes,
     config_kwargs, dense_layers, expert_tp, graph_kwargs, group_names, mode_names, mode_plan,
-    one_rank_experts, parallel_kwargs, plan_name, precision_kwargs, same_as_auto, summarize_modes,
+    one_rank_experts, one_rank_refusal, parallel_kwargs, plan_name, precision_kwargs, same_as_auto, summarize_modes,
     unbuilt_mlps,
 )
 from adaptive_fp8.bench.recipe_names import recipe_format, te_recipe_class
@@ -120,6 +120,13 @@ class Judge:
     def __init__(self, args) -> None:
         import os
 
+        import adaptive_fp8 as af8
+
+        # Refused before any model is built: a layout one GPU cannot hold one rank of.
+        planned = af8._plan(args.model, None, _plan_kwargs(args, args.tokens[0]))
+        refusal = one_rank_refusal(planned["architecture"]["llm"], args.ep or 1)
+        if refusal:
+            raise StepBenchError(f"--trainer megatron: {refusal}")
         import torch
 
         if not torch.cuda.is_available():
@@ -140,11 +147,9 @@ class Judge:
             )
         # The world is the TP group; EP beyond it is one rank's experts (see run).
         self.ep = 1
-        import adaptive_fp8 as af8
-
         # The experts' TP as the plan has it (DeepSeek-V3's config says 1 at any TP), as the
         # models' configs will (parallel_kwargs).
-        etp = expert_tp(af8._plan(args.model, None, _plan_kwargs(args, args.tokens[0]))["modules"])
+        etp = expert_tp(planned["modules"])
         parallel_state.initialize_model_parallel(
             args.tp, 1, expert_model_parallel_size=self.ep,
             expert_tensor_parallel_size=etp if args.tp > 1 else None,
