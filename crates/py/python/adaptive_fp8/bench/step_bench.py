@@ -406,7 +406,8 @@ def parser() -> argparse.ArgumentParser:
         help="run over a real TP group under torchrun --nproc-per-node TP (sequence parallel; the communication is in the step); "
         "MHA/GQA + dense MLP models",
     )
-    ap.add_argument("--ep", type=_positive, help="expert-parallel size (default: the config's); sets the rank's local experts")
+    ap.add_argument("--ep", type=_positive, help="expert-parallel size (default: the config's); sets the rank's local experts "
+                    "(megatron: at least max(2, top-k) of them, else refused: one GPU builds one rank alone)")
     ap.add_argument("--etp", type=_positive, help="expert tensor-parallel size (default: the config's, else --tp, as Megatron)")
     ap.add_argument("--tokens", type=_tokens, default=[2048, 8192], help="sequence lengths (micro-batch 1; vit: image tokens), comma-separated (default 2048,8192)")
     ap.add_argument("--layers", type=_positive, default=2, help="transformer layers per step (default 2)")
